@@ -1,0 +1,17 @@
+//! lavender core: the on-disk contract shared by the daemon (`lavenderd`) and the
+//! worker (`lavender-worker`). Nothing here needs libtorch or an async runtime.
+
+pub mod atomic;
+pub mod checkpoint;
+pub mod config;
+pub mod error;
+pub mod events;
+pub mod heartbeat;
+pub mod manifest;
+pub mod run;
+pub mod status;
+pub mod time;
+pub mod trainlog;
+pub mod trainer_state;
+
+pub use error::{Error, Result};
