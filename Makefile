@@ -24,4 +24,4 @@ lint: setup
 	@LIBTORCH="$${LIBTORCH:-$$(cat .venv/lib/torch-path)}" cargo clippy --workspace --all-targets -- -D warnings
 
 test: setup lint
-	@LIBTORCH="$${LIBTORCH:-$$(cat .venv/lib/torch-path)}" mkdir -p target; cargo test --workspace 2>&1 | tee target/test.log; exit $${PIPESTATUS[0]}
+	@mkdir -p target; LIBTORCH="$${LIBTORCH:-$$(cat .venv/lib/torch-path)}" cargo test --workspace 2>&1 | tee target/test.log; exit $${PIPESTATUS[0]}
