@@ -37,12 +37,12 @@ if [ ! -x "$venv/bin/python" ]; then
     exit 1
   }
 fi
-"$venv/bin/python" -m pip install --quiet "torch==$TORCH_VERSION" >"$venv/pip-install.log" 2>&1 || {
+"$venv/bin/python" -m pip install --quiet "torch==$TORCH_VERSION" numpy >"$venv/pip-install.log" 2>&1 || {
   echo "setup-libtorch: pip install torch==$TORCH_VERSION failed; see $venv/pip-install.log" >&2
   tail -5 "$venv/pip-install.log" >&2
   exit 1
 }
-torch_dir=$("$venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+torch_dir=$("$venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
 mkdir -p "$venv/lib"
 printf '%s' "$torch_dir" >"$venv/lib/torch-path"
 touch "$marker"
