@@ -1,3 +1,49 @@
-fn main() {
-    println!("lavender-worker");
+//! lavender-worker: the pipeline's steps and the libtorch trainer.
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+
+use cli::StepArgs;
+
+#[derive(Parser)]
+#[command(version, about = "lavender's training worker: data steps, trainer, generation")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Gather the corpus into <data_root>/corpus/.
+    Downloads(StepArgs),
+    /// Remove duplicate documents.
+    Dedup(StepArgs),
+    /// Apply the quality rules.
+    Filter(StepArgs),
+    /// Pack documents into shards with a manifest.
+    #[command(name = "build_shards")]
+    BuildShards(StepArgs),
+    /// Train the tokenizer and encode shards, SFT and DPO sets into token arrays.
+    Precompute(StepArgs),
+    /// Train pretrain → sft → dpo with checkpoints, heartbeat and events.
+    Train(StepArgs),
+    /// Score training windows and keep the hardest.
+    #[command(name = "mine_hard")]
+    MineHard(StepArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Downloads(a)
+        | Command::Dedup(a)
+        | Command::Filter(a)
+        | Command::BuildShards(a)
+        | Command::Precompute(a)
+        | Command::Train(a)
+        | Command::MineHard(a) => {
+            anyhow::bail!("step not available in this build (args: {a:?})")
+        }
+    }
 }
