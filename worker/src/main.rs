@@ -1,13 +1,21 @@
 //! lavender-worker: the pipeline's steps and the libtorch trainer.
 
 mod cli;
+// Wired into `train` in the next change.
+#[allow(dead_code, unused_imports)]
+mod model;
+#[allow(dead_code, unused_imports)]
+mod optim;
 
 use clap::{Parser, Subcommand};
 
 use cli::StepArgs;
 
 #[derive(Parser)]
-#[command(version, about = "lavender's training worker: data steps, trainer, generation")]
+#[command(
+    version,
+    about = "lavender's training worker: data steps, trainer, generation"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
