@@ -7,7 +7,10 @@ use clap::{Parser, Subcommand};
 use cli::StepArgs;
 
 #[derive(Parser)]
-#[command(version, about = "lavender's training worker: data steps, trainer, generation")]
+#[command(
+    version,
+    about = "lavender's training worker: data steps, trainer, generation"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
