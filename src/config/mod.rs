@@ -25,8 +25,8 @@ pub use layers::{DATA_ROOT_VAR, LoadOptions};
 pub use scale::{Scale, ScalePreset};
 pub use sections::{
     Config, DataConfig, DedupConfig, Device, FilterConfig, HardExamplesConfig, ModelConfig,
-    OptimizerConfig, PipelineStep, SaveOptimizerState, ShardsConfig, StageConfig,
-    SupervisorConfig, TokenizerConfig, TrainingConfig, Watcher, WorkerConfig,
+    OptimizerConfig, PipelineStep, SaveOptimizerState, ShardsConfig, StageConfig, SupervisorConfig,
+    TokenizerConfig, TrainingConfig, Watcher, WorkerConfig,
 };
 pub use source::{DataSource, EmbeddedCorpus};
 
@@ -67,7 +67,8 @@ impl Config {
             None => None,
         };
         build(
-            file.as_ref().map(|(text, name)| (text.as_str(), name.as_str())),
+            file.as_ref()
+                .map(|(text, name)| (text.as_str(), name.as_str())),
             opts,
         )
     }
@@ -92,9 +93,10 @@ impl Config {
         format!("# lavender: fully resolved config of this run\n{body}")
     }
 
-    /// The data root: `cli` (`--data-root`) > `env` (`LAVENDER_DATA_ROOT`) > `data_root`
-    /// > the first of `data_root_candidates` that is an existing directory >
-    /// `<cwd>/data`. Relative paths are taken relative to `cwd`.
+    /// The data root, first that applies: `cli` (`--data-root`), `env`
+    /// (`LAVENDER_DATA_ROOT`), the config's `data_root`, the first of
+    /// `data_root_candidates` that is an existing directory, else `<cwd>/data`.
+    /// Relative paths are taken relative to `cwd`.
     pub fn resolve_data_root(&self, cli: Option<&Path>, env: Option<&Path>, cwd: &Path) -> PathBuf {
         let explicit = cli.or(env).or(self.data_root.as_deref());
         match explicit {

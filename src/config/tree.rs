@@ -101,11 +101,20 @@ fn plain_message(e: &serde_saphyr::Error) -> String {
     msg = msg.strip_prefix("error:").unwrap_or(msg).trim_start();
     if let Some(rest) = msg.strip_prefix("line ")
         && let Some((_, after)) = rest.split_once(": ")
-        && rest.split_once(": ").is_some_and(|(pos, _)| pos.contains("column"))
+        && rest
+            .split_once(": ")
+            .is_some_and(|(pos, _)| pos.contains("column"))
     {
         msg = after;
     }
-    msg.to_string()
+    // The position is printed in front already.
+    if let Some(i) = msg.rfind(" at line ") {
+        msg = &msg[..i];
+    }
+    match msg.split_once(", set DuplicateKeyPolicy") {
+        Some((head, _)) => format!("{head}; remove one of the two"),
+        None => msg.to_string(),
+    }
 }
 
 fn clamp(n: u64) -> u32 {
@@ -140,10 +149,7 @@ fn convert(raw: Spanned<Raw>, origin_of: &dyn Fn(u32, u32) -> Origin) -> Node {
             entries
                 .into_iter()
                 .map(|(k, v)| Entry {
-                    key_origin: origin_of(
-                        clamp(k.referenced.line()),
-                        clamp(k.referenced.column()),
-                    ),
+                    key_origin: origin_of(clamp(k.referenced.line()), clamp(k.referenced.column())),
                     key: k.value,
                     value: convert(v, origin_of),
                 })
