@@ -556,3 +556,11 @@ fn key_paths_parse() {
     assert!(parse_key_path("a..b").is_none());
     assert!(parse_key_path("a[x]").is_none());
 }
+
+#[test]
+fn resolved_yaml_reads_with_plain_serde_saphyr() {
+    // The worker may read <run>/config.yaml with serde-saphyr directly.
+    let config = Config::default();
+    let back: Config = serde_saphyr::from_str(&config.to_yaml()).unwrap();
+    assert_eq!(back, config);
+}
