@@ -1,13 +1,19 @@
 //! lavender-worker: the pipeline's steps and the libtorch trainer.
 
 mod cli;
+// The trainer reads token arrays through this API; not every accessor has a caller yet.
+#[allow(dead_code)]
+mod tokens;
 
 use clap::{Parser, Subcommand};
 
 use cli::StepArgs;
 
 #[derive(Parser)]
-#[command(version, about = "lavender's training worker: data steps, trainer, generation")]
+#[command(
+    version,
+    about = "lavender's training worker: data steps, trainer, generation"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
