@@ -1,14 +1,12 @@
 //! lavender-worker: the pipeline's steps and the libtorch trainer.
 
 mod cli;
-// Wired into `train` in the next change.
-#[allow(dead_code, unused_imports)]
 mod model;
-#[allow(dead_code, unused_imports)]
 mod optim;
 // The trainer reads token arrays through this API; not every accessor has a caller yet.
 #[allow(dead_code)]
 mod tokens;
+mod train;
 
 use clap::{Parser, Subcommand};
 
@@ -38,7 +36,7 @@ enum Command {
     /// Train the tokenizer and encode shards, SFT and DPO sets into token arrays.
     Precompute(StepArgs),
     /// Train pretrain → sft → dpo with checkpoints, heartbeat and events.
-    Train(StepArgs),
+    Train(train::TrainArgs),
     /// Score training windows and keep the hardest.
     #[command(name = "mine_hard")]
     MineHard(StepArgs),
@@ -47,12 +45,12 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Train(a) => train::run(a),
         Command::Downloads(a)
         | Command::Dedup(a)
         | Command::Filter(a)
         | Command::BuildShards(a)
         | Command::Precompute(a)
-        | Command::Train(a)
         | Command::MineHard(a) => {
             anyhow::bail!("step not available in this build (args: {a:?})")
         }

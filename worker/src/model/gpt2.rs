@@ -177,10 +177,6 @@ impl Gpt {
         }
     }
 
-    pub fn device(&self) -> Device {
-        self.params.flat().device()
-    }
-
     /// Final hidden states `[B, T, n_embd]` for token ids `[B, T]`.
     // `x += …` would be tch's in-place add, which autograd rejects: layer_norm saved `x`.
     #[allow(clippy::assign_op_pattern)]

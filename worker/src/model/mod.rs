@@ -21,19 +21,30 @@ fn is_buffer(name: &str) -> bool {
 
 /// Writes the weights under their Hugging Face names (the tied `lm_head` is not stored).
 pub fn save_weights(model: &Gpt, path: &Path) -> Result<()> {
+    save_weights_with(model, path, BTreeMap::new())
+}
+
+/// [`save_weights`] with extra string metadata in the file's header.
+pub fn save_weights_with(
+    model: &Gpt,
+    path: &Path,
+    metadata: BTreeMap<String, String>,
+) -> Result<()> {
     let tensors: Vec<(String, &tch::Tensor)> = model
         .params
         .params
         .iter()
         .map(|p| (p.name.clone(), &p.tensor))
         .collect();
-    tensor_file::write(path, &tensors, BTreeMap::new())
+    tensor_file::write(path, &tensors, metadata)
 }
 
 /// Loads weights written by [`save_weights`] or by Hugging Face (`transformer.`
 /// prefix optional, attention-mask buffers and a tied `lm_head.weight` ignored).
-pub fn load_weights(model: &mut Gpt, path: &Path) -> Result<()> {
+/// Returns the file's metadata.
+pub fn load_weights(model: &mut Gpt, path: &Path) -> Result<BTreeMap<String, String>> {
     let file = TensorFile::read(path)?;
+    let metadata = file.metadata;
     let mut found: BTreeMap<String, tch::Tensor> = BTreeMap::new();
     for (name, t) in file.tensors {
         if is_buffer(&name) || name == "lm_head.weight" {
@@ -72,7 +83,7 @@ pub fn load_weights(model: &mut Gpt, path: &Path) -> Result<()> {
             path.display()
         );
     }
-    Ok(())
+    Ok(metadata)
 }
 
 #[cfg(test)]

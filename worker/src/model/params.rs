@@ -129,16 +129,23 @@ impl ParamSet {
         Tensor::cat(&parts, 0)
     }
 
+    /// Gives every parameter a zero gradient, so the first backward of a fresh and
+    /// of a resumed process accumulate the same way (exact resume).
+    pub fn init_grads(&mut self) {
+        let total = self
+            .params
+            .iter()
+            .map(|p| p.tensor.sum(Kind::Float) * 0.0)
+            .reduce(|a, b| a + b);
+        if let Some(t) = total {
+            t.backward();
+        }
+        self.zero_grad();
+    }
+
     pub fn zero_grad(&mut self) {
         for p in &mut self.params {
             p.tensor.zero_grad();
-        }
-    }
-
-    /// Stop or resume gradient tracking (a frozen DPO reference model needs none).
-    pub fn set_requires_grad(&mut self, on: bool) {
-        for p in &mut self.params {
-            p.tensor = p.tensor.detach().set_requires_grad(on);
         }
     }
 
@@ -166,11 +173,5 @@ impl ParamSet {
             flat,
             decay_numel: self.decay_numel,
         }
-    }
-
-    /// Overwrite the values of every parameter from `other` (same layout).
-    pub fn copy_from(&mut self, other: &ParamSet) {
-        let _guard = tch::no_grad_guard();
-        self.flat.copy_(&other.flat);
     }
 }
