@@ -10,7 +10,7 @@ use train_support::*;
 fn runs_every_stage_and_leaves_the_run_self_describing() {
     let root = tempfile::tempdir().unwrap();
     write_tokens(root.path());
-    let run_dir = root.path().join("checkpoints/run-test");
+    let run_dir = root.path().join("checkpoints/run-2026-01-01_00-00-00");
     let out = run_ok(
         worker()
             .arg("train")
