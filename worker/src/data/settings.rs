@@ -33,12 +33,88 @@ data:
   heldout_fraction: 0.05
 "#;
 
+/// A `data.sources` item: `{embedded: NAME}`, `{path: PATH}` or `{url: URL, sha256: HEX}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(try_from = "RawSource", into = "RawSource")]
 pub enum Source {
     Embedded { embedded: String },
     Url { url: String, sha256: String },
     Path { path: PathBuf },
+}
+
+/// The YAML shape of a source, so a wrong one gets an error that shows the right shapes.
+#[derive(Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    embedded: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sha256: Option<Value>,
+}
+
+impl TryFrom<RawSource> for Source {
+    type Error = String;
+
+    fn try_from(r: RawSource) -> Result<Source, String> {
+        const SHAPES: &str = "{embedded: tinyshakespeare}, {path: PATH} or {url: URL, sha256: HEX}";
+        match r {
+            RawSource {
+                embedded: Some(embedded),
+                path: None,
+                url: None,
+                sha256: None,
+            } => Ok(Source::Embedded { embedded }),
+            RawSource {
+                embedded: None,
+                path: Some(path),
+                url: None,
+                sha256: None,
+            } => Ok(Source::Path { path }),
+            RawSource {
+                embedded: None,
+                path: None,
+                url: Some(url),
+                sha256: Some(sha),
+            } => match sha {
+                Value::String(sha256) => Ok(Source::Url { url, sha256 }),
+                other => Err(format!(
+                    "the sha256 of {url} must be a quoted string of 64 hex digits, not {other}"
+                )),
+            },
+            RawSource {
+                url: Some(url),
+                sha256: None,
+                ..
+            } => Err(format!(
+                "the url source {url} needs `sha256: HEX` (the file's SHA-256) so the download can be verified"
+            )),
+            _ => Err(format!("a source is exactly one of {SHAPES}")),
+        }
+    }
+}
+
+impl From<Source> for RawSource {
+    fn from(s: Source) -> RawSource {
+        match s {
+            Source::Embedded { embedded } => RawSource {
+                embedded: Some(embedded),
+                ..Default::default()
+            },
+            Source::Path { path } => RawSource {
+                path: Some(path),
+                ..Default::default()
+            },
+            Source::Url { url, sha256 } => RawSource {
+                url: Some(url),
+                sha256: Some(Value::String(sha256)),
+                ..Default::default()
+            },
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -305,5 +381,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("huge") && err.contains("tiny"), "{err}");
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), "data:\n  sources: [{url: http://x/y}]\n").unwrap();
+        let err = format!(
+            "{:#}",
+            Settings::load(&args(Some(file.path().into()), &[])).unwrap_err()
+        );
+        assert!(
+            err.contains("http://x/y") && err.contains("sha256"),
+            "{err}"
+        );
+        std::fs::write(file.path(), "data:\n  sources: [{file: a}]\n").unwrap();
+        let err = format!(
+            "{:#}",
+            Settings::load(&args(Some(file.path().into()), &[])).unwrap_err()
+        );
+        assert!(err.contains("file"), "{err}");
     }
 }
