@@ -1,8 +1,10 @@
 //! lavender-worker: the pipeline's steps and the libtorch trainer.
 
 mod cli;
+mod data;
 mod model;
 mod optim;
+mod progress;
 // The trainer reads token arrays through this API; not every accessor has a caller yet.
 #[allow(dead_code)]
 mod tokens;
@@ -45,13 +47,13 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Downloads(a) => data::run(data::DataStep::Downloads, &a),
+        Command::Dedup(a) => data::run(data::DataStep::Dedup, &a),
+        Command::Filter(a) => data::run(data::DataStep::Filter, &a),
+        Command::BuildShards(a) => data::run(data::DataStep::BuildShards, &a),
+        Command::Precompute(a) => data::run(data::DataStep::Precompute, &a),
         Command::Train(a) => train::run(a),
-        Command::Downloads(a)
-        | Command::Dedup(a)
-        | Command::Filter(a)
-        | Command::BuildShards(a)
-        | Command::Precompute(a)
-        | Command::MineHard(a) => {
+        Command::MineHard(a) => {
             anyhow::bail!("step not available in this build (args: {a:?})")
         }
     }
