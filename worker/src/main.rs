@@ -2,6 +2,8 @@
 
 mod cli;
 mod data;
+mod generate;
+mod mine_hard;
 mod model;
 mod optim;
 mod progress;
@@ -41,7 +43,9 @@ enum Command {
     Train(train::TrainArgs),
     /// Score training windows and keep the hardest.
     #[command(name = "mine_hard")]
-    MineHard(StepArgs),
+    MineHard(mine_hard::MineHardArgs),
+    /// Sample text from a checkpoint.
+    Generate(generate::GenerateArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,8 +57,7 @@ fn main() -> anyhow::Result<()> {
         Command::BuildShards(a) => data::run(data::DataStep::BuildShards, &a),
         Command::Precompute(a) => data::run(data::DataStep::Precompute, &a),
         Command::Train(a) => train::run(a),
-        Command::MineHard(a) => {
-            anyhow::bail!("step not available in this build (args: {a:?})")
-        }
+        Command::MineHard(a) => mine_hard::run(a),
+        Command::Generate(a) => generate::run(a),
     }
 }

@@ -306,3 +306,30 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
     }
     Ok(r)
 }
+
+/// A checkpoint's model, ready for scoring or sampling: resolves `spec` (a checkpoint
+/// directory, a run directory, or `latest`) under `<data_root>/checkpoints/`.
+pub fn load_for_inference(
+    s: &Settings,
+    spec: &str,
+    device: Option<&str>,
+) -> Result<(Gpt, Checkpoint, tch::Device)> {
+    let choice = match device {
+        Some(d) => super::device::parse(d)?,
+        None => s.config.device,
+    };
+    let device = super::device::select(choice)?;
+    let root = s.data_root.join(lavender::run::CHECKPOINTS_DIR);
+    let ck = checkpoint::resolve_resume(spec, &root)?;
+    let weights = ck.path.join(MODEL_FILE);
+    let file = model::tensor_file::TensorFile::read(&weights)?;
+    let vocab = file
+        .tensors
+        .get("transformer.wte.weight")
+        .map(|t| t.size()[0])
+        .with_context(|| format!("{} has no transformer.wte.weight", weights.display()))?;
+    drop(file);
+    let mut m = Gpt::new(s.model(vocab as u32), device)?;
+    model::load_weights(&mut m, &weights)?;
+    Ok((m, ck, device))
+}
