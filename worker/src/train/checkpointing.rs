@@ -205,6 +205,15 @@ pub struct Resumed {
     pub optimizer_loaded: bool,
 }
 
+/// The chunk a checkpoint was trained on, when it says.
+pub fn chunk_of(ck: &Checkpoint) -> Option<u64> {
+    let st = &ck.state;
+    st.extra
+        .get("chunk")
+        .or_else(|| st.data_cursor.get("chunk"))
+        .and_then(Value::as_u64)
+}
+
 /// Loads `ck` into `model` and `opt` and works out where training resumes.
 pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> Result<Resumed> {
     model::load_weights(model, &ck.path.join(MODEL_FILE)).with_context(|| {
@@ -219,11 +228,7 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
         opt.load(&model.params, &opt_file)?;
     }
     let st = &ck.state;
-    let ck_chunk = st
-        .extra
-        .get("chunk")
-        .or_else(|| st.data_cursor.get("chunk"))
-        .and_then(Value::as_u64);
+    let ck_chunk = chunk_of(ck);
     let mut r = Resumed {
         step: st.step,
         pos: Position::default(),

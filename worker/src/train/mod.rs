@@ -111,11 +111,11 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         Some(spec) => Some(checkpoint::resolve_resume(spec, &checkpoints_root)?),
         None => None,
     };
-    let run_dir = choose_run_dir(
-        args.step.run_dir.as_deref(),
-        resume.as_ref(),
-        &checkpoints_root,
-    )?;
+    // A checkpoint of another chunk seeds a new run: steps and history start again.
+    let same_chunk = resume
+        .as_ref()
+        .filter(|ck| checkpointing::chunk_of(ck).is_none_or(|c| c == s.chunk as u64));
+    let run_dir = choose_run_dir(args.step.run_dir.as_deref(), same_chunk, &checkpoints_root)?;
     *run_dir_out = Some(run_dir.clone());
     trainlog::log_run_dir(&run_dir)?;
     lavender::atomic::write_file(&run_dir.join("config.yaml"), s.run_config_yaml().as_bytes())?;
