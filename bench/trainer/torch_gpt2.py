@@ -109,6 +109,40 @@ def write_tokens(out, vocab, tokens):
         json.dump({"version": "1.0", "model": {"type": "BPE"}}, f)
 
 
+def read_safetensors(path):
+    """A .safetensors file as {name: tensor} (the format is a JSON header and raw data)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", f"{name}: {info['dtype']}"
+        a, b = info["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(data[a:b]), dtype=torch.float32).reshape(info["shape"])
+    return out
+
+
+def greedy(path, n_head, prompt, new_tokens):
+    """Greedy continuation of `prompt` (token ids) with the weights of a lavender checkpoint,
+    loaded by name and layout into this Hugging Face-shaped module (strict: every name must match)."""
+    state = read_safetensors(path)
+    vocab, e = state["transformer.wte.weight"].shape
+    positions = state["transformer.wpe.weight"].shape[0]
+    layers = len({k.split(".")[2] for k in state if k.startswith("transformer.h.")})
+    model = GPT2(vocab, positions, e, layers, n_head, 0.0)
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(new_tokens):
+            logits = model(torch.tensor([ids[-positions:]]))
+            ids.append(int(logits[0, -1].argmax()))
+    return ids
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vocab", type=int, default=2048)
@@ -123,7 +157,14 @@ def main():
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--write-tokens", metavar="DIR")
+    ap.add_argument("--greedy", metavar="MODEL_SAFETENSORS")
+    ap.add_argument("--prompt-ids", default="")
+    ap.add_argument("--new-tokens", type=int, default=12)
     a = ap.parse_args()
+    if a.greedy:
+        prompt = [int(t) for t in a.prompt_ids.split(",") if t]
+        print(json.dumps({"ids": greedy(a.greedy, a.n_head, prompt, a.new_tokens)}))
+        return
     if a.write_tokens:
         write_tokens(a.write_tokens, a.vocab, 200_000)
         return

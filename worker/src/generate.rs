@@ -88,11 +88,21 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         };
         ids.push(next);
     }
-    let new: Vec<u32> = ids[prompt_len..].iter().map(|&i| i as u32).collect();
-    let text = tokenizer
-        .decode(&new, true)
-        .map_err(|e| anyhow!("could not decode the sample: {e}"))?;
-    println!("{}{}", args.prompt, text);
-    eprintln!("(sampled {} tokens from {})", new.len(), ck.name);
+    // Decoding the whole sequence lets the tokenizer place the spaces between the
+    // prompt and the continuation; the prompt is then shown as the user typed it.
+    let decode = |ids: &[i64]| -> Result<String> {
+        let ids: Vec<u32> = ids.iter().map(|&i| i as u32).collect();
+        tokenizer
+            .decode(&ids, true)
+            .map_err(|e| anyhow!("could not decode the sample: {e}"))
+    };
+    let all = decode(&ids)?;
+    let head = decode(&ids[..prompt_len])?;
+    match all.strip_prefix(head.as_str()) {
+        Some(rest) if !args.prompt.is_empty() => println!("{}{rest}", args.prompt),
+        _ => println!("{all}"),
+    }
+    let new = ids.len() - prompt_len;
+    eprintln!("(sampled {new} tokens from {})", ck.name);
     Ok(())
 }
