@@ -62,13 +62,25 @@ worker_seconds() {
 s1="$(worker_seconds "$N1")"
 s2="$(worker_seconds "$N2")"
 worker_sps="$(calc "($N2 - $N1) / ($s2 - $s1)")"
-torch_json="$("$PYTHON" "$root/bench/trainer/torch_gpt2.py" --vocab "$VOCAB" --n-layer "$N_LAYER" \
-  --n-head "$N_HEAD" --n-embd "$N_EMBD" --n-positions "$N_POSITIONS" --batch "$BATCH" \
-  --seq-len "$SEQ_LEN" --threads "$THREADS" --steps "$((N2 - N1))")"
-torch_sps="$("$PYTHON" -c 'import json,sys; print(json.loads(sys.argv[1])["steps_per_sec"])' "$torch_json")"
+torch_sps() {
+  local json
+  json="$(env "$@" "$PYTHON" "$root/bench/trainer/torch_gpt2.py" --vocab "$VOCAB" --n-layer "$N_LAYER" \
+    --n-head "$N_HEAD" --n-embd "$N_EMBD" --n-positions "$N_POSITIONS" --batch "$BATCH" \
+    --seq-len "$SEQ_LEN" --threads "$THREADS" --steps "$((N2 - N1))")"
+  "$PYTHON" -c 'import json,sys; print(json.loads(sys.argv[1])["steps_per_sec"])' "$json"
+}
+# PyTorch as it comes, and with the OpenMP wait policy the worker sets for itself.
+if [ -n "${OMP_WAIT_POLICY:-}" ]; then
+  torch_default="$(torch_sps OMP_WAIT_POLICY="$OMP_WAIT_POLICY")"
+else
+  torch_default="$(torch_sps -u OMP_WAIT_POLICY)"
+fi
+torch_passive="$(torch_sps OMP_WAIT_POLICY=PASSIVE)"
 
 printf 'model: %s layers, %s heads, n_embd %s, vocab %s; batch %s x %s tokens; %s threads\n' \
   "$N_LAYER" "$N_HEAD" "$N_EMBD" "$VOCAB" "$BATCH" "$SEQ_LEN" "$THREADS"
-printf 'lavender-worker: %.2f steps/s\n' "$worker_sps"
-printf 'pytorch eager:   %.2f steps/s\n' "$torch_sps"
-printf 'ratio (worker / pytorch): %.2fx\n' "$(calc "$worker_sps / $torch_sps")"
+printf 'lavender-worker:                          %.2f steps/s\n' "$worker_sps"
+printf 'pytorch eager (default OpenMP waiting):   %.2f steps/s\n' "$torch_default"
+printf 'pytorch eager (OMP_WAIT_POLICY=PASSIVE):  %.2f steps/s\n' "$torch_passive"
+printf 'ratio vs default pytorch: %.2fx; vs passive pytorch: %.2fx\n' \
+  "$(calc "$worker_sps / $torch_default")" "$(calc "$worker_sps / $torch_passive")"

@@ -38,7 +38,7 @@ pub struct GenerateArgs {
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
-    crate::train::malloc::keep_freed_memory();
+    crate::train::runtime::tune();
     ensure!(
         args.temperature >= 0.0 && args.temperature.is_finite(),
         "--temperature must be ≥ 0, got {}",

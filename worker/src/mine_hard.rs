@@ -40,7 +40,7 @@ pub struct MineHardArgs {
 }
 
 pub fn run(args: MineHardArgs) -> Result<()> {
-    crate::train::malloc::keep_freed_memory();
+    crate::train::runtime::tune();
     let s = Settings::load(&args.step)?;
     tch::set_num_threads(s.threads as i32);
     let (model, ck, device) = load_for_inference(&s, &args.checkpoint, args.device.as_deref())?;

@@ -6,7 +6,7 @@ pub mod data;
 pub mod device;
 pub mod eta;
 pub mod history;
-pub mod malloc;
+pub mod runtime;
 pub mod objective;
 pub mod rng;
 pub mod settings;
@@ -51,7 +51,7 @@ pub struct TrainArgs {
 /// Runs training on a dedicated thread; SIGTERM/SIGINT only set a flag that the
 /// loop reads at step boundaries, so a second signal cannot interrupt a save.
 pub fn run(args: TrainArgs) -> Result<()> {
-    malloc::keep_freed_memory();
+    runtime::tune();
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
