@@ -4,8 +4,8 @@
 use std::fmt;
 
 use serde::de::{
-    self, DeserializeSeed, Deserializer, Expected, IntoDeserializer, MapAccess,
-    SeqAccess, Unexpected, Visitor,
+    self, DeserializeSeed, Deserializer, Expected, IntoDeserializer, MapAccess, SeqAccess,
+    Unexpected, Visitor,
 };
 
 use super::error::{ConfigError, ConfigErrorKind, Origin, nearest};

@@ -90,7 +90,9 @@ pub(crate) fn apply_overrides(
         let path = tree::parse_key_path(key.trim()).ok_or_else(|| {
             ConfigError::new(ConfigErrorKind::BadKeyPath {
                 path: key.clone(),
-                message: "not a key path; write it like training.batch_size or training.stages[1].lr".into(),
+                message:
+                    "not a key path; write it like training.batch_size or training.stages[1].lr"
+                        .into(),
             })
             .at(Some(origin.clone()))
         })?;

@@ -25,8 +25,8 @@ pub use layers::{DATA_ROOT_VAR, LoadOptions};
 pub use scale::{Scale, ScalePreset};
 pub use sections::{
     Config, DataConfig, DedupConfig, Device, FilterConfig, HardExamplesConfig, ModelConfig,
-    OptimizerConfig, PipelineStep, SaveOptimizerState, ShardsConfig, StageConfig,
-    SupervisorConfig, TokenizerConfig, TrainingConfig, Watcher, WorkerConfig,
+    OptimizerConfig, PipelineStep, SaveOptimizerState, ShardsConfig, StageConfig, SupervisorConfig,
+    TokenizerConfig, TrainingConfig, Watcher, WorkerConfig,
 };
 pub use source::{DataSource, EmbeddedCorpus};
 
@@ -67,7 +67,8 @@ impl Config {
             None => None,
         };
         build(
-            file.as_ref().map(|(text, name)| (text.as_str(), name.as_str())),
+            file.as_ref()
+                .map(|(text, name)| (text.as_str(), name.as_str())),
             opts,
         )
     }

@@ -101,7 +101,9 @@ fn plain_message(e: &serde_saphyr::Error) -> String {
     msg = msg.strip_prefix("error:").unwrap_or(msg).trim_start();
     if let Some(rest) = msg.strip_prefix("line ")
         && let Some((_, after)) = rest.split_once(": ")
-        && rest.split_once(": ").is_some_and(|(pos, _)| pos.contains("column"))
+        && rest
+            .split_once(": ")
+            .is_some_and(|(pos, _)| pos.contains("column"))
     {
         msg = after;
     }
@@ -140,10 +142,7 @@ fn convert(raw: Spanned<Raw>, origin_of: &dyn Fn(u32, u32) -> Origin) -> Node {
             entries
                 .into_iter()
                 .map(|(k, v)| Entry {
-                    key_origin: origin_of(
-                        clamp(k.referenced.line()),
-                        clamp(k.referenced.column()),
-                    ),
+                    key_origin: origin_of(clamp(k.referenced.line()), clamp(k.referenced.column())),
                     key: k.value,
                     value: convert(v, origin_of),
                 })
