@@ -59,33 +59,41 @@ pub fn newest_complete(run_dir: Option<&Path>, checkpoints_root: &Path) -> Optio
         .map(|c| c.path)
 }
 
-/// The checkpoint this stop saved, if one was.
-pub fn saved_since(mark: &StopMark, checkpoints_root: &Path) -> Option<PathBuf> {
+/// The checkpoint this stop saved, if one was: a `final_saved` event since the stop
+/// began, else the final heartbeat (`stopping`) naming a new checkpoint. A worker
+/// that exited by itself after SIGTERM may also have saved without saying so (no
+/// events): then a checkpoint newer than the stop's start counts. A killed worker's
+/// periodic saves do not: they were not made because of the stop.
+pub fn saved_since(mark: &StopMark, checkpoints_root: &Path, killed: bool) -> Option<PathBuf> {
     let run_dir = mark.run_dir.as_deref()?;
-    if let Ok(batch) = events::read_from(&events::path(run_dir), mark.events_offset) {
-        let from_events = batch
-            .events
+    let is_new = |p: &PathBuf| Some(p) != mark.newest_before.as_ref() && is_complete(p);
+    let since = events::read_from(&events::path(run_dir), mark.events_offset)
+        .map(|b| b.events)
+        .unwrap_or_default();
+    let saved_event = |wanted: &str| {
+        since
             .iter()
             .rev()
-            .filter(|e| e.kind == kind::FINAL_SAVED || e.kind == kind::CHECKPOINT_SAVED)
+            .filter(|e| e.kind == wanted)
             .filter_map(|e| e.field("path")?.as_str().map(PathBuf::from))
             .map(|p| if p.is_relative() { run_dir.join(p) } else { p })
-            .find(|p| is_complete(p));
-        if from_events.is_some() {
-            return from_events;
-        }
+            .find(|p| is_new(p))
+    };
+    if let Some(p) = saved_event(kind::FINAL_SAVED) {
+        return Some(p);
     }
     if let Ok(hb) = heartbeat::read(&heartbeat::path(run_dir))
         && hb.state == WorkerState::Stopping
         && let Some(name) = hb.latest_checkpoint
+        && is_new(&run_dir.join(&name))
     {
-        let path = run_dir.join(name);
-        if is_complete(&path) && Some(&path) != mark.newest_before.as_ref() {
-            return Some(path);
-        }
+        return Some(run_dir.join(name));
     }
-    newest_complete(Some(run_dir), checkpoints_root)
-        .filter(|p| Some(p) != mark.newest_before.as_ref())
+    if killed {
+        return None;
+    }
+    saved_event(kind::CHECKPOINT_SAVED)
+        .or_else(|| newest_complete(Some(run_dir), checkpoints_root).filter(|p| is_new(p)))
 }
 
 impl StopReport {
@@ -113,7 +121,7 @@ impl StopReport {
         checkpoints_root: &Path,
         killed: bool,
     ) -> StopReport {
-        let saved = saved_since(mark, checkpoints_root);
+        let saved = saved_since(mark, checkpoints_root, killed);
         let latest = newest_complete(mark.run_dir.as_deref(), checkpoints_root);
         let how = if killed {
             "did not exit within the timeout and was killed (SIGKILL)"

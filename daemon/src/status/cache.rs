@@ -5,13 +5,13 @@
 //! cost does not grow with the number of files in the data root.
 
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use lavender::config::Watcher as WatcherKind;
 use lavender::status::Status;
 use notify::{RecursiveMode, Watcher};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::{FileFacts, StatusSettings, compose};
 use crate::layout::Layout;
@@ -26,10 +26,22 @@ pub struct StatusCache {
     facts: Arc<RwLock<FileFacts>>,
     settings: Arc<RwLock<StatusSettings>>,
     pipeline: PipelineHandle,
+    layout: Layout,
+    /// Record changes not yet reflected in `facts`.
+    unseen: Arc<Mutex<watch::Receiver<PipelineRecord>>>,
 }
 
 impl StatusCache {
     pub fn status(&self) -> Status {
+        // A transition (a step ended, a stop finished) refreshes before answering, so
+        // a status read right after `stop` returns already shows what the stop saved.
+        {
+            let mut unseen = self.unseen.lock().unwrap_or_else(|e| e.into_inner());
+            if unseen.has_changed().unwrap_or(false) {
+                let record = unseen.borrow_and_update().clone();
+                refresh(&self.layout, self, &record);
+            }
+        }
         let record = self.pipeline.record();
         let facts = self.facts.read().unwrap_or_else(|e| e.into_inner());
         let settings = self.settings.read().unwrap_or_else(|e| e.into_inner());
@@ -59,7 +71,9 @@ pub fn spawn(
     let cache = StatusCache {
         facts: Arc::new(RwLock::new(facts)),
         settings: Arc::new(RwLock::new(settings)),
+        unseen: Arc::new(Mutex::new(pipeline.subscribe())),
         pipeline,
+        layout: layout.clone(),
     };
     tokio::spawn(refresher(layout, cache.clone(), watch, alerts));
     cache
