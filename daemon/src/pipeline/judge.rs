@@ -60,3 +60,105 @@ pub fn judge(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lavender::heartbeat::Heartbeat;
+
+    fn hb(dir: &Path, state: WorkerState) {
+        heartbeat::write(
+            dir,
+            &Heartbeat {
+                step: 1,
+                total_steps: 2,
+                stage: "pretrain".into(),
+                epoch: None,
+                epochs: None,
+                loss: None,
+                loss_smooth: None,
+                lr: None,
+                grad_norm: None,
+                steps_per_sec: None,
+                eta_seconds: None,
+                timestamp: "2026-01-01T00:00:00Z".into(),
+                pid: 1,
+                state,
+                latest_checkpoint: None,
+            },
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn own_child_exit_codes() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        assert_eq!(
+            judge("dedup", ExitOutcome::Code(0), None, d, None),
+            Verdict::Success
+        );
+        assert!(matches!(
+            judge("dedup", ExitOutcome::Code(1), None, d, None),
+            Verdict::Crash(_)
+        ));
+        assert!(matches!(
+            judge("train", ExitOutcome::Signal(9), Some(d), d, None),
+            Verdict::Crash(_)
+        ));
+        hb(d, WorkerState::Stopping);
+        assert_eq!(
+            judge("train", ExitOutcome::Code(0), Some(d), d, None),
+            Verdict::StoppedExternally
+        );
+    }
+
+    #[test]
+    fn adopted_worker_is_judged_by_its_final_heartbeat() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        assert!(matches!(
+            judge("train", ExitOutcome::Unknown, Some(d), d, None),
+            Verdict::Crash(_)
+        ));
+        hb(d, WorkerState::Training);
+        assert!(matches!(
+            judge("train", ExitOutcome::Unknown, Some(d), d, None),
+            Verdict::Crash(_)
+        ));
+        hb(d, WorkerState::Finished);
+        assert_eq!(
+            judge("train", ExitOutcome::Unknown, Some(d), d, None),
+            Verdict::Success
+        );
+    }
+
+    #[test]
+    fn adopted_data_step_is_judged_by_a_fresh_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let started = Utc::now() - chrono::Duration::seconds(5);
+        assert!(matches!(
+            judge("dedup", ExitOutcome::Unknown, None, d, Some(started)),
+            Verdict::Crash(_)
+        ));
+        let m: lavender::manifest::StepManifest = serde_json::from_value(serde_json::json!({
+            "step": "dedup", "version": 1, "config_hash": "x", "inputs": [], "counts": {},
+            "outputs": [], "finished_at": lavender::time::rfc3339_z(Utc::now()),
+        }))
+        .unwrap();
+        lavender::manifest::write(d, &m).unwrap();
+        assert_eq!(
+            judge("dedup", ExitOutcome::Unknown, None, d, Some(started)),
+            Verdict::Success
+        );
+        let later = Utc::now() + chrono::Duration::seconds(5);
+        assert!(
+            matches!(
+                judge("dedup", ExitOutcome::Unknown, None, d, Some(later)),
+                Verdict::Crash(_)
+            ),
+            "a manifest older than the worker's start is from an earlier run"
+        );
+    }
+}

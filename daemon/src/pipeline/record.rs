@@ -108,3 +108,40 @@ impl PipelineRecord {
             || self.restart_pending
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// State files written by earlier versions must keep loading after an upgrade,
+    /// or a daemon restart would lose track of a running worker.
+    #[test]
+    fn a_saved_state_file_still_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pipeline-v1.json");
+        let r = PipelineRecord::load(&path).unwrap();
+        assert_eq!(r.state, PipelineState::Running);
+        assert_eq!(r.worker.as_ref().unwrap().identity.pid, 13584);
+        assert_eq!(r.step_state("downloads"), Some(StepState::Done));
+        assert_eq!(r.restarts, 1);
+    }
+
+    #[test]
+    fn missing_file_is_idle_and_garbage_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pipeline.json");
+        assert_eq!(PipelineRecord::load(&p).unwrap().state, PipelineState::Idle);
+        std::fs::write(&p, "{not json").unwrap();
+        let err = format!("{:#}", PipelineRecord::load(&p).unwrap_err());
+        assert!(err.contains("pipeline.json"), "{err}");
+    }
+
+    #[test]
+    fn save_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pipeline.json");
+        let mut r = PipelineRecord::idle();
+        r.restarts = 2;
+        r.save(&p).unwrap();
+        assert_eq!(PipelineRecord::load(&p).unwrap(), r);
+    }
+}
