@@ -194,3 +194,31 @@ fn runs_checkpoints_logs_and_prune() {
         stdout(&out)
     );
 }
+
+#[test]
+fn keep_runs_prunes_old_runs_when_a_pipeline_finishes() {
+    let mut env = Env::new(
+        &["--total-steps", "10", "--step-ms", "5"],
+        "  keep_runs: 1",
+        "[train]",
+    );
+    env.serve();
+    for round in 0..2 {
+        assert!(env.run(&["start"]).status.success());
+        wait_until(Duration::from_secs(10), "the pipeline to finish", || {
+            env.status()["pipeline"]["state"] == "finished"
+        });
+        if round == 0 {
+            std::fs::remove_dir_all(env.state_dir().join("done")).unwrap();
+            std::thread::sleep(Duration::from_millis(1100));
+        }
+    }
+    let runs = env.tcp("GET", "/runs", None, None).json();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(
+        runs[0]["path"].as_str().unwrap(),
+        env.run_dir().to_str().unwrap(),
+        "the newest run is kept"
+    );
+}

@@ -503,12 +503,32 @@ impl Actor {
                 self.record.worker = None;
                 tracing::info!("pipeline finished");
                 self.commit();
+                self.prune_old_runs();
             }
             Some(step) => {
                 if let Err(e) = self.spawn_step(&step, false) {
                     self.fail(&step, format!("{e:#}"));
                 }
             }
+        }
+    }
+
+    /// `supervisor.keep_runs`: once a pipeline has finished (so its own run holds the
+    /// checkpoints it needs, not the run it resumed from), drop the oldest runs.
+    fn prune_old_runs(&self) {
+        let Some(keep) = self.config.supervisor.keep_runs else {
+            return;
+        };
+        let root = self.layout.checkpoints_root();
+        match lavender::checkpoint::prune_runs(&root, keep as usize, self.record.run_dir.as_deref())
+        {
+            Ok(report) if !report.removed.is_empty() => tracing::info!(
+                "keep_runs {keep}: removed {} old run(s), freed {} bytes",
+                report.removed.len(),
+                report.bytes_freed
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("keep_runs {keep}: {e}"),
         }
     }
 

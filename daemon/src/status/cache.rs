@@ -20,6 +20,9 @@ use crate::pipeline::{Alert, PipelineHandle, PipelineRecord};
 
 /// The periodic refresh; also how long a disk reading is reused.
 const SAFETY_REFRESH: Duration = Duration::from_secs(2);
+/// File events within this window are handled by one refresh (a save or a fast
+/// worker's heartbeats come in bursts).
+const COALESCE: Duration = Duration::from_millis(50);
 
 #[derive(Clone)]
 pub struct StatusCache {
@@ -143,7 +146,7 @@ async fn refresher(layout: Layout, cache: StatusCache, opts: WatchOptions, alert
         tokio::select! {
             Some(()) = events.recv() => {
                 // Coalesce a burst (a checkpoint save touches several entries).
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(COALESCE).await;
                 while events.try_recv().is_ok() {}
             }
             changed = records.changed() => if changed.is_err() { return },
