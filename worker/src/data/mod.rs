@@ -15,7 +15,7 @@ pub mod shards;
 pub mod stage;
 pub mod step;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::cli::StepArgs;
 use events::Event;
@@ -59,5 +59,11 @@ pub fn run(step: DataStep, args: &StepArgs) -> Result<()> {
         // The step's own error is what the user needs; a failing event write must not hide it.
         let _ = events::append(run_dir, &event);
     }
-    result
+    result.with_context(|| {
+        format!(
+            "{} did not complete; its earlier output under {} is unchanged",
+            step.name(),
+            ctx.root.display()
+        )
+    })
 }
