@@ -11,7 +11,7 @@ pub mod manifest;
 pub mod run;
 pub mod status;
 pub mod time;
-pub mod trainlog;
 pub mod trainer_state;
+pub mod trainlog;
 
 pub use error::{Error, Result};

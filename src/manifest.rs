@@ -1,1 +1,350 @@
-//! (being written)
+//! Step manifests: `manifest.json` written LAST by each data step into its output
+//! directory. A manifest records what the step read (input fingerprints + config
+//! hash) and produced (counts, outputs), so a rerun can be skipped when nothing
+//! changed and the status can report data counts without listing directories.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, IoContext, Result};
+
+/// File name of a step manifest.
+pub const FILE: &str = "manifest.json";
+
+/// The data steps that write a manifest, in pipeline order, with the directory
+/// (relative to the data root) their manifest lives in.
+pub const STEP_DIRS: &[(&str, &str)] = &[
+    ("downloads", "corpus"),
+    ("dedup", "corpus/dedup"),
+    ("filter", "corpus/filtered"),
+    ("build_shards", "shards"),
+    ("precompute", "tokens"),
+    ("mine_hard", "hard_examples"),
+];
+
+/// Where `step`'s manifest lives. A step not in [`STEP_DIRS`] uses
+/// `<data_root>/<step>/manifest.json`.
+pub fn manifest_path(data_root: &Path, step: &str) -> PathBuf {
+    let dir = STEP_DIRS
+        .iter()
+        .find(|(name, _)| *name == step)
+        .map_or(step, |(_, dir)| dir);
+    data_root.join(dir).join(FILE)
+}
+
+/// Identity of one input file at the time a step read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputFingerprint {
+    pub path: PathBuf,
+    pub size: u64,
+    /// Modification time in nanoseconds since the Unix epoch (0 if before it).
+    pub mtime_ns: u64,
+    #[serde(default)]
+    pub sha256: Option<String>,
+}
+
+impl InputFingerprint {
+    /// Same content as `other`: equal sha256 when both have one, else equal size
+    /// and mtime.
+    pub fn matches(&self, other: &InputFingerprint) -> bool {
+        if self.path != other.path {
+            return false;
+        }
+        match (&self.sha256, &other.sha256) {
+            (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
+            _ => self.size == other.size && self.mtime_ns == other.mtime_ns,
+        }
+    }
+}
+
+/// Size and mtime of `path` (no hash: cheap enough to call on every run).
+pub fn fingerprint(path: &Path) -> Result<InputFingerprint> {
+    let meta = std::fs::metadata(path).ctx("read metadata of", path)?;
+    let mtime = meta.modified().ctx("read modification time of", path)?;
+    let mtime_ns = mtime
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    Ok(InputFingerprint {
+        path: path.to_path_buf(),
+        size: meta.len(),
+        mtime_ns,
+        sha256: None,
+    })
+}
+
+/// The manifest of one data step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepManifest {
+    pub step: String,
+    /// Version of the step's output format; a step bumps it to force a rebuild.
+    pub version: u32,
+    /// Hash of the config section the step depends on.
+    pub config_hash: String,
+    #[serde(default)]
+    pub inputs: Vec<InputFingerprint>,
+    /// Counts reported in the status (`documents`, `shard_count`, `tokens`, …).
+    #[serde(default)]
+    pub counts: BTreeMap<String, u64>,
+    /// Output paths, relative to the step's directory.
+    #[serde(default)]
+    pub outputs: Vec<String>,
+    /// RFC 3339 UTC time the step finished.
+    pub finished_at: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl StepManifest {
+    /// True when the step ran with `config_hash` on exactly these inputs (same
+    /// set of paths, each unchanged), so its outputs can be reused. Pure: it does
+    /// not look at the disk.
+    pub fn is_fresh(&self, inputs: &[InputFingerprint], config_hash: &str) -> bool {
+        if self.config_hash != config_hash || self.inputs.len() != inputs.len() {
+            return false;
+        }
+        inputs.iter().all(|now| {
+            self.inputs
+                .iter()
+                .find(|then| then.path == now.path)
+                .is_some_and(|then| then.matches(now))
+        })
+    }
+}
+
+/// Read `step`'s manifest: `Ok(None)` when the step has not finished (no
+/// manifest), `Error::Empty`/`Error::Malformed` when the file is damaged.
+pub fn read(data_root: &Path, step: &str) -> Result<Option<StepManifest>> {
+    let path = manifest_path(data_root, step);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("read step manifest", &path, e)),
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(Error::Empty { path });
+    }
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| Error::Malformed {
+            reason: crate::heartbeat::json_reason(&e),
+            path,
+        })
+}
+
+/// Write `manifest` atomically to its step's path, creating the directory if
+/// needed. Call it after every output is in place: its presence means "done".
+pub fn write(data_root: &Path, manifest: &StepManifest) -> Result<()> {
+    let path = manifest_path(data_root, &manifest.step);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).ctx("create directory", dir)?;
+    }
+    crate::atomic::write_json(&path, manifest)
+}
+
+/// Status `data` keys and where each comes from: the first manifest (step, count
+/// key) that has it wins, so later steps' figures take precedence.
+const DATA_KEYS: &[(&str, &[(&str, &str)])] = &[
+    ("shard_count", &[("build_shards", "shard_count")]),
+    (
+        "documents",
+        &[
+            ("build_shards", "documents"),
+            ("filter", "documents"),
+            ("dedup", "documents"),
+            ("downloads", "documents"),
+        ],
+    ),
+    ("tokens", &[("precompute", "tokens")]),
+    ("vocab_size", &[("precompute", "vocab_size")]),
+    ("sft_samples", &[("precompute", "sft_samples")]),
+    ("dpo_pairs", &[("precompute", "dpo_pairs")]),
+    ("hard_examples", &[("mine_hard", "hard_examples")]),
+    ("shards_used", &[("precompute", "shards_used")]),
+    (
+        "shards_available",
+        &[
+            ("precompute", "shards_available"),
+            ("build_shards", "shard_count"),
+        ],
+    ),
+];
+
+/// The status `data` counts, from the step manifests alone (never lists a
+/// directory). Every key is present; a count no readable manifest has is `None`.
+pub fn data_counts(data_root: &Path) -> BTreeMap<String, Option<u64>> {
+    // A damaged manifest reads as absent: status must still be produced.
+    let manifests: BTreeMap<&str, StepManifest> = STEP_DIRS
+        .iter()
+        .filter_map(|(step, _)| Some((*step, read(data_root, step).ok()??)))
+        .collect();
+    DATA_KEYS
+        .iter()
+        .map(|(key, sources)| {
+            let value = sources.iter().find_map(|(step, count)| {
+                manifests
+                    .get(step)
+                    .and_then(|m| m.counts.get(*count))
+                    .copied()
+            });
+            (key.to_string(), value)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(step: &str, counts: &[(&str, u64)]) -> StepManifest {
+        StepManifest {
+            step: step.into(),
+            version: 1,
+            config_hash: "abc".into(),
+            inputs: vec![],
+            counts: counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            outputs: vec!["shard-0000.bin".into()],
+            finished_at: "2026-04-24T16:08:45Z".into(),
+            extra: Map::new(),
+        }
+    }
+
+    #[test]
+    fn paths_follow_the_layout() {
+        let root = Path::new("/d");
+        let cases = [
+            ("downloads", "/d/corpus/manifest.json"),
+            ("dedup", "/d/corpus/dedup/manifest.json"),
+            ("filter", "/d/corpus/filtered/manifest.json"),
+            ("build_shards", "/d/shards/manifest.json"),
+            ("precompute", "/d/tokens/manifest.json"),
+            ("mine_hard", "/d/hard_examples/manifest.json"),
+            ("custom", "/d/custom/manifest.json"),
+        ];
+        for (step, want) in cases {
+            assert_eq!(manifest_path(root, step), Path::new(want), "{step}");
+        }
+    }
+
+    #[test]
+    fn write_read_round_trip_keeps_extra_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = manifest("build_shards", &[("shard_count", 21), ("documents", 900)]);
+        m.extra
+            .insert("tokenizer".into(), serde_json::json!("bpe-8k"));
+        write(dir.path(), &m).unwrap();
+        assert!(dir.path().join("shards/manifest.json").is_file());
+        assert_eq!(read(dir.path(), "build_shards").unwrap(), Some(m));
+        assert_eq!(read(dir.path(), "precompute").unwrap(), None);
+    }
+
+    #[test]
+    fn damaged_manifest_is_a_typed_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = manifest_path(dir.path(), "precompute");
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "").unwrap();
+        assert!(matches!(
+            read(dir.path(), "precompute"),
+            Err(Error::Empty { .. })
+        ));
+        std::fs::write(&p, r#"{"step": "precompute", "vers"#).unwrap();
+        assert!(matches!(
+            read(dir.path(), "precompute"),
+            Err(Error::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn data_counts_from_manifests_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let counts = data_counts(root);
+        assert_eq!(counts.len(), DATA_KEYS.len());
+        assert!(counts.values().all(Option::is_none), "{counts:?}");
+
+        write(
+            root,
+            &manifest("downloads", &[("documents", 1000), ("bytes", 5)]),
+        )
+        .unwrap();
+        write(root, &manifest("filter", &[("documents", 950)])).unwrap();
+        write(
+            root,
+            &manifest("build_shards", &[("shard_count", 43), ("documents", 940)]),
+        )
+        .unwrap();
+        write(
+            root,
+            &manifest(
+                "precompute",
+                &[
+                    ("tokens", 123_456),
+                    ("vocab_size", 8192),
+                    ("shards_used", 21),
+                ],
+            ),
+        )
+        .unwrap();
+        // A damaged manifest counts as absent rather than failing the status.
+        let hard = manifest_path(root, "mine_hard");
+        std::fs::create_dir_all(hard.parent().unwrap()).unwrap();
+        std::fs::write(&hard, "{garbage").unwrap();
+
+        let counts = data_counts(root);
+        let get = |k: &str| counts[k];
+        assert_eq!(get("shard_count"), Some(43));
+        assert_eq!(get("documents"), Some(940));
+        assert_eq!(get("tokens"), Some(123_456));
+        assert_eq!(get("vocab_size"), Some(8192));
+        assert_eq!(get("shards_used"), Some(21));
+        assert_eq!(get("shards_available"), Some(43));
+        assert_eq!(get("sft_samples"), None);
+        assert_eq!(get("dpo_pairs"), None);
+        assert_eq!(get("hard_examples"), None);
+    }
+
+    #[test]
+    fn freshness() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.txt");
+        let b = dir.path().join("b.txt");
+        std::fs::write(&a, "hello").unwrap();
+        std::fs::write(&b, "world!").unwrap();
+        let fa = fingerprint(&a).unwrap();
+        let fb = fingerprint(&b).unwrap();
+        assert_eq!(fa.size, 5);
+        assert!(fa.mtime_ns > 0);
+
+        let mut m = manifest("dedup", &[]);
+        m.inputs = vec![fa.clone(), fb.clone()];
+        // Order of inputs does not matter.
+        assert!(m.is_fresh(&[fb.clone(), fa.clone()], "abc"));
+        assert!(!m.is_fresh(&[fa.clone(), fb.clone()], "other-config"));
+        assert!(!m.is_fresh(std::slice::from_ref(&fa), "abc"));
+
+        let grown = InputFingerprint {
+            size: 6,
+            ..fa.clone()
+        };
+        assert!(!m.is_fresh(&[grown, fb.clone()], "abc"));
+        let touched = InputFingerprint {
+            mtime_ns: fa.mtime_ns + 1,
+            ..fa.clone()
+        };
+        assert!(!m.is_fresh(&[touched.clone(), fb.clone()], "abc"));
+
+        // With hashes on both sides, content decides, not mtime.
+        m.inputs[0].sha256 = Some("AA11".into());
+        let touched_same = InputFingerprint {
+            sha256: Some("aa11".into()),
+            ..touched
+        };
+        assert!(m.is_fresh(&[touched_same, fb], "abc"));
+
+        let err = fingerprint(&dir.path().join("missing")).unwrap_err();
+        assert!(err.is_not_found());
+    }
+}

@@ -26,7 +26,9 @@ enum ConfigAction {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Config { action: ConfigAction::Check } => {
+        Command::Config {
+            action: ConfigAction::Check,
+        } => {
             println!("config check: not wired yet");
         }
     }

@@ -1,1 +1,15 @@
-//! (being written)
+//! Checkpoints: `<run>/<stage>-<HH-MM-SS>-<NNNN>/` directories, complete once their
+//! `trainer_state.json` exists and parses. Naming, listing, retention, run pruning.
+
+mod listing;
+mod name;
+mod prune;
+mod retention;
+
+pub use listing::{
+    Checkpoint, latest_complete, list_checkpoints, list_run_checkpoints, next_counter,
+    resolve_resume,
+};
+pub use name::{CheckpointName, valid_stage_name};
+pub use prune::{PruneReport, dir_size, prune_runs};
+pub use retention::{DEFAULT_KEEP, RetentionPolicy, enforce_retention, enforce_retention_with};

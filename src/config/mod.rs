@@ -1,0 +1,183 @@
+//! The pipeline config: YAML layered as built-in defaults < file < environment
+//! (`LAVENDER_*`) < command-line overrides, then validated.
+//!
+//! The defaults are `configs/default.yaml`, embedded as [`DEFAULT_YAML`]. Every error
+//! says where the bad value came from (`file:line:col`, the environment variable, or
+//! the override), its key path, and what to do.
+
+mod de;
+mod error;
+mod layers;
+mod scale;
+mod sections;
+mod source;
+mod tree;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
+
+pub use error::{ConfigError, ConfigErrorKind, Origin};
+pub use layers::{DATA_ROOT_VAR, LoadOptions};
+pub use scale::{Scale, ScalePreset};
+pub use sections::{
+    Config, DataConfig, DedupConfig, Device, FilterConfig, HardExamplesConfig, ModelConfig,
+    OptimizerConfig, PipelineStep, SaveOptimizerState, ShardsConfig, StageConfig, SupervisorConfig,
+    TokenizerConfig, TrainingConfig, Watcher, WorkerConfig,
+};
+pub use source::{DataSource, EmbeddedCorpus};
+
+use tree::Node;
+
+/// The built-in defaults: every key, with a comment saying what it does.
+pub const DEFAULT_YAML: &str = include_str!("../../configs/default.yaml");
+
+/// How errors in the built-in defaults name them.
+const DEFAULT_ORIGIN: &str = "configs/default.yaml";
+
+static DEFAULT_TREE: LazyLock<Node> = LazyLock::new(|| {
+    tree::parse_document(DEFAULT_YAML, DEFAULT_ORIGIN)
+        .unwrap_or_else(|e| panic!("built-in {DEFAULT_ORIGIN} is not valid YAML: {e}"))
+});
+
+impl Default for Config {
+    fn default() -> Self {
+        // A unit test checks that the embedded defaults parse and validate.
+        de::from_tree(&DEFAULT_TREE)
+            .unwrap_or_else(|e| panic!("built-in {DEFAULT_ORIGIN} is not a valid config: {e}"))
+    }
+}
+
+impl Config {
+    /// Defaults < `opts.file` < `opts.env` < `opts.overrides`, then [`Config::validate`].
+    pub fn load(opts: &LoadOptions) -> Result<Config, ConfigError> {
+        let file = match &opts.file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| {
+                    ConfigError::new(ConfigErrorKind::Read {
+                        path: path.clone(),
+                        source,
+                    })
+                })?;
+                Some((text, path.display().to_string()))
+            }
+            None => None,
+        };
+        build(
+            file.as_ref()
+                .map(|(text, name)| (text.as_str(), name.as_str())),
+            opts,
+        )
+    }
+
+    /// Parses a config text over the defaults (keys it leaves out keep their
+    /// defaults) and validates it; `origin` names the text in errors (the file name).
+    pub fn from_yaml_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        build(Some((text, origin)), &LoadOptions::default())
+    }
+
+    /// Checks ranges and consistency. Errors name the key path; [`Config::load`] and
+    /// [`Config::from_yaml_str`] add the file position too.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        validate::validate(self)
+    }
+
+    /// The fully resolved config as YAML (for `<run>/config.yaml`); it parses back to
+    /// an equal `Config`.
+    pub fn to_yaml(&self) -> String {
+        let body = serde_saphyr::to_string(self)
+            .expect("a Config holds only strings, numbers, lists and maps, which always serialize");
+        format!("# lavender: fully resolved config of this run\n{body}")
+    }
+
+    /// The data root, first that applies: `cli` (`--data-root`), `env`
+    /// (`LAVENDER_DATA_ROOT`), the config's `data_root`, the first of
+    /// `data_root_candidates` that is an existing directory, else `<cwd>/data`.
+    /// Relative paths are taken relative to `cwd`.
+    pub fn resolve_data_root(&self, cli: Option<&Path>, env: Option<&Path>, cwd: &Path) -> PathBuf {
+        let explicit = cli.or(env).or(self.data_root.as_deref());
+        match explicit {
+            Some(path) => cwd.join(path),
+            None => self
+                .data_root_candidates
+                .iter()
+                .map(|candidate| cwd.join(candidate))
+                .find(|candidate| candidate.is_dir())
+                .unwrap_or_else(|| cwd.join("data")),
+        }
+    }
+
+    /// The scale's preset.
+    pub fn preset(&self) -> ScalePreset {
+        self.scale.preset()
+    }
+
+    /// Steps of stage `idx`: its `steps`, or, when null, its share of the scale
+    /// preset's `total_steps`. The null stages split the preset by weight (pretrain 70,
+    /// every other stage 15, so pretrain/sft/dpo get 70/15/15 %), rounded so they add up
+    /// to the preset exactly, each at least 1.
+    ///
+    /// # Panics
+    /// If `idx` is not an index of `training.stages`.
+    pub fn stage_steps(&self, idx: usize) -> u64 {
+        let stages = &self.training.stages;
+        if let Some(steps) = stages[idx].steps {
+            return steps;
+        }
+        let unset: Vec<usize> = (0..stages.len())
+            .filter(|&i| stages[i].steps.is_none())
+            .collect();
+        let names: Vec<&str> = unset.iter().map(|&i| stages[i].name.as_str()).collect();
+        let parts = scale::split_steps(self.scale.preset().total_steps, &names);
+        let pos = unset.iter().position(|&i| i == idx).unwrap_or_default();
+        parts[pos]
+    }
+
+    /// Steps of all stages together.
+    pub fn total_steps(&self) -> u64 {
+        (0..self.training.stages.len())
+            .map(|i| self.stage_steps(i))
+            .sum()
+    }
+
+    /// The stage named `name`, with its index.
+    pub fn stage(&self, name: &str) -> Option<(usize, &StageConfig)> {
+        self.training
+            .stages
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.name == name)
+    }
+}
+
+/// Layers the sources over the defaults, reads the result and validates it; errors
+/// found after merging are located through the merged tree.
+fn build(file: Option<(&str, &str)>, opts: &LoadOptions) -> Result<Config, ConfigError> {
+    let mut root = DEFAULT_TREE.clone();
+    if let Some((text, name)) = file {
+        let node = tree::parse_document(text, name)?;
+        if matches!(node.value, tree::Value::Null) {
+            // An empty file (`~`) changes nothing.
+        } else if !matches!(node.value, tree::Value::Map(_)) {
+            return Err(ConfigError::new(ConfigErrorKind::WrongType {
+                path: "(top level)".into(),
+                expected: "a mapping of config keys (e.g. `scale: tiny`)".into(),
+                found: node.describe(),
+            })
+            .at(Some(node.origin)));
+        } else {
+            tree::merge(&mut root, node);
+        }
+    }
+    layers::apply_env(&mut root, &opts.env)?;
+    layers::apply_overrides(&mut root, &opts.overrides)?;
+    let config: Config = de::from_tree(&root)?;
+    config.validate().map_err(|e| {
+        let origin = e.path().and_then(|p| tree::locate(&root, p));
+        e.at(origin)
+    })?;
+    Ok(config)
+}

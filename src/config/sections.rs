@@ -1,0 +1,326 @@
+//! The config's sections as typed structs. Key names and meanings are documented in
+//! `configs/default.yaml`, which holds every key with its default.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::scale::Scale;
+use super::source::DataSource;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub scale: Scale,
+    pub chunk: u32,
+    pub seed: u64,
+    pub device: Device,
+    pub threads: u32,
+    pub data_root: Option<PathBuf>,
+    pub data_root_candidates: Vec<PathBuf>,
+    pub steps: Vec<PipelineStep>,
+    pub worker: WorkerConfig,
+    pub data: DataConfig,
+    pub model: ModelConfig,
+    pub optimizer: OptimizerConfig,
+    pub training: TrainingConfig,
+    pub supervisor: SupervisorConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    Auto,
+    Cpu,
+    Cuda,
+    Mps,
+}
+
+/// The pipeline's steps, in their usual order; the worker takes the name as argv.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PipelineStep {
+    Downloads,
+    Dedup,
+    Filter,
+    BuildShards,
+    Precompute,
+    Train,
+    MineHard,
+}
+
+impl PipelineStep {
+    pub const ALL: [PipelineStep; 7] = [
+        PipelineStep::Downloads,
+        PipelineStep::Dedup,
+        PipelineStep::Filter,
+        PipelineStep::BuildShards,
+        PipelineStep::Precompute,
+        PipelineStep::Train,
+        PipelineStep::MineHard,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PipelineStep::Downloads => "downloads",
+            PipelineStep::Dedup => "dedup",
+            PipelineStep::Filter => "filter",
+            PipelineStep::BuildShards => "build_shards",
+            PipelineStep::Precompute => "precompute",
+            PipelineStep::Train => "train",
+            PipelineStep::MineHard => "mine_hard",
+        }
+    }
+}
+
+impl fmt::Display for PipelineStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Device {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Device::Auto => "auto",
+            Device::Cpu => "cpu",
+            Device::Cuda => "cuda",
+            Device::Mps => "mps",
+        }
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// argv prefix; the daemon appends `<step> --config … --data-root … --run-dir …`.
+    pub command: Vec<String>,
+    /// Extra environment for the worker process.
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    pub sources: Vec<DataSource>,
+    #[serde(serialize_with = "double_quoted")]
+    pub document_separator: String,
+    pub dedup: DedupConfig,
+    pub filter: FilterConfig,
+    pub shards: ShardsConfig,
+    pub tokenizer: TokenizerConfig,
+    pub sft_jsonl: Option<PathBuf>,
+    pub dpo_jsonl: Option<PathBuf>,
+    pub heldout_fraction: f64,
+    pub hard_examples: HardExamplesConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DedupConfig {
+    pub paragraphs: bool,
+    pub near_duplicates: bool,
+    pub near_threshold: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterConfig {
+    pub min_chars: u64,
+    pub max_chars: u64,
+    pub max_nonprintable_ratio: f64,
+    pub max_repeated_line_ratio: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardsConfig {
+    pub shard_bytes: u64,
+    pub validation_fraction: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizerConfig {
+    pub vocab_size: u32,
+    pub min_frequency: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HardExamplesConfig {
+    pub top_k: u32,
+    pub upsample: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub n_layer: u32,
+    pub n_head: u32,
+    pub n_embd: u32,
+    pub n_positions: u32,
+    pub dropout: f64,
+    pub layer_norm_epsilon: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimizerConfig {
+    pub betas: [f64; 2],
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub grad_clip: f64,
+    pub warmup_steps: u64,
+    pub min_lr_ratio: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingConfig {
+    pub batch_size: u32,
+    pub seq_len: u32,
+    pub grad_accum: u32,
+    pub log_every: u64,
+    pub eval_every: u64,
+    pub eval_batches: u32,
+    pub keep_checkpoints: u32,
+    pub save_optimizer_state: SaveOptimizerState,
+    pub stages: Vec<StageConfig>,
+}
+
+/// Which checkpoints carry `optimizer.safetensors`. YAML `true` means `last`, `false`
+/// means `none`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SaveOptimizerState {
+    None,
+    Last,
+    All,
+}
+
+impl SaveOptimizerState {
+    const NAMES: &'static [&'static str] = &["none", "last", "all"];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaveOptimizerState::None => "none",
+            SaveOptimizerState::Last => "last",
+            SaveOptimizerState::All => "all",
+        }
+    }
+}
+
+impl fmt::Display for SaveOptimizerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for SaveOptimizerState {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for SaveOptimizerState {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct StateVisitor;
+        impl Visitor<'_> for StateVisitor {
+            type Value = SaveOptimizerState;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("one of `none`, `last`, `all` (or true = last, false = none)")
+            }
+
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(if v {
+                    SaveOptimizerState::Last
+                } else {
+                    SaveOptimizerState::None
+                })
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                match v {
+                    "none" => Ok(SaveOptimizerState::None),
+                    "last" => Ok(SaveOptimizerState::Last),
+                    "all" => Ok(SaveOptimizerState::All),
+                    other => Err(E::unknown_variant(other, SaveOptimizerState::NAMES)),
+                }
+            }
+        }
+        d.deserialize_any(StateVisitor)
+    }
+}
+
+/// One training stage (pretrain, sft, dpo, …).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageConfig {
+    /// `[a-z0-9_]+`, unique; used in checkpoint directory names.
+    pub name: String,
+    /// Optimizer steps; `None` = a share of the scale preset (see [`Config::stage_steps`]).
+    #[serde(default)]
+    pub steps: Option<u64>,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Save a checkpoint every N steps.
+    #[serde(default = "default_checkpoint_every")]
+    pub checkpoint_every: u64,
+    /// DPO's KL-penalty strength; only the dpo stage reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beta: Option<f64>,
+}
+
+fn default_checkpoint_every() -> u64 {
+    100
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SupervisorConfig {
+    #[serde(deserialize_with = "socket_addr")]
+    pub listen: SocketAddr,
+    pub allow_non_loopback: bool,
+    pub stale_after_s: u64,
+    pub startup_grace_s: u64,
+    pub max_restarts: u32,
+    pub restart_backoff_s: Vec<u64>,
+    pub restart_reset_after_s: u64,
+    pub stop_timeout_s: u64,
+    pub keep_runs: Option<u32>,
+    pub watcher: Watcher,
+    pub poll_interval_ms: u64,
+}
+
+/// File-watching backend for the daemon's status cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Watcher {
+    Native,
+    Poll,
+}
+
+/// `"\n\n"` reads better in `config.yaml` than a block scalar of blank lines.
+fn double_quoted<S: Serializer>(value: &str, s: S) -> Result<S::Ok, S::Error> {
+    serde_saphyr::DoubleQuoted(value).serialize(s)
+}
+
+fn socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    text.trim().parse().map_err(|_| {
+        de::Error::custom(format!(
+            "`{text}` is not an IP:PORT address; write it like 127.0.0.1:7070"
+        ))
+    })
+}

@@ -1,0 +1,285 @@
+//! Range and consistency rules. Errors name the key path; the loader adds where the
+//! value came from.
+
+use std::collections::HashSet;
+use std::fmt::Display;
+
+use super::error::{ConfigError, ConfigErrorKind};
+use super::sections::Config;
+use super::source::DataSource;
+
+type Check = Result<(), ConfigError>;
+
+fn out_of_range(path: &str, value: impl Display, range: &str) -> ConfigError {
+    ConfigError::new(ConfigErrorKind::OutOfRange {
+        path: path.to_string(),
+        value: value.to_string(),
+        range: range.to_string(),
+    })
+}
+
+fn invalid(path: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::new(ConfigErrorKind::Invalid {
+        path: path.to_string(),
+        message: message.into(),
+    })
+}
+
+fn at_least<T: PartialOrd + Display>(path: &str, value: T, min: T) -> Check {
+    if value >= min {
+        Ok(())
+    } else {
+        Err(out_of_range(path, &value, &format!("{min}..")))
+    }
+}
+
+/// `lo <= value <= hi` (or `< hi` when `hi_open`); NaN is always out of range.
+fn fraction(path: &str, value: f64, lo: f64, hi: f64, hi_open: bool) -> Check {
+    let ok = value >= lo && if hi_open { value < hi } else { value <= hi };
+    if ok {
+        Ok(())
+    } else {
+        let op = if hi_open { ".." } else { "..=" };
+        Err(out_of_range(path, value, &format!("{lo:?}{op}{hi:?}")))
+    }
+}
+
+fn positive(path: &str, value: f64) -> Check {
+    if value > 0.0 && value.is_finite() {
+        Ok(())
+    } else {
+        Err(out_of_range(path, value, "greater than 0"))
+    }
+}
+
+fn non_negative(path: &str, value: f64) -> Check {
+    if value >= 0.0 && value.is_finite() {
+        Ok(())
+    } else {
+        Err(out_of_range(path, value, "0.0 or more"))
+    }
+}
+
+pub(crate) fn validate(c: &Config) -> Check {
+    if !(1..=4).contains(&c.chunk) {
+        return Err(out_of_range("chunk", c.chunk, "1..=4"));
+    }
+    if c.steps.is_empty() {
+        return Err(invalid("steps", "list at least one pipeline step"));
+    }
+    let mut seen = HashSet::new();
+    for (i, step) in c.steps.iter().enumerate() {
+        if !seen.insert(step) {
+            return Err(invalid(
+                &format!("steps[{i}]"),
+                format!("`{step}` is listed twice; list each step once"),
+            ));
+        }
+    }
+    if c.worker.command.first().is_none_or(|p| p.trim().is_empty()) {
+        return Err(invalid(
+            "worker.command",
+            "give the worker program, e.g. [lavender-worker]",
+        ));
+    }
+    validate_data(c)?;
+    validate_model(c)?;
+    validate_training(c)?;
+    validate_supervisor(c)
+}
+
+fn validate_data(c: &Config) -> Check {
+    let d = &c.data;
+    if d.sources.is_empty() {
+        return Err(invalid(
+            "data.sources",
+            "list at least one source, e.g. - embedded: tinyshakespeare",
+        ));
+    }
+    for (i, source) in d.sources.iter().enumerate() {
+        if let DataSource::Url { url, sha256 } = source {
+            if !(url.starts_with("https://") || url.starts_with("http://")) {
+                return Err(invalid(
+                    &format!("data.sources[{i}].url"),
+                    format!("`{url}` is not an http(s) URL"),
+                ));
+            }
+            if sha256.len() != 64 || !sha256.chars().all(|ch| ch.is_ascii_hexdigit()) {
+                return Err(invalid(
+                    &format!("data.sources[{i}].sha256"),
+                    "expected 64 hex digits (the output of `sha256sum FILE`)",
+                ));
+            }
+        }
+    }
+    if d.document_separator.is_empty() {
+        return Err(invalid(
+            "data.document_separator",
+            "must not be empty; the default is \"\\n\\n\" (blank line)",
+        ));
+    }
+    fraction(
+        "data.dedup.near_threshold",
+        d.dedup.near_threshold,
+        0.0,
+        1.0,
+        false,
+    )?;
+    at_least("data.filter.min_chars", d.filter.min_chars, 1)?;
+    if d.filter.max_chars < d.filter.min_chars {
+        return Err(out_of_range(
+            "data.filter.max_chars",
+            d.filter.max_chars,
+            &format!("{}.. (at least data.filter.min_chars)", d.filter.min_chars),
+        ));
+    }
+    fraction(
+        "data.filter.max_nonprintable_ratio",
+        d.filter.max_nonprintable_ratio,
+        0.0,
+        1.0,
+        false,
+    )?;
+    fraction(
+        "data.filter.max_repeated_line_ratio",
+        d.filter.max_repeated_line_ratio,
+        0.0,
+        1.0,
+        false,
+    )?;
+    at_least("data.shards.shard_bytes", d.shards.shard_bytes, 1024)?;
+    fraction(
+        "data.shards.validation_fraction",
+        d.shards.validation_fraction,
+        0.0,
+        1.0,
+        true,
+    )?;
+    // Byte-level BPE starts from 256 byte tokens.
+    if !(256..=1_048_576).contains(&d.tokenizer.vocab_size) {
+        return Err(out_of_range(
+            "data.tokenizer.vocab_size",
+            d.tokenizer.vocab_size,
+            "256..=1048576",
+        ));
+    }
+    at_least("data.tokenizer.min_frequency", d.tokenizer.min_frequency, 1)?;
+    fraction("data.heldout_fraction", d.heldout_fraction, 0.0, 1.0, true)?;
+    at_least("data.hard_examples.upsample", d.hard_examples.upsample, 1)
+}
+
+fn validate_model(c: &Config) -> Check {
+    let m = &c.model;
+    at_least("model.n_layer", m.n_layer, 1)?;
+    at_least("model.n_head", m.n_head, 1)?;
+    at_least("model.n_embd", m.n_embd, 1)?;
+    if m.n_embd % m.n_head != 0 {
+        return Err(invalid(
+            "model.n_embd",
+            format!(
+                "{} is not a multiple of model.n_head ({}); each head needs an equal share",
+                m.n_embd, m.n_head
+            ),
+        ));
+    }
+    at_least("model.n_positions", m.n_positions, 1)?;
+    fraction("model.dropout", m.dropout, 0.0, 1.0, true)?;
+    positive("model.layer_norm_epsilon", m.layer_norm_epsilon)?;
+
+    let o = &c.optimizer;
+    fraction("optimizer.betas[0]", o.betas[0], 0.0, 1.0, true)?;
+    fraction("optimizer.betas[1]", o.betas[1], 0.0, 1.0, true)?;
+    positive("optimizer.eps", o.eps)?;
+    non_negative("optimizer.weight_decay", o.weight_decay)?;
+    non_negative("optimizer.grad_clip", o.grad_clip)?;
+    fraction("optimizer.min_lr_ratio", o.min_lr_ratio, 0.0, 1.0, false)
+}
+
+fn validate_training(c: &Config) -> Check {
+    let t = &c.training;
+    at_least("training.batch_size", t.batch_size, 1)?;
+    at_least("training.seq_len", t.seq_len, 1)?;
+    if t.seq_len > c.model.n_positions {
+        return Err(out_of_range(
+            "training.seq_len",
+            t.seq_len,
+            &format!("1..={} (model.n_positions)", c.model.n_positions),
+        ));
+    }
+    at_least("training.grad_accum", t.grad_accum, 1)?;
+    at_least("training.log_every", t.log_every, 1)?;
+    at_least("training.eval_every", t.eval_every, 1)?;
+    at_least("training.eval_batches", t.eval_batches, 1)?;
+    at_least("training.keep_checkpoints", t.keep_checkpoints, 1)?;
+    if t.stages.is_empty() {
+        return Err(invalid(
+            "training.stages",
+            "list at least one stage, e.g. - {name: pretrain, steps: null, lr: 3.0e-3}",
+        ));
+    }
+    let mut names = HashSet::new();
+    for (i, stage) in t.stages.iter().enumerate() {
+        let path = format!("training.stages[{i}]");
+        let name_ok = !stage.name.is_empty()
+            && stage
+                .name
+                .chars()
+                .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_');
+        if !name_ok {
+            return Err(invalid(
+                &format!("{path}.name"),
+                format!(
+                    "`{}` is not a valid stage name; use lowercase letters, digits and _ ([a-z0-9_]+)",
+                    stage.name
+                ),
+            ));
+        }
+        if !names.insert(stage.name.as_str()) {
+            return Err(invalid(
+                &format!("{path}.name"),
+                format!(
+                    "stage `{}` is listed twice; stage names must be unique",
+                    stage.name
+                ),
+            ));
+        }
+        if let Some(steps) = stage.steps {
+            at_least(&format!("{path}.steps"), steps, 1)?;
+        }
+        positive(&format!("{path}.lr"), stage.lr)?;
+        at_least(
+            &format!("{path}.checkpoint_every"),
+            stage.checkpoint_every,
+            1,
+        )?;
+        if let Some(beta) = stage.beta {
+            positive(&format!("{path}.beta"), beta)?;
+        }
+    }
+    Ok(())
+}
+
+fn validate_supervisor(c: &Config) -> Check {
+    let s = &c.supervisor;
+    if !s.listen.ip().is_loopback() && !s.allow_non_loopback {
+        return Err(invalid(
+            "supervisor.listen",
+            format!(
+                "{} is not a loopback address; use 127.0.0.1, or set supervisor.allow_non_loopback: true to expose the API",
+                s.listen
+            ),
+        ));
+    }
+    at_least("supervisor.stale_after_s", s.stale_after_s, 1)?;
+    if s.max_restarts > 0 && s.restart_backoff_s.is_empty() {
+        return Err(invalid(
+            "supervisor.restart_backoff_s",
+            "list at least one wait in seconds (e.g. [10, 30, 90]) or set supervisor.max_restarts: 0",
+        ));
+    }
+    at_least("supervisor.stop_timeout_s", s.stop_timeout_s, 1)?;
+    if let Some(keep) = s.keep_runs {
+        at_least("supervisor.keep_runs", keep, 1)?;
+    }
+    at_least("supervisor.poll_interval_ms", s.poll_interval_ms, 10)
+}
