@@ -603,17 +603,10 @@ impl RecordWriter {
 /// Writes `index.json` into `tokens_dir` (temp file + rename; the index names only
 /// files that are already complete, so it is written after them).
 pub fn write_index(tokens_dir: &Path, index: &TokenIndex) -> Result<()> {
-    let path = tokens_dir.join(INDEX_FILE);
-    let tmp = tokens_dir.join(format!(".{INDEX_FILE}.tmp-{}", std::process::id()));
-    let json = serde_json::to_vec_pretty(index)?;
-    let mut f =
-        File::create(&tmp).with_context(|| format!("could not create {}", tmp.display()))?;
-    f.write_all(&json)
-        .and_then(|_| f.sync_all())
-        .with_context(|| format!("could not write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path)
-        .with_context(|| format!("could not rename {} to {}", tmp.display(), path.display()))?;
-    Ok(())
+    Ok(lavender::atomic::write_json(
+        &tokens_dir.join(INDEX_FILE),
+        index,
+    )?)
 }
 
 #[cfg(test)]

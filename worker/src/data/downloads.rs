@@ -6,16 +6,16 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail, ensure};
+use lavender::config::{DataSource, EmbeddedCorpus};
 use serde_json::json;
 
 use super::documents::{Splitter, sha256_file};
-use super::events::Event;
 use super::http;
 use super::manifest::{InputFingerprint, fingerprint};
-use super::settings::Source;
 use super::stage::Staged;
 use super::step::{self, Ctx};
 use crate::progress::{Progress, group};
+use lavender::events::Event;
 
 pub const STEP: &str = "downloads";
 const VERSION: u32 = 1;
@@ -146,17 +146,15 @@ pub fn run(ctx: &Ctx) -> Result<()> {
 }
 
 /// Resolve every source to files and fingerprint them (cheap: size and mtime only).
-fn plan(ctx: &Ctx, sources: &[Source]) -> Result<(Vec<Planned>, Vec<InputFingerprint>)> {
+fn plan(ctx: &Ctx, sources: &[DataSource]) -> Result<(Vec<Planned>, Vec<InputFingerprint>)> {
     let mut plan = Vec::new();
     let mut inputs = Vec::new();
     for (i, source) in sources.iter().enumerate() {
         match source {
-            Source::Embedded { embedded } => {
-                let gz = match embedded.as_str() {
-                    "tinyshakespeare" => TINYSHAKESPEARE_GZ,
-                    other => bail!(
-                        "data.sources[{i}]: there is no embedded corpus {other:?}; the embedded corpora are: tinyshakespeare"
-                    ),
+            DataSource::Embedded(corpus) => {
+                let embedded = corpus.as_str();
+                let gz = match corpus {
+                    EmbeddedCorpus::Tinyshakespeare => TINYSHAKESPEARE_GZ,
                 };
                 inputs.push(InputFingerprint {
                     path: format!("embedded:{embedded}").into(),
@@ -174,7 +172,7 @@ fn plan(ctx: &Ctx, sources: &[Source]) -> Result<(Vec<Planned>, Vec<InputFingerp
                     dest: format!("{i:03}-{embedded}.txt"),
                 });
             }
-            Source::Path { path } => {
+            DataSource::Path(path) => {
                 let src = ctx.settings.config_path(path);
                 let meta = std::fs::metadata(&src).with_context(|| {
                     format!(
@@ -206,7 +204,7 @@ fn plan(ctx: &Ctx, sources: &[Source]) -> Result<(Vec<Planned>, Vec<InputFingerp
                     });
                 }
             }
-            Source::Url { url, sha256 } => {
+            DataSource::Url { url, sha256 } => {
                 ensure!(
                     url.starts_with("http://") || url.starts_with("https://"),
                     "data.sources[{i}]: {url:?} is not an http(s) URL"

@@ -5,7 +5,6 @@
 pub mod dedup;
 pub mod documents;
 pub mod downloads;
-pub mod events;
 pub mod filter;
 mod http;
 pub mod manifest;
@@ -18,7 +17,7 @@ pub mod step;
 use anyhow::{Context, Result};
 
 use crate::cli::StepArgs;
-use events::Event;
+use lavender::events::{self, Event};
 use settings::Settings;
 use step::Ctx;
 

@@ -4,7 +4,6 @@
 //! (or no manifest at all), never a half-written directory that looks complete.
 
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -133,24 +132,6 @@ fn sync_tree(dir: &Path) -> Result<()> {
                 .with_context(|| format!("could not sync {}", p.display()))?;
         }
     }
-    sync_dir(dir)
-}
-
-/// Write `bytes` to `path` via a temporary file in the same directory and a rename.
-pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().context("a file has a directory")?;
-    let tmp = dir.join(format!(".{}.tmp-{}", file_name(path), std::process::id()));
-    let result = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("could not write {}", path.display()));
-    }
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("could not rename {} to {}", tmp.display(), path.display()))?;
     sync_dir(dir)
 }
 

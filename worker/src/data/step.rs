@@ -9,10 +9,10 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::documents::hex;
-use super::events::{self, Event};
 use super::manifest::{self, InputFingerprint, StepManifest};
 use super::settings::Settings;
 use super::stage::{self, Staged};
+use lavender::events::{self, Event};
 
 pub struct Ctx {
     pub settings: Settings,
@@ -87,7 +87,7 @@ pub fn commit(ctx: &Ctx, staged: Staged, mut m: StepManifest) -> Result<()> {
     stage::remove_if_exists(&manifest::manifest_path(&ctx.root, &m.step))?;
     staged.commit()?;
     m.finished_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    manifest::write(&ctx.root, &m)
+    Ok(manifest::write(&ctx.root, &m)?)
 }
 
 pub fn new_manifest(

@@ -11,7 +11,6 @@ use serde_json::json;
 use tokenizers::Tokenizer;
 
 use super::documents::{read_docs, unit_hash};
-use super::events::Event;
 use super::manifest::{StepManifest, fingerprint};
 use super::shards::{self, ShardEntry};
 use super::stage::Staged;
@@ -21,6 +20,7 @@ use crate::tokens::{
     self, ArrayFile, ArrayWriter, Dtype, PretrainIndex, RecordFile, RecordWriter, ShardFile,
     SplitFiles, TokenIndex,
 };
+use lavender::events::Event;
 
 pub const STEP: &str = "precompute";
 const VERSION: u32 = 1;

@@ -12,7 +12,7 @@ use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, Tokenizer};
 
-use crate::data::settings::TokenizerSettings;
+use lavender::config::TokenizerConfig;
 
 /// End of text; also the beginning-of-sequence token, as in GPT-2.
 pub const EOS: &str = "<|endoftext|>";
@@ -33,7 +33,7 @@ fn byte_level() -> ByteLevel {
 }
 
 /// Train on the documents of `files` (JSONL document files), at most `SAMPLE_BYTES`.
-pub fn train(files: &[PathBuf], cfg: &TokenizerSettings) -> Result<Trained> {
+pub fn train(files: &[PathBuf], cfg: &TokenizerConfig) -> Result<Trained> {
     let per_file = (SAMPLE_BYTES / files.len().max(1) as u64).max(1);
     let sample = Sample::new(files.to_vec(), per_file);
     let mut trainer: TrainerWrapper = BpeTrainerBuilder::new()
