@@ -92,7 +92,7 @@ pub fn list_runs(checkpoints_root: &Path) -> Result<Vec<RunDir>> {
             });
         }
     }
-    runs.sort_by(|a, b| b.started.cmp(&a.started));
+    runs.sort_by_key(|r| std::cmp::Reverse(r.started));
     Ok(runs)
 }
 

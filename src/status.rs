@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Number;
 
-use crate::heartbeat::{Heartbeat, WorkerState};
+use crate::heartbeat::Heartbeat;
 
 /// Version of the status document; bumped when a key is added.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -462,6 +462,7 @@ fn ordered_steps(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::heartbeat::WorkerState;
     use chrono::TimeZone;
 
     fn now() -> DateTime<Utc> {

@@ -369,7 +369,12 @@ impl<'de> SeqAccess<'de> for SeqDe<'_, '_> {
         };
         let path = format!("{}[{}]", self.path, self.index);
         self.index += 1;
-        seed.deserialize(NodeDe { node, path }).map(Some)
+        seed.deserialize(NodeDe {
+            node,
+            path: path.clone(),
+        })
+        .map(Some)
+        .map_err(|e| e.locate(&node.origin, &path))
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -405,10 +410,14 @@ impl<'de> MapAccess<'de> for MapDe<'_, '_> {
             .value
             .take()
             .ok_or_else(|| <DeError as de::Error>::custom("value requested before key"))?;
+        let path = child_path(self.path, &entry.key);
+        // Errors raised after the value was read (`deserialize_with` checks) still
+        // belong to this value.
         seed.deserialize(NodeDe {
             node: &entry.value,
-            path: child_path(self.path, &entry.key),
+            path: path.clone(),
         })
+        .map_err(|e| e.locate(&entry.value.origin, &path))
     }
 
     fn size_hint(&self) -> Option<usize> {

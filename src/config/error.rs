@@ -35,7 +35,8 @@ impl fmt::Display for Origin {
 #[derive(Debug, thiserror::Error)]
 pub struct ConfigError {
     pub origin: Option<Origin>,
-    pub kind: ConfigErrorKind,
+    /// Boxed so `Result<_, ConfigError>` stays small.
+    pub kind: Box<ConfigErrorKind>,
 }
 
 impl fmt::Display for ConfigError {
@@ -49,7 +50,10 @@ impl fmt::Display for ConfigError {
 
 impl ConfigError {
     pub(crate) fn new(kind: ConfigErrorKind) -> Self {
-        ConfigError { origin: None, kind }
+        ConfigError {
+            origin: None,
+            kind: Box::new(kind),
+        }
     }
 
     pub(crate) fn at(mut self, origin: Option<Origin>) -> Self {
@@ -62,7 +66,7 @@ impl ConfigError {
     /// The key path the error is about (`training.stages[1].lr`), if it is about one.
     pub fn path(&self) -> Option<&str> {
         use ConfigErrorKind::*;
-        match &self.kind {
+        match &*self.kind {
             UnknownKey { path, .. }
             | WrongType { path, .. }
             | UnknownValue { path, .. }

@@ -93,9 +93,10 @@ impl Config {
         format!("# lavender: fully resolved config of this run\n{body}")
     }
 
-    /// The data root: `cli` (`--data-root`) > `env` (`LAVENDER_DATA_ROOT`) > `data_root`
-    /// > the first of `data_root_candidates` that is an existing directory >
-    /// `<cwd>/data`. Relative paths are taken relative to `cwd`.
+    /// The data root, first that applies: `cli` (`--data-root`), `env`
+    /// (`LAVENDER_DATA_ROOT`), the config's `data_root`, the first of
+    /// `data_root_candidates` that is an existing directory, else `<cwd>/data`.
+    /// Relative paths are taken relative to `cwd`.
     pub fn resolve_data_root(&self, cli: Option<&Path>, env: Option<&Path>, cwd: &Path) -> PathBuf {
         let explicit = cli.or(env).or(self.data_root.as_deref());
         match explicit {

@@ -113,6 +113,7 @@ pub struct WorkerConfig {
 #[serde(deny_unknown_fields)]
 pub struct DataConfig {
     pub sources: Vec<DataSource>,
+    #[serde(serialize_with = "double_quoted")]
     pub document_separator: String,
     pub dedup: DedupConfig,
     pub filter: FilterConfig,
@@ -288,6 +289,7 @@ fn default_checkpoint_every() -> u64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SupervisorConfig {
+    #[serde(deserialize_with = "socket_addr")]
     pub listen: SocketAddr,
     pub allow_non_loopback: bool,
     pub stale_after_s: u64,
@@ -307,4 +309,18 @@ pub struct SupervisorConfig {
 pub enum Watcher {
     Native,
     Poll,
+}
+
+/// `"\n\n"` reads better in `config.yaml` than a block scalar of blank lines.
+fn double_quoted<S: Serializer>(value: &str, s: S) -> Result<S::Ok, S::Error> {
+    serde_saphyr::DoubleQuoted(value).serialize(s)
+}
+
+fn socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    text.trim().parse().map_err(|_| {
+        de::Error::custom(format!(
+            "`{text}` is not an IP:PORT address; write it like 127.0.0.1:7070"
+        ))
+    })
 }

@@ -1,1 +1,566 @@
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn err(text: &str) -> ConfigError {
+    Config::from_yaml_str(text, "configs/my.yaml").expect_err("config should be rejected")
+}
+
+fn file_origin(e: &ConfigError) -> (String, u32, u32) {
+    match &e.origin {
+        Some(Origin::File { name, line, column }) => (name.to_string(), *line, *column),
+        other => panic!("expected a file origin, got {other:?} in `{e}`"),
+    }
+}
+
+fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    path
+}
+
+#[test]
+fn defaults_parse_and_validate() {
+    let config = Config::default();
+    config.validate().unwrap();
+    assert_eq!(config.scale, Scale::Tiny);
+    assert_eq!(config.chunk, 1);
+    assert_eq!(config.seed, 1337);
+    assert_eq!(config.supervisor.listen, "127.0.0.1:7070".parse().unwrap());
+    assert_eq!(
+        config.training.save_optimizer_state,
+        SaveOptimizerState::All
+    );
+    assert_eq!(
+        config.data.sources,
+        vec![DataSource::Embedded(EmbeddedCorpus::Tinyshakespeare)]
+    );
+    assert_eq!(config.data.document_separator, "\n\n");
+    assert_eq!(config.optimizer.betas, [0.9, 0.95]);
+    assert_eq!(config.model.layer_norm_epsilon, 1.0e-5);
+    assert_eq!(config.steps.len(), 7);
+    assert_eq!(config.steps[3], PipelineStep::BuildShards);
+    assert_eq!(config.training.stages[2].beta, Some(0.1));
+}
+
+#[test]
+fn default_equals_parsing_default_yaml() {
+    let parsed = Config::from_yaml_str(DEFAULT_YAML, "configs/default.yaml").unwrap();
+    assert_eq!(Config::default(), parsed);
+    // And an empty file is the defaults too.
+    assert_eq!(Config::from_yaml_str("", "empty.yaml").unwrap(), parsed);
+}
+
+#[test]
+fn default_yaml_comments_every_key() {
+    // Every key line is preceded by a comment line or carries one (the brief for
+    // operators reading configs/default.yaml).
+    let lines: Vec<&str> = DEFAULT_YAML.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim_start();
+        let is_key = !t.is_empty() && !t.starts_with('#') && !t.starts_with('-');
+        if is_key && !t.ends_with(':') {
+            let prev = lines[..i].iter().rev().find(|l| !l.trim().is_empty());
+            let commented =
+                line.contains(" # ") || prev.is_some_and(|p| p.trim_start().starts_with('#'));
+            assert!(commented, "line {} has no comment: {line}", i + 1);
+        }
+    }
+}
+
+#[test]
+fn to_yaml_round_trips() {
+    let mut config = Config {
+        scale: Scale::Medium,
+        data_root: Some(PathBuf::from("/mnt/ssd/lavender")),
+        data_root_candidates: vec!["/Volumes/2TBSSD".into(), "/mnt/ssd".into()],
+        ..Config::default()
+    };
+    config
+        .worker
+        .env
+        .insert("OMP_NUM_THREADS".into(), "4".into());
+    config
+        .data
+        .sources
+        .push(DataSource::Path("corpus/extra.txt".into()));
+    config.data.sources.push(DataSource::Url {
+        url: "https://example.org/a.txt".into(),
+        sha256: "a".repeat(64),
+    });
+    config.training.stages[0].steps = Some(1234);
+    config.training.save_optimizer_state = SaveOptimizerState::Last;
+    config.supervisor.keep_runs = Some(5);
+    config.optimizer.eps = 1.0e-8;
+    let yaml = config.to_yaml();
+    let back = Config::from_yaml_str(&yaml, "run/config.yaml")
+        .unwrap_or_else(|e| panic!("{e}\n---\n{yaml}"));
+    assert_eq!(back, config, "{yaml}");
+    assert_eq!(
+        Config::from_yaml_str(&Config::default().to_yaml(), "x").unwrap(),
+        Config::default()
+    );
+}
+
+#[test]
+fn layering_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(
+        dir.path(),
+        "my.yaml",
+        "seed: 1\nchunk: 2\ntraining:\n  batch_size: 8\n",
+    );
+    // File beats defaults; keys the file leaves out keep their defaults.
+    let opts = LoadOptions {
+        file: Some(file.clone()),
+        ..Default::default()
+    };
+    let c = Config::load(&opts).unwrap();
+    assert_eq!((c.seed, c.chunk, c.training.batch_size), (1, 2, 8));
+    assert_eq!(c.training.seq_len, 64);
+
+    // Environment beats file.
+    let opts = LoadOptions {
+        file: Some(file.clone()),
+        env: env(&[
+            ("LAVENDER_SEED", "2"),
+            ("LAVENDER__TRAINING__BATCH_SIZE", "4"),
+            ("LAVENDER_SCALE", "small"),
+            ("LAVENDER_CHUNK", "3"),
+            ("LAVENDER_LOG", "debug"), // not a config variable: ignored
+        ]),
+        overrides: vec![],
+    };
+    let c = Config::load(&opts).unwrap();
+    assert_eq!(
+        (c.seed, c.chunk, c.training.batch_size, c.scale),
+        (2, 3, 4, Scale::Small)
+    );
+
+    // Overrides beat environment.
+    let opts = LoadOptions {
+        overrides: vec![
+            ("seed".into(), "3".into()),
+            ("training.batch_size".into(), "2".into()),
+            ("training.stages[1].lr".into(), "0.5".into()),
+            ("supervisor.restart_backoff_s".into(), "[1, 2]".into()),
+        ],
+        ..opts
+    };
+    let c = Config::load(&opts).unwrap();
+    assert_eq!((c.seed, c.training.batch_size), (3, 2));
+    assert_eq!(c.training.stages[1].lr, 0.5);
+    assert_eq!(c.supervisor.restart_backoff_s, vec![1, 2]);
+}
+
+#[test]
+fn data_root_env_var_is_not_a_layer() {
+    let opts = LoadOptions {
+        env: env(&[("LAVENDER_DATA_ROOT", "/tmp/elsewhere")]),
+        ..Default::default()
+    };
+    let c = Config::load(&opts).unwrap();
+    assert_eq!(c.data_root, None);
+    assert_eq!(opts.env_data_root(), Some(PathBuf::from("/tmp/elsewhere")));
+}
+
+#[test]
+fn scale_presets() {
+    let p = |s: Scale| (s.preset().total_steps, s.preset().shards);
+    assert_eq!(p(Scale::Tiny), (600, 4));
+    assert_eq!(p(Scale::Small), (50_000, 21));
+    assert_eq!(p(Scale::Medium), (105_000, 43));
+    assert_eq!(p(Scale::Large), (200_000, 81));
+    for scale in Scale::ALL {
+        assert_eq!(scale.to_string().parse::<Scale>().unwrap(), scale);
+    }
+    let e = "huge".parse::<Scale>().unwrap_err();
+    assert!(e.to_string().contains("tiny"), "{e}");
+}
+
+#[test]
+fn stage_steps_sum_to_preset_total() {
+    for scale in Scale::ALL {
+        let c = Config {
+            scale,
+            ..Config::default()
+        };
+        let total = scale.preset().total_steps;
+        assert_eq!(c.total_steps(), total, "{scale}");
+        // pretrain 70 %, sft 15 %, dpo 15 %.
+        assert_eq!(c.stage_steps(0), total * 70 / 100, "{scale}");
+        assert_eq!(c.stage_steps(1), total * 15 / 100, "{scale}");
+    }
+    // Uneven totals still add up, and every stage gets at least one step.
+    assert_eq!(
+        scale::split_steps(7, &["pretrain", "sft", "dpo"])
+            .iter()
+            .sum::<u64>(),
+        7
+    );
+    assert_eq!(
+        scale::split_steps(1, &["pretrain", "sft", "dpo"]),
+        vec![1, 1, 1]
+    );
+    // An explicit stage keeps its steps; the null stages share the preset.
+    let mut c = Config::default();
+    c.training.stages[1].steps = Some(5);
+    assert_eq!(c.stage_steps(1), 5);
+    assert_eq!(c.stage_steps(0) + c.stage_steps(2), 600);
+    assert_eq!(c.total_steps(), 605);
+}
+
+#[test]
+fn unknown_key_suggests_nearest_with_location() {
+    let e = err("seed: 1\ntrainig:\n  batch_size: 8\n");
+    assert_eq!(file_origin(&e), ("configs/my.yaml".into(), 2, 1));
+    match &*e.kind {
+        ConfigErrorKind::UnknownKey {
+            path, suggestion, ..
+        } => {
+            assert_eq!(path, "trainig");
+            assert_eq!(suggestion.as_deref(), Some("training"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        e.to_string(),
+        "configs/my.yaml:2:1: unknown key `trainig` — did you mean `training`?"
+    );
+
+    let e = err("training:\n  batch_size: 8\n  batchsize: 8\n");
+    assert_eq!(
+        e.to_string(),
+        "configs/my.yaml:3:3: unknown key `training.batchsize` — did you mean `batch_size`?"
+    );
+
+    // Nothing near: list the valid keys.
+    let e = err("model:\n  zzzzzzzz: 1\n");
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("configs/my.yaml:2:3: unknown key `model.zzzzzzzz` — valid keys here:"),
+        "{msg}"
+    );
+    assert!(msg.contains("`n_layer`"), "{msg}");
+}
+
+#[test]
+fn wrong_type_names_path_and_location() {
+    let e = err("seed: 3\ntraining:\n  batch_size: sixteen\n");
+    assert_eq!(
+        e.to_string(),
+        "configs/my.yaml:3:15: training.batch_size: expected an integer, found \"sixteen\""
+    );
+    assert_eq!(e.path(), Some("training.batch_size"));
+
+    let e = err("training:\n  stages:\n    - {name: a, lr: fast}\n");
+    assert_eq!(file_origin(&e), ("configs/my.yaml".into(), 3, 21));
+    assert!(
+        e.to_string()
+            .contains("training.stages[0].lr: expected a number, found \"fast\""),
+        "{e}"
+    );
+
+    let e = err("threads: -1\n");
+    assert_eq!(
+        e.to_string(),
+        "configs/my.yaml:1:10: threads: -1 is out of range (0..=4294967295)"
+    );
+
+    let e = err("device: gpu\n");
+    assert!(
+        e.to_string()
+            .starts_with("configs/my.yaml:1:9: device: unknown value `gpu`"),
+        "{e}"
+    );
+
+    let e = err("optimizer:\n  betas: [0.9]\n");
+    assert!(
+        e.to_string()
+            .contains("optimizer.betas: expected a list of 2 items"),
+        "{e}"
+    );
+}
+
+#[test]
+fn out_of_range_chunk_has_location() {
+    let e = err("scale: tiny\nseed: 1\nchunk: 7\n");
+    assert_eq!(
+        e.to_string(),
+        "configs/my.yaml:3:8: chunk: 7 is out of range (1..=4)"
+    );
+    // validate() alone names the path without a position.
+    let c = Config {
+        chunk: 0,
+        ..Config::default()
+    };
+    let e = c.validate().unwrap_err();
+    assert_eq!(e.to_string(), "chunk: 0 is out of range (1..=4)");
+}
+
+#[test]
+fn range_errors_from_env_and_overrides_name_them() {
+    let opts = LoadOptions {
+        env: env(&[("LAVENDER_CHUNK", "9")]),
+        ..Default::default()
+    };
+    let e = Config::load(&opts).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "environment variable LAVENDER_CHUNK: chunk: 9 is out of range (1..=4)"
+    );
+    let opts = LoadOptions {
+        overrides: vec![("training.stages[0].lr".into(), "-1".into())],
+        ..Default::default()
+    };
+    let e = Config::load(&opts).unwrap_err();
+    assert_eq!(
+        e.origin,
+        Some(Origin::Override("training.stages[0].lr".into()))
+    );
+    assert!(
+        e.to_string()
+            .contains("training.stages[0].lr: -1 is out of range"),
+        "{e}"
+    );
+
+    let opts = LoadOptions {
+        overrides: vec![("training.stages[7].lr".into(), "1".into())],
+        ..Default::default()
+    };
+    let e = Config::load(&opts).unwrap_err();
+    assert!(matches!(*e.kind, ConfigErrorKind::BadKeyPath { .. }), "{e}");
+}
+
+#[test]
+fn save_optimizer_state_accepts_booleans() {
+    let state = |v: &str| {
+        Config::from_yaml_str(
+            &format!("training:\n  save_optimizer_state: {v}\n"),
+            "t.yaml",
+        )
+        .map(|c| c.training.save_optimizer_state)
+    };
+    assert_eq!(state("true").unwrap(), SaveOptimizerState::Last);
+    assert_eq!(state("false").unwrap(), SaveOptimizerState::None);
+    assert_eq!(state("none").unwrap(), SaveOptimizerState::None);
+    assert_eq!(state("last").unwrap(), SaveOptimizerState::Last);
+    assert_eq!(state("all").unwrap(), SaveOptimizerState::All);
+    let e = state("al").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "t.yaml:2:25: training.save_optimizer_state: unknown value `al` — did you mean `all`?"
+    );
+}
+
+#[test]
+fn bad_source_items() {
+    let e = err("data:\n  sources:\n    - {embedded: tinyshakespeare, path: /x}\n");
+    assert_eq!(e.path(), Some("data.sources[0]"));
+    assert_eq!(file_origin(&e).1, 3);
+    assert!(e.to_string().contains("exactly one of"), "{e}");
+
+    let e = err("data:\n  sources:\n    - url: https://example.org/a.txt\n");
+    assert!(e.to_string().contains("needs `sha256: HEX`"), "{e}");
+
+    let e = err("data:\n  sources:\n    - embeded: tinyshakespeare\n");
+    assert_eq!(
+        e.to_string(),
+        "configs/my.yaml:3:7: unknown key `data.sources[0].embeded` — did you mean `embedded`?"
+    );
+
+    let e = err("data:\n  sources:\n    - tinyshakespeare\n");
+    assert!(
+        e.to_string().contains("data.sources[0]: expected a source"),
+        "{e}"
+    );
+
+    let e = err("data:\n  sources:\n    - embedded: shakespeare\n");
+    assert!(e.to_string().contains("unknown value `shakespeare`"), "{e}");
+
+    let e = err("data:\n  sources:\n    - {url: https://example.org/a.txt, sha256: abc}\n");
+    assert_eq!(e.path(), Some("data.sources[0].sha256"));
+    assert_eq!(file_origin(&e), ("configs/my.yaml".into(), 3, 48));
+}
+
+#[test]
+fn bad_stage_names() {
+    let e = err("training:\n  stages:\n    - {name: Pre-Train, lr: 0.001}\n");
+    assert_eq!(file_origin(&e), ("configs/my.yaml".into(), 3, 14));
+    assert_eq!(e.path(), Some("training.stages[0].name"));
+    assert!(e.to_string().contains("[a-z0-9_]+"), "{e}");
+
+    let e = err("training:\n  stages:\n    - {name: a, lr: 0.1}\n    - {name: a, lr: 0.1}\n");
+    assert_eq!(file_origin(&e).1, 4);
+    assert!(e.to_string().contains("unique"), "{e}");
+
+    // A stage that leaves out optional keys is fine.
+    let c =
+        Config::from_yaml_str("training:\n  stages:\n    - {name: only, lr: 0.1}\n", "t").unwrap();
+    assert_eq!(c.training.stages[0].checkpoint_every, 100);
+    assert_eq!(c.total_steps(), 600);
+
+    let e = err("training:\n  stages:\n    - {name: a}\n");
+    assert_eq!(
+        e.to_string(),
+        "configs/my.yaml:3:7: training.stages[0]: missing key `lr` — add it"
+    );
+}
+
+#[test]
+fn other_validation_rules() {
+    let e = err("supervisor:\n  listen: 0.0.0.0:7070\n");
+    assert!(e.to_string().contains("allow_non_loopback"), "{e}");
+    Config::from_yaml_str(
+        "supervisor:\n  listen: 0.0.0.0:7070\n  allow_non_loopback: true\n",
+        "t",
+    )
+    .unwrap();
+    let e = err("supervisor:\n  listen: localhost\n");
+    assert_eq!(e.path(), Some("supervisor.listen"));
+    let e = err("model:\n  n_embd: 65\n");
+    assert!(e.to_string().contains("multiple of model.n_head"), "{e}");
+    let e = err("training:\n  seq_len: 512\n");
+    assert!(e.to_string().contains("model.n_positions"), "{e}");
+    let e = err("steps: [downloads, downloads]\n");
+    assert_eq!(e.path(), Some("steps[1]"));
+}
+
+#[test]
+fn malformed_yaml_reports_parser_location() {
+    let e = err("seed: 1\nmodel: {n_layer: 2\nchunk: 1\n");
+    assert!(matches!(*e.kind, ConfigErrorKind::Syntax { .. }), "{e}");
+    let (name, line, _) = file_origin(&e);
+    assert_eq!(name, "configs/my.yaml");
+    assert!(line >= 2, "{e}");
+    let msg = e.to_string();
+    assert!(msg.starts_with("configs/my.yaml:"), "{msg}");
+    assert!(!msg.contains('\n'), "{msg}");
+
+    let e = err("- just\n- a list\n");
+    assert!(
+        e.to_string().contains("expected a mapping of config keys"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_generic_env_variable_is_an_error() {
+    let opts = LoadOptions {
+        env: env(&[("LAVENDER__TRAINING__BATCHSIZE", "4")]),
+        ..Default::default()
+    };
+    let e = Config::load(&opts).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "environment variable LAVENDER__TRAINING__BATCHSIZE: unknown key `training.batchsize` — did you mean `batch_size`?"
+    );
+    let opts = LoadOptions {
+        env: env(&[("LAVENDER__SEED", "many")]),
+        ..Default::default()
+    };
+    let e = Config::load(&opts).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "environment variable LAVENDER__SEED: seed: expected an integer, found \"many\""
+    );
+    let opts = LoadOptions {
+        env: env(&[("LAVENDER__SEED__X", "1")]),
+        ..Default::default()
+    };
+    let e = Config::load(&opts).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("environment variable LAVENDER__SEED__X: cannot set"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_override_key_names_the_override() {
+    let opts = LoadOptions {
+        overrides: vec![("trainig.batch_size".into(), "8".into())],
+        ..Default::default()
+    };
+    let e = Config::load(&opts).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "override `trainig.batch_size=…`: unknown key `trainig` — did you mean `training`?"
+    );
+}
+
+#[test]
+fn missing_config_file_names_it() {
+    let opts = LoadOptions {
+        file: Some("/nonexistent/lavender.yaml".into()),
+        ..Default::default()
+    };
+    let e = Config::load(&opts).unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/lavender.yaml"), "{e}");
+}
+
+#[test]
+fn data_root_resolution_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let cli = cwd.join("cli");
+    let env_root = cwd.join("env");
+    let missing = cwd.join("missing-ssd");
+    let existing = cwd.join("ssd");
+    std::fs::create_dir(&existing).unwrap();
+
+    let mut c = Config::default();
+    // Nothing configured: <cwd>/data.
+    assert_eq!(c.resolve_data_root(None, None, cwd), cwd.join("data"));
+    // Candidates: the first that exists wins; none existing falls back to ./data.
+    c.data_root_candidates = vec![missing.clone(), existing.clone()];
+    assert_eq!(c.resolve_data_root(None, None, cwd), existing);
+    c.data_root_candidates = vec![missing.clone()];
+    assert_eq!(c.resolve_data_root(None, None, cwd), cwd.join("data"));
+    c.data_root_candidates = vec![missing, existing.clone()];
+    // Config data_root beats candidates.
+    c.data_root = Some("from-config".into());
+    assert_eq!(
+        c.resolve_data_root(None, None, cwd),
+        cwd.join("from-config")
+    );
+    // Env beats config; CLI beats env.
+    assert_eq!(c.resolve_data_root(None, Some(&env_root), cwd), env_root);
+    assert_eq!(c.resolve_data_root(Some(&cli), Some(&env_root), cwd), cli);
+}
+
+#[test]
+fn key_paths_parse() {
+    use tree::{Segment, parse_key_path, render_key_path};
+    let p = parse_key_path("training.stages[1].lr").unwrap();
+    assert_eq!(
+        p,
+        vec![
+            Segment::Key("training".into()),
+            Segment::Key("stages".into()),
+            Segment::Index(1),
+            Segment::Key("lr".into())
+        ]
+    );
+    assert_eq!(render_key_path(&p), "training.stages[1].lr");
+    assert!(parse_key_path("").is_none());
+    assert!(parse_key_path("a..b").is_none());
+    assert!(parse_key_path("a[x]").is_none());
+}
+
+#[test]
+fn resolved_yaml_reads_with_plain_serde_saphyr() {
+    // The worker may read <run>/config.yaml with serde-saphyr directly.
+    let config = Config::default();
+    let back: Config = serde_saphyr::from_str(&config.to_yaml()).unwrap();
+    assert_eq!(back, config);
+}

@@ -107,7 +107,14 @@ fn plain_message(e: &serde_saphyr::Error) -> String {
     {
         msg = after;
     }
-    msg.to_string()
+    // The position is printed in front already.
+    if let Some(i) = msg.rfind(" at line ") {
+        msg = &msg[..i];
+    }
+    match msg.split_once(", set DuplicateKeyPolicy") {
+        Some((head, _)) => format!("{head}; remove one of the two"),
+        None => msg.to_string(),
+    }
 }
 
 fn clamp(n: u64) -> u32 {

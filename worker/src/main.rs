@@ -1,6 +1,11 @@
 //! lavender-worker: the pipeline's steps and the libtorch trainer.
 
 mod cli;
+mod data;
+mod progress;
+// The trainer reads token arrays through this API; not every accessor has a caller yet.
+#[allow(dead_code)]
+mod tokens;
 
 use clap::{Parser, Subcommand};
 
@@ -39,13 +44,12 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Downloads(a)
-        | Command::Dedup(a)
-        | Command::Filter(a)
-        | Command::BuildShards(a)
-        | Command::Precompute(a)
-        | Command::Train(a)
-        | Command::MineHard(a) => {
+        Command::Downloads(a) => data::run(data::DataStep::Downloads, &a),
+        Command::Dedup(a) => data::run(data::DataStep::Dedup, &a),
+        Command::Filter(a) => data::run(data::DataStep::Filter, &a),
+        Command::BuildShards(a) => data::run(data::DataStep::BuildShards, &a),
+        Command::Precompute(a) => data::run(data::DataStep::Precompute, &a),
+        Command::Train(a) | Command::MineHard(a) => {
             anyhow::bail!("step not available in this build (args: {a:?})")
         }
     }

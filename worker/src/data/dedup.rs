@@ -1,0 +1,116 @@
+//! `dedup`: drops exact duplicate documents (and, with `data.dedup.paragraphs`, repeated
+//! paragraphs) by content hash. Streams the corpus and keeps only 16-byte hashes, so its
+//! memory grows with the number of distinct documents, not with their text.
+
+use std::collections::HashSet;
+
+use anyhow::{Result, bail};
+use serde_json::json;
+
+use super::documents::{DocWriter, content_hash, for_each_document_in_file};
+use super::stage::Staged;
+use super::step::{self, Ctx};
+use crate::progress::{Progress, group};
+
+pub const STEP: &str = "dedup";
+const VERSION: u32 = 1;
+pub const OUTPUT: &str = "documents.jsonl";
+
+pub fn run(ctx: &Ctx) -> Result<()> {
+    let cfg = &ctx.settings.data.dedup;
+    if cfg.near_duplicates {
+        bail!(
+            "data.dedup.near_duplicates: near-duplicate removal is not available in this build; set it to false"
+        );
+    }
+    let up = step::upstream(ctx, super::downloads::STEP, STEP)?;
+    let files = step::upstream_outputs(ctx, &up)?;
+    let slice = json!({
+        "dedup": cfg,
+        "document_separator": ctx.settings.data.document_separator,
+    });
+    let config_hash = step::config_hash(STEP, VERSION, &slice);
+    let inputs: Vec<_> = files.iter().map(|(_, f)| f.clone()).collect();
+    if let Some(m) = step::fresh_manifest(ctx, STEP, &config_hash, &inputs)? {
+        step::say_skipped(STEP, &m);
+        return Ok(());
+    }
+
+    let target = ctx.root.join("corpus/dedup");
+    let staged = Staged::begin(&target)?;
+    let mut out = DocWriter::create(&staged.path().join(OUTPUT))?;
+    let mut progress = Progress::new(STEP, Some(step::total_size(&files)), "docs");
+    let mut seen_docs: HashSet<u128> = HashSet::new();
+    let mut seen_paragraphs: HashSet<u128> = HashSet::new();
+    let (mut input_docs, mut removed, mut removed_paragraphs) = (0u64, 0u64, 0u64);
+    let mut kept_text = String::new();
+    for (path, _) in &files {
+        for_each_document_in_file(path, &ctx.settings.data.document_separator, |doc, bytes| {
+            if doc.is_empty() {
+                progress.advance(bytes, 0);
+                return Ok(());
+            }
+            input_docs += 1;
+            progress.advance(bytes, 1);
+            if !seen_docs.insert(content_hash(doc)) {
+                removed += 1;
+                return Ok(());
+            }
+            let text = std::str::from_utf8(doc).map_err(|_| {
+                anyhow::anyhow!(
+                    "{} is not UTF-8 although downloads checked it; rerun downloads --force",
+                    path.display()
+                )
+            })?;
+            if !cfg.paragraphs {
+                return out.write(text);
+            }
+            kept_text.clear();
+            for para in text.split("\n\n").filter(|p| !p.trim().is_empty()) {
+                if seen_paragraphs.insert(content_hash(para.trim().as_bytes())) {
+                    if !kept_text.is_empty() {
+                        kept_text.push_str("\n\n");
+                    }
+                    kept_text.push_str(para);
+                } else {
+                    removed_paragraphs += 1;
+                }
+            }
+            if kept_text.is_empty() {
+                removed += 1;
+                Ok(())
+            } else {
+                out.write(&kept_text)
+            }
+        })?;
+    }
+    progress.finish();
+    let (documents, bytes, _) = out.finish()?;
+    if documents == 0 {
+        bail!("dedup: the corpus has no documents; check data.sources and rerun downloads");
+    }
+
+    let mut m = step::new_manifest(STEP, VERSION, config_hash, inputs);
+    m.counts.insert("documents".into(), documents);
+    m.counts.insert("removed".into(), removed);
+    m.counts
+        .insert("removed_paragraphs".into(), removed_paragraphs);
+    m.counts.insert("input_documents".into(), input_docs);
+    m.counts.insert("bytes".into(), bytes);
+    m.outputs = vec![OUTPUT.into()];
+    step::commit(ctx, staged, m)?;
+    eprintln!(
+        "dedup: {} documents kept, {} duplicates removed{}",
+        group(documents),
+        group(removed),
+        if cfg.paragraphs {
+            format!(
+                ", {} repeated paragraphs removed",
+                group(removed_paragraphs)
+            )
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}

@@ -1,0 +1,68 @@
+//! The pipeline's data steps: downloads → dedup → filter → build_shards → precompute.
+//! Each reads the resolved config and the data root, writes its outputs under the data
+//! root atomically with a manifest last, and skips itself when nothing changed.
+
+pub mod dedup;
+pub mod documents;
+pub mod downloads;
+pub mod filter;
+mod http;
+pub mod manifest;
+pub mod precompute;
+pub mod settings;
+pub mod shards;
+pub mod stage;
+pub mod step;
+
+use anyhow::{Context, Result};
+
+use crate::cli::StepArgs;
+use lavender::events::{self, Event};
+use settings::Settings;
+use step::Ctx;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataStep {
+    Downloads,
+    Dedup,
+    Filter,
+    BuildShards,
+    Precompute,
+}
+
+impl DataStep {
+    pub fn name(self) -> &'static str {
+        match self {
+            DataStep::Downloads => downloads::STEP,
+            DataStep::Dedup => dedup::STEP,
+            DataStep::Filter => filter::STEP,
+            DataStep::BuildShards => shards::STEP,
+            DataStep::Precompute => precompute::STEP,
+        }
+    }
+}
+
+/// Run one data step; a failure is also recorded as an `error` event of the run.
+pub fn run(step: DataStep, args: &StepArgs) -> Result<()> {
+    let ctx = Ctx::new(Settings::load(args)?)?;
+    let result = match step {
+        DataStep::Downloads => downloads::run(&ctx),
+        DataStep::Dedup => dedup::run(&ctx),
+        DataStep::Filter => filter::run(&ctx),
+        DataStep::BuildShards => shards::run(&ctx),
+        DataStep::Precompute => precompute::run(&ctx),
+    };
+    if let (Err(e), Some(run_dir)) = (&result, &ctx.settings.run_dir) {
+        let event =
+            Event::new("error", format!("{} failed: {e:#}", step.name())).with("step", step.name());
+        // The step's own error is what the user needs; a failing event write must not hide it.
+        let _ = events::append(run_dir, &event);
+    }
+    result.with_context(|| {
+        format!(
+            "{} did not complete; its earlier output under {} is unchanged",
+            step.name(),
+            ctx.root.display()
+        )
+    })
+}

@@ -1,0 +1,215 @@
+//! Where SFT samples and DPO pairs come from: the user's JSONL files when configured,
+//! otherwise the corpus itself — a document (a speech) as prompt and the next one as
+//! response; for DPO the next one is `chosen` and a speech drawn from elsewhere nearby is
+//! `rejected`.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+
+use crate::data::documents::{read_docs, unit_hash};
+
+/// Derived sets stop at this many samples (pairs) each: plenty for the sft and dpo stages
+/// at every scale, and it keeps precompute's output proportional to the corpus' size.
+pub const DERIVED_MAX: u64 = 250_000;
+/// Candidates for a derived pair's `rejected`: the documents read most recently.
+const REJECT_POOL: usize = 1024;
+
+#[derive(Deserialize)]
+struct Message {
+    role: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+struct Conversation {
+    messages: Vec<Message>,
+}
+
+#[derive(Deserialize)]
+struct Preference {
+    prompt: String,
+    chosen: String,
+    rejected: String,
+}
+
+/// A conversation as prompt and response: every message before the last as
+/// `role:\ncontent` paragraphs, then the last (the assistant's) role header; the response
+/// is the last message's content.
+pub fn render_conversation(messages: &[(String, String)]) -> Option<(String, String)> {
+    let ((last_role, last), earlier) = messages.split_last()?;
+    let mut prompt = String::new();
+    for (role, content) in earlier {
+        prompt.push_str(&format!("{role}:\n{content}\n\n"));
+    }
+    prompt.push_str(&format!("{last_role}:\n"));
+    Some((prompt, last.clone()))
+}
+
+fn for_each_line<T: for<'de> Deserialize<'de>>(
+    path: &Path,
+    what: &str,
+    mut on: impl FnMut(T, u64) -> Result<()>,
+) -> Result<()> {
+    let f = File::open(path)
+        .with_context(|| format!("could not open {what} file {}", path.display()))?;
+    for (i, line) in BufReader::new(f).lines().enumerate() {
+        let line = line.with_context(|| format!("could not read {}", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let item: T = serde_json::from_str(&line)
+            .with_context(|| format!("{}:{} is not a valid {what} line", path.display(), i + 1))?;
+        on(item, i as u64 + 1)?;
+    }
+    Ok(())
+}
+
+/// SFT samples `[prompt, response]` from `{"messages":[{"role","content"}…]}` lines.
+pub fn sft_from_jsonl(path: &Path, mut on: impl FnMut(Vec<String>) -> Result<()>) -> Result<()> {
+    for_each_line(path, "SFT (messages)", |c: Conversation, line| {
+        let messages: Vec<(String, String)> = c
+            .messages
+            .into_iter()
+            .map(|m| (m.role, m.content))
+            .collect();
+        match messages.last() {
+            Some((role, _)) if role == "assistant" => {}
+            _ => bail!(
+                "{}:{line}: the last message must be the assistant's (the response to learn)",
+                path.display()
+            ),
+        }
+        let (prompt, response) = render_conversation(&messages).expect("non-empty");
+        on(vec![prompt, response])
+    })
+}
+
+/// DPO pairs `[prompt, chosen, rejected]` from `{"prompt","chosen","rejected"}` lines.
+pub fn dpo_from_jsonl(path: &Path, mut on: impl FnMut(Vec<String>) -> Result<()>) -> Result<()> {
+    for_each_line(path, "DPO (prompt/chosen/rejected)", |p: Preference, _| {
+        on(vec![p.prompt, p.chosen, p.rejected])
+    })
+}
+
+/// Derive SFT samples and/or DPO pairs from consecutive documents of a document file.
+pub fn derive(
+    docs: &Path,
+    seed: u64,
+    mut sft: Option<&mut dyn FnMut(Vec<String>) -> Result<()>>,
+    mut dpo: Option<&mut dyn FnMut(Vec<String>) -> Result<()>>,
+) -> Result<()> {
+    let mut pool: VecDeque<String> = VecDeque::with_capacity(REJECT_POOL + 1);
+    let (mut n_sft, mut n_dpo, mut i) = (0u64, 0u64, 0u64);
+    let salt = format!("lavender/rejected/{seed}/");
+    read_docs(docs, |text, _| {
+        if let Some(prev) = pool.back() {
+            let prompt = format!("{prev}\n\n");
+            if let Some(on) = sft.as_mut().filter(|_| n_sft < DERIVED_MAX) {
+                on(vec![prompt.clone(), text.to_string()])?;
+                n_sft += 1;
+            }
+            // Candidates exclude the prompt itself (the newest) and any copy of `chosen`.
+            let candidates = pool.len() - 1;
+            if let Some(on) = dpo
+                .as_mut()
+                .filter(|_| n_dpo < DERIVED_MAX && candidates > 0)
+            {
+                let pick = (unit_hash(&i.to_le_bytes(), &salt) * candidates as f64) as usize;
+                let rejected = &pool[pick.min(candidates - 1)];
+                if rejected != text {
+                    on(vec![prompt, text.to_string(), rejected.clone()])?;
+                    n_dpo += 1;
+                }
+            }
+        }
+        pool.push_back(text.to_string());
+        if pool.len() > REJECT_POOL {
+            pool.pop_front();
+        }
+        i += 1;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::documents::DocWriter;
+
+    #[test]
+    fn conversation_renders_history_and_role_header() {
+        let m = vec![
+            ("system".to_string(), "Be brief.".to_string()),
+            ("user".to_string(), "Hi?".to_string()),
+            ("assistant".to_string(), "Hello.".to_string()),
+        ];
+        let (p, r) = render_conversation(&m).unwrap();
+        assert_eq!(p, "system:\nBe brief.\n\nuser:\nHi?\n\nassistant:\n");
+        assert_eq!(r, "Hello.");
+    }
+
+    #[test]
+    fn derived_pairs_follow_the_corpus_and_reject_something_else() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("d.jsonl");
+        let mut w = DocWriter::create(&p).unwrap();
+        for t in ["A:\none", "B:\ntwo", "A:\nthree", "B:\nfour"] {
+            w.write(t).unwrap();
+        }
+        w.finish().unwrap();
+        let (mut sft, mut dpo) = (Vec::new(), Vec::new());
+        derive(
+            &p,
+            1,
+            Some(&mut |s| {
+                sft.push(s);
+                Ok(())
+            }),
+            Some(&mut |d| {
+                dpo.push(d);
+                Ok(())
+            }),
+        )
+        .unwrap();
+        assert_eq!(sft.len(), 3);
+        assert_eq!(
+            sft[0],
+            vec!["A:\none\n\n".to_string(), "B:\ntwo".to_string()]
+        );
+        // The first pair has no candidate for `rejected` besides its own prompt.
+        assert_eq!(dpo.len(), 2);
+        for d in &dpo {
+            assert_ne!(d[2], d[1]);
+            assert_ne!(format!("{}\n\n", d[2]), d[0]);
+        }
+        assert_eq!(dpo[0][1], "A:\nthree");
+    }
+
+    #[test]
+    fn jsonl_errors_name_file_and_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("sft.jsonl");
+        std::fs::write(
+            &p,
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"a\"}]}\n\
+             {\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}\n",
+        )
+        .unwrap();
+        let mut n = 0;
+        let err = sft_from_jsonl(&p, |_| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(n, 1);
+        assert!(format!("{err:#}").contains("sft.jsonl:2"), "{err:#}");
+        std::fs::write(&p, "{\"prompt\":\"p\"}\n").unwrap();
+        let err = dpo_from_jsonl(&p, |_| Ok(())).unwrap_err();
+        assert!(format!("{err:#}").contains("sft.jsonl:1"), "{err:#}");
+    }
+}

@@ -1,0 +1,184 @@
+//! Atomic outputs. A step builds its output directory under a hidden staging name next
+//! to it and swaps it into place only when complete; its manifest is written after the
+//! swap. A step killed or failing at any point leaves the previous outputs and manifest
+//! (or no manifest at all), never a half-written directory that looks complete.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// An output directory under construction.
+pub struct Staged {
+    target: PathBuf,
+    staging: PathBuf,
+    committed: bool,
+}
+
+impl Staged {
+    /// Start building `target` (e.g. `<root>/corpus/dedup`). Leftovers of earlier,
+    /// interrupted runs of the same step are removed first.
+    pub fn begin(target: &Path) -> Result<Staged> {
+        let parent = target
+            .parent()
+            .context("an output directory has a parent")?;
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("could not create {}", parent.display()))?;
+        let name = file_name(target);
+        remove_leftovers(parent, &name)?;
+        let staging = parent.join(format!(".{name}.tmp-{}", std::process::id()));
+        std::fs::create_dir(&staging)
+            .with_context(|| format!("could not create staging directory {}", staging.display()))?;
+        Ok(Staged {
+            target: target.to_path_buf(),
+            staging,
+            committed: false,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.staging
+    }
+
+    /// Swap the staged directory into place. The caller removed the step's manifest
+    /// before and writes the new one after, so a crash in between reads as "not done".
+    pub fn commit(mut self) -> Result<()> {
+        sync_tree(&self.staging)?;
+        let parent = self.target.parent().expect("checked in begin");
+        let old = parent.join(format!(
+            ".{}.old-{}",
+            file_name(&self.target),
+            std::process::id()
+        ));
+        let had_old = match std::fs::rename(&self.target, &old) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "could not move the previous {} aside",
+                        self.target.display()
+                    )
+                });
+            }
+        };
+        std::fs::rename(&self.staging, &self.target).with_context(|| {
+            format!(
+                "could not rename {} to {}",
+                self.staging.display(),
+                self.target.display()
+            )
+        })?;
+        self.committed = true;
+        sync_dir(parent)?;
+        if had_old {
+            std::fs::remove_dir_all(&old).with_context(|| {
+                format!("could not remove the previous output {}", old.display())
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_dir_all(&self.staging);
+        }
+    }
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Staging and set-aside directories of this output left by killed runs.
+fn remove_leftovers(parent: &Path, name: &str) -> Result<()> {
+    let tmp = format!(".{name}.tmp-");
+    let old = format!(".{name}.old-");
+    let entries = std::fs::read_dir(parent)
+        .with_context(|| format!("could not list {}", parent.display()))?;
+    for entry in entries.flatten() {
+        let n = entry.file_name().to_string_lossy().into_owned();
+        if n.starts_with(&tmp) || n.starts_with(&old) {
+            let p = entry.path();
+            std::fs::remove_dir_all(&p)
+                .with_context(|| format!("could not remove leftover {}", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("could not sync directory {}", dir.display()))
+}
+
+/// fsync every file and directory under `dir`, so the rename publishes durable data.
+fn sync_tree(dir: &Path) -> Result<()> {
+    for entry in
+        std::fs::read_dir(dir).with_context(|| format!("could not list {}", dir.display()))?
+    {
+        let entry = entry.with_context(|| format!("could not list {}", dir.display()))?;
+        let p = entry.path();
+        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            sync_tree(&p)?;
+        } else {
+            File::open(&p)
+                .and_then(|f| f.sync_all())
+                .with_context(|| format!("could not sync {}", p.display()))?;
+        }
+    }
+    sync_dir(dir)
+}
+
+/// Remove a file if it is there.
+pub fn remove_if_exists(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("could not remove {}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropped_staging_leaves_previous_output_untouched() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("out");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("a"), "old").unwrap();
+        {
+            let s = Staged::begin(&target).unwrap();
+            std::fs::write(s.path().join("a"), "half").unwrap();
+        }
+        assert_eq!(std::fs::read_to_string(target.join("a")).unwrap(), "old");
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
+
+        let s = Staged::begin(&target).unwrap();
+        std::fs::write(s.path().join("a"), "new").unwrap();
+        s.commit().unwrap();
+        assert_eq!(std::fs::read_to_string(target.join("a")).unwrap(), "new");
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn leftovers_of_a_killed_run_are_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("out");
+        std::fs::create_dir(tmp.path().join(".out.tmp-999999")).unwrap();
+        let s = Staged::begin(&target).unwrap();
+        s.commit().unwrap();
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("out")]);
+    }
+}

@@ -1,0 +1,162 @@
+//! Progress of a long step: an indicatif bar on a terminal, otherwise a plain line every
+//! few seconds (`dedup: 41% 1,234,567 docs, 12.3 MB/s, ETA 2m`) so the daemon's log of
+//! the worker's output shows how far a step has got.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// How often plain lines are printed; `LAVENDER_PROGRESS_INTERVAL_MS` overrides it (tests).
+const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+
+pub struct Progress {
+    name: String,
+    label: &'static str,
+    total_bytes: Option<u64>,
+    bytes: u64,
+    items: u64,
+    start: Instant,
+    last_line: Instant,
+    interval: Duration,
+    bar: Option<ProgressBar>,
+}
+
+impl Progress {
+    /// `total_bytes` is the input size when known; `label` names the items ("docs").
+    pub fn new(name: &str, total_bytes: Option<u64>, label: &'static str) -> Progress {
+        let interval = std::env::var("LAVENDER_PROGRESS_INTERVAL_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_millis)
+            .unwrap_or(DEFAULT_INTERVAL);
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar =
+                ProgressBar::with_draw_target(total_bytes, ProgressDrawTarget::stderr_with_hz(4));
+            let template = if total_bytes.is_some() {
+                "{prefix}: {bar:30} {percent:>3}% {msg} {binary_bytes_per_sec} ETA {eta}"
+            } else {
+                "{prefix}: {spinner} {msg} {binary_bytes_per_sec}"
+            };
+            bar.set_style(ProgressStyle::with_template(template).expect("valid template"));
+            bar.set_prefix(name.to_string());
+            bar
+        });
+        let now = Instant::now();
+        Progress {
+            name: name.to_string(),
+            label,
+            total_bytes,
+            bytes: 0,
+            items: 0,
+            start: now,
+            last_line: now,
+            interval,
+            bar,
+        }
+    }
+
+    /// Record `bytes` more input read and `items` more items done.
+    pub fn advance(&mut self, bytes: u64, items: u64) {
+        self.bytes += bytes;
+        self.items += items;
+        if let Some(bar) = &self.bar {
+            bar.set_position(self.bytes);
+            // Redrawing the message is cheap but not free; every 1024 items is plenty.
+            if self.items % 1024 < items.max(1) {
+                bar.set_message(format!("{} {}", group(self.items), self.label));
+            }
+        } else if self.last_line.elapsed() >= self.interval {
+            self.last_line = Instant::now();
+            eprintln!("{}", self.line());
+            let _ = std::io::stderr().flush();
+        }
+    }
+
+    /// The plain progress line for the current position.
+    pub fn line(&self) -> String {
+        let secs = self.start.elapsed().as_secs_f64().max(1e-6);
+        let rate = self.bytes as f64 / secs;
+        let mut line = format!("{}:", self.name);
+        if let Some(total) = self.total_bytes.filter(|t| *t > 0) {
+            let pct = (self.bytes as f64 / total as f64 * 100.0).min(100.0);
+            line.push_str(&format!(" {pct:.0}%"));
+        }
+        line.push_str(&format!(
+            " {} {}, {:.1} MB/s",
+            group(self.items),
+            self.label,
+            rate / 1e6
+        ));
+        if let Some(total) = self.total_bytes
+            && rate > 0.0
+            && total > self.bytes
+        {
+            let eta = (total - self.bytes) as f64 / rate;
+            line.push_str(&format!(", ETA {}", human_duration(eta)));
+        }
+        line
+    }
+
+    /// Clear the bar; the caller prints the step's summary line.
+    pub fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// `1234567` → `1,234,567`.
+pub fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Seconds as `45s`, `2m`, `1h05m`.
+pub fn human_duration(secs: f64) -> String {
+    let s = secs.round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s.div_ceil(60)),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_thousands() {
+        assert_eq!(group(0), "0");
+        assert_eq!(group(999), "999");
+        assert_eq!(group(1000), "1,000");
+        assert_eq!(group(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn durations_read_like_a_person_would_say_them() {
+        assert_eq!(human_duration(45.0), "45s");
+        assert_eq!(human_duration(100.0), "2m");
+        assert_eq!(human_duration(3900.0), "1h05m");
+    }
+
+    #[test]
+    fn plain_line_has_percent_count_rate_and_eta() {
+        let mut p = Progress::new("dedup", Some(1000), "docs");
+        p.bar = None;
+        p.interval = Duration::from_secs(3600);
+        p.start = Instant::now() - Duration::from_secs(1);
+        p.advance(410, 1_234_567);
+        let line = p.line();
+        assert!(line.starts_with("dedup: 41% 1,234,567 docs, "), "{line}");
+        assert!(line.contains(" MB/s, ETA "), "{line}");
+    }
+}

@@ -1,0 +1,168 @@
+//! All five data steps on the embedded corpus at tiny scale, then again (skipped).
+
+mod data_support;
+
+use std::time::{Duration, Instant};
+
+use data_support::{Root, docs};
+
+const STEPS: [&str; 5] = ["downloads", "dedup", "filter", "build_shards", "precompute"];
+
+fn u16s(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
+        .collect()
+}
+
+#[test]
+fn all_five_steps_on_the_embedded_corpus_at_tiny_scale() {
+    let root = Root::new();
+    let run = root.run_dir();
+    let run_arg = run.to_str().unwrap();
+    let started = Instant::now();
+    for step in STEPS {
+        root.ok(step, &["--scale", "tiny", "--run-dir", run_arg]);
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(60),
+        "the tiny pipeline took {took:?}"
+    );
+
+    // Counts come from the manifests, where status reads them.
+    let docs_loaded = root.count("corpus", "documents");
+    assert!(
+        docs_loaded > 7000,
+        "tinyshakespeare has ~7.2k speeches, got {docs_loaded}"
+    );
+    assert_eq!(root.count("corpus", "sources"), 1);
+    let kept = root.count("corpus/dedup", "documents");
+    assert_eq!(kept + root.count("corpus/dedup", "removed"), docs_loaded);
+    let shards = root.count("shards", "shard_count");
+    assert!(shards >= 4, "{shards} shards");
+    assert_eq!(
+        root.count("shards", "train_documents") + root.count("shards", "validation_documents"),
+        root.count("corpus/filtered", "documents")
+    );
+    assert_eq!(root.count("tokens", "vocab_size"), 2048);
+    assert!(root.count("tokens", "tokens") > 100_000);
+    assert!(root.count("tokens", "sft_samples") > 1000);
+    assert!(root.count("tokens", "dpo_pairs") > 1000);
+    assert_eq!(root.count("tokens", "shards_available"), shards);
+    assert_eq!(
+        root.count("tokens", "shards_used"),
+        1,
+        "tiny = 4 shards, 1 per chunk"
+    );
+
+    // Milestones, in order.
+    let events = root.events();
+    let messages: Vec<&str> = events
+        .iter()
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "data_loaded",
+            "dataset_built",
+            "tokenizer_ready",
+            "dataset_built",
+            "dataset_built",
+            "dataset_built"
+        ],
+        "{messages:#?}"
+    );
+    assert!(messages[0].starts_with(&format!(
+        "data loaded: {} docs from 1 sources",
+        group(docs_loaded)
+    )));
+    assert_eq!(events[2]["vocab_size"], 2048);
+    assert!(messages[3].starts_with(&format!("pretrain tokenisation done: {shards} chunks")));
+    assert!(messages[4].starts_with("SFT tokenisation done: "));
+    assert!(messages[5].starts_with("DPO tokenisation done: "));
+    for e in &events {
+        assert!(e["ts"].as_str().unwrap().ends_with('Z'));
+    }
+
+    // The tokenizer loads with the tokenizers crate and round-trips text exactly.
+    let tokens_dir = root.data().join("tokens");
+    let tok = tokenizers::Tokenizer::from_file(tokens_dir.join("tokenizer.json")).unwrap();
+    for text in [
+        "First Citizen:\nBefore we proceed any further, hear me speak.",
+        "  leading spaces, tabs\tand\r\nCRLF; ünïcødé ✓ 漢字 🙂 <|endoftext|> trailing  ",
+    ] {
+        let ids = tok.encode(text, false).unwrap().get_ids().to_vec();
+        assert_eq!(tok.decode(&ids, false).unwrap(), text);
+    }
+
+    // The first shard's array is its documents' tokens, each followed by eos.
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tokens_dir.join("index.json")).unwrap())
+            .unwrap();
+    assert_eq!(index["format"], 1);
+    assert_eq!(index["dtype"], "u16");
+    let eos = index["eos_id"].as_u64().unwrap() as u32;
+    let first = &index["pretrain"]["shards"][0];
+    assert_eq!(first["shard"], "shard-00000");
+    let ids = u16s(&std::fs::read(tokens_dir.join(first["file"].as_str().unwrap())).unwrap());
+    assert_eq!(ids.len() as u64, first["tokens"].as_u64().unwrap());
+    let shard_docs = docs(&root.data().join("shards/shard-00000.jsonl"));
+    assert_eq!(ids.iter().filter(|&&t| t == eos).count(), shard_docs.len());
+    let end = ids.iter().position(|&t| t == eos).unwrap();
+    assert_eq!(tok.decode(&ids[..end], false).unwrap(), shard_docs[0]);
+
+    // An SFT record: prompt then response (ending in eos), at the offset its .idx gives.
+    let idx = std::fs::read(tokens_dir.join("sft/train.idx")).unwrap();
+    let rec: Vec<u64> = idx[..24]
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let bin = u16s(&std::fs::read(tokens_dir.join("sft/train.bin")).unwrap());
+    let (off, p, r) = (rec[0] as usize, rec[1] as usize, rec[2] as usize);
+    let prompt = tok.decode(&bin[off..off + p], false).unwrap();
+    let response = &bin[off + p..off + p + r];
+    assert_eq!(*response.last().unwrap(), eos);
+    let response = tok.decode(&response[..r - 1], false).unwrap();
+    let filtered = docs(&root.data().join("corpus/filtered/documents.jsonl"));
+    let at = filtered
+        .iter()
+        .position(|d| format!("{d}\n\n") == prompt)
+        .expect("prompt is a corpus speech");
+    assert_eq!(
+        response,
+        filtered[at + 1],
+        "the response is the next speech"
+    );
+
+    // A second run with nothing changed skips every step, each in under a second.
+    for step in STEPS {
+        let (out, took) = root.run(step, &["--scale", "tiny", "--run-dir", run_arg]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("up to date"), "{step} did not skip: {err}");
+        assert!(
+            took < Duration::from_secs(1),
+            "{step} took {took:?} to skip"
+        );
+    }
+    assert_eq!(
+        root.events().len(),
+        events.len(),
+        "skipped steps announce no milestones"
+    );
+}
+
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
