@@ -301,25 +301,37 @@ fn a_hung_worker_is_flagged_stale_after_the_grace() {
             "--total-steps",
             "1000",
         ],
-        "  stale_after_s: 1\n  startup_grace_s: 2",
+        "  stale_after_s: 1\n  startup_grace_s: 3",
         "[train]",
     );
     env.serve();
+    let started = Instant::now();
     assert!(env.run(&["start"]).status.success());
     wait_until(Duration::from_secs(5), "the worker to hang", || {
         env.status()["training"]["step"].as_u64() == Some(3)
     });
-    std::thread::sleep(Duration::from_millis(1300));
-    let st = env.status();
-    assert_eq!(
-        st["training"]["heartbeat_stale"], false,
-        "not during the start-up grace: {st:#}"
-    );
-    wait_until(Duration::from_secs(6), "a stale heartbeat", || {
-        env.status()["training"]["heartbeat_stale"] == true
+    // The heartbeat is now older than stale_after_s, but the grace has not passed.
+    wait_until(Duration::from_secs(5), "an old heartbeat", || {
+        env.status()["training"]["heartbeat_age_s"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 2
     });
     let st = env.status();
-    assert!(st["training"]["heartbeat_age_s"].as_u64().unwrap() >= 1);
+    if started.elapsed() < Duration::from_millis(2500) {
+        assert_eq!(
+            st["training"]["heartbeat_stale"], false,
+            "not during the start-up grace: {st:#}"
+        );
+    }
+    wait_until(Duration::from_secs(8), "a stale heartbeat", || {
+        env.status()["training"]["heartbeat_stale"] == true
+    });
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "never before the grace ends"
+    );
+    let st = env.status();
     assert_eq!(st["pipeline"]["running"], true);
     wait_until(Duration::from_secs(5), "the stale alert", || {
         std::fs::read_to_string(env.daemon_log())
