@@ -215,6 +215,7 @@ fn lavender_newest(run_dir: &Path) -> String {
     let mut names: Vec<(std::time::SystemTime, String)> = std::fs::read_dir(run_dir)
         .unwrap()
         .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
         .filter(|e| e.path().join("trainer_state.json").is_file())
         .map(|e| {
             let m = std::fs::metadata(e.path().join("trainer_state.json"))
@@ -400,4 +401,45 @@ fn start_without_a_daemon_starts_one_in_the_background() {
     );
     let out = env.run(&["stop"]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+#[test]
+fn stop_also_ends_helpers_that_outlive_the_worker() {
+    let mut env = Env::new(
+        &[
+            "--spawn-helper",
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "10",
+        ],
+        "",
+        "[train]",
+    );
+    env.serve();
+    assert!(env.run(&["start"]).status.success());
+    wait_until(Duration::from_secs(10), "training progress", || {
+        env.status()["training"]["step"].as_u64().unwrap_or(0) >= 3
+    });
+    let helper: i32 = std::fs::read_to_string(env.data_root.join("fake-helper.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(helper));
+    let t = Instant::now();
+    let out = env.run(&["stop", "--timeout", "1"]);
+    assert!(t.elapsed() < Duration::from_secs(8), "the stop finished");
+    // The worker saved and exited; its helper ignored SIGTERM and got SIGKILL.
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("the stop saved"), "{}", stdout(&out));
+    wait_until(Duration::from_secs(2), "the helper to be gone", || {
+        !alive(helper)
+    });
 }

@@ -73,6 +73,11 @@ struct Args {
     /// Ignore SIGTERM (so only SIGKILL ends it).
     #[arg(long, env = "FAKE_IGNORE_SIGTERM")]
     ignore_sigterm: bool,
+    /// Start a helper process (in the worker's group) that ignores SIGTERM and
+    /// outlives the worker, like a stuck data loader; its pid goes to
+    /// `<data_root>/fake-helper.pid`.
+    #[arg(long, env = "FAKE_SPAWN_HELPER")]
+    spawn_helper: bool,
     /// Make this data step fail with exit code 1.
     #[arg(long, env = "FAKE_FAIL_STEP")]
     fail_step: Option<String>,
@@ -113,6 +118,17 @@ fn run(args: &Args) -> Result<i32> {
     println!("fake-worker: step {} pid {}", args.step, std::process::id());
     if args.step != "train" {
         return data_step(args);
+    }
+    if args.spawn_helper {
+        let helper = std::process::Command::new("sh")
+            .args(["-c", "trap '' TERM; exec sleep 600"])
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .context("spawn helper")?;
+        std::fs::write(
+            args.data_root.join("fake-helper.pid"),
+            helper.id().to_string(),
+        )?;
     }
     let run_dir = args
         .run_dir

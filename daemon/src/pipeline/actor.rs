@@ -118,6 +118,18 @@ struct LiveWorker {
     step: String,
     started: Instant,
     started_at: Option<DateTime<Utc>>,
+    /// Spawned by this daemon (not re-adopted): its exit is reaped by us.
+    own_child: bool,
+}
+
+impl LiveWorker {
+    fn signal(&self, signal: Signal) -> bool {
+        if self.own_child {
+            process::signal::signal_own_group(self.identity.pid, signal)
+        } else {
+            process::signal::signal_group(&self.identity, signal)
+        }
+    }
 }
 
 struct WorkerExit {
@@ -243,6 +255,7 @@ impl Actor {
                     step: w.step.clone(),
                     started,
                     started_at: parse_time(&w.started_at),
+                    own_child: false,
                 });
                 self.watch_adopted(self.generation, w.identity.clone());
                 if self.record.state == PipelineState::Stopping {
@@ -277,6 +290,7 @@ impl Actor {
                 identity: w.identity,
                 step: w.step,
                 started: Instant::now(),
+                own_child: false,
             });
             if was_stopping {
                 self.stopping = Some(Stopping {
@@ -580,6 +594,7 @@ impl Actor {
         })?;
         self.generation += 1;
         let generation = self.generation;
+        let pgid = spawned.identity.pid;
         tracing::info!(
             step,
             pid = spawned.identity.pid,
@@ -598,6 +613,7 @@ impl Actor {
             step: step.to_string(),
             started: Instant::now(),
             started_at: Some(started_at),
+            own_child: true,
         });
         self.record.state = PipelineState::Running;
         self.record.active_step = Some(step.to_string());
@@ -608,6 +624,11 @@ impl Actor {
         let child = spawned.child;
         tokio::spawn(async move {
             let outcome = process::spawn::wait(child).await;
+            // Whatever the worker left in its group (a stuck data loader, a helper
+            // ignoring SIGTERM) goes with it, so a restart starts clean.
+            if process::signal::signal_own_group(pgid, Signal::SIGKILL) {
+                tracing::warn!(pgid, "killed processes the worker left behind in its group");
+            }
             let _ = exits.send(WorkerExit {
                 generation,
                 outcome,
@@ -765,7 +786,7 @@ impl Actor {
         let mark = StopMark::take(self.record.run_dir.as_deref(), &root);
         let timeout = timeout.unwrap_or(self.timings.stop_timeout);
         tracing::info!(pid = worker.identity.pid, step = %worker.step, ?timeout, "stopping: SIGTERM to the worker's process group");
-        process::signal::signal_group(&worker.identity, Signal::SIGTERM);
+        worker.signal(Signal::SIGTERM);
         self.stopping = Some(Stopping {
             deadline: Instant::now() + timeout,
             killed: false,
@@ -786,7 +807,7 @@ impl Actor {
             pid = worker.identity.pid,
             "the worker did not exit within the stop timeout; SIGKILL"
         );
-        process::signal::signal_group(&worker.identity, Signal::SIGKILL);
+        worker.signal(Signal::SIGKILL);
         stopping.killed = true;
     }
 }

@@ -23,3 +23,14 @@ pub fn signal_group(worker: &ProcessIdentity, signal: Signal) -> bool {
         }
     }
 }
+
+/// Sends `signal` to the process group `pgid` of a child we spawned and have not
+/// yet reaped completely. While any member lives the kernel does not hand out that
+/// number as a new pid, so no identity check is needed, and this still reaches
+/// members that outlive the leader (data loaders, helpers).
+pub fn signal_own_group(pgid: u32, signal: Signal) -> bool {
+    let Ok(raw) = i32::try_from(pgid) else {
+        return false;
+    };
+    killpg(Pid::from_raw(raw), signal).is_ok()
+}
