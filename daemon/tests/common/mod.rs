@@ -195,6 +195,13 @@ impl Drop for Env {
         {
             unsafe { libc_kill(pid, 9) };
         }
+        if let Ok(pid) = std::fs::read_to_string(self.data_root.join("fake-helper.pid"))
+            && let Ok(pid) = pid.trim().parse::<i32>()
+            && std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.contains("sleep"))
+        {
+            unsafe { libc_kill(pid, 9) };
+        }
         if let Some(pid) = self.worker_pid()
             && std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
                 .is_ok_and(|c| c.contains("fake-worker"))
