@@ -15,11 +15,11 @@ use tokio::time::Instant;
 
 use super::alert::{Alert, AlertSender};
 use super::judge::{Verdict, judge};
-use super::markers;
-use super::record::{PipelineRecord, StepEntry, WorkerRecord};
+use super::record::{PipelineRecord, WorkerRecord};
 use super::request::StartRequest;
 use super::restart::Timings;
 use super::stop::{StopMark, StopReport};
+use super::{markers, plan};
 use crate::layout::Layout;
 use crate::process::{self, ExitOutcome, ProcessIdentity, SpawnSpec};
 
@@ -357,12 +357,12 @@ impl Actor {
         }
         let chunk = req.chunk.unwrap_or(self.config.chunk);
         let scale = req.scale.unwrap_or(self.config.scale);
-        let steps = self.plan(chunk, req.skip_train);
+        let steps = plan::steps(&self.layout, &self.config, chunk, req.skip_train);
         let trains = steps
             .iter()
             .any(|s| s.name == TRAIN_STEP && s.state == StepState::Pending);
         let resume_from = if trains {
-            self.resolve_resume(&req, chunk)?
+            plan::resolve_resume(&self.layout, &req, chunk)?
         } else {
             None
         };
@@ -429,79 +429,6 @@ impl Actor {
         })
     }
 
-    /// The configured steps with their starting state for this chunk.
-    fn plan(&self, chunk: u32, skip_train: bool) -> Vec<StepEntry> {
-        let mut past_train = false;
-        self.config
-            .steps
-            .iter()
-            .map(|step| {
-                let name = step.as_str().to_string();
-                if name == TRAIN_STEP {
-                    past_train = true;
-                }
-                let state = if skip_train && past_train {
-                    StepState::Skipped
-                } else if markers::is_done(&self.layout, chunk, &name) {
-                    StepState::Done
-                } else {
-                    StepState::Pending
-                };
-                StepEntry { name, state }
-            })
-            .collect()
-    }
-
-    /// `--resume` made concrete: a given spec must resolve; chunks 2–4 without one
-    /// continue from the previous chunk's latest checkpoint, which must exist.
-    fn resolve_resume(
-        &self,
-        req: &StartRequest,
-        chunk: u32,
-    ) -> Result<Option<PathBuf>, StartError> {
-        let root = self.layout.checkpoints_root();
-        if let Some(spec) = &req.resume {
-            let spec = if spec == "latest" {
-                spec.clone()
-            } else {
-                absolute(Path::new(spec)).display().to_string()
-            };
-            return lavender::checkpoint::resolve_resume(&spec, &root)
-                .map(|c| Some(c.path))
-                .map_err(|e| {
-                    StartError::Invalid(format!(
-                        "--resume {}: {e}",
-                        req.resume.as_deref().unwrap_or_default()
-                    ))
-                });
-        }
-        if chunk <= 1 {
-            return Ok(None);
-        }
-        let prev = chunk - 1;
-        let marker = markers::read(&self.layout, prev, TRAIN_STEP).ok_or_else(|| {
-            StartError::Invalid(format!(
-                "chunk {chunk} continues from chunk {prev}'s latest checkpoint, but chunk {prev} has not finished its train step (no done-marker at {}); finish chunk {prev} or pass --resume PATH|latest",
-                self.layout.done_marker(prev, TRAIN_STEP).display()
-            ))
-        })?;
-        let run_dir = marker.run_dir.ok_or_else(|| {
-            StartError::Invalid(format!(
-                "chunk {prev}'s done-marker names no run directory; pass --resume PATH|latest"
-            ))
-        })?;
-        match lavender::checkpoint::latest_complete(&run_dir) {
-            Ok(Some(c)) => Ok(Some(c.path)),
-            Ok(None) => Err(StartError::Invalid(format!(
-                "chunk {chunk} continues from chunk {prev}, but its run {} has no complete checkpoint; pass --resume PATH",
-                run_dir.display()
-            ))),
-            Err(e) => Err(StartError::Invalid(format!(
-                "chunk {chunk} continues from chunk {prev}: {e}; pass --resume PATH"
-            ))),
-        }
-    }
-
     /// Starts the next pending step, or finishes the pipeline.
     fn advance(&mut self) {
         let next = self
@@ -547,41 +474,20 @@ impl Actor {
     }
 
     fn spawn_step(&mut self, step: &str, after_crash: bool) -> Result<()> {
-        let chunk = self.record.chunk.unwrap_or(self.config.chunk);
-        let scale = self
-            .record
-            .scale
-            .clone()
-            .unwrap_or_else(|| self.config.scale.to_string());
-        let mut argv = self.config.worker.command.clone();
-        argv.push(step.to_string());
-        let path_arg = |p: &Path| p.display().to_string();
-        argv.extend([
-            "--config".to_string(),
-            path_arg(&self.layout.worker_config()),
-            "--data-root".into(),
-            path_arg(&self.layout.data_root),
-        ]);
-        if let Some(run_dir) = &self.record.run_dir {
-            argv.extend(["--run-dir".into(), path_arg(run_dir)]);
-        }
-        argv.extend(["--scale".into(), scale, "--chunk".into(), chunk.to_string()]);
-        if step == TRAIN_STEP {
-            // After a crash: the run's own newest checkpoint, else where it started from.
-            let resume = if after_crash {
-                self.record
-                    .run_dir
-                    .as_deref()
-                    .and_then(|d| lavender::checkpoint::latest_complete(d).ok().flatten())
-                    .map(|c| c.path)
-                    .or_else(|| self.record.resume_from.clone())
-            } else {
-                self.record.resume_from.clone()
-            };
-            if let Some(path) = resume {
-                argv.extend(["--resume".into(), path_arg(&path)]);
-            }
-        }
+        let resume = if step != TRAIN_STEP {
+            None
+        } else if after_crash {
+            plan::crash_resume(&self.record)
+        } else {
+            self.record.resume_from.clone()
+        };
+        let argv = plan::worker_argv(
+            &self.layout,
+            &self.config,
+            &self.record,
+            step,
+            resume.as_deref(),
+        );
         let log_file = self
             .record
             .log_file
@@ -812,19 +718,9 @@ impl Actor {
     }
 }
 
-fn absolute(p: &Path) -> PathBuf {
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        std::env::current_dir()
-            .map(|d| d.join(p))
-            .unwrap_or_else(|_| p.to_path_buf())
-    }
-}
-
 fn same_path(a: &Path, b: &Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
         (Ok(a), Ok(b)) => a == b,
-        _ => absolute(a) == absolute(b),
+        _ => plan::absolute(a) == plan::absolute(b),
     }
 }

@@ -5,6 +5,7 @@ pub mod actor;
 pub mod alert;
 pub mod judge;
 pub mod markers;
+pub mod plan;
 pub mod record;
 pub mod request;
 pub mod restart;
