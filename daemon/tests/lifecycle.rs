@@ -222,3 +222,53 @@ fn keep_runs_prunes_old_runs_when_a_pipeline_finishes() {
         "the newest run is kept"
     );
 }
+
+#[test]
+fn logs_follow_prints_new_lines() {
+    let mut env = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "10",
+            "--checkpoint-every",
+            "20",
+        ],
+        "",
+        "[train]",
+    );
+    env.serve();
+    assert!(env.run(&["start"]).status.success());
+    let out_path = env.dir.path().join("follow.out");
+    let mut follower = env
+        .cmd()
+        .args(["logs", "-f", "-n", "0"])
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "followed log lines", || {
+        std::fs::read_to_string(&out_path)
+            .unwrap()
+            .contains("fake-worker: saved")
+    });
+    let _ = follower.kill();
+    let _ = follower.wait();
+    assert!(env.run(&["stop"]).status.success());
+}
+
+#[test]
+fn config_check_names_a_bad_key() {
+    let env = Env::new(&[], "  max_restart: 3", "[train]");
+    let out = env.run(&["config", "check"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("max_restart") && err.contains("lavender.yaml"),
+        "{err}"
+    );
+    let good = Env::new(&[], "", "[train]");
+    let out = good.run(&["config", "check"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("supervisor:"), "{}", stdout(&out));
+}
