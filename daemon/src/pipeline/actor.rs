@@ -40,7 +40,7 @@ pub struct StartReply {
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum StartError {
-    #[error("the pipeline is already {state}{}; stop it first (lavenderd stop)", pid.map(|p| format!(" (worker pid {p})")).unwrap_or_default())]
+    #[error("the pipeline is {}{}; stop it first (lavenderd stop)", busy(*state), pid.map(|p| format!(" (worker pid {p})")).unwrap_or_default())]
     AlreadyRunning {
         state: PipelineState,
         pid: Option<u32>,
@@ -49,6 +49,14 @@ pub enum StartError {
     Invalid(String),
     #[error("{0}")]
     Spawn(String),
+}
+
+fn busy(state: PipelineState) -> &'static str {
+    match state {
+        PipelineState::Crashed => "waiting to restart after a crash",
+        PipelineState::Stopping => "stopping",
+        _ => "already running",
+    }
 }
 
 enum Command {
