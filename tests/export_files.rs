@@ -389,21 +389,19 @@ fn locate_run_takes_a_path_a_name_or_the_newest() {
     let run = make_run(root.path(), &RunSpec::default());
     let newer = root.path().join("checkpoints/run-2026-02-01_00-00-00");
     fs::create_dir_all(&newer).unwrap();
-    assert_eq!(export::locate_run(root.path(), None).unwrap(), newer);
+    let runs = root.path().join("checkpoints");
+    assert_eq!(export::locate_run(&runs, None).unwrap(), newer);
+    assert_eq!(export::locate_run(&runs, Some(RUN_NAME)).unwrap(), run);
     assert_eq!(
-        export::locate_run(root.path(), Some(RUN_NAME)).unwrap(),
+        export::locate_run(&runs, Some(run.to_str().unwrap())).unwrap(),
         run
     );
-    assert_eq!(
-        export::locate_run(root.path(), Some(run.to_str().unwrap())).unwrap(),
-        run
-    );
-    let err = export::locate_run(root.path(), Some("run-1999"))
+    let err = export::locate_run(&runs, Some("run-1999"))
         .unwrap_err()
         .to_string();
     assert!(err.contains("run-1999") && err.contains(RUN_NAME), "{err}");
     let empty = tempfile::tempdir().unwrap();
-    let err = export::locate_run(empty.path(), None)
+    let err = export::locate_run(&empty.path().join("checkpoints"), None)
         .unwrap_err()
         .to_string();
     assert!(err.contains("a training run not found"), "{err}");

@@ -97,15 +97,15 @@ pub struct ExportReport {
     pub warnings: Vec<String>,
 }
 
-/// The run directory for `--run`: a path, a run name under
-/// `<data_root>/checkpoints/`, or (none given) the newest run there.
-pub fn locate_run(data_root: &Path, run: Option<&str>) -> Result<PathBuf> {
-    let root = data_root.join(run::CHECKPOINTS_DIR);
+/// The run directory for `--run`: a path, a run name under `checkpoints_root`
+/// (`<data_root>/checkpoints`), or (none given) the newest run there.
+pub fn locate_run(checkpoints_root: &Path, run: Option<&str>) -> Result<PathBuf> {
+    let root = checkpoints_root;
     match run {
-        None => run::latest_run(&root)?.map(|r| r.path).ok_or_else(|| {
+        None => run::latest_run(root)?.map(|r| r.path).ok_or_else(|| {
             ExportError::missing(
                 "a training run",
-                &root,
+                root,
                 "train first, or pass --run with a run directory",
             )
         }),
@@ -118,7 +118,7 @@ pub fn locate_run(data_root: &Path, run: Option<&str>) -> Result<PathBuf> {
             if named.is_dir() {
                 return Ok(named);
             }
-            let runs: Vec<String> = run::list_runs(&root)?.iter().map(|r| r.name()).collect();
+            let runs: Vec<String> = run::list_runs(root)?.iter().map(|r| r.name()).collect();
             Err(ExportError::missing(
                 format!("run {spec:?}"),
                 &named,

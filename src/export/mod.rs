@@ -30,7 +30,9 @@ pub use exporter::{
 pub use hf_config::{ModelDims, SpecialTokens, model_dims};
 pub use history::LogHistory;
 pub use output::{export_json, export_text, resolve_json, resolve_text};
-pub use resolve::{Field, ResolveOptions, Resolved, ResolvedCheckpoint, resolve};
+pub use resolve::{
+    Field, ResolveOptions, Resolved, ResolvedCheckpoint, Sources, parse_lr_list, resolve,
+};
 pub use run_config::RunConfig;
 pub use segments::{Segment, lr_x_steps, terminal_velocity_factor};
 pub use step::{checkpoint_step, step_from_name};

@@ -12,6 +12,7 @@ use super::run_config::{CONFIG_FILE, RunConfig};
 use super::segments::{self, Segment};
 use super::step::{checkpoint_step, dir_name};
 use super::{ExportError, Result};
+use crate::error::IoContext;
 use crate::trainer_state;
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -197,6 +198,37 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
     })
 }
 
+/// `--lr-list`: learning rates separated by commas or whitespace, or `@FILE` holding
+/// such a list or a JSON array; step 1 first.
+pub fn parse_lr_list(spec: &str) -> Result<Vec<f64>> {
+    let (text, origin) = match spec.strip_prefix('@') {
+        Some(file) => {
+            let path = Path::new(file);
+            let text = std::fs::read_to_string(path).ctx("read the --lr-list file", path)?;
+            (text, file.to_string())
+        }
+        None => (spec.to_string(), "--lr-list".to_string()),
+    };
+    let trimmed = text.trim();
+    if trimmed.starts_with('[') {
+        return serde_json::from_str(trimmed).map_err(|e| {
+            ExportError::bad_option(
+                "--lr-list",
+                format!("{origin} is not a JSON array of numbers: {e}"),
+            )
+        });
+    }
+    trimmed
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<f64>().map_err(|_| {
+                ExportError::bad_option("--lr-list", format!("{t:?} in {origin} is not a number"))
+            })
+        })
+        .collect()
+}
+
 /// A lavender checkpoint as the worker saved it cannot be loaded by attribution
 /// tools: say so up front rather than fail later inside `from_pretrained`.
 fn refuse_unexported(path: &Path) -> Result<()> {
@@ -241,5 +273,32 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lr_lists_from_the_command_line_or_a_file() {
+        assert_eq!(parse_lr_list("0.1,0.2, 3e-4").unwrap(), [0.1, 0.2, 3e-4]);
+        let dir = tempfile::tempdir().unwrap();
+        let json = dir.path().join("lrs.json");
+        std::fs::write(&json, "[0.5, 0.25]").unwrap();
+        assert_eq!(
+            parse_lr_list(&format!("@{}", json.display())).unwrap(),
+            [0.5, 0.25]
+        );
+        let lines = dir.path().join("lrs.txt");
+        std::fs::write(&lines, "0.5\n0.25\n").unwrap();
+        assert_eq!(
+            parse_lr_list(&format!("@{}", lines.display())).unwrap(),
+            [0.5, 0.25]
+        );
+        let err = parse_lr_list("0.1,x").unwrap_err().to_string();
+        assert!(err.contains("\"x\" in --lr-list is not a number"), "{err}");
+        let err = parse_lr_list("@/nonexistent/lrs").unwrap_err().to_string();
+        assert!(err.contains("/nonexistent/lrs"), "{err}");
     }
 }
