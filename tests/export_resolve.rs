@@ -355,3 +355,22 @@ fn json_output_says_where_each_value_came_from() {
         "{text}"
     );
 }
+
+#[test]
+fn only_lavenders_layouts_are_probed_not_any_config_yaml_above() {
+    let root = tempfile::tempdir().unwrap();
+    let run = make_run(root.path(), &RunSpec::default());
+    // An export moved out of its run, below an unrelated config.yaml.
+    let elsewhere = root.path().join("projects/attribution/models");
+    fs::create_dir_all(&elsewhere).unwrap();
+    fs::write(root.path().join("projects/config.yaml"), config_yaml(0.5)).unwrap();
+    export::export(&ExportOptions {
+        out: Some(elsewhere.clone()),
+        ..ExportOptions::new(&run)
+    })
+    .unwrap();
+    let r = export::resolve(&opts(&[elsewhere.join("checkpoint-6")])).unwrap();
+    assert_eq!(r.run, None);
+    assert_eq!((r.momentum, r.sources.momentum), (None, Field::Unset));
+    assert_eq!(r.checkpoints[0].step, Some(6));
+}
