@@ -329,6 +329,12 @@ fn bad_options_are_named() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("--lr-list: has 3 learning rates"), "{err}");
+    let typo = root.path().join("exported/checkpoint-66");
+    let err = export::resolve(&opts(&[typo])).unwrap_err().to_string();
+    assert!(
+        err.contains("checkpoint-66") && err.contains("not found"),
+        "{err}"
+    );
     let reversed: Vec<PathBuf> = ckpts.iter().rev().cloned().collect();
     let err = export::resolve(&opts(&reversed)).unwrap_err().to_string();
     assert!(err.contains("training order"), "{err}");

@@ -98,6 +98,13 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
         ));
     }
     for c in &opts.checkpoints {
+        if !c.exists() {
+            return Err(ExportError::missing(
+                "checkpoint",
+                c,
+                "check the path; `lavenderd export` prints where it wrote each checkpoint",
+            ));
+        }
         refuse_unexported(c)?;
     }
     let checkpoints: Vec<ResolvedCheckpoint> = opts
