@@ -2,6 +2,7 @@
 
 mod cli;
 mod data;
+mod logits;
 mod model;
 mod optim;
 mod progress;
@@ -42,6 +43,8 @@ enum Command {
     /// Score training windows and keep the hardest.
     #[command(name = "mine_hard")]
     MineHard(StepArgs),
+    /// Print a checkpoint's logits for a token sequence as JSON.
+    Logits(logits::LogitsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,6 +56,7 @@ fn main() -> anyhow::Result<()> {
         Command::BuildShards(a) => data::run(data::DataStep::BuildShards, &a),
         Command::Precompute(a) => data::run(data::DataStep::Precompute, &a),
         Command::Train(a) => train::run(a),
+        Command::Logits(a) => logits::run(a),
         Command::MineHard(a) => {
             anyhow::bail!("step not available in this build (args: {a:?})")
         }
