@@ -355,6 +355,42 @@ async fn a_500_is_retried_and_a_400_is_not() {
 }
 
 #[tokio::test]
+async fn an_attempt_that_hangs_times_out_and_is_retried() {
+    // Accepts connections and never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            held.push(socket);
+        }
+    });
+    let state = tempfile::tempdir().unwrap();
+    let mut cfg = quiet_config();
+    webhook(
+        &mut cfg,
+        "hook",
+        format!("http://{addr}/hook"),
+        WebhookFormat::Json,
+    );
+    let mut options = fast();
+    options.timings.attempt_timeout = Duration::from_millis(100);
+    let n = Notifier::start_with(&cfg, state.path(), options);
+    let start = Instant::now();
+    n.send(crash());
+    settle(&n, "hook", |_, failed, _| failed == 1).await;
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+    let answer = n.test(Some("hook")).await;
+    assert_eq!(answer[0].1, Err("no answer within 0.1 s".to_string()));
+}
+
+#[tokio::test]
 async fn bark_must_confirm_with_code_200() {
     let server = Recorder::start().await;
     let state = tempfile::tempdir().unwrap();

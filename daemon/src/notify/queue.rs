@@ -165,3 +165,38 @@ async fn deliver(lane: &Lane, http: Option<&reqwest::Client>, policy: &Policy, n
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lavender::config::WebhookFormat;
+
+    use super::super::webhook::Webhook;
+
+    #[test]
+    fn a_full_queue_drops_its_oldest_milestone_and_keeps_alerts() {
+        let lane = Lane::new(
+            "hook".into(),
+            Channel::Webhook(Webhook::new("http://127.0.0.1:9", WebhookFormat::Json)),
+        );
+        lane.push(Notification::milestone("m", "first"));
+        for i in 1..CAPACITY {
+            lane.push(Notification::alert("a", format!("alert {i}"), ""));
+        }
+        lane.push(Notification::alert("crashed", "newest", ""));
+        assert_eq!(lane.counts().dropped, 1);
+        // The milestone made room; alerts leave oldest first.
+        assert_eq!(lane.pop().unwrap().title, "alert 1");
+        // Full of alerts: a new milestone is what goes.
+        lane.push(Notification::alert("a", "refill", ""));
+        lane.push(Notification::milestone("m", "late"));
+        assert_eq!(lane.counts().dropped, 2);
+        let mut rest = Vec::new();
+        while let Some(n) = lane.pop() {
+            rest.push(n);
+        }
+        assert_eq!(rest.len(), CAPACITY);
+        assert!(rest.iter().all(|n| n.level == Level::Alert));
+        assert_eq!(rest.last().unwrap().title, "refill");
+    }
+}
