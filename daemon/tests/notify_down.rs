@@ -12,9 +12,9 @@ mod notify_support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::notify::Notifier;
+use crate::notify_support::*;
 use lavender::config::WebhookFormat;
-use notify::Notifier;
-use notify_support::*;
 
 /// Log lines at WARN and above, for counting.
 #[derive(Clone, Default)]

@@ -14,10 +14,11 @@ use std::time::Duration;
 
 use lavender::config::WebhookFormat;
 use lavender::events;
-use notify::{
+// `crate::`: the `notify` file-watching crate is a dependency of the package too.
+use crate::notify::{
     AlertKind, EventFollower, ExitReason, Level, Notification, Notifier, Options, alert, milestone,
 };
-use notify_support::*;
+use crate::notify_support::*;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
