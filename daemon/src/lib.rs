@@ -6,6 +6,7 @@ pub mod daemon;
 pub mod inventory;
 pub mod layout;
 pub mod logs;
+pub mod notify;
 pub mod pipeline;
 pub mod process;
 pub mod server;
