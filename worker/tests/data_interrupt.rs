@@ -76,7 +76,7 @@ fn kill_half_way(
 #[test]
 fn sigkilled_dedup_keeps_the_previous_output_and_a_rerun_succeeds() {
     let root = Root::new();
-    let src = big_corpus(&root, 300_000);
+    let src = big_corpus(&root, 120_000);
     root.config(&path_config(&src, ""));
     root.ok("downloads", &[]);
     root.ok("dedup", &[]);
