@@ -57,9 +57,7 @@ fn kill_half_way(
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Some(dir) = staging(parent, name)
-            && ready(&dir)
-        {
+        if staging(parent, name).is_some_and(|dir| ready(&dir)) {
             break;
         }
         assert!(

@@ -141,3 +141,15 @@ pub fn upstream_outputs(ctx: &Ctx, m: &StepManifest) -> Result<Vec<(PathBuf, Inp
 pub fn total_size(paths: &[(PathBuf, InputFingerprint)]) -> u64 {
     paths.iter().map(|(_, f)| f.size).sum()
 }
+
+/// Visible entries of `dir`, sorted (lock files and staging directories are hidden).
+#[cfg(test)]
+pub fn tests_listing(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    v.sort();
+    v
+}
