@@ -24,6 +24,11 @@ impl Ctx {
         let root = settings.data_root.clone();
         std::fs::create_dir_all(&root)
             .with_context(|| format!("could not create the data root {}", root.display()))?;
+        if let Some(run_dir) = &settings.run_dir {
+            std::fs::create_dir_all(run_dir).with_context(|| {
+                format!("could not create the run directory {}", run_dir.display())
+            })?;
+        }
         Ok(Ctx { settings, root })
     }
 
