@@ -328,3 +328,31 @@ fn precompute_uses_user_sft_and_dpo_jsonl_when_configured() {
     assert!(err.contains("dpo.jsonl:1"), "{err}");
     assert_eq!(root.count("tokens", "dpo_pairs"), d);
 }
+
+#[test]
+fn near_duplicate_removal_is_behind_its_switch() {
+    let root = Root::new();
+    let base: Vec<String> = (0..60).map(|i| format!("word{i}")).collect();
+    let original = format!("A:\n{}", base.join(" "));
+    let near = original.replace("word30", "changed");
+    let other = format!(
+        "B:\n{}",
+        (0..60)
+            .map(|i| format!("other{i}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let src = corpus(&root, &[&original, &near, &other]);
+    root.config(&path_config(&src, ""));
+    root.ok("downloads", &[]);
+    root.ok("dedup", &[]);
+    assert_eq!(root.count("corpus/dedup", "documents"), 3, "off by default");
+
+    let err = root.ok("dedup", &["--set", "data.dedup.near_duplicates=true"]);
+    assert!(err.contains("1 of them near duplicates"), "{err}");
+    assert_eq!(root.count("corpus/dedup", "removed_near_duplicates"), 1);
+    assert_eq!(
+        docs(&root.data().join("corpus/dedup/documents.jsonl")),
+        [original, other]
+    );
+}
