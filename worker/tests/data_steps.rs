@@ -356,3 +356,32 @@ fn near_duplicate_removal_is_behind_its_switch() {
         [original, other]
     );
 }
+
+#[test]
+fn a_rerun_that_changes_nothing_does_not_cascade() {
+    let root = Root::new();
+    let texts = many_docs(30);
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let src = corpus(&root, &refs);
+    root.config(&path_config(&src, ""));
+    for step in ["downloads", "dedup", "filter"] {
+        root.ok(step, &[]);
+    }
+    let err = root.ok("downloads", &["--force"]);
+    assert!(err.contains("1 of 1 outputs unchanged"), "{err}");
+    assert!(root.ok("dedup", &[]).contains("up to date"));
+
+    // A touched source (same bytes, new mtime) reruns downloads, and only downloads.
+    let f = std::fs::File::options()
+        .write(true)
+        .open(src.join("corpus.txt"))
+        .unwrap();
+    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
+        .unwrap();
+    assert!(!root.ok("downloads", &[]).contains("up to date"));
+    assert!(root.ok("dedup", &[]).contains("up to date"));
+
+    // dedup forced with the same result leaves filter fresh too.
+    root.ok("dedup", &["--force"]);
+    assert!(root.ok("filter", &[]).contains("up to date"));
+}

@@ -54,6 +54,38 @@ impl Staged {
         &self.staging
     }
 
+    /// Give each staged output whose bytes equal the current one's the current one's
+    /// mtime, so the next steps' fingerprints (size + mtime) still match and a rerun that
+    /// changed nothing (a `--force`, a touched source file) does not cascade down the
+    /// pipeline. `outputs` are relative to `step_dir`, which holds the target. Returns
+    /// how many outputs were unchanged.
+    pub fn keep_unchanged_mtimes(&self, step_dir: &Path, outputs: &[String]) -> Result<usize> {
+        let inner = self.target.strip_prefix(step_dir).unwrap_or(Path::new(""));
+        let mut unchanged = 0;
+        for o in outputs {
+            let Ok(rel) = Path::new(o).strip_prefix(inner) else {
+                continue;
+            };
+            let (new, old) = (self.staging.join(rel), self.target.join(rel));
+            let Ok(old_meta) = std::fs::metadata(&old) else {
+                continue;
+            };
+            if !same_bytes(&new, &old)? {
+                continue;
+            }
+            let mtime = old_meta
+                .modified()
+                .with_context(|| format!("could not read the mtime of {}", old.display()))?;
+            File::options()
+                .write(true)
+                .open(&new)
+                .and_then(|f| f.set_modified(mtime))
+                .with_context(|| format!("could not set the mtime of {}", new.display()))?;
+            unchanged += 1;
+        }
+        Ok(unchanged)
+    }
+
     /// Swap the staged directory into place. The caller removed the step's manifest
     /// before and writes the new one after, so a crash in between reads as "not done".
     pub fn commit(mut self) -> Result<()> {
@@ -98,6 +130,31 @@ impl Drop for Staged {
     fn drop(&mut self) {
         if !self.committed {
             let _ = std::fs::remove_dir_all(&self.staging);
+        }
+    }
+}
+
+/// True when both files hold the same bytes (compared streaming, sizes first).
+fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
+    use std::io::Read;
+    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).ok();
+    if len(a).is_none() || len(a) != len(b) {
+        return Ok(false);
+    }
+    let open = |p: &Path| File::open(p).with_context(|| format!("could not open {}", p.display()));
+    let (mut fa, mut fb) = (open(a)?, open(b)?);
+    let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    loop {
+        let n = fa
+            .read(&mut ba)
+            .with_context(|| format!("could not read {}", a.display()))?;
+        if n == 0 {
+            return Ok(true);
+        }
+        fb.read_exact(&mut bb[..n])
+            .with_context(|| format!("could not read {}", b.display()))?;
+        if ba[..n] != bb[..n] {
+            return Ok(false);
         }
     }
 }

@@ -89,6 +89,15 @@ pub fn say_skipped(step: &str, m: &StepManifest) {
 /// Publish a step's outputs: drop the old manifest, swap the staged directory in, write
 /// the new manifest last.
 pub fn commit(ctx: &Ctx, staged: Staged, mut m: StepManifest) -> Result<()> {
+    let dir = manifest::step_dir(&ctx.root, &m.step);
+    let unchanged = staged.keep_unchanged_mtimes(&dir, &m.outputs)?;
+    if unchanged > 0 {
+        eprintln!(
+            "{}: {unchanged} of {} outputs unchanged; the steps after it will see them as before",
+            m.step,
+            m.outputs.len()
+        );
+    }
     stage::remove_if_exists(&manifest::manifest_path(&ctx.root, &m.step))?;
     staged.commit()?;
     m.finished_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
