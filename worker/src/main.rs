@@ -2,10 +2,13 @@
 
 mod cli;
 mod data;
+mod model;
+mod optim;
 mod progress;
 // The trainer reads token arrays through this API; not every accessor has a caller yet.
 #[allow(dead_code)]
 mod tokens;
+mod train;
 
 use clap::{Parser, Subcommand};
 
@@ -35,7 +38,7 @@ enum Command {
     /// Train the tokenizer and encode shards, SFT and DPO sets into token arrays.
     Precompute(StepArgs),
     /// Train pretrain → sft → dpo with checkpoints, heartbeat and events.
-    Train(StepArgs),
+    Train(train::TrainArgs),
     /// Score training windows and keep the hardest.
     #[command(name = "mine_hard")]
     MineHard(StepArgs),
@@ -49,7 +52,8 @@ fn main() -> anyhow::Result<()> {
         Command::Filter(a) => data::run(data::DataStep::Filter, &a),
         Command::BuildShards(a) => data::run(data::DataStep::BuildShards, &a),
         Command::Precompute(a) => data::run(data::DataStep::Precompute, &a),
-        Command::Train(a) | Command::MineHard(a) => {
+        Command::Train(a) => train::run(a),
+        Command::MineHard(a) => {
             anyhow::bail!("step not available in this build (args: {a:?})")
         }
     }

@@ -1,0 +1,262 @@
+//! AdamW over the model's flat parameter buffer.
+//!
+//! tch's built-in optimizers hide their moments, and tch 0.26 binds neither
+//! `_fused_adamw_` nor the `_foreach_*` kernels. Because every parameter is a view
+//! into one flat buffer (see `model::params`), the update below is a fixed handful
+//! of whole-model kernels — the same effect as a fused kernel, whatever the number
+//! of parameters. The moments are flat too and are saved by parameter name.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Result, bail, ensure};
+use tch::{Kind, Tensor};
+
+use crate::model::params::ParamSet;
+use crate::model::tensor_file::{self, TensorFile};
+
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+pub const EXP_AVG: &str = "exp_avg";
+pub const EXP_AVG_SQ: &str = "exp_avg_sq";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamWConfig {
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+pub struct AdamW {
+    pub cfg: AdamWConfig,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    /// Optimizer steps taken (drives bias correction).
+    pub step: u64,
+}
+
+impl AdamW {
+    pub fn new(cfg: AdamWConfig, params: &ParamSet) -> AdamW {
+        let flat = params.flat();
+        AdamW {
+            cfg,
+            exp_avg: flat.zeros_like(),
+            exp_avg_sq: flat.zeros_like(),
+            step: 0,
+        }
+    }
+
+    /// One update of every parameter from the flat gradient `grad` at learning rate `lr`.
+    pub fn step(&mut self, params: &ParamSet, grad: &Tensor, lr: f64) {
+        let _guard = tch::no_grad_guard();
+        let AdamWConfig {
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+        } = self.cfg;
+        self.step += 1;
+        let mut flat = params.flat().shallow_clone();
+        if weight_decay != 0.0 && params.decay_numel() > 0 {
+            // Decoupled decay on the leading, decayed part of the buffer only.
+            let mut decayed = flat.narrow(0, 0, params.decay_numel());
+            let _ = decayed.g_mul_scalar_(1.0 - lr * weight_decay);
+        }
+        let _ = self.exp_avg.lerp_(grad, 1.0 - beta1);
+        let _ = self.exp_avg_sq.g_mul_scalar_(beta2);
+        let _ = self.exp_avg_sq.g_add_(&(grad.square() * (1.0 - beta2)));
+        let bc1 = 1.0 - beta1.powi(self.step as i32);
+        let bc2 = 1.0 - beta2.powi(self.step as i32);
+        let mut denom = self.exp_avg_sq.sqrt();
+        let _ = denom.g_mul_scalar_(1.0 / bc2.sqrt());
+        let _ = denom.g_add_scalar_(eps);
+        let mut update = &self.exp_avg / &denom;
+        let _ = update.g_mul_scalar_(lr / bc1);
+        let _ = flat.g_sub_(&update);
+    }
+
+    /// Writes the moments as `<param>.exp_avg` / `<param>.exp_avg_sq` with the step,
+    /// betas, eps and weight decay in the metadata.
+    pub fn save(&self, params: &ParamSet, path: &Path) -> Result<()> {
+        let views: Vec<(String, Tensor)> = params
+            .params
+            .iter()
+            .flat_map(|p| {
+                let view =
+                    |flat: &Tensor| flat.narrow(0, p.offset, p.numel).view(p.shape.as_slice());
+                [
+                    (format!("{}.{EXP_AVG}", p.name), view(&self.exp_avg)),
+                    (format!("{}.{EXP_AVG_SQ}", p.name), view(&self.exp_avg_sq)),
+                ]
+            })
+            .collect();
+        let refs: Vec<(String, &Tensor)> = views.iter().map(|(n, t)| (n.clone(), t)).collect();
+        let c = self.cfg;
+        let meta = BTreeMap::from([
+            ("optimizer".to_string(), "adamw".to_string()),
+            ("step".to_string(), self.step.to_string()),
+            ("betas".to_string(), format!("[{}, {}]", c.beta1, c.beta2)),
+            ("beta1".to_string(), c.beta1.to_string()),
+            ("beta2".to_string(), c.beta2.to_string()),
+            ("eps".to_string(), c.eps.to_string()),
+            ("weight_decay".to_string(), c.weight_decay.to_string()),
+        ]);
+        tensor_file::write(path, &refs, meta)
+    }
+
+    /// Restores moments and step saved by [`Self::save`] for the same parameters.
+    pub fn load(&mut self, params: &ParamSet, path: &Path) -> Result<()> {
+        let file = TensorFile::read(path)?;
+        let step = file.meta_f64("step", path)?;
+        ensure!(
+            step >= 0.0 && step.fract() == 0.0,
+            "{}: metadata step = {step} is not a step count",
+            path.display()
+        );
+        let _guard = tch::no_grad_guard();
+        for p in &params.params {
+            for (suffix, flat) in [
+                (EXP_AVG, &mut self.exp_avg),
+                (EXP_AVG_SQ, &mut self.exp_avg_sq),
+            ] {
+                let name = format!("{}.{suffix}", p.name);
+                let Some(t) = file.tensors.get(&name) else {
+                    bail!(
+                        "{} has no {name}; it does not belong to this model",
+                        path.display()
+                    );
+                };
+                if t.size() != p.shape {
+                    bail!(
+                        "{}: {name} has shape {:?}, the parameter has {:?}",
+                        path.display(),
+                        t.size(),
+                        p.shape
+                    );
+                }
+                flat.narrow(0, p.offset, p.numel)
+                    .copy_(&t.reshape([-1]).to_device(flat.device()));
+            }
+        }
+        self.step = step as u64;
+        Ok(())
+    }
+}
+
+/// Scales `grad` in place so its global L2 norm is at most `max_norm` (≤ 0: off);
+/// returns the norm before clipping.
+pub fn clip_grad_norm(grad: &mut Tensor, max_norm: f64) -> f64 {
+    let _guard = tch::no_grad_guard();
+    let norm = grad.norm().to_kind(Kind::Double).double_value(&[]);
+    if max_norm > 0.0 && norm.is_finite() {
+        let coef = max_norm / (norm + 1e-6);
+        if coef < 1.0 {
+            let _ = grad.g_mul_scalar_(coef);
+        }
+    }
+    norm
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::params::{Init, ParamSpec};
+    use tch::Device;
+
+    fn two_params() -> ParamSet {
+        let spec = |name: &str, decay| ParamSpec {
+            name: name.into(),
+            shape: vec![2, 2],
+            decay,
+            init: Init::Ones,
+        };
+        ParamSet::new(
+            vec![spec("b.bias", false), spec("w.weight", true)],
+            Device::Cpu,
+        )
+    }
+
+    fn cfg() -> AdamWConfig {
+        AdamWConfig {
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.1,
+        }
+    }
+
+    /// The textbook scalar AdamW, in f64.
+    fn reference(grads: &[f64], lr: f64, decay: bool) -> f64 {
+        let c = cfg();
+        let (mut p, mut m, mut v) = (1.0f64, 0.0, 0.0);
+        for (i, g) in grads.iter().enumerate() {
+            let t = (i + 1) as i32;
+            if decay {
+                p *= 1.0 - lr * c.weight_decay;
+            }
+            m = c.beta1 * m + (1.0 - c.beta1) * g;
+            v = c.beta2 * v + (1.0 - c.beta2) * g * g;
+            let mh = m / (1.0 - c.beta1.powi(t));
+            let vh = v / (1.0 - c.beta2.powi(t));
+            p -= lr * mh / (vh.sqrt() + c.eps);
+        }
+        p
+    }
+
+    #[test]
+    fn matches_textbook_adamw_with_decay_only_on_weights() {
+        let params = two_params();
+        let mut opt = AdamW::new(cfg(), &params);
+        let grads = [0.5, -0.2, 0.1];
+        for g in grads {
+            let grad = Tensor::full([8], g, (Kind::Float, Device::Cpu));
+            opt.step(&params, &grad, 0.01);
+        }
+        let w = params.get("w.weight").unwrap().tensor.double_value(&[0, 0]);
+        let b = params.get("b.bias").unwrap().tensor.double_value(&[1, 1]);
+        assert!((w - reference(&grads, 0.01, true)).abs() < 1e-6, "{w}");
+        assert!((b - reference(&grads, 0.01, false)).abs() < 1e-6, "{b}");
+        assert!(w < b, "weight decay shrank only the weight");
+        assert_eq!(opt.step, 3);
+    }
+
+    #[test]
+    fn state_round_trips_by_parameter_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(OPTIMIZER_FILE);
+        let params = two_params();
+        let mut opt = AdamW::new(cfg(), &params);
+        let grad = Tensor::arange(8, (Kind::Float, Device::Cpu));
+        opt.step(&params, &grad, 0.01);
+        opt.step(&params, &grad, 0.01);
+        opt.save(&params, &path).unwrap();
+
+        let file = TensorFile::read(&path).unwrap();
+        assert!(file.tensors.contains_key("w.weight.exp_avg"));
+        assert!(file.tensors.contains_key("b.bias.exp_avg_sq"));
+        assert_eq!(file.metadata["step"], "2");
+        assert_eq!(file.metadata["betas"], "[0.9, 0.95]");
+        assert_eq!(file.metadata["eps"], "0.00000001");
+        assert_eq!(file.metadata["weight_decay"], "0.1");
+
+        let mut back = AdamW::new(cfg(), &params);
+        back.load(&params, &path).unwrap();
+        assert_eq!(back.step, 2);
+        assert!(back.exp_avg.equal(&opt.exp_avg));
+        assert!(back.exp_avg_sq.equal(&opt.exp_avg_sq));
+    }
+
+    #[test]
+    fn clipping_bounds_the_global_norm() {
+        let mut g = Tensor::from_slice(&[3.0f32, 4.0]);
+        let norm = clip_grad_norm(&mut g, 1.0);
+        assert!((norm - 5.0).abs() < 1e-6);
+        assert!((g.norm().double_value(&[]) - 1.0).abs() < 1e-5);
+        let mut small = Tensor::from_slice(&[0.3f32, 0.4]);
+        clip_grad_norm(&mut small, 1.0);
+        assert!(
+            (small.double_value(&[0]) - 0.3).abs() < 1e-7,
+            "below the limit: untouched"
+        );
+    }
+}

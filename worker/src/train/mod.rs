@@ -1,0 +1,276 @@
+//! `lavender-worker train`: pretrain → sft → dpo with checkpoints that resume
+//! exactly, a heartbeat, milestone events, and a clean stop on SIGTERM/SIGINT.
+
+pub mod checkpointing;
+pub mod data;
+pub mod device;
+pub mod eta;
+pub mod history;
+pub mod objective;
+pub mod rng;
+pub mod settings;
+pub mod status;
+pub mod trainer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow};
+use clap::Args;
+use lavender::checkpoint::{self, Checkpoint};
+use lavender::events::{Event, kind as kinds};
+use lavender::heartbeat::{self, WorkerState};
+use lavender::{run, trainlog};
+
+use crate::cli::StepArgs;
+use crate::model::Gpt;
+use crate::optim::AdamW;
+use crate::tokens::Tokens;
+use settings::Settings;
+use status::Reporter;
+use trainer::{Outcome, Trainer};
+
+#[derive(Args, Debug, Clone)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub step: StepArgs,
+    /// Resume from a checkpoint directory, a run directory (its newest checkpoint), or `latest`.
+    #[arg(long, value_name = "PATH|latest")]
+    pub resume: Option<String>,
+    /// Compute device: auto|cpu|cuda|mps (overrides the config's `device`).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Stop once this global step is done, exactly as on SIGTERM (save, exit 0).
+    #[arg(long, value_name = "STEP", hide = true)]
+    pub stop_at_step: Option<u64>,
+}
+
+/// Runs training on a dedicated thread; SIGTERM/SIGINT only set a flag that the
+/// loop reads at step boundaries, so a second signal cannot interrupt a save.
+pub fn run(args: TrainArgs) -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("could not install the SIGTERM/SIGINT handler")?;
+    }
+    let handle = std::thread::Builder::new()
+        .name("trainer".into())
+        .spawn(move || {
+            let mut run_dir = None;
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                train(args, stop, &mut run_dir)
+            }))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "unknown panic".into());
+                Err(anyhow!("training failed: {what}"))
+            });
+            if let (Err(e), Some(dir)) = (&result, &run_dir) {
+                report_failure(dir, e);
+            }
+            result
+        })
+        .context("could not start the training thread")?;
+    handle
+        .join()
+        .map_err(|_| anyhow!("the training thread ended abnormally"))?
+}
+
+/// Marks the heartbeat `failed` and logs an `error` event (best effort: the
+/// original error is what the user needs to see).
+fn report_failure(run_dir: &Path, e: &anyhow::Error) {
+    if let Ok(mut hb) = heartbeat::read(&heartbeat::path(run_dir)) {
+        hb.state = WorkerState::Failed;
+        hb.pid = std::process::id();
+        hb.timestamp = lavender::time::rfc3339_z(lavender::time::now_utc());
+        let _ = heartbeat::write(run_dir, &hb);
+    }
+    let _ = lavender::events::append(run_dir, &Event::new(kinds::ERROR, format!("{e:#}")));
+}
+
+fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBuf>) -> Result<()> {
+    let started = Instant::now();
+    let s = Settings::load(&args.step)?;
+    tch::set_num_threads(s.threads as i32);
+    let choice = match &args.device {
+        Some(d) => device::parse(d)?,
+        None => s.config.device,
+    };
+    let device = device::select(choice)?;
+    let tokens_dir = s.data_root.join("tokens");
+    let tokens = Tokens::open(&tokens_dir)?;
+    let checkpoints_root = s.data_root.join(run::CHECKPOINTS_DIR);
+    let resume = match &args.resume {
+        Some(spec) => Some(checkpoint::resolve_resume(spec, &checkpoints_root)?),
+        None => None,
+    };
+    let run_dir = choose_run_dir(
+        args.step.run_dir.as_deref(),
+        resume.as_ref(),
+        &checkpoints_root,
+    )?;
+    *run_dir_out = Some(run_dir.clone());
+    trainlog::log_run_dir(&run_dir)?;
+    lavender::atomic::write_file(&run_dir.join("config.yaml"), s.run_config_yaml().as_bytes())?;
+    let tokenizer = tokens.tokenizer_path();
+    let tok_bytes = std::fs::read(&tokenizer).with_context(|| {
+        format!(
+            "could not read the tokenizer {}; run `lavender-worker precompute` first",
+            tokenizer.display()
+        )
+    })?;
+    lavender::atomic::write_file(&run_dir.join("tokenizer.json"), &tok_bytes)?;
+
+    let total_steps = s.total_steps();
+    let mut reporter = Reporter::new(run_dir.clone(), total_steps);
+    reporter.set_state(WorkerState::Starting)?;
+    let shards = tokens.select_shards(s.chunk, s.config.preset().shards)?;
+
+    tch::manual_seed(s.seed as i64);
+    let mut model = Gpt::new(s.model(tokens.index.vocab_size), device)?;
+    model.params.init_grads();
+    let mut opt = AdamW::new(s.adamw, &model.params);
+    reporter.event(
+        Event::new(
+            kinds::RUN_STARTED,
+            format!(
+                "training started on {} ({} threads), chunk {}, {total_steps} steps",
+                device::name(device),
+                s.threads,
+                s.chunk
+            ),
+        )
+        .with("device", device::name(device))
+        .with("threads", s.threads)
+        .with("chunk", s.chunk)
+        .with("scale", s.config.scale.as_str())
+        .with("total_steps", total_steps)
+        .with("parameters", model.params.numel())
+        .with("shards", &shards)
+        .with("run_dir", &run_dir),
+    )?;
+
+    let resumed = match &resume {
+        Some(ck) => Some(checkpointing::load(ck, &s, &mut model, &mut opt)?),
+        None => None,
+    };
+    let keep_until = resumed.as_ref().filter(|r| !r.new_chunk).map(|r| r.step);
+    let previous_run = resume.as_ref().and_then(|c| c.path.parent());
+    let history = history::History::open(&run_dir, keep_until, previous_run)?;
+
+    let mut t = Trainer {
+        device,
+        run_dir: run_dir.clone(),
+        tokens,
+        shards,
+        model,
+        opt,
+        history,
+        reporter,
+        stop,
+        stop_at_step: args.stop_at_step,
+        step: 0,
+        pos: trainer::Position::default(),
+        best_val_loss: None,
+        val_loss: None,
+        last_eval: None,
+        last_loss: None,
+        last_lr: 0.0,
+        saved_step: None,
+        latest_checkpoint: None,
+        wall_before: 0.0,
+        started,
+        reference: None,
+        reference_step: None,
+        s,
+    };
+    if let (Some(ck), Some(r)) = (&resume, resumed) {
+        t.step = r.step;
+        t.pos = r.pos;
+        t.best_val_loss = r.best_val_loss;
+        t.val_loss = r.val_loss;
+        t.last_loss = r.last_loss;
+        t.last_lr = r.last_lr;
+        t.wall_before = r.wall_time_s;
+        if !r.new_chunk {
+            t.saved_step = Some(r.step);
+        }
+        t.latest_checkpoint = Some(ck.name.clone());
+        t.reporter.hb.latest_checkpoint = Some(ck.name.clone());
+        t.reporter.resumed_at(r.step);
+        if let Some(reference) = r.reference {
+            if ck.path.parent() != Some(run_dir.as_path()) {
+                t.save_reference(&reference, r.reference_step.unwrap_or(0))?;
+            }
+            t.reference_step = r.reference_step;
+            t.reference = Some(reference);
+        }
+        let mut message = format!("checkpoint loaded: {}", ck.name);
+        if r.new_chunk {
+            message.push_str(&format!(
+                " (continuing its weights into chunk {})",
+                t.s.chunk
+            ));
+        }
+        if !r.optimizer_loaded {
+            let warning = format!(
+                "checkpoint {} has no {}; training continues with fresh AdamW moments",
+                ck.path.display(),
+                crate::optim::adamw::OPTIMIZER_FILE
+            );
+            eprintln!("warning: {warning}");
+            message.push_str(&format!("; {warning}"));
+        }
+        t.reporter.event(
+            Event::new(kinds::CHECKPOINT_LOADED, message)
+                .with("name", &ck.name)
+                .with("path", &ck.path)
+                .with("step", t.step)
+                .with("optimizer_state", r.optimizer_loaded)
+                .with("new_chunk", r.new_chunk),
+        )?;
+    }
+
+    let outcome = t.run()?;
+    match outcome {
+        Outcome::Finished => println!(
+            "training finished at step {} in {:.1}s; latest checkpoint {}",
+            t.step,
+            started.elapsed().as_secs_f64(),
+            t.latest_checkpoint.as_deref().unwrap_or("-")
+        ),
+        Outcome::Stopped => println!(
+            "training stopped at step {} on request; saved {}",
+            t.step,
+            t.latest_checkpoint.as_deref().unwrap_or("-")
+        ),
+    }
+    Ok(())
+}
+
+/// `--run-dir` if given; else the run of the checkpoint being resumed; else a new
+/// `run-<time>` directory under `<data_root>/checkpoints/`.
+fn choose_run_dir(
+    explicit: Option<&Path>,
+    resume: Option<&Checkpoint>,
+    root: &Path,
+) -> Result<PathBuf> {
+    if let Some(dir) = explicit {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("could not create the run directory {}", dir.display()))?;
+        return Ok(dir.to_path_buf());
+    }
+    if let Some(parent) = resume.and_then(|c| c.path.parent())
+        && parent
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(run::RUN_PREFIX))
+    {
+        return Ok(parent.to_path_buf());
+    }
+    Ok(run::create_run(root, lavender::time::now_utc())?.path)
+}

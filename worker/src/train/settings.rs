@@ -1,0 +1,181 @@
+//! What the trainer reads from the layered config and the command line.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use lavender::config::{Config, LoadOptions, SaveOptimizerState};
+
+use crate::cli::StepArgs;
+use crate::model::GptConfig;
+use crate::optim::AdamWConfig;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StageKind {
+    Pretrain,
+    Sft,
+    Dpo,
+}
+
+impl StageKind {
+    /// The key its loss has in `checkpoint_saved` events.
+    pub fn loss_key(self) -> &'static str {
+        match self {
+            StageKind::Pretrain => "ce_loss",
+            StageKind::Sft => "sft_loss",
+            StageKind::Dpo => "dpo_loss",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Stage {
+    pub name: String,
+    pub kind: StageKind,
+    pub steps: u64,
+    pub lr: f64,
+    pub checkpoint_every: u64,
+    pub beta: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub config: Config,
+    pub data_root: PathBuf,
+    pub seed: u64,
+    pub threads: usize,
+    pub adamw: AdamWConfig,
+    pub grad_clip: f64,
+    pub warmup_steps: u64,
+    pub min_lr_ratio: f64,
+    pub batch_size: usize,
+    pub seq_len: usize,
+    pub grad_accum: u64,
+    pub log_every: u64,
+    pub eval_every: u64,
+    pub eval_batches: usize,
+    pub keep_checkpoints: usize,
+    pub save_optimizer_state: SaveOptimizerState,
+    pub stages: Vec<Stage>,
+    pub chunk: u8,
+}
+
+impl Settings {
+    /// Defaults < `--config` < `LAVENDER_*` < `--scale`/`--chunk` < `--set`.
+    pub fn load(args: &StepArgs) -> Result<Settings> {
+        let env = LoadOptions::from_process_env();
+        let mut overrides = Vec::new();
+        if let Some(scale) = &args.scale {
+            overrides.push(("scale".to_string(), scale.clone()));
+        }
+        if let Some(chunk) = args.chunk {
+            overrides.push(("chunk".to_string(), chunk.to_string()));
+        }
+        for kv in &args.overrides {
+            let Some((k, v)) = kv.split_once('=') else {
+                bail!("--set {kv:?} is not KEY=VALUE; write it like --set training.batch_size=8");
+            };
+            overrides.push((k.trim().to_string(), v.to_string()));
+        }
+        let opts = LoadOptions {
+            file: args.config.clone(),
+            overrides,
+            ..env
+        };
+        let config = Config::load(&opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let cwd = std::env::current_dir().context("could not read the current directory")?;
+        let data_root = config.resolve_data_root(
+            args.data_root.as_deref(),
+            opts.env_data_root().as_deref(),
+            &cwd,
+        );
+        Settings::from_config(config, data_root)
+    }
+
+    pub fn from_config(config: Config, data_root: PathBuf) -> Result<Settings> {
+        let t = &config.training;
+        let o = &config.optimizer;
+        let mut stages = Vec::new();
+        for (i, s) in t.stages.iter().enumerate() {
+            let kind = match s.name.as_str() {
+                "pretrain" => StageKind::Pretrain,
+                "sft" => StageKind::Sft,
+                "dpo" => StageKind::Dpo,
+                other => bail!(
+                    "training.stages[{i}].name = {other:?}: the trainer runs stages named pretrain, sft and dpo"
+                ),
+            };
+            stages.push(Stage {
+                name: s.name.clone(),
+                kind,
+                steps: config.stage_steps(i),
+                lr: s.lr,
+                checkpoint_every: s.checkpoint_every.max(1),
+                beta: s.beta.unwrap_or(0.1),
+            });
+        }
+        if t.seq_len > config.model.n_positions {
+            bail!(
+                "training.seq_len = {} exceeds model.n_positions = {}; lower seq_len or raise n_positions",
+                t.seq_len,
+                config.model.n_positions
+            );
+        }
+        let threads = match config.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n as usize,
+        };
+        Ok(Settings {
+            data_root,
+            seed: config.seed,
+            threads,
+            adamw: AdamWConfig {
+                beta1: o.betas[0],
+                beta2: o.betas[1],
+                eps: o.eps,
+                weight_decay: o.weight_decay,
+            },
+            grad_clip: o.grad_clip,
+            warmup_steps: o.warmup_steps,
+            min_lr_ratio: o.min_lr_ratio,
+            batch_size: t.batch_size.max(1) as usize,
+            seq_len: t.seq_len.max(1) as usize,
+            grad_accum: t.grad_accum.max(1) as u64,
+            log_every: t.log_every.max(1),
+            eval_every: t.eval_every.max(1),
+            eval_batches: t.eval_batches.max(1) as usize,
+            keep_checkpoints: t.keep_checkpoints.max(1) as usize,
+            save_optimizer_state: t.save_optimizer_state,
+            chunk: config.chunk.clamp(1, 255) as u8,
+            stages,
+            config,
+        })
+    }
+
+    pub fn total_steps(&self) -> u64 {
+        self.stages.iter().map(|s| s.steps).sum()
+    }
+
+    /// The model for a vocabulary of `vocab_size` tokens.
+    pub fn model(&self, vocab_size: u32) -> GptConfig {
+        let m = &self.config.model;
+        GptConfig {
+            vocab_size: vocab_size as i64,
+            n_positions: m.n_positions as i64,
+            n_embd: m.n_embd as i64,
+            n_layer: m.n_layer as i64,
+            n_head: m.n_head as i64,
+            dropout: m.dropout,
+            layer_norm_epsilon: m.layer_norm_epsilon,
+        }
+    }
+
+    /// The run's `config.yaml`: the resolved config plus `momentum` (AdamW's β1), which
+    /// attribution tools read from the run that produced a checkpoint.
+    pub fn run_config_yaml(&self) -> String {
+        format!(
+            "{}\n# AdamW's beta1, for tools that read a run's momentum.\nmomentum: {}\n",
+            self.config.to_yaml().trim_end(),
+            self.adamw.beta1
+        )
+    }
+}

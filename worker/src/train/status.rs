@@ -1,0 +1,99 @@
+//! What the worker tells the daemon: `heartbeat.json` and `events.jsonl`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use lavender::events::{self, Event};
+use lavender::heartbeat::{self, Heartbeat, WorkerState};
+
+use super::eta::EtaEstimator;
+
+/// Weight of the newest loss in `loss_smooth`.
+const EMA_ALPHA: f64 = 0.1;
+/// The ETA's speed window (seconds).
+const ETA_WINDOW_S: f64 = 120.0;
+
+pub struct Reporter {
+    run_dir: PathBuf,
+    started: Instant,
+    eta: EtaEstimator,
+    pub hb: Heartbeat,
+}
+
+impl Reporter {
+    pub fn new(run_dir: PathBuf, total_steps: u64) -> Reporter {
+        Reporter {
+            run_dir,
+            started: Instant::now(),
+            eta: EtaEstimator::new(ETA_WINDOW_S, 5),
+            hb: Heartbeat {
+                step: 0,
+                total_steps,
+                stage: String::new(),
+                epoch: None,
+                epochs: None,
+                loss: None,
+                loss_smooth: None,
+                lr: None,
+                grad_norm: None,
+                steps_per_sec: None,
+                eta_seconds: None,
+                timestamp: String::new(),
+                pid: std::process::id(),
+                state: WorkerState::Starting,
+                latest_checkpoint: None,
+            },
+        }
+    }
+
+    /// Records a finished optimizer step (no file I/O).
+    pub fn step_done(&mut self, step: u64, loss: f64, lr: f64, grad_norm: f64) {
+        self.hb.step = step;
+        self.hb.loss = Some(loss);
+        self.hb.lr = Some(lr);
+        self.hb.grad_norm = Some(grad_norm);
+        if loss.is_finite() {
+            self.hb.loss_smooth = Some(match self.hb.loss_smooth {
+                Some(s) => s + EMA_ALPHA * (loss - s),
+                None => loss,
+            });
+        }
+        self.eta.observe(step, self.started.elapsed().as_secs_f64());
+        self.hb.steps_per_sec = self.eta.steps_per_sec();
+        self.hb.eta_seconds = self
+            .eta
+            .eta_seconds(self.hb.total_steps)
+            .map(|s| s.round() as u64);
+    }
+
+    /// Marks where the run resumes, so speed is measured from here.
+    pub fn resumed_at(&mut self, step: u64) {
+        self.hb.step = step;
+        self.eta.observe(step, self.started.elapsed().as_secs_f64());
+    }
+
+    pub fn remaining_hours(&self) -> Option<f64> {
+        self.hb.eta_seconds.map(|s| s as f64 / 3600.0)
+    }
+
+    pub fn write(&mut self) -> Result<()> {
+        self.hb.timestamp = lavender::time::rfc3339_z(lavender::time::now_utc());
+        heartbeat::write(&self.run_dir, &self.hb)?;
+        Ok(())
+    }
+
+    /// Changes state and writes the heartbeat at once.
+    pub fn set_state(&mut self, state: WorkerState) -> Result<()> {
+        self.hb.state = state;
+        if state == WorkerState::Finished {
+            self.hb.eta_seconds = Some(0);
+        }
+        self.write()
+    }
+
+    pub fn event(&self, event: Event) -> Result<()> {
+        events::append(&self.run_dir, &event)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,267 @@
+//! Stop, kill and resume: a resumed run is bitwise identical to a straight one,
+//! SIGTERM saves and exits 0, SIGKILL at any moment leaves a loadable checkpoint.
+
+mod train_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use train_support::*;
+
+fn train_cmd(root: &Path, run_dir: Option<&Path>, extra: &[&str]) -> std::process::Command {
+    let mut c = worker();
+    c.arg("train")
+        .arg("--data-root")
+        .arg(root)
+        .args(["--device", "cpu"])
+        .args(small_run_args(8, 4, 4, 100))
+        .args(["--set", "training.grad_accum=2"])
+        .args(extra);
+    if let Some(r) = run_dir {
+        c.arg("--run-dir").arg(r);
+    }
+    c
+}
+
+fn final_model(run_dir: &Path) -> Vec<u8> {
+    let last = checkpoints(run_dir).pop().expect("a checkpoint");
+    assert!(
+        last.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("final-")
+    );
+    std::fs::read(last.join("model.safetensors")).unwrap()
+}
+
+#[test]
+fn stop_and_resume_reproduces_a_straight_run_bit_for_bit() {
+    let straight = tempfile::tempdir().unwrap();
+    write_tokens(straight.path());
+    let run_a = straight.path().join("checkpoints/run-2026-01-01_00-00-01");
+    run_ok(&mut train_cmd(straight.path(), Some(&run_a), &[]));
+
+    let resumed = tempfile::tempdir().unwrap();
+    write_tokens(resumed.path());
+    let run_b = resumed.path().join("checkpoints/run-2026-01-01_00-00-02");
+    // Stop mid-pretrain (step 5), then mid-DPO (step 14), then run to the end.
+    let out = run_ok(&mut train_cmd(
+        resumed.path(),
+        Some(&run_b),
+        &["--stop-at-step", "5"],
+    ));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("stopped at step 5"));
+    assert_eq!(
+        read_json(&run_b.join("heartbeat.json"))["state"],
+        "stopping"
+    );
+    run_ok(&mut train_cmd(
+        resumed.path(),
+        None,
+        &["--resume", "latest", "--stop-at-step", "14"],
+    ));
+    let state = read_json(
+        &checkpoints(&run_b)
+            .pop()
+            .unwrap()
+            .join("trainer_state.json"),
+    );
+    assert_eq!(
+        (state["stage"].as_str(), state["step"].as_u64()),
+        (Some("dpo"), Some(14))
+    );
+    run_ok(&mut train_cmd(
+        resumed.path(),
+        None,
+        &["--resume", "latest"],
+    ));
+
+    assert!(
+        final_model(&run_a) == final_model(&run_b),
+        "resumed weights differ from the straight run"
+    );
+    // The resumed run's history is the straight run's, step for step.
+    let lr = |run: &Path| -> Vec<(u64, f64)> {
+        read_json(&run.join("log_history.json"))
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e.get("learning_rate").is_some())
+            .map(|e| (e["step"].as_u64().unwrap(), e["loss"].as_f64().unwrap()))
+            .collect()
+    };
+    assert_eq!(lr(&run_a), lr(&run_b));
+}
+
+fn wait_for_step(run_dir: &Path, child: &mut Child, step: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(child.try_wait().unwrap().is_none(), "worker exited early");
+        if let Ok(bytes) = std::fs::read(run_dir.join("heartbeat.json"))
+            && let Ok(hb) = serde_json::from_slice::<serde_json::Value>(&bytes)
+            && hb["step"].as_u64().unwrap_or(0) >= step
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no heartbeat at step {step}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(child.id() as i32, sig) };
+}
+
+#[test]
+fn sigterm_finishes_the_step_saves_and_exits_zero_even_when_repeated() {
+    let root = tempfile::tempdir().unwrap();
+    write_tokens(root.path());
+    let run_dir = root.path().join("checkpoints/run-2026-01-01_00-00-03");
+    let mut child = worker()
+        .arg("train")
+        .arg("--data-root")
+        .arg(root.path())
+        .arg("--run-dir")
+        .arg(&run_dir)
+        .args(["--device", "cpu"])
+        .args(small_run_args(100_000, 10, 10, 100_000))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_step(&run_dir, &mut child, 3);
+    signal(&child, libc::SIGTERM);
+    // A second signal while the save is under way must not cut it short.
+    std::thread::sleep(Duration::from_millis(2));
+    signal(&child, libc::SIGTERM);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+
+    let hb = read_json(&run_dir.join("heartbeat.json"));
+    assert_eq!(hb["state"], "stopping");
+    let ckpts = checkpoints(&run_dir);
+    assert_eq!(ckpts.len(), 1, "exactly one save, on the signal");
+    let state = read_json(&ckpts[0].join("trainer_state.json"));
+    assert_eq!(state["step"], hb["step"], "saved the last finished step");
+    assert_eq!(
+        hb["latest_checkpoint"].as_str(),
+        ckpts[0].file_name().unwrap().to_str()
+    );
+    assert!(ckpts[0].join("optimizer.safetensors").is_file());
+    let evs = events(&run_dir);
+    assert!(evs.iter().any(|e| e["kind"] == "checkpoint_saved"));
+    let log = std::fs::read_to_string(run_dir.join("train.log")).unwrap();
+    assert!(log.contains("SAVE pretrain-"), "{log}");
+}
+
+#[test]
+fn sigkill_at_random_moments_always_leaves_a_resumable_checkpoint() {
+    let root = tempfile::tempdir().unwrap();
+    write_tokens(root.path());
+    let ckroot = root.path().join("checkpoints");
+    let total = 60u64;
+    let args = small_run_args(40, 10, 10, 2);
+    let mut rng = 0x9E37_79B9u64;
+    let mut newest_step = 0u64;
+    let mut kills = 0;
+    for _ in 0..12 {
+        let mut cmd = worker();
+        cmd.arg("train")
+            .arg("--data-root")
+            .arg(root.path())
+            .args(["--device", "cpu"])
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if newest_step > 0 {
+            cmd.args(["--resume", "latest"]);
+        }
+        let mut child = cmd.spawn().unwrap();
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let wait = Duration::from_millis(150 + rng % 900);
+        let started = Instant::now();
+        while started.elapsed() < wait && child.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            kills += 1;
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success() || out.status.code().is_none(),
+            "worker failed on its own: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The newest complete checkpoint never goes backwards and always loads.
+        let runs: Vec<PathBuf> = match std::fs::read_dir(&ckroot) {
+            Ok(d) => d.map(|e| e.unwrap().path()).collect(),
+            Err(_) => continue,
+        };
+        let mut all: Vec<PathBuf> = runs.iter().flat_map(|r| checkpoints(r)).collect();
+        all.sort_by_key(|p| read_json(&p.join("trainer_state.json"))["step"].as_u64());
+        if let Some(newest) = all.last() {
+            let step = read_json(&newest.join("trainer_state.json"))["step"]
+                .as_u64()
+                .unwrap();
+            assert!(
+                step >= newest_step,
+                "newest checkpoint went back from {newest_step} to {step}"
+            );
+            newest_step = step;
+            for f in ["model.safetensors", "optimizer.safetensors"] {
+                assert!(
+                    newest.join(f).is_file(),
+                    "{f} missing in {}",
+                    newest.display()
+                );
+            }
+        }
+        if out.status.success() {
+            break;
+        }
+    }
+    assert!(
+        kills >= 3,
+        "only {kills} kills happened; the test did not exercise anything"
+    );
+    // Finish the run: resume must succeed and reach the end.
+    let out = run_ok(
+        worker()
+            .arg("train")
+            .arg("--data-root")
+            .arg(root.path())
+            .args(["--device", "cpu", "--resume", "latest"])
+            .args(&args),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&format!("step {total}")), "{stdout}");
+    // Runs killed before their first save hold no checkpoint; all saves went to one run.
+    let runs: Vec<PathBuf> = std::fs::read_dir(&ckroot)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|r| !checkpoints(r).is_empty())
+        .collect();
+    assert_eq!(
+        runs.len(),
+        1,
+        "--resume latest reuses the run directory: {runs:?}"
+    );
+    let history = read_json(&runs[0].join("log_history.json"));
+    let steps: Vec<u64> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.get("learning_rate").is_some())
+        .map(|e| e["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        (1..=total).collect::<Vec<u64>>(),
+        "dense history without repeats"
+    );
+}

@@ -1,0 +1,189 @@
+//! Shared by the trainer's process tests: a synthetic `tokens/` directory in the
+//! precompute format (see worker/src/tokens.rs) and helpers to run the worker.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+pub const VOCAB: u32 = 64;
+pub const EOS: u32 = 0;
+
+pub fn worker() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lavender-worker"))
+}
+
+/// A tiny, learnable corpus: a noisy cycle `t → (5t + 3) mod 61 + 1`, so loss can
+/// fall far below uniform; SFT answers repeat the prompt's last token pattern; DPO
+/// prefers the cycle's continuation over noise.
+pub fn write_tokens(data_root: &Path) {
+    let dir = data_root.join("tokens");
+    fs::create_dir_all(dir.join("pretrain")).unwrap();
+    fs::create_dir_all(dir.join("sft")).unwrap();
+    fs::create_dir_all(dir.join("dpo")).unwrap();
+    let mut rng = 0x1234_5678u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let succ = |t: u32| (5 * t + 3) % 61 + 1;
+    let stream = |n: usize, next: &mut dyn FnMut() -> u64| -> Vec<u32> {
+        let mut v = Vec::with_capacity(n);
+        let mut t = 1 + (next() % 60) as u32;
+        for _ in 0..n {
+            v.push(t);
+            t = if next() % 10 == 0 {
+                1 + (next() % 62) as u32
+            } else {
+                succ(t)
+            };
+        }
+        v
+    };
+    let mut shards = Vec::new();
+    for i in 0..4 {
+        let toks = stream(6000, &mut next);
+        let file = format!("pretrain/shard-{i:05}.bin");
+        write_u16(&dir.join(&file), &toks);
+        shards.push(json!({"shard": format!("shard-{i:05}"), "file": file, "tokens": toks.len()}));
+    }
+    let val = stream(3000, &mut next);
+    write_u16(&dir.join("pretrain/validation.bin"), &val);
+
+    let records = |kind: &str, split: &str, n: usize, next: &mut dyn FnMut() -> u64| -> Value {
+        let mut data = Vec::new();
+        let mut idx = Vec::new();
+        for _ in 0..n {
+            let start = 1 + (next() % 60) as u32;
+            let mut prompt = vec![start];
+            for _ in 0..5 {
+                let last = *prompt.last().unwrap();
+                prompt.push(succ(last));
+            }
+            let mut cont = vec![succ(*prompt.last().unwrap())];
+            for _ in 0..5 {
+                let last = *cont.last().unwrap();
+                cont.push(succ(last));
+            }
+            let noise: Vec<u32> = (0..6).map(|_| 1 + (next() % 62) as u32).collect();
+            let parts: Vec<&[u32]> = if kind == "sft" {
+                vec![&prompt, &cont]
+            } else {
+                vec![&prompt, &cont, &noise]
+            };
+            let mut rec = vec![data.len() as u64];
+            for p in &parts {
+                rec.push(p.len() as u64);
+                data.extend_from_slice(p);
+            }
+            idx.extend(rec.iter().flat_map(|w| w.to_le_bytes()));
+        }
+        let file = format!("{kind}/{split}.bin");
+        let index = format!("{kind}/{split}.idx");
+        write_u16(&dir.join(&file), &data);
+        fs::write(dir.join(&index), idx).unwrap();
+        json!({"file": file, "index": index, "count": n})
+    };
+    let sft_train = records("sft", "train", 200, &mut next);
+    let sft_held = records("sft", "heldout", 32, &mut next);
+    let dpo_train = records("dpo", "train", 200, &mut next);
+    let dpo_held = records("dpo", "heldout", 32, &mut next);
+    let index = json!({
+        "format": 1, "dtype": "u16", "vocab_size": VOCAB, "bos_id": EOS, "eos_id": EOS, "pad_id": EOS,
+        "pretrain": {"shards": shards, "validation": {"file": "pretrain/validation.bin", "tokens": val.len()}},
+        "sft": {"train": sft_train, "heldout": sft_held},
+        "dpo": {"train": dpo_train, "heldout": dpo_held},
+    });
+    fs::write(
+        dir.join("index.json"),
+        serde_json::to_vec_pretty(&index).unwrap(),
+    )
+    .unwrap();
+    fs::write(
+        dir.join("tokenizer.json"),
+        br#"{"version": "1.0", "model": {"type": "BPE"}}"#,
+    )
+    .unwrap();
+}
+
+fn write_u16(path: &Path, toks: &[u32]) {
+    let bytes: Vec<u8> = toks
+        .iter()
+        .flat_map(|&t| (t as u16).to_le_bytes())
+        .collect();
+    fs::write(path, bytes).unwrap();
+}
+
+/// Settings for a run of a few seconds: a very small model and short stages.
+pub fn small_run_args(pretrain: u64, sft: u64, dpo: u64, every: u64) -> Vec<String> {
+    let stages = format!(
+        "[{{name: pretrain, steps: {pretrain}, lr: 3.0e-3, checkpoint_every: {every}}}, \
+          {{name: sft, steps: {sft}, lr: 1.0e-3, checkpoint_every: {every}}}, \
+          {{name: dpo, steps: {dpo}, lr: 5.0e-4, checkpoint_every: {every}, beta: 0.1}}]"
+    );
+    let sets = [
+        "model.n_layer=1".to_string(),
+        "model.n_head=2".into(),
+        "model.n_embd=32".into(),
+        "model.n_positions=32".into(),
+        "model.dropout=0.1".into(),
+        "training.batch_size=4".into(),
+        "training.seq_len=16".into(),
+        "training.log_every=1".into(),
+        "training.eval_every=5".into(),
+        "training.eval_batches=2".into(),
+        "training.keep_checkpoints=3".into(),
+        "optimizer.warmup_steps=2".into(),
+        "threads=1".into(),
+        format!("training.stages={stages}"),
+    ];
+    sets.iter()
+        .flat_map(|s| ["--set".to_string(), s.clone()])
+        .collect()
+}
+
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "worker failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The complete checkpoints of a run directory, oldest first (by counter).
+pub fn checkpoints(run_dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(run_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("trainer_state.json").exists())
+        .collect();
+    v.sort_by_key(|p| counter(p));
+    v
+}
+
+pub fn counter(p: &Path) -> u32 {
+    let name = p.file_name().unwrap().to_string_lossy().into_owned();
+    name.rsplit('-').next().unwrap().parse().unwrap()
+}
+
+pub fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .unwrap()
+}
+
+pub fn events(run_dir: &Path) -> Vec<Value> {
+    fs::read_to_string(run_dir.join("events.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
