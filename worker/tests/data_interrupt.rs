@@ -57,9 +57,7 @@ fn kill_half_way(
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Some(dir) = staging(parent, name)
-            && ready(&dir)
-        {
+        if staging(parent, name).is_some_and(|dir| ready(&dir)) {
             break;
         }
         assert!(
@@ -76,7 +74,7 @@ fn kill_half_way(
 #[test]
 fn sigkilled_dedup_keeps_the_previous_output_and_a_rerun_succeeds() {
     let root = Root::new();
-    let src = big_corpus(&root, 300_000);
+    let src = big_corpus(&root, 120_000);
     root.config(&path_config(&src, ""));
     root.ok("downloads", &[]);
     root.ok("dedup", &[]);

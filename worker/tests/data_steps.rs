@@ -328,3 +328,60 @@ fn precompute_uses_user_sft_and_dpo_jsonl_when_configured() {
     assert!(err.contains("dpo.jsonl:1"), "{err}");
     assert_eq!(root.count("tokens", "dpo_pairs"), d);
 }
+
+#[test]
+fn near_duplicate_removal_is_behind_its_switch() {
+    let root = Root::new();
+    let base: Vec<String> = (0..60).map(|i| format!("word{i}")).collect();
+    let original = format!("A:\n{}", base.join(" "));
+    let near = original.replace("word30", "changed");
+    let other = format!(
+        "B:\n{}",
+        (0..60)
+            .map(|i| format!("other{i}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let src = corpus(&root, &[&original, &near, &other]);
+    root.config(&path_config(&src, ""));
+    root.ok("downloads", &[]);
+    root.ok("dedup", &[]);
+    assert_eq!(root.count("corpus/dedup", "documents"), 3, "off by default");
+
+    let err = root.ok("dedup", &["--set", "data.dedup.near_duplicates=true"]);
+    assert!(err.contains("1 of them near duplicates"), "{err}");
+    assert_eq!(root.count("corpus/dedup", "removed_near_duplicates"), 1);
+    assert_eq!(
+        docs(&root.data().join("corpus/dedup/documents.jsonl")),
+        [original, other]
+    );
+}
+
+#[test]
+fn a_rerun_that_changes_nothing_does_not_cascade() {
+    let root = Root::new();
+    let texts = many_docs(30);
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let src = corpus(&root, &refs);
+    root.config(&path_config(&src, ""));
+    for step in ["downloads", "dedup", "filter"] {
+        root.ok(step, &[]);
+    }
+    let err = root.ok("downloads", &["--force"]);
+    assert!(err.contains("1 of 1 outputs unchanged"), "{err}");
+    assert!(root.ok("dedup", &[]).contains("up to date"));
+
+    // A touched source (same bytes, new mtime) reruns downloads, and only downloads.
+    let f = std::fs::File::options()
+        .write(true)
+        .open(src.join("corpus.txt"))
+        .unwrap();
+    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
+        .unwrap();
+    assert!(!root.ok("downloads", &[]).contains("up to date"));
+    assert!(root.ok("dedup", &[]).contains("up to date"));
+
+    // dedup forced with the same result leaves filter fresh too.
+    root.ok("dedup", &["--force"]);
+    assert!(root.ok("filter", &[]).contains("up to date"));
+}

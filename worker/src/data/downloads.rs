@@ -59,7 +59,15 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let corpus = ctx.root.join("corpus");
     let raw = corpus.join("raw");
     let staged = Staged::begin(&raw)?;
-    let total: u64 = inputs.iter().map(|i| i.size).sum();
+    // Progress counts text bytes, so the embedded corpus counts at its uncompressed size.
+    let total: u64 = plan
+        .iter()
+        .zip(&inputs)
+        .map(|(p, i)| match &p.item {
+            Item::Embedded { gz, .. } => gzip_size(gz),
+            _ => i.size,
+        })
+        .sum();
     let mut progress = Progress::new(STEP, Some(total), "docs");
     let sep = &ctx.settings.data.document_separator;
     let (mut documents, mut bytes, mut skipped) = (0u64, 0u64, Vec::new());
@@ -320,4 +328,26 @@ fn copy_text(
         return Ok(None);
     }
     Ok(Some(docs))
+}
+
+/// The uncompressed size a gzip stream records in its last four bytes (mod 4 GiB).
+fn gzip_size(gz: &[u8]) -> u64 {
+    gz.len().checked_sub(4).map_or(0, |at| {
+        u32::from_le_bytes(gz[at..].try_into().expect("4 bytes")) as u64
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_corpus_is_tinyshakespeare() {
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(TINYSHAKESPEARE_GZ)
+            .read_to_string(&mut text)
+            .unwrap();
+        assert!(text.starts_with("First Citizen:\nBefore we proceed any further"));
+        assert_eq!(gzip_size(TINYSHAKESPEARE_GZ), text.len() as u64);
+    }
 }
