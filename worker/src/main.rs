@@ -2,7 +2,9 @@
 
 mod cli;
 mod data;
+mod generate;
 mod logits;
+mod mine_hard;
 mod model;
 mod optim;
 mod progress;
@@ -42,7 +44,9 @@ enum Command {
     Train(train::TrainArgs),
     /// Score training windows and keep the hardest.
     #[command(name = "mine_hard")]
-    MineHard(StepArgs),
+    MineHard(mine_hard::MineHardArgs),
+    /// Sample text from a checkpoint.
+    Generate(generate::GenerateArgs),
     /// Print a checkpoint's logits for a token sequence as JSON.
     Logits(logits::LogitsArgs),
 }
@@ -56,9 +60,8 @@ fn main() -> anyhow::Result<()> {
         Command::BuildShards(a) => data::run(data::DataStep::BuildShards, &a),
         Command::Precompute(a) => data::run(data::DataStep::Precompute, &a),
         Command::Train(a) => train::run(a),
+        Command::MineHard(a) => mine_hard::run(a),
+        Command::Generate(a) => generate::run(a),
         Command::Logits(a) => logits::run(a),
-        Command::MineHard(a) => {
-            anyhow::bail!("step not available in this build (args: {a:?})")
-        }
     }
 }

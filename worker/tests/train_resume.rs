@@ -265,3 +265,56 @@ fn sigkill_at_random_moments_always_leaves_a_resumable_checkpoint() {
         "dense history without repeats"
     );
 }
+
+#[test]
+fn resuming_into_a_new_chunk_continues_the_weights_from_step_zero_in_a_new_run() {
+    let root = tempfile::tempdir().unwrap();
+    write_tokens(root.path());
+    let base = |chunk: &str| {
+        let mut c = worker();
+        c.arg("train")
+            .arg("--data-root")
+            .arg(root.path())
+            .args(["--device", "cpu", "--chunk", chunk])
+            .args(small_run_args(6, 2, 2, 100));
+        c
+    };
+    run_ok(&mut base("1"));
+    let out = run_ok(base("2").args(["--resume", "latest"]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("finished at step 10"));
+
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(root.path().join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    runs.sort();
+    assert_eq!(
+        runs.len(),
+        2,
+        "chunk 2 trains in a run of its own: {runs:?}"
+    );
+    let second = &runs[1];
+    let loaded: Vec<_> = events(second)
+        .into_iter()
+        .filter(|e| e["kind"] == "checkpoint_loaded")
+        .collect();
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(loaded[0]["new_chunk"], true);
+    assert!(loaded[0]["name"].as_str().unwrap().starts_with("final-"));
+    let started = events(second)
+        .into_iter()
+        .find(|e| e["kind"] == "run_started")
+        .unwrap();
+    assert_eq!(started["chunk"], 2);
+    assert_eq!(started["shards"], serde_json::json!(["shard-00001"]));
+    // Its history is its own: steps 1..=10 of chunk 2.
+    let history = read_json(&second.join("log_history.json"));
+    let first_step = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e.get("learning_rate").is_some());
+    assert_eq!(first_step.unwrap()["step"], 1);
+    // Moments came along with the weights (no fresh-moments warning).
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("fresh AdamW moments"));
+}

@@ -109,3 +109,61 @@ fn runs_every_stage_and_leaves_the_run_self_describing() {
     assert!(log.contains(&format!("SAVE {latest} @ ")), "{log}");
     assert!(log.contains("RETAIN dropped"), "{log}");
 }
+
+#[test]
+fn a_diverging_run_ends_failed_with_an_error_event_and_a_clear_message() {
+    let root = tempfile::tempdir().unwrap();
+    write_tokens(root.path());
+    let run_dir = root.path().join("checkpoints/run-2026-01-01_00-00-00");
+    let out = worker()
+        .arg("train")
+        .arg("--data-root")
+        .arg(root.path())
+        .arg("--run-dir")
+        .arg(&run_dir)
+        .args(["--device", "cpu"])
+        .args(small_run_args(200, 2, 2, 100))
+        .args(["--set", "training.stages[0].lr=1.0e12"])
+        .args(["--set", "optimizer.grad_clip=0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("loss became") && stderr.contains("lower the stage's lr"),
+        "{stderr}"
+    );
+    assert_eq!(
+        read_json(&run_dir.join("heartbeat.json"))["state"],
+        "failed"
+    );
+    let evs = events(&run_dir);
+    let err = evs
+        .iter()
+        .find(|e| e["kind"] == "error")
+        .expect("an error event");
+    assert!(err["message"].as_str().unwrap().contains("loss became"));
+}
+
+#[test]
+fn cuda_without_a_gpu_is_refused_with_what_to_do() {
+    let root = tempfile::tempdir().unwrap();
+    write_tokens(root.path());
+    let out = worker()
+        .arg("train")
+        .arg("--data-root")
+        .arg(root.path())
+        .args(["--device", "cuda"])
+        .args(small_run_args(2, 1, 1, 100))
+        .output()
+        .unwrap();
+    if out.status.success() {
+        // A machine with a GPU trains on it; nothing to refuse.
+        return;
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--device cuda") && stderr.contains("--device auto or cpu"),
+        "{stderr}"
+    );
+}

@@ -254,3 +254,21 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor, ignore: i64) -> Tensor {
         0.0,
     )
 }
+
+/// Mean cross-entropy of each row over its labelled positions: `[B]`.
+pub fn cross_entropy_per_row(logits: &Tensor, targets: &Tensor) -> Tensor {
+    let (b, t, v) = logits.size3().expect("logits are [batch, time, vocab]");
+    let mask = targets.ne(-100).to_kind(Kind::Float);
+    let per_token = logits
+        .reshape([-1, v])
+        .cross_entropy_loss::<Tensor>(
+            &targets.reshape([-1]),
+            None,
+            tch::Reduction::None,
+            -100,
+            0.0,
+        )
+        .view([b, t]);
+    (per_token * &mask).sum_dim_intlist(-1, false, Kind::Float)
+        / mask.sum_dim_intlist(-1, false, Kind::Float).clamp_min(1.0)
+}

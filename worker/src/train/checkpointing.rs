@@ -205,6 +205,15 @@ pub struct Resumed {
     pub optimizer_loaded: bool,
 }
 
+/// The chunk a checkpoint was trained on, when it says.
+pub fn chunk_of(ck: &Checkpoint) -> Option<u64> {
+    let st = &ck.state;
+    st.extra
+        .get("chunk")
+        .or_else(|| st.data_cursor.get("chunk"))
+        .and_then(Value::as_u64)
+}
+
 /// Loads `ck` into `model` and `opt` and works out where training resumes.
 pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> Result<Resumed> {
     model::load_weights(model, &ck.path.join(MODEL_FILE)).with_context(|| {
@@ -219,11 +228,7 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
         opt.load(&model.params, &opt_file)?;
     }
     let st = &ck.state;
-    let ck_chunk = st
-        .extra
-        .get("chunk")
-        .or_else(|| st.data_cursor.get("chunk"))
-        .and_then(Value::as_u64);
+    let ck_chunk = chunk_of(ck);
     let mut r = Resumed {
         step: st.step,
         pos: Position::default(),
@@ -305,4 +310,31 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
         r.reference_step = want;
     }
     Ok(r)
+}
+
+/// A checkpoint's model, ready for scoring or sampling: resolves `spec` (a checkpoint
+/// directory, a run directory, or `latest`) under `<data_root>/checkpoints/`.
+pub fn load_for_inference(
+    s: &Settings,
+    spec: &str,
+    device: Option<&str>,
+) -> Result<(Gpt, Checkpoint, tch::Device)> {
+    let choice = match device {
+        Some(d) => super::device::parse(d)?,
+        None => s.config.device,
+    };
+    let device = super::device::select(choice)?;
+    let root = s.data_root.join(lavender::run::CHECKPOINTS_DIR);
+    let ck = checkpoint::resolve_resume(spec, &root)?;
+    let weights = ck.path.join(MODEL_FILE);
+    let file = model::tensor_file::TensorFile::read(&weights)?;
+    let vocab = file
+        .tensors
+        .get("transformer.wte.weight")
+        .map(|t| t.size()[0])
+        .with_context(|| format!("{} has no transformer.wte.weight", weights.display()))?;
+    drop(file);
+    let mut m = Gpt::new(s.model(vocab as u32), device)?;
+    model::load_weights(&mut m, &weights)?;
+    Ok((m, ck, device))
 }

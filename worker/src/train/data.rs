@@ -108,6 +108,12 @@ impl PretrainData {
         self.arrays[a as usize].window(start as usize, self.seq_len + 1)
     }
 
+    /// The window's array (shard position) and start token.
+    pub fn location(&self, i: usize) -> (usize, u64) {
+        let (a, s) = self.windows[i];
+        (a as usize, s)
+    }
+
     pub fn batch(&self, indices: &[usize], device: Device) -> LmBatch {
         let rows: Vec<Vec<i64>> = indices.iter().map(|&i| self.window(i)).collect();
         lm_batch(&rows, None, device)

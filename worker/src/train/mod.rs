@@ -6,6 +6,7 @@ pub mod data;
 pub mod device;
 pub mod eta;
 pub mod history;
+pub mod malloc;
 pub mod objective;
 pub mod rng;
 pub mod settings;
@@ -50,6 +51,7 @@ pub struct TrainArgs {
 /// Runs training on a dedicated thread; SIGTERM/SIGINT only set a flag that the
 /// loop reads at step boundaries, so a second signal cannot interrupt a save.
 pub fn run(args: TrainArgs) -> Result<()> {
+    malloc::keep_freed_memory();
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
@@ -109,11 +111,11 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         Some(spec) => Some(checkpoint::resolve_resume(spec, &checkpoints_root)?),
         None => None,
     };
-    let run_dir = choose_run_dir(
-        args.step.run_dir.as_deref(),
-        resume.as_ref(),
-        &checkpoints_root,
-    )?;
+    // A checkpoint of another chunk seeds a new run: steps and history start again.
+    let same_chunk = resume
+        .as_ref()
+        .filter(|ck| checkpointing::chunk_of(ck).is_none_or(|c| c == s.chunk as u64));
+    let run_dir = choose_run_dir(args.step.run_dir.as_deref(), same_chunk, &checkpoints_root)?;
     *run_dir_out = Some(run_dir.clone());
     trainlog::log_run_dir(&run_dir)?;
     lavender::atomic::write_file(&run_dir.join("config.yaml"), s.run_config_yaml().as_bytes())?;

@@ -280,7 +280,8 @@ impl Trainer {
     }
 
     fn stop_now(&mut self, stage: &Stage) -> Result<Outcome> {
-        if self.saved_step != Some(self.step) {
+        // Nothing trained since the last save or load (or at all): nothing to save.
+        if self.step > 0 && self.saved_step != Some(self.step) {
             self.save(&stage.name, Some(stage.kind))?;
         }
         self.history.materialize()?;

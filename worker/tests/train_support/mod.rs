@@ -106,7 +106,7 @@ pub fn write_tokens(data_root: &Path) {
     .unwrap();
     fs::write(
         dir.join("tokenizer.json"),
-        br#"{"version": "1.0", "model": {"type": "BPE"}}"#,
+        word_level_tokenizer().to_string(),
     )
     .unwrap();
 }
@@ -186,4 +186,16 @@ pub fn events(run_dir: &Path) -> Vec<Value> {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
+}
+
+/// A real `tokenizers` file for the synthetic vocabulary: token `i` is the word `w<i>`.
+pub fn word_level_tokenizer() -> Value {
+    let vocab: serde_json::Map<String, Value> =
+        (0..VOCAB).map(|i| (format!("w{i}"), json!(i))).collect();
+    json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"}
+    })
 }

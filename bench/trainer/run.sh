@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Training speed of lavender-worker against PyTorch eager (the .venv's torch) on the
+# same GPT-2 model, batch, sequence length and thread count. Not a test: prints
+# steps/sec of both and their ratio (worker / PyTorch; ≥ 1.0 means the worker is
+# at least as fast).
+#
+#   bash bench/trainer/run.sh                     # the default (tiny) model, 2 threads
+#   THREADS=4 N_EMBD=256 N_LAYER=4 bash bench/trainer/run.sh
+#
+# The worker's speed is (N2 − N1) / (t(N2) − t(N1)) over two runs, so start-up, the
+# first evaluation and the final save cancel out. It needs a release build
+# (`make build`, or WORKER=path/to/lavender-worker).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+WORKER="${WORKER:-$root/target/release/lavender-worker}"
+PYTHON="${PYTHON:-$root/.venv/bin/python}"
+THREADS="${THREADS:-2}"
+VOCAB="${VOCAB:-2048}"
+N_LAYER="${N_LAYER:-2}"
+N_HEAD="${N_HEAD:-2}"
+N_EMBD="${N_EMBD:-64}"
+N_POSITIONS="${N_POSITIONS:-128}"
+BATCH="${BATCH:-16}"
+SEQ_LEN="${SEQ_LEN:-64}"
+N1="${N1:-20}"
+N2="${N2:-120}"
+
+if [ ! -x "$WORKER" ]; then
+  echo "bench: no worker binary at $WORKER; run \`make build\` or set WORKER=" >&2
+  exit 1
+fi
+if [ ! -x "$PYTHON" ]; then
+  echo "bench: no Python at $PYTHON; run \`make setup\` or set PYTHON=" >&2
+  exit 1
+fi
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+"$PYTHON" "$root/bench/trainer/torch_gpt2.py" --write-tokens "$tmp/tokens" --vocab "$VOCAB"
+
+calc() { "$PYTHON" -c "print($1)"; }
+
+worker_seconds() {
+  local steps="$1" data="$tmp/data-$1"
+  mkdir -p "$data"
+  ln -s "$tmp/tokens" "$data/tokens"
+  local t0 t1
+  t0="$(date +%s.%N)"
+  "$WORKER" train --data-root "$data" --device cpu \
+    --set "threads=$THREADS" \
+    --set "model.n_layer=$N_LAYER" --set "model.n_head=$N_HEAD" --set "model.n_embd=$N_EMBD" \
+    --set "model.n_positions=$N_POSITIONS" --set "model.dropout=0.0" \
+    --set "training.batch_size=$BATCH" --set "training.seq_len=$SEQ_LEN" \
+    --set "training.eval_every=1000000" --set "training.eval_batches=1" \
+    --set "training.stages=[{name: pretrain, steps: $steps, lr: 3.0e-3, checkpoint_every: 1000000}]" \
+    >/dev/null
+  t1="$(date +%s.%N)"
+  calc "$t1 - $t0"
+}
+
+s1="$(worker_seconds "$N1")"
+s2="$(worker_seconds "$N2")"
+worker_sps="$(calc "($N2 - $N1) / ($s2 - $s1)")"
+torch_json="$("$PYTHON" "$root/bench/trainer/torch_gpt2.py" --vocab "$VOCAB" --n-layer "$N_LAYER" \
+  --n-head "$N_HEAD" --n-embd "$N_EMBD" --n-positions "$N_POSITIONS" --batch "$BATCH" \
+  --seq-len "$SEQ_LEN" --threads "$THREADS" --steps "$((N2 - N1))")"
+torch_sps="$("$PYTHON" -c 'import json,sys; print(json.loads(sys.argv[1])["steps_per_sec"])' "$torch_json")"
+
+printf 'model: %s layers, %s heads, n_embd %s, vocab %s; batch %s x %s tokens; %s threads\n' \
+  "$N_LAYER" "$N_HEAD" "$N_EMBD" "$VOCAB" "$BATCH" "$SEQ_LEN" "$THREADS"
+printf 'lavender-worker: %.2f steps/s\n' "$worker_sps"
+printf 'pytorch eager:   %.2f steps/s\n' "$torch_sps"
+printf 'ratio (worker / pytorch): %.2fx\n' "$(calc "$worker_sps / $torch_sps")"

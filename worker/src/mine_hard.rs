@@ -1,0 +1,141 @@
+//! `lavender-worker mine_hard`: score the chunk's training windows with a checkpoint
+//! and keep the `top_k` hardest (highest loss) in `<data_root>/hard_examples/`.
+//!
+//! Outputs: `windows.bin` (the hardest windows of `seq_len + 1` tokens, hardest first,
+//! each repeated `upsample` times, in the token arrays' dtype), `windows.json` (rank,
+//! shard, start, loss of each), then `manifest.json` (count `hard_examples`), last.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use lavender::manifest::{self, StepManifest};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tch::Kind;
+
+use crate::cli::StepArgs;
+use crate::model::gpt2::cross_entropy_per_row;
+use crate::tokens::{ArrayWriter, Tokens};
+use crate::train::checkpointing::load_for_inference;
+use crate::train::data::PretrainData;
+use crate::train::settings::Settings;
+
+pub const STEP: &str = "mine_hard";
+const VERSION: u32 = 1;
+
+#[derive(Args, Debug, Clone)]
+pub struct MineHardArgs {
+    #[command(flatten)]
+    pub step: StepArgs,
+    /// Checkpoint directory, run directory, or `latest`.
+    #[arg(long, default_value = "latest", value_name = "PATH|latest")]
+    pub checkpoint: String,
+    /// How many windows to keep (default: data.hard_examples.top_k).
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// auto|cpu|cuda|mps.
+    #[arg(long)]
+    pub device: Option<String>,
+}
+
+pub fn run(args: MineHardArgs) -> Result<()> {
+    crate::train::malloc::keep_freed_memory();
+    let s = Settings::load(&args.step)?;
+    tch::set_num_threads(s.threads as i32);
+    let (model, ck, device) = load_for_inference(&s, &args.checkpoint, args.device.as_deref())?;
+    let tokens = Tokens::open(&s.data_root.join("tokens"))?;
+    let shards = tokens.select_shards(s.chunk, s.config.preset().shards)?;
+    let arrays = shards
+        .iter()
+        .map(|n| tokens.pretrain_shard(n))
+        .collect::<Result<Vec<_>>>()?;
+    let data = PretrainData::new(arrays, s.seq_len)?;
+    let hx = &s.config.data.hard_examples;
+    let top_k = args.top_k.unwrap_or(hx.top_k as usize).min(data.len());
+    let upsample = hx.upsample.max(1) as usize;
+
+    let _guard = tch::no_grad_guard();
+    let mut losses = Vec::with_capacity(data.len());
+    let idx: Vec<usize> = (0..data.len()).collect();
+    for chunk in idx.chunks(s.batch_size.max(1) * 4) {
+        let b = data.batch(chunk, device);
+        let per_row = cross_entropy_per_row(&model.forward(&b.input, false), &b.labels);
+        losses.extend(Vec::<f64>::try_from(
+            per_row.to_kind(Kind::Double).to_device(tch::Device::Cpu),
+        )?);
+    }
+    let mut order: Vec<usize> = (0..losses.len()).collect();
+    // Hardest first; ties keep corpus order so reruns are identical.
+    order.sort_by(|&a, &b| losses[b].total_cmp(&losses[a]).then(a.cmp(&b)));
+    order.truncate(top_k);
+
+    let dir = manifest::manifest_path(&s.data_root, STEP)
+        .parent()
+        .map(|p| p.to_path_buf())
+        .context("the hard_examples directory has no parent")?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
+    // Not done until the new manifest lands: drop the old one first.
+    let old = dir.join(manifest::FILE);
+    if old.exists() {
+        std::fs::remove_file(&old)
+            .with_context(|| format!("could not remove {}", old.display()))?;
+    }
+    let bin = dir.join("windows.bin");
+    let tmp = dir.join(".windows.bin.tmp");
+    let mut w = ArrayWriter::create(&tmp, tokens.index.dtype)?;
+    let mut listed = Vec::new();
+    for (rank, &i) in order.iter().enumerate() {
+        let window: Vec<u32> = data.window(i).into_iter().map(|t| t as u32).collect();
+        for _ in 0..upsample {
+            w.push(&window)?;
+        }
+        let (a, start) = data.location(i);
+        listed
+            .push(json!({"rank": rank + 1, "shard": shards[a], "start": start, "loss": losses[i]}));
+    }
+    let written = w.finish()?;
+    std::fs::rename(&tmp, &bin)
+        .with_context(|| format!("could not move {} into place", bin.display()))?;
+    lavender::atomic::write_json(
+        &dir.join("windows.json"),
+        &json!({"checkpoint": ck.path, "seq_len": s.seq_len, "upsample": upsample, "windows": listed}),
+    )?;
+
+    let mut h = Sha256::new();
+    h.update(serde_json::to_vec(
+        &json!({"step": STEP, "version": VERSION, "checkpoint": ck.name,
+            "top_k": top_k, "upsample": upsample, "seq_len": s.seq_len, "chunk": s.chunk}),
+    )?);
+    let config_hash: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let mut inputs = vec![manifest::fingerprint(
+        &ck.path.join(crate::model::MODEL_FILE),
+    )?];
+    inputs.push(manifest::fingerprint(
+        &tokens.dir().join(crate::tokens::INDEX_FILE),
+    )?);
+    let scored = losses.len() as u64;
+    let m = StepManifest {
+        step: STEP.into(),
+        version: VERSION,
+        config_hash,
+        inputs,
+        counts: BTreeMap::from([
+            ("hard_examples".to_string(), order.len() as u64),
+            ("windows_scored".to_string(), scored),
+        ]),
+        outputs: vec!["windows.bin".into(), "windows.json".into()],
+        finished_at: lavender::time::rfc3339_z(lavender::time::now_utc()),
+        extra: Default::default(),
+    };
+    manifest::write(&s.data_root, &m)?;
+    let hardest = order.first().map_or(f64::NAN, |&i| losses[i]);
+    let mean = losses.iter().sum::<f64>() / losses.len().max(1) as f64;
+    eprintln!(
+        "mine_hard: kept {} of {scored} windows from {} (hardest loss {hardest:.3}, mean {mean:.3}); {written} tokens in {}",
+        order.len(),
+        ck.name,
+        bin.display()
+    );
+    Ok(())
+}
