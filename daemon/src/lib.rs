@@ -9,5 +9,6 @@ pub mod logs;
 pub mod pipeline;
 pub mod process;
 pub mod server;
+pub mod service;
 pub mod settings;
 pub mod status;
