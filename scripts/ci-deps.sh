@@ -3,13 +3,14 @@
 # installs only what is missing. Call it from .ci/run before `make test`.
 #   systemd  — systemd-analyze, which verifies the service units (daemon/tests/service_units.rs)
 #   python3  — plistlib, which reads back the launchd plist
-#   curl     — the status commands of docs/OPERATIONS.md (daemon/tests/operations_doc.rs)
+#   curl, jq — the status commands of docs/OPERATIONS.md (daemon/tests/operations_doc.rs)
 set -euo pipefail
 
 missing=()
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v jq >/dev/null 2>&1 || missing+=(jq)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
