@@ -518,3 +518,19 @@ fn install_prints_the_commands_when_the_unit_cannot_be_written() {
     assert_eq!(std::fs::read_to_string(&staged).unwrap(), t.printed());
     assert!(t.calls().is_empty(), "nothing ran after the failed write");
 }
+
+#[test]
+fn install_next_to_a_hand_started_daemon_says_how_to_hand_the_worker_over() {
+    let mut t = UserInstall::new();
+    let pid = t.env.serve();
+    let out = t.run(&["install", "--user"], "0");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("`kill -KILL {pid}` hands a running worker over")),
+        "{}",
+        stderr(&out)
+    );
+    // Once the unit exists, the daemon answering is taken to be the service's own.
+    let out = t.run(&["install", "--user"], "0");
+    assert!(!stderr(&out).contains("kill -KILL"), "{}", stderr(&out));
+}

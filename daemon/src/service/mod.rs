@@ -114,6 +114,31 @@ pub fn render(spec: &ServiceSpec) -> String {
     }
 }
 
+/// A daemon already serving this data root, with no unit installed yet, holds the
+/// state lock: the service's daemon cannot start until it exits. Killing it (not
+/// stopping it) hands the running worker over without losing training.
+async fn warn_if_a_daemon_runs_outside(spec: &ServiceSpec, settings: &Settings) {
+    if spec.os != ServiceOs::host() || manage::unit_path(spec).exists() {
+        return;
+    }
+    let client = crate::cli::client::Client::new(&settings.layout.socket());
+    let Ok(resp) = client.request("GET", "/healthz", None).await else {
+        return;
+    };
+    let pid = resp
+        .json::<serde_json::Value>()
+        .ok()
+        .and_then(|v| v["pid"].as_u64());
+    if let (200, Some(pid)) = (resp.status, pid) {
+        eprintln!(
+            "note: lavenderd (pid {pid}) already serves {} outside the service; the service's daemon \
+             retries every 5 s until it exits. `kill -KILL {pid}` hands a running worker over to the \
+             service without stopping it (the service's daemon re-adopts it); `lavenderd stop` would stop training.",
+            settings.layout.data_root.display()
+        );
+    }
+}
+
 pub async fn run(settings: &Settings, action: ServiceAction) -> Result<ExitCode> {
     match action {
         ServiceAction::Install {
@@ -126,6 +151,7 @@ pub async fn run(settings: &Settings, action: ServiceAction) -> Result<ExitCode>
                 print!("{}", render(&spec));
                 return Ok(ExitCode::SUCCESS);
             }
+            warn_if_a_daemon_runs_outside(&spec, settings).await;
             manage::install(&spec)
         }
         ServiceAction::Uninstall { target } => manage::uninstall(&target.spec(settings, None)?),
