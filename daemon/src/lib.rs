@@ -10,5 +10,6 @@ pub mod notify;
 pub mod pipeline;
 pub mod process;
 pub mod server;
+pub mod service;
 pub mod settings;
 pub mod status;

@@ -133,6 +133,11 @@ pub enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// Run lavenderd as a service (systemd, launchd): install, uninstall, status.
+    Service {
+        #[command(subcommand)]
+        action: crate::service::ServiceAction,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -5,6 +5,7 @@
 
 pub mod lock;
 pub mod progress;
+pub mod sd_notify;
 
 use std::net::SocketAddr;
 
@@ -82,6 +83,8 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         layout.socket().display(),
         layout.data_root.display()
     );
+    let mut service = sd_notify::ServiceNotifier::from_env();
+    service.ready(progress::line(&cache.status()));
 
     if let Some(req) = opts.start {
         match pipeline.start(req).await {
@@ -116,6 +119,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
                 Err(e) => tracing::error!("SIGHUP: config not reloaded: {e:#}"),
             },
             _ = progress.tick(), if opts.foreground => progress::print(&cache.status()),
+            tick = service.next() => service.on_tick(tick, &pipeline, || progress::line(&cache.status())).await,
             changed = records.changed(), if opts.foreground => {
                 let state = records.borrow_and_update().state;
                 if changed.is_err() || matches!(state, PipelineState::Finished | PipelineState::Failed | PipelineState::Stopped) {
@@ -125,9 +129,14 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
             }
         }
     };
+    service.stopping("shutting down: stopping the pipeline gracefully");
     if exit == DaemonExit::Signalled {
         tracing::info!("shutting down: stopping the pipeline gracefully");
-        match pipeline.stop(None).await {
+        let summary = || progress::line(&cache.status());
+        match service
+            .during(&pipeline, summary, pipeline.stop(None))
+            .await
+        {
             Ok(report) if report.was_running => tracing::info!("{}", report.message),
             Ok(_) => {}
             Err(e) => tracing::error!("{e:#}"),

@@ -4,7 +4,8 @@ use std::io::{IsTerminal, Write};
 
 use lavender::status::Status;
 
-fn line(s: &Status) -> String {
+/// The one-line summary (state, step, progress, loss, speed, ETA); also systemd's STATUS=.
+pub fn line(s: &Status) -> String {
     let t = &s.training;
     let step = s.active_step.as_deref().unwrap_or("-");
     let mut out = format!("[{}] {}", s.pipeline.state, step);

@@ -71,6 +71,10 @@ enum Command {
     Reload {
         config: Box<Config>,
     },
+    /// A round trip that proves the actor's loop still turns (the service watchdog).
+    Ping {
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// The handle everyone else holds.
@@ -109,6 +113,12 @@ impl PipelineHandle {
                 config: Box::new(config),
             })
             .await;
+    }
+
+    /// True when the actor answered: its loop is not wedged.
+    pub async fn ping(&self) -> bool {
+        let (reply, rx) = oneshot::channel();
+        self.cmds.send(Command::Ping { reply }).await.is_ok() && rx.await.is_ok()
     }
 
     pub fn record(&self) -> PipelineRecord {
@@ -341,6 +351,9 @@ impl Actor {
                 self.timings = Timings::from_config(&config.supervisor);
                 self.config = *config;
                 tracing::info!("config reloaded; it applies to the next worker started");
+            }
+            Command::Ping { reply } => {
+                let _ = reply.send(());
             }
         }
     }

@@ -68,6 +68,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Runs { json } => listing::runs(&settings, json),
         Command::Checkpoints { run, json } => listing::checkpoints(&settings, run.as_deref(), json),
         Command::Prune { keep_runs } => prune::run(&settings, keep_runs),
+        Command::Service { action } => crate::service::run(&settings, action).await,
         Command::Config { .. } => unreachable!("handled above"),
     }
 }
