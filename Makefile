@@ -14,8 +14,13 @@ setup:
 build: setup
 	@$(TORCH_ENV) cargo build --release --workspace
 
+# The demo's data (corpus, shards, tokens, checkpoints, logs) goes to ./data-root.
+DEMO_ROOT := $(CURDIR)/data-root
+
 run: build
-	@./target/release/lavenderd config check
+	@PATH="$(CURDIR)/target/release:$$PATH" ./target/release/lavenderd start --scale tiny --foreground --data-root "$(DEMO_ROOT)"
+	@echo "--- a sample from the trained model:"
+	@./target/release/lavender-worker generate --data-root "$(DEMO_ROOT)" --checkpoint latest --prompt "ROMEO:"
 
 lint: setup
 	cargo fmt --all --check

@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod events;
+pub mod export;
 pub mod heartbeat;
 pub mod manifest;
 pub mod run;

@@ -8,6 +8,7 @@
 mod de;
 mod error;
 mod layers;
+mod notify;
 mod scale;
 mod sections;
 mod source;
@@ -22,6 +23,7 @@ use std::sync::LazyLock;
 
 pub use error::{ConfigError, ConfigErrorKind, Origin};
 pub use layers::{DATA_ROOT_VAR, LoadOptions};
+pub use notify::{BarkConfig, NotifyConfig, NtfyConfig, WebhookConfig, WebhookFormat};
 pub use scale::{Scale, ScalePreset};
 pub use sections::{
     Config, DataConfig, DedupConfig, Device, FilterConfig, HardExamplesConfig, ModelConfig,

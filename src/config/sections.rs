@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::notify::NotifyConfig;
 use super::scale::Scale;
 use super::source::DataSource;
 
@@ -29,6 +30,9 @@ pub struct Config {
     pub optimizer: OptimizerConfig,
     pub training: TrainingConfig,
     pub supervisor: SupervisorConfig,
+    /// Absent in configs older than the section: defaults apply.
+    #[serde(default)]
+    pub notify: NotifyConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

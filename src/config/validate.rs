@@ -85,7 +85,8 @@ pub(crate) fn validate(c: &Config) -> Check {
     validate_data(c)?;
     validate_model(c)?;
     validate_training(c)?;
-    validate_supervisor(c)
+    validate_supervisor(c)?;
+    super::notify::validate(&c.notify)
 }
 
 fn validate_data(c: &Config) -> Check {

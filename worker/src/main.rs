@@ -3,6 +3,7 @@
 mod cli;
 mod data;
 mod generate;
+mod logits;
 mod mine_hard;
 mod model;
 mod optim;
@@ -46,6 +47,8 @@ enum Command {
     MineHard(mine_hard::MineHardArgs),
     /// Sample text from a checkpoint.
     Generate(generate::GenerateArgs),
+    /// Print a checkpoint's logits for a token sequence as JSON.
+    Logits(logits::LogitsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -59,5 +62,6 @@ fn main() -> anyhow::Result<()> {
         Command::Train(a) => train::run(a),
         Command::MineHard(a) => mine_hard::run(a),
         Command::Generate(a) => generate::run(a),
+        Command::Logits(a) => logits::run(a),
     }
 }

@@ -88,10 +88,7 @@ impl Progress {
             self.label,
             rate / 1e6
         ));
-        if let Some(total) = self.total_bytes
-            && rate > 0.0
-            && total > self.bytes
-        {
+        if let Some(total) = self.total_bytes.filter(|t| rate > 0.0 && *t > self.bytes) {
             let eta = (total - self.bytes) as f64 / rate;
             line.push_str(&format!(", ETA {}", human_duration(eta)));
         }

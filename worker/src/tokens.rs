@@ -23,7 +23,9 @@
 //! - `.idx`: little-endian `u64` records. SFT: `(offset, prompt_len, response_len)`;
 //!   DPO: `(offset, prompt_len, chosen_len, rejected_len)`. `offset` counts tokens from the
 //!   start of the matching `.bin`; the data there is prompt then response (SFT) or prompt,
-//!   chosen, rejected (DPO).
+//!   chosen, rejected (DPO). Every part after the prompt ends with `eos_id` (so a model
+//!   learns where a response stops); prompts do not.
+//! - `bos_id` equals `eos_id` (`<|endoftext|>`, as in GPT-2); `pad_id` is `<|pad|>`.
 //!
 //! Every file is memory-mapped on open and its size checked against the index, so a
 //! truncated or mismatched file is an error at `open`, never a wrong answer or a panic later.
@@ -526,16 +528,14 @@ impl ArrayWriter {
         self.tokens
     }
 
-    /// Flushes and fsyncs; returns the number of tokens written.
+    /// Flushes; returns the number of tokens written. Not fsynced: the writer of a whole
+    /// directory of arrays syncs it once before publishing it (precompute does).
     pub fn finish(self) -> Result<u64> {
         let path = self.path;
-        let file = self
-            .out
+        self.out
             .into_inner()
             .map_err(|e| e.into_error())
             .with_context(|| format!("could not write {}", path.display()))?;
-        file.sync_all()
-            .with_context(|| format!("could not sync {}", path.display()))?;
         Ok(self.tokens)
     }
 }
@@ -585,17 +585,15 @@ impl RecordWriter {
         Ok(())
     }
 
-    /// Flushes and fsyncs both files; returns the number of records.
+    /// Flushes both files (not fsynced, as [`ArrayWriter::finish`]); returns the number
+    /// of records.
     pub fn finish(self) -> Result<u64> {
         self.data.finish()?;
         let path = self.idx_path;
-        let file = self
-            .idx
+        self.idx
             .into_inner()
             .map_err(|e| e.into_error())
             .with_context(|| format!("could not write {}", path.display()))?;
-        file.sync_all()
-            .with_context(|| format!("could not sync {}", path.display()))?;
         Ok(self.count)
     }
 }
@@ -603,17 +601,10 @@ impl RecordWriter {
 /// Writes `index.json` into `tokens_dir` (temp file + rename; the index names only
 /// files that are already complete, so it is written after them).
 pub fn write_index(tokens_dir: &Path, index: &TokenIndex) -> Result<()> {
-    let path = tokens_dir.join(INDEX_FILE);
-    let tmp = tokens_dir.join(format!(".{INDEX_FILE}.tmp-{}", std::process::id()));
-    let json = serde_json::to_vec_pretty(index)?;
-    let mut f =
-        File::create(&tmp).with_context(|| format!("could not create {}", tmp.display()))?;
-    f.write_all(&json)
-        .and_then(|_| f.sync_all())
-        .with_context(|| format!("could not write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path)
-        .with_context(|| format!("could not rename {} to {}", tmp.display(), path.display()))?;
-    Ok(())
+    Ok(lavender::atomic::write_json(
+        &tokens_dir.join(INDEX_FILE),
+        index,
+    )?)
 }
 
 #[cfg(test)]

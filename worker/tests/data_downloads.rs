@@ -29,11 +29,18 @@ fn serve(body: Vec<u8>, ignore_range: bool) -> Server {
 }
 
 fn serve_shared(body: Arc<Mutex<Vec<u8>>>, ignore_range: bool) -> Server {
+    serve_with(body, ignore_range, 0)
+}
+
+/// As [`serve_shared`]; the first `cut_first` responses stop half-way through the body
+/// and close the connection, as a dropped network connection does.
+fn serve_with(body: Arc<Mutex<Vec<u8>>>, ignore_range: bool, cut_first: usize) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/corpus.txt", listener.local_addr().unwrap());
     let ranges = Arc::new(Mutex::new(Vec::new()));
     let seen = ranges.clone();
     std::thread::spawn(move || {
+        let mut cuts_left = cut_first;
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { return };
             let mut reader = BufReader::new(stream.try_clone().unwrap());
@@ -74,6 +81,12 @@ fn serve_shared(body: Arc<Mutex<Vec<u8>>>, ignore_range: bool) -> Server {
                 part.len()
             );
             let _ = stream.write_all(head.as_bytes());
+            if cuts_left > 0 {
+                cuts_left -= 1;
+                let _ = stream.write_all(&part[..part.len() / 2]);
+                let _ = stream.flush();
+                continue; // dropping the stream closes the connection mid-body
+            }
             let _ = stream.write_all(part);
         }
     });
@@ -129,6 +142,38 @@ fn interrupted_download_resumes_with_range() {
     assert_eq!(
         *server.ranges.lock().unwrap(),
         vec![Some("bytes=1000-".to_string())]
+    );
+    assert_eq!(
+        std::fs::read(root.data().join("corpus/raw/000-corpus.txt")).unwrap(),
+        body
+    );
+}
+
+#[test]
+fn a_dropped_connection_fails_the_step_and_the_rerun_resumes() {
+    let body = corpus_text();
+    let digest = sha(&body);
+    let server = serve_with(Arc::new(Mutex::new(body.clone())), false, 1);
+    let root = Root::new();
+    root.config(&url_config(&server.url, &digest));
+    let err = root.fails("downloads", &[]);
+    assert!(
+        err.contains("interrupted") && err.contains("rerun to resume"),
+        "{err}"
+    );
+    assert!(!root.has_manifest("corpus"));
+    let part = root.data().join(format!("corpus/.partial/{digest}.part"));
+    let kept = std::fs::metadata(&part).unwrap().len();
+    assert_eq!(
+        kept,
+        body.len() as u64 / 2,
+        "what arrived is kept for the next run"
+    );
+
+    root.ok("downloads", &[]);
+    assert_eq!(
+        *server.ranges.lock().unwrap(),
+        vec![None, Some(format!("bytes={kept}-"))]
     );
     assert_eq!(
         std::fs::read(root.data().join("corpus/raw/000-corpus.txt")).unwrap(),

@@ -18,7 +18,16 @@ fn corpus(root: &Root, documents: &[&str]) -> PathBuf {
 #[test]
 fn dedup_removes_exact_duplicate_documents_and_counts_them() {
     let root = Root::new();
-    let src = corpus(&root, &["A:\nhello", "B:\nworld", "A:\nhello", "C:\nagain", "B:\nworld"]);
+    let src = corpus(
+        &root,
+        &[
+            "A:\nhello",
+            "B:\nworld",
+            "A:\nhello",
+            "C:\nagain",
+            "B:\nworld",
+        ],
+    );
     root.config(&path_config(&src, ""));
     root.ok("downloads", &[]);
     let err = root.ok("dedup", &[]);
@@ -34,7 +43,10 @@ fn dedup_removes_exact_duplicate_documents_and_counts_them() {
 #[test]
 fn paragraph_dedup_drops_repeated_paragraphs_inside_documents() {
     let root = Root::new();
-    let src = corpus(&root, &["intro\n\nbody one\n\nfooter", "intro\n\nbody two\n\nfooter"]);
+    let src = corpus(
+        &root,
+        &["intro\n\nbody one\n\nfooter", "intro\n\nbody two\n\nfooter"],
+    );
     std::fs::write(
         src.join("corpus.txt"),
         "intro\n\nbody one\n\nfooter\n===\nintro\n\nbody two\n\nfooter\n===\nfooter",
@@ -79,7 +91,11 @@ fn filter_counts_removals_per_rule() {
     assert_eq!(root.count("corpus/filtered", "documents"), 2);
     assert_eq!(root.count("corpus/filtered", "removed"), 4);
     for rule in ["min_chars", "max_chars", "nonprintable", "repeated_lines"] {
-        assert_eq!(root.count("corpus/filtered", &format!("removed_{rule}")), 1, "{rule}");
+        assert_eq!(
+            root.count("corpus/filtered", &format!("removed_{rule}")),
+            1,
+            "{rule}"
+        );
     }
 }
 
@@ -93,14 +109,25 @@ fn filter_that_removes_everything_is_an_error_and_keeps_the_old_output() {
     }
     let before = root.manifest("corpus/filtered");
     let err = root.fails("filter", &["--set", "data.filter.min_chars=1000"]);
-    assert!(err.contains("filter removed every document") && err.contains("min_chars 2"), "{err}");
+    assert!(
+        err.contains("filter removed every document") && err.contains("min_chars 2"),
+        "{err}"
+    );
     assert_eq!(root.manifest("corpus/filtered"), before);
-    assert_eq!(docs(&root.data().join("corpus/filtered/documents.jsonl")).len(), 2);
+    assert_eq!(
+        docs(&root.data().join("corpus/filtered/documents.jsonl")).len(),
+        2
+    );
 }
 
 fn many_docs(n: usize) -> Vec<String> {
     (0..n)
-        .map(|i| format!("Speaker {}:\nThis is speech number {i}, with some words.", i % 5))
+        .map(|i| {
+            format!(
+                "Speaker {}:\nThis is speech number {i}, with some words.",
+                i % 5
+            )
+        })
         .collect()
 }
 
@@ -127,7 +154,11 @@ fn build_shards_packs_fixed_size_shards_with_a_deterministic_split() {
         let path = root.data().join("shards").join(s["file"].as_str().unwrap());
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(s["bytes"].as_u64().unwrap(), bytes.len() as u64);
-        assert!(bytes.len() <= 2000 + 200, "shard {i} is {} bytes", bytes.len());
+        assert!(
+            bytes.len() <= 2000 + 200,
+            "shard {i} is {} bytes",
+            bytes.len()
+        );
         let digest: String = <sha2::Sha256 as sha2::Digest>::digest(&bytes)
             .iter()
             .map(|b| format!("{b:02x}"))
@@ -138,7 +169,11 @@ fn build_shards_packs_fixed_size_shards_with_a_deterministic_split() {
         all.extend(d);
     }
     let validation = docs(&root.data().join("shards/validation.jsonl"));
-    assert!((20..=60).contains(&validation.len()), "{} validation docs", validation.len());
+    assert!(
+        (20..=60).contains(&validation.len()),
+        "{} validation docs",
+        validation.len()
+    );
     assert_eq!(all.len() + validation.len(), 400);
     assert!(validation.iter().all(|v| !all.contains(v)));
 
@@ -175,7 +210,10 @@ fn shards_used_and_available_are_recorded_for_every_chunk_and_scale() {
         root.ok(step, &[]);
     }
     let available = root.count("shards", "shard_count");
-    assert!(available > 81, "need more shards than the large preset, got {available}");
+    assert!(
+        available > 81,
+        "need more shards than the large preset, got {available}"
+    );
     for (scale, preset) in [("tiny", 4u64), ("small", 21), ("medium", 43), ("large", 81)] {
         let mut union: Vec<String> = Vec::new();
         for chunk in ["1", "2", "3", "4"] {
@@ -205,7 +243,11 @@ fn shards_used_and_available_are_recorded_for_every_chunk_and_scale() {
         union.sort();
         union.dedup();
         assert_eq!(union.len(), n, "chunks of {scale} overlap");
-        assert_eq!(union.len() as u64, preset, "the chunks of {scale} together use its preset");
+        assert_eq!(
+            union.len() as u64,
+            preset,
+            "the chunks of {scale} together use its preset"
+        );
     }
 }
 
@@ -224,7 +266,11 @@ fn steps_rerun_when_their_config_or_inputs_change_and_with_force() {
     // A changed rule reruns filter.
     let err = root.ok("filter", &["--set", "data.filter.min_chars=53"]);
     assert!(!err.contains("up to date"), "{err}");
-    assert_eq!(root.count("corpus/filtered", "removed_min_chars"), 10, "speeches 0-9 are one character short");
+    assert_eq!(
+        root.count("corpus/filtered", "removed_min_chars"),
+        10,
+        "speeches 0-9 are one character short"
+    );
     // A changed source file reruns downloads, and dedup sees new inputs.
     std::fs::write(src.join("corpus.txt"), "Only:\none document now").unwrap();
     assert!(!root.ok("downloads", &[]).contains("up to date"));
@@ -263,8 +309,14 @@ fn precompute_uses_user_sft_and_dpo_jsonl_when_configured() {
     for step in ["downloads", "dedup", "filter", "build_shards", "precompute"] {
         root.ok(step, &[]);
     }
-    let (s, sh) = (root.count("tokens", "sft_samples"), root.count("tokens", "sft_heldout"));
-    let (d, dh) = (root.count("tokens", "dpo_pairs"), root.count("tokens", "dpo_heldout"));
+    let (s, sh) = (
+        root.count("tokens", "sft_samples"),
+        root.count("tokens", "sft_heldout"),
+    );
+    let (d, dh) = (
+        root.count("tokens", "dpo_pairs"),
+        root.count("tokens", "dpo_heldout"),
+    );
     assert_eq!(s + sh, 40);
     assert_eq!(d + dh, 40);
     assert!(sh > 0 && dh > 0, "some samples are held out");
@@ -275,4 +327,61 @@ fn precompute_uses_user_sft_and_dpo_jsonl_when_configured() {
     let err = root.fails("precompute", &[]);
     assert!(err.contains("dpo.jsonl:1"), "{err}");
     assert_eq!(root.count("tokens", "dpo_pairs"), d);
+}
+
+#[test]
+fn near_duplicate_removal_is_behind_its_switch() {
+    let root = Root::new();
+    let base: Vec<String> = (0..60).map(|i| format!("word{i}")).collect();
+    let original = format!("A:\n{}", base.join(" "));
+    let near = original.replace("word30", "changed");
+    let other = format!(
+        "B:\n{}",
+        (0..60)
+            .map(|i| format!("other{i}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let src = corpus(&root, &[&original, &near, &other]);
+    root.config(&path_config(&src, ""));
+    root.ok("downloads", &[]);
+    root.ok("dedup", &[]);
+    assert_eq!(root.count("corpus/dedup", "documents"), 3, "off by default");
+
+    let err = root.ok("dedup", &["--set", "data.dedup.near_duplicates=true"]);
+    assert!(err.contains("1 of them near duplicates"), "{err}");
+    assert_eq!(root.count("corpus/dedup", "removed_near_duplicates"), 1);
+    assert_eq!(
+        docs(&root.data().join("corpus/dedup/documents.jsonl")),
+        [original, other]
+    );
+}
+
+#[test]
+fn a_rerun_that_changes_nothing_does_not_cascade() {
+    let root = Root::new();
+    let texts = many_docs(30);
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let src = corpus(&root, &refs);
+    root.config(&path_config(&src, ""));
+    for step in ["downloads", "dedup", "filter"] {
+        root.ok(step, &[]);
+    }
+    let err = root.ok("downloads", &["--force"]);
+    assert!(err.contains("1 of 1 outputs unchanged"), "{err}");
+    assert!(root.ok("dedup", &[]).contains("up to date"));
+
+    // A touched source (same bytes, new mtime) reruns downloads, and only downloads.
+    let f = std::fs::File::options()
+        .write(true)
+        .open(src.join("corpus.txt"))
+        .unwrap();
+    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
+        .unwrap();
+    assert!(!root.ok("downloads", &[]).contains("up to date"));
+    assert!(root.ok("dedup", &[]).contains("up to date"));
+
+    // dedup forced with the same result leaves filter fresh too.
+    root.ok("dedup", &["--force"]);
+    assert!(root.ok("filter", &[]).contains("up to date"));
 }

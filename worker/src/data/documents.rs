@@ -142,13 +142,13 @@ impl DocWriter {
         self.bytes
     }
 
-    /// Flush; returns (documents, bytes, sha256 hex).
+    /// Flush; returns (documents, bytes, sha256 hex). Durability comes later, once for
+    /// the whole output, when its staging directory is committed.
     pub fn finish(self) -> Result<(u64, u64, String)> {
         let path = self.path;
         self.out
             .into_inner()
             .map_err(|e| e.into_error())
-            .and_then(|f| f.sync_all())
             .with_context(|| format!("could not write {}", path.display()))?;
         Ok((self.docs, self.bytes, hex(&self.hasher.finalize())))
     }

@@ -6,16 +6,16 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail, ensure};
+use lavender::config::{DataSource, EmbeddedCorpus};
 use serde_json::json;
 
 use super::documents::{Splitter, sha256_file};
-use super::events::Event;
 use super::http;
 use super::manifest::{InputFingerprint, fingerprint};
-use super::settings::Source;
 use super::stage::Staged;
 use super::step::{self, Ctx};
 use crate::progress::{Progress, group};
+use lavender::events::Event;
 
 pub const STEP: &str = "downloads";
 const VERSION: u32 = 1;
@@ -59,7 +59,15 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let corpus = ctx.root.join("corpus");
     let raw = corpus.join("raw");
     let staged = Staged::begin(&raw)?;
-    let total: u64 = inputs.iter().map(|i| i.size).sum();
+    // Progress counts text bytes, so the embedded corpus counts at its uncompressed size.
+    let total: u64 = plan
+        .iter()
+        .zip(&inputs)
+        .map(|(p, i)| match &p.item {
+            Item::Embedded { gz, .. } => gzip_size(gz),
+            _ => i.size,
+        })
+        .sum();
     let mut progress = Progress::new(STEP, Some(total), "docs");
     let sep = &ctx.settings.data.document_separator;
     let (mut documents, mut bytes, mut skipped) = (0u64, 0u64, Vec::new());
@@ -146,17 +154,15 @@ pub fn run(ctx: &Ctx) -> Result<()> {
 }
 
 /// Resolve every source to files and fingerprint them (cheap: size and mtime only).
-fn plan(ctx: &Ctx, sources: &[Source]) -> Result<(Vec<Planned>, Vec<InputFingerprint>)> {
+fn plan(ctx: &Ctx, sources: &[DataSource]) -> Result<(Vec<Planned>, Vec<InputFingerprint>)> {
     let mut plan = Vec::new();
     let mut inputs = Vec::new();
     for (i, source) in sources.iter().enumerate() {
         match source {
-            Source::Embedded { embedded } => {
-                let gz = match embedded.as_str() {
-                    "tinyshakespeare" => TINYSHAKESPEARE_GZ,
-                    other => bail!(
-                        "data.sources[{i}]: there is no embedded corpus {other:?}; the embedded corpora are: tinyshakespeare"
-                    ),
+            DataSource::Embedded(corpus) => {
+                let embedded = corpus.as_str();
+                let gz = match corpus {
+                    EmbeddedCorpus::Tinyshakespeare => TINYSHAKESPEARE_GZ,
                 };
                 inputs.push(InputFingerprint {
                     path: format!("embedded:{embedded}").into(),
@@ -174,7 +180,7 @@ fn plan(ctx: &Ctx, sources: &[Source]) -> Result<(Vec<Planned>, Vec<InputFingerp
                     dest: format!("{i:03}-{embedded}.txt"),
                 });
             }
-            Source::Path { path } => {
+            DataSource::Path(path) => {
                 let src = ctx.settings.config_path(path);
                 let meta = std::fs::metadata(&src).with_context(|| {
                     format!(
@@ -206,7 +212,7 @@ fn plan(ctx: &Ctx, sources: &[Source]) -> Result<(Vec<Planned>, Vec<InputFingerp
                     });
                 }
             }
-            Source::Url { url, sha256 } => {
+            DataSource::Url { url, sha256 } => {
                 ensure!(
                     url.starts_with("http://") || url.starts_with("https://"),
                     "data.sources[{i}]: {url:?} is not an http(s) URL"
@@ -322,4 +328,26 @@ fn copy_text(
         return Ok(None);
     }
     Ok(Some(docs))
+}
+
+/// The uncompressed size a gzip stream records in its last four bytes (mod 4 GiB).
+fn gzip_size(gz: &[u8]) -> u64 {
+    gz.len().checked_sub(4).map_or(0, |at| {
+        u32::from_le_bytes(gz[at..].try_into().expect("4 bytes")) as u64
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_corpus_is_tinyshakespeare() {
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(TINYSHAKESPEARE_GZ)
+            .read_to_string(&mut text)
+            .unwrap();
+        assert!(text.starts_with("First Citizen:\nBefore we proceed any further"));
+        assert_eq!(gzip_size(TINYSHAKESPEARE_GZ), text.len() as u64);
+    }
 }

@@ -7,10 +7,10 @@ use anyhow::{Result, bail};
 use serde_json::json;
 
 use super::documents::{DocWriter, read_docs};
-use super::settings::FilterSettings;
 use super::stage::Staged;
 use super::step::{self, Ctx};
 use crate::progress::{Progress, group};
+use lavender::config::FilterConfig;
 
 pub const STEP: &str = "filter";
 const VERSION: u32 = 1;
@@ -20,7 +20,7 @@ pub const OUTPUT: &str = "documents.jsonl";
 pub const RULES: [&str; 4] = ["min_chars", "max_chars", "nonprintable", "repeated_lines"];
 
 /// The first rule `text` breaks, if any.
-pub fn failed_rule(text: &str, f: &FilterSettings) -> Option<&'static str> {
+pub fn failed_rule(text: &str, f: &FilterConfig) -> Option<&'static str> {
     let chars = text.chars().count() as u64;
     if chars < f.min_chars {
         return Some("min_chars");
@@ -129,8 +129,8 @@ fn describe(removed: &[u64]) -> String {
 mod tests {
     use super::*;
 
-    fn rules() -> FilterSettings {
-        FilterSettings {
+    fn rules() -> FilterConfig {
+        FilterConfig {
             min_chars: 5,
             max_chars: 50,
             max_nonprintable_ratio: 0.1,

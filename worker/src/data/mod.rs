@@ -5,7 +5,6 @@
 pub mod dedup;
 pub mod documents;
 pub mod downloads;
-pub mod events;
 pub mod filter;
 mod http;
 pub mod manifest;
@@ -15,10 +14,10 @@ pub mod shards;
 pub mod stage;
 pub mod step;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::cli::StepArgs;
-use events::Event;
+use lavender::events::{self, Event};
 use settings::Settings;
 use step::Ctx;
 
@@ -59,5 +58,11 @@ pub fn run(step: DataStep, args: &StepArgs) -> Result<()> {
         // The step's own error is what the user needs; a failing event write must not hide it.
         let _ = events::append(run_dir, &event);
     }
-    result
+    result.with_context(|| {
+        format!(
+            "{} did not complete; its earlier output under {} is unchanged",
+            step.name(),
+            ctx.root.display()
+        )
+    })
 }

@@ -8,12 +8,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::documents::{DocWriter, read_docs, unit_hash};
-use super::events::Event;
 use super::manifest::StepManifest;
 use super::stage::Staged;
 use super::step::{self, Ctx};
 use crate::progress::{Progress, group};
 use crate::tokens::select_shards;
+use lavender::events::Event;
 
 pub const STEP: &str = "build_shards";
 const VERSION: u32 = 1;

@@ -9,10 +9,10 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::documents::hex;
-use super::events::{self, Event};
 use super::manifest::{self, InputFingerprint, StepManifest};
 use super::settings::Settings;
 use super::stage::{self, Staged};
+use lavender::events::{self, Event};
 
 pub struct Ctx {
     pub settings: Settings,
@@ -24,6 +24,11 @@ impl Ctx {
         let root = settings.data_root.clone();
         std::fs::create_dir_all(&root)
             .with_context(|| format!("could not create the data root {}", root.display()))?;
+        if let Some(run_dir) = &settings.run_dir {
+            std::fs::create_dir_all(run_dir).with_context(|| {
+                format!("could not create the run directory {}", run_dir.display())
+            })?;
+        }
         Ok(Ctx { settings, root })
     }
 
@@ -84,10 +89,19 @@ pub fn say_skipped(step: &str, m: &StepManifest) {
 /// Publish a step's outputs: drop the old manifest, swap the staged directory in, write
 /// the new manifest last.
 pub fn commit(ctx: &Ctx, staged: Staged, mut m: StepManifest) -> Result<()> {
+    let dir = manifest::step_dir(&ctx.root, &m.step);
+    let unchanged = staged.keep_unchanged_mtimes(&dir, &m.outputs)?;
+    if unchanged > 0 {
+        eprintln!(
+            "{}: {unchanged} of {} outputs unchanged; the steps after it will see them as before",
+            m.step,
+            m.outputs.len()
+        );
+    }
     stage::remove_if_exists(&manifest::manifest_path(&ctx.root, &m.step))?;
     staged.commit()?;
     m.finished_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    manifest::write(&ctx.root, &m)
+    Ok(manifest::write(&ctx.root, &m)?)
 }
 
 pub fn new_manifest(
@@ -140,4 +154,16 @@ pub fn upstream_outputs(ctx: &Ctx, m: &StepManifest) -> Result<Vec<(PathBuf, Inp
 
 pub fn total_size(paths: &[(PathBuf, InputFingerprint)]) -> u64 {
     paths.iter().map(|(_, f)| f.size).sum()
+}
+
+/// Visible entries of `dir`, sorted (lock files and staging directories are hidden).
+#[cfg(test)]
+pub fn tests_listing(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    v.sort();
+    v
 }

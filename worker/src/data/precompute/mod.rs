@@ -11,7 +11,6 @@ use serde_json::json;
 use tokenizers::Tokenizer;
 
 use super::documents::{read_docs, unit_hash};
-use super::events::Event;
 use super::manifest::{StepManifest, fingerprint};
 use super::shards::{self, ShardEntry};
 use super::stage::Staged;
@@ -21,11 +20,12 @@ use crate::tokens::{
     self, ArrayFile, ArrayWriter, Dtype, PretrainIndex, RecordFile, RecordWriter, ShardFile,
     SplitFiles, TokenIndex,
 };
+use lavender::events::Event;
 
 pub const STEP: &str = "precompute";
 const VERSION: u32 = 1;
 /// Documents (or samples) tokenized per parallel batch.
-const BATCH: usize = 512;
+pub(crate) const BATCH: usize = 512;
 const HELDOUT_SALT: &str = "lavender/heldout/";
 
 pub fn run(ctx: &Ctx) -> Result<()> {
@@ -158,17 +158,17 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         pairs::dpo_from_jsonl(p, |r| dpo.push(r))?;
     }
     if let Some(docs) = &derived_from {
-        let mut on_sft = |r| sft.push(r);
-        let mut on_dpo = |r| dpo.push(r);
+        let sep_ids = tokenizer::encode_many(tok, vec!["\n\n"])?.remove(0);
+        let encode = |texts: Vec<&str>| tokenizer::encode_many(tok, texts);
+        let mut on_sft = |r: pairs::Encoded| sft.push_encoded(&r.key, r.parts);
+        let mut on_dpo = |r: pairs::Encoded| dpo.push_encoded(&r.key, r.parts);
         pairs::derive(
             docs,
             s.seed,
-            sft_jsonl
-                .is_none()
-                .then_some(&mut on_sft as &mut dyn FnMut(Vec<String>) -> Result<()>),
-            dpo_jsonl
-                .is_none()
-                .then_some(&mut on_dpo as &mut dyn FnMut(Vec<String>) -> Result<()>),
+            &sep_ids,
+            &encode,
+            sft_jsonl.is_none().then_some(&mut on_sft as pairs::Sink),
+            dpo_jsonl.is_none().then_some(&mut on_dpo as pairs::Sink),
         )?;
     }
     let (sft_files, sft_train, sft_heldout) = sft.finish()?;
@@ -357,23 +357,27 @@ impl<'t> RecordSink<'t> {
     fn flush(&mut self) -> Result<()> {
         let texts: Vec<&str> = self.pending.iter().flatten().map(String::as_str).collect();
         let mut ids = tokenizer::encode_many(self.tok, texts)?.into_iter();
-        for record in self.pending.drain(..) {
-            let mut parts: Vec<Vec<u32>> = Vec::with_capacity(record.len());
-            for i in 0..record.len() {
-                let mut p = ids.next().expect("one encoding per text");
-                if i > 0 {
-                    p.push(self.eos);
-                }
-                parts.push(p);
-            }
-            let refs: Vec<&[u32]> = parts.iter().map(Vec::as_slice).collect();
-            if unit_hash(record[0].as_bytes(), HELDOUT_SALT) < self.heldout_fraction {
-                self.heldout.push(&refs)?;
-            } else {
-                self.train.push(&refs)?;
-            }
+        let pending = std::mem::take(&mut self.pending);
+        for record in pending {
+            let parts = (0..record.len())
+                .map(|_| ids.next().expect("one encoding per text"))
+                .collect();
+            self.push_encoded(&record[0], parts)?;
         }
         Ok(())
+    }
+
+    /// Write one record to the split `key` (its prompt's text) hashes to.
+    fn push_encoded(&mut self, key: &str, mut parts: Vec<Vec<u32>>) -> Result<()> {
+        for p in parts.iter_mut().skip(1) {
+            p.push(self.eos);
+        }
+        let refs: Vec<&[u32]> = parts.iter().map(Vec::as_slice).collect();
+        if unit_hash(key.as_bytes(), HELDOUT_SALT) < self.heldout_fraction {
+            self.heldout.push(&refs)
+        } else {
+            self.train.push(&refs)
+        }
     }
 
     /// Returns the index entries and the train / held-out counts.

@@ -11,6 +11,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 
+use super::BATCH;
 use crate::data::documents::{read_docs, unit_hash};
 
 /// Derived sets stop at this many samples (pairs) each: plenty for the sft and dpo stages
@@ -96,44 +97,77 @@ pub fn dpo_from_jsonl(path: &Path, mut on: impl FnMut(Vec<String>) -> Result<()>
     })
 }
 
+/// A record for a [`super::RecordSink`]: the text its held-out split is decided by, and
+/// the token ids of its parts (prompt first).
+pub struct Encoded {
+    pub key: String,
+    pub parts: Vec<Vec<u32>>,
+}
+
+pub type Sink<'a> = &'a mut dyn FnMut(Encoded) -> Result<()>;
+/// Token ids of a batch of texts.
+pub type Encode<'a> = &'a dyn Fn(Vec<&str>) -> Result<Vec<Vec<u32>>>;
+
 /// Derive SFT samples and/or DPO pairs from consecutive documents of a document file.
+/// Each document is tokenized once (in parallel batches, by `encode`) and its ids reused
+/// as prompt, response, chosen or rejected; a prompt is the document then `sep_ids`.
 pub fn derive(
     docs: &Path,
     seed: u64,
-    mut sft: Option<&mut dyn FnMut(Vec<String>) -> Result<()>>,
-    mut dpo: Option<&mut dyn FnMut(Vec<String>) -> Result<()>>,
+    sep_ids: &[u32],
+    encode: Encode,
+    mut sft: Option<Sink>,
+    mut dpo: Option<Sink>,
 ) -> Result<()> {
-    let mut pool: VecDeque<String> = VecDeque::with_capacity(REJECT_POOL + 1);
+    let mut pool: VecDeque<(String, Vec<u32>)> = VecDeque::with_capacity(REJECT_POOL + 1);
     let (mut n_sft, mut n_dpo, mut i) = (0u64, 0u64, 0u64);
     let salt = format!("lavender/rejected/{seed}/");
-    read_docs(docs, |text, _| {
-        if let Some(prev) = pool.back() {
-            let prompt = format!("{prev}\n\n");
-            if let Some(on) = sft.as_mut().filter(|_| n_sft < DERIVED_MAX) {
-                on(vec![prompt.clone(), text.to_string()])?;
-                n_sft += 1;
-            }
-            // Candidates exclude the prompt itself (the newest) and any copy of `chosen`.
-            let candidates = pool.len() - 1;
-            if let Some(on) = dpo
-                .as_mut()
-                .filter(|_| n_dpo < DERIVED_MAX && candidates > 0)
-            {
-                let pick = (unit_hash(&i.to_le_bytes(), &salt) * candidates as f64) as usize;
-                let rejected = &pool[pick.min(candidates - 1)];
-                if rejected != text {
-                    on(vec![prompt, text.to_string(), rejected.clone()])?;
-                    n_dpo += 1;
+    let mut batch: Vec<String> = Vec::with_capacity(BATCH);
+    let mut process = |batch: &mut Vec<String>| -> Result<()> {
+        let ids = encode(batch.iter().map(String::as_str).collect())?;
+        for (text, ids) in batch.drain(..).zip(ids) {
+            if let Some((prev, prev_ids)) = pool.back() {
+                let prompt: Vec<u32> = prev_ids.iter().chain(sep_ids).copied().collect();
+                if let Some(on) = sft.as_mut().filter(|_| n_sft < DERIVED_MAX) {
+                    on(Encoded {
+                        key: prev.clone(),
+                        parts: vec![prompt.clone(), ids.clone()],
+                    })?;
+                    n_sft += 1;
+                }
+                // Candidates exclude the prompt itself (the newest) and any copy of `chosen`.
+                let candidates = pool.len() - 1;
+                if let Some(on) = dpo
+                    .as_mut()
+                    .filter(|_| n_dpo < DERIVED_MAX && candidates > 0)
+                {
+                    let pick = (unit_hash(&i.to_le_bytes(), &salt) * candidates as f64) as usize;
+                    let (rejected, rejected_ids) = &pool[pick.min(candidates - 1)];
+                    if *rejected != text {
+                        on(Encoded {
+                            key: prev.clone(),
+                            parts: vec![prompt, ids.clone(), rejected_ids.clone()],
+                        })?;
+                        n_dpo += 1;
+                    }
                 }
             }
+            pool.push_back((text, ids));
+            if pool.len() > REJECT_POOL {
+                pool.pop_front();
+            }
+            i += 1;
         }
-        pool.push_back(text.to_string());
-        if pool.len() > REJECT_POOL {
-            pool.pop_front();
-        }
-        i += 1;
         Ok(())
-    })
+    };
+    read_docs(docs, |text, _| {
+        batch.push(text.to_string());
+        if batch.len() >= BATCH {
+            process(&mut batch)?;
+        }
+        Ok(())
+    })?;
+    process(&mut batch)
 }
 
 #[cfg(test)]
@@ -158,14 +192,24 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("d.jsonl");
         let mut w = DocWriter::create(&p).unwrap();
-        for t in ["A:\none", "B:\ntwo", "A:\nthree", "B:\nfour"] {
+        let texts = ["A:\none", "B:\ntwo", "A:\nthree", "B:\nfour"];
+        for t in texts {
             w.write(t).unwrap();
         }
         w.finish().unwrap();
+        // A stand-in tokenizer: one id per document, its position in `texts`.
+        let encode = |batch: Vec<&str>| -> Result<Vec<Vec<u32>>> {
+            Ok(batch
+                .iter()
+                .map(|t| vec![texts.iter().position(|x| x == t).unwrap() as u32])
+                .collect())
+        };
         let (mut sft, mut dpo) = (Vec::new(), Vec::new());
         derive(
             &p,
             1,
+            &[99],
+            &encode,
             Some(&mut |s| {
                 sft.push(s);
                 Ok(())
@@ -177,17 +221,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(sft.len(), 3);
-        assert_eq!(
-            sft[0],
-            vec!["A:\none\n\n".to_string(), "B:\ntwo".to_string()]
-        );
+        assert_eq!(sft[0].key, "A:\none");
+        assert_eq!(sft[0].parts, vec![vec![0, 99], vec![1]]);
         // The first pair has no candidate for `rejected` besides its own prompt.
         assert_eq!(dpo.len(), 2);
         for d in &dpo {
-            assert_ne!(d[2], d[1]);
-            assert_ne!(format!("{}\n\n", d[2]), d[0]);
+            assert_ne!(d.parts[2], d.parts[1]);
+            assert_ne!(d.parts[2][0], d.parts[0][0]);
         }
-        assert_eq!(dpo[0][1], "A:\nthree");
+        assert_eq!(dpo[0].parts[1], vec![2]);
     }
 
     #[test]

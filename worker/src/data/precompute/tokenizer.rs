@@ -10,9 +10,11 @@ use anyhow::{Context, Result, anyhow};
 use tokenizers::models::TrainerWrapper;
 use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::{AddedToken, Tokenizer};
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer};
 
-use crate::data::settings::TokenizerSettings;
+use lavender::config::TokenizerConfig;
 
 /// End of text; also the beginning-of-sequence token, as in GPT-2.
 pub const EOS: &str = "<|endoftext|>";
@@ -29,11 +31,27 @@ pub struct Trained {
 }
 
 fn byte_level() -> ByteLevel {
-    ByteLevel::new(false, false, true)
+    ByteLevel::new(false, false, false)
+}
+
+/// GPT-2's split pattern without its one lookahead (`\s+(?!\S)`): with the `fancy-regex`
+/// backend a lookahead makes every match run on the backtracking VM, several times slower,
+/// while without it the pattern runs on the `regex` crate. The only difference: a run
+/// of spaces before a word keeps all its spaces instead of lending the last to the word.
+const SPLIT: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+";
+
+fn pre_tokenizer() -> Result<PreTokenizerWrapper> {
+    let split = Split::new(
+        SplitPattern::Regex(SPLIT.into()),
+        SplitDelimiterBehavior::Isolated,
+        false,
+    )
+    .map_err(|e| anyhow!("the split pattern does not compile: {e}"))?;
+    Ok(Sequence::new(vec![split.into(), byte_level().into()]).into())
 }
 
 /// Train on the documents of `files` (JSONL document files), at most `SAMPLE_BYTES`.
-pub fn train(files: &[PathBuf], cfg: &TokenizerSettings) -> Result<Trained> {
+pub fn train(files: &[PathBuf], cfg: &TokenizerConfig) -> Result<Trained> {
     let per_file = (SAMPLE_BYTES / files.len().max(1) as u64).max(1);
     let sample = Sample::new(files.to_vec(), per_file);
     let mut trainer: TrainerWrapper = BpeTrainerBuilder::new()
@@ -49,7 +67,7 @@ pub fn train(files: &[PathBuf], cfg: &TokenizerSettings) -> Result<Trained> {
         .into();
     let mut tokenizer = Tokenizer::new(BPE::default());
     tokenizer
-        .with_pre_tokenizer(Some(byte_level()))
+        .with_pre_tokenizer(Some(pre_tokenizer()?))
         .with_post_processor(Some(byte_level()))
         .with_decoder(Some(byte_level()));
     let errors = sample.errors.clone();

@@ -1,6 +1,9 @@
 //! `dedup`: drops exact duplicate documents (and, with `data.dedup.paragraphs`, repeated
-//! paragraphs) by content hash. Streams the corpus and keeps only 16-byte hashes, so its
-//! memory grows with the number of distinct documents, not with their text.
+//! paragraphs) by content hash, and with `data.dedup.near_duplicates` near copies by
+//! MinHash. Streams the corpus and keeps only hashes, so its memory grows with the number
+//! of distinct documents, not with their text.
+
+mod minhash;
 
 use std::collections::HashSet;
 
@@ -18,11 +21,6 @@ pub const OUTPUT: &str = "documents.jsonl";
 
 pub fn run(ctx: &Ctx) -> Result<()> {
     let cfg = &ctx.settings.data.dedup;
-    if cfg.near_duplicates {
-        bail!(
-            "data.dedup.near_duplicates: near-duplicate removal is not available in this build; set it to false"
-        );
-    }
     let up = step::upstream(ctx, super::downloads::STEP, STEP)?;
     let files = step::upstream_outputs(ctx, &up)?;
     let slice = json!({
@@ -42,7 +40,11 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let mut progress = Progress::new(STEP, Some(step::total_size(&files)), "docs");
     let mut seen_docs: HashSet<u128> = HashSet::new();
     let mut seen_paragraphs: HashSet<u128> = HashSet::new();
+    let mut near = cfg
+        .near_duplicates
+        .then(|| minhash::NearDuplicates::new(cfg.near_threshold));
     let (mut input_docs, mut removed, mut removed_paragraphs) = (0u64, 0u64, 0u64);
+    let mut removed_near = 0u64;
     let mut kept_text = String::new();
     for (path, _) in &files {
         for_each_document_in_file(path, &ctx.settings.data.document_separator, |doc, bytes| {
@@ -62,6 +64,11 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     path.display()
                 )
             })?;
+            if near.as_mut().is_some_and(|nd| nd.check_and_insert(text)) {
+                removed += 1;
+                removed_near += 1;
+                return Ok(());
+            }
             if !cfg.paragraphs {
                 return out.write(text);
             }
@@ -95,14 +102,21 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     m.counts.insert("removed".into(), removed);
     m.counts
         .insert("removed_paragraphs".into(), removed_paragraphs);
+    m.counts
+        .insert("removed_near_duplicates".into(), removed_near);
     m.counts.insert("input_documents".into(), input_docs);
     m.counts.insert("bytes".into(), bytes);
     m.outputs = vec![OUTPUT.into()];
     step::commit(ctx, staged, m)?;
     eprintln!(
-        "dedup: {} documents kept, {} duplicates removed{}",
+        "dedup: {} documents kept, {} duplicates removed{}{}",
         group(documents),
         group(removed),
+        if cfg.near_duplicates {
+            format!(" ({} of them near duplicates)", group(removed_near))
+        } else {
+            String::new()
+        },
         if cfg.paragraphs {
             format!(
                 ", {} repeated paragraphs removed",

@@ -1,0 +1,354 @@
+//! A stand-in for `lavender-worker` that speaks the worker protocol without
+//! libtorch: heartbeats, events, complete checkpoints, save-on-SIGTERM. Flags (or
+//! `FAKE_*` variables) make it misbehave the ways a real trainer can, so the
+//! daemon's crash, stall and stop handling can be tested with real processes.
+//!
+//! `lavender-fake-worker [fault flags] <step> --config C --data-root D --run-dir R
+//!  [--scale S] [--chunk N] [--resume PATH|latest]`
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use lavender::atomic::CheckpointBuilder;
+use lavender::checkpoint::{self, CheckpointName};
+use lavender::events::{self, Event, kind};
+use lavender::heartbeat::{self, Heartbeat, WorkerState};
+use lavender::trainer_state::TrainerState;
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+
+/// The exit code of a simulated crash.
+const CRASH_EXIT: i32 = 3;
+/// The exit code when `--resume` names nothing usable.
+const RESUME_EXIT: i32 = 4;
+
+#[derive(Parser, Debug)]
+#[command(about = "A fake lavender worker for tests")]
+struct Args {
+    /// Pipeline step (downloads, …, train, mine_hard).
+    step: String,
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    data_root: PathBuf,
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    #[arg(long)]
+    scale: Option<String>,
+    #[arg(long)]
+    chunk: Option<u32>,
+    #[arg(long)]
+    resume: Option<String>,
+
+    /// Steps of the fake training run.
+    #[arg(long, env = "FAKE_TOTAL_STEPS", default_value_t = 50)]
+    total_steps: u64,
+    /// Milliseconds per training step.
+    #[arg(long, env = "FAKE_STEP_MS", default_value_t = 20)]
+    step_ms: u64,
+    /// Save a checkpoint every N steps.
+    #[arg(long, env = "FAKE_CHECKPOINT_EVERY", default_value_t = 10)]
+    checkpoint_every: u64,
+    /// Milliseconds a save takes (between "saving" and the checkpoint appearing).
+    #[arg(long, env = "FAKE_SAVE_MS", default_value_t = 0)]
+    save_ms: u64,
+    /// Milliseconds a data step takes.
+    #[arg(long, env = "FAKE_DATA_STEP_MS", default_value_t = 20)]
+    data_step_ms: u64,
+    /// Exit with a crash after this many steps of this process.
+    #[arg(long, env = "FAKE_CRASH_AFTER")]
+    crash_after: Option<u64>,
+    /// Crash only the first K times in this run directory (default: every time).
+    #[arg(long, env = "FAKE_CRASH_TIMES")]
+    crash_times: Option<u32>,
+    /// Crash by SIGABRT instead of a non-zero exit.
+    #[arg(long, env = "FAKE_CRASH_SIGNAL")]
+    crash_signal: bool,
+    /// Stop making progress (and writing heartbeats) after this many steps.
+    #[arg(long, env = "FAKE_HANG_AFTER")]
+    hang_after: Option<u64>,
+    /// Ignore SIGTERM (so only SIGKILL ends it).
+    #[arg(long, env = "FAKE_IGNORE_SIGTERM")]
+    ignore_sigterm: bool,
+    /// Start a helper process (in the worker's group) that ignores SIGTERM and
+    /// outlives the worker, like a stuck data loader; its pid goes to
+    /// `<data_root>/fake-helper.pid`.
+    #[arg(long, env = "FAKE_SPAWN_HELPER")]
+    spawn_helper: bool,
+    /// Make this data step fail with exit code 1.
+    #[arg(long, env = "FAKE_FAIL_STEP")]
+    fail_step: Option<String>,
+}
+
+static TERM: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_term(_: nix::libc::c_int) {
+    TERM.store(true, Ordering::SeqCst);
+}
+
+fn install_sigterm(ignore: bool) -> Result<()> {
+    let handler = if ignore {
+        SigHandler::SigIgn
+    } else {
+        SigHandler::Handler(on_term)
+    };
+    let action = SigAction::new(handler, SaFlags::SA_RESTART, SigSet::empty());
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe { sigaction(Signal::SIGTERM, &action) }.context("install SIGTERM handler")?;
+    Ok(())
+}
+
+fn main() {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("fake-worker: error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<i32> {
+    install_sigterm(args.ignore_sigterm)?;
+    record_call(&args.data_root)?;
+    println!("fake-worker: step {} pid {}", args.step, std::process::id());
+    if args.step != "train" {
+        return data_step(args);
+    }
+    if args.spawn_helper {
+        let helper = std::process::Command::new("sh")
+            .args(["-c", "trap '' TERM; exec sleep 600"])
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .context("spawn helper")?;
+        std::fs::write(
+            args.data_root.join("fake-helper.pid"),
+            helper.id().to_string(),
+        )?;
+    }
+    let run_dir = args
+        .run_dir
+        .clone()
+        .context("the train step needs --run-dir")?;
+    std::fs::create_dir_all(&run_dir).with_context(|| format!("create {}", run_dir.display()))?;
+    Trainer::new(args, run_dir)?.train()
+}
+
+/// Appends this invocation's argv to `<data_root>/fake-worker-calls.jsonl`, so tests
+/// can check what the daemon passed (e.g. `--resume` after a crash).
+fn record_call(data_root: &Path) -> Result<()> {
+    std::fs::create_dir_all(data_root)?;
+    let path = data_root.join("fake-worker-calls.jsonl");
+    let line = serde_json::json!({
+        "pid": std::process::id(),
+        "argv": std::env::args().collect::<Vec<_>>(),
+    });
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("open {}", path.display()))?;
+    writeln!(f, "{line}")?;
+    Ok(())
+}
+
+/// A data step: wait a little, write the step's manifest (so status has counts), exit.
+fn data_step(args: &Args) -> Result<i32> {
+    let deadline = Instant::now() + Duration::from_millis(args.data_step_ms);
+    while Instant::now() < deadline {
+        if TERM.load(Ordering::SeqCst) {
+            println!("fake-worker: {} interrupted", args.step);
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if args.fail_step.as_deref() == Some(args.step.as_str()) {
+        eprintln!("fake-worker: {} failed as asked", args.step);
+        return Ok(1);
+    }
+    let counts: serde_json::Map<String, serde_json::Value> = match args.step.as_str() {
+        "downloads" => [("documents", 100), ("sources", 1), ("bytes", 4096)].as_slice(),
+        "build_shards" => [("shard_count", 4), ("documents", 90)].as_slice(),
+        "precompute" => [("tokens", 12345), ("vocab_size", 256)].as_slice(),
+        "mine_hard" => [("hard_examples", 7)].as_slice(),
+        _ => [].as_slice(),
+    }
+    .iter()
+    .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+    .collect();
+    let manifest: lavender::manifest::StepManifest = serde_json::from_value(serde_json::json!({
+        "step": args.step, "version": 1, "config_hash": "fake", "inputs": [],
+        "counts": counts, "outputs": [], "finished_at": lavender::time::rfc3339_z(lavender::time::now_utc()),
+    }))
+    .context("build manifest")?;
+    lavender::manifest::write(&args.data_root, &manifest)?;
+    println!("fake-worker: {} done", args.step);
+    Ok(0)
+}
+
+struct Trainer<'a> {
+    args: &'a Args,
+    run_dir: PathBuf,
+    step: u64,
+    latest: Option<String>,
+}
+
+impl<'a> Trainer<'a> {
+    fn new(args: &'a Args, run_dir: PathBuf) -> Result<Self> {
+        let mut t = Trainer {
+            args,
+            run_dir,
+            step: 0,
+            latest: None,
+        };
+        if let Some(spec) = &args.resume {
+            let root = args.data_root.join(lavender::run::CHECKPOINTS_DIR);
+            match checkpoint::resolve_resume(spec, &root) {
+                Ok(ckpt) => {
+                    t.step = ckpt.state.step;
+                    t.latest = Some(ckpt.name.clone());
+                    events::append(
+                        &t.run_dir,
+                        &Event::new(
+                            kind::CHECKPOINT_LOADED,
+                            format!("resumed from {}", ckpt.name),
+                        )
+                        .with("path", ckpt.path.display().to_string())
+                        .with("step", ckpt.state.step),
+                    )?;
+                    println!(
+                        "fake-worker: resumed from {} at step {}",
+                        ckpt.path.display(),
+                        t.step
+                    );
+                }
+                Err(e) => {
+                    eprintln!("fake-worker: cannot resume: {e}");
+                    std::process::exit(RESUME_EXIT);
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    fn heartbeat(&self, state: WorkerState) -> Result<()> {
+        let sps = 1000.0 / self.args.step_ms.max(1) as f64;
+        let remaining = self.args.total_steps.saturating_sub(self.step);
+        heartbeat::write(
+            &self.run_dir,
+            &Heartbeat {
+                step: self.step,
+                total_steps: self.args.total_steps,
+                stage: "pretrain".into(),
+                epoch: Some(self.step as f64 / self.args.total_steps.max(1) as f64),
+                epochs: Some(1),
+                loss: Some(4.0 / (1.0 + self.step as f64 / 10.0)),
+                loss_smooth: Some(4.0 / (1.0 + self.step as f64 / 12.0)),
+                lr: Some(1e-3),
+                grad_norm: Some(1.0),
+                steps_per_sec: Some(sps),
+                eta_seconds: Some((remaining as f64 / sps) as u64),
+                timestamp: lavender::time::rfc3339_z(lavender::time::now_utc()),
+                pid: std::process::id(),
+                state,
+                latest_checkpoint: self.latest.clone(),
+            },
+        )?;
+        Ok(())
+    }
+
+    fn save(&mut self, final_kind: &str) -> Result<PathBuf> {
+        self.heartbeat(WorkerState::Saving)?;
+        std::thread::sleep(Duration::from_millis(self.args.save_ms));
+        let counter = checkpoint::next_counter(&self.run_dir)?;
+        let now = lavender::time::now_utc();
+        let name = CheckpointName::new("pretrain", now.time(), counter)?;
+        let builder = CheckpointBuilder::begin(&self.run_dir, &name)?;
+        std::fs::write(builder.dir().join("model.safetensors"), b"fake weights")?;
+        let mut state = TrainerState::new("pretrain", self.step);
+        state.total_steps = self.args.total_steps;
+        state.stage_step = self.step;
+        state.saved_at = lavender::time::rfc3339_z(now);
+        let path = builder.commit(&state)?;
+        lavender::trainlog::log_save(&self.run_dir, &name.to_string(), now)?;
+        self.latest = Some(name.to_string());
+        events::append(
+            &self.run_dir,
+            &Event::new(final_kind, format!("saved {name} at step {}", self.step))
+                .with("path", path.display().to_string())
+                .with("step", self.step),
+        )?;
+        println!("fake-worker: saved {}", path.display());
+        Ok(path)
+    }
+
+    fn crashes_so_far(&self) -> u32 {
+        std::fs::read_to_string(self.run_dir.join(".fake-crashes"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn crash(&self) -> Result<i32> {
+        let n = self.crashes_so_far() + 1;
+        std::fs::write(self.run_dir.join(".fake-crashes"), n.to_string())?;
+        eprintln!("fake-worker: crashing at step {} as asked", self.step);
+        if self.args.crash_signal {
+            nix::sys::signal::raise(Signal::SIGABRT)?;
+        }
+        Ok(CRASH_EXIT)
+    }
+
+    /// After SIGTERM: save, write the final heartbeat (`stopping`) and exit 0.
+    fn stop(&mut self) -> Result<i32> {
+        println!("fake-worker: SIGTERM at step {}, saving", self.step);
+        self.save(kind::FINAL_SAVED)?;
+        self.heartbeat(WorkerState::Stopping)?;
+        Ok(0)
+    }
+
+    fn train(mut self) -> Result<i32> {
+        if self.args.checkpoint_every == 0 {
+            bail!("--checkpoint-every must be at least 1");
+        }
+        events::append(
+            &self.run_dir,
+            &Event::new(kind::RUN_STARTED, "fake run started").with("step", self.step),
+        )?;
+        self.heartbeat(WorkerState::Starting)?;
+        let mut done_here = 0u64;
+        while self.step < self.args.total_steps {
+            if TERM.load(Ordering::SeqCst) {
+                return self.stop();
+            }
+            if self.args.hang_after.is_some_and(|n| done_here >= n) {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            if self.args.crash_after.is_some_and(|n| done_here >= n)
+                && self
+                    .args
+                    .crash_times
+                    .is_none_or(|k| self.crashes_so_far() < k)
+            {
+                return self.crash();
+            }
+            std::thread::sleep(Duration::from_millis(self.args.step_ms));
+            self.step += 1;
+            done_here += 1;
+            self.heartbeat(WorkerState::Training)?;
+            if self.step % self.args.checkpoint_every == 0 && self.step < self.args.total_steps {
+                self.save(kind::CHECKPOINT_SAVED)?;
+                self.heartbeat(WorkerState::Training)?;
+            }
+        }
+        self.save(kind::FINAL_SAVED)?;
+        self.heartbeat(WorkerState::Finished)?;
+        println!("fake-worker: finished at step {}", self.step);
+        Ok(0)
+    }
+}

@@ -1,0 +1,112 @@
+//! `lavenderd start`: ask the daemon over its socket; start one in the background
+//! (own session, log in `state/lavenderd.log`) when none answers.
+
+use std::os::unix::process::CommandExt;
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::cli::client::Client;
+use crate::cli::{ListenArgs, PipelineFlags};
+use crate::pipeline::StartReply;
+use crate::settings::{GlobalArgs, Settings};
+
+const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(15);
+
+pub async fn run(
+    settings: &Settings,
+    global: &GlobalArgs,
+    flags: &PipelineFlags,
+    listen: &ListenArgs,
+) -> Result<ExitCode> {
+    let layout = &settings.layout;
+    let client = Client::new(&layout.socket());
+    if !client.is_up().await {
+        spawn_daemon(settings, listen)?;
+        let deadline = Instant::now() + DAEMON_START_TIMEOUT;
+        while !client.is_up().await {
+            if Instant::now() > deadline {
+                let log = crate::logs::tail(&layout.daemon_log(), 15).unwrap_or_default();
+                bail!(
+                    "the background daemon did not come up within {}s; its log ({}) ends with:\n{log}",
+                    DAEMON_START_TIMEOUT.as_secs(),
+                    layout.daemon_log().display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let req = flags.request(global.data_root.as_ref().map(|_| layout.data_root.clone()));
+    let body = serde_json::to_value(&req)?;
+    let resp = client
+        .request("POST", "/pipeline/start", Some(&body))
+        .await?;
+    match resp.status {
+        200 => {
+            let reply: StartReply = resp.json()?;
+            println!(
+                "pipeline {}: chunk {}, scale {}, step {}{}",
+                reply.state,
+                reply.chunk,
+                reply.scale,
+                reply.active_step.as_deref().unwrap_or("-"),
+                reply
+                    .pid
+                    .map(|p| format!(" (worker pid {p})"))
+                    .unwrap_or_default()
+            );
+            if let Some(r) = &reply.resume_from {
+                println!("resuming from {}", r.display());
+            }
+            if let Some(log) = &reply.log_file {
+                println!("log: {}", log.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        409 => {
+            eprintln!("lavenderd: {}", resp.error_text());
+            Ok(ExitCode::from(2))
+        }
+        _ => bail!("{}", resp.error_text()),
+    }
+}
+
+fn spawn_daemon(settings: &Settings, listen: &ListenArgs) -> Result<()> {
+    let layout = &settings.layout;
+    layout
+        .ensure_state_dir()
+        .with_context(|| format!("create {}", layout.state_dir.display()))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(layout.daemon_log())
+        .with_context(|| format!("open {}", layout.daemon_log().display()))?;
+    let exe = std::env::current_exe().context("find the lavenderd executable")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(settings.to_args()).arg("serve");
+    if let Some(addr) = listen.listen {
+        cmd.args(["--listen", &addr.to_string()]);
+    }
+    if listen.allow_non_loopback {
+        cmd.arg("--allow-non-loopback");
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // SAFETY: setsid is async-signal-safe; the daemon leaves our terminal's session.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
+        });
+    }
+    let child = cmd.spawn().context("start the background daemon")?;
+    eprintln!(
+        "started lavenderd in the background (pid {}, log {})",
+        child.id(),
+        layout.daemon_log().display()
+    );
+    Ok(())
+}

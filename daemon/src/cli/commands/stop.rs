@@ -1,0 +1,46 @@
+//! `lavenderd stop`: the daemon stops the worker and says what the stop saved.
+//! Exit code 0: a checkpoint was saved by the stop; 3: stopped without saving one;
+//! 4: nothing was running.
+
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+
+use crate::cli::client::Client;
+use crate::pipeline::StopReport;
+use crate::settings::Settings;
+
+pub const EXIT_NOT_SAVED: u8 = 3;
+pub const EXIT_NOT_RUNNING: u8 = 4;
+
+pub async fn run(settings: &Settings, timeout: Option<f64>) -> Result<ExitCode> {
+    let client = Client::new(&settings.layout.socket());
+    if !client.is_up().await {
+        if let Some(pid) = crate::daemon::lock::holder(&settings.layout) {
+            bail!(
+                "lavenderd (pid {pid}) holds {} but does not answer on {}",
+                settings.layout.state_dir.display(),
+                settings.layout.socket().display()
+            );
+        }
+        let report = StopReport::nothing_running(&settings.layout.checkpoints_root(), None);
+        println!("no daemon is running; {}", report.message);
+        return Ok(ExitCode::from(EXIT_NOT_RUNNING));
+    }
+    let body = serde_json::json!({ "timeout_s": timeout });
+    let resp = client
+        .request("POST", "/pipeline/stop", Some(&body))
+        .await?;
+    if resp.status != 200 {
+        bail!("{}", resp.error_text());
+    }
+    let report: StopReport = resp.json()?;
+    println!("{}", report.message);
+    Ok(if !report.was_running {
+        ExitCode::from(EXIT_NOT_RUNNING)
+    } else if report.saved_checkpoint.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_NOT_SAVED)
+    })
+}

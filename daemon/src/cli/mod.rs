@@ -1,0 +1,147 @@
+//! The command line: `serve | start | stop | status | logs | runs | checkpoints |
+//! prune | config check`. Commands that change the pipeline talk to the daemon
+//! over its Unix socket; read-only ones work from the files, daemon or not.
+
+pub mod client;
+pub mod commands;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use lavender::config::Scale;
+
+use crate::pipeline::StartRequest;
+use crate::settings::GlobalArgs;
+
+/// lavenderd: supervise a training pipeline (daemon and CLI).
+#[derive(Parser, Debug)]
+#[command(version, about)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct ListenArgs {
+    /// HTTP address (default: supervisor.listen, 127.0.0.1:7070).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Allow a non-loopback --listen address (changes still need the token).
+    #[arg(long)]
+    pub allow_non_loopback: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PipelineFlags {
+    /// tiny | small | medium | large (default: the config's scale).
+    #[arg(long)]
+    pub scale: Option<Scale>,
+    /// Resume from a checkpoint directory, a run directory, or `latest`.
+    #[arg(long, value_name = "PATH|latest")]
+    pub resume: Option<String>,
+    /// Training chunk 1..4; chunks 2-4 continue from the previous chunk's latest checkpoint.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4))]
+    pub chunk: Option<u32>,
+    /// Run the data steps only (skip train and what follows it).
+    #[arg(long)]
+    pub skip_train: bool,
+}
+
+impl PipelineFlags {
+    pub fn request(&self, data_root: Option<PathBuf>) -> StartRequest {
+        let resume = self.resume.as_ref().map(|r| {
+            if r == "latest" {
+                r.clone()
+            } else {
+                std::path::absolute(r)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|_| r.clone())
+            }
+        });
+        StartRequest {
+            scale: self.scale,
+            resume,
+            chunk: self.chunk,
+            skip_train: self.skip_train,
+            data_root,
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the daemon in the foreground: API on TCP and the Unix socket.
+    Serve {
+        #[command(flatten)]
+        listen: ListenArgs,
+    },
+    /// Start the pipeline (starting a background daemon if none runs).
+    Start {
+        #[command(flatten)]
+        flags: PipelineFlags,
+        /// Run daemon and pipeline in this terminal with a progress line; Ctrl-C stops gracefully.
+        #[arg(long)]
+        foreground: bool,
+        #[command(flatten)]
+        listen: ListenArgs,
+    },
+    /// Stop the pipeline: SIGTERM, wait for the save, SIGKILL after the timeout.
+    /// Exit code 0: the stop saved a checkpoint; 3: stopped, no checkpoint saved; 4: nothing was running.
+    Stop {
+        /// Seconds to wait after SIGTERM before SIGKILL (default: supervisor.stop_timeout_s).
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<f64>,
+    },
+    /// Pipeline status (works without a daemon, from the files).
+    Status {
+        /// The status contract as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the pipeline log.
+    Logs {
+        /// Keep printing new lines.
+        #[arg(short, long)]
+        follow: bool,
+        /// Lines to show.
+        #[arg(short = 'n', long = "lines", default_value_t = 30)]
+        lines: usize,
+    },
+    /// List run directories, newest first.
+    Runs {
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the complete checkpoints of a run (default: the newest run).
+    Checkpoints {
+        /// Run name (run-YYYY-MM-DD_HH-MM-SS) or path.
+        #[arg(long, value_name = "ID")]
+        run: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete old run directories, keeping the newest N (never the active run).
+    Prune {
+        #[arg(long, value_name = "N")]
+        keep_runs: usize,
+    },
+    /// Check the config file and print it fully resolved.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+    /// Run lavenderd as a service (systemd, launchd): install, uninstall, status.
+    Service {
+        #[command(subcommand)]
+        action: crate::service::ServiceAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigAction {
+    /// Validate the config and print it fully resolved.
+    Check,
+}

@@ -1,0 +1,88 @@
+//! Runs and checkpoints as the API and the CLI list them.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::layout::Layout;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub name: String,
+    pub path: PathBuf,
+    pub started: String,
+    pub checkpoints: u64,
+    pub latest_checkpoint: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointInfo {
+    pub name: String,
+    pub path: PathBuf,
+    pub stage: String,
+    pub step: u64,
+    pub saved_at: String,
+    pub loss: Option<f64>,
+    pub val_loss: Option<f64>,
+}
+
+/// Runs, newest first.
+pub fn runs(layout: &Layout) -> Result<Vec<RunInfo>> {
+    let root = layout.checkpoints_root();
+    let runs = lavender::run::list_runs(&root)
+        .with_context(|| format!("list runs in {}", root.display()))?;
+    Ok(runs
+        .into_iter()
+        .map(|r| {
+            let ckpts = lavender::checkpoint::list_run_checkpoints(&r.path).unwrap_or_default();
+            RunInfo {
+                name: r.name(),
+                started: format!("{}Z", r.started.format("%Y-%m-%dT%H:%M:%S")),
+                checkpoints: ckpts.len() as u64,
+                latest_checkpoint: ckpts.last().map(|c| c.name.clone()),
+                path: r.path,
+            }
+        })
+        .collect())
+}
+
+/// Complete checkpoints of run `run` (a run name or path; default: the newest run), oldest first.
+pub fn checkpoints(layout: &Layout, run: Option<&str>) -> Result<Vec<CheckpointInfo>> {
+    let root = layout.checkpoints_root();
+    let run_dir = match run {
+        Some(id) => {
+            let as_path = PathBuf::from(id);
+            let dir = if as_path.is_absolute() {
+                as_path
+            } else {
+                root.join(id)
+            };
+            if !dir.is_dir() {
+                anyhow::bail!(
+                    "no run {id:?} under {}; `lavenderd runs` lists them",
+                    root.display()
+                );
+            }
+            dir
+        }
+        None => match lavender::run::latest_run(&root)? {
+            Some(r) => r.path,
+            None => return Ok(Vec::new()),
+        },
+    };
+    let list = lavender::checkpoint::list_run_checkpoints(&run_dir)
+        .with_context(|| format!("list checkpoints in {}", run_dir.display()))?;
+    Ok(list
+        .into_iter()
+        .map(|c| CheckpointInfo {
+            stage: c.state.stage.clone(),
+            step: c.state.step,
+            saved_at: c.state.saved_at.clone(),
+            loss: c.state.loss,
+            val_loss: c.state.val_loss,
+            name: c.name,
+            path: c.path,
+        })
+        .collect())
+}

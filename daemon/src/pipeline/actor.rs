@@ -1,0 +1,747 @@
+//! The pipeline actor: one task owns the state machine and the worker; everything
+//! else talks to it through commands on a channel and watches its published record.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use lavender::config::Config;
+use lavender::status::{PipelineState, StepState};
+use nix::sys::signal::Signal;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use super::alert::{Alert, AlertSender};
+use super::judge::{Verdict, judge};
+use super::record::{PipelineRecord, WorkerRecord};
+use super::request::StartRequest;
+use super::restart::Timings;
+use super::stop::{StopMark, StopReport};
+use super::{markers, plan};
+use crate::layout::Layout;
+use crate::process::{self, ExitOutcome, ProcessIdentity, SpawnSpec};
+
+/// The step that trains (gets `--resume`, writes heartbeats).
+pub const TRAIN_STEP: &str = "train";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartReply {
+    pub state: PipelineState,
+    pub chunk: u32,
+    pub scale: String,
+    pub active_step: Option<String>,
+    pub pid: Option<u32>,
+    pub run_dir: Option<PathBuf>,
+    pub log_file: Option<PathBuf>,
+    pub resume_from: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StartError {
+    #[error("the pipeline is {}{}; stop it first (lavenderd stop)", busy(*state), pid.map(|p| format!(" (worker pid {p})")).unwrap_or_default())]
+    AlreadyRunning {
+        state: PipelineState,
+        pid: Option<u32>,
+    },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Spawn(String),
+}
+
+fn busy(state: PipelineState) -> &'static str {
+    match state {
+        PipelineState::Crashed => "waiting to restart after a crash",
+        PipelineState::Stopping => "stopping",
+        _ => "already running",
+    }
+}
+
+enum Command {
+    Start {
+        req: StartRequest,
+        reply: oneshot::Sender<Result<StartReply, StartError>>,
+    },
+    Stop {
+        timeout: Option<Duration>,
+        reply: oneshot::Sender<StopReport>,
+    },
+    Reload {
+        config: Box<Config>,
+    },
+    /// A round trip that proves the actor's loop still turns (the service watchdog).
+    Ping {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// The handle everyone else holds.
+#[derive(Clone)]
+pub struct PipelineHandle {
+    cmds: mpsc::Sender<Command>,
+    snapshot: watch::Receiver<PipelineRecord>,
+}
+
+impl PipelineHandle {
+    pub async fn start(&self, req: StartRequest) -> Result<StartReply, StartError> {
+        let (reply, rx) = oneshot::channel();
+        self.cmds
+            .send(Command::Start { req, reply })
+            .await
+            .map_err(|_| StartError::Spawn("the pipeline actor has stopped".into()))?;
+        rx.await
+            .map_err(|_| StartError::Spawn("the pipeline actor has stopped".into()))?
+    }
+
+    /// Stops the pipeline gracefully; resolves once the worker has exited.
+    pub async fn stop(&self, timeout: Option<Duration>) -> Result<StopReport> {
+        let (reply, rx) = oneshot::channel();
+        self.cmds
+            .send(Command::Stop { timeout, reply })
+            .await
+            .ok()
+            .context("the pipeline actor has stopped")?;
+        rx.await.ok().context("the pipeline actor has stopped")
+    }
+
+    pub async fn reload(&self, config: Config) {
+        let _ = self
+            .cmds
+            .send(Command::Reload {
+                config: Box::new(config),
+            })
+            .await;
+    }
+
+    /// True when the actor answered: its loop is not wedged.
+    pub async fn ping(&self) -> bool {
+        let (reply, rx) = oneshot::channel();
+        self.cmds.send(Command::Ping { reply }).await.is_ok() && rx.await.is_ok()
+    }
+
+    pub fn record(&self) -> PipelineRecord {
+        self.snapshot.borrow().clone()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<PipelineRecord> {
+        self.snapshot.clone()
+    }
+}
+
+struct LiveWorker {
+    generation: u64,
+    identity: ProcessIdentity,
+    step: String,
+    started: Instant,
+    started_at: Option<DateTime<Utc>>,
+    /// Spawned by this daemon (not re-adopted): its exit is reaped by us.
+    own_child: bool,
+}
+
+impl LiveWorker {
+    fn signal(&self, signal: Signal) -> bool {
+        if self.own_child {
+            process::signal::signal_own_group(self.identity.pid, signal)
+        } else {
+            process::signal::signal_group(&self.identity, signal)
+        }
+    }
+}
+
+struct WorkerExit {
+    generation: u64,
+    outcome: ExitOutcome,
+}
+
+struct Stopping {
+    deadline: Instant,
+    killed: bool,
+    waiters: Vec<oneshot::Sender<StopReport>>,
+    mark: StopMark,
+    step: String,
+}
+
+struct Actor {
+    layout: Layout,
+    config: Config,
+    timings: Timings,
+    record: PipelineRecord,
+    snapshot: watch::Sender<PipelineRecord>,
+    exits_tx: mpsc::UnboundedSender<WorkerExit>,
+    worker: Option<LiveWorker>,
+    generation: u64,
+    restart_at: Option<Instant>,
+    stopping: Option<Stopping>,
+    alerts: AlertSender,
+}
+
+/// Loads `state/pipeline.json`, re-adopts a worker that outlived the previous
+/// daemon, and starts the actor task.
+pub fn spawn(layout: Layout, config: Config, alerts: AlertSender) -> Result<PipelineHandle> {
+    let record = PipelineRecord::load(&layout.pipeline_json())?;
+    let (snapshot, snapshot_rx) = watch::channel(record.clone());
+    let (cmds, cmds_rx) = mpsc::channel(32);
+    let (exits_tx, exits_rx) = mpsc::unbounded_channel();
+    let mut actor = Actor {
+        timings: Timings::from_config(&config.supervisor),
+        layout,
+        config,
+        record,
+        snapshot,
+        exits_tx,
+        worker: None,
+        generation: 0,
+        restart_at: None,
+        stopping: None,
+        alerts,
+    };
+    actor.recover();
+    tokio::spawn(actor.run(cmds_rx, exits_rx));
+    Ok(PipelineHandle {
+        cmds,
+        snapshot: snapshot_rx,
+    })
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn parse_time(s: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+impl Actor {
+    async fn run(
+        mut self,
+        mut cmds: mpsc::Receiver<Command>,
+        mut exits: mpsc::UnboundedReceiver<WorkerExit>,
+    ) {
+        loop {
+            let kill_at = self
+                .stopping
+                .as_ref()
+                .filter(|s| !s.killed)
+                .map(|s| s.deadline);
+            tokio::select! {
+                cmd = cmds.recv() => match cmd {
+                    Some(cmd) => self.on_command(cmd),
+                    None => break,
+                },
+                Some(exit) = exits.recv() => self.on_exit(exit),
+                _ = sleep_until_opt(self.restart_at) => self.on_restart_due(),
+                _ = sleep_until_opt(kill_at) => self.escalate(),
+            }
+        }
+    }
+
+    /// Persists and publishes the record; a failed write is logged, not fatal
+    /// (the worker must keep being supervised even on a full disk).
+    fn commit(&mut self) {
+        if let Err(e) = self.record.save(&self.layout.pipeline_json()) {
+            tracing::error!("{e:#}");
+        }
+        self.snapshot.send_replace(self.record.clone());
+    }
+
+    fn alert(&self, alert: Alert) {
+        let _ = self.alerts.send(alert);
+    }
+
+    /// After a daemon restart: adopt a live worker, or account for one that ended
+    /// while no daemon was watching, or resume a pending restart.
+    fn recover(&mut self) {
+        if let Some(w) = self.record.worker.clone() {
+            if w.identity.is_alive() {
+                let elapsed = parse_time(&w.started_at)
+                    .map(|t| (Utc::now() - t).to_std().unwrap_or_default())
+                    .unwrap_or_default();
+                let started = Instant::now()
+                    .checked_sub(elapsed)
+                    .unwrap_or_else(Instant::now);
+                self.generation += 1;
+                self.worker = Some(LiveWorker {
+                    generation: self.generation,
+                    identity: w.identity.clone(),
+                    step: w.step.clone(),
+                    started,
+                    started_at: parse_time(&w.started_at),
+                    own_child: false,
+                });
+                self.watch_adopted(self.generation, w.identity.clone());
+                if self.record.state == PipelineState::Stopping {
+                    // The stop was under way when the previous daemon died: finish it.
+                    self.stopping = Some(Stopping {
+                        deadline: Instant::now() + self.timings.stop_timeout,
+                        killed: false,
+                        waiters: Vec::new(),
+                        mark: StopMark::take(
+                            self.record.run_dir.as_deref(),
+                            &self.layout.checkpoints_root(),
+                        ),
+                        step: w.step.clone(),
+                    });
+                } else {
+                    self.record.state = PipelineState::Running;
+                }
+                tracing::info!(pid = w.identity.pid, step = %w.step, "re-adopted running worker");
+                self.alert(Alert::Adopted {
+                    step: w.step,
+                    pid: w.identity.pid,
+                });
+                self.commit();
+                return;
+            }
+            // It ended while no daemon watched: judge it from the files.
+            let was_stopping = self.record.state == PipelineState::Stopping;
+            self.generation += 1;
+            self.worker = Some(LiveWorker {
+                generation: self.generation,
+                started_at: parse_time(&w.started_at),
+                identity: w.identity,
+                step: w.step,
+                started: Instant::now(),
+                own_child: false,
+            });
+            if was_stopping {
+                self.stopping = Some(Stopping {
+                    deadline: Instant::now(),
+                    killed: false,
+                    waiters: Vec::new(),
+                    mark: StopMark {
+                        run_dir: self.record.run_dir.clone(),
+                        events_offset: 0,
+                        newest_before: None,
+                    },
+                    step: self.record.active_step.clone().unwrap_or_default(),
+                });
+            }
+            self.on_exit(WorkerExit {
+                generation: self.generation,
+                outcome: ExitOutcome::Unknown,
+            });
+            return;
+        }
+        if self.record.restart_pending {
+            self.restart_at = Some(Instant::now() + self.timings.backoff_for(self.record.restarts));
+        } else if self.record.state == PipelineState::Running {
+            // The daemon died between two steps.
+            self.advance();
+        } else if self.record.state == PipelineState::Stopping {
+            self.record.state = PipelineState::Stopped;
+            self.commit();
+        }
+    }
+
+    fn on_command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Start { req, reply } => {
+                let result = self.start(req);
+                let _ = reply.send(result);
+            }
+            Command::Stop { timeout, reply } => self.stop(timeout, reply),
+            Command::Reload { config } => {
+                self.timings = Timings::from_config(&config.supervisor);
+                self.config = *config;
+                tracing::info!("config reloaded; it applies to the next worker started");
+            }
+            Command::Ping { reply } => {
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    fn start(&mut self, req: StartRequest) -> Result<StartReply, StartError> {
+        if self.record.is_active() {
+            return Err(StartError::AlreadyRunning {
+                state: self.record.state,
+                pid: self.worker.as_ref().map(|w| w.identity.pid),
+            });
+        }
+        req.validate().map_err(StartError::Invalid)?;
+        if let Some(root) = &req.data_root
+            && !same_path(root, &self.layout.data_root)
+        {
+            return Err(StartError::Invalid(format!(
+                "this daemon serves data root {}, not {}; start a daemon for that data root (lavenderd --data-root {} serve)",
+                self.layout.data_root.display(),
+                root.display(),
+                root.display()
+            )));
+        }
+        let chunk = req.chunk.unwrap_or(self.config.chunk);
+        let scale = req.scale.unwrap_or(self.config.scale);
+        let steps = plan::steps(&self.layout, &self.config, chunk, req.skip_train);
+        let trains = steps
+            .iter()
+            .any(|s| s.name == TRAIN_STEP && s.state == StepState::Pending);
+        let resume_from = if trains {
+            plan::resolve_resume(&self.layout, &req, chunk)?
+        } else {
+            None
+        };
+
+        let mut worker_config = self.config.clone();
+        worker_config.scale = scale;
+        worker_config.chunk = chunk;
+        let cfg_path = self.layout.worker_config();
+        lavender::atomic::write_file(&cfg_path, worker_config.to_yaml().as_bytes())
+            .map_err(|e| StartError::Spawn(e.to_string()))?;
+
+        let now = lavender::time::now_utc();
+        let any_pending = steps.iter().any(|s| s.state == StepState::Pending);
+        let run_dir = if any_pending {
+            let root = self.layout.checkpoints_root();
+            std::fs::create_dir_all(&root)
+                .map_err(|e| StartError::Spawn(format!("create {}: {e}", root.display())))?;
+            Some(
+                lavender::run::create_run(&root, now)
+                    .map_err(|e| StartError::Spawn(e.to_string()))?
+                    .path,
+            )
+        } else {
+            None
+        };
+        let log_file = self.layout.logs_dir().join(format!(
+            "pipeline_chunk{chunk}_{}.log",
+            now.format("%Y%m%d_%H%M%S")
+        ));
+        self.record = PipelineRecord {
+            state: PipelineState::Running,
+            request: Some(req),
+            chunk: Some(chunk),
+            scale: Some(scale.to_string()),
+            steps,
+            active_step: None,
+            run_dir,
+            log_file: Some(log_file),
+            worker: None,
+            restarts: 0,
+            resume_from,
+            restart_pending: false,
+            last_error: None,
+            updated_at: String::new(),
+        };
+        self.advance();
+        if self.record.state == PipelineState::Failed {
+            return Err(StartError::Spawn(
+                self.record
+                    .last_error
+                    .clone()
+                    .unwrap_or_else(|| "the first step could not be started".into()),
+            ));
+        }
+        Ok(StartReply {
+            state: self.record.state,
+            chunk,
+            scale: scale.to_string(),
+            active_step: self.record.active_step.clone(),
+            pid: self.worker.as_ref().map(|w| w.identity.pid),
+            run_dir: self.record.run_dir.clone(),
+            log_file: self.record.log_file.clone(),
+            resume_from: self.record.resume_from.clone(),
+        })
+    }
+
+    /// Starts the next pending step, or finishes the pipeline.
+    fn advance(&mut self) {
+        let next = self
+            .record
+            .steps
+            .iter()
+            .find(|s| s.state == StepState::Pending || s.state == StepState::Running)
+            .map(|s| s.name.clone());
+        match next {
+            None => {
+                self.record.state = PipelineState::Finished;
+                self.record.active_step = None;
+                self.record.worker = None;
+                tracing::info!("pipeline finished");
+                self.commit();
+                self.prune_old_runs();
+            }
+            Some(step) => {
+                if let Err(e) = self.spawn_step(&step, false) {
+                    self.fail(&step, format!("{e:#}"));
+                }
+            }
+        }
+    }
+
+    /// `supervisor.keep_runs`: once a pipeline has finished (so its own run holds the
+    /// checkpoints it needs, not the run it resumed from), drop the oldest runs.
+    fn prune_old_runs(&self) {
+        let Some(keep) = self.config.supervisor.keep_runs else {
+            return;
+        };
+        let root = self.layout.checkpoints_root();
+        match lavender::checkpoint::prune_runs(&root, keep as usize, self.record.run_dir.as_deref())
+        {
+            Ok(report) if !report.removed.is_empty() => tracing::info!(
+                "keep_runs {keep}: removed {} old run(s), freed {} bytes",
+                report.removed.len(),
+                report.bytes_freed
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("keep_runs {keep}: {e}"),
+        }
+    }
+
+    fn spawn_step(&mut self, step: &str, after_crash: bool) -> Result<()> {
+        let resume = if step != TRAIN_STEP {
+            None
+        } else if after_crash {
+            plan::crash_resume(&self.record)
+        } else {
+            self.record.resume_from.clone()
+        };
+        let argv = plan::worker_argv(
+            &self.layout,
+            &self.config,
+            &self.record,
+            step,
+            resume.as_deref(),
+        );
+        let log_file = self
+            .record
+            .log_file
+            .clone()
+            .unwrap_or_else(|| self.layout.logs_dir().join("pipeline.log"));
+        let spawned = process::spawn::spawn(&SpawnSpec {
+            argv,
+            env: self.config.worker.env.clone(),
+            log_file,
+        })?;
+        self.generation += 1;
+        let generation = self.generation;
+        let pgid = spawned.identity.pid;
+        tracing::info!(
+            step,
+            pid = spawned.identity.pid,
+            after_crash,
+            "worker started"
+        );
+        let started_at = lavender::time::now_utc();
+        self.record.worker = Some(WorkerRecord {
+            identity: spawned.identity.clone(),
+            step: step.to_string(),
+            started_at: lavender::time::rfc3339_z(started_at),
+        });
+        self.worker = Some(LiveWorker {
+            generation,
+            identity: spawned.identity,
+            step: step.to_string(),
+            started: Instant::now(),
+            started_at: Some(started_at),
+            own_child: true,
+        });
+        self.record.state = PipelineState::Running;
+        self.record.active_step = Some(step.to_string());
+        self.record.restart_pending = false;
+        self.record.set_step(step, StepState::Running);
+        self.commit();
+        let exits = self.exits_tx.clone();
+        let child = spawned.child;
+        tokio::spawn(async move {
+            let outcome = process::spawn::wait(child).await;
+            // Whatever the worker left in its group (a stuck data loader, a helper
+            // ignoring SIGTERM) goes with it, so a restart starts clean.
+            if process::signal::signal_own_group(pgid, Signal::SIGKILL) {
+                tracing::warn!(pgid, "killed processes the worker left behind in its group");
+            }
+            let _ = exits.send(WorkerExit {
+                generation,
+                outcome,
+            });
+        });
+        Ok(())
+    }
+
+    /// A re-adopted worker is not our child: poll kill(pid, 0) + start time.
+    fn watch_adopted(&self, generation: u64, identity: ProcessIdentity) {
+        let exits = self.exits_tx.clone();
+        let every = self.timings.poll_interval;
+        tokio::spawn(async move {
+            while identity.is_alive() {
+                tokio::time::sleep(every).await;
+            }
+            let _ = exits.send(WorkerExit {
+                generation,
+                outcome: ExitOutcome::Unknown,
+            });
+        });
+    }
+
+    fn on_exit(&mut self, exit: WorkerExit) {
+        let Some(worker) = self.worker.take_if(|w| w.generation == exit.generation) else {
+            return;
+        };
+        self.record.worker = None;
+        let step = worker.step.clone();
+        tracing::info!(step = %step, outcome = %exit.outcome, "worker exited");
+
+        if let Some(stopping) = self.stopping.take() {
+            let report = StopReport::after_exit(
+                &stopping.step,
+                &stopping.mark,
+                &self.layout.checkpoints_root(),
+                stopping.killed,
+            );
+            tracing::info!("{}", report.message);
+            self.record.state = PipelineState::Stopped;
+            self.record.set_step(&step, StepState::Pending);
+            self.commit();
+            for waiter in stopping.waiters {
+                let _ = waiter.send(report.clone());
+            }
+            return;
+        }
+
+        match judge(
+            &step,
+            exit.outcome,
+            self.record.run_dir.as_deref(),
+            &self.layout.data_root,
+            worker.started_at,
+        ) {
+            Verdict::Success => {
+                let chunk = self.record.chunk.unwrap_or(self.config.chunk);
+                if let Err(e) =
+                    markers::write(&self.layout, chunk, &step, self.record.run_dir.as_deref())
+                {
+                    tracing::error!("{e:#}");
+                }
+                self.record.set_step(&step, StepState::Done);
+                self.record.active_step = None;
+                self.advance();
+            }
+            Verdict::StoppedExternally => {
+                self.record.state = PipelineState::Stopped;
+                self.record.set_step(&step, StepState::Pending);
+                self.commit();
+                self.alert(Alert::StoppedExternally { step });
+            }
+            Verdict::Crash(reason) => self.crashed(&step, exit.outcome, reason, worker.started),
+        }
+    }
+
+    fn crashed(&mut self, step: &str, outcome: ExitOutcome, reason: String, started: Instant) {
+        if started.elapsed() >= self.timings.reset_after {
+            // It made progress for long enough: this crash starts a fresh count.
+            self.record.restarts = 0;
+        }
+        if self.record.restarts >= self.timings.max_restarts {
+            self.fail(
+                step,
+                format!(
+                    "{reason}; gave up after {} restart(s) (supervisor.max_restarts)",
+                    self.record.restarts
+                ),
+            );
+            return;
+        }
+        self.record.restarts += 1;
+        let delay = self.timings.backoff_for(self.record.restarts);
+        self.record.state = PipelineState::Crashed;
+        self.record.restart_pending = true;
+        self.record.last_error = Some(reason);
+        self.restart_at = Some(Instant::now() + delay);
+        self.commit();
+        self.alert(Alert::Crashed {
+            step: step.to_string(),
+            outcome,
+            restart: self.record.restarts,
+            max_restarts: self.timings.max_restarts,
+            restart_in: delay,
+        });
+    }
+
+    fn on_restart_due(&mut self) {
+        self.restart_at = None;
+        let Some(step) = self.record.active_step.clone() else {
+            return;
+        };
+        if let Err(e) = self.spawn_step(&step, true) {
+            self.fail(&step, format!("{e:#}"));
+        }
+    }
+
+    fn fail(&mut self, step: &str, reason: String) {
+        tracing::error!(step, "{reason}");
+        self.record.state = PipelineState::Failed;
+        self.record.set_step(step, StepState::Failed);
+        self.record.restart_pending = false;
+        self.record.worker = None;
+        self.record.last_error = Some(reason.clone());
+        self.restart_at = None;
+        self.commit();
+        self.alert(Alert::Failed {
+            step: step.to_string(),
+            reason,
+        });
+    }
+
+    fn stop(&mut self, timeout: Option<Duration>, reply: oneshot::Sender<StopReport>) {
+        if let Some(stopping) = &mut self.stopping {
+            stopping.waiters.push(reply);
+            return;
+        }
+        let root = self.layout.checkpoints_root();
+        let Some(worker) = &self.worker else {
+            let mut report = StopReport::nothing_running(&root, self.record.run_dir.as_deref());
+            if self.record.restart_pending {
+                // Crashed and waiting to restart: cancelling the restart is the stop.
+                self.restart_at = None;
+                self.record.restart_pending = false;
+                self.record.state = PipelineState::Stopped;
+                if let Some(step) = self.record.active_step.clone() {
+                    self.record.set_step(&step, StepState::Pending);
+                }
+                self.commit();
+                report.message = format!("cancelled the pending restart; {}", report.message);
+            }
+            let _ = reply.send(report);
+            return;
+        };
+        let mark = StopMark::take(self.record.run_dir.as_deref(), &root);
+        let timeout = timeout.unwrap_or(self.timings.stop_timeout);
+        tracing::info!(pid = worker.identity.pid, step = %worker.step, ?timeout, "stopping: SIGTERM to the worker's process group");
+        worker.signal(Signal::SIGTERM);
+        self.stopping = Some(Stopping {
+            deadline: Instant::now() + timeout,
+            killed: false,
+            waiters: vec![reply],
+            mark,
+            step: worker.step.clone(),
+        });
+        self.record.state = PipelineState::Stopping;
+        self.commit();
+    }
+
+    /// The stop timeout passed: SIGKILL the group.
+    fn escalate(&mut self) {
+        let (Some(stopping), Some(worker)) = (&mut self.stopping, &self.worker) else {
+            return;
+        };
+        tracing::warn!(
+            pid = worker.identity.pid,
+            "the worker did not exit within the stop timeout; SIGKILL"
+        );
+        worker.signal(Signal::SIGKILL);
+        stopping.killed = true;
+    }
+}
+
+fn same_path(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => plan::absolute(a) == plan::absolute(b),
+    }
+}

@@ -1,0 +1,41 @@
+//! Done-markers: `<state>/done/chunk<N>/<step>`, written when a step exits
+//! successfully, so a restarted pipeline skips what is already done.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::layout::Layout;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DoneMarker {
+    pub step: String,
+    pub chunk: u32,
+    pub finished_at: String,
+    pub run_dir: Option<PathBuf>,
+}
+
+pub fn is_done(layout: &Layout, chunk: u32, step: &str) -> bool {
+    layout.done_marker(chunk, step).is_file()
+}
+
+pub fn read(layout: &Layout, chunk: u32, step: &str) -> Option<DoneMarker> {
+    let bytes = std::fs::read(layout.done_marker(chunk, step)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+pub fn write(layout: &Layout, chunk: u32, step: &str, run_dir: Option<&Path>) -> Result<()> {
+    let path = layout.done_marker(chunk, step);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    let marker = DoneMarker {
+        step: step.to_string(),
+        chunk,
+        finished_at: lavender::time::rfc3339_z(lavender::time::now_utc()),
+        run_dir: run_dir.map(Path::to_path_buf),
+    };
+    lavender::atomic::write_json(&path, &marker)
+        .with_context(|| format!("write done-marker {}", path.display()))
+}

@@ -1,0 +1,146 @@
+//! Spawning a worker: its own session and process group (process-wrap's
+//! `ProcessSession`), stdout/stderr appended to the pipeline log, no stdin, and
+//! none of the service-manager variables that would let it talk to systemd as us.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+
+use anyhow::{Context, Result};
+use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessSession};
+use serde::{Deserialize, Serialize};
+
+use super::ProcessIdentity;
+
+/// Variables that belong to the daemon's service manager, not to the worker.
+const SCRUBBED_ENV: &[&str] = &[
+    "NOTIFY_SOCKET",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+];
+
+#[derive(Debug, Clone)]
+pub struct SpawnSpec {
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub log_file: PathBuf,
+}
+
+/// How a worker ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitOutcome {
+    Code(i32),
+    Signal(i32),
+    /// Not our child (re-adopted after a daemon restart): only its absence is known.
+    Unknown,
+}
+
+impl ExitOutcome {
+    pub fn from_status(status: ExitStatus) -> ExitOutcome {
+        match (status.code(), status.signal()) {
+            (Some(code), _) => ExitOutcome::Code(code),
+            (None, Some(sig)) => ExitOutcome::Signal(sig),
+            (None, None) => ExitOutcome::Unknown,
+        }
+    }
+}
+
+impl std::fmt::Display for ExitOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExitOutcome::Code(c) => write!(f, "exit code {c}"),
+            ExitOutcome::Signal(s) => match nix::sys::signal::Signal::try_from(*s) {
+                Ok(sig) => write!(f, "signal {sig}"),
+                Err(_) => write!(f, "signal {s}"),
+            },
+            ExitOutcome::Unknown => f.write_str("exit status unknown (not our child)"),
+        }
+    }
+}
+
+pub struct Spawned {
+    pub identity: ProcessIdentity,
+    pub child: Box<dyn ChildWrapper>,
+}
+
+/// Starts the worker. The child is not killed when the daemon exits or drops it:
+/// training outlives the daemon, which re-adopts it on restart.
+pub fn spawn(spec: &SpawnSpec) -> Result<Spawned> {
+    let (program, args) = spec
+        .argv
+        .split_first()
+        .context("the worker command is empty (config key worker.command)")?;
+    if let Some(dir) = spec.log_file.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("create log directory {}", dir.display()))?;
+    }
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&spec.log_file)
+        .with_context(|| format!("open worker log {}", spec.log_file.display()))?;
+    writeln!(
+        log,
+        "=== {} lavenderd: starting {}",
+        lavender::time::rfc3339_z(lavender::time::now_utc()),
+        shell_words(&spec.argv)
+    )
+    .with_context(|| format!("write to {}", spec.log_file.display()))?;
+    let stderr = log
+        .try_clone()
+        .with_context(|| format!("duplicate handle of {}", spec.log_file.display()))?;
+
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(stderr));
+    for var in SCRUBBED_ENV {
+        cmd.env_remove(var);
+    }
+    cmd.envs(&spec.env);
+    let mut wrap = CommandWrap::from(cmd);
+    wrap.wrap(ProcessSession);
+    let child = wrap
+        .spawn()
+        .with_context(|| format!("start worker `{}` (config key worker.command)", program))?;
+    let pid = child
+        .id()
+        .context("the worker exited before its pid was known")?;
+    // The start time is read right after fork, so it is the worker's own.
+    let identity = ProcessIdentity::of(pid).unwrap_or(ProcessIdentity {
+        pid,
+        start_time: String::new(),
+    });
+    Ok(Spawned { identity, child })
+}
+
+/// Waits for a spawned child and reports how it ended.
+pub async fn wait(mut child: Box<dyn ChildWrapper>) -> ExitOutcome {
+    match child.wait().await {
+        Ok(status) => ExitOutcome::from_status(status),
+        Err(e) => {
+            tracing::warn!(error = %e, "waiting for the worker failed");
+            ExitOutcome::Unknown
+        }
+    }
+}
+
+fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"') {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            } else {
+                a.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,121 @@
+//! The HTTP API: one axum router served on TCP (loopback by default) and on the
+//! Unix socket `<state_dir>/lavenderd.sock` (0600), with auth per transport.
+
+pub mod auth;
+pub mod error;
+pub mod routes;
+pub mod strict_json;
+pub mod token;
+
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use tokio::net::{TcpListener, UnixListener};
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+
+use crate::layout::Layout;
+use crate::pipeline::PipelineHandle;
+use crate::status::StatusCache;
+use auth::{Transport, UdsPeer};
+
+/// Request bodies are tiny JSON objects.
+pub const BODY_LIMIT: usize = 64 * 1024;
+/// Every route but the stop answers well within this.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// A stop waits for the worker's save; bounded all the same.
+pub const STOP_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pipeline: PipelineHandle,
+    pub cache: StatusCache,
+    pub layout: Layout,
+}
+
+pub fn router(app: AppState, transport: Transport) -> Router {
+    let quick = Router::new()
+        .route("/status", get(routes::status::get))
+        .route("/healthz", get(routes::healthz::get))
+        .route("/runs", get(routes::runs::get))
+        .route("/checkpoints", get(routes::checkpoints::get))
+        .route("/logs", get(routes::logs::get))
+        .route("/pipeline/start", post(routes::start::post))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            REQUEST_TIMEOUT,
+        ));
+    let slow = Router::new()
+        .route("/pipeline/stop", post(routes::stop::post))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            STOP_REQUEST_TIMEOUT,
+        ));
+    quick
+        .merge(slow)
+        .layer(axum::middleware::from_fn_with_state(
+            transport,
+            auth::require_auth,
+        ))
+        .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
+        .with_state(app)
+}
+
+/// Binds TCP; a non-loopback address needs `allow_non_loopback`.
+pub async fn bind_tcp(addr: SocketAddr, allow_non_loopback: bool) -> Result<TcpListener> {
+    if !addr.ip().is_loopback() && !allow_non_loopback {
+        bail!(
+            "refusing to listen on {addr}: not a loopback address. Pass --allow-non-loopback (or set supervisor.allow_non_loopback: true) to expose the read-only routes; changes still need the token"
+        );
+    }
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listen on {addr} (config key supervisor.listen, flag --listen)"))
+}
+
+/// Binds the Unix socket, replacing a stale file (the caller holds the instance
+/// lock, so no live daemon owns it), and restricts it to mode 0600.
+pub fn bind_unix(path: &Path) -> Result<UnixListener> {
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::info!(socket = %path.display(), "removed a stale socket"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("remove stale socket {}", path.display())),
+    }
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("bind socket {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("restrict socket {} to mode 0600", path.display()))?;
+    Ok(listener)
+}
+
+/// Serves both listeners until `shutdown` resolves.
+pub async fn serve(
+    app: AppState,
+    tcp: TcpListener,
+    unix: UnixListener,
+    token: String,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    let uid = nix::unistd::getuid().as_raw();
+    let tcp_router = router(app.clone(), Transport::Tcp { token });
+    let unix_router = router(app, Transport::Unix { uid });
+    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let tcp_server = axum::serve(tcp, tcp_router).with_graceful_shutdown(wait(shutdown.clone()));
+    let unix_server = axum::serve(
+        unix,
+        unix_router.into_make_service_with_connect_info::<UdsPeer>(),
+    )
+    .with_graceful_shutdown(wait(shutdown));
+    let (a, b) = tokio::join!(tcp_server, unix_server);
+    a.context("TCP server")?;
+    b.context("Unix socket server")?;
+    Ok(())
+}

@@ -1,0 +1,41 @@
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::Deserialize;
+
+use crate::pipeline::StopReport;
+use crate::server::AppState;
+use crate::server::error::ApiError;
+use crate::server::strict_json::StrictJson;
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct StopBody {
+    /// Seconds between SIGTERM and SIGKILL; default `supervisor.stop_timeout_s`.
+    timeout_s: Option<f64>,
+}
+
+/// `POST /pipeline/stop`: SIGTERM, wait, SIGKILL after the timeout; answers with
+/// what the stop saved once the worker has exited.
+pub async fn post(
+    State(app): State<AppState>,
+    StrictJson(body): StrictJson<StopBody>,
+) -> Result<Json<StopReport>, ApiError> {
+    let timeout = match body.timeout_s {
+        Some(s) if !(s.is_finite() && s >= 0.0) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("timeout_s {s} must be a non-negative number of seconds"),
+            ));
+        }
+        Some(s) => Some(Duration::from_secs_f64(s)),
+        None => None,
+    };
+    app.pipeline
+        .stop(timeout)
+        .await
+        .map(Json)
+        .map_err(|e| ApiError::internal(format!("{e:#}")))
+}

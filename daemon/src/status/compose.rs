@@ -1,0 +1,110 @@
+//! Putting the status together at request time: the cached file facts, the
+//! pipeline record, and the clock (ages are computed now, not when cached).
+
+use chrono::{DateTime, Utc};
+use lavender::config::Config;
+use lavender::status::{
+    DataStatus, PipelineState, PipelineStatus, SCHEMA_VERSION, Status, TrainingStatus,
+};
+
+use super::FileFacts;
+use crate::pipeline::PipelineRecord;
+use crate::pipeline::actor::TRAIN_STEP;
+
+/// The config values the status needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusSettings {
+    pub stale_after_s: u64,
+    pub startup_grace_s: u64,
+    pub default_scale: String,
+    pub default_chunk: u32,
+    pub steps: Vec<String>,
+}
+
+impl StatusSettings {
+    pub fn from_config(config: &Config) -> StatusSettings {
+        StatusSettings {
+            stale_after_s: config.supervisor.stale_after_s,
+            startup_grace_s: config.supervisor.startup_grace_s,
+            default_scale: config.scale.to_string(),
+            default_chunk: config.chunk,
+            steps: config
+                .steps
+                .iter()
+                .map(|s| s.as_str().to_string())
+                .collect(),
+        }
+    }
+}
+
+/// `daemon_running`: false when computed by the CLI from files; then a record that
+/// says running while its worker is gone reads as crashed.
+pub fn compose(
+    record: &PipelineRecord,
+    facts: &FileFacts,
+    settings: &StatusSettings,
+    now: DateTime<Utc>,
+    daemon_running: bool,
+) -> Status {
+    let worker = record.worker.as_ref().filter(|w| w.identity.is_alive());
+    let alive = worker.is_some();
+    let mut state = record.state;
+    if !daemon_running
+        && !alive
+        && matches!(state, PipelineState::Running | PipelineState::Stopping)
+    {
+        state = PipelineState::Crashed;
+    }
+    let active_step = match state {
+        PipelineState::Running | PipelineState::Stopping | PipelineState::Crashed => {
+            record.active_step.clone()
+        }
+        _ => None,
+    };
+    let steps = if record.steps.is_empty() {
+        facts.idle_steps.clone()
+    } else {
+        record
+            .steps
+            .iter()
+            .map(|s| (s.name.clone(), s.state))
+            .collect()
+    };
+    let in_grace = worker
+        .and_then(|w| DateTime::parse_from_rfc3339(&w.started_at).ok())
+        .is_some_and(|t| {
+            (now - t.with_timezone(&Utc)).num_seconds() < settings.startup_grace_s as i64
+        });
+    let training_alive = worker.is_some_and(|w| w.step == TRAIN_STEP);
+    let training = TrainingStatus::from_heartbeat(
+        facts.heartbeat.clone(),
+        now,
+        settings.stale_after_s,
+        in_grace,
+        training_alive,
+        facts.checkpoints,
+        facts.latest_checkpoint.clone(),
+    );
+    Status {
+        timestamp: lavender::time::rfc3339_z(now),
+        pipeline: PipelineStatus {
+            running: alive,
+            pid: worker.map(|w| w.identity.pid),
+            chunk: Some(record.chunk.unwrap_or(settings.default_chunk).to_string()),
+            scale: Some(
+                record
+                    .scale
+                    .clone()
+                    .unwrap_or_else(|| settings.default_scale.clone()),
+            ),
+            state,
+            restarts: record.restarts,
+        },
+        active_step,
+        steps,
+        training,
+        data: DataStatus::from_counts(facts.data_counts.clone(), facts.checkpoints),
+        disk: facts.disk.clone(),
+        schema_version: SCHEMA_VERSION,
+    }
+}

@@ -1,0 +1,274 @@
+//! Daemon lifecycle and the remaining routes: SIGHUP reload, `start --foreground`
+//! with Ctrl-C, restart-count reset after progress, runs/checkpoints/logs, prune.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn sighup_reloads_the_config_without_touching_the_worker() {
+    let mut env = Env::new(
+        &[
+            "--hang-after",
+            "2",
+            "--step-ms",
+            "10",
+            "--total-steps",
+            "1000",
+        ],
+        "  stale_after_s: 300\n  startup_grace_s: 0",
+        "[train]",
+    );
+    let daemon = env.serve();
+    assert!(env.run(&["start"]).status.success());
+    wait_until(Duration::from_secs(5), "the worker to hang", || {
+        env.status()["training"]["step"].as_u64() == Some(2)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        env.status()["training"]["heartbeat_stale"],
+        false,
+        "300 s have not passed"
+    );
+    let worker = env.worker_pid().unwrap();
+
+    let text = std::fs::read_to_string(&env.config).unwrap();
+    std::fs::write(
+        &env.config,
+        text.replace("stale_after_s: 300", "stale_after_s: 1"),
+    )
+    .unwrap();
+    send_signal(daemon as i32, 1);
+    wait_until(
+        Duration::from_secs(5),
+        "the reloaded stale_after_s to apply",
+        || env.status()["training"]["heartbeat_stale"] == true,
+    );
+    let st = env.status();
+    assert_eq!(st["pipeline"]["pid"], worker, "the worker was not touched");
+    assert_eq!(st["pipeline"]["restarts"], 0);
+}
+
+#[test]
+fn start_foreground_runs_in_the_terminal_and_ctrl_c_stops_gracefully() {
+    let env = Env::new(
+        &["--total-steps", "100000", "--step-ms", "10"],
+        "",
+        "[train]",
+    );
+    let mut child = env
+        .cmd()
+        .args(["start", "--foreground"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(env.daemon_log()).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "training progress", || {
+        env.uds("GET", "/status", None)
+            .and_then(|r| r.json()["training"]["step"].as_u64())
+            .unwrap_or(0)
+            >= 3
+    });
+    let worker = env.worker_pid().unwrap();
+    send_signal(child.id() as i32, 2);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(!alive(worker));
+    assert_eq!(env.pipeline_json()["state"], "stopped");
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    assert!(log.contains("the stop saved"), "{log}");
+}
+
+#[test]
+fn start_foreground_exits_when_the_pipeline_finishes() {
+    let env = Env::new(
+        &["--total-steps", "10", "--step-ms", "5"],
+        "",
+        "[downloads, train]",
+    );
+    let out = env.run(&["start", "--foreground"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(env.pipeline_json()["state"], "finished");
+}
+
+#[test]
+fn the_restart_count_resets_after_enough_progress() {
+    // Each run crashes after ~1.2 s of progress; with a 1 s reset window every crash
+    // is the first, so max_restarts 1 is never exceeded.
+    let mut env = Env::new(
+        &[
+            "--crash-after",
+            "60",
+            "--crash-times",
+            "3",
+            "--step-ms",
+            "20",
+            "--total-steps",
+            "400",
+            "--checkpoint-every",
+            "10",
+        ],
+        "  max_restarts: 1\n  restart_reset_after_s: 1",
+        "[train]",
+    );
+    env.backoff_ms = "50".into();
+    env.serve();
+    assert!(env.run(&["start"]).status.success());
+    wait_until(
+        Duration::from_secs(25),
+        "three crashes and restarts",
+        || env.train_calls().len() >= 4,
+    );
+    let st = env.status();
+    assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+    assert_eq!(st["pipeline"]["restarts"], 1);
+    assert!(env.run(&["stop"]).status.success());
+}
+
+#[test]
+fn runs_checkpoints_logs_and_prune() {
+    let mut env = Env::new(
+        &[
+            "--total-steps",
+            "20",
+            "--step-ms",
+            "5",
+            "--checkpoint-every",
+            "5",
+        ],
+        "",
+        "[train]",
+    );
+    env.serve();
+    for _ in 0..2 {
+        assert!(env.run(&["start"]).status.success());
+        wait_until(Duration::from_secs(10), "the pipeline to finish", || {
+            env.status()["pipeline"]["state"] == "finished"
+        });
+        // Done-markers make the next start a no-op: clear them for a second run.
+        std::fs::remove_dir_all(env.state_dir().join("done")).unwrap();
+        std::thread::sleep(Duration::from_millis(1100)); // run names have one-second resolution
+    }
+    let runs = env.tcp("GET", "/runs", None, None).json();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["checkpoints"], 4);
+    let newest = runs[0]["name"].as_str().unwrap().to_string();
+    let oldest = runs[1]["name"].as_str().unwrap().to_string();
+
+    let ckpts = env
+        .tcp("GET", &format!("/checkpoints?run={oldest}"), None, None)
+        .json();
+    assert_eq!(ckpts.as_array().unwrap().len(), 4);
+    assert_eq!(ckpts[3]["step"], 20);
+    assert_eq!(
+        env.tcp("GET", "/checkpoints?run=run-nope", None, None)
+            .status,
+        404
+    );
+
+    let logs = env.tcp("GET", "/logs?lines=2", None, None);
+    assert_eq!(logs.status, 200);
+    assert_eq!(logs.body.lines().count(), 2, "{}", logs.body);
+    assert!(logs.body.contains("finished at step 20"), "{}", logs.body);
+    let out = env.run(&["logs", "-n", "1"]);
+    assert!(
+        stdout(&out).contains("finished at step 20"),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = env.run(&["checkpoints", "--run", &oldest]);
+    assert_eq!(stdout(&out).lines().count(), 4, "{}", stdout(&out));
+    let out = env.run(&["prune", "--keep-runs", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains(&oldest), "{}", stdout(&out));
+    let out = env.run(&["runs"]);
+    assert!(
+        stdout(&out).contains(&newest) && !stdout(&out).contains(&oldest),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn keep_runs_prunes_old_runs_when_a_pipeline_finishes() {
+    let mut env = Env::new(
+        &["--total-steps", "10", "--step-ms", "5"],
+        "  keep_runs: 1",
+        "[train]",
+    );
+    env.serve();
+    for round in 0..2 {
+        assert!(env.run(&["start"]).status.success());
+        wait_until(Duration::from_secs(10), "the pipeline to finish", || {
+            env.status()["pipeline"]["state"] == "finished"
+        });
+        if round == 0 {
+            std::fs::remove_dir_all(env.state_dir().join("done")).unwrap();
+            std::thread::sleep(Duration::from_millis(1100));
+        }
+    }
+    let runs = env.tcp("GET", "/runs", None, None).json();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(
+        runs[0]["path"].as_str().unwrap(),
+        env.run_dir().to_str().unwrap(),
+        "the newest run is kept"
+    );
+}
+
+#[test]
+fn logs_follow_prints_new_lines() {
+    let mut env = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "10",
+            "--checkpoint-every",
+            "20",
+        ],
+        "",
+        "[train]",
+    );
+    env.serve();
+    assert!(env.run(&["start"]).status.success());
+    let out_path = env.dir.path().join("follow.out");
+    let mut follower = env
+        .cmd()
+        .args(["logs", "-f", "-n", "0"])
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "followed log lines", || {
+        std::fs::read_to_string(&out_path)
+            .unwrap()
+            .contains("fake-worker: saved")
+    });
+    let _ = follower.kill();
+    let _ = follower.wait();
+    assert!(env.run(&["stop"]).status.success());
+}
+
+#[test]
+fn config_check_names_a_bad_key() {
+    let env = Env::new(&[], "  max_restart: 3", "[train]");
+    let out = env.run(&["config", "check"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("max_restart") && err.contains("lavender.yaml"),
+        "{err}"
+    );
+    let good = Env::new(&[], "", "[train]");
+    let out = good.run(&["config", "check"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("supervisor:"), "{}", stdout(&out));
+}

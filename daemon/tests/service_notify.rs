@@ -1,0 +1,357 @@
+//! `lavenderd serve` under a service manager: sd_notify messages sent to a
+//! datagram socket this test owns (READY, WATCHDOG from a live pipeline actor,
+//! STATUS, STOPPING, EXTEND_TIMEOUT_USEC), and a worker that carries none of the
+//! service manager's variables and runs in its own session.
+
+mod common;
+
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// One datagram and when it arrived.
+#[derive(Clone, Debug)]
+struct Message {
+    at: Instant,
+    text: String,
+    /// Whether the daemon's Unix socket existed when it arrived.
+    socket_bound: bool,
+}
+
+struct NotifySocket {
+    path: PathBuf,
+    messages: Arc<Mutex<Vec<Message>>>,
+}
+
+impl NotifySocket {
+    fn bind(dir: &Path, daemon_socket: PathBuf) -> NotifySocket {
+        let path = dir.join("notify.sock");
+        let socket = UnixDatagram::bind(&path).unwrap();
+        let messages = Arc::new(Mutex::new(Vec::new()));
+        let sink = messages.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4096];
+            while let Ok(n) = socket.recv(&mut buf) {
+                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                sink.lock().unwrap().push(Message {
+                    at: Instant::now(),
+                    text,
+                    socket_bound: daemon_socket.exists(),
+                });
+            }
+        });
+        NotifySocket { path, messages }
+    }
+
+    fn all(&self) -> Vec<Message> {
+        self.messages.lock().unwrap().clone()
+    }
+
+    /// Messages with a line `KEY=…`, and that line's value.
+    fn values(&self, key: &str) -> Vec<(Instant, String)> {
+        let prefix = format!("{key}=");
+        self.all()
+            .into_iter()
+            .flat_map(|m| {
+                m.text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+                    .map(|v| (m.at, v))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn count(&self, key: &str) -> usize {
+        self.values(key).len()
+    }
+}
+
+/// The daemon as systemd would start it: NOTIFY_SOCKET, WATCHDOG_USEC, LISTEN_*.
+struct Daemon {
+    child: Child,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve_under_systemd(env: &Env, notify: &NotifySocket, watchdog_usec: &str) -> Daemon {
+    let log = std::fs::File::create(env.daemon_log()).unwrap();
+    let child = env
+        .cmd()
+        .arg("serve")
+        .env("NOTIFY_SOCKET", &notify.path)
+        .env("WATCHDOG_USEC", watchdog_usec)
+        .env("LISTEN_FDS", "1")
+        .env("LISTEN_PID", "1")
+        .env("LAVENDER_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    Daemon { child }
+}
+
+fn proc_stat_field(pid: i32, index_after_comm: usize) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = stat.rsplit(')').next().unwrap();
+    after
+        .split_whitespace()
+        .nth(index_after_comm)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn environ(pid: i32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap()
+        .split(|b| *b == 0)
+        .filter(|v| !v.is_empty())
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .collect()
+}
+
+#[test]
+fn serve_speaks_sd_notify_and_the_worker_inherits_none_of_it() {
+    let env = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "10",
+            "--save-ms",
+            "2500",
+            "--checkpoint-every",
+            "1000000",
+        ],
+        "",
+        "[train]",
+    );
+    std::fs::create_dir_all(&env.data_root).unwrap();
+    let notify = NotifySocket::bind(env.dir.path(), env.state_dir().join("lavenderd.sock"));
+    let mut daemon = serve_under_systemd(&env, &notify, "400000");
+
+    wait_until(Duration::from_secs(10), "READY=1", || {
+        notify.count("READY") > 0
+    });
+    let ready = notify
+        .all()
+        .into_iter()
+        .find(|m| m.text.lines().any(|l| l == "READY=1"))
+        .unwrap();
+    assert!(
+        ready.socket_bound,
+        "READY=1 came before the Unix socket was bound"
+    );
+    assert!(
+        env.state_dir().join("lavenderd.addr").is_file(),
+        "the TCP address is known once ready"
+    );
+
+    let out = env.run(&["start"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_until(
+        Duration::from_secs(10),
+        "a STATUS= line with training progress",
+        || {
+            notify
+                .values("STATUS")
+                .iter()
+                .any(|(_, s)| s.contains("[running] train") && s.contains("loss"))
+        },
+    );
+
+    // WATCHDOG_USEC=400000: a ping every 200 ms.
+    let first = notify.count("WATCHDOG");
+    wait_until(Duration::from_secs(5), "repeated WATCHDOG=1", || {
+        notify.count("WATCHDOG") >= first + 6
+    });
+    let pings: Vec<Instant> = notify.values("WATCHDOG").iter().map(|(t, _)| *t).collect();
+    let gaps: Vec<Duration> = pings.windows(2).map(|w| w[1] - w[0]).collect();
+    let mean = gaps.iter().sum::<Duration>() / gaps.len() as u32;
+    assert!(
+        mean >= Duration::from_millis(120) && mean <= Duration::from_millis(350),
+        "pings should come at about half of WATCHDOG_USEC (200 ms), mean gap {mean:?}"
+    );
+    assert!(
+        notify.values("WATCHDOG").iter().all(|(_, v)| v == "1"),
+        "{:?}",
+        notify.values("WATCHDOG")
+    );
+    let statuses = notify.values("STATUS");
+    let distinct: std::collections::BTreeSet<_> = statuses.iter().map(|(_, s)| s).collect();
+    assert!(
+        distinct.len() >= 2,
+        "STATUS= follows the progress: {statuses:?}"
+    );
+    for pair in statuses.windows(2) {
+        assert_ne!(pair[0].1, pair[1].1, "STATUS= is sent only when it changes");
+    }
+
+    // The worker: none of the service manager's variables, its own session.
+    let worker = env.worker_pid().expect("a worker");
+    let vars = environ(worker);
+    for var in [
+        "NOTIFY_SOCKET",
+        "WATCHDOG_USEC",
+        "WATCHDOG_PID",
+        "LISTEN_FDS",
+        "LISTEN_PID",
+    ] {
+        assert!(
+            !vars.iter().any(|v| v.starts_with(&format!("{var}="))),
+            "the worker inherited {var}: {vars:?}"
+        );
+    }
+    assert!(
+        vars.iter().any(|v| v.starts_with("LAVENDER_LOG=")),
+        "other variables pass through"
+    );
+    let daemon_pid = daemon.child.id() as i32;
+    // /proc/<pid>/stat after the command: state ppid pgrp session …
+    assert_eq!(
+        proc_stat_field(worker, 2),
+        worker as i64,
+        "worker leads its process group"
+    );
+    assert_eq!(
+        proc_stat_field(worker, 3),
+        worker as i64,
+        "worker leads its own session"
+    );
+    assert_ne!(
+        proc_stat_field(worker, 3),
+        proc_stat_field(daemon_pid, 3),
+        "a service manager killing the daemon's session or group must miss the worker"
+    );
+
+    // SIGTERM, as `systemctl stop` sends it: STOPPING=1, then extensions while the
+    // worker's 2.5 s save runs, then a clean exit.
+    let before_stop = notify.all().len();
+    send_signal(daemon_pid, 15);
+    let status = daemon.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let after: Vec<Message> = notify.all()[before_stop..].to_vec();
+    let stopping = after
+        .iter()
+        .position(|m| m.text.lines().any(|l| l == "STOPPING=1"))
+        .unwrap_or_else(|| panic!("no STOPPING=1 after SIGTERM: {after:?}"));
+    let extensions = after[stopping..]
+        .iter()
+        .filter(|m| {
+            m.text
+                .lines()
+                .any(|l| l.starts_with("EXTEND_TIMEOUT_USEC="))
+        })
+        .count();
+    assert!(
+        extensions >= 2,
+        "EXTEND_TIMEOUT_USEC is repeated while the save runs: {after:?}"
+    );
+    assert!(
+        after[stopping..].iter().any(|m| m.text == "WATCHDOG=1\n"),
+        "the watchdog keeps being fed during a slow stop"
+    );
+    assert!(!alive(worker), "the stop ended the worker");
+    let st: serde_json::Value =
+        serde_json::from_slice(&env.run(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(st["pipeline"]["state"], "stopped");
+    assert!(st["training"]["latest_checkpoint"].is_string(), "{st:#}");
+}
+
+/// The pipeline actor blocks (its log file is a FIFO nobody reads, like a hung
+/// network mount): the pings stop though the daemon's other tasks still run, and
+/// resume once it unblocks. A free-running timer would have kept pinging.
+#[test]
+fn a_wedged_pipeline_actor_withholds_the_watchdog_ping() {
+    let env = Env::new(
+        &["--total-steps", "100000", "--step-ms", "10"],
+        "",
+        "[train]",
+    );
+    let logs = env.data_root.join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let notify = NotifySocket::bind(env.dir.path(), env.state_dir().join("lavenderd.sock"));
+    let _daemon = serve_under_systemd(&env, &notify, "400000");
+    wait_until(Duration::from_secs(10), "READY=1", || {
+        notify.count("READY") > 0
+    });
+    wait_until(Duration::from_secs(5), "pings", || {
+        notify.count("WATCHDOG") >= 3
+    });
+
+    // The log the next start opens is named after the second it starts in.
+    let now = chrono::Utc::now();
+    let fifos: Vec<PathBuf> = (-1..12)
+        .map(|s| {
+            let t = now + chrono::Duration::seconds(s);
+            logs.join(format!("pipeline_chunk1_{}.log", t.format("%Y%m%d_%H%M%S")))
+        })
+        .collect();
+    for f in &fifos {
+        let c = std::ffi::CString::new(f.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {f:?}");
+    }
+    let mut start = env
+        .cmd()
+        .arg("start")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Give the actor time to block in open(2), then watch: no pings for a while.
+    std::thread::sleep(Duration::from_millis(600));
+    let wedged_at = notify.count("WATCHDOG");
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(
+        notify.count("WATCHDOG"),
+        wedged_at,
+        "WATCHDOG=1 must stop while the pipeline actor is wedged"
+    );
+    assert_eq!(
+        env.uds("GET", "/healthz", None).map(|r| r.status),
+        Some(200),
+        "the daemon itself still answers; only the actor is stuck"
+    );
+
+    // Unblock: read the FIFOs (and keep reading, so the worker's output has a reader).
+    for f in fifos {
+        std::thread::spawn(move || {
+            use std::io::Read as _;
+            use std::os::unix::fs::OpenOptionsExt as _;
+            if let Ok(mut r) = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(0o4000) // O_NONBLOCK: do not wait for a writer
+                .open(&f)
+            {
+                let mut buf = [0u8; 4096];
+                loop {
+                    match r.read(&mut buf) {
+                        Ok(_) | Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                    }
+                }
+            }
+        });
+    }
+    wait_until(Duration::from_secs(5), "pings to resume", || {
+        notify.count("WATCHDOG") >= wedged_at + 3
+    });
+    let _ = start.wait();
+    let out = env.run(&["stop"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+}
+
+unsafe extern "C" {
+    fn mkfifo(path: *const std::ffi::c_char, mode: u32) -> i32;
+}

@@ -1,0 +1,445 @@
+//! Supervision with real processes: crash → restart from the latest checkpoint with
+//! backoff → failed; graceful stop; SIGKILL escalation; daemon death and re-adoption;
+//! stale heartbeats; SIGTERM to the daemon.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn resume_arg(argv: &[String]) -> Option<String> {
+    argv.iter()
+        .position(|a| a == "--resume")
+        .map(|i| argv[i + 1].clone())
+}
+
+#[test]
+fn crash_restarts_from_latest_with_backoff_then_fails_after_max_restarts() {
+    let mut env = Env::new(
+        &[
+            "--crash-after",
+            "12",
+            "--checkpoint-every",
+            "5",
+            "--step-ms",
+            "5",
+        ],
+        "  max_restarts: 2",
+        "[train, mine_hard]",
+    );
+    env.backoff_ms = "300,600".into();
+    env.serve();
+    let started = Instant::now();
+    let out = env.run(&["start"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    wait_until(Duration::from_secs(20), "the pipeline to fail", || {
+        env.status()["pipeline"]["state"] == "failed"
+    });
+    let elapsed = started.elapsed();
+    let calls = env.train_calls();
+    assert_eq!(
+        calls.len(),
+        3,
+        "first run + max_restarts restarts: {calls:?}"
+    );
+    assert_eq!(resume_arg(&calls[0]), None);
+    let run_dir = env.run_dir();
+    for argv in &calls[1..] {
+        let resume = resume_arg(argv).expect("a restart resumes");
+        let resume = Path::new(&resume);
+        assert!(
+            resume.starts_with(&run_dir),
+            "resumes from this run: {resume:?}"
+        );
+        assert!(
+            resume.join("trainer_state.json").is_file(),
+            "from a complete checkpoint"
+        );
+    }
+    // The second restart resumes from a later checkpoint than the first.
+    assert_ne!(resume_arg(&calls[1]), resume_arg(&calls[2]));
+    assert!(
+        elapsed >= Duration::from_millis(900),
+        "backoff 300 ms + 600 ms was waited: {elapsed:?}"
+    );
+
+    let st = env.status();
+    assert_eq!(st["pipeline"]["running"], false);
+    assert_eq!(st["pipeline"]["restarts"], 2);
+    assert_eq!(st["steps"]["train"], "failed");
+    assert_eq!(
+        st["steps"]["mine_hard"], "pending",
+        "the pipeline stops at the failure"
+    );
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    assert_eq!(log.matches("ALERT step train crashed").count(), 2, "{log}");
+    assert!(log.contains("ALERT pipeline failed at step train"), "{log}");
+}
+
+#[test]
+fn a_crash_then_a_successful_restart_finishes_the_pipeline() {
+    let mut env = Env::new(
+        &[
+            "--crash-after",
+            "8",
+            "--crash-times",
+            "1",
+            "--total-steps",
+            "20",
+            "--step-ms",
+            "5",
+            "--checkpoint-every",
+            "5",
+        ],
+        "",
+        "[downloads, train, mine_hard]",
+    );
+    env.serve();
+    assert!(env.run(&["start"]).status.success());
+    wait_until(Duration::from_secs(20), "the pipeline to finish", || {
+        env.status()["pipeline"]["state"] == "finished"
+    });
+    let st = env.status();
+    assert_eq!(st["pipeline"]["restarts"], 1);
+    for step in ["downloads", "train", "mine_hard"] {
+        assert_eq!(st["steps"][step], "done", "{st:#}");
+    }
+    assert_eq!(st["training"]["step"], 20);
+    assert_eq!(env.train_calls().len(), 2);
+    // Done-markers: a new start of the same chunk has nothing left to do.
+    assert!(env.state_dir().join("done/chunk1/train").is_file());
+}
+
+#[test]
+fn stop_saves_and_reports_the_checkpoint() {
+    let mut env = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "10",
+            "--save-ms",
+            "200",
+        ],
+        "",
+        "[train]",
+    );
+    env.serve();
+    assert!(env.run(&["start"]).status.success());
+    wait_until(Duration::from_secs(10), "training progress", || {
+        env.status()["training"]["step"].as_u64().unwrap_or(0) >= 5
+    });
+    let out = env.run(&["stop"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let said = stdout(&out);
+    let events = std::fs::read_to_string(env.run_dir().join("events.jsonl")).unwrap();
+    let last_saved: serde_json::Value = events
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .rfind(|e| e["kind"] == "final_saved")
+        .expect("the worker saved on SIGTERM");
+    let path = last_saved["path"].as_str().unwrap();
+    assert!(
+        said.contains(path),
+        "stop names the checkpoint the stop saved ({path}): {said}"
+    );
+    assert!(Path::new(path).join("trainer_state.json").is_file());
+    let st = env.status();
+    assert_eq!(st["pipeline"]["state"], "stopped");
+    assert_eq!(st["pipeline"]["running"], false);
+    let name = Path::new(path).file_name().unwrap().to_str().unwrap();
+    assert_eq!(st["training"]["latest_checkpoint"], name);
+
+    // Stopping again: nothing is running, exit code 4.
+    assert_eq!(env.run(&["stop"]).status.code(), Some(4));
+}
+
+#[test]
+fn a_worker_ignoring_sigterm_is_killed_and_the_newest_checkpoint_is_named() {
+    let mut env = Env::new(
+        &[
+            "--ignore-sigterm",
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "10",
+            "--checkpoint-every",
+            "5",
+        ],
+        "",
+        "[train]",
+    );
+    env.serve();
+    assert!(env.run(&["start"]).status.success());
+    wait_until(Duration::from_secs(10), "a checkpoint", || {
+        env.status()["training"]["checkpoints"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1
+    });
+    let pid = env.worker_pid().unwrap();
+    let t = Instant::now();
+    let out = env.run(&["stop", "--timeout", "0.5"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(t.elapsed() < Duration::from_secs(5));
+    let said = stdout(&out);
+    assert!(
+        said.contains("no checkpoint was written by the stop"),
+        "{said}"
+    );
+    assert!(said.contains("killed"), "{said}");
+    let newest = lavender_newest(&env.run_dir());
+    assert!(
+        said.contains(&newest),
+        "names the newest complete checkpoint {newest}: {said}"
+    );
+    assert!(!alive(pid), "the worker was SIGKILLed");
+}
+
+fn lavender_newest(run_dir: &Path) -> String {
+    let mut names: Vec<(std::time::SystemTime, String)> = std::fs::read_dir(run_dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter(|e| e.path().join("trainer_state.json").is_file())
+        .map(|e| {
+            let m = std::fs::metadata(e.path().join("trainer_state.json"))
+                .unwrap()
+                .modified()
+                .unwrap();
+            (m, e.path().display().to_string())
+        })
+        .collect();
+    names.sort();
+    names.pop().unwrap().1
+}
+
+#[test]
+fn a_sigkilled_daemon_leaves_the_worker_running_and_a_new_one_adopts_it() {
+    let mut env = Env::new(
+        &["--total-steps", "150", "--step-ms", "20"],
+        "",
+        "[train, mine_hard]",
+    );
+    env.serve();
+    assert!(env.run(&["start"]).status.success());
+    wait_until(Duration::from_secs(10), "training progress", || {
+        env.status()["training"]["step"].as_u64().unwrap_or(0) >= 5
+    });
+    let worker = env.worker_pid().unwrap();
+    env.kill_daemons(); // SIGKILL
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(alive(worker), "training goes on without the daemon");
+
+    // No daemon: status from the files, liveness from pid + start time.
+    let out = env.run(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_valid(&v);
+    assert_eq!(v["pipeline"]["running"], true);
+    assert_eq!(v["pipeline"]["pid"], worker);
+
+    env.serve();
+    let st = env.status();
+    assert_eq!(st["pipeline"]["pid"], worker, "re-adopted, not restarted");
+    assert_eq!(st["pipeline"]["state"], "running");
+    assert_eq!(env.train_calls().len(), 1);
+    // It notices the adopted worker's exit and judges it by the final heartbeat.
+    wait_until(Duration::from_secs(20), "the pipeline to finish", || {
+        env.status()["pipeline"]["state"] == "finished"
+    });
+    let st = env.status();
+    assert_eq!(st["steps"]["train"], "done");
+    assert_eq!(st["steps"]["mine_hard"], "done");
+    assert_eq!(st["pipeline"]["restarts"], 0);
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    assert!(log.contains("re-adopted"), "{log}");
+}
+
+#[test]
+fn a_reused_pid_is_not_mistaken_for_the_worker() {
+    let env = Env::new(&[], "", "[train]");
+    std::fs::create_dir_all(env.state_dir()).unwrap();
+    // pipeline.json names our own pid with a start time that is not ours.
+    let record = serde_json::json!({
+        "state": "running", "chunk": 1, "scale": "tiny",
+        "steps": [{"name": "train", "state": "running"}],
+        "active_step": "train", "run_dir": null, "log_file": null,
+        "worker": {"pid": std::process::id(), "start_time": "1", "step": "train", "started_at": "2026-01-01T00:00:00Z"},
+        "restarts": 0, "resume_from": null, "last_error": null, "updated_at": "2026-01-01T00:00:00Z"
+    });
+    std::fs::write(env.state_dir().join("pipeline.json"), record.to_string()).unwrap();
+    let out = env.run(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_valid(&v);
+    assert_eq!(v["pipeline"]["running"], false);
+    assert_eq!(v["pipeline"]["pid"], serde_json::Value::Null);
+    assert_eq!(v["pipeline"]["state"], "crashed");
+}
+
+#[test]
+fn a_hung_worker_is_flagged_stale_after_the_grace() {
+    let mut env = Env::new(
+        &[
+            "--hang-after",
+            "3",
+            "--step-ms",
+            "10",
+            "--total-steps",
+            "1000",
+        ],
+        "  stale_after_s: 1\n  startup_grace_s: 3",
+        "[train]",
+    );
+    env.serve();
+    let started = Instant::now();
+    assert!(env.run(&["start"]).status.success());
+    wait_until(Duration::from_secs(5), "the worker to hang", || {
+        env.status()["training"]["step"].as_u64() == Some(3)
+    });
+    // The heartbeat is now older than stale_after_s, but the grace has not passed.
+    wait_until(Duration::from_secs(5), "an old heartbeat", || {
+        env.status()["training"]["heartbeat_age_s"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 2
+    });
+    let st = env.status();
+    if started.elapsed() < Duration::from_millis(2500) {
+        assert_eq!(
+            st["training"]["heartbeat_stale"], false,
+            "not during the start-up grace: {st:#}"
+        );
+    }
+    wait_until(Duration::from_secs(8), "a stale heartbeat", || {
+        env.status()["training"]["heartbeat_stale"] == true
+    });
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "never before the grace ends"
+    );
+    let st = env.status();
+    assert_eq!(st["pipeline"]["running"], true);
+    wait_until(Duration::from_secs(5), "the stale alert", || {
+        std::fs::read_to_string(env.daemon_log())
+            .unwrap()
+            .contains("ALERT step train: heartbeat is stale")
+    });
+}
+
+#[test]
+fn sigterm_to_the_daemon_stops_the_pipeline_gracefully_and_exits_zero() {
+    let env = Env::new(
+        &["--total-steps", "100000", "--step-ms", "10"],
+        "",
+        "[train]",
+    );
+    let log = std::fs::File::create(env.daemon_log()).unwrap();
+    let mut daemon = env
+        .cmd()
+        .arg("serve")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the daemon", || {
+        env.uds("GET", "/healthz", None).is_some()
+    });
+    assert!(env.run(&["start"]).status.success());
+    wait_until(Duration::from_secs(10), "training progress", || {
+        env.status()["training"]["step"].as_u64().unwrap_or(0) >= 3
+    });
+    let worker = env.worker_pid().unwrap();
+    send_signal(daemon.id() as i32, 15);
+    let status = daemon.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(!alive(worker));
+    assert_eq!(env.pipeline_json()["state"], "stopped");
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    assert!(log.contains("the stop saved"), "{log}");
+}
+
+#[test]
+fn start_without_a_daemon_starts_one_in_the_background() {
+    let env = Env::new(
+        &["--total-steps", "100000", "--step-ms", "10"],
+        "",
+        "[train]",
+    );
+    let out = env.run(&["start", "--scale", "small"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("pipeline running"),
+        "{}",
+        stdout(&out)
+    );
+    let out = env.run(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_valid(&v);
+    assert_eq!(v["pipeline"]["scale"], "small");
+    assert_eq!(v["pipeline"]["running"], true);
+    let calls = env.train_calls();
+    assert!(
+        calls[0]
+            .windows(2)
+            .any(|w| w[0] == "--scale" && w[1] == "small"),
+        "{calls:?}"
+    );
+    let out = env.run(&["stop"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+#[test]
+fn stop_also_ends_helpers_that_outlive_the_worker() {
+    let mut env = Env::new(
+        &[
+            "--spawn-helper",
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "10",
+        ],
+        "",
+        "[train]",
+    );
+    env.serve();
+    assert!(env.run(&["start"]).status.success());
+    wait_until(Duration::from_secs(10), "training progress", || {
+        env.status()["training"]["step"].as_u64().unwrap_or(0) >= 3
+    });
+    let helper: i32 = std::fs::read_to_string(env.data_root.join("fake-helper.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(helper));
+    let t = Instant::now();
+    let out = env.run(&["stop", "--timeout", "1"]);
+    assert!(t.elapsed() < Duration::from_secs(8), "the stop finished");
+    // The worker saved and exited; its helper ignored SIGTERM and got SIGKILL.
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("the stop saved"), "{}", stdout(&out));
+    wait_until(Duration::from_secs(2), "the helper to be gone", || {
+        !alive(helper)
+    });
+}

@@ -1,0 +1,416 @@
+//! `lavenderd export`: a run's checkpoints as Hugging Face `checkpoint-<step>/`
+//! directories, each complete or absent.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::hf_config::{
+    self, CONFIG_JSON, GENERATION_CONFIG_JSON, ModelDims, SpecialTokens, TOKENIZER_CONFIG_JSON,
+    TOKENIZER_JSON,
+};
+use super::hf_state::{HfState, sorted};
+use super::history::LogHistory;
+use super::run_config::RunConfig;
+use super::staging::{self, Staging};
+use super::tensors::{self, MODEL_FILE, OPTIMIZER_FILE};
+use super::{ExportError, Result};
+use crate::checkpoint::{self, Checkpoint};
+use crate::error::IoContext;
+use crate::{run, trainer_state};
+
+/// Default export directory inside a run: `<run>/exported/checkpoint-<step>/`.
+pub const EXPORT_DIR: &str = "exported";
+/// Inside each export: where it came from, and lavender's own trainer state.
+pub const EXPORT_MARKER: &str = "lavender_export.json";
+/// Bumped when the export's content changes, so older exports are rebuilt.
+const EXPORT_FORMAT: u64 = 1;
+
+/// Which of the run's complete checkpoints to export.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Selection {
+    /// The newest.
+    #[default]
+    Latest,
+    All,
+    /// By directory name (`pretrain-16-08-47-0003`) or path.
+    Named(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExportOptions {
+    /// The run directory (see [`locate_run`]).
+    pub run: PathBuf,
+    pub selection: Selection,
+    /// Default `<run>/exported/`.
+    pub out: Option<PathBuf>,
+    /// Rebuild exports even when they are complete and current.
+    pub force: bool,
+}
+
+impl ExportOptions {
+    pub fn new(run: impl Into<PathBuf>) -> ExportOptions {
+        ExportOptions {
+            run: run.into(),
+            selection: Selection::Latest,
+            out: None,
+            force: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum ExportStatus {
+    Written,
+    /// Complete and made from the same checkpoint: left as it is.
+    Reused,
+    /// Not exported, with the reason (another checkpoint has the same step).
+    Skipped {
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExportedCheckpoint {
+    /// The lavender checkpoint.
+    pub source: PathBuf,
+    pub name: String,
+    pub step: u64,
+    pub stage: String,
+    /// The export, unless skipped.
+    pub path: Option<PathBuf>,
+    #[serde(flatten)]
+    pub status: ExportStatus,
+    /// It carries `optimizer.safetensors`.
+    pub optimizer: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExportReport {
+    pub run: PathBuf,
+    pub out: PathBuf,
+    pub checkpoints: Vec<ExportedCheckpoint>,
+    pub warnings: Vec<String>,
+}
+
+/// The run directory for `--run`: a path, a run name under `checkpoints_root`
+/// (`<data_root>/checkpoints`), or (none given) the newest run there.
+pub fn locate_run(checkpoints_root: &Path, run: Option<&str>) -> Result<PathBuf> {
+    let root = checkpoints_root;
+    match run {
+        None => run::latest_run(root)?.map(|r| r.path).ok_or_else(|| {
+            ExportError::missing(
+                "a training run",
+                root,
+                "train first, or pass --run with a run directory",
+            )
+        }),
+        Some(spec) => {
+            let as_path = Path::new(spec);
+            if as_path.is_dir() {
+                return Ok(as_path.to_path_buf());
+            }
+            let named = root.join(spec);
+            if named.is_dir() {
+                return Ok(named);
+            }
+            let runs: Vec<String> = run::list_runs(root)?.iter().map(|r| r.name()).collect();
+            Err(ExportError::missing(
+                format!("run {spec:?}"),
+                &named,
+                if runs.is_empty() {
+                    "there are no runs yet".to_string()
+                } else {
+                    format!("runs here: {}", runs.join(", "))
+                },
+            ))
+        }
+    }
+}
+
+/// What every checkpoint of the run shares.
+struct RunFiles {
+    dir: PathBuf,
+    config: RunConfig,
+    history: LogHistory,
+    tokenizer: PathBuf,
+    special: SpecialTokens,
+}
+
+/// Exports the selected checkpoints of `opts.run`. Exports already complete and
+/// made from the same checkpoint are reused; each new one is built in a `.tmp-`
+/// directory and renamed into place.
+pub fn export(opts: &ExportOptions) -> Result<ExportReport> {
+    let run_dir = opts.run.clone();
+    if !run_dir.is_dir() {
+        return Err(ExportError::missing(
+            "run directory",
+            &run_dir,
+            "pass --run with a run directory or a run name (`lavenderd runs` lists them)",
+        ));
+    }
+    let mut warnings = Vec::new();
+    let tokenizer = run_dir.join(TOKENIZER_JSON);
+    if !tokenizer.is_file() {
+        return Err(ExportError::missing(
+            "the run's tokenizer.json",
+            &tokenizer,
+            "the worker copies it into the run when training starts; copy tokens/tokenizer.json there",
+        ));
+    }
+    let special = SpecialTokens::read(&tokenizer)?;
+    if special.eos.is_none() {
+        warnings.push(format!(
+            "{} has no <|endoftext|> token; config.json leaves bos/eos ids unset",
+            tokenizer.display()
+        ));
+    }
+    let files = RunFiles {
+        config: RunConfig::read(&run_dir)?,
+        history: LogHistory::read(&run_dir)?,
+        tokenizer,
+        special,
+        dir: run_dir.clone(),
+    };
+
+    let all = checkpoint::list_run_checkpoints(&run_dir)?;
+    if all.is_empty() {
+        return Err(ExportError::missing(
+            "a complete checkpoint",
+            &run_dir,
+            "the run has saved none yet; export after its first checkpoint",
+        ));
+    }
+    let selected = select(&all, &opts.selection, &run_dir)?;
+    // One export per step: the newest checkpoint at a step wins (the last stage's
+    // save and the final save share a step and hold the same weights).
+    let mut newest_at: BTreeMap<u64, usize> = BTreeMap::new();
+    for (i, c) in selected.iter().enumerate() {
+        newest_at.insert(c.state.step, i);
+    }
+
+    let out = opts.out.clone().unwrap_or_else(|| run_dir.join(EXPORT_DIR));
+    fs::create_dir_all(&out).ctx("create the export directory", &out)?;
+    staging::sweep_leftovers(&out);
+
+    let mut report = ExportReport {
+        run: run_dir,
+        out: out.clone(),
+        checkpoints: Vec::new(),
+        warnings,
+    };
+    for (i, c) in selected.iter().enumerate() {
+        let step = c.state.step;
+        let winner = newest_at[&step];
+        if winner != i {
+            report.checkpoints.push(ExportedCheckpoint {
+                source: c.path.clone(),
+                name: c.name.clone(),
+                step,
+                stage: c.state.stage.clone(),
+                path: None,
+                status: ExportStatus::Skipped {
+                    reason: format!(
+                        "{} is a newer checkpoint of the same step {step}",
+                        selected[winner].name
+                    ),
+                },
+                optimizer: false,
+            });
+            continue;
+        }
+        let done = export_one(c, &files, &out, opts.force, &mut report.warnings)?;
+        report.checkpoints.push(done);
+    }
+    Ok(report)
+}
+
+fn select(all: &[Checkpoint], selection: &Selection, run_dir: &Path) -> Result<Vec<Checkpoint>> {
+    Ok(match selection {
+        Selection::Latest => all.last().cloned().into_iter().collect(),
+        Selection::All => all.to_vec(),
+        Selection::Named(names) => {
+            let mut picked: Vec<Checkpoint> = Vec::new();
+            for n in names {
+                let wanted = Path::new(n)
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| n.clone());
+                let Some(c) = all.iter().find(|c| c.name == wanted) else {
+                    let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+                    return Err(ExportError::missing(
+                        format!("complete checkpoint {n:?}"),
+                        run_dir,
+                        format!("complete checkpoints of this run: {}", names.join(", ")),
+                    ));
+                };
+                if !picked.iter().any(|p| p.path == c.path) {
+                    picked.push(c.clone());
+                }
+            }
+            // Oldest first, as listed, so "newest at a step" means the same everywhere.
+            picked.sort_by_key(|p| all.iter().position(|c| c.path == p.path));
+            picked
+        }
+    })
+}
+
+/// The part of [`EXPORT_MARKER`] that says which checkpoint an export was made from.
+fn provenance(c: &Checkpoint, run: &Path, with_optimizer: bool) -> Value {
+    json!({
+        "format": EXPORT_FORMAT,
+        "run": run.file_name().map(|n| n.to_string_lossy().into_owned()),
+        "checkpoint": c.name,
+        "step": c.state.step,
+        "stage": c.state.stage,
+        "saved_at": c.state.saved_at,
+        "optimizer": with_optimizer,
+    })
+}
+
+/// An export at `target` is reused when its marker names the same checkpoint and
+/// every file is there.
+fn is_current(target: &Path, source: &Value) -> bool {
+    let Ok(bytes) = fs::read(target.join(EXPORT_MARKER)) else {
+        return false;
+    };
+    let Ok(marker) = serde_json::from_slice::<Value>(&bytes) else {
+        return false;
+    };
+    if marker.get("source") != Some(source) {
+        return false;
+    }
+    let mut files = vec![
+        CONFIG_JSON,
+        GENERATION_CONFIG_JSON,
+        MODEL_FILE,
+        TOKENIZER_JSON,
+        TOKENIZER_CONFIG_JSON,
+        trainer_state::FILE,
+    ];
+    if source.get("optimizer") == Some(&Value::Bool(true)) {
+        files.push(OPTIMIZER_FILE);
+    }
+    files.iter().all(|f| target.join(f).is_file())
+}
+
+fn write_json(path: &Path, v: &Value) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(v)
+        .map_err(|e| ExportError::invalid(path, format!("could not serialize: {e}")))?;
+    bytes.push(b'\n');
+    fs::write(path, bytes).ctx("write", path)?;
+    Ok(())
+}
+
+fn export_one(
+    c: &Checkpoint,
+    run: &RunFiles,
+    out: &Path,
+    force: bool,
+    warnings: &mut Vec<String>,
+) -> Result<ExportedCheckpoint> {
+    let step = c.state.step;
+    let target = out.join(format!("checkpoint-{step}"));
+    let opt_src = c.path.join(OPTIMIZER_FILE);
+    let with_optimizer = opt_src.is_file();
+    if !with_optimizer {
+        warnings.push(format!(
+            "{} has no {OPTIMIZER_FILE} (training.save_optimizer_state was none or last); checkpoint-{step} carries no moments",
+            c.path.display()
+        ));
+    }
+    let source = provenance(c, &run.dir, with_optimizer);
+    let mut done = ExportedCheckpoint {
+        source: c.path.clone(),
+        name: c.name.clone(),
+        step,
+        stage: c.state.stage.clone(),
+        path: Some(target.clone()),
+        status: ExportStatus::Reused,
+        optimizer: with_optimizer,
+    };
+    if !force && is_current(&target, &source) {
+        return Ok(done);
+    }
+
+    let staging = Staging::begin(&target)?;
+    let dir = staging.dir();
+    let model_src = c.path.join(MODEL_FILE);
+    let weights = tensors::write_hf_model(&model_src, &dir.join(MODEL_FILE))?;
+    let dims = ModelDims::from_run(&run.config, &weights, &model_src)?;
+
+    if with_optimizer {
+        let moments = tensors::read_moments(&opt_src, &weights)?;
+        let expected = c.state.extra.get("optimizer_step").and_then(Value::as_u64);
+        if let Some(want) = expected.filter(|&w| w != moments.step) {
+            return Err(ExportError::invalid(
+                &opt_src,
+                format!(
+                    "holds the moments of optimizer step {}, but the checkpoint's trainer_state.json says optimizer_step {want}; they are not this checkpoint's",
+                    moments.step
+                ),
+            ));
+        }
+        // Copied byte for byte: attribution needs these exact moments.
+        let dst = dir.join(OPTIMIZER_FILE);
+        fs::write(&dst, &moments.bytes).ctx("write", &dst)?;
+    }
+
+    write_json(
+        &dir.join(CONFIG_JSON),
+        &hf_config::model_config(&dims, weights.dtype, &run.special),
+    )?;
+    write_json(
+        &dir.join(GENERATION_CONFIG_JSON),
+        &hf_config::generation_config(&run.special),
+    )?;
+    let tok_dst = dir.join(TOKENIZER_JSON);
+    fs::copy(&run.tokenizer, &tok_dst).ctx("copy the tokenizer to", &tok_dst)?;
+    write_json(
+        &dir.join(TOKENIZER_CONFIG_JSON),
+        &hf_config::tokenizer_config(&dims, &run.special),
+    )?;
+
+    // Every step's learning rate up to this checkpoint, and the last one must be
+    // the checkpoint's own: otherwise the history is from another trajectory.
+    let lrs = run.history.learning_rates(step)?;
+    if let Some(&last) = lrs.last()
+        && last != c.state.lr
+    {
+        return Err(ExportError::invalid(
+            &run.history.path,
+            format!(
+                "says step {step} ran at learning_rate {last}, but {} says lr {}; the history does not belong to this checkpoint",
+                c.path.join(trainer_state::FILE).display(),
+                c.state.lr
+            ),
+        ));
+    }
+    let entries = run.history.up_to(step);
+    let hf = HfState {
+        global_step: step,
+        epoch: c.state.epoch,
+        max_steps: c.state.total_steps,
+        num_train_epochs: c.state.epochs.unwrap_or(0) as u64,
+        train_batch_size: run.config.batch_size,
+        eval_steps: run.config.eval_every,
+        save_steps: run.config.checkpoint_every(&c.state.stage),
+        best_metric: c.state.best_val_loss,
+        log_history: &entries,
+    };
+    write_json(&dir.join(trainer_state::FILE), &hf.to_json())?;
+    write_json(
+        &dir.join(EXPORT_MARKER),
+        &sorted(json!({
+            "source": source,
+            "lavender_trainer_state": c.state,
+        })),
+    )?;
+    staging.commit()?;
+    done.status = ExportStatus::Written;
+    Ok(done)
+}

@@ -1,0 +1,382 @@
+//! `lavender::export::resolve` and step parsing: each field is filled from the run
+//! only when not given, foreign checkpoints infer nothing, unexported ones are refused.
+
+mod export_support;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use export_support::*;
+use lavender::export::{
+    self, ExportError, ExportOptions, Field, ResolveOptions, Selection, checkpoint_step,
+};
+use serde_json::Value;
+
+/// A run with β1 = `beta1`, exported (all checkpoints: steps 2, 4, 6).
+fn exported_run(root: &Path, beta1: f64) -> (PathBuf, Vec<PathBuf>) {
+    let run = make_run(
+        root,
+        &RunSpec {
+            beta1,
+            ..RunSpec::default()
+        },
+    );
+    let report = export::export(&ExportOptions {
+        selection: Selection::All,
+        ..ExportOptions::new(&run)
+    })
+    .unwrap();
+    let paths = report
+        .checkpoints
+        .into_iter()
+        .map(|c| c.path.unwrap())
+        .collect();
+    (run, paths)
+}
+
+fn opts(checkpoints: &[PathBuf]) -> ResolveOptions {
+    ResolveOptions {
+        checkpoints: checkpoints.to_vec(),
+        ..ResolveOptions::default()
+    }
+}
+
+#[test]
+fn steps_come_from_names_or_from_lavenders_trainer_state() {
+    let root = tempfile::tempdir().unwrap();
+    for (name, step) in [("checkpoint-120", 120), ("step_7", 7), ("step_8.ckpt", 8)] {
+        let d = root.path().join(name);
+        fs::create_dir(&d).unwrap();
+        assert_eq!(checkpoint_step(&d).unwrap(), step, "{name}");
+    }
+    let run = make_run(root.path(), &RunSpec::default());
+    let lavender = &checkpoints(&run)[1];
+    assert!(
+        lavender
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("pretrain-")
+    );
+    assert_eq!(checkpoint_step(lavender).unwrap(), 4);
+    let other = root.path().join("final_model");
+    fs::create_dir(&other).unwrap();
+    let err = checkpoint_step(&other).unwrap_err().to_string();
+    assert!(
+        err.contains("final_model") && err.contains("checkpoint-<N>"),
+        "{err}"
+    );
+}
+
+#[test]
+fn model_path_is_filled_with_the_newest_exported_checkpoint() {
+    let root = tempfile::tempdir().unwrap();
+    let (run, ckpts) = exported_run(root.path(), 0.9);
+    let r = export::resolve(&opts(&ckpts)).unwrap();
+    assert_eq!(r.run.as_deref(), Some(run.as_path()));
+    assert_eq!(r.model_path.as_ref(), Some(&ckpts[2]));
+    assert_eq!(r.sources.model_path, Field::Run);
+    let steps: Vec<Option<u64>> = r.checkpoints.iter().map(|c| c.step).collect();
+    assert_eq!(steps, [Some(2), Some(4), Some(6)]);
+}
+
+#[test]
+fn an_explicit_model_path_wins() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, ckpts) = exported_run(root.path(), 0.9);
+    let r = export::resolve(&ResolveOptions {
+        model_path: Some("/models/base".into()),
+        ..opts(&ckpts)
+    })
+    .unwrap();
+    assert_eq!(r.model_path, Some(PathBuf::from("/models/base")));
+    assert_eq!(r.sources.model_path, Field::Explicit);
+}
+
+#[test]
+fn momentum_is_filled_with_beta1_from_the_runs_config() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, ckpts) = exported_run(root.path(), 0.95);
+    let r = export::resolve(&opts(&ckpts)).unwrap();
+    assert_eq!(r.momentum, Some(0.95));
+    assert_eq!(r.sources.momentum, Field::Run);
+}
+
+#[test]
+fn an_explicit_momentum_wins() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, ckpts) = exported_run(root.path(), 0.95);
+    let r = export::resolve(&ResolveOptions {
+        momentum: Some(0.5),
+        ..opts(&ckpts)
+    })
+    .unwrap();
+    assert_eq!(r.momentum, Some(0.5));
+    assert_eq!(r.sources.momentum, Field::Explicit);
+}
+
+#[test]
+fn an_explicit_zero_momentum_survives() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, ckpts) = exported_run(root.path(), 0.95);
+    let r = export::resolve(&ResolveOptions {
+        momentum: Some(0.0),
+        terminal_velocity: true,
+        ..opts(&ckpts)
+    })
+    .unwrap();
+    assert_eq!(r.momentum, Some(0.0), "0.0 is a value, not unset");
+    assert_eq!(r.sources.momentum, Field::Explicit);
+    let segs = r.segments.unwrap();
+    assert!(
+        segs.iter()
+            .all(|s| s.factor == 1.0 && s.lr_x_steps == s.lr_sum)
+    );
+}
+
+#[test]
+fn lr_list_is_filled_with_every_steps_learning_rate() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, ckpts) = exported_run(root.path(), 0.9);
+    let r = export::resolve(&opts(&ckpts[..2])).unwrap();
+    let want: Vec<f64> = (1..=4).map(lr).collect();
+    assert_eq!(r.lr_list, Some(want), "up to the last checkpoint given");
+    assert_eq!(r.sources.lr_list, Field::Run);
+}
+
+#[test]
+fn an_explicit_lr_list_wins() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, ckpts) = exported_run(root.path(), 0.9);
+    let lrs = vec![0.25; 6];
+    let r = export::resolve(&ResolveOptions {
+        lr_list: Some(lrs.clone()),
+        ..opts(&ckpts)
+    })
+    .unwrap();
+    assert_eq!(r.lr_list, Some(lrs));
+    assert_eq!(r.sources.lr_list, Field::Explicit);
+    let sums: Vec<f64> = r.segments.unwrap().iter().map(|s| s.lr_sum).collect();
+    assert_eq!(sums, [0.5, 0.5, 0.5]);
+}
+
+#[test]
+fn momentum_095_makes_lr_times_steps_twenty_fold_with_the_factor() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, ckpts) = exported_run(root.path(), 0.95);
+    let plain = export::resolve(&opts(&ckpts)).unwrap();
+    let scaled = export::resolve(&ResolveOptions {
+        terminal_velocity: true,
+        ..opts(&ckpts)
+    })
+    .unwrap();
+    let plain = plain.segments.unwrap();
+    let scaled = scaled.segments.unwrap();
+    assert_eq!(plain.len(), 3);
+    for (p, s) in plain.iter().zip(&scaled) {
+        let want: f64 = (p.from_step + 1..=p.to_step).map(lr).sum();
+        assert!((p.lr_x_steps - want).abs() < 1e-15, "{p:?}");
+        let ratio = s.lr_x_steps / p.lr_x_steps;
+        assert!((ratio - 20.0).abs() < 1e-9, "ratio {ratio}");
+    }
+    let text = export::resolve_text(
+        &export::resolve(&ResolveOptions {
+            terminal_velocity: true,
+            ..opts(&ckpts)
+        })
+        .unwrap(),
+    );
+    assert!(text.contains("1/(1−β) = 20.0000"), "{text}");
+}
+
+#[test]
+fn foreign_checkpoints_infer_nothing_and_pass_through_unchanged() {
+    let root = tempfile::tempdir().unwrap();
+    // An unrelated lavender-looking run config higher up must not be taken.
+    fs::write(root.path().join("config.yaml"), config_yaml(0.95)).unwrap();
+    let hf_out = root.path().join("experiments/hf-trainer/output");
+    let bergson = root.path().join("experiments/bergson");
+    let mut given = Vec::new();
+    for step in [100, 200] {
+        let d = hf_out.join(format!("checkpoint-{step}"));
+        fs::create_dir_all(&d).unwrap();
+        fs::write(
+            d.join("trainer_state.json"),
+            r#"{"global_step": 100, "log_history": []}"#,
+        )
+        .unwrap();
+        given.push(d);
+    }
+    let r = export::resolve(&opts(&given)).unwrap();
+    assert_eq!(r.run, None);
+    assert_eq!(r.model_path, None);
+    assert_eq!(r.momentum, None);
+    assert_eq!(r.lr_list, None);
+    assert_eq!(r.segments, None);
+    assert_eq!(
+        (r.sources.model_path, r.sources.momentum, r.sources.lr_list),
+        (Field::Unset, Field::Unset, Field::Unset)
+    );
+    let paths: Vec<&PathBuf> = r.checkpoints.iter().map(|c| &c.path).collect();
+    assert_eq!(paths, given.iter().collect::<Vec<_>>());
+    assert_eq!(r.checkpoints[1].step, Some(200));
+
+    // Raw step_<N>.ckpt directories, even with a config.yaml right beside them.
+    fs::create_dir_all(bergson.join("step_5.ckpt")).unwrap();
+    fs::write(bergson.join("config.yaml"), config_yaml(0.95)).unwrap();
+    let r = export::resolve(&opts(&[bergson.join("step_5.ckpt")])).unwrap();
+    assert_eq!((r.run, r.momentum), (None, None));
+    assert_eq!(r.checkpoints[0].step, Some(5));
+
+    // Explicit values still pass through, and the segments follow from them.
+    let r = export::resolve(&ResolveOptions {
+        momentum: Some(0.5),
+        lr_list: Some(vec![0.5; 200]),
+        terminal_velocity: true,
+        ..opts(&given)
+    })
+    .unwrap();
+    assert_eq!(r.segments.unwrap()[1].lr_x_steps, 100.0);
+}
+
+#[test]
+fn the_terminal_velocity_factor_needs_a_momentum() {
+    let root = tempfile::tempdir().unwrap();
+    let d = root.path().join("checkpoint-3");
+    fs::create_dir_all(&d).unwrap();
+    let err = export::resolve(&ResolveOptions {
+        lr_list: Some(vec![0.1; 3]),
+        terminal_velocity: true,
+        ..opts(std::slice::from_ref(&d))
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("--terminal-velocity") && err.contains("--momentum"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unexported_lavender_checkpoint_says_to_export_first() {
+    let root = tempfile::tempdir().unwrap();
+    let run = make_run(root.path(), &RunSpec::default());
+    let raw = checkpoints(&run)[0].clone();
+    let err = export::resolve(&opts(std::slice::from_ref(&raw))).unwrap_err();
+    assert!(matches!(err, ExportError::NotExported { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("lavenderd export")
+            && msg.contains(&raw.display().to_string())
+            && msg.contains("exported/checkpoint-<step>"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn an_export_into_the_run_directory_is_found_too() {
+    let root = tempfile::tempdir().unwrap();
+    let run = make_run(
+        root.path(),
+        &RunSpec {
+            beta1: 0.8,
+            ..RunSpec::default()
+        },
+    );
+    export::export(&ExportOptions {
+        out: Some(run.clone()),
+        ..ExportOptions::new(&run)
+    })
+    .unwrap();
+    let r = export::resolve(&opts(&[run.join("checkpoint-6")])).unwrap();
+    assert_eq!(r.run.as_deref(), Some(run.as_path()));
+    assert_eq!(r.momentum, Some(0.8));
+    // The export is not mistaken for a lavender checkpoint of the run.
+    assert_eq!(checkpoints(&run).len(), 3);
+}
+
+#[test]
+fn checkpoints_of_two_runs_are_refused() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let (_, ca) = exported_run(a.path(), 0.9);
+    let (_, cb) = exported_run(b.path(), 0.9);
+    let err = export::resolve(&opts(&[ca[0].clone(), cb[1].clone()]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("one run's trajectory"), "{err}");
+}
+
+#[test]
+fn bad_options_are_named() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, ckpts) = exported_run(root.path(), 0.9);
+    let err = export::resolve(&ResolveOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("at least one checkpoint"), "{err}");
+    let err = export::resolve(&ResolveOptions {
+        momentum: Some(1.0),
+        ..opts(&ckpts)
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("--momentum: 1 is not in [0, 1)"), "{err}");
+    let err = export::resolve(&ResolveOptions {
+        lr_list: Some(vec![0.1; 3]),
+        ..opts(&ckpts)
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("--lr-list: has 3 learning rates"), "{err}");
+    let typo = root.path().join("exported/checkpoint-66");
+    let err = export::resolve(&opts(&[typo])).unwrap_err().to_string();
+    assert!(
+        err.contains("checkpoint-66") && err.contains("not found"),
+        "{err}"
+    );
+    let reversed: Vec<PathBuf> = ckpts.iter().rev().cloned().collect();
+    let err = export::resolve(&opts(&reversed)).unwrap_err().to_string();
+    assert!(err.contains("training order"), "{err}");
+}
+
+#[test]
+fn json_output_says_where_each_value_came_from() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, ckpts) = exported_run(root.path(), 0.95);
+    let r = export::resolve(&ResolveOptions {
+        momentum: Some(0.0),
+        ..opts(&ckpts)
+    })
+    .unwrap();
+    let v: Value = serde_json::from_str(&export::resolve_json(&r)).unwrap();
+    assert_eq!(v["momentum"], 0.0);
+    assert_eq!(v["sources"]["momentum"], "explicit");
+    assert_eq!(v["sources"]["lr_list"], "run");
+    assert_eq!(v["lr_list"].as_array().unwrap().len(), 6);
+    assert_eq!(v["segments"][2]["to_step"], 6);
+    let text = export::resolve_text(&r);
+    assert!(
+        text.contains("momentum     0  (given)") && text.contains("lr_list      6 steps"),
+        "{text}"
+    );
+}
+
+#[test]
+fn only_lavenders_layouts_are_probed_not_any_config_yaml_above() {
+    let root = tempfile::tempdir().unwrap();
+    let run = make_run(root.path(), &RunSpec::default());
+    // An export moved out of its run, below an unrelated config.yaml.
+    let elsewhere = root.path().join("projects/attribution/models");
+    fs::create_dir_all(&elsewhere).unwrap();
+    fs::write(root.path().join("projects/config.yaml"), config_yaml(0.5)).unwrap();
+    export::export(&ExportOptions {
+        out: Some(elsewhere.clone()),
+        ..ExportOptions::new(&run)
+    })
+    .unwrap();
+    let r = export::resolve(&opts(&[elsewhere.join("checkpoint-6")])).unwrap();
+    assert_eq!(r.run, None);
+    assert_eq!((r.momentum, r.sources.momentum), (None, Field::Unset));
+    assert_eq!(r.checkpoints[0].step, Some(6));
+}
