@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod daemon;
+pub mod feed;
 pub mod inventory;
 pub mod layout;
 pub mod logs;
@@ -11,3 +12,4 @@ pub mod process;
 pub mod server;
 pub mod settings;
 pub mod status;
+pub mod web;
