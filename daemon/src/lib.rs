@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod daemon;
+pub mod feed;
 pub mod inventory;
 pub mod layout;
 pub mod logs;
@@ -13,3 +14,4 @@ pub mod server;
 pub mod service;
 pub mod settings;
 pub mod status;
+pub mod web;

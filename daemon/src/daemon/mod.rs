@@ -13,10 +13,12 @@ use anyhow::{Context, Result};
 use lavender::status::PipelineState;
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::feed::{self, Feed};
 use crate::pipeline::{self, StartRequest, alert};
 use crate::server::{self, AppState};
 use crate::settings::{GlobalArgs, Settings};
 use crate::status::{self, StatusSettings};
+use crate::web::WebState;
 
 pub struct ServeOptions {
     pub args: GlobalArgs,
@@ -57,7 +59,8 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         addr.to_string().as_bytes(),
     )?;
 
-    let alerts = alert::spawn_log_sink();
+    let feed = Feed::new(feed::bus::DEFAULT_CAPACITY);
+    let alerts = feed::alerts::tee(feed.clone(), alert::spawn_log_sink());
     let pipeline = pipeline::actor::spawn(layout.clone(), settings.config.clone(), alerts.clone())?;
     let cache = status::cache::spawn(
         layout.clone(),
@@ -74,6 +77,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         pipeline: pipeline.clone(),
         cache: cache.clone(),
         layout: layout.clone(),
+        web: WebState::start(feed, cache.clone(), pipeline.clone(), layout.clone()),
     };
     let server_task = tokio::spawn(server::serve(app, tcp, unix, token, shutdown_rx));
     tracing::info!(

@@ -23,6 +23,7 @@ use tower_http::timeout::TimeoutLayer;
 use crate::layout::Layout;
 use crate::pipeline::PipelineHandle;
 use crate::status::StatusCache;
+use crate::web::WebState;
 use auth::{Transport, UdsPeer};
 
 /// Request bodies are tiny JSON objects.
@@ -37,6 +38,7 @@ pub struct AppState {
     pub pipeline: PipelineHandle,
     pub cache: StatusCache,
     pub layout: Layout,
+    pub web: WebState,
 }
 
 pub fn router(app: AppState, transport: Transport) -> Router {
@@ -47,6 +49,9 @@ pub fn router(app: AppState, transport: Transport) -> Router {
         .route("/checkpoints", get(routes::checkpoints::get))
         .route("/logs", get(routes::logs::get))
         .route("/pipeline/start", post(routes::start::post))
+        .route("/", get(routes::dashboard::get))
+        .route("/metrics", get(routes::metrics::get))
+        .route("/runs/{id}/history", get(routes::history::get))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
@@ -57,8 +62,11 @@ pub fn router(app: AppState, transport: Transport) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             STOP_REQUEST_TIMEOUT,
         ));
+    // A stream lasts as long as the client stays; it ends when the feed closes.
+    let streams = Router::new().route("/events", get(routes::events::get));
     quick
         .merge(slow)
+        .merge(streams)
         .layer(axum::middleware::from_fn_with_state(
             transport,
             auth::require_auth,
@@ -103,6 +111,13 @@ pub async fn serve(
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
     let uid = nix::unistd::getuid().as_raw();
+    // Open event streams end first, so graceful shutdown does not wait on them.
+    let feed = app.web.feed.clone();
+    let mut closing = shutdown.clone();
+    tokio::spawn(async move {
+        let _ = closing.wait_for(|v| *v).await;
+        feed.close();
+    });
     let tcp_router = router(app.clone(), Transport::Tcp { token });
     let unix_router = router(app, Transport::Unix { uid });
     let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

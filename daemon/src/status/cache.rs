@@ -32,6 +32,8 @@ pub struct StatusCache {
     layout: Layout,
     /// Record changes not yet reflected in `facts`.
     unseen: Arc<Mutex<watch::Receiver<PipelineRecord>>>,
+    /// Bumped after every refresh, for the live feed.
+    refreshes: Arc<watch::Sender<u64>>,
 }
 
 impl StatusCache {
@@ -49,6 +51,11 @@ impl StatusCache {
         let facts = self.facts.read().unwrap_or_else(|e| e.into_inner());
         let settings = self.settings.read().unwrap_or_else(|e| e.into_inner());
         compose(&record, &facts, &settings, lavender::time::now_utc(), true)
+    }
+
+    /// Changes after every refresh of the cached facts.
+    pub fn subscribe_refreshes(&self) -> watch::Receiver<u64> {
+        self.refreshes.subscribe()
     }
 
     pub fn set_settings(&self, settings: StatusSettings) {
@@ -75,6 +82,7 @@ pub fn spawn(
         facts: Arc::new(RwLock::new(facts)),
         settings: Arc::new(RwLock::new(settings)),
         unseen: Arc::new(Mutex::new(pipeline.subscribe())),
+        refreshes: Arc::new(watch::Sender::new(0)),
         pipeline,
         layout: layout.clone(),
     };
@@ -174,4 +182,5 @@ fn refresh(layout: &Layout, cache: &StatusCache, record: &PipelineRecord) {
         facts.disk_read_at = Some(at);
     }
     *cache.facts.write().unwrap_or_else(|e| e.into_inner()) = facts;
+    cache.refreshes.send_modify(|n| *n = n.wrapping_add(1));
 }

@@ -1,8 +1,12 @@
 //! One file per route.
 
 pub mod checkpoints;
+pub mod dashboard;
+pub mod events;
 pub mod healthz;
+pub mod history;
 pub mod logs;
+pub mod metrics;
 pub mod runs;
 pub mod start;
 pub mod status;

@@ -1,0 +1,150 @@
+//! The task that fills the feed: after every status-cache refresh (file events in
+//! the run directory, the periodic tick) and every pipeline transition it
+//! publishes what changed — the state, the heartbeat, new `events.jsonl` lines —
+//! and counts worker restarts for `/metrics`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Value, json};
+
+use super::{Feed, Kind, Snapshot};
+use crate::layout::Layout;
+use crate::pipeline::{PipelineHandle, PipelineRecord};
+use crate::status::StatusCache;
+
+/// Counts the daemon keeps while it runs (Prometheus counters restart with the process).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Crash restarts scheduled since this daemon started.
+    pub worker_restarts: AtomicU64,
+}
+
+pub fn spawn(
+    feed: Feed,
+    cache: StatusCache,
+    pipeline: PipelineHandle,
+    layout: Layout,
+) -> Arc<Counters> {
+    let counters = Arc::new(Counters::default());
+    tokio::spawn(run(feed, cache, pipeline, layout, counters.clone()));
+    counters
+}
+
+async fn run(
+    feed: Feed,
+    cache: StatusCache,
+    pipeline: PipelineHandle,
+    layout: Layout,
+    counters: Arc<Counters>,
+) {
+    let mut refreshes = cache.subscribe_refreshes();
+    let mut records = pipeline.subscribe();
+    let mut closing = feed.watch();
+    let mut published = Published::default();
+    let mut restarts_seen = pipeline.record().restarts;
+    loop {
+        let record: PipelineRecord = records.borrow_and_update().clone();
+        // `restarts` grows by one per crash restart and drops to 0 on a new start
+        // or after a long healthy run: count the growth only.
+        if record.restarts > restarts_seen {
+            counters.worker_restarts.fetch_add(
+                u64::from(record.restarts - restarts_seen),
+                Ordering::Relaxed,
+            );
+        }
+        restarts_seen = record.restarts;
+
+        let snapshot = Snapshot::take(&cache, &pipeline, &layout);
+        published.state(&feed, &snapshot);
+        published.milestones(&feed, &layout, &snapshot);
+        published.heartbeat(&feed, &snapshot);
+
+        tokio::select! {
+            changed = refreshes.changed() => if changed.is_err() { return },
+            changed = records.changed() => if changed.is_err() { return },
+            _ = closing.wait_past(u64::MAX) => return,
+        }
+    }
+}
+
+/// What was last published, to publish changes only.
+#[derive(Default)]
+struct Published {
+    state: Option<Value>,
+    beat: Option<Value>,
+    events_file: Option<PathBuf>,
+    events_offset: u64,
+}
+
+impl Published {
+    fn state(&mut self, feed: &Feed, snap: &Snapshot) {
+        let p = &snap.status.pipeline;
+        let key = json!({
+            "state": p.state,
+            "active_step": snap.status.active_step,
+            "restarts": p.restarts,
+            "steps": snap.steps,
+            "last_error": snap.last_error,
+        });
+        if self.state.as_ref() == Some(&key) {
+            return;
+        }
+        let previous = self.state.as_ref().map(|s| s["state"].clone());
+        let mut data = key.clone();
+        data["previous"] = previous.unwrap_or(Value::Null);
+        feed.publish(Kind::State, &data);
+        self.state = Some(key);
+    }
+
+    /// Publishes a full snapshot when what the heartbeat shows changed (not its
+    /// age, which a reader computes from the time it received it).
+    fn heartbeat(&mut self, feed: &Feed, snap: &Snapshot) {
+        let t = &snap.status.training;
+        let key = json!([
+            t.step,
+            t.total_steps,
+            t.loss,
+            t.loss_smooth,
+            t.lr,
+            t.stage,
+            t.running,
+            t.heartbeat_stale,
+            t.heartbeat_error,
+            t.checkpoints,
+            t.latest_checkpoint,
+            snap.status.pipeline.state,
+            snap.status.active_step,
+            snap.status.disk.avail_gib,
+            snap.run,
+        ]);
+        if self.beat.as_ref() == Some(&key) {
+            return;
+        }
+        feed.publish(Kind::Heartbeat, &snap.to_json());
+        self.beat = Some(key);
+    }
+
+    /// New lines of the run's `events.jsonl`; a new run starts from its first line.
+    fn milestones(&mut self, feed: &Feed, layout: &Layout, snap: &Snapshot) {
+        let Some(run) = &snap.run else { return };
+        let path = lavender::events::path(&layout.checkpoints_root().join(run));
+        if self.events_file.as_ref() != Some(&path) {
+            self.events_file = Some(path.clone());
+            self.events_offset = 0;
+        }
+        match lavender::events::read_from(&path, self.events_offset) {
+            Ok(batch) => {
+                self.events_offset = batch.next_offset;
+                for event in batch.events {
+                    let mut data = serde_json::to_value(&event).unwrap_or(Value::Null);
+                    data["run"] = json!(run);
+                    feed.publish(Kind::Milestone, &data);
+                }
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => tracing::debug!("feed: {e}"),
+        }
+    }
+}

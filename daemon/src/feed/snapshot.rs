@@ -1,0 +1,75 @@
+//! What a dashboard needs to draw everything but the curves: the status
+//! contract, the steps in pipeline order (the status keeps them in a map), the
+//! run the status is about, and the last error.
+
+use lavender::config::PipelineStep;
+use lavender::status::{Status, StepState};
+use serde::Serialize;
+
+use crate::layout::Layout;
+use crate::pipeline::{PipelineHandle, PipelineRecord};
+use crate::status::{FileFacts, StatusCache};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    pub status: Status,
+    pub steps: Vec<StepLine>,
+    /// The run directory's name (`run-…`): the id for `/runs/{id}/history`.
+    pub run: Option<String>,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepLine {
+    pub name: String,
+    pub state: StepState,
+}
+
+impl Snapshot {
+    pub fn take(cache: &StatusCache, pipeline: &PipelineHandle, layout: &Layout) -> Snapshot {
+        let record = pipeline.record();
+        let status = cache.status();
+        Snapshot {
+            steps: ordered_steps(&record, &status),
+            run: FileFacts::run_dir_for(layout, &record)
+                .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned())),
+            last_error: record.last_error.clone(),
+            status,
+        }
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// The record's steps are in the order they run; before a first start only the
+/// status's map exists, which is put in the canonical pipeline order.
+pub fn ordered_steps(record: &PipelineRecord, status: &Status) -> Vec<StepLine> {
+    if !record.steps.is_empty() {
+        return record
+            .steps
+            .iter()
+            .map(|s| StepLine {
+                name: s.name.clone(),
+                state: s.state,
+            })
+            .collect();
+    }
+    let rank = |name: &str| {
+        PipelineStep::ALL
+            .iter()
+            .position(|s| s.as_str() == name)
+            .unwrap_or(usize::MAX)
+    };
+    let mut steps: Vec<StepLine> = status
+        .steps
+        .iter()
+        .map(|(name, state)| StepLine {
+            name: name.clone(),
+            state: *state,
+        })
+        .collect();
+    steps.sort_by_key(|s| rank(&s.name));
+    steps
+}

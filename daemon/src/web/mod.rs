@@ -1,0 +1,66 @@
+//! What the daemon shows people and monitoring: the dashboard page (`GET /`),
+//! the curves (`/runs/{id}/history`), Prometheus metrics (`/metrics`), and the
+//! live feed behind Server-Sent Events (`/events`).
+
+pub mod events;
+pub mod history;
+pub mod metrics;
+pub mod page;
+
+use std::sync::Arc;
+
+use crate::feed::publisher::{self, Counters};
+use crate::feed::{Feed, Snapshot};
+use crate::layout::Layout;
+use crate::pipeline::PipelineHandle;
+use crate::status::StatusCache;
+use history::HistoryCache;
+use metrics::NotificationCounts;
+
+/// The web side's share of the server state.
+#[derive(Clone)]
+pub struct WebState {
+    pub feed: Feed,
+    pub history: Arc<HistoryCache>,
+    pub counters: Arc<Counters>,
+    /// Set once notifications exist; `/metrics` then reports their counts.
+    pub notifications: Option<Arc<dyn NotificationCounts>>,
+    cache: StatusCache,
+    pipeline: PipelineHandle,
+    layout: Layout,
+}
+
+impl WebState {
+    /// Starts the task that fills `feed` from the status cache and the pipeline.
+    pub fn start(
+        feed: Feed,
+        cache: StatusCache,
+        pipeline: PipelineHandle,
+        layout: Layout,
+    ) -> WebState {
+        let counters = publisher::spawn(
+            feed.clone(),
+            cache.clone(),
+            pipeline.clone(),
+            layout.clone(),
+        );
+        WebState {
+            feed,
+            history: Arc::new(HistoryCache::default()),
+            counters,
+            notifications: None,
+            cache,
+            pipeline,
+            layout,
+        }
+    }
+
+    pub fn with_notifications(mut self, counts: Arc<dyn NotificationCounts>) -> WebState {
+        self.notifications = Some(counts);
+        self
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::take(&self.cache, &self.pipeline, &self.layout)
+    }
+}
