@@ -12,9 +12,11 @@ use anyhow::{Context, Result};
 use lavender::status::PipelineState;
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::notify::{EventFollower, Notifier};
 use crate::pipeline::{self, StartRequest, alert};
 use crate::server::{self, AppState};
 use crate::settings::{GlobalArgs, Settings};
+use crate::status::cache::NotifyHooks;
 use crate::status::{self, StatusSettings};
 
 pub struct ServeOptions {
@@ -56,7 +58,9 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         addr.to_string().as_bytes(),
     )?;
 
-    let alerts = alert::spawn_log_sink();
+    let notify_cfg = &settings.config.notify;
+    let notifier = Notifier::start(notify_cfg, &layout.state_dir);
+    let alerts = alert::spawn_sink(Some(notifier.clone()), notify_cfg.log_lines);
     let pipeline = pipeline::actor::spawn(layout.clone(), settings.config.clone(), alerts.clone())?;
     let cache = status::cache::spawn(
         layout.clone(),
@@ -67,6 +71,12 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
             poll_interval: std::time::Duration::from_millis(sup.poll_interval_ms),
         },
         alerts,
+        Some(NotifyHooks {
+            follower: notify_cfg
+                .milestones
+                .then(|| EventFollower::new(&notifier, &layout.state_dir)),
+            notifier,
+        }),
     );
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let app = AppState {
