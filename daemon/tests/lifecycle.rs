@@ -213,6 +213,14 @@ fn keep_runs_prunes_old_runs_when_a_pipeline_finishes() {
             std::thread::sleep(Duration::from_millis(1100));
         }
     }
+    // Pruning follows the transition to finished; give it a moment.
+    wait_until(Duration::from_secs(5), "old runs to be pruned", || {
+        env.tcp("GET", "/runs", None, None)
+            .json()
+            .as_array()
+            .map(Vec::len)
+            == Some(1)
+    });
     let runs = env.tcp("GET", "/runs", None, None).json();
     let runs = runs.as_array().unwrap();
     assert_eq!(runs.len(), 1, "{runs:?}");

@@ -1,5 +1,5 @@
 //! The command line: `serve | start | stop | status | logs | runs | checkpoints |
-//! prune | config check`. Commands that change the pipeline talk to the daemon
+//! prune | export | resolve | notify test | config check`. Commands that change the pipeline talk to the daemon
 //! over its Unix socket; read-only ones work from the files, daemon or not.
 
 pub mod client;
@@ -128,6 +128,41 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         keep_runs: usize,
     },
+    /// Export a run's checkpoints for Hugging Face / attribution tools (no libtorch).
+    Export {
+        #[arg(long, value_name = "ID")]
+        run: Option<String>,
+        #[arg(long, num_args = 1.., conflicts_with = "all", value_name = "NAME")]
+        checkpoints: Vec<String>,
+        #[arg(long)]
+        all: bool,
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        #[arg(long)]
+        force: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fill model_path, momentum and per-step LRs from the run that produced CHECKPOINTs.
+    Resolve {
+        #[arg(required = true, value_name = "CHECKPOINT")]
+        checkpoints: Vec<PathBuf>,
+        #[arg(long, value_name = "P")]
+        model_path: Option<PathBuf>,
+        #[arg(long, value_name = "B")]
+        momentum: Option<f64>,
+        #[arg(long, value_name = "LRS|@FILE")]
+        lr_list: Option<String>,
+        #[arg(long)]
+        terminal_velocity: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Push notifications.
+    Notify {
+        #[command(subcommand)]
+        action: NotifyAction,
+    },
     /// Check the config file and print it fully resolved.
     Config {
         #[command(subcommand)]
@@ -144,4 +179,14 @@ pub enum Command {
 pub enum ConfigAction {
     /// Validate the config and print it fully resolved.
     Check,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NotifyAction {
+    /// Send a test push on every configured channel (or one) and print each answer.
+    /// Exit code 1 if any failed or none is configured.
+    Test {
+        #[arg(long, value_name = "NAME")]
+        channel: Option<String>,
+    },
 }

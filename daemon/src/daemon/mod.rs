@@ -14,9 +14,11 @@ use lavender::status::PipelineState;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::feed::{self, Feed};
+use crate::notify::{EventFollower, Notifier};
 use crate::pipeline::{self, StartRequest, alert};
 use crate::server::{self, AppState};
 use crate::settings::{GlobalArgs, Settings};
+use crate::status::cache::NotifyHooks;
 use crate::status::{self, StatusSettings};
 use crate::web::WebState;
 
@@ -60,7 +62,12 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
     )?;
 
     let feed = Feed::new(feed::bus::DEFAULT_CAPACITY);
-    let alerts = feed::alerts::tee(feed.clone(), alert::spawn_log_sink());
+    let notify_cfg = &settings.config.notify;
+    let notifier = Notifier::start(notify_cfg, &layout.state_dir);
+    let alerts = feed::alerts::tee(
+        feed.clone(),
+        alert::spawn_sink(Some(notifier.clone()), notify_cfg.log_lines),
+    );
     let pipeline = pipeline::actor::spawn(layout.clone(), settings.config.clone(), alerts.clone())?;
     let cache = status::cache::spawn(
         layout.clone(),
@@ -71,6 +78,12 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
             poll_interval: std::time::Duration::from_millis(sup.poll_interval_ms),
         },
         alerts,
+        Some(NotifyHooks {
+            follower: notify_cfg
+                .milestones
+                .then(|| EventFollower::new(&notifier, &layout.state_dir)),
+            notifier,
+        }),
     );
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let app = AppState {

@@ -465,6 +465,7 @@ impl Actor {
                 self.record.worker = None;
                 tracing::info!("pipeline finished");
                 self.commit();
+                self.alert(self.finished_alert());
                 self.prune_old_runs();
             }
             Some(step) => {
@@ -472,6 +473,28 @@ impl Actor {
                     self.fail(&step, format!("{e:#}"));
                 }
             }
+        }
+    }
+
+    /// The run's summary for the "finished" push: time since the run directory was
+    /// created, the last heartbeat's loss, the latest complete checkpoint.
+    fn finished_alert(&self) -> Alert {
+        let run_dir = self.record.run_dir.as_deref();
+        let duration = run_dir
+            .and_then(|d| d.file_name())
+            .and_then(|n| lavender::run::parse_run_name(&n.to_string_lossy()).ok())
+            .and_then(|t| (lavender::time::now_utc().naive_utc() - t).to_std().ok())
+            .unwrap_or_default();
+        let final_loss = run_dir
+            .and_then(|d| lavender::heartbeat::read(&lavender::heartbeat::path(d)).ok())
+            .and_then(|hb| hb.loss_smooth.or(hb.loss));
+        let final_checkpoint = run_dir
+            .and_then(|d| lavender::checkpoint::latest_complete(d).ok().flatten())
+            .map(|c| c.name);
+        Alert::Finished {
+            duration,
+            final_loss,
+            final_checkpoint,
         }
     }
 
@@ -660,6 +683,7 @@ impl Actor {
             restart: self.record.restarts,
             max_restarts: self.timings.max_restarts,
             restart_in: delay,
+            log_file: self.record.log_file.clone(),
         });
     }
 
@@ -674,6 +698,10 @@ impl Actor {
     }
 
     fn fail(&mut self, step: &str, reason: String) {
+        self.fail_after(step, reason, None);
+    }
+
+    fn fail_after(&mut self, step: &str, reason: String, last_exit: Option<ExitOutcome>) {
         tracing::error!(step, "{reason}");
         self.record.state = PipelineState::Failed;
         self.record.set_step(step, StepState::Failed);
@@ -685,6 +713,8 @@ impl Actor {
         self.alert(Alert::Failed {
             step: step.to_string(),
             reason,
+            restarts: self.record.restarts,
+            last_exit,
         });
     }
 

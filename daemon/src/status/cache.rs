@@ -4,9 +4,10 @@
 //! tick as a safety net. `GET /status` only serializes the cached facts, so its
 //! cost does not grow with the number of files in the data root.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lavender::config::Watcher as WatcherKind;
 use lavender::status::Status;
@@ -15,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::{FileFacts, StatusSettings, compose};
 use crate::layout::Layout;
+use crate::notify::{ChannelCounts, EventFollower, Notifier, disk_low_need};
 use crate::pipeline::alert::AlertSender;
 use crate::pipeline::{Alert, PipelineHandle, PipelineRecord};
 
@@ -34,6 +36,14 @@ pub struct StatusCache {
     unseen: Arc<Mutex<watch::Receiver<PipelineRecord>>>,
     /// Bumped after every refresh, for the live feed.
     refreshes: Arc<watch::Sender<u64>>,
+    notifier: Option<Notifier>,
+}
+
+/// What the refresher pushes besides alerts: the notifier (for counts in the
+/// status) and the milestone follower (`None`: `notify.milestones: false`).
+pub struct NotifyHooks {
+    pub notifier: Notifier,
+    pub follower: Option<EventFollower>,
 }
 
 impl StatusCache {
@@ -58,6 +68,24 @@ impl StatusCache {
         self.refreshes.subscribe()
     }
 
+    /// The status JSON served by `GET /status`: the contract plus
+    /// `notifications: {channel: {sent, failed, dropped}}` (an extra key the schema allows).
+    pub fn status_json(&self) -> serde_json::Value {
+        let mut value = serde_json::to_value(self.status()).unwrap_or_default();
+        if let serde_json::Value::Object(map) = &mut value {
+            let counts: BTreeMap<String, ChannelCounts> = self
+                .notifier
+                .as_ref()
+                .map(Notifier::counts)
+                .unwrap_or_default();
+            map.insert(
+                "notifications".into(),
+                serde_json::to_value(counts).unwrap_or_default(),
+            );
+        }
+        value
+    }
+
     pub fn set_settings(&self, settings: StatusSettings) {
         *self.settings.write().unwrap_or_else(|e| e.into_inner()) = settings;
     }
@@ -75,6 +103,7 @@ pub fn spawn(
     settings: StatusSettings,
     watch: WatchOptions,
     alerts: AlertSender,
+    hooks: Option<NotifyHooks>,
 ) -> StatusCache {
     let record = pipeline.record();
     let facts = FileFacts::read(&layout, &record, &settings, true);
@@ -85,8 +114,10 @@ pub fn spawn(
         refreshes: Arc::new(watch::Sender::new(0)),
         pipeline,
         layout: layout.clone(),
+        notifier: hooks.as_ref().map(|h| h.notifier.clone()),
     };
-    tokio::spawn(refresher(layout, cache.clone(), watch, alerts));
+    let follower = hooks.and_then(|h| h.follower);
+    tokio::spawn(refresher(layout, cache.clone(), watch, alerts, follower));
     cache
 }
 
@@ -108,7 +139,13 @@ fn make_watcher(
     })
 }
 
-async fn refresher(layout: Layout, cache: StatusCache, opts: WatchOptions, alerts: AlertSender) {
+async fn refresher(
+    layout: Layout,
+    cache: StatusCache,
+    opts: WatchOptions,
+    alerts: AlertSender,
+    mut follower: Option<EventFollower>,
+) {
     let (tx, mut events) = mpsc::unbounded_channel();
     let mut watcher = match make_watcher(&opts, tx) {
         Ok(w) => Some(w),
@@ -120,7 +157,9 @@ async fn refresher(layout: Layout, cache: StatusCache, opts: WatchOptions, alert
     let mut watched: Option<PathBuf> = None;
     let mut records = cache.pipeline.subscribe();
     let mut tick = tokio::time::interval(SAFETY_REFRESH);
-    let mut stale_alerted = false;
+    let mut stale_since: Option<Instant> = None;
+    let mut disk_low = false;
+    let mut disk_seen: Option<Instant> = None;
     loop {
         let record: PipelineRecord = records.borrow_and_update().clone();
         let run_dir = FileFacts::run_dir_for(&layout, &record);
@@ -142,14 +181,55 @@ async fn refresher(layout: Layout, cache: StatusCache, opts: WatchOptions, alert
         }
         refresh(&layout, &cache, &record);
 
-        let status = cache.status();
-        if status.training.heartbeat_stale && !stale_alerted {
-            let _ = alerts.send(Alert::Stale {
-                step: status.active_step.clone().unwrap_or_default(),
-                age_s: status.training.heartbeat_age_s,
-            });
+        // Milestones: the follower reads only what was appended since its saved offset.
+        if let (Some(f), Some(dir)) = (follower.as_mut(), run_dir.as_deref())
+            && let Err(e) = f.poll(dir)
+        {
+            tracing::warn!("notify: cannot follow {}: {e}", dir.display());
         }
-        stale_alerted = status.training.heartbeat_stale;
+
+        let status = cache.status();
+        let settings = cache
+            .settings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let step = status.active_step.clone().unwrap_or_default();
+        let training_step = status.training.step;
+        match (status.training.heartbeat_stale, stale_since) {
+            (true, None) => {
+                stale_since = Some(Instant::now());
+                let _ = alerts.send(Alert::Stale {
+                    step,
+                    age_s: status.training.heartbeat_age_s,
+                    stale_after_s: settings.stale_after_s,
+                    training_step,
+                });
+            }
+            // Fresh again while the worker lives (not merely gone or finished).
+            (false, Some(since)) => {
+                stale_since = None;
+                if status.training.heartbeat_age_s.is_some() && status.pipeline.running {
+                    let _ = alerts.send(Alert::Recovered {
+                        step,
+                        stalled_for: Some(since.elapsed()),
+                        training_step,
+                    });
+                }
+            }
+            _ => {}
+        }
+        if let Some(low) = check_disk(&cache, &layout, settings.disk_floor_mib, &mut disk_seen) {
+            if low.is_some() && !disk_low {
+                let (avail_bytes, need_bytes) = low.unwrap_or_default();
+                let _ = alerts.send(Alert::DiskLow {
+                    path: layout.data_root.clone(),
+                    avail_bytes,
+                    need_bytes,
+                });
+            }
+            disk_low = low.is_some();
+        }
 
         tokio::select! {
             Some(()) = events.recv() => {
@@ -161,6 +241,38 @@ async fn refresher(layout: Layout, cache: StatusCache, opts: WatchOptions, alert
             _ = tick.tick() => {}
         }
     }
+}
+
+/// After a fresh disk reading: `Some(Some((avail, need)))` when free space is under
+/// `disk_low_need(last checkpoint size, floor)`, `Some(None)` when it is not,
+/// `None` when there was no new reading since `seen` (readings are reused for a while).
+fn check_disk(
+    cache: &StatusCache,
+    layout: &Layout,
+    floor_mib: u64,
+    seen: &mut Option<Instant>,
+) -> Option<Option<(u64, u64)>> {
+    let (fresh, latest) = {
+        let facts = cache.facts.read().unwrap_or_else(|e| e.into_inner());
+        let fresh = facts.disk_read_at.is_some() && facts.disk_read_at != *seen;
+        *seen = facts.disk_read_at;
+        let latest = facts
+            .run_dir
+            .as_ref()
+            .zip(facts.latest_checkpoint.as_ref())
+            .map(|(d, c)| d.join(c));
+        (fresh, latest)
+    };
+    if !fresh {
+        return None;
+    }
+    let avail = super::disk::avail_bytes(&layout.data_root)?;
+    let size = latest
+        .as_deref()
+        .map(lavender::checkpoint::dir_size)
+        .filter(|s| *s > 0);
+    let need = disk_low_need(size, floor_mib);
+    Some((avail < need).then_some((avail, need)))
 }
 
 fn refresh(layout: &Layout, cache: &StatusCache, record: &PipelineRecord) {

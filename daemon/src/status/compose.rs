@@ -19,6 +19,8 @@ pub struct StatusSettings {
     pub default_scale: String,
     pub default_chunk: u32,
     pub steps: Vec<String>,
+    /// `notify.disk_floor_mib`: the floor of the disk-low alert.
+    pub disk_floor_mib: u64,
 }
 
 impl StatusSettings {
@@ -33,6 +35,7 @@ impl StatusSettings {
                 .iter()
                 .map(|s| s.as_str().to_string())
                 .collect(),
+            disk_floor_mib: config.notify.disk_floor_mib,
         }
     }
 }

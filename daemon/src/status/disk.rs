@@ -39,6 +39,14 @@ pub fn disk_status(path: &Path) -> DiskStatus {
     }
 }
 
+/// Bytes available to an unprivileged writer on the filesystem holding `path`.
+pub fn avail_bytes(path: &Path) -> Option<u64> {
+    let st = nix::sys::statvfs::statvfs(&nearest_existing(path)?).ok()?;
+    // The field types differ by platform (u32 on macOS, u64 on Linux).
+    #[allow(clippy::unnecessary_cast)]
+    Some(st.blocks_available() as u64 * st.fragment_size() as u64)
+}
+
 fn nearest_existing(path: &Path) -> Option<PathBuf> {
     let mut p = std::path::absolute(path).ok()?;
     loop {

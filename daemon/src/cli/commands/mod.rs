@@ -3,6 +3,7 @@
 pub mod config;
 pub mod listing;
 pub mod logs;
+pub mod notify;
 pub mod prune;
 pub mod start;
 pub mod status;
@@ -12,7 +13,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::{Cli, Command, ConfigAction};
+use super::{Cli, Command, ConfigAction, NotifyAction};
 use crate::daemon::{self, DaemonExit, ServeOptions};
 use crate::settings::Settings;
 
@@ -69,6 +70,69 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Checkpoints { run, json } => listing::checkpoints(&settings, run.as_deref(), json),
         Command::Prune { keep_runs } => prune::run(&settings, keep_runs),
         Command::Service { action } => crate::service::run(&settings, action).await,
+        Command::Export {
+            run,
+            checkpoints,
+            all,
+            out,
+            force,
+            json,
+        } => {
+            use lavender::export::{self, ExportOptions, Selection};
+            let run = export::locate_run(&settings.layout.checkpoints_root(), run.as_deref())?;
+            let selection = if all {
+                Selection::All
+            } else if checkpoints.is_empty() {
+                Selection::Latest
+            } else {
+                Selection::Named(checkpoints)
+            };
+            let r = export::export(&ExportOptions {
+                run,
+                selection,
+                out,
+                force,
+            })?;
+            print!(
+                "{}",
+                if json {
+                    export::export_json(&r)
+                } else {
+                    export::export_text(&r)
+                }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Resolve {
+            checkpoints,
+            model_path,
+            momentum,
+            lr_list,
+            terminal_velocity,
+            json,
+        } => {
+            use lavender::export::{self, ResolveOptions};
+            let lr_list = lr_list.as_deref().map(export::parse_lr_list).transpose()?;
+            let r = export::resolve(&ResolveOptions {
+                checkpoints,
+                model_path,
+                momentum,
+                lr_list,
+                terminal_velocity,
+            })?;
+            print!(
+                "{}",
+                if json {
+                    export::resolve_json(&r)
+                } else {
+                    export::resolve_text(&r)
+                }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Notify {
+            action: NotifyAction::Test { channel },
+        } => notify::test(&settings, channel.as_deref()).await,
         Command::Config { .. } => unreachable!("handled above"),
     }
 }
