@@ -1,28 +1,49 @@
 #!/usr/bin/env bash
-# System packages the test suite needs beyond Rust, on Debian/Ubuntu. Idempotent:
-# installs only what is missing. Call it from .ci/run before `make test`.
-#   systemd  — systemd-analyze, which verifies the service units (daemon/tests/service_units.rs)
-#   python3  — plistlib, which reads back the launchd plist
-#   curl, jq — the status commands of docs/OPERATIONS.md (daemon/tests/operations_doc.rs)
+# System packages and Python modules the test suite drives beyond Rust, installed
+# when missing (idempotent; quick when everything is there). Called by .ci/run.
+#   systemd            systemd-analyze verifies the service units (daemon/tests/service_units.rs)
+#   python3            plistlib reads back the launchd plist
+#   curl, jq           the status commands of docs/OPERATIONS.md (daemon/tests/operations_doc.rs)
+#   chromium           the dashboard's browser test (daemon/tests/web_browser.rs)
+#   prometheus_client  (in .venv) parses GET /metrics (daemon/tests/web_metrics.rs)
+# Runs as root in CI; elsewhere it uses sudo for apt-get.
 set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$root/.venv"
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
 
 missing=()
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v jq >/dev/null 2>&1 || missing+=(jq)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
 
-if [ ${#missing[@]} -eq 0 ]; then
-    exit 0
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
+if [ ${#missing[@]} -gt 0 ]; then
+  if ! command -v apt-get >/dev/null 2>&1; then
     echo "ci-deps: missing ${missing[*]}, and apt-get is not available to install them" >&2
     exit 1
+  fi
+  echo "ci-deps: installing ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "ci-deps: system packages present"
 fi
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-    sudo="sudo"
+
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv" || {
+    echo "ci-deps: could not create $venv; on Debian/Ubuntu install python3-venv" >&2
+    exit 1
+  }
 fi
-echo "ci-deps: installing ${missing[*]}"
-$sudo apt-get update
-$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+if "$venv/bin/python" -c 'import prometheus_client' 2>/dev/null; then
+  echo "ci-deps: prometheus_client present in .venv"
+else
+  echo "ci-deps: installing prometheus_client into .venv (the /metrics test's parser)"
+  "$venv/bin/python" -m pip install --quiet prometheus_client
+fi

@@ -4,6 +4,8 @@
 
 pub mod client;
 pub mod commands;
+pub mod foreground;
+pub mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -98,8 +100,19 @@ pub enum Command {
     /// Pipeline status (works without a daemon, from the files).
     Status {
         /// The status contract as JSON.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "watch")]
         json: bool,
+        /// Redraw a compact view every --interval seconds (Ctrl-C ends it).
+        #[arg(long)]
+        watch: bool,
+        /// Seconds between redraws with --watch.
+        #[arg(
+            long,
+            value_name = "SECONDS",
+            default_value_t = 2.0,
+            requires = "watch"
+        )]
+        interval: f64,
     },
     /// Show the pipeline log.
     Logs {

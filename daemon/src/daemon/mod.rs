@@ -92,6 +92,9 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         layout: layout.clone(),
         web: WebState::start(feed, cache.clone(), pipeline.clone(), layout.clone()),
     };
+    let view = opts
+        .foreground
+        .then(|| crate::cli::foreground::ForegroundView::start(app.web.feed.clone()));
     let server_task = tokio::spawn(server::serve(app, tcp, unix, token, shutdown_rx));
     tracing::info!(
         "lavenderd {} (pid {}) serving http://{addr} and {} for data root {}",
@@ -123,7 +126,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
     let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
     let mut hup = signal(SignalKind::hangup()).context("install SIGHUP handler")?;
     let mut records = pipeline.subscribe();
-    let mut progress = tokio::time::interval(std::time::Duration::from_secs(1));
+    let mut progress = tokio::time::interval(std::time::Duration::from_millis(250));
     let exit = loop {
         tokio::select! {
             _ = term.recv() => break DaemonExit::Signalled,
@@ -135,12 +138,18 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
                 }
                 Err(e) => tracing::error!("SIGHUP: config not reloaded: {e:#}"),
             },
-            _ = progress.tick(), if opts.foreground => progress::print(&cache.status()),
+            _ = progress.tick(), if view.is_some() => {
+                if let Some(view) = &view {
+                    view.update(&cache.status());
+                }
+            }
             tick = service.next() => service.on_tick(tick, &pipeline, || progress::line(&cache.status())).await,
             changed = records.changed(), if opts.foreground => {
                 let state = records.borrow_and_update().state;
                 if changed.is_err() || matches!(state, PipelineState::Finished | PipelineState::Failed | PipelineState::Stopped) {
-                    progress::finish(&cache.status());
+                    if let Some(view) = &view {
+                        view.finish(&cache.status()).await;
+                    }
                     break DaemonExit::PipelineEnded(state);
                 }
             }
@@ -157,6 +166,9 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
             Ok(report) if report.was_running => tracing::info!("{}", report.message),
             Ok(_) => {}
             Err(e) => tracing::error!("{e:#}"),
+        }
+        if let Some(view) = &view {
+            view.finish(&cache.status()).await;
         }
     }
     let _ = shutdown_tx.send(true);

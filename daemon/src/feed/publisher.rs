@@ -57,8 +57,9 @@ async fn run(
         restarts_seen = record.restarts;
 
         let snapshot = Snapshot::take(&cache, &pipeline, &layout);
-        published.state(&feed, &snapshot);
+        // A worker's last milestones come before the transition its exit caused.
         published.milestones(&feed, &layout, &snapshot);
+        published.state(&feed, &snapshot);
         published.heartbeat(&feed, &snapshot);
 
         tokio::select! {

@@ -192,14 +192,36 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// A GET over TCP: status, headers (lowercased) and body.
 pub fn get(addr: &str, path: &str) -> (u16, String, Vec<u8>) {
     let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
+    // Read to the end of the body: some servers (Chromium's) keep the connection open.
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let end = find(&raw, b"\r\n\r\n").expect("a response");
+    let mut buf = [0u8; 65536];
+    let end = loop {
+        let n = s
+            .read(&mut buf)
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        raw.extend_from_slice(&buf[..n]);
+        match find(&raw, b"\r\n\r\n") {
+            Some(end) => {
+                let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok());
+                let chunked_done =
+                    head.contains("transfer-encoding: chunked") && raw.ends_with(b"0\r\n\r\n");
+                if n == 0 || chunked_done || length.is_some_and(|l| raw.len() - end - 4 >= l) {
+                    break end;
+                }
+            }
+            None => assert!(n > 0, "GET {path}: connection closed before the headers"),
+        }
+    };
     let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
     let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
     let mut body = raw[end + 4..].to_vec();

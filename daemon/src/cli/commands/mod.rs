@@ -64,7 +64,12 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             start::run(&settings, &cli.global, &flags, &listen).await
         }
         Command::Stop { timeout } => stop::run(&settings, timeout).await,
-        Command::Status { json } => status::run(&settings, json).await,
+        Command::Status {
+            watch: true,
+            interval,
+            ..
+        } => crate::cli::watch::run(&settings, interval).await,
+        Command::Status { json, .. } => status::run(&settings, json).await,
         Command::Logs { follow, lines } => logs::run(&settings, follow, lines).await,
         Command::Runs { json } => listing::runs(&settings, json),
         Command::Checkpoints { run, json } => listing::checkpoints(&settings, run.as_deref(), json),

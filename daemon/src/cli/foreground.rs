@@ -1,0 +1,226 @@
+//! What `lavenderd start --foreground` shows: an indicatif progress bar (step/total,
+//! loss, steps/s, ETA) on a terminal, and one line per milestone, alert and state
+//! change above it, read from the live feed. Off a terminal the bar is hidden and
+//! the lines (and a final summary) are plain, for logs.
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use lavender::status::Status;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::watch::duration;
+use crate::feed::{Feed, Kind};
+
+/// How long the end waits for the feed to print the last lines.
+const FLUSH_WAIT: Duration = Duration::from_secs(2);
+
+pub struct ForegroundView {
+    bar: ProgressBar,
+    feed: Feed,
+    /// The last feed item the printer has handled.
+    printed: watch::Receiver<u64>,
+}
+
+impl ForegroundView {
+    /// Starts printing the feed's milestones, alerts and state changes from now on.
+    pub fn start(feed: Feed) -> ForegroundView {
+        let tty = std::io::stderr().is_terminal();
+        let bar = if tty {
+            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(4))
+        } else {
+            ProgressBar::hidden()
+        };
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix:.bold} [{bar:32.magenta/blue}] {pos}/{len} {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("█▓░"),
+        );
+        bar.enable_steady_tick(Duration::from_millis(250));
+        let printer = bar.clone();
+        let source = feed.clone();
+        let mut cursor = feed.last_seq();
+        let (printed_tx, printed) = watch::channel(cursor);
+        tokio::spawn(async move {
+            let feed = source;
+            let mut watch = feed.watch();
+            while watch.wait_past(cursor).await {
+                for item in feed.after(cursor).unwrap_or_default() {
+                    cursor = item.seq;
+                    let data: Value = serde_json::from_str(&item.data).unwrap_or(Value::Null);
+                    if let Some(line) = feed_line(item.kind, &data) {
+                        if tty {
+                            printer.println(line);
+                        } else {
+                            eprintln!("{line}");
+                        }
+                    }
+                }
+                printed_tx.send_replace(cursor);
+            }
+        });
+        ForegroundView { bar, feed, printed }
+    }
+
+    pub fn update(&self, s: &Status) {
+        let t = &s.training;
+        self.bar.set_prefix(format!(
+            "{} {}",
+            s.pipeline.state,
+            s.active_step.as_deref().unwrap_or("-")
+        ));
+        if let Some(total) = t.total_steps {
+            self.bar.set_length(total);
+        }
+        if let Some(step) = t.step {
+            self.bar.set_position(step);
+        }
+        self.bar.set_message(numbers(s));
+    }
+
+    /// Lets the feed print up to the pipeline's final state (the worker's last
+    /// milestones come before it), then clears the bar and prints a summary.
+    pub async fn finish(&self, s: &Status) {
+        let state = s.pipeline.state.as_str();
+        let deadline = Instant::now() + FLUSH_WAIT;
+        while Instant::now() < deadline {
+            let target = self.feed.items().into_iter().rev().find(|i| {
+                i.kind == Kind::State
+                    && serde_json::from_str::<Value>(&i.data).is_ok_and(|d| d["state"] == state)
+            });
+            if target.is_some_and(|t| *self.printed.borrow() >= t.seq) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.bar.finish_and_clear();
+        eprintln!("{}", summary(s));
+    }
+}
+
+/// loss, steps/s and ETA, as far as known.
+fn numbers(s: &Status) -> String {
+    let t = &s.training;
+    let mut parts = Vec::new();
+    if let Some(loss) = t.loss_smooth.or(t.loss) {
+        parts.push(format!("loss {loss:.4}"));
+    }
+    if let Some(sps) = t.steps_per_sec {
+        parts.push(format!("{sps:.2} it/s"));
+    }
+    if let Some(eta) = t.eta_seconds {
+        parts.push(format!("ETA {}", duration(eta)));
+    }
+    if s.pipeline.restarts > 0 {
+        parts.push(format!("restarts {}", s.pipeline.restarts));
+    }
+    parts.join("  ")
+}
+
+pub fn summary(s: &Status) -> String {
+    let t = &s.training;
+    let mut out = format!(
+        "[{}] {}",
+        s.pipeline.state,
+        s.active_step.as_deref().unwrap_or("-")
+    );
+    if let (Some(done), Some(total)) = (t.step, t.total_steps) {
+        out.push_str(&format!(" {done}/{total}"));
+    }
+    let n = numbers(s);
+    if !n.is_empty() {
+        out.push_str("  ");
+        out.push_str(&n);
+    }
+    out
+}
+
+/// One line for a feed item, or `None` for heartbeats (the bar shows those).
+pub fn feed_line(kind: Kind, data: &Value) -> Option<String> {
+    let time = |d: &Value| {
+        d["ts"]
+            .as_str()
+            .and_then(|ts| chrono::DateTime::parse_from_rfc3339(ts).ok())
+            .map(|t| {
+                t.with_timezone(&chrono::Local)
+                    .format("%H:%M:%S")
+                    .to_string()
+            })
+            .unwrap_or_else(|| chrono::Local::now().format("%H:%M:%S").to_string())
+    };
+    let s = |v: &Value| v.as_str().unwrap_or("-").to_string();
+    match kind {
+        Kind::Heartbeat => None,
+        Kind::Milestone => Some(format!(
+            "{}  {:<18} {}",
+            time(data),
+            s(&data["kind"]),
+            s(&data["message"])
+        )),
+        Kind::Alert => Some(format!(
+            "{}  ALERT              {}",
+            time(data),
+            s(&data["message"])
+        )),
+        Kind::State => Some(format!(
+            "{}  {:<18} {}{}{}",
+            time(&Value::Null),
+            "pipeline",
+            // The same state with another active step: the next step started.
+            data["previous"]
+                .as_str()
+                .filter(|p| Some(*p) != data["state"].as_str())
+                .map(|p| format!("{p} → "))
+                .unwrap_or_default(),
+            s(&data["state"]),
+            data["active_step"]
+                .as_str()
+                .map(|a| format!(" ({a})"))
+                .unwrap_or_default()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn feed_items_become_lines_and_heartbeats_do_not() {
+        let m = feed_line(
+            Kind::Milestone,
+            &json!({"ts": "2026-04-24T16:08:45Z", "kind": "checkpoint_saved", "message": "saved x at step 10"}),
+        )
+        .unwrap();
+        assert!(m.ends_with("checkpoint_saved   saved x at step 10"), "{m}");
+        let a = feed_line(Kind::Alert, &json!({"message": "step train crashed"})).unwrap();
+        assert!(
+            a.contains("ALERT") && a.ends_with("step train crashed"),
+            "{a}"
+        );
+        let s = feed_line(
+            Kind::State,
+            &json!({"state": "stopping", "previous": "running", "active_step": "train"}),
+        )
+        .unwrap();
+        assert!(
+            s.ends_with("pipeline           running → stopping (train)"),
+            "{s}"
+        );
+        let next = feed_line(
+            Kind::State,
+            &json!({"state": "running", "previous": "running", "active_step": "train"}),
+        )
+        .unwrap();
+        assert!(
+            next.ends_with("pipeline           running (train)"),
+            "{next}"
+        );
+        assert_eq!(feed_line(Kind::Heartbeat, &json!({})), None);
+    }
+}
