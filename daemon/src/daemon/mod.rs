@@ -82,7 +82,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
             follower: notify_cfg
                 .milestones
                 .then(|| EventFollower::new(&notifier, &layout.state_dir)),
-            notifier,
+            notifier: notifier.clone(),
         }),
     );
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
@@ -90,7 +90,8 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         pipeline: pipeline.clone(),
         cache: cache.clone(),
         layout: layout.clone(),
-        web: WebState::start(feed, cache.clone(), pipeline.clone(), layout.clone()),
+        web: WebState::start(feed, cache.clone(), pipeline.clone(), layout.clone())
+            .with_notifications(std::sync::Arc::new(notifier.clone())),
     };
     let view = opts
         .foreground

@@ -1,6 +1,5 @@
-//! The hook for notification counts: whatever sends notifications implements
-//! [`NotificationCounts`] and is handed to the web state; until then the
-//! `lavender_notifications_total` family is declared with no samples.
+//! Notification counts for `lavender_notifications_total{channel,outcome}`: the
+//! notifier implements [`NotificationCounts`] and is handed to the web state.
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotificationCount {
@@ -13,4 +12,24 @@ pub struct NotificationCount {
 
 pub trait NotificationCounts: Send + Sync {
     fn notification_counts(&self) -> Vec<NotificationCount>;
+}
+
+impl NotificationCounts for crate::notify::Notifier {
+    fn notification_counts(&self) -> Vec<NotificationCount> {
+        self.counts()
+            .into_iter()
+            .flat_map(|(channel, c)| {
+                [
+                    ("sent", c.sent),
+                    ("failed", c.failed),
+                    ("dropped", c.dropped),
+                ]
+                .map(|(outcome, count)| NotificationCount {
+                    channel: channel.clone(),
+                    outcome: outcome.to_string(),
+                    count,
+                })
+            })
+            .collect()
+    }
 }
