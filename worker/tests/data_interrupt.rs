@@ -74,7 +74,7 @@ fn kill_half_way(
 #[test]
 fn sigkilled_dedup_keeps_the_previous_output_and_a_rerun_succeeds() {
     let root = Root::new();
-    let src = big_corpus(&root, 120_000);
+    let src = big_corpus(&root, 250_000);
     root.config(&path_config(&src, ""));
     root.ok("downloads", &[]);
     root.ok("dedup", &[]);

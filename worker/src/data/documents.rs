@@ -156,6 +156,14 @@ impl DocWriter {
 
 /// Calls `on_doc(text, line_bytes)` for every document of a JSONL document file.
 pub fn read_docs(path: &Path, mut on_doc: impl FnMut(&str, u64) -> Result<()>) -> Result<()> {
+    read_docs_while(path, |text, bytes| on_doc(text, bytes).map(|()| true))
+}
+
+/// As [`read_docs`], stopping early when `on_doc` returns `false`.
+pub fn read_docs_while(
+    path: &Path,
+    mut on_doc: impl FnMut(&str, u64) -> Result<bool>,
+) -> Result<()> {
     let f = File::open(path).with_context(|| format!("could not open {}", path.display()))?;
     let mut r = BufReader::with_capacity(1 << 20, f);
     let mut line = String::new();
@@ -175,7 +183,9 @@ pub fn read_docs(path: &Path, mut on_doc: impl FnMut(&str, u64) -> Result<()>) -
                 path.display()
             )
         })?;
-        on_doc(&doc.text, n as u64)?;
+        if !on_doc(&doc.text, n as u64)? {
+            return Ok(());
+        }
     }
 }
 

@@ -165,6 +165,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         pairs::derive(
             docs,
             s.seed,
+            pairs::DERIVED_MAX,
             &sep_ids,
             &encode,
             sft_jsonl.is_none().then_some(&mut on_sft as pairs::Sink),

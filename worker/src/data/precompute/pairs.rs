@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 
 use super::BATCH;
-use crate::data::documents::{read_docs, unit_hash};
+use crate::data::documents::{read_docs_while, unit_hash};
 
 /// Derived sets stop at this many samples (pairs) each: plenty for the sft and dpo stages
 /// at every scale, and it keeps precompute's output proportional to the corpus' size.
@@ -114,6 +114,7 @@ pub type Encode<'a> = &'a dyn Fn(Vec<&str>) -> Result<Vec<Vec<u32>>>;
 pub fn derive(
     docs: &Path,
     seed: u64,
+    max: u64,
     sep_ids: &[u32],
     encode: Encode,
     mut sft: Option<Sink>,
@@ -123,12 +124,13 @@ pub fn derive(
     let (mut n_sft, mut n_dpo, mut i) = (0u64, 0u64, 0u64);
     let salt = format!("lavender/rejected/{seed}/");
     let mut batch: Vec<String> = Vec::with_capacity(BATCH);
-    let mut process = |batch: &mut Vec<String>| -> Result<()> {
+    // Returns whether any set still wants samples.
+    let mut process = |batch: &mut Vec<String>| -> Result<bool> {
         let ids = encode(batch.iter().map(String::as_str).collect())?;
         for (text, ids) in batch.drain(..).zip(ids) {
             if let Some((prev, prev_ids)) = pool.back() {
                 let prompt: Vec<u32> = prev_ids.iter().chain(sep_ids).copied().collect();
-                if let Some(on) = sft.as_mut().filter(|_| n_sft < DERIVED_MAX) {
+                if let Some(on) = sft.as_mut().filter(|_| n_sft < max) {
                     on(Encoded {
                         key: prev.clone(),
                         parts: vec![prompt.clone(), ids.clone()],
@@ -137,10 +139,7 @@ pub fn derive(
                 }
                 // Candidates exclude the prompt itself (the newest) and any copy of `chosen`.
                 let candidates = pool.len() - 1;
-                if let Some(on) = dpo
-                    .as_mut()
-                    .filter(|_| n_dpo < DERIVED_MAX && candidates > 0)
-                {
+                if let Some(on) = dpo.as_mut().filter(|_| n_dpo < max && candidates > 0) {
                     let pick = (unit_hash(&i.to_le_bytes(), &salt) * candidates as f64) as usize;
                     let (rejected, rejected_ids) = &pool[pick.min(candidates - 1)];
                     if *rejected != text {
@@ -158,16 +157,17 @@ pub fn derive(
             }
             i += 1;
         }
-        Ok(())
+        Ok(sft.is_some() && n_sft < max || dpo.is_some() && n_dpo < max)
     };
-    read_docs(docs, |text, _| {
+    read_docs_while(docs, |text, _| {
         batch.push(text.to_string());
         if batch.len() >= BATCH {
-            process(&mut batch)?;
+            // Once both sets are full the rest of the corpus is not tokenized for nothing.
+            return process(&mut batch);
         }
-        Ok(())
+        Ok(true)
     })?;
-    process(&mut batch)
+    process(&mut batch).map(|_| ())
 }
 
 #[cfg(test)]
@@ -208,6 +208,7 @@ mod tests {
         derive(
             &p,
             1,
+            DERIVED_MAX,
             &[99],
             &encode,
             Some(&mut |s| {
@@ -230,6 +231,41 @@ mod tests {
             assert_ne!(d.parts[2][0], d.parts[0][0]);
         }
         assert_eq!(dpo[0].parts[1], vec![2]);
+    }
+
+    #[test]
+    fn derivation_stops_reading_once_both_sets_are_full() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("d.jsonl");
+        let mut w = DocWriter::create(&p).unwrap();
+        for i in 0..10 * BATCH {
+            w.write(&format!("S:\nspeech {i}")).unwrap();
+        }
+        w.finish().unwrap();
+        let encoded = std::cell::Cell::new(0usize);
+        let encode = |batch: Vec<&str>| -> Result<Vec<Vec<u32>>> {
+            encoded.set(encoded.get() + batch.len());
+            Ok(batch.iter().map(|t| vec![t.len() as u32]).collect())
+        };
+        let (mut n_sft, mut n_dpo) = (0, 0);
+        derive(
+            &p,
+            1,
+            3,
+            &[0],
+            &encode,
+            Some(&mut |_| {
+                n_sft += 1;
+                Ok(())
+            }),
+            Some(&mut |_| {
+                n_dpo += 1;
+                Ok(())
+            }),
+        )
+        .unwrap();
+        assert_eq!((n_sft, n_dpo), (3, 3));
+        assert_eq!(encoded.get(), BATCH, "one batch was enough");
     }
 
     #[test]
