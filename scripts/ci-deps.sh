@@ -31,6 +31,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "ci-deps: installing ${missing[*]}"
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The downloaded .deb archives are not needed once installed; CI disks are small.
+  as_root apt-get clean
 else
   echo "ci-deps: system packages present"
 fi
@@ -45,5 +47,5 @@ if "$venv/bin/python" -c 'import prometheus_client' 2>/dev/null; then
   echo "ci-deps: prometheus_client present in .venv"
 else
   echo "ci-deps: installing prometheus_client into .venv (the /metrics test's parser)"
-  "$venv/bin/python" -m pip install --quiet prometheus_client
+  "$venv/bin/python" -m pip install --quiet --no-cache-dir prometheus_client
 fi

@@ -11,7 +11,7 @@ if [ ! -x "$PY" ]; then
 fi
 if ! "$PY" -c "import transformers" 2>/dev/null; then
   echo "hf-setup: installing transformers from PyPI into $(dirname "$(dirname "$PY")")" >&2
-  "$PY" -m pip install --quiet --disable-pip-version-check transformers >&2
+  "$PY" -m pip install --quiet --no-cache-dir --disable-pip-version-check transformers >&2
 fi
 "$PY" - <<'PY'
 import sys, torch, transformers, tokenizers, safetensors

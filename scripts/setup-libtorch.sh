@@ -37,7 +37,7 @@ if [ ! -x "$venv/bin/python" ]; then
     exit 1
   }
 fi
-"$venv/bin/python" -m pip install --quiet "torch==$TORCH_VERSION" numpy >"$venv/pip-install.log" 2>&1 || {
+"$venv/bin/python" -m pip install --quiet --no-cache-dir "torch==$TORCH_VERSION" numpy >"$venv/pip-install.log" 2>&1 || {
   echo "setup-libtorch: pip install torch==$TORCH_VERSION failed; see $venv/pip-install.log" >&2
   tail -5 "$venv/pip-install.log" >&2
   exit 1
