@@ -45,7 +45,7 @@ fn write_history(run_dir: &std::path::Path, steps: u64) -> Vec<[f64; 2]> {
             1e-3 * (1.0 - step as f64 / steps as f64)
         )
         .unwrap();
-        if step % 1000 == 0 {
+        if step.is_multiple_of(1000) {
             writeln!(
                 text,
                 r#"{{"step":{step},"eval_loss":{},"stage":"{stage}"}}"#,

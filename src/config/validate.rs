@@ -174,7 +174,7 @@ fn validate_model(c: &Config) -> Check {
     at_least("model.n_layer", m.n_layer, 1)?;
     at_least("model.n_head", m.n_head, 1)?;
     at_least("model.n_embd", m.n_embd, 1)?;
-    if m.n_embd % m.n_head != 0 {
+    if !m.n_embd.is_multiple_of(m.n_head) {
         return Err(invalid(
             "model.n_embd",
             format!(

@@ -54,7 +54,7 @@ impl ModelDims {
                 ));
             }
         }
-        if m.n_head == 0 || m.n_embd % m.n_head != 0 {
+        if m.n_head == 0 || !m.n_embd.is_multiple_of(m.n_head) {
             return Err(ExportError::invalid(
                 &rc.path,
                 format!(

@@ -282,7 +282,7 @@ impl<'a> Trainer<'a> {
             "loss": loss_at(self.step), "grad_norm": 1.0, "stage": "pretrain",
         })
         .to_string();
-        if self.step % 10 == 0 {
+        if self.step.is_multiple_of(10) {
             let eval = serde_json::json!({
                 "step": self.step, "epoch": epoch, "eval_loss": loss_at(self.step) * 1.1, "stage": "pretrain",
             });
@@ -375,7 +375,7 @@ impl<'a> Trainer<'a> {
             done_here += 1;
             self.log_history()?;
             self.heartbeat(WorkerState::Training)?;
-            if self.step % self.args.checkpoint_every == 0 && self.step < self.args.total_steps {
+            if self.step.is_multiple_of(self.args.checkpoint_every) && self.step < self.args.total_steps {
                 self.save(kind::CHECKPOINT_SAVED)?;
                 self.heartbeat(WorkerState::Training)?;
             }

@@ -242,13 +242,13 @@ impl Trainer {
             self.reporter.hb.epoch = Some(epoch);
             if self.reporter.hb.state != WorkerState::Training {
                 self.reporter.set_state(WorkerState::Training)?;
-            } else if self.step % self.s.log_every == 0 {
+            } else if self.step.is_multiple_of(self.s.log_every) {
                 self.history.flush()?;
                 self.reporter.write()?;
             }
 
             let stage_done = self.pos.stage_step == stage.steps;
-            if self.pos.stage_step % self.s.eval_every == 0 || stage_done {
+            if self.pos.stage_step.is_multiple_of(self.s.eval_every) || stage_done {
                 let eval = objective.evaluate(&self.model);
                 self.record_eval(stage, &eval, epoch)?;
             }

@@ -54,9 +54,9 @@ mod tests {
                 x ^= x >> 7;
                 x ^= x << 17;
                 let noise = (x % 1000) as f64 / 1000.0;
-                let spike = if x % 997 == 0 {
+                let spike = if x.is_multiple_of(997) {
                     50.0
-                } else if x % 991 == 0 {
+                } else if x.is_multiple_of(991) {
                     -50.0
                 } else {
                     0.0
