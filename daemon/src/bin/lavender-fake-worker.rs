@@ -375,7 +375,9 @@ impl<'a> Trainer<'a> {
             done_here += 1;
             self.log_history()?;
             self.heartbeat(WorkerState::Training)?;
-            if self.step.is_multiple_of(self.args.checkpoint_every) && self.step < self.args.total_steps {
+            if self.step.is_multiple_of(self.args.checkpoint_every)
+                && self.step < self.args.total_steps
+            {
                 self.save(kind::CHECKPOINT_SAVED)?;
                 self.heartbeat(WorkerState::Training)?;
             }
