@@ -22,7 +22,7 @@ pub struct GptConfig {
 impl GptConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(
-            self.n_embd > 0 && self.n_head > 0 && self.n_embd.is_multiple_of(self.n_head),
+            self.n_embd > 0 && self.n_head > 0 && self.n_embd % self.n_head == 0,
             "model.n_embd ({}) must be a positive multiple of model.n_head ({})",
             self.n_embd,
             self.n_head
