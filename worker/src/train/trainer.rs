@@ -255,7 +255,7 @@ impl Trainer {
             if self.stop_at_step == Some(self.step) {
                 self.stop.store(true, Ordering::SeqCst);
             }
-            let due = self.pos.stage_step % stage.checkpoint_every == 0 || epoch_ended;
+            let due = self.pos.stage_step.is_multiple_of(stage.checkpoint_every) || epoch_ended;
             // The last stage's end is saved as the `final-…` checkpoint instead.
             if (due || stage_done) && !(stage_done && last_stage) {
                 self.save(&stage.name, Some(stage.kind))?;

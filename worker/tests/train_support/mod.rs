@@ -37,7 +37,7 @@ pub fn write_tokens(data_root: &Path) {
         let mut t = 1 + (next() % 60) as u32;
         for _ in 0..n {
             v.push(t);
-            t = if next() % 10 == 0 {
+            t = if next().is_multiple_of(10) {
                 1 + (next() % 62) as u32
             } else {
                 succ(t)
