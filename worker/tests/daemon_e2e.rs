@@ -8,11 +8,11 @@
 //! alone build it first with `cargo build -p lavenderd`.
 
 #[allow(dead_code)]
+#[path = "../../daemon/tests/common/harness.rs"]
+mod harness;
+#[allow(dead_code)]
 #[path = "../../daemon/tests/common/http.rs"]
 mod http;
-#[allow(dead_code)]
-#[path = "../../daemon/tests/common/lavenderd.rs"]
-mod lavenderd;
 #[allow(dead_code)]
 #[path = "../../daemon/tests/common/schema.rs"]
 mod schema;
@@ -20,7 +20,7 @@ mod schema;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use lavenderd::{Lavenderd, wait_until};
+use harness::{Lavenderd, wait_until};
 use serde_json::Value;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lavender-worker");

@@ -79,12 +79,14 @@ impl DirWatch for Poller {
             return Err(notify::Error::path_not_found().add_path(dir.to_path_buf()));
         }
         self.unwatch(dir);
+        // Taken before returning, so a change right after `watch` (before the caller's
+        // next read) is not folded into the starting point.
+        let mut last = fingerprint(dir);
         let stop = Arc::new(AtomicBool::new(false));
         let (dir, every, tx, flag) = (dir.to_path_buf(), self.every, self.tx.clone(), stop.clone());
         std::thread::Builder::new()
             .name("lavenderd-poll".into())
             .spawn(move || {
-                let mut last = fingerprint(&dir);
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(every);
                     let now = fingerprint(&dir);

@@ -1,19 +1,19 @@
 //! Test harness: a tempdir data root, a config pointing at the fake worker, the
-//! real `lavenderd` binary (see `lavenderd.rs`), and small blocking HTTP clients
+//! real `lavenderd` binary (see `harness.rs`), and small blocking HTTP clients
 //! for TCP and the socket.
 #![allow(dead_code, unused_imports)]
 
-pub mod http;
-pub mod lavenderd;
-pub mod schema;
+mod harness;
+mod http;
+mod schema;
 
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 
 use serde_json::Value;
 
+pub use harness::{Lavenderd, alive, cmdline_has, send_signal, stderr, stdout, wait_until};
 pub use http::Http;
-pub use lavenderd::{Lavenderd, alive, send_signal, stderr, stdout, wait_until};
 pub use schema::{assert_valid, schema};
 
 pub const LAVENDERD: &str = env!("CARGO_BIN_EXE_lavenderd");
@@ -95,7 +95,7 @@ impl Drop for Env {
         self.daemon.shutdown();
         if let Ok(pid) = std::fs::read_to_string(self.fake_helper_pid_file())
             && let Ok(pid) = pid.trim().parse::<i32>()
-            && lavenderd::cmdline_has(pid, "sleep")
+            && cmdline_has(pid, "sleep")
         {
             send_signal(pid, 9);
         }
