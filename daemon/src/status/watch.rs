@@ -195,7 +195,10 @@ impl RunDirWatcher {
     fn handler(&self) -> impl notify::EventHandler {
         let tx = self.tx.clone();
         move |res: notify::Result<notify::Event>| match res {
-            Ok(event) if event.paths.is_empty() || event.paths.iter().any(|p| !in_flight(p)) => {
+            Ok(event)
+                if is_change(&event.kind)
+                    && (event.paths.is_empty() || event.paths.iter().any(|p| !in_flight(p))) =>
+            {
                 let _ = tx.send(());
             }
             Ok(_) => {}
@@ -250,6 +253,17 @@ fn is_limit(e: &notify::Error) -> bool {
             Some(code) if code == nix::libc::ENOSPC || code == nix::libc::EMFILE || code == nix::libc::ENFILE
         ),
         _ => false,
+    }
+}
+
+/// Opening or reading a file is no change: the refresher's own reads would
+/// otherwise wake it again and again. A file closed after writing is one.
+fn is_change(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode};
+    match kind {
+        notify::EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        notify::EventKind::Access(_) => false,
+        _ => true,
     }
 }
 
@@ -314,6 +328,24 @@ mod tests {
         w.force_exhausted = true;
         reports_a_heartbeat(&mut w, &mut rx).await;
         assert_eq!(w.backend(), Some(Backend::Poll));
+    }
+
+    #[tokio::test]
+    async fn reading_the_directory_is_no_change() {
+        let dir = tempfile::tempdir().unwrap();
+        lavender::atomic::write_file(&dir.path().join("heartbeat.json"), b"{}").unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let opts = WatchOptions {
+            kind: WatcherKind::Native,
+            poll_interval: Duration::from_millis(20),
+        };
+        let mut w = RunDirWatcher::new(&opts, tx);
+        w.force_exhausted = false;
+        w.watch(Some(dir.path()));
+        std::fs::read(dir.path().join("heartbeat.json")).unwrap();
+        std::fs::read_dir(dir.path()).unwrap().for_each(drop);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(rx.try_recv().is_err(), "a read woke the refresher");
     }
 
     #[test]
