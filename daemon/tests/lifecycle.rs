@@ -23,7 +23,7 @@ fn sighup_reloads_the_config_without_touching_the_worker() {
         "[train]",
     );
     let daemon = env.serve();
-    assert!(env.run(&["start"]).status.success());
+    env.start(&[]);
     wait_until(Duration::from_secs(5), "the worker to hang", || {
         env.status()["training"]["step"].as_u64() == Some(2)
     });
@@ -117,7 +117,7 @@ fn the_restart_count_resets_after_enough_progress() {
     );
     env.backoff_ms = "50".into();
     env.serve();
-    assert!(env.run(&["start"]).status.success());
+    env.start(&[]);
     wait_until(
         Duration::from_secs(25),
         "three crashes and restarts",
@@ -145,10 +145,8 @@ fn runs_checkpoints_logs_and_prune() {
     );
     env.serve();
     for _ in 0..2 {
-        assert!(env.run(&["start"]).status.success());
-        wait_until(Duration::from_secs(10), "the pipeline to finish", || {
-            env.status()["pipeline"]["state"] == "finished"
-        });
+        env.start(&[]);
+        env.wait_state("finished", Duration::from_secs(10));
         // Done-markers make the next start a no-op: clear them for a second run.
         std::fs::remove_dir_all(env.state_dir().join("done")).unwrap();
         std::thread::sleep(Duration::from_millis(1100)); // run names have one-second resolution
@@ -204,10 +202,8 @@ fn keep_runs_prunes_old_runs_when_a_pipeline_finishes() {
     );
     env.serve();
     for round in 0..2 {
-        assert!(env.run(&["start"]).status.success());
-        wait_until(Duration::from_secs(10), "the pipeline to finish", || {
-            env.status()["pipeline"]["state"] == "finished"
-        });
+        env.start(&[]);
+        env.wait_state("finished", Duration::from_secs(10));
         if round == 0 {
             std::fs::remove_dir_all(env.state_dir().join("done")).unwrap();
             std::thread::sleep(Duration::from_millis(1100));
@@ -246,7 +242,7 @@ fn logs_follow_prints_new_lines() {
         "[train]",
     );
     env.serve();
-    assert!(env.run(&["start"]).status.success());
+    env.start(&[]);
     let out_path = env.dir.path().join("follow.out");
     let mut follower = env
         .cmd()

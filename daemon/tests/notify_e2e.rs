@@ -27,10 +27,7 @@ fn milestones(got: &[Received]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_pushes_and_milestones_once_across_a_daemon_restart() {
     let hook = Recorder::start().await;
-    let notify = format!(
-        "notify:\n  desktop: false\n  coalesce_s: 0\n  max_per_minute: 1000\n  timeout_s: 2\n  attempts: 1\n  webhooks:\n    - name: hook\n      url: {}/hook\n",
-        hook.url()
-    );
+    let notify = hook.webhook_yaml("");
     let mut env = Env::new(
         &[
             "--crash-after",
@@ -48,10 +45,8 @@ async fn crash_pushes_and_milestones_once_across_a_daemon_restart() {
         "[train]",
     );
     env.serve();
-    assert!(env.run(&["start"]).status.success());
-    wait_until(Duration::from_secs(20), "the pipeline to finish", || {
-        env.status()["pipeline"]["state"] == "finished"
-    });
+    env.start(&[]);
+    env.wait_state("finished", Duration::from_secs(20));
     wait_until(Duration::from_secs(5), "the finished push", || {
         kinds(&hook.received()).contains(&"finished".to_string())
     });

@@ -35,9 +35,7 @@ fn crash_restarts_from_latest_with_backoff_then_fails_after_max_restarts() {
     let out = env.run(&["start"]);
     assert!(out.status.success(), "{}", stderr(&out));
 
-    wait_until(Duration::from_secs(20), "the pipeline to fail", || {
-        env.status()["pipeline"]["state"] == "failed"
-    });
+    env.wait_state("failed", Duration::from_secs(20));
     let elapsed = started.elapsed();
     let calls = env.train_calls();
     assert_eq!(
@@ -98,10 +96,8 @@ fn a_crash_then_a_successful_restart_finishes_the_pipeline() {
         "[downloads, train, mine_hard]",
     );
     env.serve();
-    assert!(env.run(&["start"]).status.success());
-    wait_until(Duration::from_secs(20), "the pipeline to finish", || {
-        env.status()["pipeline"]["state"] == "finished"
-    });
+    env.start(&[]);
+    env.wait_state("finished", Duration::from_secs(20));
     let st = env.status();
     assert_eq!(st["pipeline"]["restarts"], 1);
     for step in ["downloads", "train", "mine_hard"] {
@@ -128,10 +124,8 @@ fn stop_saves_and_reports_the_checkpoint() {
         "[train]",
     );
     env.serve();
-    assert!(env.run(&["start"]).status.success());
-    wait_until(Duration::from_secs(10), "training progress", || {
-        env.status()["training"]["step"].as_u64().unwrap_or(0) >= 5
-    });
+    env.start(&[]);
+    env.wait_step(5, Duration::from_secs(10));
     let out = env.run(&["stop"]);
     assert_eq!(
         out.status.code(),
@@ -179,7 +173,7 @@ fn a_worker_ignoring_sigterm_is_killed_and_the_newest_checkpoint_is_named() {
         "[train]",
     );
     env.serve();
-    assert!(env.run(&["start"]).status.success());
+    env.start(&[]);
     wait_until(Duration::from_secs(10), "a checkpoint", || {
         env.status()["training"]["checkpoints"]
             .as_u64()
@@ -237,10 +231,8 @@ fn a_sigkilled_daemon_leaves_the_worker_running_and_a_new_one_adopts_it() {
         "[train, mine_hard]",
     );
     env.serve();
-    assert!(env.run(&["start"]).status.success());
-    wait_until(Duration::from_secs(10), "training progress", || {
-        env.status()["training"]["step"].as_u64().unwrap_or(0) >= 5
-    });
+    env.start(&[]);
+    env.wait_step(5, Duration::from_secs(10));
     let worker = env.worker_pid().unwrap();
     env.kill_daemons(); // SIGKILL
     std::thread::sleep(Duration::from_millis(200));
@@ -259,9 +251,7 @@ fn a_sigkilled_daemon_leaves_the_worker_running_and_a_new_one_adopts_it() {
     assert_eq!(st["pipeline"]["state"], "running");
     assert_eq!(env.train_calls().len(), 1);
     // It notices the adopted worker's exit and judges it by the final heartbeat.
-    wait_until(Duration::from_secs(20), "the pipeline to finish", || {
-        env.status()["pipeline"]["state"] == "finished"
-    });
+    env.wait_state("finished", Duration::from_secs(20));
     let st = env.status();
     assert_eq!(st["steps"]["train"], "done");
     assert_eq!(st["steps"]["mine_hard"], "done");
@@ -307,7 +297,7 @@ fn a_hung_worker_is_flagged_stale_after_the_grace() {
     );
     env.serve();
     let started = Instant::now();
-    assert!(env.run(&["start"]).status.success());
+    env.start(&[]);
     wait_until(Duration::from_secs(5), "the worker to hang", || {
         env.status()["training"]["step"].as_u64() == Some(3)
     });
@@ -359,10 +349,8 @@ fn sigterm_to_the_daemon_stops_the_pipeline_gracefully_and_exits_zero() {
     wait_until(Duration::from_secs(10), "the daemon", || {
         env.uds("GET", "/healthz", None).is_some()
     });
-    assert!(env.run(&["start"]).status.success());
-    wait_until(Duration::from_secs(10), "training progress", || {
-        env.status()["training"]["step"].as_u64().unwrap_or(0) >= 3
-    });
+    env.start(&[]);
+    env.wait_step(3, Duration::from_secs(10));
     let worker = env.worker_pid().unwrap();
     send_signal(daemon.id() as i32, 15);
     let status = daemon.wait().unwrap();
@@ -417,10 +405,8 @@ fn stop_also_ends_helpers_that_outlive_the_worker() {
         "[train]",
     );
     env.serve();
-    assert!(env.run(&["start"]).status.success());
-    wait_until(Duration::from_secs(10), "training progress", || {
-        env.status()["training"]["step"].as_u64().unwrap_or(0) >= 3
-    });
+    env.start(&[]);
+    env.wait_step(3, Duration::from_secs(10));
     let helper: i32 = std::fs::read_to_string(env.data_root.join("fake-helper.pid"))
         .unwrap()
         .trim()

@@ -73,7 +73,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         layout.clone(),
         pipeline.clone(),
         StatusSettings::from_config(&settings.config),
-        status::cache::WatchOptions {
+        status::watch::WatchOptions {
             kind: sup.watcher,
             poll_interval: std::time::Duration::from_millis(sup.poll_interval_ms),
         },

@@ -5,15 +5,14 @@
 //! cost does not grow with the number of files in the data root.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use lavender::config::Watcher as WatcherKind;
 use lavender::status::Status;
-use notify::{RecursiveMode, Watcher};
 use tokio::sync::{mpsc, watch};
 
+use super::health::HeartbeatWatch;
+use super::watch::{RunDirWatcher, WatchOptions};
 use super::{FileFacts, StatusSettings, compose};
 use crate::layout::Layout;
 use crate::notify::{ChannelCounts, EventFollower, Notifier, disk_low_need};
@@ -25,6 +24,8 @@ const SAFETY_REFRESH: Duration = Duration::from_secs(2);
 /// File events within this window are handled by one refresh (a save or a fast
 /// worker's heartbeats come in bursts).
 const COALESCE: Duration = Duration::from_millis(50);
+/// Tests set this (milliseconds) to replace [`SAFETY_REFRESH`]'s periodic refresh.
+pub const TEST_SAFETY_REFRESH_VAR: &str = "LAVENDER_TEST_SAFETY_REFRESH_MS";
 
 #[derive(Clone)]
 pub struct StatusCache {
@@ -91,11 +92,6 @@ impl StatusCache {
     }
 }
 
-pub struct WatchOptions {
-    pub kind: WatcherKind,
-    pub poll_interval: Duration,
-}
-
 /// Starts the refresher and returns the cache it keeps current.
 pub fn spawn(
     layout: Layout,
@@ -121,22 +117,13 @@ pub fn spawn(
     cache
 }
 
-fn make_watcher(
-    opts: &WatchOptions,
-    tx: mpsc::UnboundedSender<()>,
-) -> notify::Result<Box<dyn Watcher + Send>> {
-    let handler = move |res: notify::Result<notify::Event>| {
-        if res.is_ok() {
-            let _ = tx.send(());
-        }
-    };
-    Ok(match opts.kind {
-        WatcherKind::Native => Box::new(notify::recommended_watcher(handler)?),
-        WatcherKind::Poll => Box::new(notify::PollWatcher::new(
-            handler,
-            notify::Config::default().with_poll_interval(opts.poll_interval),
-        )?),
-    })
+/// The safety tick, or `LAVENDER_TEST_SAFETY_REFRESH_MS` (tests lengthen it to show
+/// that file events alone keep the status current).
+fn safety_refresh() -> Duration {
+    std::env::var(TEST_SAFETY_REFRESH_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map_or(SAFETY_REFRESH, Duration::from_millis)
 }
 
 async fn refresher(
@@ -147,39 +134,20 @@ async fn refresher(
     mut follower: Option<EventFollower>,
 ) {
     let (tx, mut events) = mpsc::unbounded_channel();
-    let mut watcher = match make_watcher(&opts, tx) {
-        Ok(w) => Some(w),
-        Err(e) => {
-            tracing::warn!(error = %e, "file watching unavailable; status refreshes every {:?} only", SAFETY_REFRESH);
-            None
-        }
-    };
-    let mut watched: Option<PathBuf> = None;
+    let mut watcher = RunDirWatcher::new(&opts, tx);
     let mut records = cache.pipeline.subscribe();
-    let mut tick = tokio::time::interval(SAFETY_REFRESH);
-    let mut stale_since: Option<Instant> = None;
+    let mut tick = tokio::time::interval(safety_refresh());
+    let mut health = HeartbeatWatch::new(&records.borrow());
     let mut disk_low = false;
     let mut disk_seen: Option<Instant> = None;
     loop {
         let record: PipelineRecord = records.borrow_and_update().clone();
         let run_dir = FileFacts::run_dir_for(&layout, &record);
-        if let Some(w) = watcher.as_mut()
-            && run_dir != watched
-            && run_dir.as_ref().is_none_or(|d| d.is_dir())
-        {
-            if let Some(old) = watched.take() {
-                let _ = w.unwatch(&old);
-            }
-            if let Some(dir) = &run_dir {
-                match w.watch(dir, RecursiveMode::NonRecursive) {
-                    Ok(()) => watched = Some(dir.clone()),
-                    Err(e) => {
-                        tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the run directory")
-                    }
-                }
-            }
+        if run_dir.as_ref().is_none_or(|d| d.is_dir()) {
+            watcher.watch(run_dir.as_deref());
         }
         refresh(&layout, &cache, &record);
+        let refreshed_at = Instant::now();
 
         // Milestones: the follower reads only what was appended since its saved offset.
         if let (Some(f), Some(dir)) = (follower.as_mut(), run_dir.as_deref())
@@ -194,30 +162,16 @@ async fn refresher(
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let step = status.active_step.clone().unwrap_or_default();
-        let training_step = status.training.step;
-        match (status.training.heartbeat_stale, stale_since) {
-            (true, None) => {
-                stale_since = Some(Instant::now());
-                let _ = alerts.send(Alert::Stale {
-                    step,
-                    age_s: status.training.heartbeat_age_s,
-                    stale_after_s: settings.stale_after_s,
-                    training_step,
-                });
+        let heartbeat_at = {
+            let facts = cache.facts.read().unwrap_or_else(|e| e.into_inner());
+            match &facts.heartbeat {
+                Some(Ok(hb)) => hb.time(),
+                _ => None,
             }
-            // Fresh again while the worker lives (not merely gone or finished).
-            (false, Some(since)) => {
-                stale_since = None;
-                if status.training.heartbeat_age_s.is_some() && status.pipeline.running {
-                    let _ = alerts.send(Alert::Recovered {
-                        step,
-                        stalled_for: Some(since.elapsed()),
-                        training_step,
-                    });
-                }
-            }
-            _ => {}
+        };
+        if let Some(alert) = health.observe(&record, &status, heartbeat_at, settings.stale_after_s)
+        {
+            let _ = alerts.send(alert);
         }
         if let Some(low) = check_disk(&cache, &layout, settings.disk_floor_mib, &mut disk_seen) {
             if low.is_some() && !disk_low {
@@ -233,8 +187,13 @@ async fn refresher(
 
         tokio::select! {
             Some(()) = events.recv() => {
-                // Coalesce a burst (a checkpoint save touches several entries).
-                tokio::time::sleep(COALESCE).await;
+                // The first change of a quiet spell is read at once (a heartbeat shows
+                // in the status within milliseconds); a burst (a checkpoint save, a
+                // fast worker's heartbeats) is read at most once per COALESCE.
+                let next = refreshed_at + COALESCE;
+                if Instant::now() < next {
+                    tokio::time::sleep_until(tokio::time::Instant::from_std(next)).await;
+                }
                 while events.try_recv().is_ok() {}
             }
             changed = records.changed() => if changed.is_err() { return },

@@ -7,6 +7,8 @@ pub mod cache;
 pub mod compose;
 pub mod disk;
 pub mod facts;
+pub mod health;
+pub mod watch;
 
 pub use cache::StatusCache;
 pub use compose::{StatusSettings, compose};

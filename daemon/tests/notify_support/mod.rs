@@ -91,6 +91,33 @@ impl Recorder {
         format!("http://{}", self.addr)
     }
 
+    /// A `notify:` config section pushing to this server as the JSON webhook
+    /// `hook` (`<url>/hook`), without coalescing or a rate limit; `extra`: more
+    /// keys under `notify:`, indented.
+    pub fn webhook_yaml(&self, extra: &str) -> String {
+        format!(
+            "notify:\n  desktop: false\n  coalesce_s: 0\n  max_per_minute: 1000\n  timeout_s: 2\n  attempts: 1\n{extra}  webhooks:\n    - name: hook\n      url: {}/hook\n",
+            self.url()
+        )
+    }
+
+    /// The `kind` of every JSON webhook push received so far, in order.
+    pub fn kinds(&self) -> Vec<String> {
+        self.received()
+            .iter()
+            .map(|r| r.json()["kind"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
+    /// The JSON webhook pushes of one kind.
+    pub fn of_kind(&self, kind: &str) -> Vec<Value> {
+        self.received()
+            .iter()
+            .map(Received::json)
+            .filter(|j| j["kind"] == kind)
+            .collect()
+    }
+
     pub fn reply(&self, answers: &[(u16, &str)]) {
         let mut q = self.shared.replies.lock().unwrap();
         q.extend(answers.iter().map(|(c, t)| (*c, t.to_string())));

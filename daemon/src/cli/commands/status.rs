@@ -4,30 +4,50 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use lavender::status::Status;
+use serde::{Deserialize, Serialize};
 
 use crate::cli::client::Client;
 use crate::settings::Settings;
 use crate::status::StatusSettings;
 
-pub async fn fetch(settings: &Settings) -> Result<Status> {
+/// A status body as served: the contract, then every key the daemon adds to it
+/// (`notifications`, …), so `status --json` prints all of `GET /status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ServedStatus {
+    #[serde(flatten)]
+    pub status: Status,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// From the daemon, `GET /status` whole; with no daemon, the contract from the files.
+pub async fn fetch_served(settings: &Settings) -> Result<ServedStatus> {
     let client = Client::new(&settings.layout.socket());
     if let Ok(resp) = client.request("GET", "/status", None).await
         && resp.status == 200
     {
         return resp.json();
     }
-    crate::status::offline(
+    let status = crate::status::offline(
         &settings.layout,
         &StatusSettings::from_config(&settings.config),
-    )
+    )?;
+    Ok(ServedStatus {
+        status,
+        extra: serde_json::Map::new(),
+    })
+}
+
+pub async fn fetch(settings: &Settings) -> Result<Status> {
+    Ok(fetch_served(settings).await?.status)
 }
 
 pub async fn run(settings: &Settings, json: bool) -> Result<ExitCode> {
-    let status = fetch(settings).await?;
+    let served = fetch_served(settings).await?;
     if json {
-        println!("{}", status.to_json_pretty());
+        println!("{}", serde_json::to_string_pretty(&served)?);
     } else {
-        print!("{}", status.to_text());
+        print!("{}", served.status.to_text());
     }
     Ok(ExitCode::SUCCESS)
 }

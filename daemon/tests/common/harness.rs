@@ -1,0 +1,246 @@
+//! Driving the real `lavenderd` binary on a test data root: the CLI, `serve` in
+//! the background, requests over TCP and the socket, the status (checked against
+//! the schema on every read), waits, and cleanup of every process started.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::http::{self, Http};
+use super::schema::assert_valid;
+
+pub struct Lavenderd {
+    pub bin: PathBuf,
+    pub config: PathBuf,
+    pub data_root: PathBuf,
+    /// Where `serve` writes its log.
+    pub log: PathBuf,
+    /// `LAVENDER_TEST_BACKOFF_MS`: crash-restart waits.
+    pub backoff_ms: String,
+    /// Extra environment for every command (injected test switches).
+    pub env: Vec<(String, String)>,
+    /// A word of the worker's command line: the worker the daemon spawned is
+    /// killed at the end only if its command line still contains it.
+    pub worker_name: String,
+    daemons: Vec<Child>,
+}
+
+impl Lavenderd {
+    pub fn new(bin: PathBuf, config: PathBuf, data_root: PathBuf, log: PathBuf) -> Lavenderd {
+        Lavenderd {
+            bin,
+            config,
+            data_root,
+            log,
+            backoff_ms: "100,200,300".into(),
+            env: Vec::new(),
+            worker_name: "worker".into(),
+            daemons: Vec::new(),
+        }
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.data_root.join("state")
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.arg("--config")
+            .arg(&self.config)
+            .arg("--data-root")
+            .arg(&self.data_root)
+            .env("LAVENDER_TEST_BACKOFF_MS", &self.backoff_ms)
+            .env_remove("LAVENDER_DATA_ROOT")
+            .env_remove("LAVENDER_CONFIG")
+            .env_remove("LAVENDER_SCALE")
+            .env_remove("LAVENDER_CHUNK");
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    pub fn daemon_log(&self) -> PathBuf {
+        self.log.clone()
+    }
+
+    /// Starts `lavenderd serve` and waits until it answers.
+    pub fn serve(&mut self) -> u32 {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = self
+            .cmd()
+            .arg("serve")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        self.daemons.push(child);
+        let addr = self.state_dir().join("lavenderd.addr");
+        wait_until(Duration::from_secs(10), "the daemon to listen", || {
+            std::fs::read_to_string(&addr).is_ok() && self.uds("GET", "/healthz", None).is_some()
+        });
+        pid
+    }
+
+    /// `lavenderd start ARGS…`, which must succeed.
+    pub fn start(&self, args: &[&str]) -> Output {
+        let mut all = vec!["start"];
+        all.extend_from_slice(args);
+        let out = self.run(&all);
+        assert!(
+            out.status.success(),
+            "lavenderd {all:?} failed ({:?})\nstdout: {}\nstderr: {}",
+            out.status,
+            stdout(&out),
+            stderr(&out)
+        );
+        out
+    }
+
+    pub fn addr(&self) -> String {
+        std::fs::read_to_string(self.state_dir().join("lavenderd.addr")).unwrap()
+    }
+
+    pub fn token(&self) -> String {
+        std::fs::read_to_string(self.state_dir().join("token"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    pub fn tcp(&self, method: &str, path: &str, body: Option<&str>, token: Option<&str>) -> Http {
+        http::tcp(&self.addr(), method, path, body, token)
+    }
+
+    pub fn uds(&self, method: &str, path: &str, body: Option<&str>) -> Option<Http> {
+        http::uds(&self.state_dir().join("lavenderd.sock"), method, path, body)
+    }
+
+    /// `GET /status` over TCP, checked against the schema.
+    pub fn status(&self) -> Value {
+        let r = self.tcp("GET", "/status", None, None);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v = r.json();
+        assert_valid(&v);
+        v
+    }
+
+    /// Waits until `pipeline.state` is `state`.
+    pub fn wait_state(&self, state: &str, timeout: Duration) -> Value {
+        let mut last = Value::Null;
+        wait_until(timeout, &format!("pipeline state {state}"), || {
+            last = self.status();
+            last["pipeline"]["state"] == state
+        });
+        last
+    }
+
+    /// Waits until `training.step` is at least `step`.
+    pub fn wait_step(&self, step: u64, timeout: Duration) -> Value {
+        let mut last = Value::Null;
+        wait_until(timeout, &format!("training step {step}"), || {
+            last = self.status();
+            last["training"]["step"].as_u64().unwrap_or(0) >= step
+        });
+        last
+    }
+
+    pub fn pipeline_json(&self) -> Value {
+        let text =
+            std::fs::read_to_string(self.state_dir().join("pipeline.json")).unwrap_or_default();
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
+    pub fn run_dir(&self) -> PathBuf {
+        PathBuf::from(self.pipeline_json()["run_dir"].as_str().expect("a run dir"))
+    }
+
+    pub fn worker_pid(&self) -> Option<i32> {
+        self.pipeline_json()["worker"]["pid"]
+            .as_i64()
+            .map(|p| p as i32)
+    }
+
+    pub fn kill_daemons(&mut self) {
+        for mut d in self.daemons.drain(..) {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+    }
+
+    /// Kills the daemons first (so none restarts the worker), then the worker's group.
+    pub fn shutdown(&mut self) {
+        self.kill_daemons();
+        // A daemon started in the background by `lavenderd start`.
+        if let Ok(pid) = std::fs::read_to_string(self.state_dir().join("lavenderd.pid"))
+            && let Ok(pid) = pid.trim().parse::<i32>()
+            && pid > 0
+            && cmdline_has(pid, "lavenderd")
+        {
+            send_signal(pid, 9);
+        }
+        if let Some(pid) = self.worker_pid()
+            && cmdline_has(pid, &self.worker_name)
+        {
+            send_signal(-pid, 9);
+        }
+    }
+}
+
+impl Drop for Lavenderd {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+pub fn cmdline_has(pid: i32, word: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.contains(word))
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+pub fn send_signal(pid: i32, sig: i32) {
+    unsafe { libc_kill(pid, sig) };
+}
+
+pub fn alive(pid: i32) -> bool {
+    // Zombies count as dead.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}

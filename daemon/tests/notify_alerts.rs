@@ -1,0 +1,169 @@
+//! The daemon's own alerts, end to end: the real daemon and fake worker pushing
+//! to a JSON webhook on loopback. A crash restart whose heartbeat resumes is
+//! "recovered"; a heartbeat that stops advancing is "stalled" (short injected
+//! stale_after_s and start-up grace), and a restart after it is "recovered" too; free space under the
+//! configured floor is "disk low". `status --json` prints the push counts that
+//! `GET /status` serves.
+
+mod common;
+mod notify_support;
+
+use std::time::Duration;
+
+use common::*;
+use notify_support::Recorder;
+
+const T: Duration = Duration::from_secs(15);
+
+fn position(kinds: &[String], kind: &str) -> usize {
+    kinds
+        .iter()
+        .position(|k| k == kind)
+        .unwrap_or_else(|| panic!("no {kind} push in {kinds:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_restart_whose_heartbeat_resumes_is_recovered() {
+    let hook = Recorder::start().await;
+    let mut env = Env::new(
+        &[
+            "--crash-after",
+            "4",
+            "--crash-times",
+            "1",
+            "--total-steps",
+            "30",
+            "--step-ms",
+            "20",
+            "--checkpoint-every",
+            "4",
+        ],
+        &hook.webhook_yaml(""),
+        "[train]",
+    );
+    env.serve();
+    env.start(&[]);
+    wait_until(T, "the recovered push", || {
+        hook.kinds().contains(&"recovered".to_string())
+    });
+    let kinds = hook.kinds();
+    let (crashed, restarting, recovered) = (
+        position(&kinds, "crashed"),
+        position(&kinds, "restarting"),
+        position(&kinds, "recovered"),
+    );
+    assert!(crashed < restarting && restarting < recovered, "{kinds:?}");
+    let push = &hook.of_kind("recovered")[0];
+    assert_eq!(
+        push["title"],
+        "[lavender] recovered: heartbeat is fresh again"
+    );
+    assert_eq!(push["level"], "alert");
+    // It came from the restarted worker: running, one restart, past the crash point.
+    let st = env.status();
+    assert_eq!(st["pipeline"]["restarts"], 1, "{st:#}");
+    env.wait_state("finished", T);
+    assert_eq!(hook.of_kind("recovered").len(), 1, "{:?}", hook.kinds());
+    assert_eq!(hook.of_kind("stalled").len(), 0, "{:?}", hook.kinds());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_that_stops_advancing_is_stalled_and_a_restart_recovers() {
+    let hook = Recorder::start().await;
+    let mut env = Env::new(
+        &[
+            "--hang-after",
+            "3",
+            "--step-ms",
+            "10",
+            "--total-steps",
+            "1000",
+        ],
+        &format!(
+            "  stale_after_s: 1\n  startup_grace_s: 1\n{}",
+            hook.webhook_yaml("")
+        ),
+        "[train]",
+    );
+    env.serve();
+    env.start(&[]);
+    wait_until(T, "the stalled push", || {
+        hook.kinds().contains(&"stalled".to_string())
+    });
+    let stalled = &hook.of_kind("stalled")[0];
+    let title = stalled["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("[lavender] stalled: no heartbeat for "),
+        "{title}"
+    );
+    assert_eq!(
+        stalled["body"],
+        "the worker's heartbeat is older than 1 s; last step 3"
+    );
+    let st = env.status();
+    assert_eq!(st["training"]["heartbeat_stale"], true, "{st:#}");
+    assert_eq!(st["pipeline"]["running"], true, "{st:#}");
+    assert_eq!(hook.of_kind("recovered").len(), 0, "no recovery while hung");
+
+    // The hung worker dies (as if killed by the OOM killer); its restart writes
+    // heartbeats again.
+    let worker = env.worker_pid().unwrap();
+    send_signal(worker, 9);
+    wait_until(T, "the recovered push", || {
+        hook.kinds().contains(&"recovered".to_string())
+    });
+    let kinds = hook.kinds();
+    assert!(
+        position(&kinds, "stalled") < position(&kinds, "crashed")
+            && position(&kinds, "restarting") < position(&kinds, "recovered"),
+        "{kinds:?}"
+    );
+    let recovered = &hook.of_kind("recovered")[0];
+    let body = recovered["body"].as_str().unwrap();
+    assert!(body.starts_with("stalled for "), "{body}");
+    assert_ne!(env.worker_pid(), Some(worker));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn free_space_under_the_floor_is_disk_low_and_status_json_carries_the_counts() {
+    let hook = Recorder::start().await;
+    // A floor of 1 PiB: above the real free space of any test machine.
+    let mut env = Env::new(
+        &[],
+        &hook.webhook_yaml("  disk_floor_mib: 1073741824\n"),
+        "[train]",
+    );
+    env.serve();
+    wait_until(T, "the disk-low push", || {
+        hook.kinds().contains(&"disk_low".to_string())
+    });
+    let push = &hook.of_kind("disk_low")[0];
+    let title = push["title"].as_str().unwrap();
+    assert!(title.starts_with("[lavender] disk low: "), "{title}");
+    assert!(title.ends_with("need 1048576.0 GiB"), "{title}");
+    assert_eq!(push["level"], "alert");
+
+    // `status --json` prints the whole body of GET /status, push counts included.
+    wait_until(T, "the push to be counted", || {
+        env.status()["notifications"]["hook"]["sent"] == 1
+    });
+    let served = env.status();
+    let out = env.run(&["status", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_valid(&printed);
+    assert_eq!(printed["notifications"], served["notifications"]);
+    let keys = |v: &serde_json::Value| {
+        v.as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect::<Vec<String>>()
+    };
+    let mut printed_keys = keys(&printed);
+    let mut served_keys = keys(&served);
+    printed_keys.sort();
+    served_keys.sort();
+    assert_eq!(printed_keys, served_keys);
+    assert_eq!(hook.of_kind("disk_low").len(), 1, "{:?}", hook.kinds());
+}
