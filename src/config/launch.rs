@@ -140,9 +140,7 @@ pub(crate) fn validate(l: &LaunchConfig) -> Result<(), ConfigError> {
     {
         return Err(invalid(
             "launch.slurm.time_limit",
-            format!(
-                "`{t}` is not a Slurm time; write minutes (`30`), `H:MM:SS` or `D-HH:MM:SS`"
-            ),
+            format!("`{t}` is not a Slurm time; write minutes (`30`), `H:MM:SS` or `D-HH:MM:SS`"),
         ));
     }
     if s.cpus_per_task == Some(0) {
@@ -183,7 +181,15 @@ mod tests {
 
     #[test]
     fn slurm_times() {
-        for ok in ["1", "30", "4:00:00", "1-00:00:00", "2-12", "UNLIMITED", "0:30"] {
+        for ok in [
+            "1",
+            "30",
+            "4:00:00",
+            "1-00:00:00",
+            "2-12",
+            "UNLIMITED",
+            "0:30",
+        ] {
             assert!(is_slurm_time(ok), "{ok}");
         }
         for bad in ["", "1h", "1:2:3:4", "-5", "a-1", "1.5"] {

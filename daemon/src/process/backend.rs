@@ -136,11 +136,8 @@ impl Backend {
             }
             LaunchBackend::Slurm => {
                 let job = slurm::submit::submit(&self.slurm, &self.jobs_dir, spec, step)?;
-                let exit = slurm::watch::until_done(
-                    job.job_id.clone(),
-                    self.poll_interval(),
-                    updates,
-                );
+                let exit =
+                    slurm::watch::until_done(job.job_id.clone(), self.poll_interval(), updates);
                 Ok(Launched {
                     handle: WorkerHandle::Slurm { slurm: job },
                     exit,

@@ -102,13 +102,13 @@ pub fn compose(
             ),
             state,
             restarts: record.restarts,
-            slurm: worker
-                .and_then(|w| w.handle.slurm_job())
-                .map(|j| lavender::status::SlurmJobStatus {
+            slurm: worker.and_then(|w| w.handle.slurm_job()).map(|j| {
+                lavender::status::SlurmJobStatus {
                     job_id: j.job_id.clone(),
                     node: j.node.clone(),
                     state: j.state.clone(),
-                }),
+                }
+            }),
         },
         active_step,
         steps,

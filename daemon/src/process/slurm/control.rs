@@ -17,11 +17,7 @@ pub fn signal(job_id: &str, signal: Signal) -> bool {
         cancel(job_id)
     } else {
         let name = signal.as_str().trim_start_matches("SIG");
-        super::run(
-            "scancel",
-            &[format!("--signal={name}"), job_id.to_string()],
-        )
-        .map(|_| ())
+        super::run("scancel", &[format!("--signal={name}"), job_id.to_string()]).map(|_| ())
     };
     match result {
         Ok(()) => true,

@@ -30,7 +30,9 @@ pub(crate) fn run(program: &str, args: &[String]) -> anyhow::Result<String> {
         .stdin(std::process::Stdio::null())
         .output()
         .with_context(|| {
-            format!("run `{program}`: is Slurm's client installed and on PATH (package slurm-client)?")
+            format!(
+                "run `{program}`: is Slurm's client installed and on PATH (package slurm-client)?"
+            )
         })?;
     if !out.status.success() {
         anyhow::bail!(

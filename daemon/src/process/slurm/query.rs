@@ -182,7 +182,10 @@ mod tests {
                 ..
             })
         ));
-        assert_eq!(parse_scontrol("slurm_load_jobs error: Invalid job id specified"), None);
+        assert_eq!(
+            parse_scontrol("slurm_load_jobs error: Invalid job id specified"),
+            None
+        );
     }
 
     #[test]

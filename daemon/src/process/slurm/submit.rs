@@ -21,7 +21,13 @@ fn flag_value<'a>(argv: &'a [String], flag: &str) -> Option<&'a str> {
 }
 
 /// The sbatch arguments for a step (without the script path).
-pub fn sbatch_args(cfg: &SlurmConfig, step: &str, log_file: &Path, tasks: u32, nodes: u32) -> Vec<String> {
+pub fn sbatch_args(
+    cfg: &SlurmConfig,
+    step: &str,
+    log_file: &Path,
+    tasks: u32,
+    nodes: u32,
+) -> Vec<String> {
     let mut args = vec![
         "--parsable".to_string(),
         format!("--job-name=lavender-{step}"),
@@ -30,7 +36,12 @@ pub fn sbatch_args(cfg: &SlurmConfig, step: &str, log_file: &Path, tasks: u32, n
         format!("--ntasks={tasks}"),
         format!("--nodes={nodes}"),
         format!("--signal=B:TERM@{}", cfg.grace_s),
-        if cfg.requeue { "--requeue" } else { "--no-requeue" }.into(),
+        if cfg.requeue {
+            "--requeue"
+        } else {
+            "--no-requeue"
+        }
+        .into(),
     ];
     let opt = |name: &str, v: &Option<String>| v.as_ref().map(|v| format!("--{name}={v}"));
     args.extend(opt("partition", &cfg.partition));
@@ -43,7 +54,12 @@ pub fn sbatch_args(cfg: &SlurmConfig, step: &str, log_file: &Path, tasks: u32, n
     args
 }
 
-pub fn submit(cfg: &SlurmConfig, jobs_dir: &Path, spec: &SpawnSpec, step: &str) -> Result<SlurmJob> {
+pub fn submit(
+    cfg: &SlurmConfig,
+    jobs_dir: &Path,
+    spec: &SpawnSpec,
+    step: &str,
+) -> Result<SlurmJob> {
     if spec.argv.is_empty() {
         bail!("the worker command is empty (config key worker.command)");
     }
@@ -77,8 +93,7 @@ pub fn submit(cfg: &SlurmConfig, jobs_dir: &Path, spec: &SpawnSpec, step: &str) 
         nodes,
         requeue: cfg.requeue,
     });
-    std::fs::create_dir_all(jobs_dir)
-        .with_context(|| format!("create {}", jobs_dir.display()))?;
+    std::fs::create_dir_all(jobs_dir).with_context(|| format!("create {}", jobs_dir.display()))?;
     let stamp = lavender::time::now_utc().format("%Y%m%d_%H%M%S%.3f");
     let script_path = jobs_dir.join(format!("{step}-{stamp}.sbatch"));
     lavender::atomic::write_file(&script_path, text.as_bytes())
@@ -98,7 +113,12 @@ pub fn submit(cfg: &SlurmConfig, jobs_dir: &Path, spec: &SpawnSpec, step: &str) 
     let job_id = out
         .lines()
         .rev()
-        .find_map(|l| l.split(';').next().map(str::trim).filter(|id| !id.is_empty()))
+        .find_map(|l| {
+            l.split(';')
+                .next()
+                .map(str::trim)
+                .filter(|id| !id.is_empty())
+        })
         .filter(|id| id.chars().all(|c| c.is_ascii_digit() || c == '_'))
         .with_context(|| format!("sbatch printed no job id: {out:?}"))?
         .to_string();
