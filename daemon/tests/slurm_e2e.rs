@@ -2,7 +2,7 @@
 //! `scripts/slurm/start.sh`: submit → running with a job id → stop saves → start
 //! resumes; the time limit's notice saves, requeues and resumes; a crashed job is
 //! restarted from the latest checkpoint; a 2-task job where rank 0 writes the
-//! heartbeat. The scenarios run at once (Slurm's time-limit check is the slow part).
+//! heartbeat; a restarted daemon adopts the running job. The scenarios run at once (Slurm's time-limit check is the slow part).
 //! Slurm that cannot be started fails the test with the script's output.
 
 mod common;
@@ -158,6 +158,35 @@ fn submit_stop_and_resume() {
         .expect("the new job resumed");
     assert_eq!(loaded["step"], saved_step);
     stop_saves(&env);
+}
+
+fn a_restarted_daemon_adopts_the_job() {
+    let mut env = slurm_env(&["--total-steps", "100000", "--step-ms", "20"], "");
+    let out = env.run(&["start"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let st = wait_running_job(&env, 3);
+    let job = st["pipeline"]["slurm"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    env.kill_daemons();
+    let info = scontrol_job(&job);
+    assert_eq!(
+        field(&info, "JobState").as_deref(),
+        Some("RUNNING"),
+        "training outlives the daemon: {info}"
+    );
+    env.serve();
+    let st = wait_running_job(&env, 0);
+    assert_eq!(
+        st["pipeline"]["slurm"]["job_id"],
+        job.as_str(),
+        "the same job"
+    );
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    assert!(log.contains("re-adopted"), "{log}");
+    stop_saves(&env);
+    assert_eq!(status(&env)["pipeline"]["state"], "stopped");
 }
 
 fn time_limit_saves_requeues_and_resumes() {
@@ -348,8 +377,12 @@ fn slurm_backend_end_to_end() {
         stdout(&out),
         stderr(&out)
     );
-    let scenarios: [(&str, fn()); 4] = [
+    let scenarios: [(&str, fn()); 5] = [
         ("submit_stop_and_resume", submit_stop_and_resume),
+        (
+            "a_restarted_daemon_adopts_the_job",
+            a_restarted_daemon_adopts_the_job,
+        ),
         (
             "time_limit_saves_requeues_and_resumes",
             time_limit_saves_requeues_and_resumes,

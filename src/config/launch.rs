@@ -178,6 +178,35 @@ pub(crate) fn validate(l: &LaunchConfig) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn a_slurm_section_loads_and_bad_values_are_located() {
+        let c = Config::from_yaml_str(
+            "launch:\n  backend: slurm\n  slurm:\n    partition: gpu\n",
+            "x.yaml",
+        )
+        .unwrap();
+        assert_eq!(c.launch.backend, LaunchBackend::Slurm);
+        assert_eq!(c.launch.slurm.partition.as_deref(), Some("gpu"));
+        assert_eq!(c.launch.slurm.ntasks, 1);
+        assert_eq!(Config::default().launch.backend, LaunchBackend::Local);
+        let err = Config::from_yaml_str("launch:\n  slurm:\n    ntasks: 0\n", "x.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("launch.slurm.ntasks") && err.contains("x.yaml:3"),
+            "{err}"
+        );
+        let err = Config::from_yaml_str("launch:\n  backend: pbs\n", "x.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("backend") && err.contains("slurm"), "{err}");
+        let err = Config::from_yaml_str("launch:\n  slurm:\n    time_limit: 2h\n", "x.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("launch.slurm.time_limit"), "{err}");
+    }
 
     #[test]
     fn slurm_times() {
