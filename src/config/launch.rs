@@ -87,6 +87,12 @@ impl Default for SlurmConfig {
     }
 }
 
+impl LaunchConfig {
+    pub fn is_default(&self) -> bool {
+        *self == LaunchConfig::default()
+    }
+}
+
 fn invalid(path: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::new(ConfigErrorKind::Invalid {
         path: path.to_string(),
@@ -191,6 +197,9 @@ mod tests {
         assert_eq!(c.launch.slurm.partition.as_deref(), Some("gpu"));
         assert_eq!(c.launch.slurm.ntasks, 1);
         assert_eq!(Config::default().launch.backend, LaunchBackend::Local);
+        assert!(!Config::default().to_yaml().contains("launch:"));
+        let back = Config::from_yaml_str(&c.to_yaml(), "resolved.yaml").unwrap();
+        assert_eq!(back.launch, c.launch);
         let err = Config::from_yaml_str("launch:\n  slurm:\n    ntasks: 0\n", "x.yaml")
             .unwrap_err()
             .to_string();

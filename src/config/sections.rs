@@ -34,8 +34,9 @@ pub struct Config {
     /// Absent in configs older than the section: defaults apply.
     #[serde(default)]
     pub notify: NotifyConfig,
-    /// Where steps run (this machine or a Slurm cluster); absent = local.
-    #[serde(default)]
+    /// Where steps run (this machine or a Slurm cluster); absent = local. Left out
+    /// of a resolved config when it is the default, so such configs read as before.
+    #[serde(default, skip_serializing_if = "LaunchConfig::is_default")]
     pub launch: LaunchConfig,
 }
 
