@@ -213,9 +213,10 @@ fn time_limit_saves_requeues_and_resumes() {
         Some("00:01:00")
     );
     let run_dir = env.run_dir();
-    // Slurm checks time limits about every 30 s: the notice comes within ~40 s.
+    // Slurm checks time limits about every 30 s: the notice comes within ~40 s, and the
+    // requeued job is eligible again after cred_expire (5 s) and a scheduling pass.
     wait_until(
-        Duration::from_secs(90),
+        Duration::from_secs(150),
         "the requeued job to resume",
         || {
             let _ = status(&env);
