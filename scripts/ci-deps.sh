@@ -6,6 +6,9 @@
 #   curl, jq           the status commands of docs/OPERATIONS.md (daemon/tests/operations_doc.rs)
 #   chromium           the dashboard's browser test (daemon/tests/web_browser.rs)
 #   prometheus_client  (in .venv) parses GET /metrics (daemon/tests/web_metrics.rs)
+#   slurmctld, slurmd, slurm-client, munge
+#                      a single-node Slurm that scripts/slurm/start.sh starts for the
+#                      Slurm launch backend's test (daemon/tests/slurm_e2e.rs)
 # Runs as root in CI; elsewhere it uses sudo for apt-get.
 set -euo pipefail
 
@@ -22,6 +25,10 @@ command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v jq >/dev/null 2>&1 || missing+=(jq)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
+if ! [ -x /usr/sbin/slurmctld ] || ! [ -x /usr/sbin/slurmd ] || ! command -v sbatch >/dev/null 2>&1 \
+  || ! [ -x /usr/sbin/munged ]; then
+  missing+=(slurmctld slurmd slurm-client munge)
+fi
 
 if [ ${#missing[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
@@ -30,7 +37,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   echo "ci-deps: installing ${missing[*]}"
   as_root apt-get update -qq
+  # Package scripts must not start services (munge, slurm) on a machine without an
+  # init system; scripts/slurm/start.sh starts what the tests need.
+  made_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
+    as_root chmod +x /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [ "$made_policy" = 1 ]; then as_root rm -f /usr/sbin/policy-rc.d; fi
   # The downloaded .deb archives are not needed once installed; CI disks are small.
   as_root apt-get clean
 else

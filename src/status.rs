@@ -1,7 +1,8 @@
 //! The status contract: `GET /status` and `lavenderd status --json` serialize
 //! [`Status`], which has exactly the keys of `shared/schemas/status.schema.json`
 //! plus the added keys `schema_version`, `pipeline.state`, `pipeline.restarts`,
-//! `training.stage`, `training.epoch` and `training.heartbeat_error`.
+//! `pipeline.slurm` (version 2), `training.stage`, `training.epoch` and
+//! `training.heartbeat_error`.
 //! A value that is not known is `null`, never a made-up number.
 
 use std::collections::BTreeMap;
@@ -14,7 +15,7 @@ use serde_json::Number;
 use crate::heartbeat::Heartbeat;
 
 /// Version of the status document; bumped when a key is added.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The whole status document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,6 +74,19 @@ pub struct PipelineStatus {
     pub state: PipelineState,
     /// Automatic restarts after a crash in this pipeline run.
     pub restarts: u32,
+    /// The Slurm job of the active step (`launch.backend: slurm`); null otherwise.
+    #[serde(default)]
+    pub slurm: Option<SlurmJobStatus>,
+}
+
+/// Where and how the active step's Slurm job is, as last seen by the daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlurmJobStatus {
+    pub job_id: String,
+    /// The node the batch script runs on; null while pending.
+    pub node: Option<String>,
+    /// Slurm's job state (PENDING, RUNNING, REQUEUED, COMPLETING, …).
+    pub state: Option<String>,
 }
 
 /// State of one pipeline step.
@@ -311,6 +325,7 @@ impl Status {
                 scale: None,
                 state: PipelineState::Idle,
                 restarts: 0,
+                slurm: None,
             },
             active_step: None,
             steps: BTreeMap::new(),

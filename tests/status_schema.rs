@@ -169,7 +169,7 @@ fn never_started() {
         doc["disk"],
         json!({"device": null, "used_gib": null, "avail_gib": null})
     );
-    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["schema_version"], lavender::status::SCHEMA_VERSION);
 }
 
 #[test]

@@ -7,6 +7,7 @@
 
 mod de;
 mod error;
+mod launch;
 mod layers;
 mod notify;
 mod scale;
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
 pub use error::{ConfigError, ConfigErrorKind, Origin};
+pub use launch::{LaunchBackend, LaunchConfig, SlurmConfig};
 pub use layers::{DATA_ROOT_VAR, LoadOptions};
 pub use notify::{BarkConfig, NotifyConfig, NtfyConfig, WebhookConfig, WebhookFormat};
 pub use scale::{Scale, ScalePreset};

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::launch::LaunchConfig;
 use super::notify::NotifyConfig;
 use super::scale::Scale;
 use super::source::DataSource;
@@ -33,6 +34,10 @@ pub struct Config {
     /// Absent in configs older than the section: defaults apply.
     #[serde(default)]
     pub notify: NotifyConfig,
+    /// Where steps run (this machine or a Slurm cluster); absent = local. Left out
+    /// of a resolved config when it is the default, so such configs read as before.
+    #[serde(default, skip_serializing_if = "LaunchConfig::is_default")]
+    pub launch: LaunchConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

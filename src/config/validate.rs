@@ -86,6 +86,7 @@ pub(crate) fn validate(c: &Config) -> Check {
     validate_model(c)?;
     validate_training(c)?;
     validate_supervisor(c)?;
+    super::launch::validate(&c.launch)?;
     super::notify::validate(&c.notify)
 }
 

@@ -5,6 +5,10 @@
 //!
 //! `lavender-fake-worker [fault flags] <step> --config C --data-root D --run-dir R
 //!  [--scale S] [--chunk N] [--resume PATH|latest]`
+//!
+//! Started as one task of many (`srun --ntasks N` sets `SLURM_PROCID`, torchrun sets
+//! `RANK`), only rank 0 writes heartbeats, events and checkpoints; the other ranks
+//! step along in silence, like data-parallel replicas.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -112,6 +116,14 @@ fn main() {
     }
 }
 
+/// This task's rank among the run's processes (0 when started alone).
+fn rank() -> u32 {
+    ["SLURM_PROCID", "RANK"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse().ok())
+        .unwrap_or(0)
+}
+
 fn run(args: &Args) -> Result<i32> {
     install_sigterm(args.ignore_sigterm)?;
     record_call(&args.data_root)?;
@@ -145,6 +157,7 @@ fn record_call(data_root: &Path) -> Result<()> {
     let path = data_root.join("fake-worker-calls.jsonl");
     let line = serde_json::json!({
         "pid": std::process::id(),
+        "rank": rank(),
         "argv": std::env::args().collect::<Vec<_>>(),
     });
     let mut f = std::fs::OpenOptions::new()
@@ -201,6 +214,8 @@ struct Trainer<'a> {
     run_dir: PathBuf,
     step: u64,
     latest: Option<String>,
+    /// Rank 0 writes; the other ranks only step.
+    writes: bool,
 }
 
 impl<'a> Trainer<'a> {
@@ -210,6 +225,7 @@ impl<'a> Trainer<'a> {
             run_dir,
             step: 0,
             latest: None,
+            writes: rank() == 0,
         };
         if let Some(spec) = &args.resume {
             let root = args.data_root.join(lavender::run::CHECKPOINTS_DIR);
@@ -217,6 +233,9 @@ impl<'a> Trainer<'a> {
                 Ok(ckpt) => {
                     t.step = ckpt.state.step;
                     t.latest = Some(ckpt.name.clone());
+                    if !t.writes {
+                        return Ok(t);
+                    }
                     events::append(
                         &t.run_dir,
                         &Event::new(
@@ -242,6 +261,9 @@ impl<'a> Trainer<'a> {
     }
 
     fn heartbeat(&self, state: WorkerState) -> Result<()> {
+        if !self.writes {
+            return Ok(());
+        }
         let sps = 1000.0 / self.args.step_ms.max(1) as f64;
         let remaining = self.args.total_steps.saturating_sub(self.step);
         heartbeat::write(
@@ -270,6 +292,9 @@ impl<'a> Trainer<'a> {
     /// One `log_history.jsonl` line per step (Hugging Face keys, like the real
     /// worker's sidecar), and an `eval_loss` entry every 10 steps.
     fn log_history(&self) -> Result<()> {
+        if !self.writes {
+            return Ok(());
+        }
         let path = self.run_dir.join("log_history.jsonl");
         let mut f = std::fs::OpenOptions::new()
             .create(true)
@@ -294,7 +319,10 @@ impl<'a> Trainer<'a> {
             .with_context(|| format!("append to {}", path.display()))
     }
 
-    fn save(&mut self, final_kind: &str) -> Result<PathBuf> {
+    fn save(&mut self, final_kind: &str) -> Result<()> {
+        if !self.writes {
+            return Ok(());
+        }
         self.heartbeat(WorkerState::Saving)?;
         std::thread::sleep(Duration::from_millis(self.args.save_ms));
         let counter = checkpoint::next_counter(&self.run_dir)?;
@@ -316,7 +344,7 @@ impl<'a> Trainer<'a> {
                 .with("step", self.step),
         )?;
         println!("fake-worker: saved {}", path.display());
-        Ok(path)
+        Ok(())
     }
 
     fn crashes_so_far(&self) -> u32 {
@@ -348,10 +376,12 @@ impl<'a> Trainer<'a> {
         if self.args.checkpoint_every == 0 {
             bail!("--checkpoint-every must be at least 1");
         }
-        events::append(
-            &self.run_dir,
-            &Event::new(kind::RUN_STARTED, "fake run started").with("step", self.step),
-        )?;
+        if self.writes {
+            events::append(
+                &self.run_dir,
+                &Event::new(kind::RUN_STARTED, "fake run started").with("step", self.step),
+            )?;
+        }
         self.heartbeat(WorkerState::Starting)?;
         let mut done_here = 0u64;
         while self.step < self.args.total_steps {
@@ -362,7 +392,8 @@ impl<'a> Trainer<'a> {
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
-            if self.args.crash_after.is_some_and(|n| done_here >= n)
+            if self.writes
+                && self.args.crash_after.is_some_and(|n| done_here >= n)
                 && self
                     .args
                     .crash_times

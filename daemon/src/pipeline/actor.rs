@@ -21,7 +21,7 @@ use super::restart::Timings;
 use super::stop::{StopMark, StopReport};
 use super::{markers, plan};
 use crate::layout::Layout;
-use crate::process::{self, ExitOutcome, ProcessIdentity, SpawnSpec};
+use crate::process::{Backend, ExitOutcome, JobUpdate, SpawnSpec, WorkerHandle};
 
 /// The step that trains (gets `--resume`, writes heartbeats).
 pub const TRAIN_STEP: &str = "train";
@@ -36,6 +36,9 @@ pub struct StartReply {
     pub run_dir: Option<PathBuf>,
     pub log_file: Option<PathBuf>,
     pub resume_from: Option<PathBuf>,
+    /// The Slurm job of the first step (launch.backend: slurm).
+    #[serde(default)]
+    pub slurm_job: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -132,7 +135,7 @@ impl PipelineHandle {
 
 struct LiveWorker {
     generation: u64,
-    identity: ProcessIdentity,
+    handle: WorkerHandle,
     step: String,
     started: Instant,
     started_at: Option<DateTime<Utc>>,
@@ -142,17 +145,19 @@ struct LiveWorker {
 
 impl LiveWorker {
     fn signal(&self, signal: Signal) -> bool {
-        if self.own_child {
-            process::signal::signal_own_group(self.identity.pid, signal)
-        } else {
-            process::signal::signal_group(&self.identity, signal)
-        }
+        self.handle.signal(signal, self.own_child)
     }
 }
 
 struct WorkerExit {
     generation: u64,
     outcome: ExitOutcome,
+}
+
+/// A Slurm job of worker `generation` changed state or node.
+struct JobChange {
+    generation: u64,
+    update: JobUpdate,
 }
 
 struct Stopping {
@@ -170,6 +175,8 @@ struct Actor {
     record: PipelineRecord,
     snapshot: watch::Sender<PipelineRecord>,
     exits_tx: mpsc::UnboundedSender<WorkerExit>,
+    jobs_tx: mpsc::UnboundedSender<JobChange>,
+    backend: Backend,
     worker: Option<LiveWorker>,
     generation: u64,
     restart_at: Option<Instant>,
@@ -184,8 +191,11 @@ pub fn spawn(layout: Layout, config: Config, alerts: AlertSender) -> Result<Pipe
     let (snapshot, snapshot_rx) = watch::channel(record.clone());
     let (cmds, cmds_rx) = mpsc::channel(32);
     let (exits_tx, exits_rx) = mpsc::unbounded_channel();
+    let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
     let mut actor = Actor {
         timings: Timings::from_config(&config.supervisor),
+        backend: backend_for(&layout, &config),
+        jobs_tx,
         layout,
         config,
         record,
@@ -198,11 +208,15 @@ pub fn spawn(layout: Layout, config: Config, alerts: AlertSender) -> Result<Pipe
         alerts,
     };
     actor.recover();
-    tokio::spawn(actor.run(cmds_rx, exits_rx));
+    tokio::spawn(actor.run(cmds_rx, exits_rx, jobs_rx));
     Ok(PipelineHandle {
         cmds,
         snapshot: snapshot_rx,
     })
+}
+
+fn backend_for(layout: &Layout, config: &Config) -> Backend {
+    Backend::from_config(&config.launch, layout.state_dir.join("slurm"))
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {
@@ -223,6 +237,7 @@ impl Actor {
         mut self,
         mut cmds: mpsc::Receiver<Command>,
         mut exits: mpsc::UnboundedReceiver<WorkerExit>,
+        mut jobs: mpsc::UnboundedReceiver<JobChange>,
     ) {
         loop {
             let kill_at = self
@@ -236,6 +251,7 @@ impl Actor {
                     None => break,
                 },
                 Some(exit) = exits.recv() => self.on_exit(exit),
+                Some(change) = jobs.recv() => self.on_job_change(change),
                 _ = sleep_until_opt(self.restart_at) => self.on_restart_due(),
                 _ = sleep_until_opt(kill_at) => self.escalate(),
             }
@@ -259,7 +275,7 @@ impl Actor {
     /// while no daemon was watching, or resume a pending restart.
     fn recover(&mut self) {
         if let Some(w) = self.record.worker.clone() {
-            if w.identity.is_alive() {
+            if w.handle.is_alive() {
                 let elapsed = parse_time(&w.started_at)
                     .map(|t| (Utc::now() - t).to_std().unwrap_or_default())
                     .unwrap_or_default();
@@ -269,13 +285,13 @@ impl Actor {
                 self.generation += 1;
                 self.worker = Some(LiveWorker {
                     generation: self.generation,
-                    identity: w.identity.clone(),
+                    handle: w.handle.clone(),
                     step: w.step.clone(),
                     started,
                     started_at: parse_time(&w.started_at),
                     own_child: false,
                 });
-                self.watch_adopted(self.generation, w.identity.clone());
+                self.watch_adopted(self.generation, w.handle.clone());
                 if self.record.state == PipelineState::Stopping {
                     // The stop was under way when the previous daemon died: finish it.
                     self.stopping = Some(Stopping {
@@ -291,10 +307,10 @@ impl Actor {
                 } else {
                     self.record.state = PipelineState::Running;
                 }
-                tracing::info!(pid = w.identity.pid, step = %w.step, "re-adopted running worker");
+                tracing::info!(worker = %w.handle, step = %w.step, "re-adopted running worker");
                 self.alert(Alert::Adopted {
                     step: w.step,
-                    pid: w.identity.pid,
+                    worker: w.handle.to_string(),
                 });
                 self.commit();
                 return;
@@ -305,7 +321,7 @@ impl Actor {
             self.worker = Some(LiveWorker {
                 generation: self.generation,
                 started_at: parse_time(&w.started_at),
-                identity: w.identity,
+                handle: w.handle,
                 step: w.step,
                 started: Instant::now(),
                 own_child: false,
@@ -349,6 +365,7 @@ impl Actor {
             Command::Stop { timeout, reply } => self.stop(timeout, reply),
             Command::Reload { config } => {
                 self.timings = Timings::from_config(&config.supervisor);
+                self.backend = backend_for(&self.layout, &config);
                 self.config = *config;
                 tracing::info!("config reloaded; it applies to the next worker started");
             }
@@ -362,7 +379,7 @@ impl Actor {
         if self.record.is_active() {
             return Err(StartError::AlreadyRunning {
                 state: self.record.state,
-                pid: self.worker.as_ref().map(|w| w.identity.pid),
+                pid: self.worker.as_ref().and_then(|w| w.handle.pid()),
             });
         }
         req.validate().map_err(StartError::Invalid)?;
@@ -443,10 +460,15 @@ impl Actor {
             chunk,
             scale: scale.to_string(),
             active_step: self.record.active_step.clone(),
-            pid: self.worker.as_ref().map(|w| w.identity.pid),
+            pid: self.worker.as_ref().and_then(|w| w.handle.pid()),
             run_dir: self.record.run_dir.clone(),
             log_file: self.record.log_file.clone(),
             resume_from: self.record.resume_from.clone(),
+            slurm_job: self
+                .worker
+                .as_ref()
+                .and_then(|w| w.handle.slurm_job())
+                .map(|j| j.job_id.clone()),
         })
     }
 
@@ -537,29 +559,30 @@ impl Actor {
             .log_file
             .clone()
             .unwrap_or_else(|| self.layout.logs_dir().join("pipeline.log"));
-        let spawned = process::spawn::spawn(&SpawnSpec {
-            argv,
-            env: self.config.worker.env.clone(),
-            log_file,
-        })?;
         self.generation += 1;
         let generation = self.generation;
-        let pgid = spawned.identity.pid;
-        tracing::info!(
+        let jobs = self.jobs_tx.clone();
+        let launched = self.backend.launch(
+            &SpawnSpec {
+                argv,
+                env: self.config.worker.env.clone(),
+                log_file,
+            },
             step,
-            pid = spawned.identity.pid,
-            after_crash,
-            "worker started"
-        );
+            Box::new(move |update| {
+                let _ = jobs.send(JobChange { generation, update });
+            }),
+        )?;
+        tracing::info!(step, worker = %launched.handle, after_crash, "worker started");
         let started_at = lavender::time::now_utc();
         self.record.worker = Some(WorkerRecord {
-            identity: spawned.identity.clone(),
+            handle: launched.handle.clone(),
             step: step.to_string(),
             started_at: lavender::time::rfc3339_z(started_at),
         });
         self.worker = Some(LiveWorker {
             generation,
-            identity: spawned.identity,
+            handle: launched.handle,
             step: step.to_string(),
             started: Instant::now(),
             started_at: Some(started_at),
@@ -571,14 +594,9 @@ impl Actor {
         self.record.set_step(step, StepState::Running);
         self.commit();
         let exits = self.exits_tx.clone();
-        let child = spawned.child;
+        let exit = launched.exit;
         tokio::spawn(async move {
-            let outcome = process::spawn::wait(child).await;
-            // Whatever the worker left in its group (a stuck data loader, a helper
-            // ignoring SIGTERM) goes with it, so a restart starts clean.
-            if process::signal::signal_own_group(pgid, Signal::SIGKILL) {
-                tracing::warn!(pgid, "killed processes the worker left behind in its group");
-            }
+            let outcome = exit.await;
             let _ = exits.send(WorkerExit {
                 generation,
                 outcome,
@@ -587,19 +605,49 @@ impl Actor {
         Ok(())
     }
 
-    /// A re-adopted worker is not our child: poll kill(pid, 0) + start time.
-    fn watch_adopted(&self, generation: u64, identity: ProcessIdentity) {
+    /// A re-adopted worker is not our child: poll it (kill(pid, 0) + start time, or
+    /// the Slurm job's state).
+    fn watch_adopted(&self, generation: u64, handle: WorkerHandle) {
         let exits = self.exits_tx.clone();
-        let every = self.timings.poll_interval;
+        let jobs = self.jobs_tx.clone();
+        let exit = self.backend.watch_adopted(
+            &handle,
+            self.timings.poll_interval,
+            Box::new(move |update| {
+                let _ = jobs.send(JobChange { generation, update });
+            }),
+        );
         tokio::spawn(async move {
-            while identity.is_alive() {
-                tokio::time::sleep(every).await;
-            }
+            let outcome = exit.await;
             let _ = exits.send(WorkerExit {
                 generation,
-                outcome: ExitOutcome::Unknown,
+                outcome,
             });
         });
+    }
+
+    /// A Slurm job moved (pending → running on a node → requeued …): the status shows it.
+    fn on_job_change(&mut self, change: JobChange) {
+        if self.worker.as_ref().map(|w| w.generation) != Some(change.generation) {
+            return;
+        }
+        let Some(WorkerRecord {
+            handle: WorkerHandle::Slurm { slurm },
+            ..
+        }) = self.record.worker.as_mut()
+        else {
+            return;
+        };
+        slurm.state = Some(change.update.state);
+        if change.update.node.is_some() {
+            slurm.node = change.update.node;
+        }
+        if let Some(w) = self.worker.as_mut() {
+            w.handle = WorkerHandle::Slurm {
+                slurm: slurm.clone(),
+            };
+        }
+        self.commit();
     }
 
     fn on_exit(&mut self, exit: WorkerExit) {
@@ -742,7 +790,7 @@ impl Actor {
         };
         let mark = StopMark::take(self.record.run_dir.as_deref(), &root);
         let timeout = timeout.unwrap_or(self.timings.stop_timeout);
-        tracing::info!(pid = worker.identity.pid, step = %worker.step, ?timeout, "stopping: SIGTERM to the worker's process group");
+        tracing::info!(worker = %worker.handle, step = %worker.step, ?timeout, "stopping: SIGTERM to the worker");
         worker.signal(Signal::SIGTERM);
         self.stopping = Some(Stopping {
             deadline: Instant::now() + timeout,
@@ -761,7 +809,7 @@ impl Actor {
             return;
         };
         tracing::warn!(
-            pid = worker.identity.pid,
+            worker = %worker.handle,
             "the worker did not exit within the stop timeout; SIGKILL"
         );
         worker.signal(Signal::SIGKILL);

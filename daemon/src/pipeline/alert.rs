@@ -54,7 +54,7 @@ pub enum Alert {
         need_bytes: u64,
     },
     /// A worker outlived a daemon restart and is supervised again.
-    Adopted { step: String, pid: u32 },
+    Adopted { step: String, worker: String },
     /// The worker was stopped by someone else (it saved and exited on SIGTERM).
     StoppedExternally { step: String },
 }
@@ -81,11 +81,8 @@ impl std::fmt::Display for Alert {
                 Some(age) => write!(f, "step {step}: heartbeat is stale ({age}s old)"),
                 None => write!(f, "step {step}: no heartbeat yet after the start-up grace"),
             },
-            Alert::Adopted { step, pid } => {
-                write!(
-                    f,
-                    "re-adopted the running worker of step {step} (pid {pid})"
-                )
+            Alert::Adopted { step, worker } => {
+                write!(f, "re-adopted the running worker of step {step} ({worker})")
             }
             Alert::StoppedExternally { step } => {
                 write!(

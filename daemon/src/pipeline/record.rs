@@ -9,7 +9,7 @@ use lavender::status::{PipelineState, StepState};
 use serde::{Deserialize, Serialize};
 
 use super::StartRequest;
-use crate::process::ProcessIdentity;
+use crate::process::WorkerHandle;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepEntry {
@@ -19,8 +19,9 @@ pub struct StepEntry {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkerRecord {
+    /// The local process (pid + start time) or the Slurm job.
     #[serde(flatten)]
-    pub identity: ProcessIdentity,
+    pub handle: WorkerHandle,
     pub step: String,
     /// RFC 3339 UTC; the start-up grace for heartbeats counts from here.
     pub started_at: String,
@@ -120,9 +121,31 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pipeline-v1.json");
         let r = PipelineRecord::load(&path).unwrap();
         assert_eq!(r.state, PipelineState::Running);
-        assert_eq!(r.worker.as_ref().unwrap().identity.pid, 13584);
+        assert_eq!(r.worker.as_ref().unwrap().handle.pid(), Some(13584));
         assert_eq!(r.step_state("downloads"), Some(StepState::Done));
         assert_eq!(r.restarts, 1);
+    }
+
+    #[test]
+    fn a_slurm_worker_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pipeline.json");
+        let mut r = PipelineRecord::idle();
+        r.worker = Some(WorkerRecord {
+            handle: WorkerHandle::Slurm {
+                slurm: crate::process::slurm::SlurmJob {
+                    job_id: "42".into(),
+                    node: Some("gpu7".into()),
+                    state: Some("RUNNING".into()),
+                },
+            },
+            step: "train".into(),
+            started_at: "2026-01-01T00:00:00Z".into(),
+        });
+        r.save(&p).unwrap();
+        let back = PipelineRecord::load(&p).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(back.worker.unwrap().handle.pid(), None);
     }
 
     #[test]

@@ -1,9 +1,13 @@
-//! Worker processes: spawning them in their own session, recognising them again
-//! after a daemon restart (pid + start time), signalling their process group.
+//! Launching workers. `backend` chooses between a local process group (spawning it
+//! in its own session, recognising it again after a daemon restart by pid + start
+//! time, signalling its group) and a Slurm batch job (`slurm`).
 
+pub mod backend;
 pub mod identity;
 pub mod signal;
+pub mod slurm;
 pub mod spawn;
 
+pub use backend::{Backend, JobUpdate, Launched, WorkerHandle};
 pub use identity::ProcessIdentity;
 pub use spawn::{ExitOutcome, SpawnSpec, Spawned};

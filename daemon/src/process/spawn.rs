@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::ProcessIdentity;
 
 /// Variables that belong to the daemon's service manager, not to the worker.
-const SCRUBBED_ENV: &[&str] = &[
+pub(crate) const SCRUBBED_ENV: &[&str] = &[
     "NOTIFY_SOCKET",
     "LISTEN_FDS",
     "LISTEN_PID",

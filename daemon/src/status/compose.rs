@@ -49,7 +49,7 @@ pub fn compose(
     now: DateTime<Utc>,
     daemon_running: bool,
 ) -> Status {
-    let worker = record.worker.as_ref().filter(|w| w.identity.is_alive());
+    let worker = record.worker.as_ref().filter(|w| w.handle.is_alive());
     let alive = worker.is_some();
     let mut state = record.state;
     if !daemon_running
@@ -92,7 +92,7 @@ pub fn compose(
         timestamp: lavender::time::rfc3339_z(now),
         pipeline: PipelineStatus {
             running: alive,
-            pid: worker.map(|w| w.identity.pid),
+            pid: worker.and_then(|w| w.handle.pid()),
             chunk: Some(record.chunk.unwrap_or(settings.default_chunk).to_string()),
             scale: Some(
                 record
@@ -102,6 +102,13 @@ pub fn compose(
             ),
             state,
             restarts: record.restarts,
+            slurm: worker.and_then(|w| w.handle.slurm_job()).map(|j| {
+                lavender::status::SlurmJobStatus {
+                    job_id: j.job_id.clone(),
+                    node: j.node.clone(),
+                    state: j.state.clone(),
+                }
+            }),
         },
         active_step,
         steps,

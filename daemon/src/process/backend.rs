@@ -1,0 +1,177 @@
+//! The launch backend (`launch.backend`): how a step is started, signalled, checked
+//! for life and waited for. `local` runs it as a process group here; `slurm` submits
+//! it as a batch job. Everything above (the pipeline actor, status, alerts) works
+//! with a [`WorkerHandle`] and does not care which.
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::time::Duration;
+
+use anyhow::Result;
+use lavender::config::{LaunchBackend, LaunchConfig, SlurmConfig};
+use nix::sys::signal::Signal;
+use serde::{Deserialize, Serialize};
+
+use super::slurm::{self, SlurmJob};
+use super::{ExitOutcome, ProcessIdentity, SpawnSpec};
+
+pub type ExitFuture = Pin<Box<dyn Future<Output = ExitOutcome> + Send>>;
+
+/// What identifies a running step across daemon restarts (saved in `pipeline.json`).
+/// Untagged so that state files written before Slurm support still load as `Local`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum WorkerHandle {
+    Slurm { slurm: SlurmJob },
+    Local(ProcessIdentity),
+}
+
+impl WorkerHandle {
+    /// The local process id; a Slurm job has none on this machine.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            WorkerHandle::Local(id) => Some(id.pid),
+            WorkerHandle::Slurm { .. } => None,
+        }
+    }
+
+    pub fn slurm_job(&self) -> Option<&SlurmJob> {
+        match self {
+            WorkerHandle::Slurm { slurm } => Some(slurm),
+            WorkerHandle::Local(_) => None,
+        }
+    }
+
+    /// True while the step lives: the same process, or a Slurm job that has not
+    /// ended (pending, running, requeued and pending again all count).
+    pub fn is_alive(&self) -> bool {
+        match self {
+            WorkerHandle::Local(id) => id.is_alive(),
+            WorkerHandle::Slurm { slurm } => slurm::query::job_alive(&slurm.job_id),
+        }
+    }
+
+    /// Sends `signal` to the step. `own_child`: a local group we spawned and have not
+    /// reaped yet (no identity check needed). Returns false when nothing was signalled.
+    pub fn signal(&self, signal: Signal, own_child: bool) -> bool {
+        match self {
+            WorkerHandle::Local(id) if own_child => super::signal::signal_own_group(id.pid, signal),
+            WorkerHandle::Local(id) => super::signal::signal_group(id, signal),
+            WorkerHandle::Slurm { slurm } => slurm::control::signal(&slurm.job_id, signal),
+        }
+    }
+}
+
+impl std::fmt::Display for WorkerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WorkerHandle::Local(id) => write!(f, "pid {}", id.pid),
+            WorkerHandle::Slurm { slurm } => write!(f, "Slurm job {}", slurm.job_id),
+        }
+    }
+}
+
+/// A Slurm job's place and state as last seen, for the status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobUpdate {
+    pub node: Option<String>,
+    pub state: String,
+}
+
+/// Called by a Slurm watcher whenever the job's state or node changes.
+pub type JobUpdates = Box<dyn Fn(JobUpdate) + Send + Sync>;
+
+/// A launched step: how to find it again, and a future that resolves when it ends.
+pub struct Launched {
+    pub handle: WorkerHandle,
+    pub exit: ExitFuture,
+}
+
+/// Where the daemon keeps the batch scripts and stop marks of Slurm jobs.
+#[derive(Debug, Clone)]
+pub struct Backend {
+    kind: LaunchBackend,
+    slurm: SlurmConfig,
+    jobs_dir: PathBuf,
+}
+
+impl Backend {
+    /// `jobs_dir`: the daemon's own directory for batch scripts (it must be visible
+    /// on the compute nodes only through the log and run directories, not this one).
+    pub fn from_config(launch: &LaunchConfig, jobs_dir: PathBuf) -> Backend {
+        Backend {
+            kind: launch.backend,
+            slurm: launch.slurm.clone(),
+            jobs_dir,
+        }
+    }
+
+    pub fn kind(&self) -> LaunchBackend {
+        self.kind
+    }
+
+    /// Starts a step. `updates` hears of a Slurm job's state changes.
+    pub fn launch(&self, spec: &SpawnSpec, step: &str, updates: JobUpdates) -> Result<Launched> {
+        match self.kind {
+            LaunchBackend::Local => {
+                let spawned = super::spawn::spawn(spec)?;
+                let pgid = spawned.identity.pid;
+                let child = spawned.child;
+                let exit = Box::pin(async move {
+                    let outcome = super::spawn::wait(child).await;
+                    // Whatever the worker left in its group (a stuck data loader, a helper
+                    // ignoring SIGTERM) goes with it, so a restart starts clean.
+                    if super::signal::signal_own_group(pgid, Signal::SIGKILL) {
+                        tracing::warn!(
+                            pgid,
+                            "killed processes the worker left behind in its group"
+                        );
+                    }
+                    outcome
+                });
+                Ok(Launched {
+                    handle: WorkerHandle::Local(spawned.identity),
+                    exit,
+                })
+            }
+            LaunchBackend::Slurm => {
+                let job = slurm::submit::submit(&self.slurm, &self.jobs_dir, spec, step)?;
+                let exit =
+                    slurm::watch::until_done(job.job_id.clone(), self.poll_interval(), updates);
+                Ok(Launched {
+                    handle: WorkerHandle::Slurm { slurm: job },
+                    exit,
+                })
+            }
+        }
+    }
+
+    /// Waits for a step this daemon did not start (re-adopted after a restart).
+    /// A local process that is not our child tells only that it is gone; a Slurm
+    /// job tells its exit code as long as Slurm remembers it.
+    pub fn watch_adopted(
+        &self,
+        handle: &WorkerHandle,
+        poll: Duration,
+        updates: JobUpdates,
+    ) -> ExitFuture {
+        match handle {
+            WorkerHandle::Local(id) => {
+                let id = id.clone();
+                Box::pin(async move {
+                    while id.is_alive() {
+                        tokio::time::sleep(poll).await;
+                    }
+                    ExitOutcome::Unknown
+                })
+            }
+            WorkerHandle::Slurm { slurm } => {
+                slurm::watch::until_done(slurm.job_id.clone(), self.poll_interval(), updates)
+            }
+        }
+    }
+
+    fn poll_interval(&self) -> Duration {
+        Duration::from_secs(self.slurm.poll_interval_s.max(1))
+    }
+}

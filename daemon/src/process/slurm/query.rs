@@ -1,0 +1,209 @@
+//! What Slurm says about a job. `scontrol show job` knows it while the controller
+//! holds it (running, pending, and `MinJobAge` seconds after it ended); after that
+//! only `sacct` does, and only where accounting (slurmdbd) is set up. Without
+//! either the exit status is unknown and the heartbeat decides (see pipeline/judge).
+
+use crate::process::ExitOutcome;
+
+/// One look at a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobInfo {
+    /// Not ended: pending, running, completing, requeued, suspended…
+    Active { state: String, node: Option<String> },
+    /// Ended, with how.
+    Ended {
+        state: String,
+        node: Option<String>,
+        outcome: ExitOutcome,
+    },
+    /// Neither the controller nor accounting knows the job.
+    Unknown,
+}
+
+/// States after which a job will not run again by itself.
+const ENDED: &[&str] = &[
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+];
+
+fn is_ended(state: &str) -> bool {
+    ENDED.contains(&state)
+}
+
+/// `ExitCode=<code>:<signal>` as Slurm reports it.
+fn outcome_of(exit_code: &str) -> ExitOutcome {
+    let (code, signal) = exit_code.split_once(':').unwrap_or((exit_code, "0"));
+    match (code.parse::<i32>(), signal.parse::<i32>()) {
+        (_, Ok(sig)) if sig != 0 => ExitOutcome::Signal(sig),
+        (Ok(code), _) => ExitOutcome::Code(code),
+        _ => ExitOutcome::Unknown,
+    }
+}
+
+/// The value of `key=` in a one-line `scontrol -o` record (values never hold spaces
+/// for the keys read here).
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// Parses `scontrol -o show job <id>`.
+pub fn parse_scontrol(text: &str) -> Option<JobInfo> {
+    let line = text.lines().find(|l| l.contains("JobState="))?;
+    let state = field(line, "JobState")?.to_string();
+    let node = field(line, "BatchHost")
+        .or_else(|| field(line, "NodeList"))
+        .filter(|n| !n.is_empty() && *n != "(null)")
+        .map(str::to_string);
+    if is_ended(&state) {
+        let outcome = field(line, "ExitCode").map_or(ExitOutcome::Unknown, outcome_of);
+        Some(JobInfo::Ended {
+            state,
+            node,
+            outcome,
+        })
+    } else {
+        Some(JobInfo::Active { state, node })
+    }
+}
+
+/// Parses `sacct -n -X -P -o State,ExitCode,NodeList -j <id>`.
+pub fn parse_sacct(text: &str) -> Option<JobInfo> {
+    let line = text.lines().find(|l| !l.trim().is_empty())?;
+    let mut parts = line.split('|');
+    // "CANCELLED by 0" → "CANCELLED".
+    let state = parts.next()?.split_whitespace().next()?.to_string();
+    let outcome = parts.next().map_or(ExitOutcome::Unknown, outcome_of);
+    let node = parts
+        .next()
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && *n != "None assigned")
+        .map(str::to_string);
+    if is_ended(&state) {
+        Some(JobInfo::Ended {
+            state,
+            node,
+            outcome,
+        })
+    } else {
+        Some(JobInfo::Active { state, node })
+    }
+}
+
+/// Asks the controller, then accounting.
+pub fn look(job_id: &str) -> JobInfo {
+    let scontrol = super::run(
+        "scontrol",
+        &["-o".into(), "show".into(), "job".into(), job_id.into()],
+    );
+    match scontrol {
+        Ok(text) => {
+            if let Some(info) = parse_scontrol(&text) {
+                return info;
+            }
+        }
+        Err(e) => {
+            let text = e.to_string();
+            if !text.contains("Invalid job id") {
+                // The controller did not answer: say nothing rather than "ended".
+                tracing::warn!("{e:#}");
+                return JobInfo::Active {
+                    state: "UNREACHABLE".into(),
+                    node: None,
+                };
+            }
+        }
+    }
+    // Without slurmdbd sacct fails ("accounting storage is disabled"): unknown.
+    super::run(
+        "sacct",
+        &[
+            "-n".into(),
+            "-X".into(),
+            "-P".into(),
+            "-o".into(),
+            "State,ExitCode,NodeList".into(),
+            "-j".into(),
+            job_id.into(),
+        ],
+    )
+    .ok()
+    .and_then(|text| parse_sacct(&text))
+    .unwrap_or(JobInfo::Unknown)
+}
+
+/// True while the job has not ended (an unreachable controller counts as alive).
+pub fn job_alive(job_id: &str) -> bool {
+    matches!(look(job_id), JobInfo::Active { .. })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scontrol_states_and_exit_codes() {
+        let running = "JobId=7 JobName=lavender-train UserId=root(0) JobState=RUNNING Reason=None Requeue=1 Restarts=0 BatchFlag=1 ExitCode=0:0 NodeList=vm BatchHost=vm NumNodes=1";
+        assert_eq!(
+            parse_scontrol(running),
+            Some(JobInfo::Active {
+                state: "RUNNING".into(),
+                node: Some("vm".into())
+            })
+        );
+        let pending = "JobId=7 JobState=PENDING Reason=BeginTime ExitCode=0:0 NodeList=(null)";
+        assert_eq!(
+            parse_scontrol(pending),
+            Some(JobInfo::Active {
+                state: "PENDING".into(),
+                node: None
+            })
+        );
+        let failed = "JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0 NodeList=vm";
+        assert!(matches!(
+            parse_scontrol(failed),
+            Some(JobInfo::Ended {
+                outcome: ExitOutcome::Code(3),
+                ..
+            })
+        ));
+        let cancelled = "JobId=7 JobState=CANCELLED Reason=None ExitCode=0:15 NodeList=vm";
+        assert!(matches!(
+            parse_scontrol(cancelled),
+            Some(JobInfo::Ended {
+                outcome: ExitOutcome::Signal(15),
+                ..
+            })
+        ));
+        assert_eq!(
+            parse_scontrol("slurm_load_jobs error: Invalid job id specified"),
+            None
+        );
+    }
+
+    #[test]
+    fn sacct_lines() {
+        assert!(matches!(
+            parse_sacct("CANCELLED by 0|0:15|vm\n"),
+            Some(JobInfo::Ended {
+                outcome: ExitOutcome::Signal(15),
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse_sacct("COMPLETED|0:0|vm\n"),
+            Some(JobInfo::Ended {
+                outcome: ExitOutcome::Code(0),
+                ..
+            })
+        ));
+        assert_eq!(parse_sacct(""), None);
+    }
+}
