@@ -75,9 +75,11 @@ bench_cleanup() {
 }
 trap bench_cleanup EXIT
 
-# daemon_write_config DIR WORKER_COMMAND_YAML EXTRA_YAML: a config for one daemon.
+# daemon_write_config DIR WORKER_COMMAND_YAML EXTRA_YAML [SUPERVISOR_YAML]: a config
+# for one daemon. EXTRA_YAML is appended after the notify section (indent it to add
+# notify keys); SUPERVISOR_YAML lines (indented) go into the supervisor section.
 daemon_write_config() {
-  local dir="$1" command="$2" extra="$3"
+  local dir="$1" command="$2" extra="$3" supervisor="${4:-}"
   mkdir -p "$dir"
   cat >"$dir/lavender.yaml" <<EOF
 steps: [train]
@@ -87,6 +89,7 @@ supervisor:
   listen: 127.0.0.1:0
   stop_timeout_s: 30
   max_restarts: 1000
+$supervisor
 notify:
   desktop: false
   milestones: false

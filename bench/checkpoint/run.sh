@@ -76,7 +76,7 @@ PY
 
 echo
 echo "retention over $CHECKPOINTS checkpoints (keep 3)"
-"$LOADGEN" retention --checkpoints "$CHECKPOINTS" --keep 3 --repeat "${RETENTION_REPEAT:-5}" --dir "$BENCH_TMP" \
+"$LOADGEN" retention --checkpoints "$CHECKPOINTS" --keep 3 --repeat "${RETENTION_REPEAT:-3}" --dir "$BENCH_TMP" \
   >"$BENCH_OUT/retention.json"
 jq -r '"list the checkpoints:       median \(.list_checkpoints.median_ms) ms (max \(.list_checkpoints.max_ms))",
        "lavender retention pass:    median \(.lavender_retention_pass.median_ms) ms (max \(.lavender_retention_pass.max_ms)), deletes \(.checkpoints - .keep)",
