@@ -18,7 +18,9 @@ impl Args {
         let mut it = raw.into_iter();
         while let Some(k) = it.next() {
             let Some(key) = k.strip_prefix("--") else {
-                return Err(format!("unexpected argument {k:?}; arguments are --key value"));
+                return Err(format!(
+                    "unexpected argument {k:?}; arguments are --key value"
+                ));
             };
             let v = it.next().ok_or_else(|| format!("--{key} needs a value"))?;
             values.entry(key.to_string()).or_default().push(v);
@@ -27,7 +29,10 @@ impl Args {
     }
 
     pub fn str(&self, key: &str) -> Option<&str> {
-        self.values.get(key).and_then(|v| v.last()).map(String::as_str)
+        self.values
+            .get(key)
+            .and_then(|v| v.last())
+            .map(String::as_str)
     }
 
     pub fn all(&self, key: &str) -> Vec<String> {

@@ -2,7 +2,8 @@
 //!
 //! - `detect-crash`: SIGKILL the supervised worker, then poll `GET /status` until
 //!   `pipeline.state` is `crashed`; with `--hook ADDR`, also wait for the `crashed`
-//!   alert at a webhook receiver listening there. Repeats after each restart.
+//!   alert at a webhook receiver listening there. Also records when the process is
+//!   actually gone (a zombie or reaped). Repeats after each restart.
 //! - `detect-heartbeat`: replace `heartbeat.json` in `--run-dir` (temp file + rename,
 //!   as a worker does) with a new step, then poll until `/status` shows that step.
 //!
@@ -23,6 +24,17 @@ unsafe extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
 const SIGKILL: i32 = 9;
+
+/// The process exists and is not a zombie.
+fn process_alive(pid: i64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().to_string())
+        })
+        .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
+}
 
 fn status(client: &mut Client) -> Result<Value, String> {
     client
@@ -73,7 +85,7 @@ pub fn crash(args: &Args) -> Result<(), String> {
     let timeout = Duration::from_secs_f64(args.get("timeout", 30.0)?);
     let hook = args.str("hook").map(hook::listen).transpose()?;
     let mut client = Client::new(target);
-    let (mut to_status, mut to_alert) = (Vec::new(), Vec::new());
+    let (mut to_status, mut to_alert, mut to_dead) = (Vec::new(), Vec::new(), Vec::new());
     let mut last_pid: Option<i64> = None;
     for i in 0..repeat {
         let (pid, _) = poll(&mut client, timeout, "a training worker", |st| {
@@ -97,10 +109,17 @@ pub fn crash(args: &Args) -> Result<(), String> {
                 std::io::Error::last_os_error()
             ));
         }
+        // When the kernel has actually ended the process (SIGKILL waits for a
+        // process in uninterruptible sleep, e.g. in fsync), checked between polls.
+        let mut dead_at: Option<Instant> = None;
         let (_, seen) = poll(&mut client, timeout, "pipeline.state = crashed", |st| {
+            if dead_at.is_none() && !process_alive(pid) {
+                dead_at = Some(Instant::now());
+            }
             (st["pipeline"]["state"] == "crashed").then_some(())
         })?;
         to_status.push(seen - t0);
+        to_dead.push(dead_at.unwrap_or(seen) - t0);
         if let Some(rx) = &hook {
             let deadline = t0 + timeout;
             loop {
@@ -119,8 +138,9 @@ pub fn crash(args: &Args) -> Result<(), String> {
         }
         last_pid = Some(pid);
         eprintln!(
-            "crash {}/{repeat}: status {:.1} ms{}",
+            "crash {}/{repeat}: process gone {:.1} ms, status {:.1} ms{}",
             i + 1,
+            ms(to_dead[i]),
             ms(seen - t0),
             to_alert
                 .last()
@@ -129,7 +149,10 @@ pub fn crash(args: &Args) -> Result<(), String> {
                 .unwrap_or_default()
         );
     }
-    let mut out = vec![summary("sigkill_to_status_crashed", &to_status)];
+    let mut out = vec![
+        summary("sigkill_to_process_gone", &to_dead),
+        summary("sigkill_to_status_crashed", &to_status),
+    ];
     if hook.is_some() {
         out.push(summary("sigkill_to_webhook_alert", &to_alert));
     }

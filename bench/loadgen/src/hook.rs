@@ -21,7 +21,9 @@ pub fn listen(addr: &str) -> Result<Receiver<Received>, String> {
             let mut buf = Vec::new();
             let mut chunk = [0u8; 8192];
             let body = loop {
-                let Ok(n) = s.read(&mut chunk) else { break None };
+                let Ok(n) = s.read(&mut chunk) else {
+                    break None;
+                };
                 if n == 0 {
                     break None;
                 }
@@ -40,7 +42,8 @@ pub fn listen(addr: &str) -> Result<Receiver<Received>, String> {
                 }
             };
             let at = Instant::now();
-            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
             if let Some(body) = body
                 && tx.send(Received { at, body }).is_err()
             {

@@ -3,7 +3,8 @@
 
 use lavender_loadgen::{args::Args, detect, load, retention};
 
-const USAGE: &str = "usage: loadgen <load|detect-crash|detect-heartbeat|retention> [--key value ...]
+const USAGE: &str =
+    "usage: loadgen <load|detect-crash|detect-heartbeat|retention> [--key value ...]
   load              --tcp HOST:PORT | --unix SOCKET  [--path /status] [--method GET] [--body B]
                     [--header 'K: V']... [--connections 1] [--duration 10] [--warmup 1] [--rate R]
   detect-crash      --tcp|--unix  [--repeat 10] [--hook 127.0.0.1:PORT] [--timeout 30]

@@ -95,7 +95,10 @@ pub fn run(args: &Args) -> Result<(), String> {
 
             let run = scratch.join(format!("shell-{i}"));
             make_run(&run, count, bytes)?;
-            let script = format!("cd \"$1\" && ls -1dt -- */ | tail -n +{} | xargs rm -rf --", keep + 1);
+            let script = format!(
+                "cd \"$1\" && ls -1dt -- */ | tail -n +{} | xargs rm -rf --",
+                keep + 1
+            );
             let (status, t) = timed(|| {
                 Command::new("sh")
                     .args(["-c", &script, "sh"])
@@ -104,7 +107,10 @@ pub fn run(args: &Args) -> Result<(), String> {
             });
             let status = status.map_err(|e| format!("run sh: {e}"))?;
             if !status.success() || remaining(&run) != keep {
-                return Err(format!("the shell pass failed ({status}) or left {}", remaining(&run)));
+                return Err(format!(
+                    "the shell pass failed ({status}) or left {}",
+                    remaining(&run)
+                ));
             }
             shell_pass.push(t);
         }
