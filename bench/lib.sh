@@ -34,9 +34,6 @@ bench_need() {
 # Evaluates a Python expression and prints it.
 calc() { "$PY" -c "print($1)"; }
 
-# Reads a key path (e.g. .pipeline.state) from JSON on stdin.
-jget() { jq -r "$1"; }
-
 bench_machine() {
   local cpu mem disk
   cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
