@@ -6,7 +6,7 @@ SHELL := /bin/bash
 # libtorch for building the worker: the user's LIBTORCH, else the .venv's torch/.
 TORCH_ENV = LIBTORCH="$${LIBTORCH:-$$(cat .venv/lib/torch-path)}"
 
-.PHONY: run test lint setup build
+.PHONY: run test lint setup build bench
 
 setup:
 	@bash scripts/setup-libtorch.sh
@@ -28,3 +28,8 @@ lint: setup
 
 test: setup lint
 	@mkdir -p target; $(TORCH_ENV) cargo test --workspace 2>&1 | tee target/test.log; exit $${PIPESTATUS[0]}
+
+# Benchmarks (not tests): status API, daemon overhead, detection latency, checkpoint
+# I/O, trainer and interference; docs/BENCHMARKS.md records the results.
+bench: setup
+	@$(TORCH_ENV) bash bench/run-all.sh
