@@ -366,14 +366,14 @@ mod tests {
             sha256: Some("aa11".into()),
             ..touched
         };
-        assert!(m.is_fresh(&[touched_same, fb], "abc"));
+        assert!(m.is_fresh(&[touched_same, fb.clone()], "abc"));
 
         // The same count of inputs is not enough: a repeated path cannot stand in for
         // a missing one, on either side.
         assert!(!m.is_fresh(&[fa.clone(), fa.clone()], "abc"));
         let mut twice = m.clone();
         twice.inputs = vec![fa.clone(), fa.clone()];
-        assert!(!twice.is_fresh(&[fa.clone(), fb.clone()], "abc"));
+        assert!(!twice.is_fresh(&[fa, fb], "abc"));
 
         let err = fingerprint(&dir.path().join("missing")).unwrap_err();
         assert!(err.is_not_found());
