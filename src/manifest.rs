@@ -3,7 +3,7 @@
 //! hash) and produced (counts, outputs), so a rerun can be skipped when nothing
 //! changed and the status can report data counts without listing directories.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -99,16 +99,22 @@ pub struct StepManifest {
 
 impl StepManifest {
     /// True when the step ran with `config_hash` on exactly these inputs (same
-    /// set of paths, each unchanged), so its outputs can be reused. Pure: it does
-    /// not look at the disk.
+    /// set of paths, in any order, each unchanged), so its outputs can be reused.
+    /// Pure: it does not look at the disk. Linear in the number of inputs (a step
+    /// may read one input per shard, and there can be thousands).
     pub fn is_fresh(&self, inputs: &[InputFingerprint], config_hash: &str) -> bool {
         if self.config_hash != config_hash || self.inputs.len() != inputs.len() {
             return false;
         }
+        let mut then: HashMap<&Path, &InputFingerprint> =
+            self.inputs.iter().map(|f| (f.path.as_path(), f)).collect();
+        // A path listed twice is not "the same set" as one listed once.
+        if then.len() != self.inputs.len() {
+            return false;
+        }
+        // Each path is taken once, so a repeated input cannot stand in for a missing one.
         inputs.iter().all(|now| {
-            self.inputs
-                .iter()
-                .find(|then| then.path == now.path)
+            then.remove(now.path.as_path())
                 .is_some_and(|then| then.matches(now))
         })
     }
@@ -307,6 +313,24 @@ mod tests {
     }
 
     #[test]
+    fn freshness_over_many_inputs_checks_every_one() {
+        let fp = |i: u64| InputFingerprint {
+            path: PathBuf::from(format!("/d/shards/shard-{i:05}.jsonl")),
+            size: i,
+            mtime_ns: 1_000 + i,
+            sha256: None,
+        };
+        let mut m = manifest("precompute", &[]);
+        m.inputs = (0..20_000).map(fp).collect();
+        let mut now: Vec<InputFingerprint> = (0..20_000).rev().map(fp).collect();
+        assert!(m.is_fresh(&now, "abc"));
+        now[12_345].mtime_ns += 1;
+        assert!(!m.is_fresh(&now, "abc"));
+        now[12_345] = fp(20_000);
+        assert!(!m.is_fresh(&now, "abc"));
+    }
+
+    #[test]
     fn freshness() {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a.txt");
@@ -342,7 +366,14 @@ mod tests {
             sha256: Some("aa11".into()),
             ..touched
         };
-        assert!(m.is_fresh(&[touched_same, fb], "abc"));
+        assert!(m.is_fresh(&[touched_same, fb.clone()], "abc"));
+
+        // The same count of inputs is not enough: a repeated path cannot stand in for
+        // a missing one, on either side.
+        assert!(!m.is_fresh(&[fa.clone(), fa.clone()], "abc"));
+        let mut twice = m.clone();
+        twice.inputs = vec![fa.clone(), fa.clone()];
+        assert!(!twice.is_fresh(&[fa, fb], "abc"));
 
         let err = fingerprint(&dir.path().join("missing")).unwrap_err();
         assert!(err.is_not_found());

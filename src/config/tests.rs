@@ -176,7 +176,7 @@ fn data_root_env_var_is_not_a_layer() {
 #[test]
 fn scale_presets() {
     let p = |s: Scale| (s.preset().total_steps, s.preset().shards);
-    assert_eq!(p(Scale::Tiny), (600, 4));
+    assert_eq!(p(Scale::Tiny), (1_400, 4));
     assert_eq!(p(Scale::Small), (50_000, 21));
     assert_eq!(p(Scale::Medium), (105_000, 43));
     assert_eq!(p(Scale::Large), (200_000, 81));
@@ -215,8 +215,8 @@ fn stage_steps_sum_to_preset_total() {
     let mut c = Config::default();
     c.training.stages[1].steps = Some(5);
     assert_eq!(c.stage_steps(1), 5);
-    assert_eq!(c.stage_steps(0) + c.stage_steps(2), 600);
-    assert_eq!(c.total_steps(), 605);
+    assert_eq!(c.stage_steps(0) + c.stage_steps(2), 1_400);
+    assert_eq!(c.total_steps(), 1_405);
 }
 
 #[test]
@@ -407,7 +407,7 @@ fn bad_stage_names() {
     let c =
         Config::from_yaml_str("training:\n  stages:\n    - {name: only, lr: 0.1}\n", "t").unwrap();
     assert_eq!(c.training.stages[0].checkpoint_every, 100);
-    assert_eq!(c.total_steps(), 600);
+    assert_eq!(c.total_steps(), 1_400);
 
     let e = err("training:\n  stages:\n    - {name: a}\n");
     assert_eq!(

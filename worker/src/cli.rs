@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
+use anyhow::{Context, Result};
 use clap::Args;
+use lavender::config::{Config, LoadOptions};
 
 #[derive(Args, Debug, Clone)]
 pub struct StepArgs {
@@ -28,4 +30,56 @@ pub struct StepArgs {
     /// Config overrides, `key.path=value`, applied last.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
+}
+
+/// The layered config a step runs with, and where its paths resolve.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    /// `--data-root` > `LAVENDER_DATA_ROOT` > the config's `data_root` / candidates.
+    pub data_root: PathBuf,
+    /// Relative paths in the config (sources, JSONL files) are taken from here: the
+    /// config file's directory, or the working directory without a file.
+    pub config_dir: PathBuf,
+}
+
+impl StepArgs {
+    /// Defaults < `--config` file < `LAVENDER_*` environment < `--scale`/`--chunk` <
+    /// `--set`, validated; every step (data, train, mine_hard, generate) loads through
+    /// here, so they all resolve the same config the same way.
+    pub fn load(&self) -> Result<Loaded> {
+        let mut opts = LoadOptions::from_process_env();
+        opts.file = self.config.clone();
+        if let Some(scale) = &self.scale {
+            opts.overrides.push(("scale".into(), scale.clone()));
+        }
+        if let Some(chunk) = self.chunk {
+            opts.overrides.push(("chunk".into(), chunk.to_string()));
+        }
+        for kv in &self.overrides {
+            let (key, value) = kv.split_once('=').with_context(|| {
+                format!("--set {kv:?} is not KEY=VALUE; write it like --set training.batch_size=8")
+            })?;
+            opts.overrides
+                .push((key.trim().to_string(), value.to_string()));
+        }
+        let config = Config::load(&opts)?;
+        let cwd = std::env::current_dir().context("could not read the current directory")?;
+        let data_root = config.resolve_data_root(
+            self.data_root.as_deref(),
+            opts.env_data_root().as_deref(),
+            &cwd,
+        );
+        let config_dir = self
+            .config
+            .as_ref()
+            .and_then(|f| f.parent())
+            .filter(|d| !d.as_os_str().is_empty())
+            .map_or_else(|| cwd.clone(), |d| cwd.join(d));
+        Ok(Loaded {
+            config,
+            data_root,
+            config_dir,
+        })
+    }
 }

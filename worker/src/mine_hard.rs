@@ -81,7 +81,7 @@ pub fn run(args: MineHardArgs) -> Result<()> {
         std::fs::remove_file(&old)
             .with_context(|| format!("could not remove {}", old.display()))?;
     }
-    let bin = dir.join("windows.bin");
+    let bin = dir.join(crate::train::hard::WINDOWS_FILE);
     let tmp = dir.join(".windows.bin.tmp");
     let mut w = ArrayWriter::create(&tmp, tokens.index.dtype)?;
     let mut listed = Vec::new();
@@ -124,9 +124,17 @@ pub fn run(args: MineHardArgs) -> Result<()> {
             ("hard_examples".to_string(), order.len() as u64),
             ("windows_scored".to_string(), scored),
         ]),
-        outputs: vec!["windows.bin".into(), "windows.json".into()],
+        outputs: vec![
+            crate::train::hard::WINDOWS_FILE.into(),
+            "windows.json".into(),
+        ],
         finished_at: lavender::time::rfc3339_z(lavender::time::now_utc()),
-        extra: Default::default(),
+        // What a later chunk's trainer checks before mixing these windows in.
+        extra: serde_json::Map::from_iter([
+            ("chunk".to_string(), json!(s.chunk)),
+            ("seq_len".to_string(), json!(s.seq_len)),
+            ("upsample".to_string(), json!(upsample)),
+        ]),
     };
     manifest::write(&s.data_root, &m)?;
     let hardest = order.first().map_or(f64::NAN, |&i| losses[i]);

@@ -40,7 +40,7 @@ fn all_five_steps_on_the_embedded_corpus_at_tiny_scale() {
     let kept = root.count("corpus/dedup", "documents");
     assert_eq!(kept + root.count("corpus/dedup", "removed"), docs_loaded);
     let shards = root.count("shards", "shard_count");
-    assert!(shards >= 4, "{shards} shards");
+    assert!(shards >= 1, "{shards} shards");
     assert_eq!(
         root.count("shards", "train_documents") + root.count("shards", "validation_documents"),
         root.count("corpus/filtered", "documents")
@@ -50,10 +50,10 @@ fn all_five_steps_on_the_embedded_corpus_at_tiny_scale() {
     assert!(root.count("tokens", "sft_samples") > 1000);
     assert!(root.count("tokens", "dpo_pairs") > 1000);
     assert_eq!(root.count("tokens", "shards_available"), shards);
-    assert_eq!(
-        root.count("tokens", "shards_used"),
-        1,
-        "tiny = 4 shards, 1 per chunk"
+    let used = root.count("tokens", "shards_used");
+    assert!(
+        used >= 1 && used <= shards,
+        "{used} of {shards} shards used"
     );
 
     // Milestones, in order.
@@ -105,6 +105,25 @@ fn all_five_steps_on_the_embedded_corpus_at_tiny_scale() {
     assert_eq!(index["format"], 1);
     assert_eq!(index["dtype"], "u16");
     let eos = index["eos_id"].as_u64().unwrap() as u32;
+    // Every chunk of the tiny run trains on most of the corpus: a chunk of a few
+    // thousand tokens is learnt by heart and its validation loss stalls.
+    let selection = &root.manifest("tokens")["selection"]["shards"];
+    let shard_tokens = |name: &serde_json::Value| {
+        index["pretrain"]["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| &s["shard"] == name)
+            .unwrap()["tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    let chunk_tokens: u64 = selection.as_array().unwrap().iter().map(shard_tokens).sum();
+    let all_tokens = root.count("tokens", "tokens");
+    assert!(
+        chunk_tokens * 10 >= all_tokens * 9,
+        "tiny's chunk 1 trains on {chunk_tokens} of {all_tokens} tokens"
+    );
     let first = &index["pretrain"]["shards"][0];
     assert_eq!(first["shard"], "shard-00000");
     let ids = u16s(&std::fs::read(tokens_dir.join(first["file"].as_str().unwrap())).unwrap());

@@ -70,6 +70,65 @@ fn mine_hard_keeps_the_highest_loss_windows_with_a_manifest() {
     assert!(manifest["counts"]["windows_scored"].as_u64().unwrap() > 5);
 }
 
+/// The next chunk's pretraining mixes in the windows mined on the previous one (each
+/// already repeated `upsample` times), from a copy in its run directory.
+#[test]
+fn the_next_chunk_mixes_in_the_hard_examples() {
+    let root = trained_root();
+    run_ok(
+        worker()
+            .arg("mine_hard")
+            .args(common(root.path()))
+            .args(["--checkpoint", "latest", "--top-k", "5"])
+            .args(["--set", "data.hard_examples.upsample=3"]),
+    );
+    let manifest = read_json(&root.path().join("hard_examples/manifest.json"));
+    assert_eq!(manifest["chunk"], 1);
+    assert_eq!(manifest["seq_len"], 16);
+
+    let samples = |run: &Path| -> (u64, u64) {
+        let started = events(run)
+            .into_iter()
+            .find(|e| e["kind"] == "stage_started" && e["stage"] == "pretrain")
+            .expect("a pretrain stage_started event");
+        (
+            started["samples"].as_u64().unwrap(),
+            started["hard_examples"].as_u64().unwrap(),
+        )
+    };
+    // Chunk 2, continuing chunk 1's weights: 5 windows × 3.
+    let run2 = root.path().join("run-chunk2");
+    run_ok(
+        worker()
+            .arg("train")
+            .args(common(root.path()))
+            .args(["--device", "cpu", "--chunk", "2", "--resume", "latest"])
+            .arg("--run-dir")
+            .arg(&run2),
+    );
+    let (with_hard, hard) = samples(&run2);
+    assert_eq!(hard, 15);
+    let copy = std::fs::read(run2.join("hard-examples.bin")).unwrap();
+    let mined = std::fs::read(root.path().join("hard_examples/windows.bin")).unwrap();
+    assert_eq!(copy, mined);
+
+    // The same chunk does not feed on its own hard examples.
+    let run1 = root.path().join("run-chunk1-again");
+    run_ok(
+        worker()
+            .arg("train")
+            .args(common(root.path()))
+            .args(["--device", "cpu"])
+            .arg("--run-dir")
+            .arg(&run1),
+    );
+    let (plain, none) = samples(&run1);
+    assert_eq!(none, 0);
+    assert!(!run1.join("hard-examples.bin").exists());
+    // Shard 1 (chunk 2) and shard 0 (chunk 1) have the same length in the fixture.
+    assert_eq!(with_hard, plain + 15);
+}
+
 #[test]
 fn generate_samples_deterministically_and_greedy_matches_top_k_one() {
     let root = trained_root();

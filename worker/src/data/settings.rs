@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
-use lavender::config::{Config, DataConfig, LoadOptions};
+use anyhow::Result;
+use lavender::config::DataConfig;
 
 use crate::cli::StepArgs;
 
@@ -25,36 +25,10 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Defaults < `--config` file < `LAVENDER_*` environment < `--scale`/`--chunk` < `--set`.
+    /// The layered config of `args` (see [`StepArgs::load`]).
     pub fn load(args: &StepArgs) -> Result<Settings> {
-        let mut opts = LoadOptions::from_process_env();
-        opts.file = args.config.clone();
-        if let Some(scale) = &args.scale {
-            opts.overrides.push(("scale".into(), scale.clone()));
-        }
-        if let Some(chunk) = args.chunk {
-            opts.overrides.push(("chunk".into(), chunk.to_string()));
-        }
-        for o in &args.overrides {
-            let (key, value) = o.split_once('=').with_context(|| {
-                format!("--set {o:?}: expected KEY=VALUE, e.g. data.tokenizer.vocab_size=512")
-            })?;
-            opts.overrides
-                .push((key.trim().to_string(), value.to_string()));
-        }
-        let config = Config::load(&opts)?;
-        let cwd = std::env::current_dir().context("could not read the current directory")?;
-        let config_dir = args
-            .config
-            .as_ref()
-            .and_then(|f| f.parent())
-            .filter(|d| !d.as_os_str().is_empty())
-            .map_or_else(|| cwd.clone(), |d| cwd.join(d));
-        let data_root = config.resolve_data_root(
-            args.data_root.as_deref(),
-            opts.env_data_root().as_deref(),
-            &cwd,
-        );
+        let loaded = args.load()?;
+        let config = loaded.config;
         Ok(Settings {
             scale: config.scale.to_string(),
             scale_shards: config.preset().shards,
@@ -62,10 +36,10 @@ impl Settings {
             chunk: u8::try_from(config.chunk).unwrap_or(1),
             seed: config.seed,
             data: config.data,
-            data_root,
+            data_root: loaded.data_root,
             run_dir: args.run_dir.clone(),
             force: args.force,
-            config_dir,
+            config_dir: loaded.config_dir,
         })
     }
 

@@ -72,20 +72,7 @@ pub fn fresh_manifest(
     };
     let dir = manifest::step_dir(&ctx.root, step);
     let outputs_present = m.outputs.iter().all(|o| dir.join(o).exists());
-    Ok((is_fresh(&m, inputs, config_hash) && outputs_present).then_some(m))
-}
-
-/// `StepManifest::is_fresh` with a map instead of a scan per input: precompute has one
-/// input per shard, and thousands of shards made the scan take seconds.
-fn is_fresh(m: &StepManifest, inputs: &[InputFingerprint], config_hash: &str) -> bool {
-    if m.config_hash != config_hash || m.inputs.len() != inputs.len() {
-        return false;
-    }
-    let then: std::collections::HashMap<&std::path::Path, &InputFingerprint> =
-        m.inputs.iter().map(|f| (f.path.as_path(), f)).collect();
-    inputs
-        .iter()
-        .all(|now| then.get(now.path.as_path()).is_some_and(|t| t.matches(now)))
+    Ok((m.is_fresh(inputs, config_hash) && outputs_present).then_some(m))
 }
 
 pub fn say_skipped(step: &str, m: &StepManifest) {

@@ -74,6 +74,8 @@ pub struct PretrainData {
     arrays: Vec<TokenArray>,
     windows: Vec<(u32, u64)>,
     seq_len: usize,
+    /// Of `windows`, how many are mixed-in hard examples (the last ones).
+    hard: usize,
 }
 
 impl PretrainData {
@@ -96,11 +98,29 @@ impl PretrainData {
             arrays,
             windows,
             seq_len,
+            hard: 0,
         })
     }
 
     pub fn len(&self) -> usize {
         self.windows.len()
+    }
+
+    /// Adds every whole window of `seq_len + 1` tokens stored back to back in `array`
+    /// (hard examples, already repeated by their upsampling factor); returns how many.
+    pub fn add_windows(&mut self, array: TokenArray) -> usize {
+        let span = self.seq_len + 1;
+        let a = self.arrays.len() as u32;
+        let n = array.len() / span;
+        self.windows.extend((0..n).map(|k| (a, (k * span) as u64)));
+        self.arrays.push(array);
+        self.hard += n;
+        n
+    }
+
+    /// How many windows are mixed-in hard examples.
+    pub fn hard_windows(&self) -> usize {
+        self.hard
     }
 
     pub fn window(&self, i: usize) -> Vec<i64> {

@@ -5,6 +5,7 @@ pub mod checkpointing;
 pub mod data;
 pub mod device;
 pub mod eta;
+pub mod hard;
 pub mod history;
 pub mod objective;
 pub mod rng;

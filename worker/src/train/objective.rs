@@ -39,6 +39,14 @@ impl Objective {
         }
     }
 
+    /// Mixed-in hard-example windows (pretraining only).
+    pub fn hard_windows(&self) -> usize {
+        match self {
+            Objective::Pretrain { data, .. } => data.hard_windows(),
+            _ => 0,
+        }
+    }
+
     /// The training loss of one micro-batch (a scalar that requires grad).
     pub fn loss(&self, model: &Gpt, indices: &[usize], device: Device) -> Tensor {
         match self {

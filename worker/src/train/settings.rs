@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
-use lavender::config::{Config, LoadOptions, SaveOptimizerState};
+use anyhow::{Result, bail};
+use lavender::config::{Config, SaveOptimizerState};
 
 use crate::cli::StepArgs;
 use crate::model::GptConfig;
@@ -60,35 +60,10 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Defaults < `--config` < `LAVENDER_*` < `--scale`/`--chunk` < `--set`.
+    /// The layered config of `args` (see [`StepArgs::load`]).
     pub fn load(args: &StepArgs) -> Result<Settings> {
-        let env = LoadOptions::from_process_env();
-        let mut overrides = Vec::new();
-        if let Some(scale) = &args.scale {
-            overrides.push(("scale".to_string(), scale.clone()));
-        }
-        if let Some(chunk) = args.chunk {
-            overrides.push(("chunk".to_string(), chunk.to_string()));
-        }
-        for kv in &args.overrides {
-            let Some((k, v)) = kv.split_once('=') else {
-                bail!("--set {kv:?} is not KEY=VALUE; write it like --set training.batch_size=8");
-            };
-            overrides.push((k.trim().to_string(), v.to_string()));
-        }
-        let opts = LoadOptions {
-            file: args.config.clone(),
-            overrides,
-            ..env
-        };
-        let config = Config::load(&opts).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let cwd = std::env::current_dir().context("could not read the current directory")?;
-        let data_root = config.resolve_data_root(
-            args.data_root.as_deref(),
-            opts.env_data_root().as_deref(),
-            &cwd,
-        );
-        Settings::from_config(config, data_root)
+        let loaded = args.load()?;
+        Settings::from_config(loaded.config, loaded.data_root)
     }
 
     pub fn from_config(config: Config, data_root: PathBuf) -> Result<Settings> {

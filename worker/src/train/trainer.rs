@@ -119,7 +119,10 @@ impl Trainer {
                     .iter()
                     .map(|s| self.tokens.pretrain_shard(s))
                     .collect::<Result<Vec<_>>>()?;
-                let data = PretrainData::new(arrays, seq)?;
+                let mut data = PretrainData::new(arrays, seq)?;
+                if let Some(hard) = self.hard_examples()? {
+                    data.add_windows(hard);
+                }
                 let val = self.tokens.pretrain_validation()?;
                 Objective::Pretrain {
                     eval: validation_batches(&val, seq, bs, nb, dev)?,
@@ -185,6 +188,7 @@ impl Trainer {
                 .with("stage", &stage.name)
                 .with("steps", stage.steps)
                 .with("samples", objective.len())
+                .with("hard_examples", objective.hard_windows())
                 .with("epochs", epochs),
             )?;
             let eval = objective.evaluate(&self.model);
@@ -308,6 +312,30 @@ impl Trainer {
         }
         self.last_eval = Some(eval.clone());
         Ok(())
+    }
+
+    /// The hard examples this run's pretraining mixes in. Decided when pretraining
+    /// starts (and the windows copied into the run directory); a resume mid-stage reads
+    /// the run's copy, so it mixes exactly what the interrupted session did.
+    fn hard_examples(&mut self) -> Result<Option<crate::tokens::TokenArray>> {
+        if self.pos.stage_step == 0 {
+            let choice = super::hard::choose(&self.s.data_root, self.s.chunk, self.s.seq_len)?;
+            let from = match &choice {
+                super::hard::Choice::Use { path, .. } => Some(path.as_path()),
+                super::hard::Choice::Skip(_) => None,
+            };
+            super::hard::take(&self.run_dir, from)?;
+            match choice {
+                super::hard::Choice::Use { chunk, .. } => {
+                    eprintln!("pretrain: mixing in the hard examples mined on chunk {chunk}")
+                }
+                super::hard::Choice::Skip(Some(why)) => {
+                    eprintln!("pretrain: no hard examples mixed in: {why}")
+                }
+                super::hard::Choice::Skip(None) => {}
+            }
+        }
+        super::hard::open(&self.run_dir, self.tokens.index.dtype)
     }
 
     pub fn reference_path(&self) -> PathBuf {

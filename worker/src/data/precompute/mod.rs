@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 use serde_json::json;
-use tokenizers::Tokenizer;
 
 use super::documents::{read_docs, unit_hash};
 use super::manifest::{StepManifest, fingerprint};
@@ -25,7 +24,7 @@ use lavender::events::Event;
 pub const STEP: &str = "precompute";
 const VERSION: u32 = 1;
 /// Documents (or samples) tokenized per parallel batch.
-pub(crate) const BATCH: usize = 512;
+pub(crate) const BATCH: usize = 2048;
 const HELDOUT_SALT: &str = "lavender/heldout/";
 
 pub fn run(ctx: &Ctx) -> Result<()> {
@@ -97,7 +96,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         .with("vocab_size", trained.vocab_size),
     )?;
     let dtype = Dtype::for_vocab(trained.vocab_size);
-    let tok = &trained.tokenizer;
+    let tok = &tokenizer::Encoder::new(&trained.tokenizer)?;
     let eos = trained.eos_id;
 
     // Pretrain arrays.
@@ -158,8 +157,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         pairs::dpo_from_jsonl(p, |r| dpo.push(r))?;
     }
     if let Some(docs) = &derived_from {
-        let sep_ids = tokenizer::encode_many(tok, vec!["\n\n"])?.remove(0);
-        let encode = |texts: Vec<&str>| tokenizer::encode_many(tok, texts);
+        let sep_ids = tok.encode_many(vec!["\n\n"])?.remove(0);
+        let encode = |texts: Vec<&str>| tok.encode_many(texts);
         let mut on_sft = |r: pairs::Encoded| sft.push_encoded(&r.key, r.parts);
         let mut on_dpo = |r: pairs::Encoded| dpo.push_encoded(&r.key, r.parts);
         pairs::derive(
@@ -268,7 +267,7 @@ fn index_outputs(index: &TokenIndex) -> Vec<String> {
 
 /// Tokenize a JSONL document file into one array: each document's ids, then `eos`.
 fn encode_docs(
-    tok: &Tokenizer,
+    tok: &tokenizer::Encoder,
     eos: u32,
     dtype: Dtype,
     docs: &Path,
@@ -279,7 +278,7 @@ fn encode_docs(
     let mut batch: Vec<String> = Vec::with_capacity(BATCH);
     let mut batch_bytes = 0u64;
     let mut flush = |batch: &mut Vec<String>, bytes: &mut u64, w: &mut ArrayWriter| -> Result<()> {
-        let ids = tokenizer::encode_many(tok, batch.iter().map(String::as_str).collect())?;
+        let ids = tok.encode_many(batch.iter().map(String::as_str).collect())?;
         for mut doc in ids {
             doc.push(eos);
             w.push(&doc)?;
@@ -305,7 +304,7 @@ fn encode_docs(
 /// held-out record files. Every part after the prompt ends with `eos`, so the model
 /// learns where a response stops.
 struct RecordSink<'t> {
-    tok: &'t Tokenizer,
+    tok: &'t tokenizer::Encoder<'t>,
     eos: u32,
     heldout_fraction: f64,
     files: SplitFiles,
@@ -319,7 +318,7 @@ impl<'t> RecordSink<'t> {
         dir: &Path,
         kind: &str,
         parts: usize,
-        tok: &'t Tokenizer,
+        tok: &'t tokenizer::Encoder<'t>,
         eos: u32,
         dtype: Dtype,
         heldout_fraction: f64,
@@ -357,7 +356,7 @@ impl<'t> RecordSink<'t> {
 
     fn flush(&mut self) -> Result<()> {
         let texts: Vec<&str> = self.pending.iter().flatten().map(String::as_str).collect();
-        let mut ids = tokenizer::encode_many(self.tok, texts)?.into_iter();
+        let mut ids = self.tok.encode_many(texts)?.into_iter();
         let pending = std::mem::take(&mut self.pending);
         for record in pending {
             let parts = (0..record.len())

@@ -1,0 +1,160 @@
+//! Hard examples from `mine_hard` mixed into the next chunk's pretraining.
+//!
+//! `mine_hard` (after a chunk's training) writes `<data_root>/hard_examples/windows.bin`:
+//! the chunk's highest-loss windows, each already repeated `upsample` times. A later
+//! chunk's pretraining adds those windows to its own. The choice is made once, when
+//! pretraining starts, and the windows are copied into the run directory
+//! (`hard-examples.bin`), so a resume mixes exactly the same ones even if `mine_hard`
+//! has run again since.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use lavender::manifest;
+use serde_json::Value;
+
+use crate::mine_hard::STEP;
+use crate::tokens::{Dtype, TokenArray};
+
+/// The run's copy of the windows it mixes in.
+pub const RUN_FILE: &str = "hard-examples.bin";
+/// The windows file `mine_hard` writes in its directory.
+pub const WINDOWS_FILE: &str = "windows.bin";
+
+pub fn run_file(run_dir: &Path) -> PathBuf {
+    run_dir.join(RUN_FILE)
+}
+
+/// Why a `mine_hard` output is or is not mixed into this run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Choice {
+    /// Mix these windows (the file and the chunk they were mined from).
+    Use { path: PathBuf, chunk: u64 },
+    /// Nothing to mix, with the reason (`None` when there is simply no `mine_hard` output).
+    Skip(Option<String>),
+}
+
+/// Decides from `mine_hard`'s manifest whether its windows belong in a run of `chunk`
+/// with windows of `seq_len + 1` tokens: only windows mined on an earlier chunk, of the
+/// same length.
+pub fn choose(data_root: &Path, chunk: u8, seq_len: usize) -> Result<Choice> {
+    let m = match manifest::read(data_root, STEP) {
+        Ok(Some(m)) => m,
+        Ok(None) => return Ok(Choice::Skip(None)),
+        Err(e) => {
+            return Ok(Choice::Skip(Some(format!(
+                "the hard examples' manifest is unreadable ({e}); rerun mine_hard"
+            ))));
+        }
+    };
+    let field = |k: &str| m.extra.get(k).and_then(Value::as_u64);
+    let (Some(mined), Some(len)) = (field("chunk"), field("seq_len")) else {
+        return Ok(Choice::Skip(Some(
+            "the hard examples' manifest does not say which chunk and seq_len they are from; rerun mine_hard".into(),
+        )));
+    };
+    if mined >= u64::from(chunk) {
+        return Ok(Choice::Skip(Some(format!(
+            "the hard examples were mined on chunk {mined}; chunk {chunk} mixes in only those of an earlier chunk"
+        ))));
+    }
+    if len != seq_len as u64 {
+        return Ok(Choice::Skip(Some(format!(
+            "the hard examples are windows of seq_len {len}, this run uses {seq_len}; rerun mine_hard with training.seq_len={seq_len}"
+        ))));
+    }
+    let dir = manifest::manifest_path(data_root, STEP)
+        .parent()
+        .map(Path::to_path_buf)
+        .context("the hard examples' directory has no parent")?;
+    Ok(Choice::Use {
+        path: dir.join(WINDOWS_FILE),
+        chunk: mined,
+    })
+}
+
+/// Copies `from` to the run's [`RUN_FILE`] (temp, sync, rename), or removes a stale copy
+/// when `from` is `None`.
+pub fn take(run_dir: &Path, from: Option<&Path>) -> Result<()> {
+    let dest = run_file(run_dir);
+    let Some(from) = from else {
+        return match std::fs::remove_file(&dest) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("could not remove {}", dest.display()))
+            }
+            _ => Ok(()),
+        };
+    };
+    let tmp = run_dir.join(format!(".{RUN_FILE}.tmp"));
+    std::fs::copy(from, &tmp).with_context(|| {
+        format!(
+            "could not copy the hard examples {} to {}",
+            from.display(),
+            tmp.display()
+        )
+    })?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("could not sync {}", tmp.display()))?;
+    std::fs::rename(&tmp, &dest)
+        .with_context(|| format!("could not move {} into place", dest.display()))?;
+    lavender::atomic::sync_dir(run_dir)?;
+    Ok(())
+}
+
+/// The run's copy, when it has one.
+pub fn open(run_dir: &Path, dtype: Dtype) -> Result<Option<TokenArray>> {
+    let path = run_file(run_dir);
+    if !path.exists() {
+        return Ok(None);
+    }
+    TokenArray::open(&path, dtype, u64::MAX).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lavender::manifest::StepManifest;
+    use serde_json::json;
+
+    fn mined(root: &Path, extra: Value) {
+        let mut m = StepManifest {
+            step: STEP.into(),
+            version: 1,
+            config_hash: "x".into(),
+            inputs: vec![],
+            counts: Default::default(),
+            outputs: vec![WINDOWS_FILE.into()],
+            finished_at: "2026-01-01T00:00:00Z".into(),
+            extra: Default::default(),
+        };
+        if let Value::Object(map) = extra {
+            m.extra = map;
+        }
+        manifest::write(root, &m).unwrap();
+    }
+
+    #[test]
+    fn only_an_earlier_chunk_of_the_same_window_length_is_mixed_in() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        assert_eq!(choose(root, 2, 64).unwrap(), Choice::Skip(None));
+        mined(root, json!({"chunk": 1, "seq_len": 64}));
+        let want = root.join("hard_examples").join(WINDOWS_FILE);
+        assert_eq!(
+            choose(root, 2, 64).unwrap(),
+            Choice::Use {
+                path: want,
+                chunk: 1
+            }
+        );
+        let skip = |c: Choice| match c {
+            Choice::Skip(Some(why)) => why,
+            other => panic!("expected a reason to skip, got {other:?}"),
+        };
+        assert!(skip(choose(root, 1, 64).unwrap()).contains("earlier chunk"));
+        assert!(skip(choose(root, 2, 32).unwrap()).contains("seq_len=32"));
+        mined(root, json!({}));
+        assert!(skip(choose(root, 2, 64).unwrap()).contains("rerun mine_hard"));
+    }
+}
