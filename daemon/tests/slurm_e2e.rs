@@ -88,15 +88,7 @@ fn wait_running_job(env: &Env, min_step: u64) -> Value {
 }
 
 fn stop_saves(env: &Env) -> String {
-    let out = env.run(&["stop"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    let said = stdout(&out);
+    let said = env.stop_saved();
     let saved = events(&env.run_dir())
         .into_iter()
         .rfind(|e| e["kind"] == "final_saved")

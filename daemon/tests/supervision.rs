@@ -126,15 +126,7 @@ fn stop_saves_and_reports_the_checkpoint() {
     env.serve();
     env.start(&[]);
     env.wait_step(5, Duration::from_secs(10));
-    let out = env.run(&["stop"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    let said = stdout(&out);
+    let said = env.stop_saved();
     let events = std::fs::read_to_string(env.run_dir().join("events.jsonl")).unwrap();
     let last_saved: serde_json::Value = events
         .lines()
@@ -387,8 +379,7 @@ fn start_without_a_daemon_starts_one_in_the_background() {
             .any(|w| w[0] == "--scale" && w[1] == "small"),
         "{calls:?}"
     );
-    let out = env.run(&["stop"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    env.stop_saved();
 }
 
 #[test]

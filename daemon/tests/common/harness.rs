@@ -107,6 +107,19 @@ impl Lavenderd {
         out
     }
 
+    /// `lavenderd stop`, which must exit 0 (it saved); returns what it printed.
+    pub fn stop_saved(&self) -> String {
+        let out = self.run(&["stop"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "lavenderd stop did not save\nstdout: {}\nstderr: {}",
+            stdout(&out),
+            stderr(&out)
+        );
+        stdout(&out)
+    }
+
     pub fn addr(&self) -> String {
         std::fs::read_to_string(self.state_dir().join("lavenderd.addr")).unwrap()
     }

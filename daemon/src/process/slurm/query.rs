@@ -62,16 +62,8 @@ pub fn parse_scontrol(text: &str) -> Option<JobInfo> {
         .or_else(|| field(line, "NodeList"))
         .filter(|n| !n.is_empty() && *n != "(null)")
         .map(str::to_string);
-    if is_ended(&state) {
-        let outcome = field(line, "ExitCode").map_or(ExitOutcome::Unknown, outcome_of);
-        Some(JobInfo::Ended {
-            state,
-            node,
-            outcome,
-        })
-    } else {
-        Some(JobInfo::Active { state, node })
-    }
+    let outcome = field(line, "ExitCode").map_or(ExitOutcome::Unknown, outcome_of);
+    Some(job_info(state, node, outcome))
 }
 
 /// Parses `sacct -n -X -P -o State,ExitCode,NodeList -j <id>`.
@@ -86,14 +78,19 @@ pub fn parse_sacct(text: &str) -> Option<JobInfo> {
         .map(str::trim)
         .filter(|n| !n.is_empty() && *n != "None assigned")
         .map(str::to_string);
+    Some(job_info(state, node, outcome))
+}
+
+/// An ended job carries its outcome; an active one only its state and node.
+fn job_info(state: String, node: Option<String>, outcome: ExitOutcome) -> JobInfo {
     if is_ended(&state) {
-        Some(JobInfo::Ended {
+        JobInfo::Ended {
             state,
             node,
             outcome,
-        })
+        }
     } else {
-        Some(JobInfo::Active { state, node })
+        JobInfo::Active { state, node }
     }
 }
 
