@@ -108,19 +108,39 @@ pub type Sink<'a> = &'a mut dyn FnMut(Encoded) -> Result<()>;
 /// Token ids of a batch of texts.
 pub type Encode<'a> = &'a dyn Fn(Vec<&str>) -> Result<Vec<Vec<u32>>>;
 
+/// A document that `derive` has read: its text and ids, and the split of the pair it was
+/// the response of (`None` for the first document, which answers nothing).
+struct Seen {
+    index: u64,
+    text: String,
+    ids: Vec<u32>,
+    heldout: Option<bool>,
+}
+
 /// Derive SFT samples and/or DPO pairs from consecutive documents of a document file.
 /// Each document is tokenized once (in parallel batches, by `encode`) and its ids reused
 /// as prompt, response, chosen or rejected; a prompt is the document then `sep_ids`.
+///
+/// `heldout(key)` is the split a record with that prompt text goes to. A pair's
+/// `rejected` is drawn from the last [`REJECT_POOL`] documents that were responses in
+/// the pair's own split, so no held-out response is ever trained on, as chosen or as
+/// rejected: otherwise a held-out pair's `rejected` (most likely a training `chosen`) is
+/// pushed up by training while its `chosen` never is, and held-out reward accuracy
+/// measures memorised texts instead of preferences.
+#[allow(clippy::too_many_arguments)]
 pub fn derive(
     docs: &Path,
     seed: u64,
     max: u64,
     sep_ids: &[u32],
     encode: Encode,
+    heldout: &dyn Fn(&str) -> bool,
     mut sft: Option<Sink>,
     mut dpo: Option<Sink>,
 ) -> Result<()> {
-    let mut pool: VecDeque<(String, Vec<u32>)> = VecDeque::with_capacity(REJECT_POOL + 1);
+    // Candidates for `rejected`, oldest first (indices increase), by split.
+    let mut pools: [VecDeque<Seen>; 2] = [VecDeque::new(), VecDeque::new()];
+    let mut prev: Option<Seen> = None;
     let (mut n_sft, mut n_dpo, mut i) = (0u64, 0u64, 0u64);
     let salt = format!("lavender/rejected/{seed}/");
     let mut batch: Vec<String> = Vec::with_capacity(BATCH);
@@ -128,33 +148,62 @@ pub fn derive(
     let mut process = |batch: &mut Vec<String>| -> Result<bool> {
         let ids = encode(batch.iter().map(String::as_str).collect())?;
         for (text, ids) in batch.drain(..).zip(ids) {
-            if let Some((prev, prev_ids)) = pool.back() {
-                let prompt: Vec<u32> = prev_ids.iter().chain(sep_ids).copied().collect();
+            let mut split = None;
+            if let Some(p) = prev.take() {
+                let held = heldout(&p.text);
+                split = Some(held);
+                let prompt: Vec<u32> = p.ids.iter().chain(sep_ids).copied().collect();
                 if let Some(on) = sft.as_mut().filter(|_| n_sft < max) {
                     on(Encoded {
-                        key: prev.clone(),
+                        key: p.text.clone(),
                         parts: vec![prompt.clone(), ids.clone()],
                     })?;
                     n_sft += 1;
                 }
-                // Candidates exclude the prompt itself (the newest) and any copy of `chosen`.
-                let candidates = pool.len() - 1;
-                if let Some(on) = dpo.as_mut().filter(|_| n_dpo < max && candidates > 0) {
-                    let pick = (unit_hash(&i.to_le_bytes(), &salt) * candidates as f64) as usize;
-                    let (rejected, rejected_ids) = &pool[pick.min(candidates - 1)];
-                    if *rejected != text {
+                // Only documents read within the last REJECT_POOL, so held-out and
+                // training pairs draw their `rejected` from equally near.
+                for pool in &mut pools {
+                    while pool
+                        .front()
+                        .is_some_and(|s| s.index + (REJECT_POOL as u64) < i)
+                    {
+                        pool.pop_front();
+                    }
+                }
+                let pool = &pools[usize::from(held)];
+                if let Some(on) = dpo.as_mut().filter(|_| n_dpo < max && !pool.is_empty()) {
+                    let n = pool.len();
+                    let pick = (unit_hash(&i.to_le_bytes(), &salt) * n as f64) as usize;
+                    let rejected = &pool[pick.min(n - 1)];
+                    // Never a copy of `chosen`.
+                    if rejected.text != text {
                         on(Encoded {
-                            key: prev.clone(),
-                            parts: vec![prompt, ids.clone(), rejected_ids.clone()],
+                            key: p.text.clone(),
+                            parts: vec![prompt, ids.clone(), rejected.ids.clone()],
                         })?;
                         n_dpo += 1;
                     }
                 }
+                // The prompt joins the candidates only now, so it never rejects itself.
+                match p.heldout {
+                    Some(h) => pools[usize::from(h)].push_back(p),
+                    None => {
+                        pools[0].push_back(Seen {
+                            index: p.index,
+                            text: p.text.clone(),
+                            ids: p.ids.clone(),
+                            heldout: None,
+                        });
+                        pools[1].push_back(p);
+                    }
+                }
             }
-            pool.push_back((text, ids));
-            if pool.len() > REJECT_POOL {
-                pool.pop_front();
-            }
+            prev = Some(Seen {
+                index: i,
+                text,
+                ids,
+                heldout: split,
+            });
             i += 1;
         }
         Ok(sft.is_some() && n_sft < max || dpo.is_some() && n_dpo < max)
@@ -211,6 +260,7 @@ mod tests {
             DERIVED_MAX,
             &[99],
             &encode,
+            &|_| false,
             Some(&mut |s| {
                 sft.push(s);
                 Ok(())
@@ -234,6 +284,65 @@ mod tests {
     }
 
     #[test]
+    fn held_out_responses_are_never_training_responses() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("d.jsonl");
+        let mut w = DocWriter::create(&p).unwrap();
+        let n = 3 * REJECT_POOL;
+        for i in 0..n {
+            w.write(&format!("S:\nspeech {i}")).unwrap();
+        }
+        w.finish().unwrap();
+        // Id = the document's position; every seventh prompt is held out.
+        let id = |t: &str| t.rsplit(' ').next().unwrap().parse::<u32>().unwrap();
+        let encode = |batch: Vec<&str>| -> Result<Vec<Vec<u32>>> {
+            Ok(batch.iter().map(|t| vec![id(t)]).collect())
+        };
+        let heldout = |key: &str| id(key) % 7 == 3;
+        let mut dpo = Vec::new();
+        derive(
+            &p,
+            5,
+            DERIVED_MAX,
+            &[u32::MAX],
+            &encode,
+            &heldout,
+            None,
+            Some(&mut |d| {
+                dpo.push(d);
+                Ok(())
+            }),
+        )
+        .unwrap();
+        // A document answered the prompt just before it, so it is a held-out response
+        // when its predecessor is a held-out prompt.
+        let held_response = |doc: u32| doc > 0 && (doc - 1) % 7 == 3;
+        let (mut held, mut train) = (0, 0);
+        for d in &dpo {
+            let (prompt, chosen, rejected) = (d.parts[0][0], d.parts[1][0], d.parts[2][0]);
+            assert_eq!(chosen, prompt + 1);
+            assert_ne!(rejected, chosen);
+            assert_ne!(rejected, prompt);
+            assert!(rejected < prompt && prompt - rejected <= REJECT_POOL as u32);
+            if heldout(&d.key) {
+                held += 1;
+                // The first document answers no prompt and may be drawn by either split.
+                assert!(
+                    held_response(rejected) || rejected == 0,
+                    "held-out pair rejects {rejected}"
+                );
+            } else {
+                train += 1;
+                assert!(!held_response(rejected), "training pair rejects {rejected}");
+            }
+        }
+        assert!(
+            held > n / 8 && train > n / 2,
+            "{held} held out, {train} training"
+        );
+    }
+
+    #[test]
     fn derivation_stops_reading_once_both_sets_are_full() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("d.jsonl");
@@ -254,6 +363,7 @@ mod tests {
             3,
             &[0],
             &encode,
+            &|_| false,
             Some(&mut |_| {
                 n_sft += 1;
                 Ok(())
