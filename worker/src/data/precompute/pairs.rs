@@ -1,7 +1,7 @@
 //! Where SFT samples and DPO pairs come from: the user's JSONL files when configured,
 //! otherwise the corpus itself — a document (a speech) as prompt and the next one as
-//! response; for DPO the next one is `chosen` and a speech drawn from elsewhere nearby is
-//! `rejected`.
+//! response; for DPO the next one is `chosen` and a speech drawn from elsewhere (far
+//! enough back to belong to another scene, most likely another play) is `rejected`.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -17,8 +17,13 @@ use crate::data::documents::{read_docs_while, unit_hash};
 /// Derived sets stop at this many samples (pairs) each: plenty for the sft and dpo stages
 /// at every scale, and it keeps precompute's output proportional to the corpus' size.
 pub const DERIVED_MAX: u64 = 250_000;
-/// Candidates for a derived pair's `rejected`: the documents read most recently.
+/// Candidates for a derived pair's `rejected`: this many documents, read at least
+/// [`REJECT_GAP`] documents before the pair's `chosen`.
 const REJECT_POOL: usize = 1024;
+/// How far back a `rejected` is drawn from. A speech from the same scene is often as
+/// fitting an answer as the true one; from another scene the preference is clear-cut: an
+/// answer that follows the prompt's own story and people.
+const REJECT_GAP: usize = 1024;
 
 #[derive(Deserialize)]
 struct Message {
@@ -122,8 +127,8 @@ struct Seen {
 /// as prompt, response, chosen or rejected; a prompt is the document then `sep_ids`.
 ///
 /// `heldout(key)` is the split a record with that prompt text goes to. A pair's
-/// `rejected` is drawn from the last [`REJECT_POOL`] documents that were responses in
-/// the pair's own split, so no held-out response is ever trained on, as chosen or as
+/// `rejected` is drawn from [`REJECT_POOL`] documents, [`REJECT_GAP`] back, that were
+/// responses in the pair's own split, so no held-out response is ever trained on, as chosen or as
 /// rejected: otherwise a held-out pair's `rejected` (most likely a training `chosen`) is
 /// pushed up by training while its `chosen` never is, and held-out reward accuracy
 /// measures memorised texts instead of preferences.
@@ -160,19 +165,16 @@ pub fn derive(
                     })?;
                     n_sft += 1;
                 }
-                // Only documents read within the last REJECT_POOL, so held-out and
-                // training pairs draw their `rejected` from equally near.
+                // Held-out and training pairs draw their `rejected` from equally far.
+                let (gap, window) = (REJECT_GAP as u64, (REJECT_GAP + REJECT_POOL) as u64);
                 for pool in &mut pools {
-                    while pool
-                        .front()
-                        .is_some_and(|s| s.index + (REJECT_POOL as u64) < i)
-                    {
+                    while pool.front().is_some_and(|s| s.index + window < i) {
                         pool.pop_front();
                     }
                 }
                 let pool = &pools[usize::from(held)];
-                if let Some(on) = dpo.as_mut().filter(|_| n_dpo < max && !pool.is_empty()) {
-                    let n = pool.len();
+                let n = pool.partition_point(|s| s.index + gap < i);
+                if let Some(on) = dpo.as_mut().filter(|_| n_dpo < max && n > 0) {
                     let pick = (unit_hash(&i.to_le_bytes(), &salt) * n as f64) as usize;
                     let rejected = &pool[pick.min(n - 1)];
                     // Never a copy of `chosen`.
@@ -237,20 +239,20 @@ mod tests {
     }
 
     #[test]
-    fn derived_pairs_follow_the_corpus_and_reject_something_else() {
+    fn derived_pairs_follow_the_corpus_and_reject_from_far_back() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("d.jsonl");
         let mut w = DocWriter::create(&p).unwrap();
-        let texts = ["A:\none", "B:\ntwo", "A:\nthree", "B:\nfour"];
-        for t in texts {
-            w.write(t).unwrap();
+        let n = REJECT_GAP + 8;
+        for i in 0..n {
+            w.write(&format!("S:\nspeech {i}")).unwrap();
         }
         w.finish().unwrap();
-        // A stand-in tokenizer: one id per document, its position in `texts`.
+        // A stand-in tokenizer: one id per document, its position.
         let encode = |batch: Vec<&str>| -> Result<Vec<Vec<u32>>> {
             Ok(batch
                 .iter()
-                .map(|t| vec![texts.iter().position(|x| x == t).unwrap() as u32])
+                .map(|t| vec![t.rsplit(' ').next().unwrap().parse::<u32>().unwrap()])
                 .collect())
         };
         let (mut sft, mut dpo) = (Vec::new(), Vec::new());
@@ -271,16 +273,22 @@ mod tests {
             }),
         )
         .unwrap();
-        assert_eq!(sft.len(), 3);
-        assert_eq!(sft[0].key, "A:\none");
+        assert_eq!(sft.len(), n - 1);
+        assert_eq!(sft[0].key, "S:\nspeech 0");
         assert_eq!(sft[0].parts, vec![vec![0, 99], vec![1]]);
-        // The first pair has no candidate for `rejected` besides its own prompt.
-        assert_eq!(dpo.len(), 2);
+        // A pair needs a candidate more than REJECT_GAP documents before its `chosen`.
+        assert_eq!(dpo.len(), n - 1 - REJECT_GAP);
+        assert_eq!(dpo[0].parts[1], vec![REJECT_GAP as u32 + 1]);
+        assert_eq!(dpo[0].parts[2], vec![0]);
         for d in &dpo {
-            assert_ne!(d.parts[2], d.parts[1]);
-            assert_ne!(d.parts[2][0], d.parts[0][0]);
+            let (prompt, chosen, rejected) = (d.parts[0][0], d.parts[1][0], d.parts[2][0]);
+            assert_eq!(d.parts[0], vec![prompt, 99]);
+            assert_eq!(chosen, prompt + 1);
+            assert!(
+                chosen - rejected > REJECT_GAP as u32,
+                "{chosen} rejects {rejected}"
+            );
         }
-        assert_eq!(dpo[0].parts[1], vec![2]);
     }
 
     #[test]
@@ -288,7 +296,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("d.jsonl");
         let mut w = DocWriter::create(&p).unwrap();
-        let n = 3 * REJECT_POOL;
+        let n = REJECT_GAP + 3 * REJECT_POOL;
         for i in 0..n {
             w.write(&format!("S:\nspeech {i}")).unwrap();
         }
@@ -323,7 +331,11 @@ mod tests {
             assert_eq!(chosen, prompt + 1);
             assert_ne!(rejected, chosen);
             assert_ne!(rejected, prompt);
-            assert!(rejected < prompt && prompt - rejected <= REJECT_POOL as u32);
+            let back = (chosen - rejected) as usize;
+            assert!(
+                back > REJECT_GAP && back <= REJECT_GAP + REJECT_POOL,
+                "{back}"
+            );
             if heldout(&d.key) {
                 held += 1;
                 // The first document answers no prompt and may be drawn by either split.
@@ -336,8 +348,10 @@ mod tests {
                 assert!(!held_response(rejected), "training pair rejects {rejected}");
             }
         }
+        // Pairs start once a candidate lies REJECT_GAP back.
+        let paired = n - REJECT_GAP;
         assert!(
-            held > n / 8 && train > n / 2,
+            held > paired / 8 && train > paired / 2,
             "{held} held out, {train} training"
         );
     }
