@@ -20,9 +20,10 @@ pub const DERIVED_MAX: u64 = 250_000;
 /// Candidates for a derived pair's `rejected`: this many documents, read at least
 /// [`REJECT_GAP`] documents before the pair's `chosen`.
 const REJECT_POOL: usize = 1024;
-/// How far back a `rejected` is drawn from. A speech from the same scene is often as
-/// fitting an answer as the true one; from another scene the preference is clear-cut: an
-/// answer that follows the prompt's own story and people.
+/// How far back a `rejected` is drawn from (or half the documents read so far, if fewer,
+/// so a small corpus still yields pairs). A speech from the same scene is often as fitting
+/// an answer as the true one; from another scene the preference is clear-cut: an answer
+/// that follows the prompt's own story and people.
 const REJECT_GAP: usize = 1024;
 
 #[derive(Deserialize)]
@@ -166,7 +167,8 @@ pub fn derive(
                     n_sft += 1;
                 }
                 // Held-out and training pairs draw their `rejected` from equally far.
-                let (gap, window) = (REJECT_GAP as u64, (REJECT_GAP + REJECT_POOL) as u64);
+                let gap = (REJECT_GAP as u64).min(i / 2);
+                let window = (REJECT_GAP + REJECT_POOL) as u64;
                 for pool in &mut pools {
                     while pool.front().is_some_and(|s| s.index + window < i) {
                         pool.pop_front();
@@ -276,18 +278,17 @@ mod tests {
         assert_eq!(sft.len(), n - 1);
         assert_eq!(sft[0].key, "S:\nspeech 0");
         assert_eq!(sft[0].parts, vec![vec![0, 99], vec![1]]);
-        // A pair needs a candidate more than REJECT_GAP documents before its `chosen`.
-        assert_eq!(dpo.len(), n - 1 - REJECT_GAP);
-        assert_eq!(dpo[0].parts[1], vec![REJECT_GAP as u32 + 1]);
+        // The first pair has no candidate for `rejected` besides its own prompt; then a
+        // pair rejects a document more than REJECT_GAP back, or half the way back.
+        assert_eq!(dpo.len(), n - 2);
+        assert_eq!(dpo[0].parts[1], vec![2]);
         assert_eq!(dpo[0].parts[2], vec![0]);
         for d in &dpo {
             let (prompt, chosen, rejected) = (d.parts[0][0], d.parts[1][0], d.parts[2][0]);
             assert_eq!(d.parts[0], vec![prompt, 99]);
             assert_eq!(chosen, prompt + 1);
-            assert!(
-                chosen - rejected > REJECT_GAP as u32,
-                "{chosen} rejects {rejected}"
-            );
+            let gap = (REJECT_GAP as u32).min(chosen / 2);
+            assert!(chosen - rejected > gap, "{chosen} rejects {rejected}");
         }
     }
 
@@ -332,10 +333,8 @@ mod tests {
             assert_ne!(rejected, chosen);
             assert_ne!(rejected, prompt);
             let back = (chosen - rejected) as usize;
-            assert!(
-                back > REJECT_GAP && back <= REJECT_GAP + REJECT_POOL,
-                "{back}"
-            );
+            let gap = REJECT_GAP.min(chosen as usize / 2);
+            assert!(back > gap && back <= REJECT_GAP + REJECT_POOL, "{back}");
             if heldout(&d.key) {
                 held += 1;
                 // The first document answers no prompt and may be drawn by either split.
@@ -348,8 +347,7 @@ mod tests {
                 assert!(!held_response(rejected), "training pair rejects {rejected}");
             }
         }
-        // Pairs start once a candidate lies REJECT_GAP back.
-        let paired = n - REJECT_GAP;
+        let paired = n - 2;
         assert!(
             held > paired / 8 && train > paired / 2,
             "{held} held out, {train} training"
