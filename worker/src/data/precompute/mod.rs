@@ -167,6 +167,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             pairs::DERIVED_MAX,
             &sep_ids,
             &encode,
+            &|key| is_heldout(key, heldout),
             sft_jsonl.is_none().then_some(&mut on_sft as pairs::Sink),
             dpo_jsonl.is_none().then_some(&mut on_dpo as pairs::Sink),
         )?;
@@ -300,6 +301,11 @@ fn encode_docs(
     w.finish()
 }
 
+/// Whether the SFT sample or DPO pair whose prompt is `key` belongs to the held-out split.
+fn is_heldout(key: &str, fraction: f64) -> bool {
+    unit_hash(key.as_bytes(), HELDOUT_SALT) < fraction
+}
+
 /// Collects SFT samples or DPO pairs, tokenizes them in batches and writes the train and
 /// held-out record files. Every part after the prompt ends with `eos`, so the model
 /// learns where a response stops.
@@ -373,7 +379,7 @@ impl<'t> RecordSink<'t> {
             p.push(self.eos);
         }
         let refs: Vec<&[u32]> = parts.iter().map(Vec::as_slice).collect();
-        if unit_hash(key.as_bytes(), HELDOUT_SALT) < self.heldout_fraction {
+        if is_heldout(key, self.heldout_fraction) {
             self.heldout.push(&refs)
         } else {
             self.train.push(&refs)

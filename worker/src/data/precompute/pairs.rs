@@ -1,7 +1,7 @@
 //! Where SFT samples and DPO pairs come from: the user's JSONL files when configured,
 //! otherwise the corpus itself — a document (a speech) as prompt and the next one as
-//! response; for DPO the next one is `chosen` and a speech drawn from elsewhere nearby is
-//! `rejected`.
+//! response; for DPO the next one is `chosen` and a speech drawn from elsewhere (far
+//! enough back to belong to another scene, most likely another play) is `rejected`.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -17,8 +17,14 @@ use crate::data::documents::{read_docs_while, unit_hash};
 /// Derived sets stop at this many samples (pairs) each: plenty for the sft and dpo stages
 /// at every scale, and it keeps precompute's output proportional to the corpus' size.
 pub const DERIVED_MAX: u64 = 250_000;
-/// Candidates for a derived pair's `rejected`: the documents read most recently.
+/// Candidates for a derived pair's `rejected`: this many documents, read at least
+/// [`REJECT_GAP`] documents before the pair's `chosen`.
 const REJECT_POOL: usize = 1024;
+/// How far back a `rejected` is drawn from (or half the documents read so far, if fewer,
+/// so a small corpus still yields pairs). A speech from the same scene is often as fitting
+/// an answer as the true one; from another scene the preference is clear-cut: an answer
+/// that follows the prompt's own story and people.
+const REJECT_GAP: usize = 1024;
 
 #[derive(Deserialize)]
 struct Message {
@@ -108,19 +114,39 @@ pub type Sink<'a> = &'a mut dyn FnMut(Encoded) -> Result<()>;
 /// Token ids of a batch of texts.
 pub type Encode<'a> = &'a dyn Fn(Vec<&str>) -> Result<Vec<Vec<u32>>>;
 
+/// A document that `derive` has read: its text and ids, and the split of the pair it was
+/// the response of (`None` for the first document, which answers nothing).
+struct Seen {
+    index: u64,
+    text: String,
+    ids: Vec<u32>,
+    heldout: Option<bool>,
+}
+
 /// Derive SFT samples and/or DPO pairs from consecutive documents of a document file.
 /// Each document is tokenized once (in parallel batches, by `encode`) and its ids reused
 /// as prompt, response, chosen or rejected; a prompt is the document then `sep_ids`.
+///
+/// `heldout(key)` is the split a record with that prompt text goes to. A pair's
+/// `rejected` is drawn from [`REJECT_POOL`] documents, [`REJECT_GAP`] back, that were
+/// responses in the pair's own split, so no held-out response is ever trained on, as chosen or as
+/// rejected: otherwise a held-out pair's `rejected` (most likely a training `chosen`) is
+/// pushed up by training while its `chosen` never is, and held-out reward accuracy
+/// measures memorised texts instead of preferences.
+#[allow(clippy::too_many_arguments)]
 pub fn derive(
     docs: &Path,
     seed: u64,
     max: u64,
     sep_ids: &[u32],
     encode: Encode,
+    heldout: &dyn Fn(&str) -> bool,
     mut sft: Option<Sink>,
     mut dpo: Option<Sink>,
 ) -> Result<()> {
-    let mut pool: VecDeque<(String, Vec<u32>)> = VecDeque::with_capacity(REJECT_POOL + 1);
+    // Candidates for `rejected`, oldest first (indices increase), by split.
+    let mut pools: [VecDeque<Seen>; 2] = [VecDeque::new(), VecDeque::new()];
+    let mut prev: Option<Seen> = None;
     let (mut n_sft, mut n_dpo, mut i) = (0u64, 0u64, 0u64);
     let salt = format!("lavender/rejected/{seed}/");
     let mut batch: Vec<String> = Vec::with_capacity(BATCH);
@@ -128,33 +154,60 @@ pub fn derive(
     let mut process = |batch: &mut Vec<String>| -> Result<bool> {
         let ids = encode(batch.iter().map(String::as_str).collect())?;
         for (text, ids) in batch.drain(..).zip(ids) {
-            if let Some((prev, prev_ids)) = pool.back() {
-                let prompt: Vec<u32> = prev_ids.iter().chain(sep_ids).copied().collect();
+            let mut split = None;
+            if let Some(p) = prev.take() {
+                let held = heldout(&p.text);
+                split = Some(held);
+                let prompt: Vec<u32> = p.ids.iter().chain(sep_ids).copied().collect();
                 if let Some(on) = sft.as_mut().filter(|_| n_sft < max) {
                     on(Encoded {
-                        key: prev.clone(),
+                        key: p.text.clone(),
                         parts: vec![prompt.clone(), ids.clone()],
                     })?;
                     n_sft += 1;
                 }
-                // Candidates exclude the prompt itself (the newest) and any copy of `chosen`.
-                let candidates = pool.len() - 1;
-                if let Some(on) = dpo.as_mut().filter(|_| n_dpo < max && candidates > 0) {
-                    let pick = (unit_hash(&i.to_le_bytes(), &salt) * candidates as f64) as usize;
-                    let (rejected, rejected_ids) = &pool[pick.min(candidates - 1)];
-                    if *rejected != text {
+                // Held-out and training pairs draw their `rejected` from equally far.
+                let gap = (REJECT_GAP as u64).min(i / 2);
+                let window = (REJECT_GAP + REJECT_POOL) as u64;
+                for pool in &mut pools {
+                    while pool.front().is_some_and(|s| s.index + window < i) {
+                        pool.pop_front();
+                    }
+                }
+                let pool = &pools[usize::from(held)];
+                let n = pool.partition_point(|s| s.index + gap < i);
+                if let Some(on) = dpo.as_mut().filter(|_| n_dpo < max && n > 0) {
+                    let pick = (unit_hash(&i.to_le_bytes(), &salt) * n as f64) as usize;
+                    let rejected = &pool[pick.min(n - 1)];
+                    // Never a copy of `chosen`.
+                    if rejected.text != text {
                         on(Encoded {
-                            key: prev.clone(),
-                            parts: vec![prompt, ids.clone(), rejected_ids.clone()],
+                            key: p.text.clone(),
+                            parts: vec![prompt, ids.clone(), rejected.ids.clone()],
                         })?;
                         n_dpo += 1;
                     }
                 }
+                // The prompt joins the candidates only now, so it never rejects itself.
+                match p.heldout {
+                    Some(h) => pools[usize::from(h)].push_back(p),
+                    None => {
+                        pools[0].push_back(Seen {
+                            index: p.index,
+                            text: p.text.clone(),
+                            ids: p.ids.clone(),
+                            heldout: None,
+                        });
+                        pools[1].push_back(p);
+                    }
+                }
             }
-            pool.push_back((text, ids));
-            if pool.len() > REJECT_POOL {
-                pool.pop_front();
-            }
+            prev = Some(Seen {
+                index: i,
+                text,
+                ids,
+                heldout: split,
+            });
             i += 1;
         }
         Ok(sft.is_some() && n_sft < max || dpo.is_some() && n_dpo < max)
@@ -188,20 +241,20 @@ mod tests {
     }
 
     #[test]
-    fn derived_pairs_follow_the_corpus_and_reject_something_else() {
+    fn derived_pairs_follow_the_corpus_and_reject_from_far_back() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("d.jsonl");
         let mut w = DocWriter::create(&p).unwrap();
-        let texts = ["A:\none", "B:\ntwo", "A:\nthree", "B:\nfour"];
-        for t in texts {
-            w.write(t).unwrap();
+        let n = REJECT_GAP + 8;
+        for i in 0..n {
+            w.write(&format!("S:\nspeech {i}")).unwrap();
         }
         w.finish().unwrap();
-        // A stand-in tokenizer: one id per document, its position in `texts`.
+        // A stand-in tokenizer: one id per document, its position.
         let encode = |batch: Vec<&str>| -> Result<Vec<Vec<u32>>> {
             Ok(batch
                 .iter()
-                .map(|t| vec![texts.iter().position(|x| x == t).unwrap() as u32])
+                .map(|t| vec![t.rsplit(' ').next().unwrap().parse::<u32>().unwrap()])
                 .collect())
         };
         let (mut sft, mut dpo) = (Vec::new(), Vec::new());
@@ -211,6 +264,7 @@ mod tests {
             DERIVED_MAX,
             &[99],
             &encode,
+            &|_| false,
             Some(&mut |s| {
                 sft.push(s);
                 Ok(())
@@ -221,16 +275,83 @@ mod tests {
             }),
         )
         .unwrap();
-        assert_eq!(sft.len(), 3);
-        assert_eq!(sft[0].key, "A:\none");
+        assert_eq!(sft.len(), n - 1);
+        assert_eq!(sft[0].key, "S:\nspeech 0");
         assert_eq!(sft[0].parts, vec![vec![0, 99], vec![1]]);
-        // The first pair has no candidate for `rejected` besides its own prompt.
-        assert_eq!(dpo.len(), 2);
-        for d in &dpo {
-            assert_ne!(d.parts[2], d.parts[1]);
-            assert_ne!(d.parts[2][0], d.parts[0][0]);
-        }
+        // The first pair has no candidate for `rejected` besides its own prompt; then a
+        // pair rejects a document more than REJECT_GAP back, or half the way back.
+        assert_eq!(dpo.len(), n - 2);
         assert_eq!(dpo[0].parts[1], vec![2]);
+        assert_eq!(dpo[0].parts[2], vec![0]);
+        for d in &dpo {
+            let (prompt, chosen, rejected) = (d.parts[0][0], d.parts[1][0], d.parts[2][0]);
+            assert_eq!(d.parts[0], vec![prompt, 99]);
+            assert_eq!(chosen, prompt + 1);
+            let gap = (REJECT_GAP as u32).min(chosen / 2);
+            assert!(chosen - rejected > gap, "{chosen} rejects {rejected}");
+        }
+    }
+
+    #[test]
+    fn held_out_responses_are_never_training_responses() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("d.jsonl");
+        let mut w = DocWriter::create(&p).unwrap();
+        let n = REJECT_GAP + 3 * REJECT_POOL;
+        for i in 0..n {
+            w.write(&format!("S:\nspeech {i}")).unwrap();
+        }
+        w.finish().unwrap();
+        // Id = the document's position; every seventh prompt is held out.
+        let id = |t: &str| t.rsplit(' ').next().unwrap().parse::<u32>().unwrap();
+        let encode = |batch: Vec<&str>| -> Result<Vec<Vec<u32>>> {
+            Ok(batch.iter().map(|t| vec![id(t)]).collect())
+        };
+        let heldout = |key: &str| id(key) % 7 == 3;
+        let mut dpo = Vec::new();
+        derive(
+            &p,
+            5,
+            DERIVED_MAX,
+            &[u32::MAX],
+            &encode,
+            &heldout,
+            None,
+            Some(&mut |d| {
+                dpo.push(d);
+                Ok(())
+            }),
+        )
+        .unwrap();
+        // A document answered the prompt just before it, so it is a held-out response
+        // when its predecessor is a held-out prompt.
+        let held_response = |doc: u32| doc > 0 && (doc - 1) % 7 == 3;
+        let (mut held, mut train) = (0, 0);
+        for d in &dpo {
+            let (prompt, chosen, rejected) = (d.parts[0][0], d.parts[1][0], d.parts[2][0]);
+            assert_eq!(chosen, prompt + 1);
+            assert_ne!(rejected, chosen);
+            assert_ne!(rejected, prompt);
+            let back = (chosen - rejected) as usize;
+            let gap = REJECT_GAP.min(chosen as usize / 2);
+            assert!(back > gap && back <= REJECT_GAP + REJECT_POOL, "{back}");
+            if heldout(&d.key) {
+                held += 1;
+                // The first document answers no prompt and may be drawn by either split.
+                assert!(
+                    held_response(rejected) || rejected == 0,
+                    "held-out pair rejects {rejected}"
+                );
+            } else {
+                train += 1;
+                assert!(!held_response(rejected), "training pair rejects {rejected}");
+            }
+        }
+        let paired = n - 2;
+        assert!(
+            held > paired / 8 && train > paired / 2,
+            "{held} held out, {train} training"
+        );
     }
 
     #[test]
@@ -254,6 +375,7 @@ mod tests {
             3,
             &[0],
             &encode,
+            &|_| false,
             Some(&mut |_| {
                 n_sft += 1;
                 Ok(())
