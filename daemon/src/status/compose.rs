@@ -40,8 +40,29 @@ impl StatusSettings {
     }
 }
 
+/// When the worker was started, as the record says.
+pub fn started_at(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// Whether a worker started at `started` is still in its start-up grace at `now`.
+pub fn in_startup_grace(
+    started: DateTime<Utc>,
+    now: DateTime<Utc>,
+    settings: &StatusSettings,
+) -> bool {
+    (now - started).num_seconds() < settings.startup_grace_s as i64
+}
+
 /// `daemon_running`: false when computed by the CLI from files; then a record that
 /// says running while its worker is gone reads as crashed.
+///
+/// Liveness: under the daemon, the record names a worker exactly while the pipeline
+/// actor supervises a live one (it clears it as soon as it reaps the process or sees
+/// the Slurm job end), so a status costs no `/proc` read and never runs `scontrol`.
+/// From files alone, the worker is probed once (pid + start time, or the Slurm job).
 pub fn compose(
     record: &PipelineRecord,
     facts: &FileFacts,
@@ -49,7 +70,10 @@ pub fn compose(
     now: DateTime<Utc>,
     daemon_running: bool,
 ) -> Status {
-    let worker = record.worker.as_ref().filter(|w| w.handle.is_alive());
+    let worker = record
+        .worker
+        .as_ref()
+        .filter(|w| daemon_running || w.handle.is_alive());
     let alive = worker.is_some();
     let mut state = record.state;
     if !daemon_running
@@ -74,10 +98,8 @@ pub fn compose(
             .collect()
     };
     let in_grace = worker
-        .and_then(|w| DateTime::parse_from_rfc3339(&w.started_at).ok())
-        .is_some_and(|t| {
-            (now - t.with_timezone(&Utc)).num_seconds() < settings.startup_grace_s as i64
-        });
+        .and_then(|w| started_at(&w.started_at))
+        .is_some_and(|t| in_startup_grace(t, now, settings));
     let training_alive = worker.is_some_and(|w| w.step == TRAIN_STEP);
     let training = TrainingStatus::from_heartbeat(
         facts.heartbeat.clone(),
