@@ -9,31 +9,43 @@ use anyhow::{Context, Result, bail};
 use safetensors::tensor::{Dtype, SafeTensors, View};
 use tch::{Device, Kind, Tensor};
 
-/// A tensor's bytes, copied to the CPU as little-endian `f32`.
+/// A tensor as little-endian `f32` bytes, written straight from its memory: a
+/// contiguous `f32` CPU tensor (the usual case) is only aliased; another is first
+/// made one (moved to the CPU, converted, made contiguous).
 struct F32Bytes {
     shape: Vec<usize>,
-    bytes: Vec<u8>,
+    /// Contiguous, `f32`, on the CPU; kept alive while its bytes are written.
+    tensor: Tensor,
 }
 
 impl F32Bytes {
     fn of(t: &Tensor) -> F32Bytes {
-        let t = t
+        let tensor = t
             .detach()
             .to_device(Device::Cpu)
             .to_kind(Kind::Float)
             .contiguous();
-        let numel = t.numel();
-        let mut bytes = vec![0u8; numel * 4];
-        t.copy_data_u8(&mut bytes, numel);
-        if cfg!(target_endian = "big") {
-            for c in bytes.chunks_exact_mut(4) {
-                c.reverse();
-            }
-        }
         F32Bytes {
-            shape: t.size().iter().map(|&d| d as usize).collect(),
-            bytes,
+            shape: tensor.size().iter().map(|&d| d as usize).collect(),
+            tensor,
         }
+    }
+
+    fn len(&self) -> usize {
+        self.tensor.numel() * std::mem::size_of::<f32>()
+    }
+
+    /// The tensor's own memory.
+    fn native_bytes(&self) -> &[u8] {
+        let len = self.len();
+        if len == 0 {
+            return &[];
+        }
+        // SAFETY: `tensor` is a contiguous f32 CPU tensor, so `data_ptr` (which
+        // includes the storage offset) points at `numel` consecutive f32 values; it
+        // is owned by `self` (its storage stays allocated for the borrow) and nothing
+        // writes to it while the file is written (saving runs between steps).
+        unsafe { std::slice::from_raw_parts(self.tensor.data_ptr() as *const u8, len) }
     }
 }
 
@@ -45,10 +57,19 @@ impl View for &F32Bytes {
         &self.shape
     }
     fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.bytes)
+        let bytes = self.native_bytes();
+        if cfg!(target_endian = "big") {
+            let mut swapped = bytes.to_vec();
+            for c in swapped.chunks_exact_mut(4) {
+                c.reverse();
+            }
+            Cow::Owned(swapped)
+        } else {
+            Cow::Borrowed(bytes)
+        }
     }
     fn data_len(&self) -> usize {
-        self.bytes.len()
+        self.len()
     }
 }
 
@@ -120,5 +141,39 @@ impl TensorFile {
                 path.display()
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_transposes_and_other_kinds_are_written_as_their_values() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.safetensors");
+        let flat = Tensor::arange(24, (Kind::Float, Device::Cpu));
+        // A view at an offset into shared storage (as the optimizer moments are).
+        let view = flat.narrow(0, 5, 6).view([2, 3]);
+        let transposed = flat.view([4, 6]).transpose(0, 1);
+        let double = Tensor::arange(3, (Kind::Double, Device::Cpu)) / 4.0;
+        let empty = Tensor::zeros([0, 3], (Kind::Float, Device::Cpu));
+        let tensors = [
+            ("view".to_string(), &view),
+            ("transposed".to_string(), &transposed),
+            ("double".to_string(), &double),
+            ("empty".to_string(), &empty),
+        ];
+        write(&path, &tensors, BTreeMap::new()).expect("write");
+        let file = TensorFile::read(&path).expect("read");
+        for (name, original) in &tensors {
+            let read = &file.tensors[name];
+            assert_eq!(read.size(), original.size(), "{name}");
+            assert!(
+                read.equal(&original.to_kind(Kind::Float)),
+                "{name}: {read} vs {original}"
+            );
+        }
+        assert_eq!(file.metadata.get("format").map(String::as_str), Some("pt"));
     }
 }
