@@ -304,28 +304,29 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn native_events_report_changes() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+    /// A native watcher polling every 20 ms when it falls back; `exhausted` makes
+    /// inotify refuse it.
+    fn native_watcher(exhausted: bool) -> (RunDirWatcher, mpsc::UnboundedReceiver<()>) {
+        let (tx, rx) = mpsc::unbounded_channel();
         let opts = WatchOptions {
             kind: WatcherKind::Native,
             poll_interval: Duration::from_millis(20),
         };
         let mut w = RunDirWatcher::new(&opts, tx);
-        w.force_exhausted = false;
+        w.force_exhausted = exhausted;
+        (w, rx)
+    }
+
+    #[tokio::test]
+    async fn native_events_report_changes() {
+        let (mut w, mut rx) = native_watcher(false);
         reports_a_heartbeat(&mut w, &mut rx).await;
         assert_eq!(w.backend(), Some(Backend::Native));
     }
 
     #[tokio::test]
     async fn a_refused_native_watch_falls_back_to_polling_that_reports_changes() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let opts = WatchOptions {
-            kind: WatcherKind::Native,
-            poll_interval: Duration::from_millis(20),
-        };
-        let mut w = RunDirWatcher::new(&opts, tx);
-        w.force_exhausted = true;
+        let (mut w, mut rx) = native_watcher(true);
         reports_a_heartbeat(&mut w, &mut rx).await;
         assert_eq!(w.backend(), Some(Backend::Poll));
     }
@@ -334,13 +335,7 @@ mod tests {
     async fn reading_the_directory_is_no_change() {
         let dir = tempfile::tempdir().unwrap();
         lavender::atomic::write_file(&dir.path().join("heartbeat.json"), b"{}").unwrap();
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let opts = WatchOptions {
-            kind: WatcherKind::Native,
-            poll_interval: Duration::from_millis(20),
-        };
-        let mut w = RunDirWatcher::new(&opts, tx);
-        w.force_exhausted = false;
+        let (mut w, mut rx) = native_watcher(false);
         w.watch(Some(dir.path()));
         std::fs::read(dir.path().join("heartbeat.json")).unwrap();
         std::fs::read_dir(dir.path()).unwrap().for_each(drop);
