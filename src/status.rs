@@ -87,6 +87,10 @@ pub struct SlurmJobStatus {
     pub node: Option<String>,
     /// Slurm's job state (PENDING, RUNNING, REQUEUED, COMPLETING, …).
     pub state: Option<String>,
+    /// Why a pending job waits (Slurm's `Reason`: BeginTime, Resources, …); null
+    /// while it runs.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// State of one pipeline step.

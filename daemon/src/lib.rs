@@ -6,6 +6,7 @@ pub mod daemon;
 pub mod feed;
 pub mod inventory;
 pub mod layout;
+pub mod logging;
 pub mod logs;
 pub mod notify;
 pub mod pipeline;

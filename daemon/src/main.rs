@@ -6,14 +6,8 @@ use lavenderd::cli::{Cli, commands};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LAVENDER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+    // In the foreground the lines go to the daemon log file, which wants no colours.
+    lavenderd::logging::init(std::io::stderr().is_terminal() && !cli.command.is_foreground());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -52,8 +52,13 @@ fn events(run_dir: &Path) -> Vec<Value> {
 
 /// A daemon whose config submits to the local Slurm.
 fn slurm_env(worker_args: &[&str], slurm: &str) -> Env {
+    slurm_env_with_grace(worker_args, slurm, 59)
+}
+
+/// As [`slurm_env`], with the time-limit notice `grace_s` seconds before the limit.
+fn slurm_env_with_grace(worker_args: &[&str], slurm: &str, grace_s: u32) -> Env {
     let launch = format!(
-        "launch:\n  backend: slurm\n  slurm:\n    poll_interval_s: 1\n    grace_s: 59\n{slurm}"
+        "launch:\n  backend: slurm\n  slurm:\n    poll_interval_s: 1\n    grace_s: {grace_s}\n{slurm}"
     );
     let mut env = Env::new(worker_args, &launch, "[train]");
     env.backoff_ms = "200".into();
@@ -182,7 +187,11 @@ fn a_restarted_daemon_adopts_the_job() {
 }
 
 fn time_limit_saves_requeues_and_resumes() {
-    let env = slurm_env(
+    // Slurm checks time limits every 30 s and restarts a requeued job's clock. With a
+    // 1-minute limit and a 30 s grace, the notice comes 30-60 s into each run, so the
+    // first run and the requeued one both train at least 30 s before they are told to
+    // save: the test never has to catch a state that lasts a second.
+    let env = slurm_env_with_grace(
         &[
             "--total-steps",
             "100000",
@@ -192,6 +201,7 @@ fn time_limit_saves_requeues_and_resumes() {
             "100000",
         ],
         "    time_limit: \"1\"\n",
+        30,
     );
     let out = env.run(&["start"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -205,13 +215,22 @@ fn time_limit_saves_requeues_and_resumes() {
         Some("00:01:00")
     );
     let run_dir = env.run_dir();
-    // Slurm checks time limits about every 30 s: the notice comes within ~40 s, and the
-    // requeued job is eligible again after cred_expire (5 s) and a scheduling pass.
+    // The requeue, observed by what it leaves behind: the worker's save on the notice,
+    // then the requeued run loading it. Meanwhile every status is sampled.
+    let mut seen: Vec<(String, Option<String>)> = Vec::new();
     wait_until(
-        Duration::from_secs(150),
+        Duration::from_secs(180),
         "the requeued job to resume",
         || {
-            let _ = status(&env);
+            let st = status(&env);
+            if let Some(state) = st["pipeline"]["slurm"]["state"].as_str() {
+                let reason = st["pipeline"]["slurm"]["reason"]
+                    .as_str()
+                    .map(str::to_string);
+                if seen.last().map(|(s, r)| (s.as_str(), r)) != Some((state, &reason)) {
+                    seen.push((state.to_string(), reason));
+                }
+            }
             env.train_calls().len() >= 2
                 && events(&run_dir)
                     .iter()
@@ -237,16 +256,67 @@ fn time_limit_saves_requeues_and_resumes() {
     assert_eq!(loaded["step"], saved["step"]);
     let info = scontrol_job(&job);
     assert_eq!(field(&info, "Restarts").as_deref(), Some("1"), "{info}");
-    let st = wait_running_job(&env, 0);
+    let log = std::fs::read_to_string(st_log(&env)).unwrap();
+    assert!(log.contains("back to the queue"), "{log}");
+
+    // The status followed the job through the requeue: running, then waiting with
+    // Slurm's reason (a requeued job waits at least cred_expire + 1 = 6 s for its
+    // BeginTime), a running job with none.
+    assert_eq!(
+        seen.first().map(|s| s.0.as_str()),
+        Some("RUNNING"),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|(s, r)| s == "PENDING" && r.as_deref() == Some("BeginTime")),
+        "the requeued job shows PENDING (BeginTime): {seen:?}"
+    );
+    for (state, reason) in &seen {
+        if state == "RUNNING" {
+            assert_eq!(reason, &None, "{seen:?}");
+        }
+    }
+    // The requeued run trains past the save, as the same job and without counting as a crash.
+    let saved_step = saved["step"].as_u64().unwrap();
+    let st = wait_running_job(&env, saved_step + 1);
     assert_eq!(
         st["pipeline"]["slurm"]["job_id"],
         job.as_str(),
         "the same job, requeued"
     );
     assert_eq!(st["pipeline"]["restarts"], 0, "a requeue is not a crash");
-    let log = std::fs::read_to_string(st_log(&env)).unwrap();
-    assert!(log.contains("back to the queue"), "{log}");
+    // The daemon's own watch followed it too (it polls each second; the requeue leaves the job
+    // pending for at least 6 s): every state it saw is in its log, in order, and the
+    // status above showing RUNNING again means it has seen the second run.
+    let daemon_states = job_states_logged(&env, &job);
+    let first_run = daemon_states.iter().position(|s| s == "RUNNING");
+    let between = first_run.and_then(|i| {
+        daemon_states[i + 1..]
+            .iter()
+            .position(|s| s == "RUNNING")
+            .map(|j| &daemon_states[i + 1..i + 1 + j])
+    });
+    assert!(
+        between.is_some_and(|b| b.iter().any(|s| s == "PENDING")),
+        "the daemon saw RUNNING, then the requeued job PENDING, then RUNNING again: {daemon_states:?}"
+    );
+
     stop_saves(&env);
+}
+
+/// The states of `job` the daemon logged (one line per change it saw), in order.
+fn job_states_logged(env: &Env, job: &str) -> Vec<String> {
+    std::fs::read_to_string(env.daemon_log())
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("Slurm job") && l.contains(&format!("job_id={job} ")))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix("state="))
+                .map(str::to_string)
+        })
+        .collect()
 }
 
 fn st_log(env: &Env) -> PathBuf {

@@ -41,6 +41,14 @@ impl ForegroundView {
             .progress_chars("█▓░"),
         );
         bar.enable_steady_tick(Duration::from_millis(250));
+        let warnings = bar.clone();
+        crate::logging::show_in_view(Box::new(move |line| {
+            if tty {
+                warnings.println(line);
+            } else {
+                eprintln!("{line}");
+            }
+        }));
         let printer = bar.clone();
         let source = feed.clone();
         let mut cursor = feed.last_seq();
@@ -161,6 +169,20 @@ pub fn feed_line(kind: Kind, data: &Value) -> Option<String> {
             s(&data["kind"]),
             s(&data["message"])
         )),
+        // Good news (finished, recovered, re-adopted) is not dressed as an alert.
+        Kind::Alert
+            if matches!(
+                data["kind"].as_str(),
+                Some("finished" | "recovered" | "adopted")
+            ) =>
+        {
+            Some(format!(
+                "{}  {:<18} {}",
+                time(data),
+                s(&data["kind"]),
+                s(&data["message"])
+            ))
+        }
         Kind::Alert => Some(format!(
             "{}  ALERT              {}",
             time(data),
@@ -222,5 +244,15 @@ mod tests {
             "{next}"
         );
         assert_eq!(feed_line(Kind::Heartbeat, &json!({})), None);
+        let done = feed_line(
+            Kind::Alert,
+            &json!({"kind": "finished", "message": "pipeline finished after 39s"}),
+        )
+        .unwrap();
+        assert!(!done.contains("ALERT"), "{done}");
+        assert!(
+            done.ends_with("finished           pipeline finished after 39s"),
+            "{done}"
+        );
     }
 }

@@ -188,6 +188,19 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// `start --foreground`: the daemon runs in this terminal with its view.
+    pub fn is_foreground(&self) -> bool {
+        matches!(
+            self,
+            Command::Start {
+                foreground: true,
+                ..
+            }
+        )
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum ConfigAction {
     /// Validate the config and print it fully resolved.

@@ -639,6 +639,7 @@ impl Actor {
             return;
         };
         slurm.state = Some(change.update.state);
+        slurm.reason = change.update.reason;
         if change.update.node.is_some() {
             slurm.node = change.update.node;
         }

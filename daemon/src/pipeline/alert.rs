@@ -107,6 +107,17 @@ impl std::fmt::Display for Alert {
     }
 }
 
+impl Alert {
+    /// False for what is worth hearing but not a problem: the pipeline finished, a
+    /// heartbeat recovered, a worker was re-adopted.
+    pub fn is_bad_news(&self) -> bool {
+        !matches!(
+            self,
+            Alert::Finished { .. } | Alert::Recovered { .. } | Alert::Adopted { .. }
+        )
+    }
+}
+
 pub type AlertSender = mpsc::UnboundedSender<Alert>;
 
 /// The sink: one `ALERT` log line per alert, and its pushes (if any) queued on
@@ -115,7 +126,11 @@ pub fn spawn_sink(notifier: Option<Notifier>, log_lines: usize) -> AlertSender {
     let (tx, mut rx) = mpsc::unbounded_channel::<Alert>();
     tokio::spawn(async move {
         while let Some(alert) = rx.recv().await {
-            tracing::warn!("ALERT {alert}");
+            if alert.is_bad_news() {
+                tracing::warn!(target: crate::logging::ALERT_TARGET, "ALERT {alert}");
+            } else {
+                tracing::info!(target: crate::logging::ALERT_TARGET, "{alert}");
+            }
             if let Some(n) = &notifier {
                 for kind in kinds(&alert, log_lines) {
                     n.send(push(kind, n.prefix()));

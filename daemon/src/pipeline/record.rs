@@ -137,6 +137,7 @@ mod tests {
                     job_id: "42".into(),
                     node: Some("gpu7".into()),
                     state: Some("RUNNING".into()),
+                    reason: None,
                 },
             },
             step: "train".into(),

@@ -76,6 +76,8 @@ impl std::fmt::Display for WorkerHandle {
 pub struct JobUpdate {
     pub node: Option<String>,
     pub state: String,
+    /// Why the job waits (`BeginTime`, `Resources`, …); none while it runs.
+    pub reason: Option<String>,
 }
 
 /// Called by a Slurm watcher whenever the job's state or node changes.
@@ -112,6 +114,11 @@ impl Backend {
 
     /// Starts a step. `updates` hears of a Slurm job's state changes.
     pub fn launch(&self, spec: &SpawnSpec, step: &str, updates: JobUpdates) -> Result<Launched> {
+        let mut spec = spec.clone();
+        if let Some(program) = spec.argv.first_mut() {
+            *program = super::locate::worker_program_here(program)?;
+        }
+        let spec = &spec;
         match self.kind {
             LaunchBackend::Local => {
                 let spawned = super::spawn::spawn(spec)?;

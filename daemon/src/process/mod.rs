@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod identity;
+pub mod locate;
 pub mod signal;
 pub mod slurm;
 pub mod spawn;

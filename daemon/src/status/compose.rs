@@ -129,6 +129,7 @@ pub fn compose(
                     job_id: j.job_id.clone(),
                     node: j.node.clone(),
                     state: j.state.clone(),
+                    reason: j.reason.clone(),
                 }
             }),
         },

@@ -44,6 +44,11 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             listen,
         } => {
             let req = flags.request(cli.global.data_root.clone());
+            crate::logging::to_file(&settings.layout.daemon_log())?;
+            eprintln!(
+                "lavenderd: daemon log {} (warnings and errors also show here)",
+                settings.layout.daemon_log().display()
+            );
             let exit = daemon::run(ServeOptions {
                 args: cli.global.clone(),
                 settings,

@@ -19,6 +19,8 @@ pub struct SlurmJob {
     pub node: Option<String>,
     #[serde(default)]
     pub state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Runs a Slurm command and returns its stdout, or an error that names the command

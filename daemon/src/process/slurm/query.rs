@@ -8,8 +8,13 @@ use crate::process::ExitOutcome;
 /// One look at a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobInfo {
-    /// Not ended: pending, running, completing, requeued, suspended…
-    Active { state: String, node: Option<String> },
+    /// Not ended: pending, running, completing, requeued, suspended…; `reason` is
+    /// Slurm's why (`BeginTime`, `Resources`, …) when it gives one.
+    Active {
+        state: String,
+        node: Option<String>,
+        reason: Option<String>,
+    },
     /// Ended, with how.
     Ended {
         state: String,
@@ -63,7 +68,10 @@ pub fn parse_scontrol(text: &str) -> Option<JobInfo> {
         .filter(|n| !n.is_empty() && *n != "(null)")
         .map(str::to_string);
     let outcome = field(line, "ExitCode").map_or(ExitOutcome::Unknown, outcome_of);
-    Some(job_info(state, node, outcome))
+    let reason = field(line, "Reason")
+        .filter(|r| !r.is_empty() && *r != "None" && *r != "(null)")
+        .map(str::to_string);
+    Some(job_info(state, node, outcome, reason))
 }
 
 /// Parses `sacct -n -X -P -o State,ExitCode,NodeList -j <id>`.
@@ -78,11 +86,16 @@ pub fn parse_sacct(text: &str) -> Option<JobInfo> {
         .map(str::trim)
         .filter(|n| !n.is_empty() && *n != "None assigned")
         .map(str::to_string);
-    Some(job_info(state, node, outcome))
+    Some(job_info(state, node, outcome, None))
 }
 
 /// An ended job carries its outcome; an active one only its state and node.
-fn job_info(state: String, node: Option<String>, outcome: ExitOutcome) -> JobInfo {
+fn job_info(
+    state: String,
+    node: Option<String>,
+    outcome: ExitOutcome,
+    reason: Option<String>,
+) -> JobInfo {
     if is_ended(&state) {
         JobInfo::Ended {
             state,
@@ -90,7 +103,11 @@ fn job_info(state: String, node: Option<String>, outcome: ExitOutcome) -> JobInf
             outcome,
         }
     } else {
-        JobInfo::Active { state, node }
+        JobInfo::Active {
+            state,
+            node,
+            reason,
+        }
     }
 }
 
@@ -114,6 +131,7 @@ pub fn look(job_id: &str) -> JobInfo {
                 return JobInfo::Active {
                     state: "UNREACHABLE".into(),
                     node: None,
+                    reason: None,
                 };
             }
         }
@@ -152,7 +170,8 @@ mod tests {
             parse_scontrol(running),
             Some(JobInfo::Active {
                 state: "RUNNING".into(),
-                node: Some("vm".into())
+                node: Some("vm".into()),
+                reason: None,
             })
         );
         let pending = "JobId=7 JobState=PENDING Reason=BeginTime ExitCode=0:0 NodeList=(null)";
@@ -160,7 +179,8 @@ mod tests {
             parse_scontrol(pending),
             Some(JobInfo::Active {
                 state: "PENDING".into(),
-                node: None
+                node: None,
+                reason: Some("BeginTime".into()),
             })
         );
         let failed = "JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0 NodeList=vm";

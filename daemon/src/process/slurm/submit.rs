@@ -137,6 +137,7 @@ pub fn submit(
         job_id,
         node: None,
         state: Some("PENDING".into()),
+        reason: None,
     })
 }
 

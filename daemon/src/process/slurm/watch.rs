@@ -15,22 +15,41 @@ pub fn until_done(job_id: String, every: Duration, updates: JobUpdates) -> ExitF
                 .await
                 .unwrap_or(JobInfo::Unknown);
             let (update, outcome) = match info {
-                JobInfo::Active { state, node } => (JobUpdate { node, state }, None),
+                JobInfo::Active {
+                    state,
+                    node,
+                    reason,
+                } => (
+                    JobUpdate {
+                        node,
+                        state,
+                        reason,
+                    },
+                    None,
+                ),
                 JobInfo::Ended {
                     state,
                     node,
                     outcome,
-                } => (JobUpdate { node, state }, Some(outcome)),
+                } => (
+                    JobUpdate {
+                        node,
+                        state,
+                        reason: None,
+                    },
+                    Some(outcome),
+                ),
                 JobInfo::Unknown => (
                     JobUpdate {
                         node: last.as_ref().and_then(|l| l.node.clone()),
                         state: "UNKNOWN".into(),
+                        reason: None,
                     },
                     Some(ExitOutcome::Unknown),
                 ),
             };
             if last.as_ref() != Some(&update) {
-                tracing::info!(job_id = %job_id, state = %update.state, node = ?update.node, "Slurm job");
+                tracing::info!(job_id = %job_id, state = %update.state, reason = ?update.reason, node = ?update.node, "Slurm job");
                 updates(update.clone());
                 last = Some(update);
             }

@@ -1,0 +1,178 @@
+//! Where the daemon's tracing goes. A daemon in the background or under a service
+//! manager writes to stderr, which whoever started it captures (`state/lavenderd.log`,
+//! the journal). `start --foreground` owns the terminal for its view, so there the
+//! lines go to `state/lavenderd.log` instead, and WARN/ERROR are also shown once in
+//! the view, in its own format. Alerts are logged under [`ALERT_TARGET`] and left out
+//! of the view: the feed shows them already.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use anyhow::{Context, Result};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::Layer;
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::Context as LayerContext;
+
+/// The target of the alert sink's log lines.
+pub const ALERT_TARGET: &str = "lavenderd::alert";
+
+/// Prints one line in the foreground view.
+pub type ViewPrinter = Box<dyn Fn(String) + Send + Sync>;
+
+/// Set once, when `start --foreground` has its data root: the log file.
+static LOG_FILE: OnceLock<File> = OnceLock::new();
+/// Set once, when the foreground view starts.
+static VIEW: OnceLock<ViewPrinter> = OnceLock::new();
+
+/// Installs the subscriber: formatted lines to stderr (or, once [`to_file`] was
+/// called, to the log file), and WARN/ERROR into the view once one is registered.
+/// `ansi`: colours, for a terminal that will keep receiving the lines.
+pub fn init(ansi: bool) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LAVENDER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(ansi)
+                .with_writer(LogWriter)
+                .with_filter(filter),
+        )
+        .with(ViewLayer)
+        .init();
+}
+
+/// From now on, log lines are appended to `path` instead of stderr.
+pub fn to_file(path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("open the daemon log {}", path.display()))?;
+    // A second foreground daemon in one process (tests) keeps the first file.
+    let _ = LOG_FILE.set(file);
+    Ok(())
+}
+
+/// From now on, WARN and ERROR lines are also printed by `printer`.
+pub fn show_in_view(printer: ViewPrinter) {
+    let _ = VIEW.set(printer);
+}
+
+struct LogWriter;
+
+enum Sink {
+    File(&'static File),
+    Stderr(std::io::Stderr),
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Sink::File(f) => f.write(buf),
+            Sink::Stderr(e) => e.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Sink::File(f) => f.flush(),
+            Sink::Stderr(e) => e.flush(),
+        }
+    }
+}
+
+impl<'a> MakeWriter<'a> for LogWriter {
+    type Writer = Sink;
+    fn make_writer(&'a self) -> Sink {
+        match LOG_FILE.get() {
+            Some(f) => Sink::File(f),
+            None => Sink::Stderr(std::io::stderr()),
+        }
+    }
+}
+
+/// WARN and ERROR events, as view lines, once a view is registered.
+struct ViewLayer;
+
+impl<S: Subscriber> Layer<S> for ViewLayer {
+    fn on_event(&self, event: &Event<'_>, _ctx: LayerContext<'_, S>) {
+        let meta = event.metadata();
+        if *meta.level() > Level::WARN || meta.target() == ALERT_TARGET {
+            return;
+        }
+        let Some(view) = VIEW.get() else {
+            return;
+        };
+        let mut text = Text::default();
+        event.record(&mut text);
+        view(view_line(
+            *meta.level(),
+            &chrono::Local::now().format("%H:%M:%S").to_string(),
+            &text.0,
+        ));
+    }
+}
+
+/// `HH:MM:SS  warning            message key=value`, aligned with the feed's lines.
+pub fn view_line(level: Level, time: &str, text: &str) -> String {
+    let label = if level == Level::ERROR {
+        "error"
+    } else {
+        "warning"
+    };
+    format!("{time}  {label:<18} {text}")
+}
+
+/// The message first, then the other fields as `key=value`.
+#[derive(Default)]
+struct Text(String);
+
+impl Text {
+    fn push(&mut self, name: &str, value: &str) {
+        if name == "message" {
+            self.0.insert_str(0, value);
+        } else {
+            self.0.push_str(&format!(" {name}={value}"));
+        }
+    }
+}
+
+impl Visit for Text {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.push(field.name(), value);
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.push(field.name(), &format!("{value:?}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn view_lines_say_the_level_in_words() {
+        assert_eq!(
+            view_line(Level::WARN, "10:00:00", "disk slow"),
+            "10:00:00  warning            disk slow"
+        );
+        assert!(view_line(Level::ERROR, "10:00:00", "x").contains("  error  "));
+    }
+
+    #[test]
+    fn the_message_comes_before_the_fields() {
+        let mut t = Text::default();
+        t.push("pgid", "7");
+        t.push("message", "killed");
+        assert_eq!(t.0, "killed pgid=7");
+    }
+}
