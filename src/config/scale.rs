@@ -101,8 +101,8 @@ impl FromStr for Scale {
 }
 
 /// A corpus that fills fewer shards than its scale's preset asks for: training then
-/// repeats the same text more often than the preset intends. `start`, the status and the worker's
-/// `shards_short` milestone all say it with [`ShardShortfall`]'s one line.
+/// repeats the same text more often than the preset intends. `start`, the status and
+/// the worker's `shards_short` milestone all say it with this type's one line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShardShortfall {
     pub scale: Scale,

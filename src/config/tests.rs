@@ -293,15 +293,19 @@ fn model_errors_name_the_key_that_set_the_value() {
     assert_eq!(e.path(), Some("scales.medium.model.n_embd"), "{e}");
     let e = err("scales:\n  small:\n    model: {n_head: 5}\n");
     assert_eq!(e.path(), Some("scales.small.model.n_embd"), "{e}");
-    assert!(e.to_string().contains("scales.small.model.n_head (5)"), "{e}");
+    assert!(
+        e.to_string().contains("scales.small.model.n_head (5)"),
+        "{e}"
+    );
 
     // An explicit head count that does not divide the preset's width: blamed.
     let e = err("scale: small\nmodel:\n  n_head: 5\n");
     assert_eq!(e.path(), Some("model.n_head"), "{e}");
     assert_eq!(file_origin(&e), ("configs/my.yaml".into(), 3, 11));
     assert!(
-        e.to_string()
-            .contains("384 (scales.small.model.n_embd) is not a multiple of the head count 5 (model.n_head)"),
+        e.to_string().contains(
+            "384 (scales.small.model.n_embd) is not a multiple of the head count 5 (model.n_head)"
+        ),
         "{e}"
     );
     // An explicit width: it is blamed.
@@ -320,7 +324,8 @@ fn model_errors_name_the_key_that_set_the_value() {
     Config::from_yaml_str("scale: small\ntraining:\n  seq_len: 200\n", "t").unwrap();
     let e = err("scale: small\nmodel: {n_positions: 100}\ntraining:\n  seq_len: 200\n");
     assert!(
-        e.to_string().contains("1..=100 (model.n_positions at scale small)"),
+        e.to_string()
+            .contains("1..=100 (model.n_positions at scale small)"),
         "{e}"
     );
     // A zero in a preset, and an unknown key in one.
@@ -344,7 +349,11 @@ fn shard_shortfall_is_one_line_naming_preset_counts_and_key() {
     assert!(c.shard_shortfall(21).is_none());
     assert!(c.shard_shortfall(80).is_none());
     // The preset's own (overridden) count is what is compared.
-    let c = load(&[("LAVENDER_SCALE", "small")], &[("scales.small.shards", "1")]).unwrap();
+    let c = load(
+        &[("LAVENDER_SCALE", "small")],
+        &[("scales.small.shards", "1")],
+    )
+    .unwrap();
     assert!(c.shard_shortfall(1).is_none());
 }
 
@@ -589,7 +598,10 @@ fn other_validation_rules() {
     let e = err("supervisor:\n  listen: localhost\n");
     assert_eq!(e.path(), Some("supervisor.listen"));
     let e = err("model:\n  n_embd: 65\n");
-    assert!(e.to_string().contains("not a multiple of the head count 2"), "{e}");
+    assert!(
+        e.to_string().contains("not a multiple of the head count 2"),
+        "{e}"
+    );
     let e = err("training:\n  seq_len: 512\n");
     assert!(e.to_string().contains("model.n_positions"), "{e}");
     let e = err("steps: [downloads, downloads]\n");

@@ -170,7 +170,10 @@ mod tests {
 
     #[test]
     fn a_momentum_that_contradicts_beta1_is_an_error() {
-        let text = format!("{}\nmomentum: 0.0\n", Config::default().resolved().to_yaml());
+        let text = format!(
+            "{}\nmomentum: 0.0\n",
+            Config::default().resolved().to_yaml()
+        );
         let err = RunConfig::parse(&text, Path::new("run/config.yaml"))
             .unwrap_err()
             .to_string();

@@ -118,9 +118,10 @@ pub fn compose(
         .clone()
         .unwrap_or_else(|| settings.default_scale.clone());
     let mut data = DataStatus::from_counts(facts.data_counts.clone(), facts.checkpoints);
-    let notices = scale.parse::<Scale>().ok().and_then(|s| {
-        data.note_shards_wanted(s, settings.scales.get(s).shards.into())
-    });
+    let notices = scale
+        .parse::<Scale>()
+        .ok()
+        .and_then(|s| data.note_shards_wanted(s, settings.scales.get(s).shards.into()));
     Status {
         timestamp: lavender::time::rfc3339_z(now),
         pipeline: PipelineStatus {

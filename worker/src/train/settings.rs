@@ -186,16 +186,16 @@ mod tests {
         assert_eq!(shape(&at("tiny", &[])), (2, 2, 64, 128));
         assert_eq!(shape(&at("small", &[])), (6, 6, 384, 256));
         assert_eq!(shape(&at("large", &[])), (12, 12, 768, 1024));
-        assert_eq!(
-            shape(&at("small", &["model.n_layer=3"])),
-            (3, 6, 384, 256)
-        );
+        assert_eq!(shape(&at("small", &["model.n_layer=3"])), (3, 6, 384, 256));
 
         // The run's config.yaml names the sizes trained, which export reads.
         let s = at("medium", &[]);
         let path = std::path::Path::new("run/config.yaml");
         let rc = lavender::export::RunConfig::parse(&s.run_config_yaml(), path).unwrap();
         let m = rc.model;
-        assert_eq!((m.n_layer, m.n_head, m.n_embd, m.n_positions), (8, 8, 512, 512));
+        assert_eq!(
+            (m.n_layer, m.n_head, m.n_embd, m.n_positions),
+            (8, 8, 512, 512)
+        );
     }
 }
