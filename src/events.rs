@@ -20,6 +20,9 @@ pub mod kind {
     pub const DATA_LOADED: &str = "data_loaded";
     pub const TOKENIZER_READY: &str = "tokenizer_ready";
     pub const DATASET_BUILT: &str = "dataset_built";
+    /// The corpus fills fewer shards than the scale's preset asks for; the message is
+    /// the one line that says so (`ShardShortfall`).
+    pub const SHARDS_SHORT: &str = "shards_short";
     pub const STAGE_STARTED: &str = "stage_started";
     pub const CHECKPOINT_SAVED: &str = "checkpoint_saved";
     pub const CHECKPOINT_LOADED: &str = "checkpoint_loaded";
@@ -34,6 +37,7 @@ pub mod kind {
         DATA_LOADED,
         TOKENIZER_READY,
         DATASET_BUILT,
+        SHARDS_SHORT,
         STAGE_STARTED,
         CHECKPOINT_SAVED,
         CHECKPOINT_LOADED,

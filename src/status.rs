@@ -1,8 +1,8 @@
 //! The status contract: `GET /status` and `lavenderd status --json` serialize
 //! [`Status`], which has exactly the keys of `shared/schemas/status.schema.json`
 //! plus the added keys `schema_version`, `pipeline.state`, `pipeline.restarts`,
-//! `pipeline.slurm` (version 2), `training.stage`, `training.epoch` and
-//! `training.heartbeat_error`.
+//! `pipeline.slurm` (version 2), `training.stage`, `training.epoch`,
+//! `training.heartbeat_error`, `notices` and `data.shards_wanted` (version 3).
 //! A value that is not known is `null`, never a made-up number.
 
 use std::collections::BTreeMap;
@@ -12,10 +12,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Number;
 
+use crate::config::{Scale, ShardShortfall};
 use crate::heartbeat::Heartbeat;
 
 /// Version of the status document; bumped when a key is added.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The whole status document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,6 +30,11 @@ pub struct Status {
     pub data: DataStatus,
     pub disk: DiskStatus,
     pub schema_version: u32,
+    /// One line each about something the operator should know that is not an
+    /// error: the corpus filling fewer shards than the scale asks for. Empty when
+    /// there is nothing to say.
+    #[serde(default)]
+    pub notices: Vec<String>,
 }
 
 /// State of the pipeline as the daemon's state machine sees it.
@@ -288,6 +294,17 @@ impl DataStatus {
     }
 }
 
+impl DataStatus {
+    /// Adds `shards_wanted` (`wanted`: the preset's shards at `scale`) and, when the
+    /// shards built so far (`shards_available`) are fewer, returns the one-line notice.
+    pub fn note_shards_wanted(&mut self, scale: Scale, wanted: u64) -> Option<String> {
+        self.extra
+            .insert("shards_wanted".into(), Some(Number::from(wanted)));
+        let available = self.extra.get("shards_available")?.as_ref()?.as_u64()?;
+        ShardShortfall::check(scale, wanted, available).map(|s| s.to_string())
+    }
+}
+
 /// The `disk` block for the volume holding the data root.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DiskStatus {
@@ -341,6 +358,7 @@ impl Status {
             },
             disk: DiskStatus::unknown(),
             schema_version: SCHEMA_VERSION,
+            notices: Vec::new(),
         }
     }
 
@@ -438,6 +456,9 @@ impl Status {
             }
         }
         line(format!("data:        {data}"));
+        for notice in &self.notices {
+            line(format!("notice:      {notice}"));
+        }
         let d = &self.disk;
         line(format!(
             "disk:        {} · {} GiB used · {} GiB free",

@@ -204,6 +204,52 @@ fn running() {
 }
 
 #[test]
+fn too_few_shards_for_the_scale() {
+    let t = training(Some(Ok(heartbeat(WorkerState::Training, 10))), false, true);
+    let mut s = status(PipelineState::Running, Some(13584), StepState::Running, t);
+    s.data
+        .extra
+        .insert("shards_available".into(), Some(1.into()));
+    let notice = s
+        .data
+        .note_shards_wanted(lavender::config::Scale::Small, 21);
+    s.notices.extend(notice);
+    let doc = assert_valid("too few shards", &s);
+    assert_eq!(doc["data"]["shards_wanted"], 21);
+    assert_eq!(
+        doc["notices"],
+        json!([
+            "scale small wants 21 shards but the data fills only 1, so training repeats it; add corpus under data.sources"
+        ])
+    );
+    assert!(
+        s.to_text().contains(
+            "notice:      scale small wants 21 shards but the data fills only 1, so training repeats it; add corpus under data.sources\n"
+        ),
+        "{}",
+        s.to_text()
+    );
+    // Shards enough: the count is there, no notice.
+    let mut s = status(
+        PipelineState::Running,
+        Some(13584),
+        StepState::Running,
+        training(None, true, true),
+    );
+    s.data
+        .extra
+        .insert("shards_available".into(), Some(21.into()));
+    assert_eq!(
+        s.data
+            .note_shards_wanted(lavender::config::Scale::Small, 21),
+        None
+    );
+    let doc = assert_valid("shards enough", &s);
+    assert_eq!(doc["notices"], json!([]));
+    assert_eq!(doc["data"]["shards_wanted"], 21);
+}
+
+#[test]
 fn stale_heartbeat() {
     let t = training(Some(Ok(heartbeat(WorkerState::Training, 900))), false, true);
     let doc = assert_valid(

@@ -379,6 +379,24 @@ fn start_without_a_daemon_starts_one_in_the_background() {
             .any(|w| w[0] == "--scale" && w[1] == "small"),
         "{calls:?}"
     );
+    // The config the worker is given builds small's model, not the daemon's default
+    // scale's: loaded as the worker loads it (the file, then --scale), and alone.
+    let file = env.state_dir().join("pipeline-config.yaml");
+    let small = lavender::config::ModelSize {
+        n_layer: 6,
+        n_head: 6,
+        n_embd: 384,
+        n_positions: 256,
+    };
+    for overrides in [vec![("scale".to_string(), "small".to_string())], vec![]] {
+        let opts = lavender::config::LoadOptions {
+            file: Some(file.clone()),
+            overrides,
+            ..Default::default()
+        };
+        let config = lavender::config::Config::load(&opts).unwrap();
+        assert_eq!(config.model_size(), small, "{}", file.display());
+    }
     env.stop_saved();
 }
 

@@ -26,7 +26,7 @@ pub use error::{ConfigError, ConfigErrorKind, Origin};
 pub use launch::{LaunchBackend, LaunchConfig, SlurmConfig};
 pub use layers::{DATA_ROOT_VAR, LoadOptions};
 pub use notify::{BarkConfig, NotifyConfig, NtfyConfig, WebhookConfig, WebhookFormat};
-pub use scale::{Scale, ScalePreset};
+pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{
     Config, DataConfig, DedupConfig, Device, FilterConfig, HardExamplesConfig, ModelConfig,
     OptimizerConfig, PipelineStep, SaveOptimizerState, ShardsConfig, StageConfig, SupervisorConfig,
@@ -89,12 +89,13 @@ impl Config {
         validate::validate(self)
     }
 
-    /// The fully resolved config as YAML (for `<run>/config.yaml`); it parses back to
-    /// an equal `Config`.
+    /// The layered config as YAML; it parses back to an equal `Config`. Model size keys
+    /// left null stay null (they follow the scale); `<run>/config.yaml` is the YAML of
+    /// [`Config::resolved`].
     pub fn to_yaml(&self) -> String {
         let body = serde_saphyr::to_string(self)
             .expect("a Config holds only strings, numbers, lists and maps, which always serialize");
-        format!("# lavender: fully resolved config of this run\n{body}")
+        format!("# lavender: resolved config\n{body}")
     }
 
     /// The data root, first that applies: `cli` (`--data-root`), `env`
@@ -114,9 +115,41 @@ impl Config {
         }
     }
 
-    /// The scale's preset.
+    /// The scale's preset (from the `scales` section).
     pub fn preset(&self) -> ScalePreset {
-        self.scale.preset()
+        *self.scales.get(self.scale)
+    }
+
+    /// The model this run builds: each `model.*` size key that is set, else the scale
+    /// preset's value.
+    pub fn model_size(&self) -> ModelSize {
+        let preset = self.preset().model;
+        let m = &self.model;
+        ModelSize {
+            n_layer: m.n_layer.unwrap_or(preset.n_layer),
+            n_head: m.n_head.unwrap_or(preset.n_head),
+            n_embd: m.n_embd.unwrap_or(preset.n_embd),
+            n_positions: m.n_positions.unwrap_or(preset.n_positions),
+        }
+    }
+
+    /// This config with the model's size keys filled in from the scale preset, as a
+    /// run records it in its `config.yaml` (so the run names the model it trained even
+    /// when read with another scale).
+    pub fn resolved(&self) -> Config {
+        let size = self.model_size();
+        let mut config = self.clone();
+        config.model.n_layer = Some(size.n_layer);
+        config.model.n_head = Some(size.n_head);
+        config.model.n_embd = Some(size.n_embd);
+        config.model.n_positions = Some(size.n_positions);
+        config
+    }
+
+    /// When the corpus filled `available` training shards (`build_shards`' count),
+    /// whether that is fewer than this scale's preset asks for.
+    pub fn shard_shortfall(&self, available: u64) -> Option<ShardShortfall> {
+        ShardShortfall::check(self.scale, u64::from(self.preset().shards), available)
     }
 
     /// Steps of stage `idx`: its `steps`, or, when null, its share of the scale
@@ -135,7 +168,7 @@ impl Config {
             .filter(|&i| stages[i].steps.is_none())
             .collect();
         let names: Vec<&str> = unset.iter().map(|&i| stages[i].name.as_str()).collect();
-        let parts = scale::split_steps(self.scale.preset().total_steps, &names);
+        let parts = scale::split_steps(self.preset().total_steps, &names);
         let pos = unset.iter().position(|&i| i == idx).unwrap_or_default();
         parts[pos]
     }

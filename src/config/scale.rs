@@ -1,4 +1,5 @@
-//! Scale presets: how long a run is and how many shards the corpus is cut into.
+//! Scale presets: how long a run is, how many shards it trains on and the model it
+//! builds. The numbers live in the config's `scales` section (`configs/default.yaml`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -16,32 +17,53 @@ pub enum Scale {
     Large,
 }
 
-/// What a scale means in numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a scale means in numbers: one entry of the config's `scales` section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ScalePreset {
     /// Optimizer steps over all stages whose `steps` is null.
     pub total_steps: u64,
-    /// Number of training shards `build_shards` writes.
+    /// Training shards a run of this scale asks for, over its four chunks.
     pub shards: u32,
+    /// The model for every `model.*` size key that is null.
+    pub model: ModelSize,
+}
+
+/// A GPT-2 model's size: layers, heads, width and context length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSize {
+    pub n_layer: u32,
+    pub n_head: u32,
+    pub n_embd: u32,
+    pub n_positions: u32,
+}
+
+/// The `scales` section: what each `--scale` means (`configs/default.yaml` has the
+/// built-in numbers and why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScalesConfig {
+    pub tiny: ScalePreset,
+    pub small: ScalePreset,
+    pub medium: ScalePreset,
+    pub large: ScalePreset,
+}
+
+impl ScalesConfig {
+    /// The preset of `scale`.
+    pub fn get(&self, scale: Scale) -> &ScalePreset {
+        match scale {
+            Scale::Tiny => &self.tiny,
+            Scale::Small => &self.small,
+            Scale::Medium => &self.medium,
+            Scale::Large => &self.large,
+        }
+    }
 }
 
 impl Scale {
     pub const ALL: [Scale; 4] = [Scale::Tiny, Scale::Small, Scale::Medium, Scale::Large];
-
-    /// Tiny is sized so a 2-layer GPT on two CPU cores finishes in minutes, with enough
-    /// pretraining steps (980) to bring its validation loss under 60 % of the start.
-    pub fn preset(self) -> ScalePreset {
-        let (total_steps, shards) = match self {
-            Scale::Tiny => (1_400, 4),
-            Scale::Small => (50_000, 21),
-            Scale::Medium => (105_000, 43),
-            Scale::Large => (200_000, 81),
-        };
-        ScalePreset {
-            total_steps,
-            shards,
-        }
-    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -75,6 +97,43 @@ impl FromStr for Scale {
                     valid: names.iter().map(|n| n.to_string()).collect(),
                 })
             })
+    }
+}
+
+/// A corpus that fills fewer shards than its scale's preset asks for: training then
+/// repeats the same text more often than the preset intends. `start`, the status and
+/// the worker's `shards_short` milestone all say it with this type's one line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardShortfall {
+    pub scale: Scale,
+    /// `scales.<scale>.shards`.
+    pub wanted: u64,
+    /// Shards `build_shards` filled from the corpus.
+    pub available: u64,
+}
+
+impl ShardShortfall {
+    /// `Some` when `available` is less than `wanted`.
+    pub fn check(scale: Scale, wanted: u64, available: u64) -> Option<ShardShortfall> {
+        (available < wanted).then_some(ShardShortfall {
+            scale,
+            wanted,
+            available,
+        })
+    }
+}
+
+impl fmt::Display for ShardShortfall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plural = |n: u64| if n == 1 { "" } else { "s" };
+        write!(
+            f,
+            "scale {} wants {} shard{} but the data fills only {}, so training repeats it; add corpus under data.sources",
+            self.scale,
+            self.wanted,
+            plural(self.wanted),
+            self.available
+        )
     }
 }
 

@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::launch::LaunchConfig;
 use super::notify::NotifyConfig;
-use super::scale::Scale;
+use super::scale::{Scale, ScalesConfig};
 use super::source::DataSource;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -27,6 +27,8 @@ pub struct Config {
     pub steps: Vec<PipelineStep>,
     pub worker: WorkerConfig,
     pub data: DataConfig,
+    /// What each scale means: steps, shards and the model size.
+    pub scales: ScalesConfig,
     pub model: ModelConfig,
     pub optimizer: OptimizerConfig,
     pub training: TrainingConfig,
@@ -175,10 +177,11 @@ pub struct HardExamplesConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
-    pub n_layer: u32,
-    pub n_head: u32,
-    pub n_embd: u32,
-    pub n_positions: u32,
+    /// The size keys: `None` = the scale preset's (see [`Config::model_size`]).
+    pub n_layer: Option<u32>,
+    pub n_head: Option<u32>,
+    pub n_embd: Option<u32>,
+    pub n_positions: Option<u32>,
     pub dropout: f64,
     pub layer_norm_epsilon: f64,
 }

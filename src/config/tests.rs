@@ -175,16 +175,186 @@ fn data_root_env_var_is_not_a_layer() {
 
 #[test]
 fn scale_presets() {
-    let p = |s: Scale| (s.preset().total_steps, s.preset().shards);
-    assert_eq!(p(Scale::Tiny), (1_400, 4));
-    assert_eq!(p(Scale::Small), (50_000, 21));
-    assert_eq!(p(Scale::Medium), (105_000, 43));
-    assert_eq!(p(Scale::Large), (200_000, 81));
+    let c = Config::default();
+    let p = |s: Scale| {
+        let preset = c.scales.get(s);
+        let m = preset.model;
+        (
+            preset.total_steps,
+            preset.shards,
+            (m.n_layer, m.n_head, m.n_embd, m.n_positions),
+        )
+    };
+    assert_eq!(p(Scale::Tiny), (1_400, 4, (2, 2, 64, 128)));
+    assert_eq!(p(Scale::Small), (50_000, 21, (6, 6, 384, 256)));
+    assert_eq!(p(Scale::Medium), (105_000, 43, (8, 8, 512, 512)));
+    // GPT-2 small's layout.
+    assert_eq!(p(Scale::Large), (200_000, 81, (12, 12, 768, 1024)));
     for scale in Scale::ALL {
         assert_eq!(scale.to_string().parse::<Scale>().unwrap(), scale);
     }
     let e = "huge".parse::<Scale>().unwrap_err();
     assert!(e.to_string().contains("tiny"), "{e}");
+}
+
+fn size(n_layer: u32, n_head: u32, n_embd: u32, n_positions: u32) -> ModelSize {
+    ModelSize {
+        n_layer,
+        n_head,
+        n_embd,
+        n_positions,
+    }
+}
+
+fn load(env_vars: &[(&str, &str)], overrides: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    Config::load(&LoadOptions {
+        env: env(env_vars),
+        overrides: overrides
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..LoadOptions::default()
+    })
+}
+
+#[test]
+fn model_size_follows_the_scale_unless_set() {
+    // The model keys default to null: each scale builds its preset's model.
+    let c = Config::default();
+    assert_eq!(
+        (c.model.n_layer, c.model.n_head, c.model.n_embd),
+        (None, None, None)
+    );
+    assert_eq!(c.model_size(), size(2, 2, 64, 128));
+    let at = |scale: &str| load(&[("LAVENDER_SCALE", scale)], &[]).unwrap();
+    assert_eq!(at("small").model_size(), size(6, 6, 384, 256));
+    assert_eq!(at("medium").model_size(), size(8, 8, 512, 512));
+    assert_eq!(at("large").model_size(), size(12, 12, 768, 1024));
+    // The preset's steps and shards come from the same section.
+    assert_eq!(at("small").preset().shards, 21);
+    assert_eq!(at("small").total_steps(), 50_000);
+
+    // An explicit value wins over the preset, key by key, at any scale.
+    let c = load(&[("LAVENDER_SCALE", "large")], &[("model.n_layer", "3")]).unwrap();
+    assert_eq!(c.model_size(), size(3, 12, 768, 1024));
+
+    // The presets themselves are config: a file, the environment or an override
+    // changes them, in the usual order.
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(
+        dir.path(),
+        "my.yaml",
+        "scale: small\nscales:\n  small:\n    shards: 30\n    model: {n_layer: 4}\n",
+    );
+    let opts = LoadOptions {
+        file: Some(file),
+        env: env(&[("LAVENDER__SCALES__SMALL__MODEL__N_EMBD", "192")]),
+        overrides: vec![("scales.small.total_steps".into(), "999".into())],
+    };
+    let c = Config::load(&opts).unwrap();
+    assert_eq!(c.model_size(), size(4, 6, 192, 256));
+    assert_eq!((c.preset().shards, c.total_steps()), (30, 999));
+    // Keys the file leaves out keep the built-in preset.
+    assert_eq!(c.scales.medium, Config::default().scales.medium);
+}
+
+#[test]
+fn a_config_written_for_another_scale_builds_that_scale_s_model() {
+    // The daemon writes the worker's config as its own config with the requested
+    // scale; the worker loads that file with --scale. The model must be the requested
+    // scale's, not the daemon's default scale's.
+    let daemon = Config::default();
+    assert_eq!(daemon.scale, Scale::Tiny);
+    let mut worker = daemon.clone();
+    worker.scale = Scale::Small;
+    let text = worker.to_yaml();
+    let back = Config::from_yaml_str(&text, "state/worker-config.yaml").unwrap();
+    assert_eq!(back.model_size(), size(6, 6, 384, 256), "{text}");
+
+    // The run's config.yaml records the sizes it trained with; read at another scale
+    // it still names the same model.
+    let run = back.resolved();
+    assert_eq!(run.model.n_layer, Some(6));
+    let mut reread = Config::from_yaml_str(&run.to_yaml(), "run/config.yaml").unwrap();
+    reread.scale = Scale::Large;
+    assert_eq!(reread.model_size(), size(6, 6, 384, 256));
+    assert_eq!(reread.resolved().model, run.model);
+}
+
+#[test]
+fn model_errors_name_the_key_that_set_the_value() {
+    // A preset value: the error names scales.<scale>.model.<key> and points at the
+    // line that set it.
+    let e = load(
+        &[("LAVENDER_SCALE", "medium")],
+        &[("scales.medium.model.n_head", "7")],
+    )
+    .unwrap_err();
+    assert_eq!(e.path(), Some("scales.medium.model.n_embd"), "{e}");
+    let e = err("scales:\n  small:\n    model: {n_head: 5}\n");
+    assert_eq!(e.path(), Some("scales.small.model.n_embd"), "{e}");
+    assert!(
+        e.to_string().contains("scales.small.model.n_head (5)"),
+        "{e}"
+    );
+
+    // An explicit head count that does not divide the preset's width: blamed.
+    let e = err("scale: small\nmodel:\n  n_head: 5\n");
+    assert_eq!(e.path(), Some("model.n_head"), "{e}");
+    assert_eq!(file_origin(&e), ("configs/my.yaml".into(), 3, 11));
+    assert!(
+        e.to_string().contains(
+            "384 (scales.small.model.n_embd) is not a multiple of the head count 5 (model.n_head)"
+        ),
+        "{e}"
+    );
+    // An explicit width: it is blamed.
+    let e = err("model:\n  n_embd: 65\n");
+    assert_eq!(e.path(), Some("model.n_embd"), "{e}");
+    assert_eq!(file_origin(&e), ("configs/my.yaml".into(), 2, 11));
+
+    // seq_len is checked against the resolved context length, at each scale.
+    let e = err("training:\n  seq_len: 200\n");
+    assert_eq!(e.path(), Some("training.seq_len"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("1..=128 (scales.tiny.model.n_positions at scale tiny)"),
+        "{e}"
+    );
+    Config::from_yaml_str("scale: small\ntraining:\n  seq_len: 200\n", "t").unwrap();
+    let e = err("scale: small\nmodel: {n_positions: 100}\ntraining:\n  seq_len: 200\n");
+    assert!(
+        e.to_string()
+            .contains("1..=100 (model.n_positions at scale small)"),
+        "{e}"
+    );
+    // A zero in a preset, and an unknown key in one.
+    let e = load(&[], &[("scales.large.model.n_layer", "0")]).unwrap_err();
+    assert_eq!(e.path(), Some("scales.large.model.n_layer"), "{e}");
+    let e = load(&[], &[("scales.tiny.shards", "0")]).unwrap_err();
+    assert_eq!(e.path(), Some("scales.tiny.shards"), "{e}");
+    let e = err("scales:\n  tiny:\n    steps: 5\n");
+    assert!(e.to_string().contains("`scales.tiny.steps`"), "{e}");
+}
+
+#[test]
+fn shard_shortfall_is_one_line_naming_preset_counts_and_key() {
+    let c = load(&[("LAVENDER_SCALE", "small")], &[]).unwrap();
+    let short = c.shard_shortfall(1).expect("1 of 21 shards is short");
+    assert_eq!(
+        short.to_string(),
+        "scale small wants 21 shards but the data fills only 1, so training repeats it; add corpus under data.sources"
+    );
+    assert_eq!((short.wanted, short.available), (21, 1));
+    assert!(c.shard_shortfall(21).is_none());
+    assert!(c.shard_shortfall(80).is_none());
+    // The preset's own (overridden) count is what is compared.
+    let c = load(
+        &[("LAVENDER_SCALE", "small")],
+        &[("scales.small.shards", "1")],
+    )
+    .unwrap();
+    assert!(c.shard_shortfall(1).is_none());
 }
 
 #[test]
@@ -194,7 +364,7 @@ fn stage_steps_sum_to_preset_total() {
             scale,
             ..Config::default()
         };
-        let total = scale.preset().total_steps;
+        let total = c.preset().total_steps;
         assert_eq!(c.total_steps(), total, "{scale}");
         // pretrain 70 %, sft 15 %, dpo 15 %.
         assert_eq!(c.stage_steps(0), total * 70 / 100, "{scale}");
@@ -428,7 +598,10 @@ fn other_validation_rules() {
     let e = err("supervisor:\n  listen: localhost\n");
     assert_eq!(e.path(), Some("supervisor.listen"));
     let e = err("model:\n  n_embd: 65\n");
-    assert!(e.to_string().contains("multiple of model.n_head"), "{e}");
+    assert!(
+        e.to_string().contains("not a multiple of the head count 2"),
+        "{e}"
+    );
     let e = err("training:\n  seq_len: 512\n");
     assert!(e.to_string().contains("model.n_positions"), "{e}");
     let e = err("steps: [downloads, downloads]\n");

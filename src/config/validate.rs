@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::fmt::Display;
 
 use super::error::{ConfigError, ConfigErrorKind};
+use super::scale::Scale;
 use super::sections::Config;
 use super::source::DataSource;
 
@@ -83,6 +84,7 @@ pub(crate) fn validate(c: &Config) -> Check {
         ));
     }
     validate_data(c)?;
+    validate_scales(c)?;
     validate_model(c)?;
     validate_training(c)?;
     validate_supervisor(c)?;
@@ -170,21 +172,77 @@ fn validate_data(c: &Config) -> Check {
     at_least("data.hard_examples.upsample", d.hard_examples.upsample, 1)
 }
 
-fn validate_model(c: &Config) -> Check {
+/// Each preset on its own, so a bad preset is found whatever scale runs.
+fn validate_scales(c: &Config) -> Check {
+    for scale in Scale::ALL {
+        let preset = c.scales.get(scale);
+        let path = format!("scales.{scale}");
+        at_least(&format!("{path}.total_steps"), preset.total_steps, 1)?;
+        at_least(&format!("{path}.shards"), preset.shards, 1)?;
+        let m = &preset.model;
+        let key = |name: &str| format!("{path}.model.{name}");
+        at_least(&key("n_layer"), m.n_layer, 1)?;
+        at_least(&key("n_head"), m.n_head, 1)?;
+        at_least(&key("n_embd"), m.n_embd, 1)?;
+        at_least(&key("n_positions"), m.n_positions, 1)?;
+        if !m.n_embd.is_multiple_of(m.n_head) {
+            return Err(invalid(
+                &key("n_embd"),
+                format!(
+                    "{} is not a multiple of {} ({}); each head needs an equal share",
+                    m.n_embd,
+                    key("n_head"),
+                    m.n_head
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The key that sets model size `name` for this run: `model.<name>` when it is set,
+/// else the scale preset's `scales.<scale>.model.<name>`. Errors name it, so the
+/// loader points at the line that gave the value.
+fn model_key(c: &Config, name: &str) -> String {
     let m = &c.model;
-    at_least("model.n_layer", m.n_layer, 1)?;
-    at_least("model.n_head", m.n_head, 1)?;
-    at_least("model.n_embd", m.n_embd, 1)?;
+    let set = match name {
+        "n_layer" => m.n_layer.is_some(),
+        "n_head" => m.n_head.is_some(),
+        "n_embd" => m.n_embd.is_some(),
+        _ => m.n_positions.is_some(),
+    };
+    if set {
+        format!("model.{name}")
+    } else {
+        format!("scales.{}.model.{name}", c.scale)
+    }
+}
+
+fn validate_model(c: &Config) -> Check {
+    let m = c.model_size();
+    at_least(&model_key(c, "n_layer"), m.n_layer, 1)?;
+    at_least(&model_key(c, "n_head"), m.n_head, 1)?;
+    at_least(&model_key(c, "n_embd"), m.n_embd, 1)?;
     if !m.n_embd.is_multiple_of(m.n_head) {
+        // Blame the value the user set (n_embd before n_head), else the preset.
+        let blamed = if c.model.n_embd.is_none() && c.model.n_head.is_some() {
+            model_key(c, "n_head")
+        } else {
+            model_key(c, "n_embd")
+        };
         return Err(invalid(
-            "model.n_embd",
+            &blamed,
             format!(
-                "{} is not a multiple of model.n_head ({}); each head needs an equal share",
-                m.n_embd, m.n_head
+                "model width {} ({}) is not a multiple of the head count {} ({}); each head needs an equal share",
+                m.n_embd,
+                model_key(c, "n_embd"),
+                m.n_head,
+                model_key(c, "n_head")
             ),
         ));
     }
-    at_least("model.n_positions", m.n_positions, 1)?;
+    at_least(&model_key(c, "n_positions"), m.n_positions, 1)?;
+    let m = &c.model;
     fraction("model.dropout", m.dropout, 0.0, 1.0, true)?;
     positive("model.layer_norm_epsilon", m.layer_norm_epsilon)?;
 
@@ -201,11 +259,16 @@ fn validate_training(c: &Config) -> Check {
     let t = &c.training;
     at_least("training.batch_size", t.batch_size, 1)?;
     at_least("training.seq_len", t.seq_len, 1)?;
-    if t.seq_len > c.model.n_positions {
+    let n_positions = c.model_size().n_positions;
+    if t.seq_len > n_positions {
         return Err(out_of_range(
             "training.seq_len",
             t.seq_len,
-            &format!("1..={} (model.n_positions)", c.model.n_positions),
+            &format!(
+                "1..={n_positions} ({} at scale {})",
+                model_key(c, "n_positions"),
+                c.scale
+            ),
         ));
     }
     at_least("training.grad_accum", t.grad_accum, 1)?;

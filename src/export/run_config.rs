@@ -153,11 +153,13 @@ mod tests {
     fn reads_a_resolved_config_and_the_workers_momentum_key() {
         let mut cfg = Config::default();
         cfg.optimizer.betas = [0.95, 0.99];
+        // What the worker writes: the config with the model sizes resolved.
+        let cfg = cfg.resolved();
         let text = format!("{}\nmomentum: 0.95\n", cfg.to_yaml());
         let rc = RunConfig::parse(&text, Path::new("config.yaml")).unwrap();
         assert_eq!(rc.momentum, 0.95);
         assert_eq!(rc.betas, [0.95, 0.99]);
-        assert_eq!(rc.model.n_embd, cfg.model.n_embd as u64);
+        assert_eq!(rc.model.n_embd, u64::from(cfg.model_size().n_embd));
         assert_eq!(rc.batch_size, cfg.training.batch_size as u64);
         assert_eq!(rc.checkpoint_every("pretrain"), 100);
 
@@ -168,7 +170,10 @@ mod tests {
 
     #[test]
     fn a_momentum_that_contradicts_beta1_is_an_error() {
-        let text = format!("{}\nmomentum: 0.0\n", Config::default().to_yaml());
+        let text = format!(
+            "{}\nmomentum: 0.0\n",
+            Config::default().resolved().to_yaml()
+        );
         let err = RunConfig::parse(&text, Path::new("run/config.yaml"))
             .unwrap_err()
             .to_string();

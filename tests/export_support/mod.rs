@@ -128,10 +128,10 @@ impl Default for RunSpec {
 
 pub fn config_yaml(beta1: f64) -> String {
     let mut cfg = Config::default();
-    cfg.model.n_layer = 1;
-    cfg.model.n_head = 2;
-    cfg.model.n_embd = EMBD as u32;
-    cfg.model.n_positions = POSITIONS as u32;
+    cfg.model.n_layer = Some(1);
+    cfg.model.n_head = Some(2);
+    cfg.model.n_embd = Some(EMBD as u32);
+    cfg.model.n_positions = Some(POSITIONS as u32);
     cfg.optimizer.betas = [beta1, 0.999];
     cfg.training.batch_size = 4;
     // What the worker writes: the resolved config plus `momentum` (β1).

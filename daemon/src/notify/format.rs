@@ -280,6 +280,21 @@ mod tests {
     }
 
     #[test]
+    fn a_shards_short_milestone_is_its_one_line_pushed_silently() {
+        let short =
+            lavender::config::ShardShortfall::check(lavender::config::Scale::Small, 21, 1).unwrap();
+        let e = Event::new(kind::SHARDS_SHORT, short.to_string()).with("shards_wanted", 21);
+        let n = milestone(&e, P).unwrap();
+        assert_eq!(n.level, Level::Milestone);
+        assert_eq!(
+            milestone_text(&e, P).unwrap(),
+            format!(
+                "{P}scale small wants 21 shards but the data fills only 1, so training repeats it; add corpus under data.sources"
+            )
+        );
+    }
+
+    #[test]
     fn tolerant_fallbacks() {
         // Missing or mistyped fields: the event's message.
         let e = ev("data_loaded", json!({"documents": "many"}));

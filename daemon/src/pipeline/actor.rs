@@ -39,6 +39,10 @@ pub struct StartReply {
     /// The Slurm job of the first step (launch.backend: slurm).
     #[serde(default)]
     pub slurm_job: Option<String>,
+    /// Lines to show the operator, e.g. that the built shards are fewer than the
+    /// scale asks for.
+    #[serde(default)]
+    pub notices: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -411,6 +415,16 @@ impl Actor {
         let cfg_path = self.layout.worker_config();
         lavender::atomic::write_file(&cfg_path, worker_config.to_yaml().as_bytes())
             .map_err(|e| StartError::Spawn(e.to_string()))?;
+        // Shards already built (build_shards/precompute manifests) that are fewer than
+        // the scale asks for are worth a line before the run starts.
+        let notices: Vec<String> = lavender::manifest::data_counts(&self.layout.data_root)
+            .get("shards_available")
+            .copied()
+            .flatten()
+            .and_then(|available| worker_config.shard_shortfall(available))
+            .map(|short| short.to_string())
+            .into_iter()
+            .collect();
 
         let now = lavender::time::now_utc();
         let any_pending = steps.iter().any(|s| s.state == StepState::Pending);
@@ -469,6 +483,7 @@ impl Actor {
                 .as_ref()
                 .and_then(|w| w.handle.slurm_job())
                 .map(|j| j.job_id.clone()),
+            notices,
         })
     }
 

@@ -373,6 +373,7 @@ mod tests {
             default_chunk: 1,
             steps: Vec::new(),
             disk_floor_mib: 0,
+            scales: lavender::config::Config::default().scales,
         }
     }
 

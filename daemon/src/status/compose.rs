@@ -2,7 +2,7 @@
 //! pipeline record, and the clock (ages are computed now, not when cached).
 
 use chrono::{DateTime, Utc};
-use lavender::config::Config;
+use lavender::config::{Config, Scale, ScalesConfig};
 use lavender::status::{
     DataStatus, PipelineState, PipelineStatus, SCHEMA_VERSION, Status, TrainingStatus,
 };
@@ -21,6 +21,8 @@ pub struct StatusSettings {
     pub steps: Vec<String>,
     /// `notify.disk_floor_mib`: the floor of the disk-low alert.
     pub disk_floor_mib: u64,
+    /// The scale presets, for the shards each scale wants.
+    pub scales: ScalesConfig,
 }
 
 impl StatusSettings {
@@ -36,6 +38,7 @@ impl StatusSettings {
                 .map(|s| s.as_str().to_string())
                 .collect(),
             disk_floor_mib: config.notify.disk_floor_mib,
+            scales: config.scales,
         }
     }
 }
@@ -110,18 +113,22 @@ pub fn compose(
         facts.checkpoints,
         facts.latest_checkpoint.clone(),
     );
+    let scale = record
+        .scale
+        .clone()
+        .unwrap_or_else(|| settings.default_scale.clone());
+    let mut data = DataStatus::from_counts(facts.data_counts.clone(), facts.checkpoints);
+    let notices = scale
+        .parse::<Scale>()
+        .ok()
+        .and_then(|s| data.note_shards_wanted(s, settings.scales.get(s).shards.into()));
     Status {
         timestamp: lavender::time::rfc3339_z(now),
         pipeline: PipelineStatus {
             running: alive,
             pid: worker.and_then(|w| w.handle.pid()),
             chunk: Some(record.chunk.unwrap_or(settings.default_chunk).to_string()),
-            scale: Some(
-                record
-                    .scale
-                    .clone()
-                    .unwrap_or_else(|| settings.default_scale.clone()),
-            ),
+            scale: Some(scale),
             state,
             restarts: record.restarts,
             slurm: worker.and_then(|w| w.handle.slurm_job()).map(|j| {
@@ -136,8 +143,9 @@ pub fn compose(
         active_step,
         steps,
         training,
-        data: DataStatus::from_counts(facts.data_counts.clone(), facts.checkpoints),
+        data,
         disk: facts.disk.clone(),
         schema_version: SCHEMA_VERSION,
+        notices: notices.into_iter().collect(),
     }
 }

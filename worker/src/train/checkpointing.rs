@@ -334,7 +334,19 @@ pub fn load_for_inference(
         .map(|t| t.size()[0])
         .with_context(|| format!("{} has no transformer.wte.weight", weights.display()))?;
     drop(file);
-    let mut m = Gpt::new(s.model(vocab as u32), device)?;
+    let mut cfg = s.model(vocab as u32);
+    // The run's config.yaml names the sizes it trained, whatever scale is asked now.
+    if let Some(run) = ck.path.parent()
+        && let Ok(rc) = lavender::export::RunConfig::read(run)
+    {
+        let m = &rc.model;
+        let size = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        cfg.n_layer = size(m.n_layer);
+        cfg.n_head = size(m.n_head);
+        cfg.n_embd = size(m.n_embd);
+        cfg.n_positions = size(m.n_positions);
+    }
+    let mut m = Gpt::new(cfg, device)?;
     model::load_weights(&mut m, &weights)?;
     Ok((m, ck, device))
 }

@@ -133,7 +133,11 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
     let mut reporter = Reporter::new(run_dir.clone(), total_steps);
     reporter.set_state(WorkerState::Starting)?;
     let shards = tokens.select_shards(s.chunk, s.config.preset().shards)?;
+    let shortfall = s
+        .config
+        .shard_shortfall(tokens.index.shard_names().len() as u64);
 
+    let size = s.config.model_size();
     tch::manual_seed(s.seed as i64);
     let mut model = Gpt::new(s.model(tokens.index.vocab_size), device)?;
     model.params.init_grads();
@@ -142,10 +146,13 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         Event::new(
             kinds::RUN_STARTED,
             format!(
-                "training started on {} ({} threads), chunk {}, {total_steps} steps",
+                "training started on {} ({} threads), chunk {}, scale {}: {} layers x {} wide, {total_steps} steps",
                 device::name(device),
                 s.threads,
-                s.chunk
+                s.chunk,
+                s.config.scale,
+                size.n_layer,
+                size.n_embd
             ),
         )
         .with("device", device::name(device))
@@ -154,9 +161,19 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         .with("scale", s.config.scale.as_str())
         .with("total_steps", total_steps)
         .with("parameters", model.params.numel())
+        .with("model", size)
         .with("shards", &shards)
         .with("run_dir", &run_dir),
     )?;
+    if let Some(short) = shortfall {
+        reporter.event(
+            Event::new(kinds::SHARDS_SHORT, short.to_string())
+                .with("scale", short.scale.as_str())
+                .with("shards_wanted", short.wanted)
+                .with("shards_available", short.available)
+                .with("shards", &shards),
+        )?;
+    }
 
     let resumed = match &resume {
         Some(ck) => Some(checkpointing::load(ck, &s, &mut model, &mut opt)?),

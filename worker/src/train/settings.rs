@@ -88,11 +88,12 @@ impl Settings {
                 beta: s.beta.unwrap_or(0.1),
             });
         }
-        if t.seq_len > config.model.n_positions {
+        let n_positions = config.model_size().n_positions;
+        if t.seq_len > n_positions {
             bail!(
-                "training.seq_len = {} exceeds model.n_positions = {}; lower seq_len or raise n_positions",
+                "training.seq_len = {} exceeds the model's n_positions = {n_positions} (scale {}); lower seq_len or set model.n_positions",
                 t.seq_len,
-                config.model.n_positions
+                config.scale
             );
         }
         let threads = match config.threads {
@@ -131,26 +132,70 @@ impl Settings {
     }
 
     /// The model for a vocabulary of `vocab_size` tokens.
+    /// The model for a vocabulary of `vocab_size` tokens: the `model` keys that are
+    /// set, the scale preset's size for the rest.
     pub fn model(&self, vocab_size: u32) -> GptConfig {
+        let size = self.config.model_size();
         let m = &self.config.model;
         GptConfig {
             vocab_size: vocab_size as i64,
-            n_positions: m.n_positions as i64,
-            n_embd: m.n_embd as i64,
-            n_layer: m.n_layer as i64,
-            n_head: m.n_head as i64,
+            n_positions: size.n_positions as i64,
+            n_embd: size.n_embd as i64,
+            n_layer: size.n_layer as i64,
+            n_head: size.n_head as i64,
             dropout: m.dropout,
             layer_norm_epsilon: m.layer_norm_epsilon,
         }
     }
 
-    /// The run's `config.yaml`: the resolved config plus `momentum` (AdamW's β1), which
-    /// attribution tools read from the run that produced a checkpoint.
+    /// The run's `config.yaml`: the resolved config (with the model sizes it trains,
+    /// whether set or the scale's) plus `momentum` (AdamW's β1), which attribution
+    /// tools read from the run that produced a checkpoint.
     pub fn run_config_yaml(&self) -> String {
         format!(
             "{}\n# AdamW's beta1, for tools that read a run's momentum.\nmomentum: {}\n",
-            self.config.to_yaml().trim_end(),
+            self.config.resolved().to_yaml().trim_end(),
             self.adamw.beta1
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(scale: &str, sets: &[&str]) -> Settings {
+        let args = StepArgs {
+            config: None,
+            data_root: Some("/tmp/x".into()),
+            run_dir: None,
+            scale: Some(scale.into()),
+            chunk: None,
+            force: false,
+            overrides: sets.iter().map(|s| s.to_string()).collect(),
+        };
+        Settings::load(&args).unwrap()
+    }
+
+    #[test]
+    fn the_model_is_the_scale_s_unless_set_and_the_run_config_records_it() {
+        let shape = |s: &Settings| {
+            let m = s.model(2048);
+            (m.n_layer, m.n_head, m.n_embd, m.n_positions)
+        };
+        assert_eq!(shape(&at("tiny", &[])), (2, 2, 64, 128));
+        assert_eq!(shape(&at("small", &[])), (6, 6, 384, 256));
+        assert_eq!(shape(&at("large", &[])), (12, 12, 768, 1024));
+        assert_eq!(shape(&at("small", &["model.n_layer=3"])), (3, 6, 384, 256));
+
+        // The run's config.yaml names the sizes trained, which export reads.
+        let s = at("medium", &[]);
+        let path = std::path::Path::new("run/config.yaml");
+        let rc = lavender::export::RunConfig::parse(&s.run_config_yaml(), path).unwrap();
+        let m = rc.model;
+        assert_eq!(
+            (m.n_layer, m.n_head, m.n_embd, m.n_positions),
+            (8, 8, 512, 512)
+        );
     }
 }

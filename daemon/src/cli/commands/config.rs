@@ -7,7 +7,7 @@ use crate::settings::{GlobalArgs, Settings};
 /// `config check`: load and validate the layered config; print it resolved.
 pub fn check(args: &GlobalArgs) -> Result<ExitCode> {
     let settings = Settings::load(args)?;
-    print!("{}", settings.config.to_yaml());
+    print!("{}", settings.config.resolved().to_yaml());
     eprintln!(
         "config OK ({}); data root {}; state directory {}",
         settings

@@ -56,6 +56,9 @@ pub async fn run(
                     .map(|p| format!(" (worker pid {p})"))
                     .unwrap_or_default()
             );
+            for notice in &reply.notices {
+                println!("notice: {notice}");
+            }
             if let Some(r) = &reply.resume_from {
                 println!("resuming from {}", r.display());
             }
