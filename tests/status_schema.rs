@@ -117,21 +117,32 @@ fn training(hb: Option<Result<Heartbeat, String>>, in_grace: bool, alive: bool) 
     TrainingStatus::from_heartbeat(hb, now(), STALE_AFTER_S, in_grace, alive, 5, None)
 }
 
+/// The shared contract: `$LAVENDER_SHARED_DIR/schemas/status.schema.json`, else
+/// `../shared/schemas/status.schema.json` beside the repository.
+fn shared_schema_path() -> std::path::PathBuf {
+    let shared = std::env::var_os("LAVENDER_SHARED_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    shared.join("schemas/status.schema.json")
+}
+
+/// The fixture is the shared contract, byte for byte; without the contract there is
+/// nothing to hold the fixture to, which is a failure, not a pass.
 #[test]
 fn fixture_matches_shared_schema() {
-    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/schemas/status.schema.json");
-    if !shared.exists() {
-        eprintln!(
-            "NOTE: {} is absent; skipping the fixture-vs-shared schema comparison",
+    let shared = shared_schema_path();
+    let shared_bytes = std::fs::read(&shared).unwrap_or_else(|e| {
+        panic!(
+            "the shared status contract {} cannot be read ({e}): check out the shared \
+             directory beside this repository, or set LAVENDER_SHARED_DIR to it",
             shared.display()
-        );
-        return;
-    }
+        )
+    });
     let fixture = std::fs::read(fixture_path()).unwrap();
-    let shared = std::fs::read(&shared).unwrap();
     assert!(
-        fixture == shared,
-        "tests/fixtures/status.schema.json differs from ../shared/schemas/status.schema.json: copy it over"
+        fixture == shared_bytes,
+        "tests/fixtures/status.schema.json differs from {}: copy it over",
+        shared.display()
     );
 }
 

@@ -5,6 +5,10 @@ use std::path::{Path, PathBuf};
 
 use lavender::run::CHECKPOINTS_DIR;
 
+/// The data root's directories a recorded path may point into: what is looked for
+/// when an old record's absolute path no longer exists because the root was moved.
+const MOVABLE_DIRS: &[&str] = &[CHECKPOINTS_DIR, "logs"];
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     pub data_root: PathBuf,
@@ -64,6 +68,40 @@ impl Layout {
             .join(step)
     }
 
+    /// How a path is written into the daemon's records (`pipeline.json`, done-markers):
+    /// relative to the data root when inside it, so the records stay true after the
+    /// data root is moved (`mv` to another disk); unchanged otherwise.
+    pub fn to_recorded(&self, path: &Path) -> PathBuf {
+        match path.strip_prefix(&self.data_root) {
+            Ok(rel) if !rel.as_os_str().is_empty() => rel.to_path_buf(),
+            _ => path.to_path_buf(),
+        }
+    }
+
+    /// A recorded path made usable: a relative one lies under the data root. An
+    /// absolute one (records written before paths were relative) is kept, unless it
+    /// no longer exists and the same `checkpoints/…` or `logs/…` tail exists under
+    /// this data root: the root was moved since.
+    pub fn from_recorded(&self, path: &Path) -> PathBuf {
+        if path.is_relative() {
+            return self.data_root.join(path);
+        }
+        if path.exists() {
+            return path.to_path_buf();
+        }
+        let parts: Vec<_> = path.components().collect();
+        for (i, part) in parts.iter().enumerate().rev() {
+            let name = part.as_os_str();
+            if MOVABLE_DIRS.iter().any(|d| name == *d) {
+                let moved: PathBuf = self.data_root.join(parts[i..].iter().collect::<PathBuf>());
+                if moved.exists() {
+                    return moved;
+                }
+            }
+        }
+        path.to_path_buf()
+    }
+
     /// Creates the state directory (mode 0700: it holds the token and the socket).
     pub fn ensure_state_dir(&self) -> std::io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
@@ -79,4 +117,39 @@ pub fn display_under(path: &Path, base: &Path) -> String {
     path.strip_prefix(base)
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| path.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_inside_the_root_are_recorded_relative_and_read_back_absolute() {
+        let layout = Layout::new(PathBuf::from("/disk/a/data"), None);
+        let run = Path::new("/disk/a/data/checkpoints/run-1");
+        assert_eq!(layout.to_recorded(run), Path::new("checkpoints/run-1"));
+        assert_eq!(layout.from_recorded(Path::new("checkpoints/run-1")), run);
+        // Outside the root (a checkpoint given with --resume): kept as it is.
+        let elsewhere = Path::new("/other/ckpt");
+        assert_eq!(layout.to_recorded(elsewhere), elsewhere);
+        assert_eq!(layout.from_recorded(elsewhere), elsewhere);
+        assert_eq!(layout.to_recorded(&layout.data_root), layout.data_root);
+    }
+
+    #[test]
+    fn an_absolute_path_into_a_moved_root_is_found_under_the_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("moved"), None);
+        let run = layout.checkpoints_root().join("run-1");
+        std::fs::create_dir_all(run.join("pretrain-00-00-00-0001")).unwrap();
+        let old = dir.path().join("old/data/checkpoints/run-1");
+        assert_eq!(layout.from_recorded(&old), run);
+        assert_eq!(
+            layout.from_recorded(&old.join("pretrain-00-00-00-0001")),
+            run.join("pretrain-00-00-00-0001")
+        );
+        // Nothing there under the new root either: the record's path stands.
+        let gone = dir.path().join("old/data/checkpoints/run-2");
+        assert_eq!(layout.from_recorded(&gone), gone);
+    }
 }

@@ -1,5 +1,6 @@
 //! Daemon lifecycle and the remaining routes: SIGHUP reload, `start --foreground`
-//! with Ctrl-C, restart-count reset after progress, runs/checkpoints/logs, prune.
+//! with Ctrl-C, restart-count reset after progress, runs/checkpoints/logs, prune,
+//! and a stopped pipeline's data root moved elsewhere.
 
 mod common;
 
@@ -191,6 +192,95 @@ fn runs_checkpoints_logs_and_prune() {
         "{}",
         stdout(&out)
     );
+}
+
+/// People move a long run's data root to another disk: once stopped and moved, its
+/// status (without a daemon and from a daemon on the new root) still shows the run's
+/// checkpoints, the training step and the steps done, and `--resume latest`
+/// continues from the moved checkpoint.
+#[test]
+fn a_moved_data_root_keeps_its_checkpoints_and_step() {
+    let mut env = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "10",
+            "--checkpoint-every",
+            "5",
+        ],
+        "",
+        "[downloads, train]",
+    );
+    env.serve();
+    env.start(&[]);
+    wait_until(Duration::from_secs(10), "two checkpoints", || {
+        env.status()["training"]["checkpoints"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 2
+    });
+    env.stop_saved();
+    let before = env.status();
+    let checkpoints = before["training"]["checkpoints"].as_u64().unwrap();
+    let latest = before["training"]["latest_checkpoint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let step = before["training"]["step"].as_u64().unwrap();
+    assert!(step >= 10, "{before:#}");
+    let old_root = env.data_root.clone();
+    assert!(
+        !env.pipeline_json_raw()["run_dir"]
+            .as_str()
+            .unwrap()
+            .starts_with('/'),
+        "the run directory is recorded relative to the data root"
+    );
+    env.kill_daemons();
+
+    let moved = env.dir.path().join("other-disk/lavender");
+    std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
+    std::fs::rename(&old_root, &moved).unwrap();
+    env.data_root = moved.clone();
+
+    let shows_the_run = |st: &serde_json::Value, from: &str| {
+        assert_eq!(st["pipeline"]["state"], "stopped", "{from}: {st:#}");
+        assert_eq!(st["training"]["checkpoints"], checkpoints, "{from}: {st:#}");
+        assert_eq!(
+            st["training"]["latest_checkpoint"], latest,
+            "{from}: {st:#}"
+        );
+        assert_eq!(st["training"]["step"], step, "{from}: {st:#}");
+        assert_eq!(st["steps"]["downloads"], "done", "{from}: {st:#}");
+        assert_eq!(st["steps"]["train"], "pending", "{from}: {st:#}");
+    };
+    let out = env.run(&["status", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let offline: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_valid(&offline);
+    shows_the_run(&offline, "status --json without a daemon");
+    let out = env.run(&["status"]);
+    assert!(
+        stdout(&out).contains(&latest) && stdout(&out).contains(&step.to_string()),
+        "{}",
+        stdout(&out)
+    );
+
+    env.serve();
+    shows_the_run(&env.status(), "GET /status on the moved root");
+    env.start(&["--resume", "latest"]);
+    let calls = env.train_calls();
+    let resume = calls
+        .last()
+        .and_then(|argv| argv.iter().skip_while(|a| *a != "--resume").nth(1))
+        .expect("the resumed train step got --resume")
+        .clone();
+    assert!(
+        resume.starts_with(moved.to_str().unwrap()) && resume.ends_with(&latest),
+        "resumes from the moved checkpoint {latest}: {resume}"
+    );
+    env.stop_saved();
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Supervision with real processes: crash → restart from the latest checkpoint with
 //! backoff → failed; graceful stop; SIGKILL escalation; daemon death and re-adoption;
-//! stale heartbeats; SIGTERM to the daemon.
+//! stale heartbeats; SIGTERM to the daemon; the daemon restarting alone (an upgrade)
+//! while the worker keeps training.
 
 mod common;
 
@@ -351,6 +352,82 @@ fn sigterm_to_the_daemon_stops_the_pipeline_gracefully_and_exits_zero() {
     assert_eq!(env.pipeline_json()["state"], "stopped");
     let log = std::fs::read_to_string(env.daemon_log()).unwrap();
     assert!(log.contains("the stop saved"), "{log}");
+}
+
+fn started_at(env: &Env) -> String {
+    let h = env
+        .uds("GET", "/healthz", None)
+        .expect("the daemon answers");
+    h.json()["started_at"].as_str().unwrap().to_string()
+}
+
+/// An upgrade in the middle of a run: `lavenderd daemon restart` (and SIGUSR2, the
+/// same for a service manager) restarts the daemon alone. The worker process keeps
+/// training through it, the new daemon (same pid: it re-executed in place) re-adopts
+/// it rather than starting another, and still supervises it: a stop saves.
+#[test]
+fn a_daemon_restarted_alone_re_adopts_the_worker_which_keeps_training() {
+    let mut env = Env::new(
+        &["--total-steps", "100000", "--step-ms", "10"],
+        "",
+        "[train]",
+    );
+    let daemon = env.serve();
+    env.start(&[]);
+    env.wait_step(5, Duration::from_secs(10));
+    let worker = env.worker_pid().unwrap();
+    let first = started_at(&env);
+
+    let out = env.run(&["daemon", "restart"]);
+    assert!(
+        out.status.success(),
+        "{}{}\n--- daemon log ---\n{}",
+        stdout(&out),
+        stderr(&out),
+        std::fs::read_to_string(env.daemon_log()).unwrap_or_default()
+    );
+    assert!(
+        stdout(&out).contains(&format!("worker pid {worker} keeps training")),
+        "{}",
+        stdout(&out)
+    );
+    let second = started_at(&env);
+    assert_ne!(first, second, "a new daemon image answers");
+    let health = env.tcp("GET", "/healthz", None, None).json();
+    assert_eq!(health["pid"], daemon, "re-executed in place: the pid stays");
+    assert!(alive(worker), "the worker kept running");
+    let st = env.status();
+    assert_eq!(st["pipeline"]["pid"], worker, "re-adopted, not restarted");
+    assert_eq!(st["pipeline"]["state"], "running");
+    assert_eq!(st["pipeline"]["restarts"], 0);
+    let step = st["training"]["step"].as_u64().unwrap();
+    env.wait_step(step + 10, Duration::from_secs(10));
+    assert_eq!(env.train_calls().len(), 1, "no second worker was started");
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    assert!(log.contains("restarting the daemon alone"), "{log}");
+    assert!(log.contains("re-adopted"), "{log}");
+
+    // SIGUSR2 does the same.
+    send_signal(daemon as i32, 12);
+    wait_until(
+        Duration::from_secs(10),
+        "the daemon to restart on SIGUSR2",
+        || {
+            env.uds("GET", "/healthz", None)
+                .is_some_and(|h| h.json()["started_at"].as_str() != Some(second.as_str()))
+        },
+    );
+    assert_eq!(env.status()["pipeline"]["pid"], worker);
+    assert!(alive(worker));
+
+    // The re-adopted worker is still supervised: a stop saves, and it is reaped.
+    let said = env.stop_saved();
+    assert!(said.contains("saved"), "{said}");
+    // Gone, not left a zombie: the re-executed daemon is still its parent and reaps it.
+    wait_until(Duration::from_secs(5), "the worker to be reaped", || {
+        !Path::new(&format!("/proc/{worker}")).exists()
+    });
+    assert_eq!(env.status()["pipeline"]["state"], "stopped");
 }
 
 #[test]

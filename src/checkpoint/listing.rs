@@ -54,6 +54,13 @@ impl Checkpoint {
     }
 }
 
+/// The rule for every reader: the checkpoint at `dir` is complete when its
+/// `trainer_state.json` (written last) exists and parses. A marker cut short by a
+/// crash, or another trainer's file of that name, does not count.
+pub fn is_complete(dir: &Path) -> bool {
+    trainer_state::read(dir).is_ok()
+}
+
 fn is_hidden(name: &str) -> bool {
     name.starts_with('.')
 }
@@ -145,7 +152,7 @@ pub fn resolve_resume(spec: &str, checkpoints_root: &Path) -> Result<Checkpoint>
             hint: "pass a checkpoint directory, a run directory, or `latest`",
         });
     }
-    if path.join(trainer_state::FILE).exists() {
+    if is_complete(path) {
         return Checkpoint::load(path);
     }
     latest_complete(path)?.ok_or_else(|| Error::NotFound {

@@ -7,7 +7,7 @@ mod prune;
 mod retention;
 
 pub use listing::{
-    Checkpoint, latest_complete, list_checkpoints, list_run_checkpoints, next_counter,
+    Checkpoint, is_complete, latest_complete, list_checkpoints, list_run_checkpoints, next_counter,
     resolve_resume,
 };
 pub use name::{CheckpointName, valid_stage_name};

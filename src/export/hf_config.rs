@@ -11,7 +11,6 @@ use super::run_config::RunConfig;
 use super::tensors::{self, MODEL_FILE, Weights};
 use super::{ExportError, Result};
 use crate::error::IoContext;
-use crate::trainer_state;
 
 pub const CONFIG_JSON: &str = "config.json";
 pub const GENERATION_CONFIG_JSON: &str = "generation_config.json";
@@ -101,7 +100,7 @@ pub fn model_dims(checkpoint: &Path) -> Result<ModelDims> {
             dropout: v.get("resid_pdrop").and_then(Value::as_f64).unwrap_or(0.0),
         });
     }
-    if checkpoint.join(trainer_state::FILE).is_file()
+    if crate::checkpoint::is_complete(checkpoint)
         && let Some(run) = checkpoint.parent()
     {
         let rc = RunConfig::read(run)?;

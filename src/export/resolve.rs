@@ -13,7 +13,6 @@ use super::segments::{self, Segment};
 use super::step::{checkpoint_step, dir_name};
 use super::{ExportError, Result};
 use crate::error::IoContext;
-use crate::trainer_state;
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ResolveOptions {
@@ -239,11 +238,8 @@ pub fn parse_lr_list(spec: &str) -> Result<Vec<f64>> {
 /// A lavender checkpoint as the worker saved it cannot be loaded by attribution
 /// tools: say so up front rather than fail later inside `from_pretrained`.
 fn refuse_unexported(path: &Path) -> Result<()> {
-    if !path.join(trainer_state::FILE).is_file() || path.join(EXPORT_MARKER).is_file() {
-        return Ok(());
-    }
     // Hugging Face's trainer_state.json has no `stage`, so it never parses as lavender's.
-    if trainer_state::read(path).is_err() {
+    if !crate::checkpoint::is_complete(path) || path.join(EXPORT_MARKER).is_file() {
         return Ok(());
     }
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());

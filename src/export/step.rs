@@ -28,7 +28,7 @@ pub fn checkpoint_step(path: &Path) -> Result<u64> {
     if let Some(step) = dir_name(path).as_deref().and_then(step_from_name) {
         return Ok(step);
     }
-    if path.join(trainer_state::FILE).is_file() {
+    if crate::checkpoint::is_complete(path) {
         return Ok(trainer_state::read(path)?.step);
     }
     Err(ExportError::NoStep {

@@ -1,6 +1,7 @@
-//! The command line: `serve | start | stop | status | logs | runs | checkpoints |
-//! prune | export | resolve | notify test | config check`. Commands that change the pipeline talk to the daemon
-//! over its Unix socket; read-only ones work from the files, daemon or not.
+//! The command line: `serve | start | stop | daemon restart | status | logs | runs |
+//! checkpoints | prune | export | resolve | notify test | config check | service`.
+//! Commands that change the pipeline talk to the daemon over its Unix socket;
+//! read-only ones work from the files, daemon or not.
 
 pub mod client;
 pub mod commands;
@@ -96,6 +97,11 @@ pub enum Command {
         /// Seconds to wait after SIGTERM before SIGKILL (default: supervisor.stop_timeout_s).
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<f64>,
+    },
+    /// The daemon itself, apart from the pipeline.
+    Daemon {
+        #[command(subcommand)]
+        action: DaemonAction,
     },
     /// Pipeline status (works without a daemon, from the files).
     Status {
@@ -205,6 +211,14 @@ impl Command {
 pub enum ConfigAction {
     /// Validate the config and print it fully resolved.
     Check,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DaemonAction {
+    /// Restart the daemon alone (after an upgrade): it executes its binary again in
+    /// place and re-adopts the worker, which keeps training. (`systemctl restart`
+    /// and SIGTERM stop the pipeline with a save.)
+    Restart,
 }
 
 #[derive(Subcommand, Debug)]

@@ -1,10 +1,13 @@
 //! `lavenderd serve`: one daemon per state directory. It owns the pipeline actor,
 //! the status cache and the API, and reacts to signals: SIGTERM/SIGINT stop the
 //! pipeline gracefully and exit 0; SIGHUP reloads the config without touching the
-//! worker. A SIGKILLed daemon leaves the worker running for the next one to adopt.
+//! worker; SIGUSR2 (or `POST /daemon/restart`) restarts the daemon alone, leaving
+//! the worker training (`reexec`). A SIGKILLed daemon leaves the worker running for
+//! the next one to adopt.
 
 pub mod lock;
 pub mod progress;
+pub mod reexec;
 pub mod sd_notify;
 
 use std::net::SocketAddr;
@@ -41,6 +44,16 @@ pub enum DaemonExit {
     PipelineEnded(PipelineState),
 }
 
+/// Why the serving loop ended.
+enum LoopEnd {
+    Exit(DaemonExit),
+    /// Restart the daemon alone.
+    Restart,
+}
+
+/// How long a restart alone waits for open requests to finish before it re-executes.
+const RESTART_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
     let settings = opts.settings;
     let layout = settings.layout.clone();
@@ -48,6 +61,15 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         .ensure_state_dir()
         .with_context(|| format!("create state directory {}", layout.state_dir.display()))?;
     let _lock = lock::acquire(&layout)?;
+    reexec::started_at();
+    // A daemon in a terminal (`start --foreground`) ends with its pipeline; only a
+    // serving daemon restarts alone.
+    let reexec = if opts.foreground {
+        None
+    } else {
+        Some(reexec::Reexec::capture()?)
+    };
+    let (restart_tx, mut restart_rx) = tokio::sync::mpsc::channel(1);
     let token = server::token::load_or_create(&layout.token())?;
 
     let sup = &settings.config.supervisor;
@@ -92,6 +114,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         layout: layout.clone(),
         web: WebState::start(feed, cache.clone(), pipeline.clone(), layout.clone())
             .with_notifications(std::sync::Arc::new(notifier.clone())),
+        restart: reexec.is_some().then_some(restart_tx),
     };
     let view = opts
         .foreground
@@ -126,12 +149,19 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
     let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
     let mut hup = signal(SignalKind::hangup()).context("install SIGHUP handler")?;
+    let mut usr2 = signal(SignalKind::user_defined2()).context("install SIGUSR2 handler")?;
     let mut records = pipeline.subscribe();
     let mut progress = tokio::time::interval(std::time::Duration::from_millis(250));
-    let exit = loop {
+    let end = loop {
         tokio::select! {
-            _ = term.recv() => break DaemonExit::Signalled,
-            _ = int.recv() => break DaemonExit::Signalled,
+            _ = term.recv() => break LoopEnd::Exit(DaemonExit::Signalled),
+            _ = int.recv() => break LoopEnd::Exit(DaemonExit::Signalled),
+            _ = usr2.recv() => match (&reexec, pipeline.record().state) {
+                (None, _) => tracing::warn!("SIGUSR2: a daemon in a terminal (start --foreground) does not restart alone"),
+                (Some(_), PipelineState::Stopping) => tracing::warn!("SIGUSR2: a stop is under way; restart the daemon once it has finished"),
+                (Some(_), _) => break LoopEnd::Restart,
+            },
+            Some(()) = restart_rx.recv() => break LoopEnd::Restart,
             _ = hup.recv() => match Settings::load(&opts.args) {
                 Ok(new) => {
                     cache.set_settings(StatusSettings::from_config(&new.config));
@@ -151,9 +181,31 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
                     if let Some(view) = &view {
                         view.finish(&cache.status()).await;
                     }
-                    break DaemonExit::PipelineEnded(state);
+                    break LoopEnd::Exit(DaemonExit::PipelineEnded(state));
                 }
             }
+        }
+    };
+    let exit = match (end, &reexec) {
+        (LoopEnd::Exit(exit), _) => exit,
+        (LoopEnd::Restart, None) => DaemonExit::Signalled,
+        (LoopEnd::Restart, Some(reexec)) => {
+            // The worker is left alone: no STOPPING=1, no stop.
+            tracing::info!("restarting the daemon alone; the worker keeps training");
+            service.status("restarting the daemon; the worker keeps training");
+            let _ = shutdown_tx.send(true);
+            if tokio::time::timeout(RESTART_DRAIN, server_task)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "requests still open after {RESTART_DRAIN:?}; restarting all the same"
+                );
+            }
+            pipeline.detach().await;
+            let _ = std::fs::remove_file(layout.socket());
+            let _ = std::fs::remove_file(layout.state_dir.join("lavenderd.addr"));
+            return Err(reexec.exec());
         }
     };
     service.stopping("shutting down: stopping the pipeline gracefully");

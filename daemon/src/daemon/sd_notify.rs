@@ -145,6 +145,12 @@ impl ServiceNotifier {
         self.send(&[NotifyState::ExtendTimeoutUsec(usec)]);
     }
 
+    /// `STATUS=`: a line for `systemctl status` between the periodic summaries.
+    pub fn status(&mut self, line: &str) {
+        self.send(&[NotifyState::Status(line)]);
+        self.last_status = Some(line.to_string());
+    }
+
     /// `STOPPING=1`: the daemon is shutting down (it stops the worker first).
     pub fn stopping(&mut self, why: &str) {
         self.stopping = true;

@@ -89,13 +89,29 @@ fn plain(f: f64) -> String {
     }
 }
 
+/// The epoch a save belongs to, counted from 1 as the seed writes it (`epoch 2/3`).
+/// The worker reports progress in epochs (`"epoch": 0.287` of `"epochs": 3`, so the
+/// first epoch is under way): its ceiling, at least 1 and at most `epochs`. A whole
+/// number (the seed's own events: the epoch just finished) stays as it is.
+fn epoch_number(epoch: f64, epochs: Option<f64>) -> u64 {
+    // A hair above a whole number is float noise in the progress, not a new epoch.
+    let n = (epoch - 1e-9).ceil().max(1.0);
+    let n = match epochs {
+        Some(total) if total >= 1.0 => n.min(total.floor()),
+        _ => n,
+    };
+    n as u64
+}
+
 /// `, epoch 2/3, CE 1.234, ETA 3.2h` for the extras the event carries.
 fn extras(event: &Event) -> String {
     let mut parts = Vec::new();
     if let Some(epoch) = float(event, "epoch") {
-        match float(event, "epochs") {
-            Some(epochs) => parts.push(format!("epoch {}/{}", plain(epoch), plain(epochs))),
-            None => parts.push(format!("epoch {}", plain(epoch))),
+        let epochs = float(event, "epochs");
+        let n = epoch_number(epoch, epochs);
+        match epochs {
+            Some(total) => parts.push(format!("epoch {n}/{}", plain(total))),
+            None => parts.push(format!("epoch {n}")),
         }
     }
     for (key, label) in [("ce_loss", "CE"), ("sft_loss", "SFT"), ("dpo_loss", "DPO")] {
@@ -252,6 +268,17 @@ mod tests {
     }
 
     #[test]
+    fn epoch_numbers() {
+        assert_eq!(epoch_number(0.287, Some(3.0)), 1);
+        assert_eq!(epoch_number(0.0, Some(3.0)), 1);
+        assert_eq!(epoch_number(1.0, Some(3.0)), 1);
+        assert_eq!(epoch_number(1.5, Some(3.0)), 2);
+        assert_eq!(epoch_number(2.0, Some(3.0)), 2);
+        assert_eq!(epoch_number(3.2, Some(3.0)), 3);
+        assert_eq!(epoch_number(4.5, None), 5);
+    }
+
+    #[test]
     fn only_the_extras_an_event_carries() {
         let e = ev(
             "checkpoint_saved",
@@ -267,7 +294,7 @@ mod tests {
         );
         assert_eq!(
             milestone_text(&e, "").unwrap(),
-            "checkpoint saved: dpo-01-02-03-0009, epoch 1.50, DPO 0.250"
+            "checkpoint saved: dpo-01-02-03-0009, epoch 2, DPO 0.250"
         );
         let e = ev(
             "checkpoint_saved",

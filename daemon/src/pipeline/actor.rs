@@ -82,6 +82,11 @@ enum Command {
     Ping {
         reply: oneshot::Sender<()>,
     },
+    /// The daemon is about to re-execute itself: the record on disk is current; the
+    /// actor ends without touching the worker (the next daemon re-adopts it).
+    Detach {
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// The handle everyone else holds.
@@ -126,6 +131,15 @@ impl PipelineHandle {
     pub async fn ping(&self) -> bool {
         let (reply, rx) = oneshot::channel();
         self.cmds.send(Command::Ping { reply }).await.is_ok() && rx.await.is_ok()
+    }
+
+    /// Ends the actor between two transitions, leaving the worker running and
+    /// `pipeline.json` current, for a daemon that restarts alone.
+    pub async fn detach(&self) {
+        let (reply, rx) = oneshot::channel();
+        if self.cmds.send(Command::Detach { reply }).await.is_ok() {
+            let _ = rx.await;
+        }
     }
 
     pub fn record(&self) -> PipelineRecord {
@@ -191,7 +205,7 @@ struct Actor {
 /// Loads `state/pipeline.json`, re-adopts a worker that outlived the previous
 /// daemon, and starts the actor task.
 pub fn spawn(layout: Layout, config: Config, alerts: AlertSender) -> Result<PipelineHandle> {
-    let record = PipelineRecord::load(&layout.pipeline_json())?;
+    let record = PipelineRecord::load(&layout)?;
     let (snapshot, snapshot_rx) = watch::channel(record.clone());
     let (cmds, cmds_rx) = mpsc::channel(32);
     let (exits_tx, exits_rx) = mpsc::unbounded_channel();
@@ -251,6 +265,11 @@ impl Actor {
                 .map(|s| s.deadline);
             tokio::select! {
                 cmd = cmds.recv() => match cmd {
+                    Some(Command::Detach { reply }) => {
+                        tracing::info!("pipeline actor detached; the worker is left running");
+                        let _ = reply.send(());
+                        break;
+                    }
                     Some(cmd) => self.on_command(cmd),
                     None => break,
                 },
@@ -265,7 +284,7 @@ impl Actor {
     /// Persists and publishes the record; a failed write is logged, not fatal
     /// (the worker must keep being supervised even on a full disk).
     fn commit(&mut self) {
-        if let Err(e) = self.record.save(&self.layout.pipeline_json()) {
+        if let Err(e) = self.record.save(&self.layout) {
             tracing::error!("{e:#}");
         }
         self.snapshot.send_replace(self.record.clone());
@@ -373,7 +392,7 @@ impl Actor {
                 self.config = *config;
                 tracing::info!("config reloaded; it applies to the next worker started");
             }
-            Command::Ping { reply } => {
+            Command::Ping { reply } | Command::Detach { reply } => {
                 let _ = reply.send(());
             }
         }

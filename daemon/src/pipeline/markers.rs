@@ -1,5 +1,6 @@
 //! Done-markers: `<state>/done/chunk<N>/<step>`, written when a step exits
-//! successfully, so a restarted pipeline skips what is already done.
+//! successfully, so a restarted pipeline skips what is already done. The run
+//! directory is recorded relative to the data root (see `Layout::to_recorded`).
 
 use std::path::{Path, PathBuf};
 
@@ -22,7 +23,9 @@ pub fn is_done(layout: &Layout, chunk: u32, step: &str) -> bool {
 
 pub fn read(layout: &Layout, chunk: u32, step: &str) -> Option<DoneMarker> {
     let bytes = std::fs::read(layout.done_marker(chunk, step)).ok()?;
-    serde_json::from_slice(&bytes).ok()
+    let mut marker: DoneMarker = serde_json::from_slice(&bytes).ok()?;
+    marker.run_dir = marker.run_dir.map(|p| layout.from_recorded(&p));
+    Some(marker)
 }
 
 pub fn write(layout: &Layout, chunk: u32, step: &str, run_dir: Option<&Path>) -> Result<()> {
@@ -34,7 +37,7 @@ pub fn write(layout: &Layout, chunk: u32, step: &str, run_dir: Option<&Path>) ->
         step: step.to_string(),
         chunk,
         finished_at: lavender::time::rfc3339_z(lavender::time::now_utc()),
-        run_dir: run_dir.map(Path::to_path_buf),
+        run_dir: run_dir.map(|p| layout.to_recorded(p)),
     };
     lavender::atomic::write_json(&path, &marker)
         .with_context(|| format!("write done-marker {}", path.display()))

@@ -1,6 +1,9 @@
 //! `state/pipeline.json`: everything the daemon must remember across its own
 //! restarts (which step, which run, which worker pid + start time, restarts).
 //! Written atomically on every transition; also what `status` reads with no daemon.
+//! Paths inside the data root are written relative to it, so a stopped pipeline's
+//! data root can be moved (`mv` to another disk) and the record still finds its run,
+//! log and checkpoints; records with absolute paths (older versions) still load.
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +12,7 @@ use lavender::status::{PipelineState, StepState};
 use serde::{Deserialize, Serialize};
 
 use super::StartRequest;
+use crate::layout::Layout;
 use crate::process::WorkerHandle;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,24 +76,40 @@ impl PipelineRecord {
         }
     }
 
-    /// The saved record, or `idle` when there is none yet.
-    pub fn load(path: &Path) -> Result<PipelineRecord> {
-        match std::fs::read(path) {
+    /// The saved record (`state/pipeline.json`) with its paths resolved against the
+    /// data root, or `idle` when there is none yet.
+    pub fn load(layout: &Layout) -> Result<PipelineRecord> {
+        let path = layout.pipeline_json();
+        let record: PipelineRecord = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
                 format!(
                     "{} is not a valid pipeline state file; move it away to start afresh",
                     path.display()
                 )
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(PipelineRecord::idle()),
-            Err(e) => Err(e).with_context(|| format!("read {}", path.display())),
-        }
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(PipelineRecord::idle()),
+            Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
+        };
+        Ok(record.with_paths(|p| layout.from_recorded(p)))
     }
 
-    pub fn save(&mut self, path: &Path) -> Result<()> {
+    /// Writes the record atomically, paths inside the data root relative to it.
+    pub fn save(&mut self, layout: &Layout) -> Result<()> {
         self.updated_at = lavender::time::rfc3339_z(lavender::time::now_utc());
-        lavender::atomic::write_json(path, self)
+        let path = layout.pipeline_json();
+        let recorded = self.clone().with_paths(|p| layout.to_recorded(p));
+        lavender::atomic::write_json(&path, &recorded)
             .with_context(|| format!("save pipeline state to {}", path.display()))
+    }
+
+    /// The record with `f` applied to each of its paths.
+    fn with_paths(mut self, f: impl Fn(&Path) -> PathBuf) -> PipelineRecord {
+        for path in [&mut self.run_dir, &mut self.log_file, &mut self.resume_from] {
+            if let Some(p) = path.as_mut() {
+                *p = f(p);
+            }
+        }
+        self
     }
 
     pub fn set_step(&mut self, name: &str, state: StepState) {
@@ -118,18 +138,98 @@ mod tests {
     /// or a daemon restart would lose track of a running worker.
     #[test]
     fn a_saved_state_file_still_loads() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pipeline-v1.json");
-        let r = PipelineRecord::load(&path).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("data"), None);
+        std::fs::create_dir_all(&layout.state_dir).unwrap();
+        std::fs::copy(fixture("pipeline-v1.json"), layout.pipeline_json()).unwrap();
+        let r = PipelineRecord::load(&layout).unwrap();
         assert_eq!(r.state, PipelineState::Running);
         assert_eq!(r.worker.as_ref().unwrap().handle.pid(), Some(13584));
         assert_eq!(r.step_state("downloads"), Some(StepState::Done));
         assert_eq!(r.restarts, 1);
+        // Absolute paths of that version stand as written.
+        assert_eq!(
+            r.run_dir.as_deref(),
+            Some(Path::new("/data/checkpoints/run-2026-04-24_16-08-45"))
+        );
+    }
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name)
+    }
+
+    /// A record with absolute paths, written before paths were relative, in a data
+    /// root that was moved since: the run, log and resume checkpoint are found
+    /// under the new root.
+    #[test]
+    fn an_old_absolute_record_in_a_moved_root_finds_its_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("moved"), None);
+        let run = layout.checkpoints_root().join("run-2026-04-24_16-08-45");
+        std::fs::create_dir_all(run.join("pretrain-16-09-00-0001")).unwrap();
+        std::fs::create_dir_all(layout.logs_dir()).unwrap();
+        std::fs::write(
+            layout
+                .logs_dir()
+                .join("pipeline_chunk1_20260424_160845.log"),
+            "",
+        )
+        .unwrap();
+        std::fs::create_dir_all(&layout.state_dir).unwrap();
+        std::fs::copy(fixture("pipeline-v2-absolute.json"), layout.pipeline_json()).unwrap();
+        let r = PipelineRecord::load(&layout).unwrap();
+        assert_eq!(r.state, PipelineState::Stopped);
+        assert_eq!(r.run_dir.as_deref(), Some(run.as_path()));
+        assert_eq!(
+            r.log_file.as_deref(),
+            Some(
+                layout
+                    .logs_dir()
+                    .join("pipeline_chunk1_20260424_160845.log")
+                    .as_path()
+            )
+        );
+        assert_eq!(
+            r.resume_from.as_deref(),
+            Some(run.join("pretrain-16-09-00-0001").as_path())
+        );
+    }
+
+    #[test]
+    fn paths_inside_the_data_root_are_saved_relative_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("data"), None);
+        std::fs::create_dir_all(&layout.state_dir).unwrap();
+        let mut r = PipelineRecord::idle();
+        r.run_dir = Some(layout.checkpoints_root().join("run-x"));
+        r.log_file = Some(layout.logs_dir().join("pipeline_chunk1_x.log"));
+        r.resume_from = Some(PathBuf::from("/elsewhere/ckpt"));
+        r.save(&layout).unwrap();
+        let raw: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(layout.pipeline_json()).unwrap()).unwrap();
+        assert_eq!(raw["run_dir"], "checkpoints/run-x");
+        assert_eq!(raw["log_file"], "logs/pipeline_chunk1_x.log");
+        assert_eq!(raw["resume_from"], "/elsewhere/ckpt");
+        assert_eq!(PipelineRecord::load(&layout).unwrap(), r);
+
+        // The whole root moves: the record follows.
+        let moved = Layout::new(dir.path().join("moved"), None);
+        std::fs::rename(&layout.data_root, &moved.data_root).unwrap();
+        let back = PipelineRecord::load(&moved).unwrap();
+        assert_eq!(back.run_dir, Some(moved.checkpoints_root().join("run-x")));
+        assert_eq!(
+            back.log_file,
+            Some(moved.logs_dir().join("pipeline_chunk1_x.log"))
+        );
     }
 
     #[test]
     fn a_slurm_worker_round_trips() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("pipeline.json");
+        let p = Layout::new(dir.path().to_path_buf(), None);
+        std::fs::create_dir_all(&p.state_dir).unwrap();
         let mut r = PipelineRecord::idle();
         r.worker = Some(WorkerRecord {
             handle: WorkerHandle::Slurm {
@@ -152,9 +252,10 @@ mod tests {
     #[test]
     fn missing_file_is_idle_and_garbage_names_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("pipeline.json");
+        let p = Layout::new(dir.path().to_path_buf(), None);
         assert_eq!(PipelineRecord::load(&p).unwrap().state, PipelineState::Idle);
-        std::fs::write(&p, "{not json").unwrap();
+        std::fs::create_dir_all(&p.state_dir).unwrap();
+        std::fs::write(p.pipeline_json(), "{not json").unwrap();
         let err = format!("{:#}", PipelineRecord::load(&p).unwrap_err());
         assert!(err.contains("pipeline.json"), "{err}");
     }
@@ -162,7 +263,8 @@ mod tests {
     #[test]
     fn save_round_trips() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("pipeline.json");
+        let p = Layout::new(dir.path().to_path_buf(), None);
+        std::fs::create_dir_all(&p.state_dir).unwrap();
         let mut r = PipelineRecord::idle();
         r.restarts = 2;
         r.save(&p).unwrap();

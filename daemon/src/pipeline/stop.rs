@@ -43,10 +43,6 @@ impl StopMark {
     }
 }
 
-fn is_complete(path: &Path) -> bool {
-    path.join(lavender::trainer_state::FILE).is_file()
-}
-
 /// Newest complete checkpoint of the run, else across all runs.
 pub fn newest_complete(run_dir: Option<&Path>, checkpoints_root: &Path) -> Option<PathBuf> {
     run_dir
@@ -66,7 +62,9 @@ pub fn newest_complete(run_dir: Option<&Path>, checkpoints_root: &Path) -> Optio
 /// periodic saves do not: they were not made because of the stop.
 pub fn saved_since(mark: &StopMark, checkpoints_root: &Path, killed: bool) -> Option<PathBuf> {
     let run_dir = mark.run_dir.as_deref()?;
-    let is_new = |p: &PathBuf| Some(p) != mark.newest_before.as_ref() && is_complete(p);
+    let is_new = |p: &PathBuf| {
+        Some(p) != mark.newest_before.as_ref() && lavender::checkpoint::is_complete(p)
+    };
     let since = events::read_from(&events::path(run_dir), mark.events_offset)
         .map(|b| b.events)
         .unwrap_or_default();

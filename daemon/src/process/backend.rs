@@ -62,6 +62,21 @@ impl WorkerHandle {
     }
 }
 
+/// A re-adopted worker that has ended is still our child when this daemon restarted
+/// alone (it re-executed in place): reap it, which also tells how it ended. Not our
+/// child (the previous daemon died): only its absence is known.
+fn reap(pid: u32) -> ExitOutcome {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let Ok(raw) = i32::try_from(pid) else {
+        return ExitOutcome::Unknown;
+    };
+    match waitpid(nix::unistd::Pid::from_raw(raw), Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(_, code)) => ExitOutcome::Code(code),
+        Ok(WaitStatus::Signaled(_, signal, _)) => ExitOutcome::Signal(signal as i32),
+        _ => ExitOutcome::Unknown,
+    }
+}
+
 impl std::fmt::Display for WorkerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -169,7 +184,7 @@ impl Backend {
                     while id.is_alive() {
                         tokio::time::sleep(poll).await;
                     }
-                    ExitOutcome::Unknown
+                    reap(id.pid)
                 })
             }
             WorkerHandle::Slurm { slurm } => {

@@ -39,6 +39,9 @@ pub struct AppState {
     pub cache: StatusCache,
     pub layout: Layout,
     pub web: WebState,
+    /// Restarts the daemon alone (`POST /daemon/restart`); `None` for a daemon in a
+    /// terminal (`start --foreground`).
+    pub restart: Option<crate::daemon::reexec::RestartRequests>,
 }
 
 pub fn router(app: AppState, transport: Transport) -> Router {
@@ -49,6 +52,7 @@ pub fn router(app: AppState, transport: Transport) -> Router {
         .route("/checkpoints", get(routes::checkpoints::get))
         .route("/logs", get(routes::logs::get))
         .route("/pipeline/start", post(routes::start::post))
+        .route("/daemon/restart", post(routes::restart::post))
         .route("/", get(routes::dashboard::get))
         .route("/metrics", get(routes::metrics::get))
         .route("/runs/{id}/history", get(routes::history::get))

@@ -36,7 +36,9 @@ pub fn render(spec: &ServiceSpec) -> String {
   runs in its own session and process group (setsid), so it is not in that group: a
   daemon crash leaves it training and the restarted daemon re-adopts it. Abandon-
   ProcessGroup covers anything else in the daemon's group. `launchctl bootout` sends
-  the daemon SIGTERM; it stops the worker with a save, then exits.
+  the daemon SIGTERM; it stops the worker with a save, then exits. `lavenderd daemon
+  restart` (SIGUSR2) restarts the daemon alone after an upgrade: it executes its
+  binary again in place (same pid) and the worker keeps training.
 -->
 ",
     );

@@ -104,6 +104,9 @@ pub fn render(spec: &ServiceSpec) -> String {
     line(&format!("ExecStart={}", exec.join(" ")));
     line("# SIGHUP reloads the config; it applies to the next worker started.");
     line("ExecReload=/bin/kill -HUP $MAINPID");
+    line("# `lavenderd daemon restart` (SIGUSR2) restarts the daemon alone, after an upgrade:");
+    line("# it executes its binary again in place (same MAINPID) and the worker keeps training.");
+    line("# `systemctl restart` is a stop (the worker saves) followed by a start.");
     line("Restart=on-failure");
     line("RestartSec=5");
     line("# WATCHDOG=1 comes from the daemon's main loop at half this interval, and only");

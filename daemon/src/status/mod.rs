@@ -23,7 +23,7 @@ pub fn offline(
     layout: &Layout,
     settings: &StatusSettings,
 ) -> anyhow::Result<lavender::status::Status> {
-    let record = PipelineRecord::load(&layout.pipeline_json())?;
+    let record = PipelineRecord::load(layout)?;
     let facts = FileFacts::read(layout, &record, settings, true);
     Ok(compose(
         &record,

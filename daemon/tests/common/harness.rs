@@ -168,10 +168,25 @@ impl Lavenderd {
         last
     }
 
-    pub fn pipeline_json(&self) -> Value {
+    /// `state/pipeline.json` as written (paths inside the data root relative to it).
+    pub fn pipeline_json_raw(&self) -> Value {
         let text =
             std::fs::read_to_string(self.state_dir().join("pipeline.json")).unwrap_or_default();
         serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
+    /// `state/pipeline.json` with its paths resolved against the data root, as the
+    /// daemon reads them.
+    pub fn pipeline_json(&self) -> Value {
+        let mut v = self.pipeline_json_raw();
+        for key in ["run_dir", "log_file", "resume_from"] {
+            if let Some(p) = v[key].as_str()
+                && !p.starts_with('/')
+            {
+                v[key] = Value::String(self.data_root.join(p).display().to_string());
+            }
+        }
+        v
     }
 
     pub fn run_dir(&self) -> PathBuf {

@@ -5,6 +5,7 @@ pub mod listing;
 pub mod logs;
 pub mod notify;
 pub mod prune;
+pub mod restart;
 pub mod start;
 pub mod status;
 pub mod stop;
@@ -13,7 +14,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::{Cli, Command, ConfigAction, NotifyAction};
+use super::{Cli, Command, ConfigAction, DaemonAction, NotifyAction};
 use crate::daemon::{self, DaemonExit, ServeOptions};
 use crate::settings::Settings;
 
@@ -69,6 +70,9 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             start::run(&settings, &cli.global, &flags, &listen).await
         }
         Command::Stop { timeout } => stop::run(&settings, timeout).await,
+        Command::Daemon {
+            action: DaemonAction::Restart,
+        } => restart::run(&settings).await,
         Command::Status {
             watch: true,
             interval,

@@ -9,7 +9,7 @@ use crate::settings::Settings;
 
 pub fn run(settings: &Settings, keep_runs: usize) -> Result<ExitCode> {
     let layout = &settings.layout;
-    let record = PipelineRecord::load(&layout.pipeline_json())?;
+    let record = PipelineRecord::load(layout)?;
     let active = record
         .run_dir
         .as_deref()

@@ -1,0 +1,179 @@
+//! `daemon/README.md` cannot rot: its API table lists exactly the routes the router
+//! serves (read from the router's source, and each one found on a live daemon), and
+//! its command table every command of the CLI with every flag, and nothing else.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use clap::CommandFactory as _;
+use common::*;
+
+const README: &str = include_str!("../README.md");
+const ROUTER: &str = include_str!("../src/server/mod.rs");
+
+/// The first code span of each row of the table whose header row starts with `header`.
+fn first_cells(doc: &str, header: &str) -> Vec<String> {
+    let mut lines = doc.lines().skip_while(|l| !l.starts_with(header));
+    assert!(
+        lines.next().is_some(),
+        "daemon/README.md has no table headed `{header}`"
+    );
+    lines
+        .skip(1) // | --- | --- |
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let l = l.replace("\\|", "|");
+            l.split('`')
+                .nth(1)
+                .unwrap_or_else(|| panic!("a row without a code span: {l}"))
+                .to_string()
+        })
+        .collect()
+}
+
+/// `GET /status`, … as the router's source declares them (`.route("/p", get(…).post(…))`).
+fn router_routes() -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for piece in ROUTER.split(".route(\"").skip(1) {
+        let (path, rest) = piece.split_once('"').unwrap();
+        // The handler expression: up to the parenthesis closing `.route(`.
+        let mut depth = 1;
+        let end = rest
+            .char_indices()
+            .find(|&(_, c)| {
+                match c {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    _ => {}
+                }
+                depth == 0
+            })
+            .map(|(i, _)| i)
+            .unwrap();
+        let handler = &rest[..end];
+        let mut found = false;
+        for method in ["get", "post", "put", "patch", "delete"] {
+            let call = format!("{method}(");
+            let mut at = 0;
+            while let Some(i) = handler[at..].find(&call) {
+                let before = handler[..at + i].chars().last();
+                if before.is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == ':')) {
+                    out.insert(format!("{} {path}", method.to_uppercase()));
+                    found = true;
+                }
+                at += i + call.len();
+            }
+        }
+        assert!(found, "no method found for route {path}: {handler}");
+    }
+    assert!(
+        out.len() >= 10,
+        "the router's routes were not found in src/server/mod.rs: {out:?}"
+    );
+    out
+}
+
+#[test]
+fn the_api_table_lists_every_route_the_router_serves_and_no_other() {
+    let documented: BTreeSet<String> = first_cells(README, "| route |").into_iter().collect();
+    let served = router_routes();
+    let missing: Vec<_> = served.difference(&documented).collect();
+    let extra: Vec<_> = documented.difference(&served).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "daemon/README.md's API table is out of date\n  served but not listed: {missing:?}\n  listed but not served: {extra:?}"
+    );
+
+    // And the router really serves them: with a method no route has, an existing
+    // path answers 405 Method Not Allowed, an unknown one 404.
+    let mut env = Env::new(&[], "", "[train]");
+    env.serve();
+    let ask = |path: &str| {
+        env.uds("DELETE", path, None)
+            .expect("the daemon answers")
+            .status
+    };
+    assert_eq!(ask("/no-such-route"), 404);
+    for route in &served {
+        let path = route.split_once(' ').unwrap().1.replace("{id}", "current");
+        assert_eq!(
+            ask(&path),
+            405,
+            "{route} is documented and in the source, but the live router does not serve {path}"
+        );
+    }
+}
+
+#[test]
+fn the_command_table_lists_every_command_and_flag_and_no_other() {
+    let root = lavenderd::cli::Cli::command();
+    // Command path → long flags shown for it.
+    let mut shown: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut errors = Vec::new();
+    for cell in first_cells(README, "| command |") {
+        let mut cmd = &root;
+        let mut path = Vec::new();
+        let mut flags = BTreeSet::new();
+        for token in cell.split_whitespace() {
+            let token = token.trim_matches(|c| "[]…".contains(c));
+            if token.starts_with('-') {
+                for piece in token.split('|') {
+                    if let Some(long) = piece.strip_prefix("--") {
+                        let long = long.split('=').next().unwrap();
+                        if cmd.get_arguments().any(|a| a.get_long() == Some(long)) {
+                            flags.insert(long.to_string());
+                        } else {
+                            errors.push(format!("`{cell}`: {} has no --{long}", path.join(" ")));
+                        }
+                    }
+                }
+            } else if let Some(sub) = cmd.find_subcommand(token) {
+                cmd = sub;
+                path.push(token.to_string());
+            }
+        }
+        if path.is_empty() || cmd.has_subcommands() {
+            errors.push(format!("`{cell}` names no command of the CLI"));
+            continue;
+        }
+        shown.entry(path.join(" ")).or_default().extend(flags);
+    }
+    assert!(
+        errors.is_empty(),
+        "daemon/README.md's command table shows what the CLI lacks: {errors:#?}"
+    );
+
+    fn leaves(cmd: &clap::Command, prefix: &str, out: &mut Vec<(String, clap::Command)>) {
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            let path = format!("{prefix}{}", sub.get_name());
+            if sub.has_subcommands() {
+                leaves(sub, &format!("{path} "), out);
+            } else {
+                out.push((path, sub.clone()));
+            }
+        }
+    }
+    let mut all = Vec::new();
+    leaves(&root, "", &mut all);
+    let mut missing = Vec::new();
+    for (path, cmd) in &all {
+        let Some(flags) = shown.get(path) else {
+            missing.push(path.clone());
+            continue;
+        };
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if arg.is_global_set() || matches!(long, "help" | "version") {
+                continue;
+            }
+            if !flags.contains(long) {
+                missing.push(format!("{path} --{long}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not in daemon/README.md's command table: {missing:#?}"
+    );
+}
