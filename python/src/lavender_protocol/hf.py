@@ -66,8 +66,9 @@ class LavenderCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         w = self.worker
         w.total_steps = int(state.max_steps or 0)
-        if args.num_train_epochs and float(args.num_train_epochs).is_integer():
-            w.epochs = int(args.num_train_epochs)
+        epochs = getattr(state, "num_train_epochs", None)
+        if epochs:
+            w.epochs = int(epochs)
         if not self._began:
             self._began = True
             w.start(step=int(state.global_step))
