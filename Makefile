@@ -10,6 +10,7 @@ TORCH_ENV = LIBTORCH="$${LIBTORCH:-$$(cat .venv/lib/torch-path)}"
 
 setup:
 	@bash scripts/setup-libtorch.sh
+	@bash scripts/python-setup.sh
 
 build: setup
 	@$(TORCH_ENV) cargo build --release --workspace
@@ -26,8 +27,13 @@ lint: setup
 	cargo fmt --all --check
 	@$(TORCH_ENV) cargo clippy --workspace --all-targets -- -D warnings
 
+# pytest first (python/tests: the lavender-protocol package); its exit 5 (no test
+# collected) is a failure like any other non-zero code. Then the Rust tests.
 test: setup lint
-	@mkdir -p target; $(TORCH_ENV) cargo test --workspace 2>&1 | tee target/test.log; exit $${PIPESTATUS[0]}
+	@mkdir -p target; .venv/bin/python -m pytest -q python/tests 2>&1 | tee target/pytest.log; \
+	  py=$${PIPESTATUS[0]}; if [ "$$py" = 5 ]; then echo "pytest collected no test in python/tests" >&2; fi; \
+	  $(TORCH_ENV) cargo test --workspace 2>&1 | tee target/test.log; rs=$${PIPESTATUS[0]}; \
+	  if [ "$$py" != 0 ]; then echo "pytest failed (exit $$py): see target/pytest.log" >&2; exit $$py; fi; exit $$rs
 
 # Benchmarks (not tests): status API, daemon overhead, detection latency, checkpoint
 # I/O, trainer and interference; docs/BENCHMARKS.md records the results.
