@@ -190,6 +190,6 @@ fn a_python_worker_that_never_heartbeats_is_flagged_stale_after_the_grace() {
     wait_until(Duration::from_secs(10), "the stale alert", || {
         std::fs::read_to_string(env.daemon_log())
             .unwrap()
-            .contains("heartbeat is stale")
+            .contains("ALERT step train: no heartbeat yet after the start-up grace")
     });
 }

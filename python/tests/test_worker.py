@@ -25,6 +25,9 @@ def test_parse_args_takes_lavenders_and_leaves_the_rest():
     assert str(a.run_dir) == "/d/checkpoints/run-x" and str(a.data_root) == "/d"
     assert a.rest == ["--lr", "3e-4"]
     assert parse_args(["--run-dir", "/r"]).step is None
+    # worker.command may carry the script's own options before lavender's.
+    b = parse_args(["--max-steps", "150", "train", "--config", "/c.yaml", "--data-root", "/d"])
+    assert (b.step, b.rest, str(b.config)) == ("train", ["--max-steps", "150"], "/c.yaml")
 
 
 def test_rank_comes_from_torchrun_then_slurm():

@@ -36,13 +36,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> LavenderArgs:
     """Parse lavender's arguments out of `argv` (default: `sys.argv[1:]`). The pipeline
-    step is the first positional argument, when there is one and it is not an option."""
+    step is the word just before `--config` (where lavenderd puts it, after the
+    script's own arguments), else a first argument that is not an option."""
     import sys
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    known, rest = _parser().parse_known_args(argv)
     step = None
-    if rest and not rest[0].startswith("-"):
+    # lavenderd appends `<step> --config …` after the script's own arguments.
+    if "--config" in argv:
+        i = argv.index("--config")
+        if i > 0 and not argv[i - 1].startswith("-"):
+            step = argv.pop(i - 1)
+    known, rest = _parser().parse_known_args(argv)
+    if step is None and rest and not rest[0].startswith("-"):
         step = rest.pop(0)
     return LavenderArgs(
         step=step,
