@@ -66,7 +66,7 @@ fn hf_trainer_stop_resume_kill_restart_finish_with_daemon_retention() {
     let stop_step = step_of(&saved);
     let stop_ckpt = format!("checkpoint-{stop_step}");
     assert!(said.contains(&stop_ckpt), "stop names {stop_ckpt}: {said}");
-    assert!(stop_step >= 12 && stop_step < MAX_STEPS, "{stop_step}");
+    assert!((12..MAX_STEPS).contains(&stop_step), "{stop_step}");
     let hb: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(first_run.join("heartbeat.json")).unwrap())
             .unwrap();
@@ -152,7 +152,7 @@ fn hf_trainer_stop_resume_kill_restart_finish_with_daemon_retention() {
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(".tmp-") && n != ".tmp-hf-staging")
+        .filter(|n| n.starts_with(".tmp-drop-"))
         .collect();
     assert!(
         hidden.is_empty(),

@@ -137,7 +137,7 @@ fn torchrun_two_ranks_stop_resume_kill_one_rank_restart_finish() {
     assert!(resumed_step >= newest.1);
     let log = std::fs::read_to_string(env.daemon_log()).unwrap();
     assert!(
-        log.contains("exit code"),
+        log.contains("ALERT step train crashed (exit code"),
         "torchrun exited non-zero:\n{log}"
     );
     say(format!(
