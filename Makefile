@@ -13,6 +13,7 @@ PREFIX ?= $(HOME)/.local
 
 setup:
 	@bash scripts/setup-libtorch.sh
+	@bash scripts/python-setup.sh
 
 build: setup
 	@$(TORCH_ENV) cargo build --release --workspace
@@ -45,9 +46,14 @@ test-build: setup
 
 test: setup lint test-build test-run
 
-# Runs the tests (building what is missing); the output is kept in target/test.log.
+# pytest first (python/tests: the lavender-protocol package); its exit 5 (no test
+# collected) is a failure like any other non-zero code. Then the Rust tests, building
+# what is missing. The outputs are kept in target/pytest.log and target/test.log.
 test-run: setup
-	@mkdir -p target; $(TORCH_ENV) cargo test --workspace 2>&1 | tee target/test.log; exit $${PIPESTATUS[0]}
+	@mkdir -p target; .venv/bin/python -m pytest -q python/tests 2>&1 | tee target/pytest.log; \
+	  py=$${PIPESTATUS[0]}; if [ "$$py" = 5 ]; then echo "pytest collected no test in python/tests" >&2; fi; \
+	  $(TORCH_ENV) cargo test --workspace 2>&1 | tee target/test.log; rs=$${PIPESTATUS[0]}; \
+	  if [ "$$py" != 0 ]; then echo "pytest failed (exit $$py): see target/pytest.log" >&2; exit $$py; fi; exit $$rs
 
 # Benchmarks (not tests): status API, daemon overhead, detection latency, checkpoint
 # I/O, trainer and interference; docs/BENCHMARKS.md records the results.

@@ -48,6 +48,20 @@ pub mod kind {
     ];
 }
 
+/// The `run_started` field by which a worker declares who enforces checkpoint
+/// retention in its run: [`RETENTION_BY_WORKER`] (it prunes its own checkpoints, as
+/// `lavender-worker` does) or `"daemon"`. Absent means the daemon does it.
+pub const RETENTION_FIELD: &str = "retention";
+/// The value of [`RETENTION_FIELD`] for a worker that prunes its own checkpoints.
+pub const RETENTION_BY_WORKER: &str = "worker";
+
+/// True when `event` is a `run_started` that declares the worker prunes its own
+/// checkpoints.
+pub fn declares_own_retention(event: &Event) -> bool {
+    event.kind == kind::RUN_STARTED
+        && event.field(RETENTION_FIELD).and_then(Value::as_str) == Some(RETENTION_BY_WORKER)
+}
+
 /// Keys owned by the struct itself; `with` will not shadow them with extra fields.
 const RESERVED: [&str; 3] = ["ts", "kind", "message"];
 
@@ -275,6 +289,20 @@ mod tests {
         let batch = read_from(&path(&run), 0).unwrap();
         assert_eq!(batch.events.len(), 200);
         assert_eq!(batch.skipped, 0);
+    }
+
+    #[test]
+    fn a_worker_declares_its_own_retention_in_run_started() {
+        let started = Event::new(kind::RUN_STARTED, "x");
+        assert!(!declares_own_retention(&started));
+        assert!(declares_own_retention(
+            &started.clone().with(RETENTION_FIELD, RETENTION_BY_WORKER)
+        ));
+        assert!(!declares_own_retention(
+            &started.with(RETENTION_FIELD, "daemon")
+        ));
+        let saved = Event::new(kind::CHECKPOINT_SAVED, "x").with(RETENTION_FIELD, "worker");
+        assert!(!declares_own_retention(&saved));
     }
 
     #[test]

@@ -1,5 +1,11 @@
 //! `trainer_state.json`: the last file written into a checkpoint. Its presence, and
 //! that it parses, is what makes a checkpoint complete.
+//!
+//! A Hugging Face `Trainer` checkpoint (`checkpoint-<N>/`) has a `trainer_state.json`
+//! of its own shape (`global_step`, `max_steps`, `log_history`, …); [`read`] maps it
+//! onto [`TrainerState`] so such checkpoints are listed, resumed and retained like
+//! lavender's own. Its validation loss is the run's last `eval_loss` at or before
+//! the checkpoint's step.
 
 use std::fs;
 use std::path::Path;
@@ -11,6 +17,9 @@ use crate::atomic;
 use crate::error::{Error, Result};
 
 pub const FILE: &str = "trainer_state.json";
+
+/// The stage given to a Hugging Face checkpoint (its state has none).
+pub const HF_STAGE: &str = "train";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainerState {
@@ -76,10 +85,62 @@ pub fn read(checkpoint_dir: &Path) -> Result<TrainerState> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(Error::Empty { path });
     }
-    serde_json::from_slice(&bytes).map_err(|e| Error::Malformed {
-        path,
-        reason: e.to_string(),
-    })
+    match serde_json::from_slice::<TrainerState>(&bytes) {
+        Ok(state) => Ok(state),
+        Err(e) => serde_json::from_slice::<Map<String, Value>>(&bytes)
+            .ok()
+            .and_then(|doc| from_hugging_face(&doc))
+            .ok_or_else(|| Error::Malformed {
+                path,
+                reason: e.to_string(),
+            }),
+    }
+}
+
+/// A Hugging Face `TrainerState` document as lavender's; `None` when `doc` is not one
+/// (no non-negative integer `global_step`).
+pub fn from_hugging_face(doc: &Map<String, Value>) -> Option<TrainerState> {
+    let step = doc.get("global_step")?.as_u64()?;
+    let number = |key: &str| doc.get(key).and_then(Value::as_f64);
+    let mut state = TrainerState::new(HF_STAGE, step);
+    state.total_steps = doc.get("max_steps").and_then(Value::as_u64).unwrap_or(0);
+    state.epoch = number("epoch").unwrap_or(0.0);
+    state.epochs = number("num_train_epochs")
+        .filter(|e| e.fract() == 0.0 && *e >= 0.0 && *e <= u32::MAX as f64)
+        .map(|e| e as u32);
+    state.stage_step = step;
+    let history: Vec<&Map<String, Value>> = doc
+        .get("log_history")
+        .and_then(Value::as_array)
+        .map(|h| h.iter().filter_map(Value::as_object).collect())
+        .unwrap_or_default();
+    let at_or_before = |entry: &Map<String, Value>| {
+        entry
+            .get("step")
+            .and_then(Value::as_u64)
+            .is_none_or(|s| s <= step)
+    };
+    let last = |key: &str| {
+        history
+            .iter()
+            .filter(|e| at_or_before(e))
+            .rev()
+            .find_map(|e| e.get(key).and_then(Value::as_f64))
+            .filter(|v| v.is_finite())
+    };
+    state.loss = last("loss");
+    state.lr = last("learning_rate").unwrap_or(0.0);
+    state.val_loss = last("eval_loss");
+    state.best_val_loss = history
+        .iter()
+        .filter(|e| at_or_before(e))
+        .filter_map(|e| e.get("eval_loss").and_then(Value::as_f64))
+        .filter(|v| v.is_finite())
+        .min_by(f64::total_cmp);
+    state
+        .extra
+        .insert("format".into(), Value::String("hugging_face".into()));
+    Some(state)
 }
 
 /// Write the state atomically (used by `CheckpointBuilder::commit`).
@@ -104,6 +165,45 @@ mod tests {
         assert_eq!(s.extra["future_field"], serde_json::json!([1, 2]));
         write(dir.path(), &s).unwrap();
         assert_eq!(read(dir.path()).unwrap(), s);
+    }
+
+    #[test]
+    fn a_hugging_face_state_reads_as_a_checkpoint_with_its_eval_loss() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join(FILE),
+            r#"{"global_step": 20, "max_steps": 40, "epoch": 0.5, "num_train_epochs": 1,
+                "best_metric": null, "log_history": [
+                  {"step": 10, "loss": 3.5, "learning_rate": 0.001, "epoch": 0.25},
+                  {"step": 10, "eval_loss": 3.25},
+                  {"step": 20, "loss": 3.0, "learning_rate": 0.0005, "epoch": 0.5},
+                  {"step": 20, "eval_loss": 3.5},
+                  {"step": 30, "eval_loss": 1.0}
+                ]}"#,
+        )
+        .unwrap();
+        let s = read(dir.path()).unwrap();
+        assert_eq!(
+            (s.step, s.total_steps, s.stage.as_str()),
+            (20, 40, HF_STAGE)
+        );
+        assert_eq!((s.epoch, s.epochs), (0.5, Some(1)));
+        assert_eq!((s.loss, s.lr), (Some(3.0), 0.0005));
+        assert_eq!(
+            s.val_loss,
+            Some(3.5),
+            "the last eval_loss at or before step 20"
+        );
+        assert_eq!(s.best_val_loss, Some(3.25));
+    }
+
+    #[test]
+    fn neither_lavender_nor_hugging_face_is_malformed() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join(FILE), r#"{"global_step": -1}"#).unwrap();
+        assert!(matches!(read(dir.path()), Err(Error::Malformed { .. })));
+        fs::write(dir.path().join(FILE), r#"{"epoch": 1.0}"#).unwrap();
+        assert!(matches!(read(dir.path()), Err(Error::Malformed { .. })));
     }
 
     #[test]

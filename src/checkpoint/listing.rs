@@ -229,6 +229,41 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_hugging_face_checkpoint_counts_once_complete() {
+        let root = tempfile::tempdir().unwrap();
+        let run = root.path().join("run-2026-04-24_16-08-45");
+        fs::create_dir_all(&run).unwrap();
+        let ours = save(&run, "train", 1, None);
+        set_mtime(&ours, 1_000);
+        let hf = run.join("checkpoint-20");
+        fs::create_dir(&hf).unwrap();
+        fs::write(hf.join("model.safetensors"), b"weights").unwrap();
+        // The Trainer is still writing: no trainer_state.json yet.
+        assert_eq!(list_run_checkpoints(&run).unwrap().len(), 1);
+        fs::write(
+            hf.join(trainer_state::FILE),
+            r#"{"global_step": 20, "log_history": []}"#,
+        )
+        .unwrap();
+        set_mtime(&hf, 2_000);
+        let newest = latest_complete(&run).unwrap().unwrap();
+        assert_eq!((newest.path, newest.state.step), (hf.clone(), 20));
+        assert_eq!(newest.parsed, None);
+        assert_eq!(
+            resolve_resume(hf.to_str().unwrap(), root.path())
+                .unwrap()
+                .state
+                .step,
+            20
+        );
+        // A hidden staging directory of the Trainer is never a checkpoint.
+        let staged = run.join(".tmp-hf-staging").join("checkpoint-30");
+        fs::create_dir_all(&staged).unwrap();
+        fs::write(staged.join(trainer_state::FILE), r#"{"global_step": 30}"#).unwrap();
+        assert_eq!(list_checkpoints(root.path()).unwrap().len(), 2);
+    }
+
+    #[test]
     fn union_of_nested_and_flat() {
         let root = tempfile::tempdir().unwrap();
         let run = root.path().join("run-2026-04-24_16-08-45");

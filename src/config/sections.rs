@@ -313,6 +313,22 @@ pub struct SupervisorConfig {
     pub keep_runs: Option<u32>,
     pub watcher: Watcher,
     pub poll_interval_ms: u64,
+    /// Who deletes old checkpoints. Absent in configs older than the key: the daemon.
+    #[serde(default)]
+    pub retention: Retention,
+}
+
+/// Who enforces checkpoint retention (`training.keep_checkpoints`, the newest, the
+/// best by validation loss).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Retention {
+    /// The daemon, after each checkpoint a worker saves, unless the worker declares in
+    /// its `run_started` event that it prunes its own (`"retention": "worker"`).
+    #[default]
+    Daemon,
+    /// The worker alone; the daemon never deletes a checkpoint.
+    Worker,
 }
 
 /// File-watching backend for the daemon's status cache.

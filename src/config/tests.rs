@@ -737,3 +737,15 @@ fn resolved_yaml_reads_with_plain_serde_saphyr() {
     let back: Config = serde_saphyr::from_str(&config.to_yaml()).unwrap();
     assert_eq!(back, config);
 }
+
+#[test]
+fn retention_is_the_daemons_unless_set_to_worker() {
+    assert_eq!(Config::default().supervisor.retention, Retention::Daemon);
+    let c = Config::from_yaml_str("supervisor:\n  retention: worker\n", "my.yaml").unwrap();
+    assert_eq!(c.supervisor.retention, Retention::Worker);
+    let e = err("supervisor:\n  retention: deamon\n").to_string();
+    assert!(
+        e.contains("supervisor.retention") && e.contains("daemon"),
+        "{e}"
+    );
+}

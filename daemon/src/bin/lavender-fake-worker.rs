@@ -85,6 +85,10 @@ struct Args {
     /// Make this data step fail with exit code 1.
     #[arg(long, env = "FAKE_FAIL_STEP")]
     fail_step: Option<String>,
+    /// Leave retention to the daemon. By default it declares in `run_started`, like
+    /// `lavender-worker`, that it prunes its own checkpoints (it keeps them all).
+    #[arg(long, env = "FAKE_DAEMON_RETENTION")]
+    daemon_retention: bool,
 }
 
 static TERM: AtomicBool = AtomicBool::new(false);
@@ -379,7 +383,16 @@ impl<'a> Trainer<'a> {
         if self.writes {
             events::append(
                 &self.run_dir,
-                &Event::new(kind::RUN_STARTED, "fake run started").with("step", self.step),
+                &Event::new(kind::RUN_STARTED, "fake run started")
+                    .with("step", self.step)
+                    .with(
+                        events::RETENTION_FIELD,
+                        if self.args.daemon_retention {
+                            "daemon"
+                        } else {
+                            events::RETENTION_BY_WORKER
+                        },
+                    ),
             )?;
         }
         self.heartbeat(WorkerState::Starting)?;

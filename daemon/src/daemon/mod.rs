@@ -91,6 +91,11 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         alert::spawn_sink(Some(notifier.clone()), notify_cfg.log_lines),
     );
     let pipeline = pipeline::actor::spawn(layout.clone(), settings.config.clone(), alerts.clone())?;
+    let retention = pipeline::retention::spawn(
+        layout.clone(),
+        pipeline.subscribe(),
+        pipeline::retention::RetentionSettings::from_config(&settings.config),
+    );
     let cache = status::cache::spawn(
         layout.clone(),
         pipeline.clone(),
@@ -165,6 +170,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
             _ = hup.recv() => match Settings::load(&opts.args) {
                 Ok(new) => {
                     cache.set_settings(StatusSettings::from_config(&new.config));
+                    retention.set(pipeline::retention::RetentionSettings::from_config(&new.config));
                     pipeline.reload(new.config).await;
                 }
                 Err(e) => tracing::error!("SIGHUP: config not reloaded: {e:#}"),

@@ -9,6 +9,7 @@ pub mod plan;
 pub mod record;
 pub mod request;
 pub mod restart;
+pub mod retention;
 pub mod stop;
 
 pub use actor::{PipelineHandle, StartError, StartReply};

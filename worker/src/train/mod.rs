@@ -22,7 +22,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, anyhow};
 use clap::Args;
 use lavender::checkpoint::{self, Checkpoint};
-use lavender::events::{Event, kind as kinds};
+use lavender::events::{self, Event, kind as kinds};
 use lavender::heartbeat::{self, WorkerState};
 use lavender::{run, trainlog};
 
@@ -163,7 +163,9 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         .with("parameters", model.params.numel())
         .with("model", size)
         .with("shards", &shards)
-        .with("run_dir", &run_dir),
+        .with("run_dir", &run_dir)
+        // It prunes its own checkpoints after every save: the daemon leaves them be.
+        .with(events::RETENTION_FIELD, events::RETENTION_BY_WORKER),
     )?;
     if let Some(short) = shortfall {
         reporter.event(

@@ -1,0 +1,195 @@
+//! A real `transformers.Trainer` script (examples/hf-trainer) with
+//! `lavender_protocol.hf.LavenderCallback` under the real `lavenderd`: start →
+//! running with steps → stop saves and names the checkpoint → `start --resume latest`
+//! continues from it → SIGKILL the worker → restart from the run's newest checkpoint →
+//! finished; every status schema-valid (the harness checks each read); the daemon's
+//! retention leaves at most keep + best complete checkpoints.
+
+mod common;
+mod python_support;
+
+use std::time::Duration;
+
+use common::*;
+use python_support::*;
+
+const MAX_STEPS: u64 = 150;
+const KEEP: usize = 2;
+const SLOW: Duration = Duration::from_secs(300);
+
+fn hf_env() -> PyEnv {
+    require_modules(&["torch", "transformers", "accelerate"]);
+    let command: Vec<String> = [
+        venv_tool("python"),
+        example("hf-trainer/train.py"),
+        "--max-steps".into(),
+        MAX_STEPS.to_string(),
+        "--save-steps".into(),
+        "10".into(),
+        "--eval-steps".into(),
+        "10".into(),
+        "--batch-size".into(),
+        "4".into(),
+        "--seq-len".into(),
+        "32".into(),
+    ]
+    .to_vec();
+    let mut env = PyEnv::new(
+        &command,
+        "  max_restarts: 2",
+        &format!("training:\n  keep_checkpoints: {KEEP}"),
+    );
+    env.worker_name = "train.py".into();
+    env
+}
+
+#[test]
+fn hf_trainer_stop_resume_kill_restart_finish_with_daemon_retention() {
+    let mut env = hf_env();
+    env.serve();
+
+    // 1. start → running with steps.
+    env.start(&[]);
+    let first_run = env.run_dir();
+    let st = env.wait_step(12, SLOW);
+    assert_eq!(st["pipeline"]["state"], "running", "{st:#}");
+    say(format!(
+        "hf: started, status running at step {}",
+        st["training"]["step"]
+    ));
+
+    // 2. stop → the Trainer saves on SIGTERM; lavenderd names the checkpoint.
+    let said = env.stop_saved();
+    let saved = wait_event(&env, &first_run, SLOW, "final_saved", |e| {
+        e["kind"] == "final_saved"
+    });
+    let stop_step = step_of(&saved);
+    let stop_ckpt = format!("checkpoint-{stop_step}");
+    assert!(said.contains(&stop_ckpt), "stop names {stop_ckpt}: {said}");
+    assert!((12..MAX_STEPS).contains(&stop_step), "{stop_step}");
+    let hb: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(first_run.join("heartbeat.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        (hb["state"].as_str(), hb["step"].as_u64()),
+        (Some("stopping"), Some(stop_step))
+    );
+    env.wait_state("stopped", SLOW);
+    say(format!(
+        "hf: stop saved {stop_ckpt} at step {stop_step}; lavenderd stop said: {}",
+        said.trim()
+    ));
+
+    // 3. start --resume latest → continues from that checkpoint.
+    env.start(&["--resume", "latest"]);
+    let run = env.run_dir();
+    assert_ne!(run, first_run, "one run directory per start");
+    let loaded = wait_event(&env, &run, SLOW, "checkpoint_loaded", |e| {
+        e["kind"] == "checkpoint_loaded"
+    });
+    assert_eq!(step_of(&loaded), stop_step);
+    assert!(loaded["path"].as_str().unwrap().ends_with(&stop_ckpt));
+    let after = wait_event(&env, &run, SLOW, "a save after the resume", |e| {
+        e["kind"] == "checkpoint_saved" && step_of(e) > stop_step
+    });
+    let st = env.status();
+    assert!(st["training"]["step"].as_u64().unwrap() >= stop_step);
+    say(format!(
+        "hf: resumed from {stop_ckpt} (step {stop_step}); saved {} at step {}",
+        after["path"].as_str().unwrap().rsplit('/').next().unwrap(),
+        step_of(&after)
+    ));
+
+    // 4. SIGKILL the worker → restart from the run's newest checkpoint.
+    let pid = env.worker_pid().expect("a worker");
+    let newest_before_kill = complete(&run).last().unwrap().clone();
+    send_signal(pid, 9);
+    say(format!(
+        "hf: SIGKILL worker {pid}; newest complete checkpoint {} (step {})",
+        newest_before_kill.0, newest_before_kill.1
+    ));
+    wait_until(SLOW, "a restarted worker", || {
+        env.worker_pid().is_some_and(|p| p != pid)
+    });
+    let restarted = env.worker_pid().unwrap();
+    let resume = resume_arg(&cmdline(restarted)).expect("the restart resumes");
+    assert!(resume.starts_with(run.to_str().unwrap()), "{resume}");
+    let resumed_step = lavender::checkpoint::resolve_resume(&resume, &env.data_root)
+        .unwrap()
+        .state
+        .step;
+    assert!(resumed_step >= newest_before_kill.1, "{resume}");
+    assert_eq!(env.pipeline_json()["restarts"], 1);
+    say(format!(
+        "hf: restarted as {restarted} with --resume {resume} (step {resumed_step})"
+    ));
+
+    // 5. → finished.
+    let st = env.wait_state("finished", SLOW);
+    assert_eq!(st["training"]["step"].as_u64(), Some(MAX_STEPS), "{st:#}");
+    let last = events(&run)
+        .into_iter()
+        .rev()
+        .find(|e| e["kind"] == "final_saved");
+    assert_eq!(last.map(|e| step_of(&e)), Some(MAX_STEPS));
+    say(format!("hf: finished at step {MAX_STEPS}"));
+
+    // 6. The daemon's retention: at most keep + best complete checkpoints, logged.
+    let left = complete(&run);
+    let log = std::fs::read_to_string(run.join("train.log")).unwrap();
+    let retain_lines: Vec<&str> = log.lines().filter(|l| l.starts_with("RETAIN ")).collect();
+    assert!(!retain_lines.is_empty(), "{log}");
+    wait_until(Duration::from_secs(10), "the last retention pass", || {
+        complete(&run).len() <= KEEP + 1
+    });
+    let left_after = complete(&run);
+    assert!(left_after.len() <= KEEP + 1, "{left:?}");
+    assert!(
+        left_after.iter().any(|(_, s)| *s == MAX_STEPS),
+        "the newest stays: {left_after:?}"
+    );
+    let hidden: Vec<String> = std::fs::read_dir(&run)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".tmp-drop-"))
+        .collect();
+    assert!(
+        hidden.is_empty(),
+        "nothing half-deleted is left: {hidden:?}"
+    );
+    say(format!(
+        "hf: retention kept {} complete checkpoint(s) {:?} (keep {KEEP} + best); train.log: {}",
+        left_after.len(),
+        left_after,
+        retain_lines.join(" | ")
+    ));
+}
+
+#[test]
+fn a_python_worker_that_never_heartbeats_is_flagged_stale_after_the_grace() {
+    let command = vec![
+        venv_tool("python"),
+        "-c".into(),
+        "import time; from lavender_protocol import Worker; Worker.from_argv(); time.sleep(600)"
+            .into(),
+    ];
+    let mut env = PyEnv::new(&command, "  stale_after_s: 1\n  startup_grace_s: 3", "");
+    env.serve();
+    let started = std::time::Instant::now();
+    env.start(&[]);
+    wait_until(Duration::from_secs(30), "a stale heartbeat", || {
+        env.status()["training"]["heartbeat_stale"] == true
+    });
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "never before the grace ends"
+    );
+    assert!(!env.run_dir().join("heartbeat.json").exists());
+    assert_eq!(env.status()["pipeline"]["running"], true);
+    wait_until(Duration::from_secs(10), "the stale alert", || {
+        std::fs::read_to_string(env.daemon_log())
+            .unwrap()
+            .contains("ALERT step train: no heartbeat yet after the start-up grace")
+    });
+}

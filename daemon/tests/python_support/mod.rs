@@ -1,0 +1,192 @@
+//! Python workers under the real `lavenderd`: the `.venv` interpreter, the
+//! repository's examples and `python/` library, a config running them, and reads
+//! of what they leave in the run directory.
+#![allow(dead_code)]
+
+use std::ops::{Deref, DerefMut};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{LAVENDERD, Lavenderd};
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// `<repo>/.venv/bin/<tool>`, which the set-up installs.
+pub fn venv_tool(tool: &str) -> String {
+    let path = repo().join(".venv/bin").join(tool);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `make setup` (it creates .venv with torch), then scripts/hf-setup.sh",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+/// Fails (never skips) when the venv lacks a module the test drives.
+pub fn require_modules(modules: &[&str]) {
+    let code = modules
+        .iter()
+        .map(|m| format!("import {m}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let out = Command::new(venv_tool("python"))
+        .args(["-c", &code])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the .venv cannot import {modules:?}: run scripts/hf-setup.sh (transformers, accelerate) \
+         and `pip install -e python/`\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn example(path: &str) -> String {
+    repo().join("examples").join(path).display().to_string()
+}
+
+/// A data root in a tempdir and a daemon whose worker is `command` (the library
+/// from this checkout on PYTHONPATH). `yaml` is added at the top level.
+pub struct PyEnv {
+    pub dir: tempfile::TempDir,
+    daemon: Lavenderd,
+}
+
+impl Deref for PyEnv {
+    type Target = Lavenderd;
+    fn deref(&self) -> &Lavenderd {
+        &self.daemon
+    }
+}
+
+impl DerefMut for PyEnv {
+    fn deref_mut(&mut self) -> &mut Lavenderd {
+        &mut self.daemon
+    }
+}
+
+impl PyEnv {
+    pub fn new(command: &[String], supervisor: &str, yaml: &str) -> PyEnv {
+        let dir = tempfile::tempdir().unwrap();
+        let data_root = dir.path().join("data");
+        let config = dir.path().join("lavender.yaml");
+        let command: Vec<String> = command.iter().map(|s| format!("{s:?}")).collect();
+        let pythonpath = repo().join("python/src").display().to_string();
+        let text = format!(
+            "steps: [train]\nworker:\n  command: [{}]\n  env: {{PYTHONPATH: {pythonpath:?}}}\n\
+             supervisor:\n  listen: 127.0.0.1:0\n  poll_interval_ms: 50\n  stop_timeout_s: 60\n{supervisor}\n{yaml}\n",
+            command.join(", ")
+        );
+        std::fs::write(&config, text).unwrap();
+        let log = dir.path().join("daemon.log");
+        let mut daemon = Lavenderd::new(LAVENDERD.into(), config, data_root, log);
+        daemon.worker_name = "python".into();
+        daemon.backoff_ms = "200".into();
+        PyEnv { dir, daemon }
+    }
+
+    /// The worker's log (stdout/stderr of every spawn), for failure messages.
+    pub fn worker_log(&self) -> String {
+        let mut text = String::new();
+        if let Ok(entries) = std::fs::read_dir(self.data_root.join("logs")) {
+            for e in entries.flatten() {
+                text.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
+    }
+}
+
+pub fn events(run_dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run_dir.join("events.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Waits for an event of the run that `pred` accepts; returns it.
+pub fn wait_event(
+    env: &PyEnv,
+    run_dir: &Path,
+    timeout: Duration,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(e) = events(run_dir).into_iter().find(|e| pred(e)) {
+            return e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\nworker log:\n{}",
+            env.worker_log()
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// (name, step) of the run's complete checkpoints, oldest first, as lavender lists them.
+pub fn complete(run_dir: &Path) -> Vec<(String, u64)> {
+    lavender::checkpoint::list_run_checkpoints(run_dir)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.name, c.state.step))
+        .collect()
+}
+
+pub fn step_of(event: &Value) -> u64 {
+    event["step"].as_u64().expect("an event with a step")
+}
+
+pub fn cmdline(pid: i32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+pub fn resume_arg(argv: &[String]) -> Option<String> {
+    argv.iter()
+        .position(|a| a == "--resume")
+        .map(|i| argv[i + 1].clone())
+}
+
+/// Children of `pid` (from /proc).
+pub fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<i32>().ok());
+        if ppid == Some(pid) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+/// A line of the test's transcript (shown with --nocapture).
+pub fn say(line: impl AsRef<str>) {
+    eprintln!("[transcript] {}", line.as_ref());
+}

@@ -1,0 +1,160 @@
+//! A hand-written DDP loop (examples/torchrun) on two ranks under real `torchrun`
+//! (gloo on CPU) under the real `lavenderd`: start → running with steps → stop: every
+//! rank stops after the same step and rank 0 saves once → `start --resume latest`
+//! continues from it → SIGKILL one rank → torchrun exits non-zero → the daemon
+//! restarts from the run's newest checkpoint → finished. Every status schema-valid.
+
+mod common;
+mod python_support;
+
+use std::time::Duration;
+
+use common::*;
+use python_support::*;
+
+const MAX_STEPS: u64 = 120;
+const KEEP: usize = 2;
+const SLOW: Duration = Duration::from_secs(300);
+
+fn rank_pids(agent: i32) -> Vec<i32> {
+    children(agent)
+        .into_iter()
+        .filter(|p| cmdline(*p).iter().any(|a| a.ends_with("train.py")))
+        .collect()
+}
+
+fn log_lines(env: &PyEnv, needle: &str) -> Vec<String> {
+    env.worker_log()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn torchrun_two_ranks_stop_resume_kill_one_rank_restart_finish() {
+    require_modules(&["torch"]);
+    let command: Vec<String> = vec![
+        venv_tool("torchrun"),
+        "--standalone".into(),
+        "--nproc_per_node=2".into(),
+        "--max_restarts=0".into(),
+        example("torchrun/train.py"),
+        "--max-steps".into(),
+        MAX_STEPS.to_string(),
+        "--save-every".into(),
+        "10".into(),
+        "--batch-size".into(),
+        "4".into(),
+        "--seq-len".into(),
+        "32".into(),
+    ];
+    let mut env = PyEnv::new(
+        &command,
+        "  max_restarts: 2",
+        &format!("training:\n  keep_checkpoints: {KEEP}"),
+    );
+    env.worker_name = "train.py".into();
+    env.serve();
+
+    // 1. start → running with steps, two ranks under the torchrun agent.
+    env.start(&[]);
+    let first_run = env.run_dir();
+    let st = env.wait_step(12, SLOW);
+    assert_eq!(st["pipeline"]["state"], "running");
+    let agent = env.worker_pid().unwrap();
+    assert!(cmdline(agent).iter().any(|a| a.contains("torchrun")));
+    assert_eq!(rank_pids(agent).len(), 2, "{:?}", cmdline(agent));
+    say(format!(
+        "torchrun: started, running at step {}",
+        st["training"]["step"]
+    ));
+
+    // 2. stop → SIGTERM to the group; every rank stops after the same step; one save.
+    let said = env.stop_saved();
+    env.wait_state("stopped", SLOW);
+    let finals: Vec<_> = events(&first_run)
+        .into_iter()
+        .filter(|e| e["kind"] == "final_saved")
+        .collect();
+    assert_eq!(finals.len(), 1, "rank 0 saves once: {finals:?}");
+    let stop_step = step_of(&finals[0]);
+    let stop_ckpt = finals[0]["path"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(said.contains(&stop_ckpt), "{said}");
+    let stopped = log_lines(&env, "stopped after step");
+    assert_eq!(stopped.len(), 2, "both ranks stopped: {stopped:?}");
+    assert!(
+        stopped
+            .iter()
+            .all(|l| l.ends_with(&format!("stopped after step {stop_step}"))),
+        "at the same step {stop_step}: {stopped:?}"
+    );
+    say(format!(
+        "torchrun: stop saved {stop_ckpt} at step {stop_step}; ranks: {stopped:?}"
+    ));
+
+    // 3. start --resume latest → continues from it.
+    env.start(&["--resume", "latest"]);
+    let run = env.run_dir();
+    let loaded = wait_event(&env, &run, SLOW, "checkpoint_loaded", |e| {
+        e["kind"] == "checkpoint_loaded"
+    });
+    assert_eq!(step_of(&loaded), stop_step);
+    let after = wait_event(&env, &run, SLOW, "a save after the resume", |e| {
+        e["kind"] == "checkpoint_saved" && step_of(e) > stop_step
+    });
+    say(format!(
+        "torchrun: resumed from {stop_ckpt} (step {stop_step}); saved at step {}",
+        step_of(&after)
+    ));
+
+    // 4. SIGKILL one rank → torchrun exits non-zero → restart from the newest checkpoint.
+    let agent = env.worker_pid().unwrap();
+    let ranks = rank_pids(agent);
+    assert_eq!(ranks.len(), 2);
+    let newest = complete(&run).last().unwrap().clone();
+    send_signal(ranks[1], 9);
+    say(format!(
+        "torchrun: SIGKILL rank pid {} of agent {agent}; newest complete checkpoint {} (step {})",
+        ranks[1], newest.0, newest.1
+    ));
+    wait_until(SLOW, "a restarted torchrun", || {
+        env.worker_pid().is_some_and(|p| p != agent)
+    });
+    let restarted = env.worker_pid().unwrap();
+    let resume = resume_arg(&cmdline(restarted)).expect("the restart resumes");
+    assert!(resume.starts_with(run.to_str().unwrap()), "{resume}");
+    let resumed_step = lavender::checkpoint::resolve_resume(&resume, &env.data_root)
+        .unwrap()
+        .state
+        .step;
+    assert!(resumed_step >= newest.1);
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    assert!(
+        log.contains("ALERT step train crashed (exit code"),
+        "torchrun exited non-zero:\n{log}"
+    );
+    say(format!(
+        "torchrun: restarted as {restarted} with --resume {resume} (step {resumed_step})"
+    ));
+
+    // 5. → finished.
+    let st = env.wait_state("finished", SLOW);
+    assert_eq!(st["training"]["step"].as_u64(), Some(MAX_STEPS));
+    say(format!("torchrun: finished at step {MAX_STEPS}"));
+
+    wait_until(Duration::from_secs(10), "the last retention pass", || {
+        complete(&run).len() <= KEEP + 1
+    });
+    let left = complete(&run);
+    say(format!(
+        "torchrun: retention kept {} complete checkpoint(s) {left:?}",
+        left.len()
+    ));
+}

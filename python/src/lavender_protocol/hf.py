@@ -1,0 +1,136 @@
+"""`LavenderCallback`: the worker protocol for a `transformers.Trainer`.
+
+    cb = LavenderCallback()                      # reads lavenderd's arguments
+    args = TrainingArguments(output_dir=cb.output_dir, save_strategy="steps", ...)
+    trainer = Trainer(model, args, ..., callbacks=[cb])
+    trainer.train(resume_from_checkpoint=cb.resume_from_checkpoint)
+
+- heartbeat from `on_step_end` / `on_log` (loss, learning rate, grad norm, epoch);
+- SIGTERM → `control.should_save = control.should_training_stop = True` after the
+  current step (agreed across ranks under torchrun), then exit 0 with a `stopping`
+  heartbeat;
+- saves are committed atomically: the Trainer writes `checkpoint-<N>/` into a hidden
+  staging directory of the run (`cb.output_dir`); once complete (its
+  `trainer_state.json` and RNG state written) every file is fsynced and the directory
+  is renamed into the run, where lavender lists it as a checkpoint;
+- `--resume PATH|latest` becomes `resume_from_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from transformers import TrainerCallback
+
+from . import _fs, checkpoints
+from .worker import Worker
+
+#: The Trainer's output_dir inside the run: hidden, so never listed as a checkpoint.
+STAGING_DIR = _fs.TMP_PREFIX + "hf-staging"
+
+
+class LavenderCallback(TrainerCallback):
+    def __init__(
+        self,
+        worker: Optional[Worker] = None,
+        argv: Optional[Sequence[str]] = None,
+        **worker_options: Any,
+    ) -> None:
+        self.worker = worker if worker is not None else Worker.from_argv(argv, **worker_options)
+        self._eval_loss: Optional[float] = None
+        self._eval_step: Optional[int] = None
+        self._began = False
+
+    @property
+    def output_dir(self) -> str:
+        """The Trainer's `output_dir`: a hidden staging directory inside the run."""
+        return str(self.worker.run_dir / STAGING_DIR)
+
+    @property
+    def resume_from_checkpoint(self) -> Optional[str]:
+        """The checkpoint `--resume` resolved to, for `trainer.train(resume_from_checkpoint=…)`."""
+        resume = self.worker.resume
+        if resume is None:
+            return None
+        if not resume.is_hf:
+            raise checkpoints.ResumeError(
+                f"{resume.path} is not a Hugging Face Trainer checkpoint (no global_step in its "
+                "trainer_state.json); resume this script from one of its own checkpoint-<N> directories"
+            )
+        return str(resume.path)
+
+    # ----- Trainer events -----
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        w = self.worker
+        w.total_steps = int(state.max_steps or 0)
+        epochs = getattr(state, "num_train_epochs", None)
+        if epochs:
+            w.epochs = int(epochs)
+        if not self._began:
+            self._began = True
+            w.start(step=int(state.global_step))
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        w = self.worker
+        w.step(int(state.global_step), epoch=state.epoch)
+        if w.should_stop():
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        w = self.worker
+        for key, ours in (("loss", "loss"), ("learning_rate", "lr"), ("grad_norm", "grad_norm")):
+            value = logs.get(key)
+            if isinstance(value, (int, float)):
+                w._last[ours] = float(value)
+        if isinstance(logs.get("loss"), (int, float)):
+            loss = float(logs["loss"])
+            w._loss_smooth = loss if w._loss_smooth is None else 0.9 * w._loss_smooth + 0.1 * loss
+        if isinstance(logs.get("eval_loss"), (int, float)):
+            self._eval_loss = float(logs["eval_loss"])
+            self._eval_step = int(state.global_step)
+        return control
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if metrics and isinstance(metrics.get("eval_loss"), (int, float)):
+            self._eval_loss = float(metrics["eval_loss"])
+            self._eval_step = int(state.global_step)
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        w = self.worker
+        if not w.writes:
+            return control
+        name = f"checkpoint-{state.global_step}"
+        staged = Path(args.output_dir) / name
+        if not staged.is_dir():
+            return control
+        target = w.run_dir / name
+        if target.exists() and checkpoints.load(target) is not None:
+            # The same step saved again (a resume that stopped before its next step):
+            # the complete checkpoint already there stays.
+            shutil.rmtree(staged, ignore_errors=True)
+        else:
+            if target.exists():
+                shutil.rmtree(target)
+            checkpoints.commit_directory(staged, target)
+        final = w.stop_requested or (state.max_steps and state.global_step >= state.max_steps)
+        val = self._eval_loss if self._eval_step == state.global_step else None
+        w._step = int(state.global_step)
+        w.committed(target, final=bool(final), val_loss=val)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        w = self.worker
+        w._step = int(state.global_step)
+        if w.stop_requested:
+            w.stopped()
+        else:
+            w.finished()
+        return control

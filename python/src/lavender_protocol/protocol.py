@@ -1,0 +1,154 @@
+"""The files a worker writes into its run directory: `heartbeat.json` (atomic),
+`events.jsonl` (append-only) and `train.log` (SAVE / RETAIN lines)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from . import _fs, _time
+
+HEARTBEAT_FILE = "heartbeat.json"
+EVENTS_FILE = "events.jsonl"
+TRAIN_LOG_FILE = "train.log"
+
+#: Heartbeat states, as lavenderd reads them.
+STATES = ("starting", "training", "saving", "stopping", "finished", "failed")
+
+
+class Kind:
+    """Event kinds lavender knows; readers accept others too."""
+
+    RUN_STARTED = "run_started"
+    DATA_LOADED = "data_loaded"
+    TOKENIZER_READY = "tokenizer_ready"
+    DATASET_BUILT = "dataset_built"
+    STAGE_STARTED = "stage_started"
+    CHECKPOINT_SAVED = "checkpoint_saved"
+    CHECKPOINT_LOADED = "checkpoint_loaded"
+    STAGE_FINISHED = "stage_finished"
+    FINAL_SAVED = "final_saved"
+    RETENTION = "retention"
+    ERROR = "error"
+
+
+def _finite(x: Any) -> Optional[float]:
+    """A JSON-safe float: NaN and infinities (which JSON cannot carry) become None."""
+    if x is None:
+        return None
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def heartbeat_document(
+    *,
+    step: int,
+    total_steps: int,
+    stage: str,
+    state: str,
+    epoch: Optional[float] = None,
+    epochs: Optional[int] = None,
+    loss: Optional[float] = None,
+    loss_smooth: Optional[float] = None,
+    lr: Optional[float] = None,
+    grad_norm: Optional[float] = None,
+    steps_per_sec: Optional[float] = None,
+    eta_seconds: Optional[float] = None,
+    latest_checkpoint: Optional[str] = None,
+    pid: Optional[int] = None,
+) -> Dict[str, Any]:
+    """The heartbeat as lavender's `Heartbeat` type reads it."""
+    if state not in STATES:
+        raise ValueError(f"heartbeat state {state!r} is not one of {', '.join(STATES)}")
+    if step < 0 or total_steps < 0:
+        raise ValueError(f"step ({step}) and total_steps ({total_steps}) must not be negative")
+    eta = _finite(eta_seconds)
+    return {
+        "step": int(step),
+        "total_steps": int(total_steps),
+        "stage": stage,
+        "epoch": _finite(epoch),
+        "epochs": None if epochs is None else int(epochs),
+        "loss": _finite(loss),
+        "loss_smooth": _finite(loss_smooth),
+        "lr": _finite(lr),
+        "grad_norm": _finite(grad_norm),
+        "steps_per_sec": _finite(steps_per_sec),
+        "eta_seconds": None if eta is None or eta < 0 else int(round(eta)),
+        "timestamp": _time.rfc3339(_time.now()),
+        "pid": os.getpid() if pid is None else int(pid),
+        "state": state,
+        "latest_checkpoint": latest_checkpoint,
+    }
+
+
+def write_heartbeat(run_dir: Path, document: Dict[str, Any]) -> None:
+    """Replace `<run>/heartbeat.json` atomically."""
+    _fs.write_json(Path(run_dir) / HEARTBEAT_FILE, document)
+
+
+def read_heartbeat(run_dir: Path) -> Dict[str, Any]:
+    return json.loads((Path(run_dir) / HEARTBEAT_FILE).read_text())
+
+
+def event(kind: str, message: str, **fields: Any) -> Dict[str, Any]:
+    """`{ts, kind, message, ...fields}`; fields cannot shadow the three reserved keys."""
+    doc: Dict[str, Any] = {"ts": _time.rfc3339(_time.now()), "kind": kind, "message": message}
+    for key, value in fields.items():
+        if key in doc:
+            continue
+        doc[key] = _finite(value) if isinstance(value, float) else value
+    return doc
+
+
+def append_event(run_dir: Path, kind: str, message: str, **fields: Any) -> Dict[str, Any]:
+    """Append one event to `<run>/events.jsonl` as a single line."""
+    doc = event(kind, message, **fields)
+    line = json.dumps(doc, separators=(",", ":"), default=str)
+    _fs.append_line(Path(run_dir) / EVENTS_FILE, line)
+    return doc
+
+
+def read_events(run_dir: Path):
+    """Every complete, valid event of the run (a test and debugging aid)."""
+    path = Path(run_dir) / EVENTS_FILE
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and "kind" in doc:
+            out.append(doc)
+    return out
+
+
+def log_run_dir(run_dir: Path) -> None:
+    _fs.append_line(Path(run_dir) / TRAIN_LOG_FILE, f"CKPT run-dir {run_dir}")
+
+
+def log_save(run_dir: Path, name: str, at=None) -> None:
+    at = at or _time.now()
+    _fs.append_line(Path(run_dir) / TRAIN_LOG_FILE, f"SAVE {name} @ {_time.clock(at)}")
+
+
+def saved_names(run_dir: Path):
+    """Checkpoint names of the run's `SAVE` lines, oldest first."""
+    path = Path(run_dir) / TRAIN_LOG_FILE
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return []
+    names = []
+    for line in text.splitlines():
+        if line.startswith("SAVE ") and " @ " in line:
+            names.append(line[len("SAVE ") :].split(" @ ", 1)[0])
+    return names

@@ -1,0 +1,176 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lavender_protocol import Worker, parse_args, protocol
+from lavender_protocol import checkpoints as ck
+from lavender_protocol import dist
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+
+
+def test_parse_args_takes_lavenders_and_leaves_the_rest():
+    a = parse_args(
+        ["train", "--config", "/c.yaml", "--data-root", "/d", "--run-dir", "/d/checkpoints/run-x",
+         "--scale", "tiny", "--chunk", "2", "--resume", "latest", "--lr", "3e-4"]
+    )
+    assert a.step == "train" and a.chunk == 2 and a.resume == "latest"
+    assert str(a.run_dir) == "/d/checkpoints/run-x" and str(a.data_root) == "/d"
+    assert a.rest == ["--lr", "3e-4"]
+    assert parse_args(["--run-dir", "/r"]).step is None
+    # worker.command may carry the script's own options before lavender's.
+    b = parse_args(["--max-steps", "150", "train", "--config", "/c.yaml", "--data-root", "/d"])
+    assert (b.step, b.rest, str(b.config)) == ("train", ["--max-steps", "150"], "/c.yaml")
+
+
+def test_rank_comes_from_torchrun_then_slurm():
+    assert dist.rank({}) == 0
+    assert dist.rank({"SLURM_PROCID": "3"}) == 3
+    assert dist.rank({"RANK": "1", "SLURM_PROCID": "0"}) == 1
+    with pytest.raises(ValueError, match="RANK"):
+        dist.rank({"RANK": "one"})
+
+
+def test_a_save_is_complete_named_and_announced(tmp_path):
+    run = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
+    w = Worker(run, total_steps=10, handle_signals=False)
+    w.start(step=0)
+    w.step(5, loss=2.0, lr=1e-3)
+    seen_during_save = []
+
+    def write(d):
+        (d / "model.bin").write_bytes(b"w")
+        seen_during_save.append([c.name for c in ck.list_run_checkpoints(run)])
+        seen_during_save.append(protocol.read_heartbeat(run)["state"])
+
+    path = w.save(5, write, val_loss=1.25)
+    assert seen_during_save == [[], "saving"]
+    assert ck.latest_complete(run).path == path
+    state = json.loads((path / "trainer_state.json").read_text())
+    assert (state["step"], state["val_loss"], state["best_val_loss"]) == (5, 1.25, 1.25)
+    kinds = [e["kind"] for e in protocol.read_events(run)]
+    assert kinds == ["run_started", "checkpoint_saved"]
+    saved = protocol.read_events(run)[-1]
+    assert saved["path"] == str(path) and saved["step"] == 5 and saved["eval_loss"] == 1.25
+    hb = protocol.read_heartbeat(run)
+    assert hb["latest_checkpoint"] == path.name and hb["state"] == "training"
+    assert protocol.saved_names(run) == [path.name]
+    assert ck.next_counter(run) == 2
+
+
+def test_a_failed_save_leaves_nothing(tmp_path):
+    w = Worker(tmp_path, total_steps=10, handle_signals=False)
+
+    def boom(d):
+        (d / "half").write_bytes(b"x")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        w.save(1, boom)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp")] == []
+    assert ck.list_run_checkpoints(tmp_path) == []
+
+
+def test_other_ranks_write_nothing(tmp_path):
+    w = Worker(tmp_path / "run", total_steps=10, rank=1, handle_signals=False)
+    w.start(step=0)
+    w.step(1, loss=1.0)
+    assert w.save(1, lambda d: (d / "x").write_bytes(b"x")) is None
+    w.finished()
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_exception_is_an_error_event_and_a_failed_heartbeat(tmp_path):
+    with pytest.raises(RuntimeError):
+        with Worker(tmp_path, total_steps=10, handle_signals=False) as w:
+            w.start(step=0)
+            raise RuntimeError("CUDA out of memory")
+    events = protocol.read_events(tmp_path)
+    assert events[-1]["kind"] == "error" and "CUDA out of memory" in events[-1]["message"]
+    assert protocol.read_heartbeat(tmp_path)["state"] == "failed"
+
+
+def test_resume_from_a_run_directory_picks_its_newest(tmp_path):
+    run = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
+    w = Worker(run, total_steps=10, handle_signals=False)
+    w.save(3, lambda d: None)
+    time.sleep(0.01)
+    newest = w.save(6, lambda d: None)
+    again = Worker(run, total_steps=10, resume=str(run), handle_signals=False)
+    assert again.resume.path == newest and again.resume.step == 6
+    w2 = Worker(run, total_steps=10, data_root=tmp_path, resume="latest", handle_signals=False)
+    assert w2.resume.path == newest
+
+
+def run_script(tmp_path, *args, steps=100000):
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "loop_script.py"), "train", "--data-root", str(tmp_path),
+         "--run-dir", str(tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"), "--steps", str(steps), *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def wait_for(cond, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def heartbeat_step(run):
+    try:
+        return protocol.read_heartbeat(run)["step"]
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
+def test_sigterm_saves_and_exits_zero_then_resume_continues(tmp_path):
+    run = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
+    proc = run_script(tmp_path)
+    wait_for(lambda: heartbeat_step(run) >= 30, "30 steps")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    stopped_at = int(out.split("stopped at step ")[1].split()[0])
+    hb = protocol.read_heartbeat(run)
+    assert hb["state"] == "stopping" and hb["step"] == stopped_at
+    final = [e for e in protocol.read_events(run) if e["kind"] == "final_saved"]
+    assert len(final) == 1 and final[0]["step"] == stopped_at
+    assert hb["latest_checkpoint"] == Path(final[0]["path"]).name
+    assert ck.latest_complete(run).step == stopped_at
+
+    proc = run_script(tmp_path, "--resume", "latest", steps=stopped_at + 5)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert f"ready at step {stopped_at}" in out
+    hb = protocol.read_heartbeat(run)
+    assert hb["state"] == "finished" and hb["step"] == stopped_at + 5
+    kinds = [e["kind"] for e in protocol.read_events(run)]
+    assert kinds[-3:] == ["run_started", "checkpoint_loaded", "final_saved"]
+
+
+def test_a_resume_that_names_nothing_exits_4_with_a_message(tmp_path):
+    proc = run_script(tmp_path, "--resume", str(tmp_path / "nope"))
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 4
+    assert "cannot resume" in err and "nope" in err
+
+
+def test_a_data_step_is_refused_with_what_to_configure(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "loop_script.py"), "downloads", "--data-root", str(tmp_path), "--steps", "3"],
+        env=env, capture_output=True, text=True, timeout=30,
+    )
+    assert proc.returncode == 2
+    assert "steps: [train]" in proc.stderr
