@@ -26,7 +26,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
     }
     let settings = Settings::load(&cli.global)?;
     match cli.command {
-        Command::Serve { listen } => {
+        Command::Serve { listen, tuning } => {
             daemon::run(ServeOptions {
                 args: cli.global.clone(),
                 settings,
@@ -34,6 +34,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 allow_non_loopback: listen.allow_non_loopback,
                 start: None,
                 foreground: false,
+                status: tuning.status_options(),
             })
             .await?;
             Ok(ExitCode::SUCCESS)
@@ -51,6 +52,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 allow_non_loopback: listen.allow_non_loopback,
                 start: Some(req),
                 foreground: true,
+                status: Default::default(),
             })
             .await?;
             Ok(match exit {
