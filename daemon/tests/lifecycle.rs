@@ -214,12 +214,7 @@ fn a_moved_data_root_keeps_its_checkpoints_and_step() {
     );
     env.serve();
     env.start(&[]);
-    wait_until(Duration::from_secs(10), "two checkpoints", || {
-        env.status()["training"]["checkpoints"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 2
-    });
+    env.wait_checkpoints(2, Duration::from_secs(10));
     env.stop_saved();
     let before = env.status();
     let checkpoints = before["training"]["checkpoints"].as_u64().unwrap();

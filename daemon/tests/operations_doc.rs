@@ -153,20 +153,8 @@ fn every_lavenderd_command_shown_exists_and_every_command_and_flag_is_shown() {
         "docs/OPERATIONS.md shows commands the CLI lacks: {errors:#?}"
     );
 
-    fn leaves(cmd: &clap::Command, prefix: &str, out: &mut Vec<(String, clap::Command)>) {
-        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
-            let path = format!("{prefix}{}", sub.get_name()).trim().to_string();
-            if sub.has_subcommands() {
-                leaves(sub, &format!("{path} "), out);
-            } else {
-                out.push((path, sub.clone()));
-            }
-        }
-    }
-    let mut all = Vec::new();
-    leaves(&root, "", &mut all);
     let mut missing = Vec::new();
-    for (path, cmd) in &all {
+    for (path, cmd) in &cli_leaves() {
         if !paths.contains(path) {
             missing.push(format!("lavenderd {path}"));
         }

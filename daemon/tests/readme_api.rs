@@ -144,20 +144,8 @@ fn the_command_table_lists_every_command_and_flag_and_no_other() {
         "daemon/README.md's command table shows what the CLI lacks: {errors:#?}"
     );
 
-    fn leaves(cmd: &clap::Command, prefix: &str, out: &mut Vec<(String, clap::Command)>) {
-        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
-            let path = format!("{prefix}{}", sub.get_name());
-            if sub.has_subcommands() {
-                leaves(sub, &format!("{path} "), out);
-            } else {
-                out.push((path, sub.clone()));
-            }
-        }
-    }
-    let mut all = Vec::new();
-    leaves(&root, "", &mut all);
     let mut missing = Vec::new();
-    for (path, cmd) in &all {
+    for (path, cmd) in &cli_leaves() {
         let Some(flags) = shown.get(path) else {
             missing.push(path.clone());
             continue;

@@ -167,12 +167,7 @@ fn a_worker_ignoring_sigterm_is_killed_and_the_newest_checkpoint_is_named() {
     );
     env.serve();
     env.start(&[]);
-    wait_until(Duration::from_secs(10), "a checkpoint", || {
-        env.status()["training"]["checkpoints"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 1
-    });
+    env.wait_checkpoints(1, Duration::from_secs(10));
     let pid = env.worker_pid().unwrap();
     let t = Instant::now();
     let out = env.run(&["stop", "--timeout", "0.5"]);

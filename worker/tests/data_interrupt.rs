@@ -34,10 +34,9 @@ fn staging(parent: &Path, name: &str) -> Option<PathBuf> {
         .flatten()
         .map(|e| e.path())
         .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with(&format!(".{name}.tmp-"))
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            !n.starts_with(".tmp-old-")
+                && lavender::atomic::staged_leftover(&n).is_some_and(|(t, _)| t == name)
         })
 }
 

@@ -267,6 +267,48 @@ mod tests {
         }
     }
 
+    /// `checkpoint_saved` events as the real `lavender-worker` wrote them (a tiny run:
+    /// 27 pretrain steps over 37 samples, 3 epochs, a save every 3 steps, recorded
+    /// into the fixture): the epoch is fractional progress (`0.324`), the push reads
+    /// as the seed writes it (`epoch 1/3`), the same epoch the worker's own message names.
+    #[test]
+    fn a_real_workers_checkpoint_saved_reads_epoch_n_of_m() {
+        let recorded = include_str!("../../tests/fixtures/worker-checkpoint-saved.jsonl");
+        let events: Vec<Event> = recorded
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(!events.is_empty());
+        for e in &events {
+            assert_eq!(e.kind, "checkpoint_saved");
+            let epoch = e.field("epoch").and_then(Value::as_f64).unwrap();
+            assert!(
+                epoch.fract() != 0.0,
+                "the worker reports fractional epochs: {epoch}"
+            );
+            let epochs = e.field("epochs").and_then(Value::as_u64).unwrap();
+            let text = milestone_text(e, P).unwrap();
+            let name = e.field("name").and_then(Value::as_str).unwrap();
+            let want = format!(
+                "{P}checkpoint saved: {name}, epoch {}/{epochs}, ",
+                (epoch.floor() as u64 + 1).min(epochs)
+            );
+            assert!(
+                text.starts_with(&want),
+                "{text:?} should start with {want:?}"
+            );
+            assert!(!text.contains(&format!("{epoch}")), "no raw epoch: {text}");
+            let worker_says = e.message.split(", ").find(|p| p.starts_with("epoch "));
+            assert!(
+                worker_says.is_some_and(|w| text.contains(&format!(", {w},"))),
+                "{text:?} names the epoch as the worker's message does: {:?}",
+                e.message
+            );
+        }
+        let first = milestone_text(&events[0], P).unwrap();
+        assert!(first.contains(", epoch 1/3, CE "), "{first}");
+    }
+
     #[test]
     fn epoch_numbers() {
         assert_eq!(epoch_number(0.287, Some(3.0)), 1);

@@ -191,6 +191,16 @@ impl Lavenderd {
     }
 
     /// `state/pipeline.json` as written (paths inside the data root relative to it).
+    /// Waits until the run has at least `n` complete checkpoints.
+    pub fn wait_checkpoints(&self, n: u64, timeout: Duration) -> Value {
+        let mut last = Value::Null;
+        wait_until(timeout, &format!("{n} checkpoint(s)"), || {
+            last = self.status();
+            last["training"]["checkpoints"].as_u64().unwrap_or(0) >= n
+        });
+        last
+    }
+
     pub fn pipeline_json_raw(&self) -> Value {
         let text =
             std::fs::read_to_string(self.state_dir().join("pipeline.json")).unwrap_or_default();

@@ -93,6 +93,28 @@ impl Env {
     }
 }
 
+/// The CLI's leaf commands (`daemon restart`, `status`, …), for the tests that keep
+/// the docs listing every one of them.
+pub fn cli_leaves() -> Vec<(String, clap::Command)> {
+    fn leaves(cmd: &clap::Command, prefix: &str, out: &mut Vec<(String, clap::Command)>) {
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            let path = format!("{prefix}{}", sub.get_name());
+            if sub.has_subcommands() {
+                leaves(sub, &format!("{path} "), out);
+            } else {
+                out.push((path, sub.clone()));
+            }
+        }
+    }
+    let mut all = Vec::new();
+    leaves(
+        &<lavenderd::cli::Cli as clap::CommandFactory>::command(),
+        "",
+        &mut all,
+    );
+    all
+}
+
 impl Drop for Env {
     fn drop(&mut self) {
         self.daemon.shutdown();

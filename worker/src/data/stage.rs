@@ -4,15 +4,15 @@
 //! (or no manifest at all), never a half-written directory that looks complete.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use lavender::atomic::{StagedDir, TMP_PREFIX, staged_leftover};
 
-/// An output directory under construction.
+/// An output directory under construction: a [`StagedDir`] (built under a hidden
+/// name, renamed into place) held under a per-output lock.
 pub struct Staged {
-    target: PathBuf,
-    staging: PathBuf,
-    committed: bool,
+    dir: StagedDir,
     /// Held while the step runs: a second run of the same step on the same data root
     /// would otherwise delete this run's staging directory as a leftover.
     _lock: File,
@@ -39,19 +39,15 @@ impl Staged {
             );
         }
         remove_leftovers(parent, &name)?;
-        let staging = parent.join(format!(".{name}.tmp-{}", std::process::id()));
-        std::fs::create_dir(&staging)
-            .with_context(|| format!("could not create staging directory {}", staging.display()))?;
-        Ok(Staged {
-            target: target.to_path_buf(),
-            staging,
-            committed: false,
-            _lock: lock,
-        })
+        // A shard directory holds thousands of files: one syncfs, not an fsync each.
+        let dir = StagedDir::begin(target)
+            .with_context(|| format!("could not stage {}", target.display()))?
+            .sync_whole_filesystem();
+        Ok(Staged { dir, _lock: lock })
     }
 
     pub fn path(&self) -> &Path {
-        &self.staging
+        self.dir.dir()
     }
 
     /// Give each staged output whose bytes equal the current one's the current one's
@@ -60,13 +56,14 @@ impl Staged {
     /// pipeline. `outputs` are relative to `step_dir`, which holds the target. Returns
     /// how many outputs were unchanged.
     pub fn keep_unchanged_mtimes(&self, step_dir: &Path, outputs: &[String]) -> Result<usize> {
-        let inner = self.target.strip_prefix(step_dir).unwrap_or(Path::new(""));
+        let target = self.dir.target();
+        let inner = target.strip_prefix(step_dir).unwrap_or(Path::new(""));
         let mut unchanged = 0;
         for o in outputs {
             let Ok(rel) = Path::new(o).strip_prefix(inner) else {
                 continue;
             };
-            let (new, old) = (self.staging.join(rel), self.target.join(rel));
+            let (new, old) = (self.path().join(rel), target.join(rel));
             let Ok(old_meta) = std::fs::metadata(&old) else {
                 continue;
             };
@@ -88,49 +85,12 @@ impl Staged {
 
     /// Swap the staged directory into place. The caller removed the step's manifest
     /// before and writes the new one after, so a crash in between reads as "not done".
-    pub fn commit(mut self) -> Result<()> {
-        sync_tree(&self.staging)?;
-        let parent = self.target.parent().expect("checked in begin");
-        let old = parent.join(format!(
-            ".{}.old-{}",
-            file_name(&self.target),
-            std::process::id()
-        ));
-        let had_old = match std::fs::rename(&self.target, &old) {
-            Ok(()) => true,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-            Err(e) => {
-                return Err(e).with_context(|| {
-                    format!(
-                        "could not move the previous {} aside",
-                        self.target.display()
-                    )
-                });
-            }
-        };
-        std::fs::rename(&self.staging, &self.target).with_context(|| {
-            format!(
-                "could not rename {} to {}",
-                self.staging.display(),
-                self.target.display()
-            )
-        })?;
-        self.committed = true;
-        sync_dir(parent)?;
-        if had_old {
-            std::fs::remove_dir_all(&old).with_context(|| {
-                format!("could not remove the previous output {}", old.display())
-            })?;
-        }
+    pub fn commit(self) -> Result<()> {
+        let target = self.dir.target().to_path_buf();
+        self.dir
+            .commit()
+            .with_context(|| format!("could not put {} in place", target.display()))?;
         Ok(())
-    }
-}
-
-impl Drop for Staged {
-    fn drop(&mut self) {
-        if !self.committed {
-            let _ = std::fs::remove_dir_all(&self.staging);
-        }
     }
 }
 
@@ -172,60 +132,23 @@ fn file_name(p: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// Staging and set-aside directories of this output left by killed runs.
+/// Staging and set-aside directories of this output left by killed runs (the lock
+/// is held, so none is in use): `.tmp-[old-]<name>-<pid>-<n>`, and
+/// `.<name>.tmp-<pid>` / `.<name>.old-<pid>` as earlier versions named them.
 fn remove_leftovers(parent: &Path, name: &str) -> Result<()> {
-    let tmp = format!(".{name}.tmp-");
-    let old = format!(".{name}.old-");
+    let (tmp, old) = (format!(".{name}.tmp-"), format!(".{name}.old-"));
     let entries = std::fs::read_dir(parent)
         .with_context(|| format!("could not list {}", parent.display()))?;
     for entry in entries.flatten() {
         let n = entry.file_name().to_string_lossy().into_owned();
-        if n.starts_with(&tmp) || n.starts_with(&old) {
+        let ours = n.starts_with(TMP_PREFIX) && staged_leftover(&n).is_some_and(|(t, _)| t == name);
+        if ours || n.starts_with(&tmp) || n.starts_with(&old) {
             let p = entry.path();
             std::fs::remove_dir_all(&p)
                 .with_context(|| format!("could not remove leftover {}", p.display()))?;
         }
     }
     Ok(())
-}
-
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("could not sync directory {}", dir.display()))
-}
-
-/// Make everything under `dir` durable, so the rename publishes complete data. On Linux
-/// one `syncfs` does it (a shard directory holds thousands of files, and an fsync each
-/// took most of build_shards' time); elsewhere each file and directory is fsynced.
-fn sync_tree(dir: &Path) -> Result<()> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let d = File::open(dir).with_context(|| format!("could not open {}", dir.display()))?;
-        // SAFETY: syncfs only reads the descriptor, which `d` keeps open.
-        if unsafe { libc::syncfs(d.as_raw_fd()) } == 0 {
-            return Ok(());
-        }
-    }
-    sync_each(dir)
-}
-
-fn sync_each(dir: &Path) -> Result<()> {
-    for entry in
-        std::fs::read_dir(dir).with_context(|| format!("could not list {}", dir.display()))?
-    {
-        let entry = entry.with_context(|| format!("could not list {}", dir.display()))?;
-        let p = entry.path();
-        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-            sync_each(&p)?;
-        } else {
-            File::open(&p)
-                .and_then(|f| f.sync_all())
-                .with_context(|| format!("could not sync {}", p.display()))?;
-        }
-    }
-    sync_dir(dir)
 }
 
 /// Remove a file if it is there.
@@ -281,8 +204,17 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let target = tmp.path().join("out");
         std::fs::create_dir(tmp.path().join(".out.tmp-999999")).unwrap();
+        std::fs::create_dir(tmp.path().join(".tmp-out-999999-0")).unwrap();
+        std::fs::create_dir(tmp.path().join(".tmp-old-out-999999-3")).unwrap();
+        std::fs::create_dir(tmp.path().join(".tmp-outer-999999-0")).unwrap();
         let s = Staged::begin(&target).unwrap();
         assert!(!tmp.path().join(".out.tmp-999999").exists());
+        assert!(!tmp.path().join(".tmp-out-999999-0").exists());
+        assert!(!tmp.path().join(".tmp-old-out-999999-3").exists());
+        assert!(
+            tmp.path().join(".tmp-outer-999999-0").exists(),
+            "another output's staging is not this one's leftover"
+        );
         s.commit().unwrap();
         assert_eq!(crate::data::step::tests_listing(tmp.path()), ["out"]);
     }
