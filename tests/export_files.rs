@@ -121,14 +121,20 @@ fn optimizer_moments_are_the_checkpoints_bitwise() {
         // worker/tests/attribution_bergson.rs): a stored zip with torch's records.
         let pt = fs::read(c.path.as_ref().unwrap().join("optimizer.pt")).unwrap();
         assert_eq!(&pt[..4], b"PK\x03\x04");
-        for record in ["optimizer/data.pkl", "optimizer/version", "optimizer/data/0"] {
+        for record in [
+            "optimizer/data.pkl",
+            "optimizer/version",
+            "optimizer/data/0",
+        ] {
             assert!(
                 pt.windows(record.len()).any(|w| w == record.as_bytes()),
                 "{record}"
             );
         }
         // Every moment's bytes are in it, unchanged.
-        let exp_avg_sq = st.tensor("transformer.h.0.mlp.c_fc.weight.exp_avg_sq").unwrap();
+        let exp_avg_sq = st
+            .tensor("transformer.h.0.mlp.c_fc.weight.exp_avg_sq")
+            .unwrap();
         let data = exp_avg_sq.data();
         assert!(pt.windows(data.len()).any(|w| w == data));
         let meta = header_metadata(&exported);
@@ -168,7 +174,10 @@ fn log_history_has_the_trainers_learning_rate_for_every_step() {
             .collect();
         assert!(!evals.is_empty());
         for e in evals {
-            assert_eq!(e["learning_rate"].as_f64(), Some(lr(e["step"].as_u64().unwrap())));
+            assert_eq!(
+                e["learning_rate"].as_f64(),
+                Some(lr(e["step"].as_u64().unwrap()))
+            );
         }
         // Only TrainerState's fields: its load_from_json passes every key on.
         let keys: Vec<&str> = st.as_object().unwrap().keys().map(String::as_str).collect();

@@ -182,7 +182,10 @@ fn fewer_segments_group_checkpoints_as_source_does() {
         ..opts(&ckpts[..2])
     })
     .unwrap();
-    assert_eq!((r.step_size_list, r1.step_size_list), (Some(vec![2, 2]), Some(vec![4])));
+    assert_eq!(
+        (r.step_size_list, r1.step_size_list),
+        (Some(vec![2, 2]), Some(vec![4]))
+    );
     let seg = &r1.segment_details.unwrap()[0];
     let want: f64 = (1..=4).map(lr).sum();
     assert!((seg.lr_x_steps - want).abs() < 1e-15, "{seg:?}");
@@ -203,7 +206,12 @@ fn explicit_step_lrs_win() {
     assert_eq!(r.sources.step_lrs, Field::Explicit);
     assert_eq!(r.sources.lr_list, Field::Explicit);
     assert_eq!(r.lr_list, Some(vec![0.25; 3]));
-    let x: Vec<f64> = r.segment_details.unwrap().iter().map(|s| s.lr_x_steps).collect();
+    let x: Vec<f64> = r
+        .segment_details
+        .unwrap()
+        .iter()
+        .map(|s| s.lr_x_steps)
+        .collect();
     assert_eq!(x, [0.5, 0.5, 0.5]);
 }
 
@@ -233,7 +241,10 @@ fn explicit_per_segment_lists_pass_through_and_go_together() {
     })
     .unwrap_err()
     .to_string();
-    assert!(err.contains("--lr-list: has 2 values") && err.contains("3 segments"), "{err}");
+    assert!(
+        err.contains("--lr-list: has 2 values") && err.contains("3 segments"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -257,7 +268,10 @@ fn a_heavy_ball_momentum_of_095_makes_lr_times_steps_twenty_fold() {
         assert!((ratio - 20.0).abs() < 1e-9, "ratio {ratio}");
     }
     let yaml = export::resolve_yaml(&sgd);
-    assert!(yaml.contains("  momentum: 0.95\n") && yaml.contains("× 20.0000"), "{yaml}");
+    assert!(
+        yaml.contains("  momentum: 0.95\n") && yaml.contains("× 20.0000"),
+        "{yaml}"
+    );
 }
 
 #[test]

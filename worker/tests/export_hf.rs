@@ -198,9 +198,17 @@ fn an_exported_checkpoint_loads_in_transformers_with_the_same_logits() {
         .collect();
     let every_lr: Vec<(u64, f64)> = entries
         .iter()
-        .map(|e| (e["step"].as_u64().unwrap(), e["learning_rate"].as_f64().unwrap()))
+        .map(|e| {
+            (
+                e["step"].as_u64().unwrap(),
+                e["learning_rate"].as_f64().unwrap(),
+            )
+        })
         .collect();
-    assert!(every_lr.len() > trainer_lrs.len(), "evaluations are in the history");
+    assert!(
+        every_lr.len() > trainer_lrs.len(),
+        "evaluations are in the history"
+    );
     assert_eq!(
         trainer_lrs.iter().map(|e| e.0).collect::<Vec<_>>(),
         (1..=10).collect::<Vec<u64>>()
