@@ -41,7 +41,7 @@ pub struct StatusSnapshot {
     heartbeat_age: Option<i64>,
     worker_started: Option<DateTime<Utc>>,
     in_grace: bool,
-    /// The body after `{"timestamp":"…"`.
+    /// The body after `{"timestamp":"…` (from the timestamp's closing quote on).
     rest: String,
 }
 
@@ -61,11 +61,10 @@ impl StatusSnapshot {
             .as_ref()
             .and_then(|w| started_at(&w.started_at));
         let body = body_json(&status, &counts);
-        // The timestamp is the struct's first field; the rest follows its closing quote.
+        // The timestamp is the struct's first field; the rest starts at its closing quote.
         let rest = body
             .strip_prefix("{\"timestamp\":\"")
-            .and_then(|b| b.split_once('"'))
-            .map(|(_, rest)| rest.to_string())
+            .and_then(|b| b.find('"').map(|end| b[end..].to_string()))
             .unwrap_or_default();
         StatusSnapshot {
             heartbeat_at,
