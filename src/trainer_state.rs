@@ -97,6 +97,13 @@ pub fn read(checkpoint_dir: &Path) -> Result<TrainerState> {
     }
 }
 
+/// True when `checkpoint_dir` holds lavender's own `trainer_state.json`, not a Hugging
+/// Face one.
+pub fn is_lavender_own(checkpoint_dir: &Path) -> bool {
+    fs::read(checkpoint_dir.join(FILE))
+        .is_ok_and(|bytes| serde_json::from_slice::<TrainerState>(&bytes).is_ok())
+}
+
 /// A Hugging Face `TrainerState` document as lavender's; `None` when `doc` is not one
 /// (no non-negative integer `global_step`).
 pub fn from_hugging_face(doc: &Map<String, Value>) -> Option<TrainerState> {

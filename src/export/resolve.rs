@@ -306,8 +306,9 @@ pub fn parse_list(option: &'static str, spec: &str) -> Result<Vec<f64>> {
 /// A lavender checkpoint as the worker saved it cannot be loaded by attribution
 /// tools: say so up front rather than fail later inside `from_pretrained`.
 fn refuse_unexported(path: &Path) -> Result<()> {
-    // Hugging Face's trainer_state.json has no `stage`, so it never parses as lavender's.
-    if !crate::checkpoint::is_complete(path) || path.join(EXPORT_MARKER).is_file() {
+    // A Hugging Face checkpoint is complete too, but it is already in the format the
+    // tools read: only lavender's own trainer_state.json means "export first".
+    if !crate::trainer_state::is_lavender_own(path) || path.join(EXPORT_MARKER).is_file() {
         return Ok(());
     }
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());

@@ -187,9 +187,13 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
             }
             tick = service.next() => service.on_tick(tick, &pipeline, || progress::line(&cache.status())).await,
             changed = records.changed(), if opts.foreground => {
-                let state = records.borrow_and_update().state;
+                let record = records.borrow_and_update().clone();
+                let state = record.state;
                 if changed.is_err() || matches!(state, PipelineState::Finished | PipelineState::Failed | PipelineState::Stopped) {
                     if let Some(view) = &view {
+                        // The summary and the feed's last lines show the end, not the
+                        // snapshot from before it.
+                        cache.caught_up(&record).await;
                         view.finish(&cache.status()).await;
                     }
                     break LoopEnd::Exit(DaemonExit::PipelineEnded(state));
