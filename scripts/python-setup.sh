@@ -14,15 +14,20 @@ if [ ! -x "$PY" ]; then
 fi
 pins="$(mktemp)"
 trap 'rm -f "$pins"' EXIT
-"$PY" -c 'import torch; print("torch==" + torch.__version__.split("+")[0])' >"$pins" 2>/dev/null || : >"$pins"
+# Written only when something is installed (importing torch takes seconds).
+pin_torch() {
+  [ -s "$pins" ] || "$PY" -c 'import torch; print("torch==" + torch.__version__.split("+")[0])' >"$pins" 2>/dev/null || : >"$pins"
+}
 
 installed_here=$("$PY" -c 'import os, lavender_protocol; print(os.path.realpath(os.path.dirname(lavender_protocol.__file__)))' 2>/dev/null || true)
 if [ "$installed_here" != "$(realpath "$root/python/src/lavender_protocol")" ]; then
   echo "python-setup: installing lavender-protocol (python/, editable) into .venv"
+  pin_torch
   "$PY" -m pip install --quiet --no-cache-dir --disable-pip-version-check -c "$pins" -e "$root/python"
 fi
 if ! "$PY" -c 'import pytest' 2>/dev/null; then
   echo "python-setup: installing pytest into .venv"
+  pin_torch
   "$PY" -m pip install --quiet --no-cache-dir --disable-pip-version-check -c "$pins" pytest
 fi
 LAVENDER_PYTHON="$PY" bash "$root/scripts/hf-setup.sh"

@@ -84,8 +84,11 @@ def main() -> int:
     resume = cb.resume_from_checkpoint
     print(f"hf-trainer: run {cb.worker.run_dir}, resume from {resume or 'scratch'}", flush=True)
     trainer.train(resume_from_checkpoint=resume)
-    print(f"hf-trainer: ended at step {trainer.state.global_step} "
-          f"({'stopped' if cb.worker.stop_requested else 'finished'})", flush=True)
+    print(
+        f"hf-trainer: ended at step {trainer.state.global_step} "
+        f"({'stopped' if cb.worker.stop_requested else 'finished'})",
+        flush=True,
+    )
     return 0
 
 

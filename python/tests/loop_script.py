@@ -15,7 +15,11 @@ for step in range(start + 1, w.total_steps + 1):
     w.step(step, loss=1.0 / step, lr=0.1)
     stop = w.should_stop()
     if stop or step % 25 == 0 or step == w.total_steps:
-        w.save(step, lambda d: (d / "model.json").write_text(json.dumps({"step": step})), final=stop or step == w.total_steps)
+        w.save(
+            step,
+            lambda d: (d / "model.json").write_text(json.dumps({"step": step})),
+            final=stop or step == w.total_steps,
+        )
     if stop:
         print(f"stopped at step {step}", flush=True)
         sys.exit(w.stopped())

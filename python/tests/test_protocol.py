@@ -13,8 +13,21 @@ def test_heartbeat_has_every_key_and_is_replaced_atomically(tmp_path):
         step=12, total_steps=100, stage="train", state="training", loss=1.5, lr=1e-3, eta_seconds=33.4
     )
     assert set(doc) == {
-        "step", "total_steps", "stage", "epoch", "epochs", "loss", "loss_smooth", "lr",
-        "grad_norm", "steps_per_sec", "eta_seconds", "timestamp", "pid", "state", "latest_checkpoint",
+        "step",
+        "total_steps",
+        "stage",
+        "epoch",
+        "epochs",
+        "loss",
+        "loss_smooth",
+        "lr",
+        "grad_norm",
+        "steps_per_sec",
+        "eta_seconds",
+        "timestamp",
+        "pid",
+        "state",
+        "latest_checkpoint",
     }
     assert doc["eta_seconds"] == 33
     assert doc["pid"] == os.getpid()

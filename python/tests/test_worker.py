@@ -18,8 +18,23 @@ SRC = HERE.parent / "src"
 
 def test_parse_args_takes_lavenders_and_leaves_the_rest():
     a = parse_args(
-        ["train", "--config", "/c.yaml", "--data-root", "/d", "--run-dir", "/d/checkpoints/run-x",
-         "--scale", "tiny", "--chunk", "2", "--resume", "latest", "--lr", "3e-4"]
+        [
+            "train",
+            "--config",
+            "/c.yaml",
+            "--data-root",
+            "/d",
+            "--run-dir",
+            "/d/checkpoints/run-x",
+            "--scale",
+            "tiny",
+            "--chunk",
+            "2",
+            "--resume",
+            "latest",
+            "--lr",
+            "3e-4",
+        ]
     )
     assert a.step == "train" and a.chunk == 2 and a.resume == "latest"
     assert str(a.run_dir) == "/d/checkpoints/run-x" and str(a.data_root) == "/d"
@@ -112,9 +127,22 @@ def test_resume_from_a_run_directory_picks_its_newest(tmp_path):
 def run_script(tmp_path, *args, steps=100000):
     env = dict(os.environ, PYTHONPATH=str(SRC))
     return subprocess.Popen(
-        [sys.executable, str(HERE / "loop_script.py"), "train", "--data-root", str(tmp_path),
-         "--run-dir", str(tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"), "--steps", str(steps), *args],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            str(HERE / "loop_script.py"),
+            "train",
+            "--data-root",
+            str(tmp_path),
+            "--run-dir",
+            str(tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"),
+            "--steps",
+            str(steps),
+            *args,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -170,7 +198,10 @@ def test_a_data_step_is_refused_with_what_to_configure(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(SRC))
     proc = subprocess.run(
         [sys.executable, str(HERE / "loop_script.py"), "downloads", "--data-root", str(tmp_path), "--steps", "3"],
-        env=env, capture_output=True, text=True, timeout=30,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.returncode == 2
     assert "steps: [train]" in proc.stderr

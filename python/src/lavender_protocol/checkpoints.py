@@ -138,9 +138,7 @@ def list_run_checkpoints(run_dir: Path) -> List[Checkpoint]:
 
 def list_runs(checkpoints_root: Path) -> List[Path]:
     try:
-        return sorted(
-            Path(e.path) for e in os.scandir(checkpoints_root) if e.is_dir() and _RUN_RE.match(e.name)
-        )
+        return sorted(Path(e.path) for e in os.scandir(checkpoints_root) if e.is_dir() and _RUN_RE.match(e.name))
     except FileNotFoundError:
         return []
 

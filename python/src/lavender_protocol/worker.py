@@ -1,18 +1,18 @@
 """`Worker`: the worker protocol for a training loop in a few calls.
 
-    w = Worker.from_argv(total_steps=1000)
-    start = w.resume.step if w.resume else 0        # load w.resume.path here
-    w.start(step=start)
-    for step in range(start + 1, w.total_steps + 1):
-        loss = train_one_step()
-        w.step(step, loss=loss, lr=lr)
-        stop = w.should_stop()                      # SIGTERM seen (on any rank)
-        if stop or step % 100 == 0 or step == w.total_steps:
-            w.save(step, lambda d: torch.save(model.state_dict(), d / "model.pt"),
-                   final=stop or step == w.total_steps)
-        if stop:
-            sys.exit(w.stopped())
-    w.finished()
+w = Worker.from_argv(total_steps=1000)
+start = w.resume.step if w.resume else 0        # load w.resume.path here
+w.start(step=start)
+for step in range(start + 1, w.total_steps + 1):
+    loss = train_one_step()
+    w.step(step, loss=loss, lr=lr)
+    stop = w.should_stop()                      # SIGTERM seen (on any rank)
+    if stop or step % 100 == 0 or step == w.total_steps:
+        w.save(step, lambda d: torch.save(model.state_dict(), d / "model.pt"),
+               final=stop or step == w.total_steps)
+    if stop:
+        sys.exit(w.stopped())
+w.finished()
 """
 
 from __future__ import annotations
