@@ -191,7 +191,9 @@ impl Shell {
     fn run(&self, line: &str, timeout: Option<u64>) -> Output {
         let script = match timeout {
             // `logs -f` follows for ever: the README means "watch it"; a few seconds do.
-            Some(secs) => format!("rc=0; timeout {secs} {line} || rc=$?; [ $rc = 124 ] || exit $rc"),
+            Some(secs) => {
+                format!("rc=0; timeout {secs} {line} || rc=$?; [ $rc = 124 ] || exit $rc")
+            }
             None => line.to_string(),
         };
         Command::new("bash")
