@@ -261,6 +261,8 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
         ],
         dir: dir.path().to_path_buf(),
     };
+    // The daemon `start` leaves in the background goes when the test ends, passed or not.
+    let _daemon = DaemonGuard(data_root.join("state/lavenderd.pid"));
     let daemon_log = data_root.join("state/lavenderd.log");
     let show_log = || std::fs::read_to_string(&daemon_log).unwrap_or_default();
     let training = |sh: &Shell| {
@@ -386,12 +388,19 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
     }
     assert!(tested.len() >= 8, "the block lost commands: {tested:?}");
     let _ = sh.run("lavenderd stop", None);
-    // The daemon started by `start` runs until asked: stop it.
-    if let Some(pid) = std::fs::read_to_string(data_root.join("state/lavenderd.pid"))
-        .ok()
-        .and_then(|p| p.trim().parse::<i32>().ok())
-    {
-        harness::send_signal(pid, 15);
+}
+
+/// SIGTERM to the daemon whose pid file this names, on drop.
+struct DaemonGuard(PathBuf);
+
+impl Drop for DaemonGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = std::fs::read_to_string(&self.0)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            harness::send_signal(pid, 15);
+        }
     }
 }
 
