@@ -79,6 +79,11 @@ pub fn list_run_checkpoints(dir: &Path) -> Result<Vec<Checkpoint>> {
         if is_hidden(&name) || !entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
             continue;
         }
+        // An export written into the run is a copy in Hugging Face's layout, not a save
+        // of the training: never listed, resumed from or retained.
+        if entry.path().join(crate::export::EXPORT_MARKER).is_file() {
+            continue;
+        }
         // Incomplete, vanished (retention racing us) or unreadable: not a checkpoint.
         if let Ok(ckpt) = Checkpoint::load(&entry.path()) {
             out.push(ckpt);

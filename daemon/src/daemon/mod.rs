@@ -227,16 +227,26 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
     if exit == DaemonExit::Signalled {
         tracing::info!("shutting down: stopping the pipeline gracefully");
         let summary = || progress::line(&cache.status());
-        match service
+        let said = match service
             .during(&pipeline, summary, pipeline.stop(None))
             .await
         {
-            Ok(report) if report.was_running => tracing::info!("{}", report.message),
-            Ok(_) => {}
-            Err(e) => tracing::error!("{e:#}"),
-        }
+            Ok(report) if report.was_running => {
+                tracing::info!("{}", report.message);
+                Some(report.message)
+            }
+            Ok(_) => None,
+            Err(e) => {
+                tracing::error!("{e:#}");
+                None
+            }
+        };
         if let Some(view) = &view {
             view.finish(&cache.status()).await;
+            // Ctrl-C in the terminal: say there what the stop saved.
+            if let Some(said) = said {
+                eprintln!("{said}");
+            }
         }
     }
     let _ = shutdown_tx.send(true);
