@@ -80,7 +80,10 @@ fn start_foreground_runs_in_the_terminal_and_ctrl_c_stops_gracefully() {
     assert!(status.success(), "{status:?}");
     assert!(!alive(worker));
     assert_eq!(env.pipeline_json()["state"], "stopped");
-    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    // The terminal is told what the stop saved; the daemon log has it too.
+    let view = std::fs::read_to_string(env.daemon_log()).unwrap();
+    assert!(view.contains("the stop saved"), "{view}");
+    let log = std::fs::read_to_string(env.state_dir().join("lavenderd.log")).unwrap();
     assert!(log.contains("the stop saved"), "{log}");
 }
 

@@ -152,7 +152,8 @@ fn the_command_table_lists_every_command_and_flag_and_no_other() {
         };
         for arg in cmd.get_arguments() {
             let Some(long) = arg.get_long() else { continue };
-            if arg.is_global_set() || matches!(long, "help" | "version") {
+            // Hidden flags are test injections (timings, a forced watcher), not for users.
+            if arg.is_global_set() || arg.is_hide_set() || matches!(long, "help" | "version") {
                 continue;
             }
             if !flags.contains(long) {

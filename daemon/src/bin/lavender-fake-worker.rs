@@ -169,7 +169,8 @@ fn record_call(data_root: &Path) -> Result<()> {
         .append(true)
         .open(&path)
         .with_context(|| format!("open {}", path.display()))?;
-    writeln!(f, "{line}")?;
+    // One write per line: ranks append at once, and a formatted write would interleave.
+    f.write_all(format!("{line}\n").as_bytes())?;
     Ok(())
 }
 
