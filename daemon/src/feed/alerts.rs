@@ -21,10 +21,20 @@ pub fn tee(feed: Feed, next: AlertSender) -> AlertSender {
 }
 
 pub fn to_json(alert: &Alert) -> serde_json::Value {
+    let (kind, step) = match alert {
+        Alert::Crashed { step, .. } => ("crashed", Some(step)),
+        Alert::Failed { step, .. } => ("failed", Some(step)),
+        Alert::Stale { step, .. } => ("stale", Some(step)),
+        Alert::Adopted { step, .. } => ("adopted", Some(step)),
+        Alert::StoppedExternally { step } => ("stopped_externally", Some(step)),
+        Alert::Recovered { step, .. } => ("recovered", Some(step)),
+        Alert::Finished { .. } => ("finished", None),
+        Alert::DiskLow { .. } => ("disk_low", None),
+    };
     json!({
         "ts": lavender::time::rfc3339_z(lavender::time::now_utc()),
-        "kind": alert.name(),
-        "step": alert.step(),
+        "kind": kind,
+        "step": step,
         "message": alert.to_string(),
     })
 }

@@ -6,8 +6,9 @@ use lavender::config::PipelineStep;
 use lavender::status::{Status, StepState};
 use serde::Serialize;
 
+use crate::layout::Layout;
 use crate::pipeline::{PipelineHandle, PipelineRecord};
-use crate::status::StatusCache;
+use crate::status::{FileFacts, StatusCache};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Snapshot {
@@ -25,14 +26,13 @@ pub struct StepLine {
 }
 
 impl Snapshot {
-    pub fn take(cache: &StatusCache, pipeline: &PipelineHandle) -> Snapshot {
+    pub fn take(cache: &StatusCache, pipeline: &PipelineHandle, layout: &Layout) -> Snapshot {
         let record = pipeline.record();
         let status = cache.status();
-        // The run the refresher last read (no directory listing here).
-        let run_dir = cache.snapshot().facts.run_dir.clone();
         Snapshot {
             steps: ordered_steps(&record, &status),
-            run: run_dir.and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned())),
+            run: FileFacts::run_dir_for(layout, &record)
+                .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned())),
             last_error: record.last_error.clone(),
             status,
         }

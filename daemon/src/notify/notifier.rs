@@ -94,8 +94,6 @@ struct Shared {
     http: Option<reqwest::Client>,
     /// Kind and time of the last alert let through, for coalescing.
     last_alert: Mutex<Option<(String, Instant)>>,
-    /// Told whenever a channel's counts change.
-    counted: Arc<tokio::sync::watch::Sender<()>>,
 }
 
 impl Drop for Shared {
@@ -134,11 +132,10 @@ impl Notifier {
                 None
             }
         };
-        let counted = Arc::new(tokio::sync::watch::channel(()).0);
         let lanes: Vec<Arc<Lane>> = channels
             .on
             .into_iter()
-            .map(|(name, channel)| Lane::new(name, channel, counted.clone()))
+            .map(|(name, channel)| Lane::new(name, channel))
             .collect();
         let policy = Policy {
             attempts: cfg.attempts,
@@ -183,7 +180,6 @@ impl Notifier {
                 timings: options.timings,
                 http,
                 last_alert: Mutex::new(None),
-                counted,
             }),
         }
     }
@@ -232,11 +228,6 @@ impl Notifier {
             .iter()
             .map(|l| (l.name.clone(), l.counts()))
             .collect()
-    }
-
-    /// Changes whenever [`Notifier::counts`] would answer differently.
-    pub fn subscribe_counts(&self) -> tokio::sync::watch::Receiver<()> {
-        self.shared.counted.subscribe()
     }
 
     /// Sends one test push through each channel that is on (or just `channel`),

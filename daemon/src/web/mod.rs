@@ -27,6 +27,7 @@ pub struct WebState {
     pub notifications: Option<Arc<dyn NotificationCounts>>,
     cache: StatusCache,
     pipeline: PipelineHandle,
+    layout: Layout,
 }
 
 impl WebState {
@@ -37,7 +38,12 @@ impl WebState {
         pipeline: PipelineHandle,
         layout: Layout,
     ) -> WebState {
-        let counters = publisher::spawn(feed.clone(), cache.clone(), pipeline.clone(), layout);
+        let counters = publisher::spawn(
+            feed.clone(),
+            cache.clone(),
+            pipeline.clone(),
+            layout.clone(),
+        );
         WebState {
             feed,
             history: Arc::new(HistoryCache::default()),
@@ -45,6 +51,7 @@ impl WebState {
             notifications: None,
             cache,
             pipeline,
+            layout,
         }
     }
 
@@ -54,6 +61,6 @@ impl WebState {
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot::take(&self.cache, &self.pipeline)
+        Snapshot::take(&self.cache, &self.pipeline, &self.layout)
     }
 }
