@@ -186,9 +186,6 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
                 let state = record.state;
                 if changed.is_err() || matches!(state, PipelineState::Finished | PipelineState::Failed | PipelineState::Stopped) {
                     if let Some(view) = &view {
-                        // The summary and the feed's last lines show the end, not the
-                        // snapshot from before it.
-                        cache.caught_up(&record).await;
                         view.finish(&cache.status()).await;
                     }
                     break LoopEnd::Exit(DaemonExit::PipelineEnded(state));
