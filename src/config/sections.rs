@@ -307,7 +307,8 @@ pub struct SupervisorConfig {
     pub stale_after_s: u64,
     pub startup_grace_s: u64,
     pub max_restarts: u32,
-    pub restart_backoff_s: Vec<u64>,
+    /// Seconds; fractions allowed (`[0.5, 2, 10]`).
+    pub restart_backoff_s: Vec<f64>,
     pub restart_reset_after_s: u64,
     pub stop_timeout_s: u64,
     pub keep_runs: Option<u32>,

@@ -37,6 +37,29 @@ pub struct ListenArgs {
     pub allow_non_loopback: bool,
 }
 
+/// Timings tests inject into `serve` (hidden: operators use the config).
+#[derive(Args, Debug, Clone, Default)]
+pub struct TuningArgs {
+    /// The status refresher's periodic safety tick in milliseconds (default 2000);
+    /// tests lengthen it to show that file events alone keep the status current.
+    #[arg(long, hide = true, value_name = "MS")]
+    pub status_safety_refresh_ms: Option<u64>,
+    /// Make the native file watcher fail as if the inotify limit were reached.
+    #[arg(long, hide = true)]
+    pub simulate_inotify_exhausted: bool,
+}
+
+impl TuningArgs {
+    pub fn status_options(&self) -> crate::status::RefreshOptions {
+        let mut opts = crate::status::RefreshOptions::default();
+        if let Some(ms) = self.status_safety_refresh_ms {
+            opts.safety_refresh = std::time::Duration::from_millis(ms.max(1));
+        }
+        opts.simulate_inotify_exhausted = self.simulate_inotify_exhausted;
+        opts
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct PipelineFlags {
     /// tiny | small | medium | large (default: the config's scale).
@@ -80,6 +103,8 @@ pub enum Command {
     Serve {
         #[command(flatten)]
         listen: ListenArgs,
+        #[command(flatten)]
+        tuning: TuningArgs,
     },
     /// Start the pipeline (starting a background daemon if none runs).
     Start {

@@ -21,7 +21,6 @@ use crate::notify::{EventFollower, Notifier};
 use crate::pipeline::{self, StartRequest, alert};
 use crate::server::{self, AppState};
 use crate::settings::{GlobalArgs, Settings};
-use crate::status::cache::NotifyHooks;
 use crate::status::{self, StatusSettings};
 use crate::web::WebState;
 
@@ -35,6 +34,8 @@ pub struct ServeOptions {
     pub start: Option<StartRequest>,
     /// Foreground mode: a live progress line, and exit when the pipeline ends.
     pub foreground: bool,
+    /// The status refresher's timings (`serve`'s hidden options).
+    pub status: status::RefreshOptions,
 }
 
 /// What the daemon ended with, for the exit code.
@@ -96,21 +97,25 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         pipeline.subscribe(),
         pipeline::retention::RetentionSettings::from_config(&settings.config),
     );
-    let cache = status::cache::spawn(
+    let cache = status::refresher::spawn(
         layout.clone(),
-        pipeline.clone(),
+        &pipeline,
         StatusSettings::from_config(&settings.config),
         status::watch::WatchOptions {
             kind: sup.watcher,
             poll_interval: std::time::Duration::from_millis(sup.poll_interval_ms),
+            simulate_exhausted: false,
         },
+        opts.status.clone(),
+        Some(notifier.clone()),
+    );
+    status::watchdog::spawn(
+        layout.clone(),
+        cache.subscribe_refreshes(),
         alerts,
-        Some(NotifyHooks {
-            follower: notify_cfg
-                .milestones
-                .then(|| EventFollower::new(&notifier, &layout.state_dir)),
-            notifier: notifier.clone(),
-        }),
+        notify_cfg
+            .milestones
+            .then(|| EventFollower::new(&notifier, &layout.state_dir)),
     );
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let app = AppState {

@@ -6,9 +6,8 @@ use lavender::config::PipelineStep;
 use lavender::status::{Status, StepState};
 use serde::Serialize;
 
-use crate::layout::Layout;
 use crate::pipeline::{PipelineHandle, PipelineRecord};
-use crate::status::{FileFacts, StatusCache};
+use crate::status::StatusCache;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Snapshot {
@@ -26,13 +25,14 @@ pub struct StepLine {
 }
 
 impl Snapshot {
-    pub fn take(cache: &StatusCache, pipeline: &PipelineHandle, layout: &Layout) -> Snapshot {
+    pub fn take(cache: &StatusCache, pipeline: &PipelineHandle) -> Snapshot {
         let record = pipeline.record();
         let status = cache.status();
+        // The run the refresher last read (no directory listing here).
+        let run_dir = cache.snapshot().facts.run_dir.clone();
         Snapshot {
             steps: ordered_steps(&record, &status),
-            run: FileFacts::run_dir_for(layout, &record)
-                .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned())),
+            run: run_dir.and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned())),
             last_error: record.last_error.clone(),
             status,
         }

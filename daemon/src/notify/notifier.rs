@@ -94,6 +94,8 @@ struct Shared {
     http: Option<reqwest::Client>,
     /// Kind and time of the last alert let through, for coalescing.
     last_alert: Mutex<Option<(String, Instant)>>,
+    /// Told whenever a channel's counts change.
+    counted: Arc<tokio::sync::watch::Sender<()>>,
 }
 
 impl Drop for Shared {
@@ -132,10 +134,11 @@ impl Notifier {
                 None
             }
         };
+        let counted = Arc::new(tokio::sync::watch::channel(()).0);
         let lanes: Vec<Arc<Lane>> = channels
             .on
             .into_iter()
-            .map(|(name, channel)| Lane::new(name, channel))
+            .map(|(name, channel)| Lane::new(name, channel, counted.clone()))
             .collect();
         let policy = Policy {
             attempts: cfg.attempts,
@@ -180,6 +183,7 @@ impl Notifier {
                 timings: options.timings,
                 http,
                 last_alert: Mutex::new(None),
+                counted,
             }),
         }
     }
@@ -228,6 +232,11 @@ impl Notifier {
             .iter()
             .map(|l| (l.name.clone(), l.counts()))
             .collect()
+    }
+
+    /// Changes whenever [`Notifier::counts`] would answer differently.
+    pub fn subscribe_counts(&self) -> tokio::sync::watch::Receiver<()> {
+        self.shared.counted.subscribe()
     }
 
     /// Sends one test push through each channel that is on (or just `channel`),

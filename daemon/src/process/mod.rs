@@ -3,6 +3,9 @@
 //! time, signalling its group) and a Slurm batch job (`slurm`).
 
 pub mod backend;
+pub mod exit;
+#[cfg(test)]
+pub mod fake;
 pub mod identity;
 pub mod locate;
 pub mod signal;
@@ -10,5 +13,6 @@ pub mod slurm;
 pub mod spawn;
 
 pub use backend::{Backend, JobUpdate, Launched, WorkerHandle};
+pub use exit::ExitOutcome;
 pub use identity::ProcessIdentity;
-pub use spawn::{ExitOutcome, SpawnSpec, Spawned};
+pub use spawn::{SpawnSpec, Spawned};

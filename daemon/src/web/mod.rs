@@ -27,7 +27,6 @@ pub struct WebState {
     pub notifications: Option<Arc<dyn NotificationCounts>>,
     cache: StatusCache,
     pipeline: PipelineHandle,
-    layout: Layout,
 }
 
 impl WebState {
@@ -38,12 +37,7 @@ impl WebState {
         pipeline: PipelineHandle,
         layout: Layout,
     ) -> WebState {
-        let counters = publisher::spawn(
-            feed.clone(),
-            cache.clone(),
-            pipeline.clone(),
-            layout.clone(),
-        );
+        let counters = publisher::spawn(feed.clone(), cache.clone(), pipeline.clone(), layout);
         WebState {
             feed,
             history: Arc::new(HistoryCache::default()),
@@ -51,7 +45,6 @@ impl WebState {
             notifications: None,
             cache,
             pipeline,
-            layout,
         }
     }
 
@@ -61,6 +54,6 @@ impl WebState {
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot::take(&self.cache, &self.pipeline, &self.layout)
+        Snapshot::take(&self.cache, &self.pipeline)
     }
 }

@@ -16,7 +16,9 @@ use lavender::events::Event;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use lavenderd::notify::{AlertKind, ExitReason, Notification, Notifier, Options, Timings, alert};
+use lavenderd::notify::{Notification, Notifier, Options, Timings, pushes};
+use lavenderd::pipeline::Alert;
+use lavenderd::process::ExitOutcome;
 
 pub const BARK_OK: &str = r#"{"code":200,"message":"success","timestamp":1}"#;
 
@@ -203,14 +205,18 @@ pub fn event(kind: &str, fields: Value) -> Event {
 }
 
 pub fn crash() -> Notification {
-    alert(
-        AlertKind::Crashed {
-            exit: ExitReason::Code(1),
-            log_tail: vec![
-                "step 40 loss 2.1".into(),
-                "RuntimeError: out of memory".into(),
-            ],
-        },
-        "[lavender] ",
-    )
+    let log =
+        std::env::temp_dir().join(format!("lavender-notify-crash-{}.log", std::process::id()));
+    std::fs::write(&log, "step 40 loss 2.1\nRuntimeError: out of memory\n").unwrap();
+    let alert = Alert::Crashed {
+        step: "train".into(),
+        outcome: ExitOutcome::Code(1),
+        restart: 1,
+        max_restarts: 3,
+        restart_in: Duration::from_secs(10),
+        log_file: Some(log.clone()),
+    };
+    let push = pushes(&alert, "[lavender] ", 20).remove(0);
+    let _ = std::fs::remove_file(log);
+    push
 }
