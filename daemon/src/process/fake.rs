@@ -72,7 +72,9 @@ impl FakeBackend {
             Signal::SIGTERM if !ignore_sigterm => Some(ExitOutcome::Code(0)),
             _ => None,
         };
-        if let (Some(outcome), Some(exit)) = (outcome, w.exit.take()) {
+        if let Some(outcome) = outcome
+            && let Some(exit) = w.exit.take()
+        {
             let _ = exit.send(outcome);
         }
         true
