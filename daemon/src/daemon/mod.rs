@@ -151,9 +151,11 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
             }
             tick = service.next() => service.on_tick(tick, &pipeline, || progress::line(&cache.status())).await,
             changed = records.changed(), if opts.foreground => {
-                let state = records.borrow_and_update().state;
+                let record = records.borrow_and_update().clone();
+                let state = record.state;
                 if changed.is_err() || matches!(state, PipelineState::Finished | PipelineState::Failed | PipelineState::Stopped) {
                     if let Some(view) = &view {
+                        cache.caught_up(&record).await;
                         view.finish(&cache.status()).await;
                     }
                     break DaemonExit::PipelineEnded(state);
@@ -174,6 +176,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
             Err(e) => tracing::error!("{e:#}"),
         }
         if let Some(view) = &view {
+            cache.caught_up(&pipeline.record()).await;
             view.finish(&cache.status()).await;
         }
     }
