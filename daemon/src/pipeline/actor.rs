@@ -854,8 +854,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path().join("data"), None);
         layout.ensure_state_dir().unwrap();
-        let mut config = Config::default();
-        config.steps = vec![PipelineStep::Train];
+        let mut config = Config {
+            steps: vec![PipelineStep::Train],
+            ..Config::default()
+        };
         supervisor(&mut config.supervisor);
         let (tx, alerts) = mpsc::unbounded_channel();
         let fake = FakeBackend::default();
