@@ -191,6 +191,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
                 let state = record.state;
                 if changed.is_err() || matches!(state, PipelineState::Finished | PipelineState::Failed | PipelineState::Stopped) {
                     if let Some(view) = &view {
+                        cache.caught_up(&record).await;
                         view.finish(&cache.status()).await;
                     }
                     break LoopEnd::Exit(DaemonExit::PipelineEnded(state));
@@ -239,6 +240,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
             }
         };
         if let Some(view) = &view {
+            cache.caught_up(&pipeline.record()).await;
             view.finish(&cache.status()).await;
             // Ctrl-C in the terminal: say there what the stop saved.
             if let Some(said) = said {

@@ -6,7 +6,7 @@ use lavender::config::PipelineStep;
 use lavender::status::{Status, StepState};
 use serde::Serialize;
 
-use crate::pipeline::{PipelineHandle, PipelineRecord};
+use crate::pipeline::PipelineRecord;
 use crate::status::StatusCache;
 
 #[derive(Debug, Clone, Serialize)]
@@ -25,13 +25,21 @@ pub struct StepLine {
 }
 
 impl Snapshot {
-    pub fn take(cache: &StatusCache, pipeline: &PipelineHandle) -> Snapshot {
-        let record = pipeline.record();
-        let status = cache.status();
-        // The run the refresher last read (no directory listing here).
-        let run_dir = cache.snapshot().facts.run_dir.clone();
+    /// The status of `record` (every transition the feed sees, however quickly the
+    /// next one follows) composed with the facts of the refresher's latest snapshot:
+    /// no file is read here.
+    pub fn take(cache: &StatusCache, record: &PipelineRecord) -> Snapshot {
+        let snap = cache.snapshot();
+        let status = crate::status::compose(
+            record,
+            &snap.facts,
+            &snap.settings,
+            lavender::time::now_utc(),
+            true,
+        );
+        let run_dir = snap.facts.run_dir.clone();
         Snapshot {
-            steps: ordered_steps(&record, &status),
+            steps: ordered_steps(record, &status),
             run: run_dir.and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned())),
             last_error: record.last_error.clone(),
             status,

@@ -26,7 +26,6 @@ pub struct WebState {
     /// Set once notifications exist; `/metrics` then reports their counts.
     pub notifications: Option<Arc<dyn NotificationCounts>>,
     cache: StatusCache,
-    pipeline: PipelineHandle,
 }
 
 impl WebState {
@@ -37,14 +36,13 @@ impl WebState {
         pipeline: PipelineHandle,
         layout: Layout,
     ) -> WebState {
-        let counters = publisher::spawn(feed.clone(), cache.clone(), pipeline.clone(), layout);
+        let counters = publisher::spawn(feed.clone(), cache.clone(), pipeline, layout);
         WebState {
             feed,
             history: Arc::new(HistoryCache::default()),
             counters,
             notifications: None,
             cache,
-            pipeline,
         }
     }
 
@@ -54,6 +52,6 @@ impl WebState {
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot::take(&self.cache, &self.pipeline)
+        Snapshot::take(&self.cache, &self.cache.snapshot().record)
     }
 }
