@@ -8,8 +8,6 @@ mod mine_hard;
 mod model;
 mod optim;
 mod progress;
-// The trainer reads token arrays through this API; not every accessor has a caller yet.
-#[allow(dead_code)]
 mod tokens;
 mod train;
 

@@ -123,25 +123,12 @@ impl TokenIndex {
             .map(|s| s.shard.clone())
             .collect()
     }
-
-    pub fn total_pretrain_tokens(&self) -> u64 {
-        self.pretrain.shards.iter().map(|s| s.tokens).sum()
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Split {
     Train,
     Heldout,
-}
-
-impl Split {
-    pub fn name(self) -> &'static str {
-        match self {
-            Split::Train => "train",
-            Split::Heldout => "heldout",
-        }
-    }
 }
 
 /// An opened `tokens/` directory.
@@ -324,14 +311,6 @@ impl TokenArray {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn dtype(&self) -> Dtype {
-        self.dtype
-    }
-
     /// Token ids `start..start + len` as i64 (what tch's `Tensor::from_slice` wants).
     /// Panics if the window leaves the array: callers pick windows from `len()`.
     pub fn window(&self, start: usize, len: usize) -> Vec<i64> {
@@ -355,10 +334,6 @@ impl TokenArray {
                 .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
                 .collect(),
         }
-    }
-
-    pub fn get(&self, i: usize) -> i64 {
-        self.window(i, 1)[0]
     }
 }
 

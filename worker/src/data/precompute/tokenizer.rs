@@ -80,14 +80,6 @@ pub fn train(files: &[PathBuf], cfg: &TokenizerConfig) -> Result<Trained> {
     finish(tokenizer)
 }
 
-/// Load a saved tokenizer and find its special tokens.
-#[allow(dead_code)] // used by tests and by the trainer once it loads tokens/tokenizer.json
-pub fn load(path: &Path) -> Result<Trained> {
-    let tokenizer = Tokenizer::from_file(path)
-        .map_err(|e| anyhow!("could not load tokenizer {}: {e}", path.display()))?;
-    finish(tokenizer)
-}
-
 fn finish(tokenizer: Tokenizer) -> Result<Trained> {
     let id = |t: &str| {
         tokenizer
