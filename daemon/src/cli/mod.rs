@@ -3,10 +3,10 @@
 //! Commands that change the pipeline talk to the daemon over its Unix socket;
 //! read-only ones work from the files, daemon or not.
 
-pub mod client;
+pub(crate) mod client;
 pub mod commands;
-pub mod foreground;
-pub mod watch;
+pub(crate) mod foreground;
+pub(crate) mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -123,7 +123,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         cache: cache.clone(),
         layout: layout.clone(),
         web: WebState::start(feed, cache.clone(), pipeline.clone(), layout.clone())
-            .with_notifications(std::sync::Arc::new(notifier.clone())),
+            .with_notifications(notifier.clone()),
         restart: reexec.is_some().then_some(restart_tx),
     };
     let view = opts

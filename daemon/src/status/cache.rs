@@ -31,11 +31,8 @@ pub struct StatusSnapshot {
     pub settings: StatusSettings,
     /// Pushes per notification channel (shown as `notifications`).
     pub counts: BTreeMap<String, ChannelCounts>,
-    /// The status at `composed_at`.
+    /// The status when it was composed.
     pub status: Status,
-    pub composed_at: DateTime<Utc>,
-    /// Counts up with every snapshot the refresher publishes.
-    pub seq: u64,
     /// The time-dependent inputs at composition (see [`StatusSnapshot::still_valid`]).
     heartbeat_at: Option<DateTime<Utc>>,
     heartbeat_age: Option<i64>,
@@ -52,7 +49,6 @@ impl StatusSnapshot {
         settings: StatusSettings,
         counts: BTreeMap<String, ChannelCounts>,
         now: DateTime<Utc>,
-        seq: u64,
     ) -> StatusSnapshot {
         let status = compose(&record, &facts, &settings, now, true);
         let heartbeat_at = facts.heartbeat_time();
@@ -77,8 +73,6 @@ impl StatusSnapshot {
             settings,
             counts,
             status,
-            composed_at: now,
-            seq,
         }
     }
 
@@ -252,7 +246,6 @@ mod tests {
             settings(),
             BTreeMap::from([("webhook".to_string(), ChannelCounts::default())]),
             now,
-            1,
         )
     }
 

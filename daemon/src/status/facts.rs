@@ -32,6 +32,8 @@ pub struct FileFacts {
 }
 
 impl FileFacts {
+    /// No file read yet (tests compose from it).
+    #[cfg(test)]
     pub fn empty() -> FileFacts {
         FileFacts {
             run_dir: None,

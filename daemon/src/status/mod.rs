@@ -14,7 +14,7 @@ pub mod refresher;
 pub mod watch;
 pub mod watchdog;
 
-pub use cache::{StatusCache, StatusSnapshot};
+pub use cache::StatusCache;
 pub use compose::{StatusSettings, compose};
 pub use facts::FileFacts;
 pub use refresher::RefreshOptions;

@@ -62,7 +62,6 @@ pub fn spawn(
         settings.clone(),
         counts,
         lavender::time::now_utc(),
-        0,
     );
     let (snapshots, snapshots_rx) = watch::channel(Arc::new(first));
     let settings = Arc::new(watch::Sender::new(settings));
@@ -123,7 +122,6 @@ impl Refresher {
         let mut facts = first.facts.clone();
         watch_run_dir(&mut watcher, facts.run_dir.as_deref());
         let mut refreshed_at = Instant::now();
-        let mut seq = 0u64;
         loop {
             let expires = self.snapshots.borrow().expires_at();
             let wake = tokio::select! {
@@ -167,14 +165,12 @@ impl Refresher {
             if let Some(rx) = self.counted.as_mut() {
                 rx.borrow_and_update();
             }
-            seq += 1;
             let snapshot = StatusSnapshot::compose(
                 record,
                 facts.clone(),
                 settings,
                 counts(self.notifier.as_ref()),
                 lavender::time::now_utc(),
-                seq,
             );
             self.snapshots.send_replace(Arc::new(snapshot));
         }

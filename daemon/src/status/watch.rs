@@ -147,10 +147,12 @@ impl RunDirWatcher {
         w
     }
 
+    #[cfg(test)]
     pub fn backend(&self) -> Option<Backend> {
         self.inner.as_ref().map(|(b, _)| *b)
     }
 
+    #[cfg(test)]
     pub fn watched(&self) -> Option<&Path> {
         self.watched.as_deref()
     }

@@ -15,7 +15,6 @@ use crate::layout::Layout;
 use crate::pipeline::PipelineHandle;
 use crate::status::StatusCache;
 use history::HistoryCache;
-use metrics::NotificationCounts;
 
 /// The web side's share of the server state.
 #[derive(Clone)]
@@ -24,7 +23,7 @@ pub struct WebState {
     pub history: Arc<HistoryCache>,
     pub counters: Arc<Counters>,
     /// Set once notifications exist; `/metrics` then reports their counts.
-    pub notifications: Option<Arc<dyn NotificationCounts>>,
+    pub notifications: Option<crate::notify::Notifier>,
     cache: StatusCache,
 }
 
@@ -46,8 +45,8 @@ impl WebState {
         }
     }
 
-    pub fn with_notifications(mut self, counts: Arc<dyn NotificationCounts>) -> WebState {
-        self.notifications = Some(counts);
+    pub fn with_notifications(mut self, notifier: crate::notify::Notifier) -> WebState {
+        self.notifications = Some(notifier);
         self
     }
 
