@@ -75,6 +75,15 @@ impl PipelineStep {
         PipelineStep::MineHard,
     ];
 
+    /// Where a step named `name` stands in the pipeline's order, for display: a name
+    /// that is not a pipeline step comes after all of them.
+    pub fn display_rank(name: &str) -> usize {
+        PipelineStep::ALL
+            .iter()
+            .position(|s| s.as_str() == name)
+            .unwrap_or(PipelineStep::ALL.len())
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             PipelineStep::Downloads => "downloads",

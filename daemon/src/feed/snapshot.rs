@@ -64,12 +64,6 @@ pub fn ordered_steps(record: &PipelineRecord, status: &Status) -> Vec<StepLine> 
             })
             .collect();
     }
-    let rank = |name: &str| {
-        PipelineStep::ALL
-            .iter()
-            .position(|s| s.as_str() == name)
-            .unwrap_or(usize::MAX)
-    };
     let mut steps: Vec<StepLine> = status
         .steps
         .iter()
@@ -78,6 +72,6 @@ pub fn ordered_steps(record: &PipelineRecord, status: &Status) -> Vec<StepLine> 
             state: *state,
         })
         .collect();
-    steps.sort_by_key(|s| rank(&s.name));
+    steps.sort_by_key(|s| PipelineStep::display_rank(&s.name));
     steps
 }

@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lavender::config::NotifyConfig;
+
+use crate::backoff::Backoff;
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -30,8 +32,8 @@ pub struct ChannelCounts {
 pub struct Timings {
     /// Bound on one delivery attempt.
     pub attempt_timeout: Duration,
-    /// Wait before retry N (the last value repeats).
-    pub retry_backoff: Vec<Duration>,
+    /// The wait before retry N.
+    pub retry_backoff: Backoff,
     /// The rate limit's window (`max_per_minute` pushes per window).
     pub rate_window: Duration,
     /// A repeat of the previous alert's kind within this is dropped.
@@ -42,24 +44,15 @@ impl Timings {
     pub fn from_config(cfg: &NotifyConfig) -> Timings {
         Timings {
             attempt_timeout: Duration::from_secs(cfg.timeout_s),
-            retry_backoff: cfg
-                .retry_backoff_s
-                .iter()
-                .map(|&s| Duration::from_secs(s))
-                .collect(),
+            retry_backoff: Backoff::new(
+                cfg.retry_backoff_s
+                    .iter()
+                    .map(|&s| Duration::from_secs(s))
+                    .collect(),
+            ),
             rate_window: Duration::from_secs(60),
             coalesce_window: Duration::from_secs(cfg.coalesce_s),
         }
-    }
-
-    /// The wait after failed attempt `attempt` (1-based).
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let i = (attempt as usize).saturating_sub(1);
-        self.retry_backoff
-            .get(i)
-            .or(self.retry_backoff.last())
-            .copied()
-            .unwrap_or_default()
     }
 }
 

@@ -159,7 +159,7 @@ async fn deliver(lane: &Lane, http: Option<&reqwest::Client>, policy: &Policy, n
             }
             Err(e) if e.retryable && attempt < attempts => {
                 tracing::debug!(channel = %lane.name, "notify: {}: attempt {attempt} failed: {e}", lane.name);
-                tokio::time::sleep(timings.backoff(attempt)).await;
+                tokio::time::sleep(timings.retry_backoff.before(attempt)).await;
             }
             Err(e) => {
                 tracing::warn!(

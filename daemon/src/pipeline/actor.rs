@@ -374,7 +374,8 @@ impl Actor {
             return;
         }
         if self.record.restart_pending {
-            self.restart_at = Some(Instant::now() + self.timings.backoff_for(self.record.restarts));
+            self.restart_at =
+                Some(Instant::now() + self.timings.backoff.before(self.record.restarts));
         } else if self.record.state == PipelineState::Running {
             // The daemon died between two steps.
             self.advance();
@@ -760,7 +761,7 @@ impl Actor {
             return;
         }
         self.record.restarts += 1;
-        let delay = self.timings.backoff_for(self.record.restarts);
+        let delay = self.timings.backoff.before(self.record.restarts);
         self.record.state = PipelineState::Crashed;
         self.record.restart_pending = true;
         self.record.last_error = Some(reason);

@@ -16,6 +16,7 @@ use lavender::events::Event;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use lavenderd::backoff::Backoff;
 use lavenderd::notify::{Notification, Notifier, Options, Timings, pushes};
 use lavenderd::pipeline::Alert;
 use lavenderd::process::ExitOutcome;
@@ -166,7 +167,7 @@ pub fn fast() -> Options {
     Options {
         timings: Timings {
             attempt_timeout: Duration::from_millis(500),
-            retry_backoff: vec![Duration::from_millis(10), Duration::from_millis(20)],
+            retry_backoff: Backoff::new(vec![Duration::from_millis(10), Duration::from_millis(20)]),
             rate_window: Duration::from_secs(60),
             coalesce_window: Duration::from_secs(60),
         },
