@@ -3,11 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
+use lavender::data_root;
 use lavender::run::CHECKPOINTS_DIR;
 
 /// The data root's directories a recorded path may point into: what is looked for
 /// when an old record's absolute path no longer exists because the root was moved.
-const MOVABLE_DIRS: &[&str] = &[CHECKPOINTS_DIR, "logs"];
+const MOVABLE_DIRS: &[&str] = &[CHECKPOINTS_DIR, data_root::LOGS];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
@@ -30,7 +31,7 @@ impl Layout {
     }
 
     pub fn logs_dir(&self) -> PathBuf {
-        self.data_root.join("logs")
+        self.data_root.join(data_root::LOGS)
     }
 
     pub fn socket(&self) -> PathBuf {
