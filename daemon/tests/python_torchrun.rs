@@ -23,14 +23,6 @@ fn rank_pids(agent: i32) -> Vec<i32> {
         .collect()
 }
 
-fn log_lines(env: &PyEnv, needle: &str) -> Vec<String> {
-    env.worker_log()
-        .lines()
-        .filter(|l| l.contains(needle))
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn torchrun_two_ranks_stop_resume_kill_one_rank_restart_finish() {
     require_modules(&["torch"]);
@@ -87,14 +79,7 @@ fn torchrun_two_ranks_stop_resume_kill_one_rank_restart_finish() {
         .unwrap()
         .to_string();
     assert!(said.contains(&stop_ckpt), "{said}");
-    let stopped = log_lines(&env, "stopped after step");
-    assert_eq!(stopped.len(), 2, "both ranks stopped: {stopped:?}");
-    assert!(
-        stopped
-            .iter()
-            .all(|l| l.ends_with(&format!("stopped after step {stop_step}"))),
-        "at the same step {stop_step}: {stopped:?}"
-    );
+    let stopped = assert_ranks_stopped_at(&env, 2, stop_step);
     say(format!(
         "torchrun: stop saved {stop_ckpt} at step {stop_step}; ranks: {stopped:?}"
     ));

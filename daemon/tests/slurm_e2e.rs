@@ -437,19 +437,7 @@ fn torchrun_job_stops_with_one_save_and_resumes() {
     let saved = finals[0]["path"].as_str().unwrap().to_string();
     assert!(said.contains(&saved), "stop names the save {saved}: {said}");
     let stop_step = step_of(&finals[0]);
-    let stopped: Vec<String> = env
-        .worker_log()
-        .lines()
-        .filter(|l| l.contains("stopped after step"))
-        .map(str::to_string)
-        .collect();
-    assert_eq!(stopped.len(), 2, "both ranks stopped: {stopped:?}");
-    assert!(
-        stopped
-            .iter()
-            .all(|l| l.ends_with(&format!("stopped after step {stop_step}"))),
-        "at the same step {stop_step}: {stopped:?}"
-    );
+    assert_ranks_stopped_at(&env, 2, stop_step);
     // The stop is judged by the save, not by the exit code: torchrun's agent ends with
     // exit code 1 whenever it was sent SIGTERM, even after its ranks saved and exited
     // 0, so Slurm records the job FAILED (1:0) while the pipeline is `stopped`.

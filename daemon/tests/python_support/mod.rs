@@ -106,6 +106,25 @@ impl PyEnv {
     }
 }
 
+/// Every one of `ranks` torchrun ranks logged that it stopped, all after `step`
+/// (examples/torchrun/train.py prints `stopped after step N`). Returns the lines.
+pub fn assert_ranks_stopped_at(env: &PyEnv, ranks: usize, step: u64) -> Vec<String> {
+    let stopped: Vec<String> = env
+        .worker_log()
+        .lines()
+        .filter(|l| l.contains("stopped after step"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(stopped.len(), ranks, "every rank stopped: {stopped:?}");
+    assert!(
+        stopped
+            .iter()
+            .all(|l| l.ends_with(&format!("stopped after step {step}"))),
+        "at the same step {step}: {stopped:?}"
+    );
+    stopped
+}
+
 pub fn events(run_dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(run_dir.join("events.jsonl"))
         .unwrap_or_default()
