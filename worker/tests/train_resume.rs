@@ -112,6 +112,36 @@ fn wait_for_step(run_dir: &Path, child: &mut Child, step: u64) {
     }
 }
 
+/// Returns once the heartbeat of `child` (any run under `ckroot`) says it trains or
+/// saves, or once it has exited.
+fn wait_until_training(ckroot: &Path, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pid = u64::from(child.id());
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return;
+        }
+        let runs = std::fs::read_dir(ckroot).into_iter().flatten();
+        let training = runs.filter_map(|e| e.ok()).any(|run| {
+            std::fs::read(run.path().join("heartbeat.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .is_some_and(|hb| {
+                    hb["pid"].as_u64() == Some(pid)
+                        && matches!(hb["state"].as_str(), Some("training" | "saving"))
+                })
+        });
+        if training {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker never started training"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn signal(child: &Child, sig: i32) {
     // SAFETY: sending a signal to our own child process.
     unsafe { libc::kill(child.id() as i32, sig) };
@@ -199,6 +229,10 @@ fn sigkill_at_random_moments_always_leaves_a_resumable_checkpoint() {
         rng ^= rng >> 7;
         rng ^= rng << 17;
         let wait = Duration::from_millis(150 + rng % 900);
+        // The window opens once this process trains, not when it is spawned: on a
+        // loaded or slow machine start-up alone can outlast it, and then no run
+        // would ever reach a save.
+        wait_until_training(&ckroot, &mut child);
         let started = Instant::now();
         while started.elapsed() < wait && child.try_wait().unwrap().is_none() {
             std::thread::sleep(Duration::from_millis(1));
