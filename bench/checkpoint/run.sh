@@ -82,11 +82,14 @@ print(f"lavender-worker save (durable): {', '.join(f'{x:.2f}' for x in saves)} s
 print(f"dd conv=fsync:                  {', '.join(f'{x:.2f}' for x in dd)} s; median {statistics.median(dd):.2f} s = {mb / statistics.median(dd):.0f} MB/s")
 ratio = statistics.median(dd) / statistics.median(saves)
 print(f"ratio (save speed / dd speed): {ratio:.2f}x -> target >= 0.9: {'met' if ratio >= 0.9 else 'MISSED'}")
+phases = ", ".join(f"{x['copy_seconds']:.2f} + {x['write_seconds']:.2f} + {x['seconds'] - x['copy_seconds'] - x['write_seconds']:.2f}" for x in s["saves"])
+print(f"  (durable = copy + write + fsync/commit: {phases} s)")
 stall = statistics.median(stalls) / statistics.median(dd)
 print(f"training stall per save: median {statistics.median(stalls):.3f} s = {stall:.2f}x dd -> target <= 0.5: {'met' if stall <= 0.5 else 'MISSED'}")
-print(f"  ({len(stalls)} saves training went on after: stall {', '.join(f'{x:.3f}' for x in stalls)} s; "
-      f"of which copy to host memory {', '.join(f'{x['copy_seconds']:.3f}' for x in during)} s, "
-      f"waiting for the previous save {', '.join(f'{x['wait_seconds']:.3f}' for x in during)} s)")
+def secs(key):
+    return ", ".join(f"{x[key]:.3f}" for x in during)
+print(f"  ({len(stalls)} saves training went on after: stall {secs('stall_seconds')} s; "
+      f"of which copy to host memory {secs('copy_seconds')} s, waiting for the previous save {secs('wait_seconds')} s)")
 PY
 
 echo

@@ -2,7 +2,7 @@
 event carries `stall_s` (how long training stood still for the save, of which
 `wait_s` waiting for the previous save and `copy_s` copying the tensors to host
 memory) and `durable_s` (from the start of the copy until its files were written,
-fsynced and committed on the background writer). Waits until process PID exits,
+fsynced and committed on the background writer; `write_s` of it writing them). Waits until process PID exits,
 then prints JSON.
 Usage: save_times.py DATA_ROOT PID"""
 
@@ -32,6 +32,7 @@ def main():
             "stall_seconds": round(e["stall_s"], 3),
             "wait_seconds": round(e["wait_s"], 3),
             "copy_seconds": round(e["copy_s"], 3),
+            "write_seconds": round(e["write_s"], 3),
         }
         for e in saved
     ]

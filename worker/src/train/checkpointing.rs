@@ -49,11 +49,13 @@ pub struct SaveBuffers {
 }
 
 /// What the writer thread hands back: the committed checkpoint, what retention
-/// dropped after it, the buffers for the next save, and when it was durable.
+/// dropped after it, the buffers for the next save, how long it took to write the
+/// files (into the page cache, their writeback started) and when it was durable.
 struct Written {
     path: PathBuf,
     dropped: Vec<PathBuf>,
     buffers: SaveBuffers,
+    write: Duration,
     durable_at: Instant,
 }
 
@@ -127,6 +129,7 @@ impl Trainer {
         let writer = std::thread::Builder::new()
             .name("checkpoint-writer".into())
             .spawn(move || -> Result<Written> {
+                let started = Instant::now();
                 let dir = builder.dir();
                 buffers.weights.write_unsynced(&dir.join(MODEL_FILE))?;
                 if with_optimizer {
@@ -139,6 +142,7 @@ impl Trainer {
                         std::thread::park();
                     }
                 }
+                let write = started.elapsed();
                 // Fsyncs every file, then writes the marker, then renames.
                 let path = builder.commit(&state)?;
                 let durable_at = Instant::now();
@@ -152,6 +156,7 @@ impl Trainer {
                     path,
                     dropped,
                     buffers,
+                    write,
                     durable_at,
                 })
             })
@@ -194,6 +199,7 @@ impl Trainer {
             .map_err(|_| anyhow::anyhow!("the checkpoint writer thread panicked"))??;
         self.save_buffers = Some(written.buffers);
         let (path, durable) = (written.path, written.durable_at - p.began);
+        let write = written.write;
         let name = p.name;
         trainlog::log_save(&self.run_dir, &name, p.at)?;
         trainlog::log_retain(&self.run_dir, written.dropped.len())?;
@@ -240,10 +246,12 @@ impl Trainer {
             .with("remaining_hours", p.remaining_hours)
             // Training stood still for `stall_s` (of which `wait_s` waiting for the
             // previous save and `copy_s` copying to host memory); the files were
-            // durable `durable_s` after the copy began.
+            // durable `durable_s` after the copy began, `write_s` of it spent writing
+            // them on the writer thread (the rest: the copy, then fsync and commit).
             .with("stall_s", p.stall.as_secs_f64())
             .with("wait_s", p.waited.as_secs_f64())
             .with("copy_s", p.copy.as_secs_f64())
+            .with("write_s", write.as_secs_f64())
             .with("durable_s", durable.as_secs_f64());
         if let Some(k) = p.kind {
             ev = ev.with(k.loss_key(), p.loss);
