@@ -112,9 +112,9 @@ fn wait_for_step(run_dir: &Path, child: &mut Child, step: u64) {
     }
 }
 
-/// Returns once the heartbeat of `child` (any run under `ckroot`) says it trains or
-/// saves, or once it has exited.
-fn wait_until_training(ckroot: &Path, child: &mut Child) {
+/// Returns once the heartbeat of `child` (in any run under `ckroot`) reports step
+/// `step` or later, or once it has exited.
+fn wait_for_child_step(ckroot: &Path, child: &mut Child, step: u64) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let pid = u64::from(child.id());
     loop {
@@ -122,23 +122,22 @@ fn wait_until_training(ckroot: &Path, child: &mut Child) {
             return;
         }
         let runs = std::fs::read_dir(ckroot).into_iter().flatten();
-        let training = runs.filter_map(|e| e.ok()).any(|run| {
+        let reached = runs.filter_map(|e| e.ok()).any(|run| {
             std::fs::read(run.path().join("heartbeat.json"))
                 .ok()
                 .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
                 .is_some_and(|hb| {
-                    hb["pid"].as_u64() == Some(pid)
-                        && matches!(hb["state"].as_str(), Some("training" | "saving"))
+                    hb["pid"].as_u64() == Some(pid) && hb["step"].as_u64() >= Some(step)
                 })
         });
-        if training {
+        if reached {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "the worker never started training"
+            "the worker never reached step {step}"
         );
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -228,15 +227,13 @@ fn sigkill_at_random_moments_always_leaves_a_resumable_checkpoint() {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        let wait = Duration::from_millis(150 + rng % 900);
-        // The window opens once this process trains, not when it is spawned: on a
-        // loaded or slow machine start-up alone can outlast it, and then no run
-        // would ever reach a save.
-        wait_until_training(&ckroot, &mut child);
-        let started = Instant::now();
-        while started.elapsed() < wait && child.try_wait().unwrap().is_none() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        // The kill comes at a random step of this run (before its last few), plus a
+        // random few milliseconds: counted in steps, not in time from the spawn, it
+        // lands mid-run on a machine of any speed (start-up alone can outlast a fixed
+        // window on a slow or loaded one, and a whole run fit in it on a fast one).
+        let target = (newest_step + 1 + rng % 12).min(total - 4);
+        wait_for_child_step(&ckroot, &mut child, target);
+        std::thread::sleep(Duration::from_millis((rng >> 8) % 10));
         if child.try_wait().unwrap().is_none() {
             child.kill().unwrap();
             kills += 1;
