@@ -1,5 +1,6 @@
 //! Stop, kill and resume: a resumed run is bitwise identical to a straight one,
-//! SIGTERM saves and exits 0, SIGKILL at any moment leaves a loadable checkpoint.
+//! SIGTERM saves and exits 0, SIGKILL at any moment leaves a loadable checkpoint,
+//! including while a save is being written in the background.
 
 mod train_support;
 
@@ -25,12 +26,14 @@ fn train_cmd(root: &Path, run_dir: Option<&Path>, extra: &[&str]) -> std::proces
 }
 
 fn final_model(run_dir: &Path) -> Vec<u8> {
-    let last = checkpoints(run_dir).pop().expect("a checkpoint");
+    let all = checkpoints(run_dir);
+    let last = all.last().expect("a checkpoint");
     assert!(
         last.file_name()
             .unwrap()
             .to_string_lossy()
-            .starts_with("final-")
+            .starts_with("final-"),
+        "the newest checkpoint is not the final one: {all:?}"
     );
     std::fs::read(last.join("model.safetensors")).unwrap()
 }
@@ -106,6 +109,35 @@ fn wait_for_step(run_dir: &Path, child: &mut Child, step: u64) {
         }
         assert!(Instant::now() < deadline, "no heartbeat at step {step}");
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Returns once the heartbeat of `child` (in any run under `ckroot`) reports step
+/// `step` or later, or once it has exited.
+fn wait_for_child_step(ckroot: &Path, child: &mut Child, step: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pid = u64::from(child.id());
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return;
+        }
+        let runs = std::fs::read_dir(ckroot).into_iter().flatten();
+        let reached = runs.filter_map(|e| e.ok()).any(|run| {
+            std::fs::read(run.path().join("heartbeat.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .is_some_and(|hb| {
+                    hb["pid"].as_u64() == Some(pid) && hb["step"].as_u64() >= Some(step)
+                })
+        });
+        if reached {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker never reached step {step}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -195,11 +227,13 @@ fn sigkill_at_random_moments_always_leaves_a_resumable_checkpoint() {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        let wait = Duration::from_millis(150 + rng % 900);
-        let started = Instant::now();
-        while started.elapsed() < wait && child.try_wait().unwrap().is_none() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        // The kill comes at a random step of this run (before its last few), plus a
+        // random few milliseconds: counted in steps, not in time from the spawn, it
+        // lands mid-run on a machine of any speed (start-up alone can outlast a fixed
+        // window on a slow or loaded one, and a whole run fit in it on a fast one).
+        let target = (newest_step + 1 + rng % 12).min(total - 4);
+        wait_for_child_step(&ckroot, &mut child, target);
+        std::thread::sleep(Duration::from_millis((rng >> 8) % 10));
         if child.try_wait().unwrap().is_none() {
             child.kill().unwrap();
             kills += 1;
@@ -330,4 +364,110 @@ fn resuming_into_a_new_chunk_continues_the_weights_from_step_zero_in_a_new_run()
     assert_eq!(first_step.unwrap()["step"], 1);
     // Moments came along with the weights (no fresh-moments warning).
     assert!(!String::from_utf8_lossy(&out.stderr).contains("fresh AdamW moments"));
+}
+
+/// The staged (uncommitted) checkpoint directories of a run that hold written files.
+fn staged_with_files(run_dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(run_dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().path())
+                .filter(|p| {
+                    p.file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .starts_with(".tmp-")
+                        && p.join("model.safetensors").is_file()
+                        && p.join("optimizer.safetensors").is_file()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A save is written, fsynced and committed on a background thread while training
+/// goes on; a kill before its commit must leave the previous checkpoint the newest
+/// complete one, and a resume from it must end where a straight run does.
+#[test]
+fn a_kill_while_a_save_is_written_in_the_background_keeps_the_previous_checkpoint() {
+    let root = tempfile::tempdir().unwrap();
+    write_tokens(root.path());
+    // A run directory by the usual name: the resume continues in it.
+    let run_dir = root.path().join("checkpoints/run-2026-01-01_00-00-03");
+    // Saves every 2 steps; the second save (step 4) writes its files and never commits.
+    let mut child = worker()
+        .arg("train")
+        .arg("--data-root")
+        .arg(root.path())
+        .arg("--run-dir")
+        .arg(&run_dir)
+        .args(["--device", "cpu", "--hold-save", "2"])
+        .args(small_run_args(40, 10, 10, 2))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Training goes on while that save is in flight (step 5 comes after it) ...
+    wait_for_step(&run_dir, &mut child, 5);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while staged_with_files(&run_dir).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the held save never staged its files"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "worker exited early");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // ... and the kill lands while it is still uncommitted.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let complete = checkpoints(&run_dir);
+    let steps: Vec<u64> = complete
+        .iter()
+        .map(|c| {
+            read_json(&c.join("trainer_state.json"))["step"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [2],
+        "the previous checkpoint stays the newest complete one"
+    );
+    assert_eq!(
+        staged_with_files(&run_dir).len(),
+        1,
+        "the in-flight save stayed staged"
+    );
+
+    // Resuming uses it and runs to the end ...
+    let out = run_ok(
+        worker()
+            .arg("train")
+            .arg("--data-root")
+            .arg(root.path())
+            .args(["--device", "cpu", "--resume"])
+            .arg(&run_dir)
+            .args(small_run_args(40, 10, 10, 2)),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("step 60"), "{stdout}");
+    // ... with the weights of a run that was never interrupted.
+    let straight = tempfile::tempdir().unwrap();
+    write_tokens(straight.path());
+    let straight_run = straight.path().join("run");
+    run_ok(
+        worker()
+            .arg("train")
+            .arg("--data-root")
+            .arg(straight.path())
+            .arg("--run-dir")
+            .arg(&straight_run)
+            .args(["--device", "cpu"])
+            .args(small_run_args(40, 10, 10, 2)),
+    );
+    assert!(
+        final_model(&run_dir) == final_model(&straight_run),
+        "resumed weights differ from the straight run"
+    );
 }

@@ -19,12 +19,19 @@ fn is_buffer(name: &str) -> bool {
     name.ends_with(".attn.bias") && !name.contains("c_attn") || name.ends_with(".attn.masked_bias")
 }
 
-/// Writes the weights under their Hugging Face names (the tied `lm_head` is not stored).
-pub fn save_weights(model: &Gpt, path: &Path) -> Result<()> {
-    save_weights_with(model, path, BTreeMap::new())
+/// The weights as a `.safetensors` image in host memory, filled into `image` (its
+/// buffer reused; see [`tensor_file::FileImage`]).
+pub fn snapshot_weights(model: &Gpt, image: &mut tensor_file::FileImage) -> Result<()> {
+    let tensors: Vec<(String, &tch::Tensor)> = model
+        .params
+        .params
+        .iter()
+        .map(|p| (p.name.clone(), &p.tensor))
+        .collect();
+    image.fill(&tensors, BTreeMap::new())
 }
 
-/// [`save_weights`] with extra string metadata in the file's header.
+/// Writes the weights with extra string metadata in the file's header.
 pub fn save_weights_with(
     model: &Gpt,
     path: &Path,
@@ -39,7 +46,7 @@ pub fn save_weights_with(
     tensor_file::write(path, &tensors, metadata)
 }
 
-/// Loads weights written by [`save_weights`] or by Hugging Face (`transformer.`
+/// Loads weights written by [`snapshot_weights`] or by Hugging Face (`transformer.`
 /// prefix optional, attention-mask buffers and a tied `lm_head.weight` ignored).
 /// Returns the file's metadata.
 pub fn load_weights(model: &mut Gpt, path: &Path) -> Result<BTreeMap<String, String>> {
@@ -188,7 +195,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(MODEL_FILE);
         let a = Gpt::new(tiny_config(), Device::Cpu).unwrap();
-        save_weights(&a, &path).unwrap();
+        let mut image = tensor_file::FileImage::default();
+        snapshot_weights(&a, &mut image).unwrap();
+        image.write(&path).unwrap();
         let file = TensorFile::read(&path).unwrap();
         assert!(!file.tensors.contains_key("lm_head.weight"));
         assert_eq!(file.tensors.len(), a.params.params.len());
@@ -206,7 +215,9 @@ mod tests {
     fn loading_a_mismatched_file_names_the_tensor() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(MODEL_FILE);
-        save_weights(&Gpt::new(tiny_config(), Device::Cpu).unwrap(), &path).unwrap();
+        let mut image = tensor_file::FileImage::default();
+        snapshot_weights(&Gpt::new(tiny_config(), Device::Cpu).unwrap(), &mut image).unwrap();
+        image.write(&path).unwrap();
         let mut cfg = tiny_config();
         cfg.n_embd = 16;
         let err = load_weights(&mut Gpt::new(cfg, Device::Cpu).unwrap(), &path)

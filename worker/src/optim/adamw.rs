@@ -119,9 +119,10 @@ impl AdamW {
         }
     }
 
-    /// Writes the moments as `<param>.exp_avg` / `<param>.exp_avg_sq` with the step,
-    /// betas, eps and weight decay in the metadata.
-    pub fn save(&self, params: &ParamSet, path: &Path) -> Result<()> {
+    /// The moments as a `.safetensors` image in host memory, filled into `image`
+    /// (its buffer reused; written to [`OPTIMIZER_FILE`]): `<param>.exp_avg` /
+    /// `<param>.exp_avg_sq`, with the step, betas, eps and weight decay in the metadata.
+    pub fn snapshot(&self, params: &ParamSet, image: &mut tensor_file::FileImage) -> Result<()> {
         let views: Vec<(String, Tensor)> = params
             .params
             .iter()
@@ -145,10 +146,10 @@ impl AdamW {
             ("eps".to_string(), c.eps.to_string()),
             ("weight_decay".to_string(), c.weight_decay.to_string()),
         ]);
-        tensor_file::write(path, &refs, meta)
+        image.fill(&refs, meta)
     }
 
-    /// Restores moments and step saved by [`Self::save`] for the same parameters.
+    /// Restores moments and step saved from [`Self::snapshot`] for the same parameters.
     pub fn load(&mut self, params: &ParamSet, path: &Path) -> Result<()> {
         let file = TensorFile::read(path)?;
         let step = file.meta_f64("step", path)?;
@@ -308,7 +309,9 @@ mod tests {
         let grad = Tensor::arange(8, (Kind::Float, Device::Cpu));
         opt.step(&params, &grad, 0.01);
         opt.step(&params, &grad, 0.01);
-        opt.save(&params, &path).unwrap();
+        let mut image = tensor_file::FileImage::default();
+        opt.snapshot(&params, &mut image).unwrap();
+        image.write(&path).unwrap();
 
         let file = TensorFile::read(&path).unwrap();
         assert!(file.tensors.contains_key("w.weight.exp_avg"));

@@ -47,6 +47,12 @@ pub struct TrainArgs {
     /// Stop once this global step is done, exactly as on SIGTERM (save, exit 0).
     #[arg(long, value_name = "STEP", hide = true)]
     pub stop_at_step: Option<u64>,
+    /// Test hook: the N-th save of this process writes its files but never commits
+    /// them, so a save stays in flight while training goes on. The process then
+    /// never exits on its own (its next save or its end waits for that one): the
+    /// test kills it.
+    #[arg(long, value_name = "N", hide = true)]
+    pub hold_save: Option<u32>,
 }
 
 /// Runs training on a dedicated thread; SIGTERM/SIGINT only set a flag that the
@@ -209,6 +215,10 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         started,
         reference: None,
         reference_step: None,
+        pending_save: None,
+        save_buffers: None,
+        saves_started: 0,
+        hold_save: args.hold_save,
         s,
     };
     if let (Some(ck), Some(r)) = (&resume, resumed) {

@@ -67,6 +67,14 @@ pub struct Trainer {
     /// Wall time of earlier sessions of this run (from the resumed checkpoint).
     pub wall_before: f64,
     pub started: Instant,
+    /// The checkpoint being written in the background, if any (at most one).
+    pub pending_save: Option<super::checkpointing::PendingSave>,
+    /// Host memory for the next save's copy, back from the previous save's writer.
+    pub save_buffers: Option<super::checkpointing::SaveBuffers>,
+    /// Saves started by this process.
+    pub saves_started: u32,
+    /// Test hook: the writer of this save (1-based) never commits it.
+    pub hold_save: Option<u32>,
     /// The frozen DPO reference, when resuming mid-DPO.
     pub reference: Option<Gpt>,
     /// The global step at which the current DPO reference was taken.
@@ -82,7 +90,17 @@ impl Trainer {
         self.wall_before + self.started.elapsed().as_secs_f64()
     }
 
+    /// Trains to the end (or a stop); a checkpoint still being written is durable
+    /// before this returns, whatever the outcome.
     pub fn run(&mut self) -> Result<Outcome> {
+        let outcome = self.run_stages();
+        let saved = self.finish_save();
+        let outcome = outcome?;
+        saved?;
+        Ok(outcome)
+    }
+
+    fn run_stages(&mut self) -> Result<Outcome> {
         if !self.pos.finished {
             let stages = self.s.stages.clone();
             for (idx, stage) in stages.iter().enumerate() {
@@ -196,6 +214,7 @@ impl Trainer {
         }
 
         while self.pos.stage_step < stage.steps {
+            self.poll_save()?;
             if self.stop_requested() {
                 return self.stop_now(stage);
             }
@@ -288,6 +307,8 @@ impl Trainer {
         if self.step > 0 && self.saved_step != Some(self.step) {
             self.save(&stage.name, Some(stage.kind))?;
         }
+        // Exit only once the checkpoint is durable.
+        self.finish_save()?;
         self.history.materialize()?;
         self.reporter.set_state(WorkerState::Stopping)?;
         Ok(Outcome::Stopped)
