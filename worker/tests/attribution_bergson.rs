@@ -180,7 +180,7 @@ fn bergson_config(
     let q = |p: &Path| serde_json::to_string(&p.display().to_string()).unwrap();
     let mut s = format!(
         "steps:\n- approxunrolling:\n    index_cfg:\n      run_path: {}\n      model: {}\n      \
-         precision: fp32\n      token_batch_size: 2048\n      data:\n        dataset: {}\n        \
+         precision: fp32\n      token_batch_size: 64\n      data:\n        dataset: {}\n        \
          prompt_column: text\n    hessian_cfg:\n      method: kfac\n      ev_correction: true\n",
         q(run_path),
         q(model),
@@ -293,7 +293,10 @@ fn source_runs_on_a_lavender_export_as_is() {
         "check_export.py failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // bergson logs to stdout too: the result is the last line.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("check_export.py printed no JSON last ({e}):\n{stdout}"));
     println!("versions: {}", v["versions"]);
 
     // optimizer.pt: torch.optim's layout, the checkpoint's own moments.

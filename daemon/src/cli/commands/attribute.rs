@@ -24,8 +24,6 @@ use crate::settings::Settings;
 const HELPER: &str = include_str!("attribute_helper.py");
 /// What installs bergson into the project's .venv.
 pub const INSTALL_HINT: &str = "run `bash scripts/attribution-setup.sh` in the lavender checkout (it installs bergson==2.5.1 into .venv, keeping torch 2.13.0), or pass --python with an interpreter that has bergson 2.5.1";
-/// bergson's own default token batch; raised to the model's context when longer.
-const MIN_TOKEN_BATCH: u64 = 2048;
 
 #[derive(Debug, Clone)]
 pub struct AttributeArgs {
@@ -72,6 +70,8 @@ struct Report {
 
 pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
     let run = export::locate_run(&settings.layout.checkpoints_root(), Some(&a.run))?;
+    // Absolute: bergson and the helper run in the work directory.
+    let run = std::path::absolute(&run).unwrap_or(run);
     let checkpoints = exported_checkpoints(&run)?;
     let resolved = export::resolve(&ResolveOptions {
         checkpoints: checkpoints.clone(),
@@ -134,7 +134,9 @@ pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
 
     let source_dir = work.join("source");
     let config = work.join("config.yaml");
-    let token_batch = context.max(MIN_TOKEN_BATCH);
+    // bergson refuses a token batch longer than the model's context (its default,
+    // 2048, is longer than a small model's); every document fits one (checked above).
+    let token_batch = context;
     fs::write(
         &config,
         bergson_config(
