@@ -135,7 +135,7 @@ fn explicit_zero_and_false_survive() {
     assert_eq!(r.sources.momentum, Field::Explicit);
     assert_eq!(r.use_adam_preconditioner, Some(false));
     assert_eq!(r.sources.use_adam_preconditioner, Field::Explicit);
-    let segs = r.segment_details.unwrap();
+    let segs = r.segment_details.as_ref().unwrap();
     assert!(segs.iter().all(|s| s.factor == 1.0));
     let yaml = export::resolve_yaml(&r);
     assert!(
@@ -259,9 +259,9 @@ fn a_heavy_ball_momentum_of_095_makes_lr_times_steps_twenty_fold() {
     })
     .unwrap();
     let plain = adamw.segment_details.unwrap();
-    let scaled = sgd.segment_details.unwrap();
+    let scaled = sgd.segment_details.as_ref().unwrap();
     assert_eq!(plain.len(), 3);
-    for (p, s) in plain.iter().zip(&scaled) {
+    for (p, s) in plain.iter().zip(scaled) {
         let want: f64 = (p.from_step + 1..=p.to_step).map(lr).sum();
         assert!((p.lr_x_steps - want).abs() < 1e-15, "{p:?}");
         let ratio = s.lr_x_steps / p.lr_x_steps;
