@@ -13,6 +13,7 @@ Exit 3: bergson (or a library it needs) is not importable.
 
 import json
 import sys
+from pathlib import Path
 
 
 def _import_or_exit(module):
@@ -56,6 +57,7 @@ def scores(scores_dir):
     data = _import_or_exit("bergson.data")
     config_io = _import_or_exit("bergson.config.config_io")
     config = _import_or_exit("bergson.config")
+    scores_dir = Path(scores_dir)
     store = data.load_scores(scores_dir)
     grid = store[:]
     score_cfg = config_io.load_subconfig(scores_dir, "score_cfg", config.ScoreConfig)
