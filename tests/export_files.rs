@@ -451,40 +451,42 @@ fn json_report_names_every_checkpoint() {
 }
 
 #[test]
-fn an_older_runs_evaluations_get_their_steps_learning_rate_in_the_run_history() {
+fn the_run_history_is_rewritten_as_hf_readers_take_it() {
     let root = tempfile::tempdir().unwrap();
-    // The fabricated history has evaluations without a learning_rate, as workers
-    // wrote before they filled it in.
+    // The fabricated history has evaluations without a learning_rate, as the
+    // worker writes them; SOURCE reads this file for exports under the run.
     let run = make_run(root.path(), &RunSpec::default());
+    let before = read_json(&run.join("log_history.json"));
+    let evals_before = before
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.get("eval_loss").is_some() && e.get("learning_rate").is_none())
+        .count();
+    assert!(evals_before > 0);
     let report = export_all(&run);
-    assert!(
-        report
-            .warnings
-            .iter()
-            .any(|w| w.contains("3 evaluation entries") && w.contains("log_history.json")),
-        "{:?}",
-        report.warnings
-    );
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
     let history = read_json(&run.join("log_history.json"));
-    for e in history.as_array().unwrap() {
-        assert_eq!(
-            e["learning_rate"].as_f64(),
-            Some(lr(e["step"].as_u64().unwrap())),
-            "{e}"
-        );
+    let entries = history.as_array().unwrap();
+    // One entry per step: each evaluation is on its step's training entry.
+    let steps: Vec<u64> = entries
+        .iter()
+        .map(|e| e["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, (1..=6).collect::<Vec<u64>>());
+    for e in entries {
+        let step = e["step"].as_u64().unwrap();
+        assert_eq!(e["learning_rate"].as_f64(), Some(lr(step)), "{e}");
+        assert!(e["loss"].is_number(), "{e}");
+        assert_eq!(e.get("eval_loss").is_some(), step % 2 == 0, "{e}");
     }
+    let bytes = fs::read(run.join("log_history.json")).unwrap();
     let again = export::export(&ExportOptions {
         selection: Selection::All,
         force: true,
         ..ExportOptions::new(&run)
     })
     .unwrap();
-    assert!(
-        !again
-            .warnings
-            .iter()
-            .any(|w| w.contains("evaluation entries")),
-        "{:?}",
-        again.warnings
-    );
+    assert!(again.warnings.is_empty(), "{:?}", again.warnings);
+    assert_eq!(fs::read(run.join("log_history.json")).unwrap(), bytes);
 }

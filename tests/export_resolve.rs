@@ -372,7 +372,10 @@ fn an_export_into_the_run_directory_is_found_too() {
     .unwrap();
     let r = export::resolve(&opts(&[run.join("checkpoint-6")])).unwrap();
     assert_eq!(r.run.as_deref(), Some(run.as_path()));
-    assert_eq!(r.momentum, Some(0.8));
+    // Found as the run's: an AdamW run, so SOURCE's momentum is 0.0 whatever β1.
+    assert_eq!(r.momentum, Some(0.0));
+    assert_eq!(r.sources.momentum, Field::Run);
+    assert_eq!(r.use_adam_preconditioner, Some(true));
     // The export is not mistaken for a lavender checkpoint of the run.
     assert_eq!(checkpoints(&run).len(), 3);
 }

@@ -28,7 +28,7 @@ pub const EXPORT_DIR: &str = "exported";
 pub const EXPORT_MARKER: &str = "lavender_export.json";
 /// Bumped when the export's content changes, so older exports are rebuilt.
 /// 2: `optimizer.pt` beside `optimizer.safetensors`; every `log_history` entry has
-/// a `learning_rate`.
+/// a `learning_rate` (evaluations on their step's training entry).
 const EXPORT_FORMAT: u64 = 2;
 
 /// Which of the run's complete checkpoints to export.
@@ -172,11 +172,13 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport> {
         ));
     }
     let mut history = LogHistory::read(&run_dir)?;
-    if history.missing_learning_rates() > 0 {
-        // SOURCE reads the run's own history and needs every entry's rate.
-        let filled = history.fill_in_place()?;
+    // SOURCE reads `<run>/log_history.json` for checkpoints exported under the run
+    // (the run has a config.yaml) and needs a learning_rate on every entry; the
+    // worker logs its evaluations without one.
+    if history.missing_learning_rates() > 0 && history.rewrite_for_hf_readers()?.is_none() {
         warnings.push(format!(
-            "gave {filled} evaluation entries of {} their step's learning_rate (written by an older worker)",
+            "{} changed while it was read (the run is training); its evaluation entries \
+             still lack a learning_rate, which SOURCE needs: run the export again",
             history.path.display()
         ));
     }

@@ -32,7 +32,7 @@ pub use exporter::{
     Selection, export, locate_run,
 };
 pub use hf_config::{ModelDims, SpecialTokens, model_dims};
-pub use history::{LogHistory, fill_learning_rates};
+pub use history::{LogHistory, for_hf_readers};
 pub use output::{export_json, export_text, resolve_json, resolve_yaml, yaml_float};
 pub use resolve::{
     Field, ResolveOptions, Resolved, ResolvedCheckpoint, Sources, parse_list, resolve,

@@ -79,13 +79,10 @@ impl History {
             .with_context(|| format!("could not write {}", self.sidecar.display()))
     }
 
-    /// Writes `log_history.json` (the whole array) atomically, every entry with a
-    /// `learning_rate` (evaluations get their step's: see
-    /// `lavender::export::fill_learning_rates`).
+    /// Writes `log_history.json` (the whole array) atomically.
     pub fn materialize(&mut self) -> Result<()> {
         self.flush()?;
-        let mut entries = read_entries(&self.sidecar)?;
-        lavender::export::fill_learning_rates(&mut entries);
+        let entries = read_entries(&self.sidecar)?;
         lavender::atomic::write_json(&self.array, &entries)?;
         Ok(())
     }
@@ -145,25 +142,6 @@ mod tests {
         let arr: Vec<Value> =
             serde_json::from_slice(&std::fs::read(next.path().join(FILE)).unwrap()).unwrap();
         assert_eq!(arr.len(), 2);
-    }
-
-    #[test]
-    fn evaluations_carry_their_steps_learning_rate_in_the_array() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut h = History::open(dir.path(), None, None).unwrap();
-        h.append(&json!({"step": 0, "eval_loss": 4.0})).unwrap();
-        h.append(&json!({"step": 1, "learning_rate": 0.5, "loss": 3.0}))
-            .unwrap();
-        h.append(&json!({"step": 1, "eval_loss": 2.0})).unwrap();
-        h.materialize().unwrap();
-        let arr: Vec<Value> =
-            serde_json::from_slice(&std::fs::read(dir.path().join(FILE)).unwrap()).unwrap();
-        let lrs: Vec<f64> = arr
-            .iter()
-            .map(|e| e["learning_rate"].as_f64().unwrap())
-            .collect();
-        assert_eq!(lrs, [0.0, 0.5, 0.5]);
-        assert_eq!(arr[2]["eval_loss"], 2.0);
     }
 
     #[test]
