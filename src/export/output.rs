@@ -177,9 +177,14 @@ pub fn resolve_yaml(r: &Resolved) -> String {
         let _ = writeln!(s, "  momentum: {}", yaml_float(m));
     }
     if let Some(a) = r.use_adam_preconditioner {
+        let what = if a {
+            "; reads each checkpoint's optimizer.pt"
+        } else {
+            ""
+        };
         let _ = writeln!(
             s,
-            "  use_adam_preconditioner: {a}  # {}; reads each checkpoint's optimizer.pt",
+            "  use_adam_preconditioner: {a}  # {}{what}",
             source(r.sources.use_adam_preconditioner)
         );
     }

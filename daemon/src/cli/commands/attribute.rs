@@ -2,11 +2,14 @@
 //! bergson's SOURCE (approximate unrolling) over a run's exported checkpoints.
 //!
 //! lavenderd writes a bergson config (the `approx_unrolling_cfg` that
-//! `lavenderd resolve` prints, plus the data and model settings), runs
-//! `python -m bergson <config>` with the Python that has bergson, and ranks the
-//! scores it writes. Everything lives in `<run>/attribution/<UTC time>/`:
+//! `lavenderd resolve` prints, plus the data and model settings), runs bergson's
+//! CLI on it (what `python -m bergson <config>` runs) with the Python that has
+//! bergson, and ranks the scores it writes. One Python process checks the
+//! documents' token counts, runs SOURCE and reads the scores, so bergson is
+//! imported once. Everything lives in `<run>/attribution/<UTC time>/`:
 //! `train.jsonl`, `queries.jsonl`, `config.yaml`, `bergson.log`, bergson's own
-//! run directory `source/`, and `attribution.json` (the ranking).
+//! run directory `source/`, `scores.json` (bergson's scores) and
+//! `attribution.json` (the ranking).
 
 use std::fs;
 use std::io::Write;
@@ -119,23 +122,12 @@ pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
         checkpoints.len(),
         run.display()
     );
-    helper_call(
-        &python,
-        &helper,
-        &work,
-        &[
-            "check".as_ref(),
-            model.as_os_str(),
-            context.to_string().as_ref(),
-            train_file.as_os_str(),
-            queries_file.as_os_str(),
-        ],
-    )?;
-
     let source_dir = work.join("source");
+    let scores_dir = source_dir.join("scores");
     let config = work.join("config.yaml");
     // bergson refuses a token batch longer than the model's context (its default,
-    // 2048, is longer than a small model's); every document fits one (checked above).
+    // 2048, is longer than a small model's); every document fits one (the helper
+    // checks that first).
     let token_batch = context;
     fs::write(
         &config,
@@ -150,42 +142,36 @@ pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
     )
     .with_context(|| format!("could not write {}", config.display()))?;
     let log = work.join("bergson.log");
+    let scores_json = work.join("scores.json");
     eprintln!(
-        "attribute: running SOURCE: {} -m bergson {} (log: {})",
+        "attribute: running SOURCE: `{} -m bergson {}`, in one process with the token checks and the score reading: {} {} run … (log: {})",
         python.display(),
         config.display(),
+        python.display(),
+        helper.display(),
         log.display()
     );
-    let log_file =
-        fs::File::create(&log).with_context(|| format!("could not create {}", log.display()))?;
-    let status = Command::new(&python)
-        .arg("-m")
-        .arg("bergson")
-        .arg(&config)
-        .current_dir(&work)
-        .envs(offline_env(&work))
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone()?)
-        .stderr(log_file)
-        .status()
-        .with_context(|| format!("could not start {}", python.display()))?;
-    if !status.success() {
-        bail!(
-            "bergson failed ({status}); the end of {}:\n{}",
-            log.display(),
-            tail(&log, 15)
-        );
-    }
-
-    let scores_dir = source_dir.join("scores");
-    let out = helper_call(
+    helper_call(
         &python,
         &helper,
         &work,
-        &["scores".as_ref(), scores_dir.as_os_str()],
+        &log,
+        &[
+            "run".as_ref(),
+            model.as_os_str(),
+            context.to_string().as_ref(),
+            train_file.as_os_str(),
+            queries_file.as_os_str(),
+            config.as_os_str(),
+            scores_dir.as_os_str(),
+            log.as_os_str(),
+            scores_json.as_os_str(),
+        ],
     )?;
+    let out = fs::read_to_string(&scores_json)
+        .with_context(|| format!("could not read {}", scores_json.display()))?;
     let parsed: Value = serde_json::from_str(&out)
-        .with_context(|| format!("the score reader printed no JSON: {out}"))?;
+        .with_context(|| format!("{} holds no JSON: {out}", scores_json.display()))?;
     let higher_is_better = parsed["higher_is_better"].as_bool().unwrap_or(false);
     let per_query: Vec<Vec<f64>> = serde_json::from_value(parsed["scores"].clone())
         .context("the score reader's scores are not lists of numbers")?;
@@ -423,13 +409,15 @@ fn offline_env(work: &Path) -> Vec<(&'static str, std::ffi::OsString)> {
     ]
 }
 
-/// Runs the helper; its stdout on success, its message as the error otherwise.
+/// Runs the helper; its message (or the end of bergson's `log`) as the error if
+/// it fails.
 fn helper_call(
     python: &Path,
     helper: &Path,
     work: &Path,
+    log: &Path,
     args: &[&std::ffi::OsStr],
-) -> Result<String> {
+) -> Result<()> {
     let out = Command::new(python)
         .arg(helper)
         .args(args)
@@ -445,7 +433,7 @@ fn helper_call(
         })?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     match out.status.code() {
-        Some(0) => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+        Some(0) => Ok(()),
         Some(3) => bail!(
             "bergson is not installed for {} ({}); {INSTALL_HINT}",
             python.display(),
@@ -454,6 +442,11 @@ fn helper_call(
         Some(4) => bail!(
             "{}; shorten it, or attribute with a model trained with a longer model.n_positions",
             stderr.trim()
+        ),
+        Some(5) => bail!(
+            "bergson failed; the end of {}:\n{}",
+            log.display(),
+            tail(log, 15)
         ),
         _ => bail!(
             "{} {} failed ({}):\n{}",

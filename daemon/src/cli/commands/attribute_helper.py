@@ -1,26 +1,35 @@
 """`lavenderd attribute`'s Python side, run with the interpreter that has bergson.
 
-  check MODEL CONTEXT TRAIN QUERIES   token counts of every document, as bergson
-                                      will tokenize them; exit 4 naming the first
-                                      one longer than the model's context
-  scores SCORES_DIR                   bergson's score store as JSON: one list of
-                                      training-document scores per query, and
-                                      whether higher scores mean more helpful
+  run MODEL CONTEXT TRAIN QUERIES CONFIG SCORES LOG OUT
 
-Everything else (the config, running `python -m bergson`, ranking) is lavenderd's.
-Exit 3: bergson (or a library it needs) is not importable.
+One process (importing bergson costs seconds, so it is imported once):
+1. the token count of every training document and query as bergson will tokenize
+   them; exit 4 naming the first one longer than the model's context (or empty);
+2. SOURCE: bergson's own `python -m bergson CONFIG`, run in this process, its
+   output (stdout and stderr) going to LOG; exit 5 if it fails;
+3. bergson's score store (SCORES, in CONFIG's run_path) as JSON in OUT: one list of training-document scores per
+   query, and whether higher scores mean more helpful.
+
+Everything else (the config, ranking) is lavenderd's. Exit 3: bergson (or a
+library it needs) is not importable. Messages for exits 3 and 4 go to stderr.
 """
 
 import json
+import os
 import sys
+import traceback
 from pathlib import Path
+
+
+def _say(message):
+    print(message, file=sys.stderr, flush=True)
 
 
 def _import_or_exit(module):
     try:
         return __import__(module, fromlist=["_"])
     except ImportError as e:
-        print(f"cannot import {module}: {e}", file=sys.stderr)
+        _say(f"cannot import {module}: {e}")
         sys.exit(3)
 
 
@@ -30,27 +39,45 @@ def _texts(path):
 
 
 def check(model, context, train, queries):
-    _import_or_exit("bergson")
     transformers = _import_or_exit("transformers")
     tok = transformers.AutoTokenizer.from_pretrained(model)
     context = int(context)
-    longest = {}
     for kind, path in (("training document", train), ("query", queries)):
         texts = _texts(path)
         lengths = [len(ids) for ids in tok(texts)["input_ids"]]
         for i, n in enumerate(lengths):
             if n > context:
-                print(
+                _say(
                     f"{kind} {i + 1} of {path} is {n} tokens long, but the model's "
-                    f"context (n_positions) is {context} tokens",
-                    file=sys.stderr,
+                    f"context (n_positions) is {context} tokens"
                 )
                 sys.exit(4)
             if n == 0:
-                print(f"{kind} {i + 1} of {path} has no tokens", file=sys.stderr)
+                _say(f"{kind} {i + 1} of {path} has no tokens")
                 sys.exit(4)
-        longest[kind] = max(lengths)
-    print(json.dumps({"longest": longest}))
+
+
+def source(config, log):
+    """bergson's CLI on CONFIG, as `python -m bergson CONFIG` runs it."""
+    bergson_main = _import_or_exit("bergson.__main__")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(log, "w") as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+        sys.argv = ["bergson", config]
+        try:
+            bergson_main.main()
+            failed = False
+        except BaseException:  # noqa: BLE001 - SystemExit too: the log says why
+            traceback.print_exc()
+            failed = True
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os.dup2(saved, 2)
+    if failed:
+        sys.exit(5)
 
 
 def scores(scores_dir):
@@ -64,9 +91,17 @@ def scores(scores_dir):
     higher_is_better = bool(score_cfg.higher_is_better) if score_cfg else False
     # grid is [training documents, queries].
     per_query = [[float(x) for x in grid[:, q]] for q in range(grid.shape[1])]
-    print(json.dumps({"higher_is_better": higher_is_better, "scores": per_query}))
+    return {"higher_is_better": higher_is_better, "scores": per_query}
+
+
+def run(model, context, train, queries, config, scores_dir, log, out):
+    _import_or_exit("bergson")
+    check(model, context, train, queries)
+    source(config, log)
+    with open(out, "w") as f:
+        json.dump(scores(scores_dir), f)
 
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"check": check, "scores": scores}[command](*args)
+    {"run": run}[command](*args)
