@@ -25,7 +25,7 @@ use train_support::{run_ok, worker};
 const WORKER: &str = env!("CARGO_BIN_EXE_lavender-worker");
 /// Training documents (each its own document in the corpus) and the two that are
 /// asked about verbatim.
-const DOCS: usize = 60;
+const DOCS: usize = 50;
 const ASKED: [usize; 2] = [7, 41];
 /// The model's context, and SOURCE's token batch (bergson refuses a longer one).
 const CONTEXT: usize = 512;
@@ -102,7 +102,7 @@ fn require_bergson() -> String {
     versions
 }
 
-/// Sixty short documents of random words: each is its own document after the
+/// Fifty short documents of random words: each is its own document after the
 /// data steps, and none repeats another.
 fn corpus() -> Vec<String> {
     let words = [
@@ -119,7 +119,7 @@ fn corpus() -> Vec<String> {
     };
     (0..DOCS)
         .map(|i| {
-            let n = 9 + next(6);
+            let n = 6 + next(4);
             let body: Vec<&str> = (0..n).map(|_| words[next(words.len())]).collect();
             format!("Speaker {i} says {}.", body.join(" "))
         })
@@ -139,7 +139,7 @@ fn step_cmd(step: &str, data_root: &Path, corpus: &Path) -> Command {
         format!("data.sources=[{{path: {}}}]", corpus.display()),
         "data.tokenizer.vocab_size=300".to_string(),
         "data.shards.shard_bytes=8192".to_string(),
-        "data.shards.validation_fraction=0.05".to_string(),
+        "data.shards.validation_fraction=0.1".to_string(),
     ] {
         c.arg("--set").arg(set);
     }
@@ -162,7 +162,7 @@ fn train(data_root: &Path, corpus: &Path, run_dir: &Path) {
         positions.as_str(),
         "model.dropout=0.0",
         "training.batch_size=4",
-        "training.seq_len=32",
+        "training.seq_len=16",
         "training.eval_every=2",
         "training.eval_batches=1",
         "training.keep_checkpoints=10",
