@@ -196,6 +196,139 @@ fn lavenderd_ok(data_root: &Path, args: &[&std::ffi::OsStr]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `lavenderd attribute ARGS…` must fail; its stderr.
+fn attribute_err(data_root: &Path, args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(lavenderd())
+        .arg("--data-root")
+        .arg(data_root)
+        .arg("attribute")
+        .args(args)
+        .env_remove("LAVENDER_CONFIG")
+        .env_remove("LAVENDER_DATA_ROOT")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "lavenderd attribute {args:?} succeeded:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    stderr
+}
+
+/// Each way `lavenderd attribute` is given something it cannot use says what and
+/// what to do, before SOURCE runs.
+fn attribute_errors(tmp: &Path, data_root: &Path, run_dir: &Path, queries: &Path) {
+    let run = run_dir.as_os_str();
+    let err = attribute_err(
+        data_root,
+        &[
+            os("--run"),
+            os("no-such-run"),
+            os("--queries"),
+            queries.as_os_str(),
+        ],
+    );
+    assert!(
+        err.contains("run \"no-such-run\"") && err.contains("runs here"),
+        "{err}"
+    );
+    let unexported = data_root.join("checkpoints/run-unexported");
+    fs::create_dir_all(&unexported).unwrap();
+    let err = attribute_err(
+        data_root,
+        &[
+            os("--run"),
+            unexported.as_os_str(),
+            os("--queries"),
+            queries.as_os_str(),
+        ],
+    );
+    assert!(
+        err.contains("has no exported checkpoints")
+            && err.contains("lavenderd export --run run-unexported --all"),
+        "{err}"
+    );
+    fs::remove_dir(&unexported).unwrap();
+    let bad = tmp.join("bad-queries.jsonl");
+    for (text, want) in [
+        ("what is a river\n", "--queries: line 1"),
+        ("{\"body\": \"a river\"}\n", "no string \"text\" field"),
+    ] {
+        fs::write(&bad, text).unwrap();
+        let err = attribute_err(
+            data_root,
+            &[os("--run"), run, os("--queries"), bad.as_os_str()],
+        );
+        assert!(err.contains(want), "{err}");
+    }
+    let err = attribute_err(
+        data_root,
+        &[
+            os("--run"),
+            run,
+            os("--queries"),
+            queries.as_os_str(),
+            os("--python"),
+            tmp.join("no-python").as_os_str(),
+        ],
+    );
+    assert!(err.contains("scripts/attribution-setup.sh"), "{err}");
+    // A Python without bergson: the project's, without its site-packages.
+    let bare = tmp.join("python-without-site-packages");
+    fs::write(
+        &bare,
+        format!("#!/bin/sh\nexec {} -S \"$@\"\n", python().display()),
+    )
+    .unwrap();
+    let mut perms = fs::metadata(&bare).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    fs::set_permissions(&bare, perms).unwrap();
+    let err = attribute_err(
+        data_root,
+        &[
+            os("--run"),
+            run,
+            os("--queries"),
+            queries.as_os_str(),
+            os("--python"),
+            bare.as_os_str(),
+        ],
+    );
+    assert!(
+        err.contains("bergson is not installed")
+            && err.contains("bash scripts/attribution-setup.sh"),
+        "{err}"
+    );
+    // A query longer than the model's context (SOURCE's token batch).
+    let long = tmp.join("long-query.jsonl");
+    let words = vec!["river stone light"; CONTEXT].join(" ");
+    fs::write(
+        &long,
+        serde_json::json!({ "text": words }).to_string() + "\n",
+    )
+    .unwrap();
+    let err = attribute_err(
+        data_root,
+        &[
+            os("--run"),
+            run,
+            os("--queries"),
+            long.as_os_str(),
+            os("--python"),
+            python().as_os_str(),
+        ],
+    );
+    assert!(
+        err.contains("query 1 of")
+            && err.contains(&format!(
+                "but the model's context (n_positions) is {CONTEXT} tokens"
+            ))
+            && err.contains("model.n_positions"),
+        "{err}"
+    );
+}
+
 fn os<S: AsRef<std::ffi::OsStr> + ?Sized>(s: &S) -> &std::ffi::OsStr {
     s.as_ref()
 }
@@ -439,6 +572,9 @@ fn source_runs_on_a_lavender_export_as_is() {
         .map(|&i| serde_json::json!({ "text": docs[i] }).to_string())
         .collect();
     fs::write(&query_file, asked.join("\n") + "\n").unwrap();
+    let t = Instant::now();
+    attribute_errors(tmp.path(), &data_root, &run_dir, &query_file);
+    println!("attribute's errors checked in {:.1?}", t.elapsed());
     let config = work.join("config.yaml");
     fs::write(
         &config,

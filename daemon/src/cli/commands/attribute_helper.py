@@ -14,6 +14,7 @@ Everything else (the config, ranking) is lavenderd's. Exit 3: bergson (or a
 library it needs) is not importable. Messages for exits 3 and 4 go to stderr.
 """
 
+import importlib.util
 import json
 import os
 import sys
@@ -95,7 +96,10 @@ def scores(scores_dir):
 
 
 def run(model, context, train, queries, config, scores_dir, log, out):
-    _import_or_exit("bergson")
+    # Found without importing it: a document too long is told in seconds.
+    if importlib.util.find_spec("bergson") is None:
+        _say(f"no module named bergson in {sys.executable}")
+        sys.exit(3)
     check(model, context, train, queries)
     source(config, log)
     with open(out, "w") as f:
