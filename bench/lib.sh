@@ -8,6 +8,7 @@ LAVENDERD="${LAVENDERD:-$RELEASE/lavenderd}"
 FAKE_WORKER="${FAKE_WORKER:-$RELEASE/lavender-fake-worker}"
 WORKER="${WORKER:-$RELEASE/lavender-worker}"
 LOADGEN="${LOADGEN:-$RELEASE/loadgen}"
+REFERENCE="${REFERENCE:-$RELEASE/status-reference}"
 SUPERVISOR_VENV="${SUPERVISOR_VENV:-$BENCH_ROOT/bench/.supervisor-venv}"
 # Python for the scripts' arithmetic and JSON (the project's .venv, else the system's).
 PY="${PY:-$BENCH_ROOT/.venv/bin/python}"
@@ -21,6 +22,7 @@ bench_need() {
       fake-worker) [ -x "$FAKE_WORKER" ] || missing+=("$FAKE_WORKER") ;;
       worker) [ -x "$WORKER" ] || missing+=("$WORKER") ;;
       loadgen) [ -x "$LOADGEN" ] || missing+=("$LOADGEN") ;;
+      reference) [ -x "$REFERENCE" ] || missing+=("$REFERENCE") ;;
       supervisord) [ -x "$SUPERVISOR_VENV/bin/supervisord" ] || missing+=("$SUPERVISOR_VENV/bin/supervisord") ;;
       *) command -v "$b" >/dev/null || missing+=("$b") ;;
     esac

@@ -29,4 +29,4 @@ fi
 
 export LIBTORCH="${LIBTORCH:-$(cat "$root/.venv/lib/torch-path")}"
 cd "$root"
-cargo build --release -p lavenderd -p lavender-worker -p lavender-loadgen
+cargo build --release -p lavenderd -p lavender-worker -p lavender-loadgen -p lavender-bench-reference

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::data_root;
 use crate::error::{Error, IoContext, Result};
 
 /// File name of a step manifest.
@@ -17,12 +18,12 @@ pub const FILE: &str = "manifest.json";
 /// The data steps that write a manifest, in pipeline order, with the directory
 /// (relative to the data root) their manifest lives in.
 pub const STEP_DIRS: &[(&str, &str)] = &[
-    ("downloads", "corpus"),
-    ("dedup", "corpus/dedup"),
-    ("filter", "corpus/filtered"),
-    ("build_shards", "shards"),
-    ("precompute", "tokens"),
-    ("mine_hard", "hard_examples"),
+    ("downloads", data_root::CORPUS),
+    ("dedup", data_root::DEDUP),
+    ("filter", data_root::FILTERED),
+    ("build_shards", data_root::SHARDS),
+    ("precompute", data_root::TOKENS),
+    ("mine_hard", data_root::HARD_EXAMPLES),
 ];
 
 /// Where `step`'s manifest lives. A step not in [`STEP_DIRS`] uses

@@ -9,7 +9,7 @@ use chrono::{DateTime, Duration, NaiveDateTime, Utc};
 use crate::error::{Error, IoContext, Result};
 
 /// Under the data root, where runs live.
-pub const CHECKPOINTS_DIR: &str = "checkpoints";
+pub const CHECKPOINTS_DIR: &str = crate::data_root::CHECKPOINTS;
 pub const RUN_PREFIX: &str = "run-";
 const RUN_TIME_FORMAT: &str = "%Y-%m-%d_%H-%M-%S";
 

@@ -474,28 +474,12 @@ fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
     v.as_ref().map_or("-".into(), ToString::to_string)
 }
 
-/// Pipeline order for display; steps not listed follow alphabetically.
-const DISPLAY_ORDER: &[&str] = &[
-    "downloads",
-    "dedup",
-    "filter",
-    "build_shards",
-    "precompute",
-    "train",
-    "mine_hard",
-];
-
+/// The steps in pipeline order; steps that are not pipeline steps follow alphabetically.
 fn ordered_steps(
     steps: &BTreeMap<String, StepState>,
 ) -> impl Iterator<Item = (&String, &StepState)> {
-    let rank = |name: &str| {
-        DISPLAY_ORDER
-            .iter()
-            .position(|s| *s == name)
-            .unwrap_or(DISPLAY_ORDER.len())
-    };
     let mut v: Vec<_> = steps.iter().collect();
-    v.sort_by_key(|(name, _)| rank(name));
+    v.sort_by_key(|(name, _)| crate::config::PipelineStep::display_rank(name));
     v.into_iter()
 }
 

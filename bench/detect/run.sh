@@ -32,9 +32,9 @@ daemon_write_config "$dir" "[\"$FAKE_WORKER\", \"--total-steps\", \"100000000\",
   webhooks:
     - name: bench
       url: http://127.0.0.1:$hook_port/hook"
-export LAVENDER_TEST_BACKOFF_MS=1000
+export LAVENDER__SUPERVISOR__RESTART_BACKOFF_S="[1]"
 daemon_start "$dir"
-unset LAVENDER_TEST_BACKOFF_MS
+unset LAVENDER__SUPERVISOR__RESTART_BACKOFF_S
 crash_pid="$DAEMON_PID"
 daemon_cli "$dir" start >/dev/null
 wait_for 30 "training" training_running "$DAEMON_SOCK"

@@ -3,17 +3,21 @@
 # over TCP and over the Unix socket, on an empty data root and on one holding
 # 166,829 small files in its data folders; side by side with (a) a shell status
 # script (ls | wc -l, jq on heartbeat.json, df) on the same roots and (b)
-# supervisord's XML-RPC supervisor.getAllProcessInfo supervising one process.
+# supervisord's XML-RPC supervisor.getAllProcessInfo supervising one process, and
+# (c) the limit of this machine: a bare axum server (bench/reference) answering
+# with the same body from a static string, over TCP and a Unix socket. All are
+# measured in one loop, alternating, so a busy machine slows them alike.
 # Each daemon supervises a fake worker that trains (a heartbeat every 100 ms).
 #
 #   bash bench/status/run.sh            # FILES=166829 DURATION=10 CONNECTIONS=16 ROUNDS=2
 #
-# Targets: p50 under 1 ms, at least 10,000 requests/s on 2 cores, no growth with
-# the file count. Not a test: prints figures and ratios, asserts nothing on speed.
+# Targets: at 16 connections at least 0.85x the bare server and 10x supervisord;
+# p50 at most 0.1 ms at 1 connection; no growth with the file count. The same over
+# the Unix socket. Not a test: prints figures and ratios, asserts nothing on speed.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/../lib.sh"
-bench_need lavenderd fake-worker loadgen supervisord wrk hyperfine jq curl
+bench_need lavenderd fake-worker loadgen reference supervisord wrk hyperfine jq curl
 bench_out status
 
 FILES="${FILES:-166829}"
@@ -44,6 +48,17 @@ for root in empty full; do
   wait_for 30 "training under the $root root" training_running "${SOCK[$root]}"
 done
 status_get "${SOCK[full]}" | jq -c '{state: .pipeline.state, step: .training.step, data, disk}'
+
+# The bare reference, serving the body lavenderd answered with just now.
+status_get "${SOCK[full]}" >"$BENCH_TMP/reference-body.json"
+echo "status body: $(wc -c <"$BENCH_TMP/reference-body.json") bytes"
+"$REFERENCE" --body "$BENCH_TMP/reference-body.json" --tcp 127.0.0.1:0 >"$BENCH_TMP/reference-tcp.addr" &
+BENCH_PIDS+=("$!")
+"$REFERENCE" --body "$BENCH_TMP/reference-body.json" --unix "$BENCH_TMP/reference.sock" >/dev/null &
+BENCH_PIDS+=("$!")
+ref_up() { [ -s "$BENCH_TMP/reference-tcp.addr" ] && [ -S "$BENCH_TMP/reference.sock" ]; }
+wait_for 10 "the reference server" ref_up
+REF_ADDR="$(cat "$BENCH_TMP/reference-tcp.addr")"
 
 # supervisord supervising the same fake worker.
 sv_dir="$BENCH_TMP/supervisord"
@@ -92,19 +107,24 @@ for round in $(seq "$ROUNDS"); do
   echo "round $round/$ROUNDS: loadgen, 1 connection (latency) and $CONNECTIONS (throughput)"
   for root in empty full; do
     measure "lavenderd tcp $root" "$round" --tcp "${ADDR[$root]}" --connections 1
+    measure "reference tcp" "$round" --tcp "$REF_ADDR" --connections 1
     measure "lavenderd unix $root" "$round" --unix "${SOCK[$root]}" --connections 1
+    measure "reference unix" "$round" --unix "$BENCH_TMP/reference.sock" --connections 1
   done
   measure "supervisord tcp" "$round" --tcp "127.0.0.1:$sv_port" --connections 1 "${xml[@]}"
   measure "supervisord unix" "$round" --unix "$sv_dir/supervisor.sock" --connections 1 "${xml[@]}"
   for root in empty full; do
     measure "lavenderd tcp $root" "$round" --tcp "${ADDR[$root]}" --connections "$CONNECTIONS"
+    measure "reference tcp" "$round" --tcp "$REF_ADDR" --connections "$CONNECTIONS"
     measure "lavenderd unix $root" "$round" --unix "${SOCK[$root]}" --connections "$CONNECTIONS"
+    measure "reference unix" "$round" --unix "$BENCH_TMP/reference.sock" --connections "$CONNECTIONS"
   done
   measure "supervisord tcp" "$round" --tcp "127.0.0.1:$sv_port" --connections "$CONNECTIONS" "${xml[@]}"
   measure "supervisord unix" "$round" --unix "$sv_dir/supervisor.sock" --connections "$CONNECTIONS" "${xml[@]}"
   echo "round $round/$ROUNDS: wrk, $CONNECTIONS connections over TCP"
   for root in empty full; do
     wrk_measure "lavenderd tcp $root" "$round" "http://${ADDR[$root]}/status"
+    wrk_measure "reference tcp" "$round" "http://$REF_ADDR/status"
   done
   wrk_measure "supervisord tcp" "$round" "http://127.0.0.1:$sv_port/RPC2" -s "$wrk_lua"
 done
@@ -125,4 +145,5 @@ print(json.dumps({"label": sys.argv[2], "round": 1, "tool": "hyperfine", "transp
 PY
 done
 
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$PY" "$here/report.py" "$results" "$FILES" | tee "$BENCH_OUT/report.txt"

@@ -4,8 +4,10 @@
 # steps/sec of both and their ratio (worker / PyTorch; ≥ 1.0 means the worker is
 # at least as fast).
 #
-#   bash bench/trainer/run.sh                     # the default (tiny) model, 2 threads
-#   THREADS=4 N_EMBD=256 N_LAYER=4 bash bench/trainer/run.sh
+#   bash bench/trainer/run.sh     # two default models, 2 threads: tiny (2 layers,
+#                                 # 2 heads, n_embd 64, seq 64) and small (4 layers,
+#                                 # 4 heads, n_embd 128, seq 128), batch 16
+#   THREADS=4 N_EMBD=256 N_LAYER=4 bash bench/trainer/run.sh   # one model of your choice
 #
 # The worker's speed is (N2 − N1) / (t(N2) − t(N1)) over two runs, so start-up, the
 # first evaluation and the final save cancel out. It needs a release build
@@ -17,14 +19,17 @@ WORKER="${WORKER:-$root/target/release/lavender-worker}"
 PYTHON="${PYTHON:-$root/.venv/bin/python}"
 THREADS="${THREADS:-2}"
 VOCAB="${VOCAB:-2048}"
-N_LAYER="${N_LAYER:-2}"
-N_HEAD="${N_HEAD:-2}"
-N_EMBD="${N_EMBD:-64}"
 N_POSITIONS="${N_POSITIONS:-128}"
 BATCH="${BATCH:-16}"
-SEQ_LEN="${SEQ_LEN:-64}"
 N1="${N1:-20}"
 N2="${N2:-120}"
+# "layers heads n_embd seq_len" per model; any of N_LAYER/N_HEAD/N_EMBD/SEQ_LEN set
+# makes it one model (the tiny default filling in the rest).
+if [ -n "${N_LAYER:-}${N_HEAD:-}${N_EMBD:-}${SEQ_LEN:-}" ]; then
+  MODELS=("${N_LAYER:-2} ${N_HEAD:-2} ${N_EMBD:-64} ${SEQ_LEN:-64}")
+else
+  MODELS=("2 2 64 64" "4 4 128 128")
+fi
 
 if [ ! -x "$WORKER" ]; then
   echo "bench: no worker binary at $WORKER; run \`make build\` or set WORKER=" >&2
@@ -42,7 +47,7 @@ trap 'rm -rf "$tmp"' EXIT
 calc() { "$PYTHON" -c "print($1)"; }
 
 worker_seconds() {
-  local steps="$1" data="$tmp/data-$1"
+  local steps="$1" data="$tmp/data-$N_LAYER-$N_HEAD-$N_EMBD-$SEQ_LEN-$1"
   mkdir -p "$data"
   ln -s "$tmp/tokens" "$data/tokens"
   local t0 t1
@@ -59,6 +64,7 @@ worker_seconds() {
   calc "$t1 - $t0"
 }
 
+bench_model() {
 s1="$(worker_seconds "$N1")"
 s2="$(worker_seconds "$N2")"
 worker_sps="$(calc "($N2 - $N1) / ($s2 - $s1)")"
@@ -84,3 +90,13 @@ printf 'pytorch eager (default OpenMP waiting):   %.2f steps/s\n' "$torch_defaul
 printf 'pytorch eager (OMP_WAIT_POLICY=PASSIVE):  %.2f steps/s\n' "$torch_passive"
 printf 'ratio vs default pytorch: %.2fx; vs passive pytorch: %.2fx\n' \
   "$(calc "$worker_sps / $torch_default")" "$(calc "$worker_sps / $torch_passive")"
+}
+
+uptime_load() { cut -d' ' -f1-3 /proc/loadavg; }
+for model in "${MODELS[@]}"; do
+  read -r N_LAYER N_HEAD N_EMBD SEQ_LEN <<<"$model"
+  echo "load average before: $(uptime_load)"
+  bench_model
+  echo "load average after: $(uptime_load)"
+  echo
+done

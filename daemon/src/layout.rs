@@ -3,11 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
+use lavender::data_root;
 use lavender::run::CHECKPOINTS_DIR;
 
 /// The data root's directories a recorded path may point into: what is looked for
 /// when an old record's absolute path no longer exists because the root was moved.
-const MOVABLE_DIRS: &[&str] = &[CHECKPOINTS_DIR, "logs"];
+const MOVABLE_DIRS: &[&str] = &[CHECKPOINTS_DIR, data_root::LOGS];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
@@ -30,7 +31,7 @@ impl Layout {
     }
 
     pub fn logs_dir(&self) -> PathBuf {
-        self.data_root.join("logs")
+        self.data_root.join(data_root::LOGS)
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -82,7 +83,7 @@ impl Layout {
     /// absolute one (records written before paths were relative) is kept, unless it
     /// no longer exists and the same `checkpoints/…` or `logs/…` tail exists under
     /// this data root: the root was moved since.
-    pub fn from_recorded(&self, path: &Path) -> PathBuf {
+    pub fn resolve_recorded(&self, path: &Path) -> PathBuf {
         if path.is_relative() {
             return self.data_root.join(path);
         }
@@ -112,13 +113,6 @@ impl Layout {
     }
 }
 
-/// `path` relative to `base` when inside it, for shorter messages.
-pub fn display_under(path: &Path, base: &Path) -> String {
-    path.strip_prefix(base)
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| path.display().to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,11 +122,11 @@ mod tests {
         let layout = Layout::new(PathBuf::from("/disk/a/data"), None);
         let run = Path::new("/disk/a/data/checkpoints/run-1");
         assert_eq!(layout.to_recorded(run), Path::new("checkpoints/run-1"));
-        assert_eq!(layout.from_recorded(Path::new("checkpoints/run-1")), run);
+        assert_eq!(layout.resolve_recorded(Path::new("checkpoints/run-1")), run);
         // Outside the root (a checkpoint given with --resume): kept as it is.
         let elsewhere = Path::new("/other/ckpt");
         assert_eq!(layout.to_recorded(elsewhere), elsewhere);
-        assert_eq!(layout.from_recorded(elsewhere), elsewhere);
+        assert_eq!(layout.resolve_recorded(elsewhere), elsewhere);
         assert_eq!(layout.to_recorded(&layout.data_root), layout.data_root);
     }
 
@@ -143,13 +137,13 @@ mod tests {
         let run = layout.checkpoints_root().join("run-1");
         std::fs::create_dir_all(run.join("pretrain-00-00-00-0001")).unwrap();
         let old = dir.path().join("old/data/checkpoints/run-1");
-        assert_eq!(layout.from_recorded(&old), run);
+        assert_eq!(layout.resolve_recorded(&old), run);
         assert_eq!(
-            layout.from_recorded(&old.join("pretrain-00-00-00-0001")),
+            layout.resolve_recorded(&old.join("pretrain-00-00-00-0001")),
             run.join("pretrain-00-00-00-0001")
         );
         // Nothing there under the new root either: the record's path stands.
         let gone = dir.path().join("old/data/checkpoints/run-2");
-        assert_eq!(layout.from_recorded(&gone), gone);
+        assert_eq!(layout.resolve_recorded(&gone), gone);
     }
 }

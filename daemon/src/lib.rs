@@ -1,18 +1,19 @@
 //! lavenderd: the supervisor daemon of the lavender training pipeline and its CLI.
 //! The daemon is a library so tests and `start --foreground` can run it in-process.
 
+pub mod backoff;
 pub mod cli;
-pub mod daemon;
-pub mod feed;
-pub mod inventory;
-pub mod layout;
+pub(crate) mod daemon;
+pub(crate) mod feed;
+pub(crate) mod inventory;
+pub(crate) mod layout;
 pub mod logging;
-pub mod logs;
+pub(crate) mod logs;
 pub mod notify;
 pub mod pipeline;
 pub mod process;
-pub mod server;
+pub(crate) mod server;
 pub mod service;
-pub mod settings;
-pub mod status;
-pub mod web;
+pub(crate) mod settings;
+pub(crate) mod status;
+pub(crate) mod web;

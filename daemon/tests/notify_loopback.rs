@@ -10,9 +10,9 @@ use std::time::Duration;
 use crate::notify_support::*;
 use lavender::config::WebhookFormat;
 use lavender::events;
-use lavenderd::notify::{
-    AlertKind, EventFollower, ExitReason, Level, Notification, Notifier, Options, alert, milestone,
-};
+use lavenderd::notify::{EventFollower, Level, Notification, Notifier, Options, milestone, pushes};
+use lavenderd::pipeline::Alert;
+use lavenderd::process::ExitOutcome;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -172,42 +172,49 @@ async fn alert_texts_for_faults_and_the_end() {
     );
     let n = Notifier::start_with(&cfg, state.path(), fast());
     let p = n.prefix().to_string();
+    let log = state.path().join("worker.log");
+    std::fs::write(&log, "last line\n").unwrap();
     let alerts = [
-        AlertKind::Stalled {
-            heartbeat_age: Duration::from_secs(372),
+        Alert::Stale {
+            step: "train".into(),
+            age_s: Some(372),
             stale_after_s: 300,
-            step: Some(1234),
+            training_step: Some(1234),
         },
-        AlertKind::Recovered {
+        Alert::Recovered {
+            step: "train".into(),
             stalled_for: Some(Duration::from_secs(400)),
-            step: Some(1300),
+            training_step: Some(1300),
         },
-        AlertKind::Crashed {
-            exit: ExitReason::Signal(9),
-            log_tail: vec!["last line".into()],
+        Alert::Crashed {
+            step: "train".into(),
+            outcome: ExitOutcome::Signal(9),
+            restart: 1,
+            max_restarts: 3,
+            restart_in: Duration::from_secs(10),
+            log_file: Some(log),
         },
-        AlertKind::Restarting {
-            attempt: 1,
-            max: 3,
-            delay: Duration::from_secs(10),
-        },
-        AlertKind::Failed {
+        Alert::Failed {
+            step: "train".into(),
+            reason: "exit code 1".into(),
             restarts: 3,
-            last_exit: Some(ExitReason::Code(1)),
+            last_exit: Some(ExitOutcome::Code(1)),
         },
-        AlertKind::DiskLow {
+        Alert::DiskLow {
             path: "/data".into(),
             avail_bytes: 300 * 1024 * 1024,
             need_bytes: 1024 * 1024 * 1024,
         },
-        AlertKind::Finished {
+        Alert::Finished {
             duration: Duration::from_secs(3 * 3600 + 720),
             final_loss: Some(1.5),
             final_checkpoint: Some("final-05-12-22-0007".into()),
         },
     ];
-    for a in alerts {
-        n.send(alert(a, &p));
+    for a in &alerts {
+        for push in pushes(a, &p, 20) {
+            n.send(push);
+        }
     }
     let got: Vec<Value> = server
         .wait_for(7)
@@ -251,22 +258,28 @@ async fn repeated_alerts_of_one_kind_coalesce() {
     options.timings.coalesce_window = Duration::from_millis(300);
     let n = Notifier::start_with(&cfg, state.path(), options);
     let stalled = |secs| {
-        alert(
-            AlertKind::Stalled {
-                heartbeat_age: Duration::from_secs(secs),
+        pushes(
+            &Alert::Stale {
+                step: "train".into(),
+                age_s: Some(secs),
                 stale_after_s: 300,
-                step: None,
+                training_step: None,
             },
             "",
+            0,
         )
+        .remove(0)
     };
-    let recovered = alert(
-        AlertKind::Recovered {
+    let recovered = pushes(
+        &Alert::Recovered {
+            step: "train".into(),
             stalled_for: None,
-            step: None,
+            training_step: None,
         },
         "",
-    );
+        0,
+    )
+    .remove(0);
     // A run of one kind is one push; a change of kind lets the next one through.
     n.send(stalled(301));
     n.send(stalled(302));

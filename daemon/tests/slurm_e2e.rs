@@ -2,10 +2,13 @@
 //! `scripts/slurm/start.sh`: submit → running with a job id → stop saves → start
 //! resumes; the time limit's notice saves, requeues and resumes; a crashed job is
 //! restarted from the latest checkpoint; a 2-task job where rank 0 writes the
-//! heartbeat; a restarted daemon adopts the running job. The scenarios run at once (Slurm's time-limit check is the slow part).
+//! heartbeat; a restarted daemon adopts the running job; a DDP script on two ranks
+//! under real torchrun (examples/torchrun with its Slurm launcher) stops with one
+//! save and resumes as a new job. The scenarios run at once (Slurm's time-limit check is the slow part).
 //! Slurm that cannot be started fails the test with the script's output.
 
 mod common;
+mod python_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -374,6 +377,120 @@ fn crashed_job_restarts_from_latest() {
     assert!(Path::new(&resume).join("trainer_state.json").is_file());
 }
 
+/// examples/torchrun under the Slurm backend, as docs/PYTHON.md shows it: the job's
+/// task runs `slurm-torchrun.sh`, a torchrun agent with two ranks meeting in a c10d
+/// rendezvous on the job's node. Stop → the SIGTERM reaches both ranks through srun
+/// and torchrun, they stop after the same step, rank 0 saves once and the job
+/// completes; `start --resume latest` → a new job loads that save.
+fn torchrun_job_stops_with_one_save_and_resumes() {
+    use python_support::*;
+    require_modules(&["torch"]);
+    let slow = Duration::from_secs(300);
+    let command: Vec<String> = [
+        example("torchrun/slurm-torchrun.sh"),
+        venv_tool("torchrun"),
+        "--nproc_per_node=2".into(),
+        example("torchrun/train.py"),
+    ]
+    .into_iter()
+    .chain(
+        [
+            "--max-steps",
+            "100000",
+            "--save-every",
+            "100000",
+            "--batch-size",
+            "4",
+            "--seq-len",
+            "32",
+        ]
+        .map(String::from),
+    )
+    .collect();
+    let mut env = PyEnv::new(
+        &command,
+        "",
+        "launch:\n  backend: slurm\n  slurm:\n    poll_interval_s: 1\n    grace_s: 59\n",
+    );
+    env.worker_name = "slurm-torchrun".into();
+    env.serve();
+    env.start(&[]);
+    let mut st = Value::Null;
+    wait_until(slow, "a running torchrun job that trains", || {
+        st = env.status();
+        st["pipeline"]["slurm"]["state"] == "RUNNING"
+            && st["training"]["step"].as_u64().unwrap_or(0) >= 3
+    });
+    let job = st["pipeline"]["slurm"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    JOBS.lock().unwrap().push(job.clone());
+    let run = env.run_dir();
+
+    let said = env.stop_saved();
+    let finals: Vec<Value> = events(&run)
+        .into_iter()
+        .filter(|e| e["kind"] == "final_saved")
+        .collect();
+    assert_eq!(finals.len(), 1, "rank 0 saves once: {finals:?}");
+    let saved = finals[0]["path"].as_str().unwrap().to_string();
+    assert!(said.contains(&saved), "stop names the save {saved}: {said}");
+    let stop_step = step_of(&finals[0]);
+    let stopped: Vec<String> = env
+        .worker_log()
+        .lines()
+        .filter(|l| l.contains("stopped after step"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(stopped.len(), 2, "both ranks stopped: {stopped:?}");
+    assert!(
+        stopped
+            .iter()
+            .all(|l| l.ends_with(&format!("stopped after step {stop_step}"))),
+        "at the same step {stop_step}: {stopped:?}"
+    );
+    // The stop is judged by the save, not by the exit code: torchrun's agent ends with
+    // exit code 1 whenever it was sent SIGTERM, even after its ranks saved and exited
+    // 0, so Slurm records the job FAILED (1:0) while the pipeline is `stopped`.
+    assert_eq!(env.status()["pipeline"]["state"], "stopped");
+    let info = scontrol_job(&job);
+    let ended = (
+        field(&info, "JobState").unwrap_or_default(),
+        field(&info, "ExitCode").unwrap_or_default(),
+    );
+    assert!(
+        [("COMPLETED", "0:0"), ("FAILED", "1:0")].contains(&(ended.0.as_str(), ended.1.as_str())),
+        "the job ended by itself after the save: {info}\n{}",
+        env.worker_log()
+    );
+    say(format!(
+        "torchrun under Slurm: job {job} stopped after step {stop_step}, saved {saved}; Slurm: {} {}",
+        ended.0, ended.1
+    ));
+
+    env.start(&["--resume", "latest"]);
+    // The resumed job trains into a new run directory, from the save.
+    let resumed = env.run_dir();
+    assert_ne!(resumed, run);
+    let loaded = wait_event(&env, &resumed, slow, "checkpoint_loaded", |e| {
+        e["kind"] == "checkpoint_loaded"
+    });
+    assert_eq!(step_of(&loaded), stop_step);
+    wait_until(slow, "the resumed job to train past the save", || {
+        st = env.status();
+        st["pipeline"]["slurm"]["state"] == "RUNNING"
+            && st["training"]["step"].as_u64().unwrap_or(0) > stop_step
+    });
+    let job2 = st["pipeline"]["slurm"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    JOBS.lock().unwrap().push(job2.clone());
+    assert_ne!(job2, job, "a new job");
+    env.stop_saved();
+}
+
 /// The job id of the first step, as soon as it is known.
 struct PipelineJob(String);
 
@@ -449,7 +566,7 @@ fn slurm_backend_end_to_end() {
         stdout(&out),
         stderr(&out)
     );
-    let scenarios: [(&str, fn()); 5] = [
+    let scenarios: [(&str, fn()); 6] = [
         ("submit_stop_and_resume", submit_stop_and_resume),
         (
             "a_restarted_daemon_adopts_the_job",
@@ -464,6 +581,10 @@ fn slurm_backend_end_to_end() {
             crashed_job_restarts_from_latest,
         ),
         ("two_tasks_rank_zero_writes", two_tasks_rank_zero_writes),
+        (
+            "torchrun_job_stops_with_one_save_and_resumes",
+            torchrun_job_stops_with_one_save_and_resumes,
+        ),
     ];
     // `SLURM_E2E_ONLY=<name>` runs one scenario (when reproducing a failure).
     let only = std::env::var("SLURM_E2E_ONLY").ok();

@@ -13,17 +13,19 @@ use common::*;
 use lavender::heartbeat::{self, Heartbeat, WorkerState};
 
 /// Longer than any test: only file events refresh the status.
-const NO_SAFETY_REFRESH: (&str, &str) = ("LAVENDER_TEST_SAFETY_REFRESH_MS", "600000");
+const NO_SAFETY_REFRESH: [&str; 2] = ["--status-safety-refresh-ms", "600000"];
 
 /// A daemon on a data root that already holds a run directory (the one the status
 /// is about while no pipeline runs).
-fn daemon_with_a_run(extra_env: &[(&str, &str)]) -> (Env, PathBuf) {
+fn daemon_with_a_run(extra_args: &[&str]) -> (Env, PathBuf) {
     let mut env = Env::new(&[], "", "[train]");
     let run = env.data_root.join("checkpoints/run-2026-01-01_00-00-00");
     std::fs::create_dir_all(&run).unwrap();
-    for (k, v) in [NO_SAFETY_REFRESH].iter().chain(extra_env) {
-        env.env.push((k.to_string(), v.to_string()));
-    }
+    env.serve_args = NO_SAFETY_REFRESH
+        .iter()
+        .chain(extra_args)
+        .map(|a| a.to_string())
+        .collect();
     env.serve();
     (env, run)
 }
@@ -100,7 +102,7 @@ fn a_heartbeat_shows_in_the_status_by_file_events() {
 
 #[test]
 fn when_inotify_is_exhausted_the_status_polls_instead() {
-    let (env, run) = daemon_with_a_run(&[("LAVENDER_TEST_INOTIFY_EXHAUSTED", "1")]);
+    let (env, run) = daemon_with_a_run(&["--simulate-inotify-exhausted"]);
     let d = latencies(&env, &run, 5);
     report("polling fallback (poll_interval_ms 50)", d);
     let log = std::fs::read_to_string(env.daemon_log()).unwrap();

@@ -75,6 +75,15 @@ impl PipelineStep {
         PipelineStep::MineHard,
     ];
 
+    /// Where a step named `name` stands in the pipeline's order, for display: a name
+    /// that is not a pipeline step comes after all of them.
+    pub fn display_rank(name: &str) -> usize {
+        PipelineStep::ALL
+            .iter()
+            .position(|s| s.as_str() == name)
+            .unwrap_or(PipelineStep::ALL.len())
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             PipelineStep::Downloads => "downloads",
@@ -307,7 +316,8 @@ pub struct SupervisorConfig {
     pub stale_after_s: u64,
     pub startup_grace_s: u64,
     pub max_restarts: u32,
-    pub restart_backoff_s: Vec<u64>,
+    /// Seconds; fractions allowed (`[0.5, 2, 10]`).
+    pub restart_backoff_s: Vec<f64>,
     pub restart_reset_after_s: u64,
     pub stop_timeout_s: u64,
     pub keep_runs: Option<u32>,

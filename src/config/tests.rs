@@ -159,7 +159,7 @@ fn layering_order() {
     let c = Config::load(&opts).unwrap();
     assert_eq!((c.seed, c.training.batch_size), (3, 2));
     assert_eq!(c.training.stages[1].lr, 0.5);
-    assert_eq!(c.supervisor.restart_backoff_s, vec![1, 2]);
+    assert_eq!(c.supervisor.restart_backoff_s, vec![1.0, 2.0]);
 }
 
 #[test]

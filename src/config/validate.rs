@@ -342,6 +342,18 @@ fn validate_supervisor(c: &Config) -> Check {
             "list at least one wait in seconds (e.g. [10, 30, 90]) or set supervisor.max_restarts: 0",
         ));
     }
+    if let Some(bad) = s
+        .restart_backoff_s
+        .iter()
+        .find(|w| !w.is_finite() || **w < 0.0 || **w > 86_400.0)
+    {
+        return Err(invalid(
+            "supervisor.restart_backoff_s",
+            format!(
+                "{bad} is not a wait in seconds; use numbers from 0 to 86400 (e.g. [10, 30, 90])"
+            ),
+        ));
+    }
     at_least("supervisor.stop_timeout_s", s.stop_timeout_s, 1)?;
     if let Some(keep) = s.keep_runs {
         at_least("supervisor.keep_runs", keep, 1)?;

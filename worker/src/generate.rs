@@ -48,10 +48,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     tch::set_num_threads(s.threads as i32);
     let (model, ck, device) = load_for_inference(&s, &args.checkpoint, args.device.as_deref())?;
     // The run's own tokenizer is the encoding its weights were trained with.
-    let run_tok = ck.path.parent().map(|p| p.join("tokenizer.json"));
-    let tok_path: PathBuf = run_tok
-        .filter(|p| p.is_file())
-        .unwrap_or_else(|| s.data_root.join("tokens/tokenizer.json"));
+    let run_tok = ck
+        .path
+        .parent()
+        .map(|p| p.join(crate::tokens::TOKENIZER_FILE));
+    let tok_path: PathBuf = run_tok.filter(|p| p.is_file()).unwrap_or_else(|| {
+        s.data_root
+            .join(lavender::data_root::TOKENS)
+            .join(crate::tokens::TOKENIZER_FILE)
+    });
     let tokenizer = tokenizers::Tokenizer::from_file(&tok_path)
         .map_err(|e| anyhow!("could not load the tokenizer {}: {e}", tok_path.display()))?;
     let enc = tokenizer

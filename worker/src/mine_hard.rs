@@ -44,7 +44,7 @@ pub fn run(args: MineHardArgs) -> Result<()> {
     let s = Settings::load(&args.step)?;
     tch::set_num_threads(s.threads as i32);
     let (model, ck, device) = load_for_inference(&s, &args.checkpoint, args.device.as_deref())?;
-    let tokens = Tokens::open(&s.data_root.join("tokens"))?;
+    let tokens = Tokens::open(&s.data_root.join(lavender::data_root::TOKENS))?;
     let shards = tokens.select_shards(s.chunk, s.config.preset().shards)?;
     let arrays = shards
         .iter()

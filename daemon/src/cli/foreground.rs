@@ -11,7 +11,7 @@ use lavender::status::Status;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::watch::duration;
+use crate::daemon::progress;
 use crate::feed::{Feed, Kind};
 
 /// How long the end waits for the feed to print the last lines.
@@ -87,7 +87,7 @@ impl ForegroundView {
         if let Some(step) = t.step {
             self.bar.set_position(step);
         }
-        self.bar.set_message(numbers(s));
+        self.bar.set_message(progress::numbers(s));
     }
 
     /// Lets the feed print up to the pipeline's final state (the worker's last
@@ -106,45 +106,8 @@ impl ForegroundView {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         self.bar.finish_and_clear();
-        eprintln!("{}", summary(s));
+        eprintln!("{}", progress::line(s));
     }
-}
-
-/// loss, steps/s and ETA, as far as known.
-fn numbers(s: &Status) -> String {
-    let t = &s.training;
-    let mut parts = Vec::new();
-    if let Some(loss) = t.loss_smooth.or(t.loss) {
-        parts.push(format!("loss {loss:.4}"));
-    }
-    if let Some(sps) = t.steps_per_sec {
-        parts.push(format!("{sps:.2} it/s"));
-    }
-    if let Some(eta) = t.eta_seconds {
-        parts.push(format!("ETA {}", duration(eta)));
-    }
-    if s.pipeline.restarts > 0 {
-        parts.push(format!("restarts {}", s.pipeline.restarts));
-    }
-    parts.join("  ")
-}
-
-pub fn summary(s: &Status) -> String {
-    let t = &s.training;
-    let mut out = format!(
-        "[{}] {}",
-        s.pipeline.state,
-        s.active_step.as_deref().unwrap_or("-")
-    );
-    if let (Some(done), Some(total)) = (t.step, t.total_steps) {
-        out.push_str(&format!(" {done}/{total}"));
-    }
-    let n = numbers(s);
-    if !n.is_empty() {
-        out.push_str("  ");
-        out.push_str(&n);
-    }
-    out
 }
 
 /// One line for a feed item, or `None` for heartbeats (the bar shows those).

@@ -3,10 +3,10 @@
 //! service`. Commands that change the pipeline talk to the daemon over its Unix socket;
 //! read-only ones work from the files, daemon or not.
 
-pub mod client;
+pub(crate) mod client;
 pub mod commands;
-pub mod foreground;
-pub mod watch;
+pub(crate) mod foreground;
+pub(crate) mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,6 +35,29 @@ pub struct ListenArgs {
     /// Allow a non-loopback --listen address (changes still need the token).
     #[arg(long)]
     pub allow_non_loopback: bool,
+}
+
+/// Timings tests inject into `serve` (hidden: operators use the config).
+#[derive(Args, Debug, Clone, Default)]
+pub struct TuningArgs {
+    /// The status refresher's periodic safety tick in milliseconds (default 2000);
+    /// tests lengthen it to show that file events alone keep the status current.
+    #[arg(long, hide = true, value_name = "MS")]
+    pub status_safety_refresh_ms: Option<u64>,
+    /// Make the native file watcher fail as if the inotify limit were reached.
+    #[arg(long, hide = true)]
+    pub simulate_inotify_exhausted: bool,
+}
+
+impl TuningArgs {
+    pub fn status_options(&self) -> crate::status::RefreshOptions {
+        let mut opts = crate::status::RefreshOptions::default();
+        if let Some(ms) = self.status_safety_refresh_ms {
+            opts.safety_refresh = std::time::Duration::from_millis(ms.max(1));
+        }
+        opts.simulate_inotify_exhausted = self.simulate_inotify_exhausted;
+        opts
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -80,6 +103,8 @@ pub enum Command {
     Serve {
         #[command(flatten)]
         listen: ListenArgs,
+        #[command(flatten)]
+        tuning: TuningArgs,
     },
     /// Start the pipeline (starting a background daemon if none runs).
     Start {

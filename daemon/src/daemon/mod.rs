@@ -21,7 +21,6 @@ use crate::notify::{EventFollower, Notifier};
 use crate::pipeline::{self, StartRequest, alert};
 use crate::server::{self, AppState};
 use crate::settings::{GlobalArgs, Settings};
-use crate::status::cache::NotifyHooks;
 use crate::status::{self, StatusSettings};
 use crate::web::WebState;
 
@@ -35,6 +34,8 @@ pub struct ServeOptions {
     pub start: Option<StartRequest>,
     /// Foreground mode: a live progress line, and exit when the pipeline ends.
     pub foreground: bool,
+    /// The status refresher's timings (`serve`'s hidden options).
+    pub status: status::RefreshOptions,
 }
 
 /// What the daemon ended with, for the exit code.
@@ -96,21 +97,25 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         pipeline.subscribe(),
         pipeline::retention::RetentionSettings::from_config(&settings.config),
     );
-    let cache = status::cache::spawn(
+    let cache = status::refresher::spawn(
         layout.clone(),
-        pipeline.clone(),
+        &pipeline,
         StatusSettings::from_config(&settings.config),
         status::watch::WatchOptions {
             kind: sup.watcher,
             poll_interval: std::time::Duration::from_millis(sup.poll_interval_ms),
+            simulate_exhausted: false,
         },
+        opts.status.clone(),
+        Some(notifier.clone()),
+    );
+    status::watchdog::spawn(
+        layout.clone(),
+        cache.subscribe_refreshes(),
         alerts,
-        Some(NotifyHooks {
-            follower: notify_cfg
-                .milestones
-                .then(|| EventFollower::new(&notifier, &layout.state_dir)),
-            notifier: notifier.clone(),
-        }),
+        notify_cfg
+            .milestones
+            .then(|| EventFollower::new(&notifier, &layout.state_dir)),
     );
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let app = AppState {
@@ -118,7 +123,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         cache: cache.clone(),
         layout: layout.clone(),
         web: WebState::start(feed, cache.clone(), pipeline.clone(), layout.clone())
-            .with_notifications(std::sync::Arc::new(notifier.clone())),
+            .with_notifications(notifier.clone()),
         restart: reexec.is_some().then_some(restart_tx),
     };
     let view = opts
@@ -186,6 +191,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
                 let state = record.state;
                 if changed.is_err() || matches!(state, PipelineState::Finished | PipelineState::Failed | PipelineState::Stopped) {
                     if let Some(view) = &view {
+                        cache.caught_up(&record).await;
                         view.finish(&cache.status()).await;
                     }
                     break LoopEnd::Exit(DaemonExit::PipelineEnded(state));
@@ -234,6 +240,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
             }
         };
         if let Some(view) = &view {
+            cache.caught_up(&pipeline.record()).await;
             view.finish(&cache.status()).await;
             // Ctrl-C in the terminal: say there what the stop saved.
             if let Some(said) = said {

@@ -21,20 +21,10 @@ pub fn tee(feed: Feed, next: AlertSender) -> AlertSender {
 }
 
 pub fn to_json(alert: &Alert) -> serde_json::Value {
-    let (kind, step) = match alert {
-        Alert::Crashed { step, .. } => ("crashed", Some(step)),
-        Alert::Failed { step, .. } => ("failed", Some(step)),
-        Alert::Stale { step, .. } => ("stale", Some(step)),
-        Alert::Adopted { step, .. } => ("adopted", Some(step)),
-        Alert::StoppedExternally { step } => ("stopped_externally", Some(step)),
-        Alert::Recovered { step, .. } => ("recovered", Some(step)),
-        Alert::Finished { .. } => ("finished", None),
-        Alert::DiskLow { .. } => ("disk_low", None),
-    };
     json!({
         "ts": lavender::time::rfc3339_z(lavender::time::now_utc()),
-        "kind": kind,
-        "step": step,
+        "kind": alert.name(),
+        "step": alert.step(),
         "message": alert.to_string(),
     })
 }

@@ -100,6 +100,7 @@ impl Feed {
         self.tip.send_modify(|t| t.closed = true);
     }
 
+    #[cfg(test)]
     pub fn is_closed(&self) -> bool {
         self.tip.borrow().closed
     }

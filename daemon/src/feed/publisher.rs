@@ -56,7 +56,7 @@ async fn run(
         }
         restarts_seen = record.restarts;
 
-        let snapshot = Snapshot::take(&cache, &pipeline, &layout);
+        let snapshot = Snapshot::take(&cache, &record);
         // A worker's last milestones come before the transition its exit caused.
         published.milestones(&feed, &layout, &snapshot);
         published.state(&feed, &snapshot);

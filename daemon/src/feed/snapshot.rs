@@ -6,9 +6,8 @@ use lavender::config::PipelineStep;
 use lavender::status::{Status, StepState};
 use serde::Serialize;
 
-use crate::layout::Layout;
-use crate::pipeline::{PipelineHandle, PipelineRecord};
-use crate::status::{FileFacts, StatusCache};
+use crate::pipeline::PipelineRecord;
+use crate::status::StatusCache;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Snapshot {
@@ -26,13 +25,22 @@ pub struct StepLine {
 }
 
 impl Snapshot {
-    pub fn take(cache: &StatusCache, pipeline: &PipelineHandle, layout: &Layout) -> Snapshot {
-        let record = pipeline.record();
-        let status = cache.status();
+    /// The status of `record` (every transition the feed sees, however quickly the
+    /// next one follows) composed with the facts of the refresher's latest snapshot:
+    /// no file is read here.
+    pub fn take(cache: &StatusCache, record: &PipelineRecord) -> Snapshot {
+        let snap = cache.snapshot();
+        let status = crate::status::compose(
+            record,
+            &snap.facts,
+            &snap.settings,
+            lavender::time::now_utc(),
+            true,
+        );
+        let run_dir = snap.facts.run_dir.clone();
         Snapshot {
-            steps: ordered_steps(&record, &status),
-            run: FileFacts::run_dir_for(layout, &record)
-                .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned())),
+            steps: ordered_steps(record, &status),
+            run: run_dir.and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned())),
             last_error: record.last_error.clone(),
             status,
         }
@@ -56,12 +64,6 @@ pub fn ordered_steps(record: &PipelineRecord, status: &Status) -> Vec<StepLine> 
             })
             .collect();
     }
-    let rank = |name: &str| {
-        PipelineStep::ALL
-            .iter()
-            .position(|s| s.as_str() == name)
-            .unwrap_or(usize::MAX)
-    };
     let mut steps: Vec<StepLine> = status
         .steps
         .iter()
@@ -70,6 +72,6 @@ pub fn ordered_steps(record: &PipelineRecord, status: &Status) -> Vec<StepLine> 
             state: *state,
         })
         .collect();
-    steps.sort_by_key(|s| rank(&s.name));
+    steps.sort_by_key(|s| PipelineStep::display_rank(&s.name));
     steps
 }

@@ -1,184 +1,120 @@
-//! Alert texts for the supervisor's faults and the run's end: stalled, recovered,
-//! crashed, restarting, failed, disk low, finished.
+//! The push texts of alerts (the one [`Alert`] type, from detection to delivery):
+//! stalled, recovered, crashed, restarting, failed, disk low, finished.
 
 use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use super::format::{bytes, duration, thousands};
 use super::message::Notification;
-
-/// How the worker process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitReason {
-    Code(i32),
-    Signal(i32),
-}
-
-impl std::fmt::Display for ExitReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match *self {
-            ExitReason::Code(code) => write!(f, "exit code {code}"),
-            ExitReason::Signal(sig) => match signal_name(sig) {
-                Some(name) => write!(f, "killed by {name} (signal {sig})"),
-                None => write!(f, "killed by signal {sig}"),
-            },
-        }
-    }
-}
-
-/// Names of the signals that end training processes in practice.
-fn signal_name(sig: i32) -> Option<&'static str> {
-    Some(match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        4 => "SIGILL",
-        6 => "SIGABRT",
-        7 if cfg!(target_os = "linux") => "SIGBUS",
-        10 if cfg!(target_os = "macos") => "SIGBUS",
-        8 => "SIGFPE",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        13 => "SIGPIPE",
-        15 => "SIGTERM",
-        _ => return None,
-    })
-}
-
-/// What the supervisor alerts about.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AlertKind {
-    /// The heartbeat is older than `stale_after_s` (after the start-up grace).
-    Stalled {
-        heartbeat_age: Duration,
-        stale_after_s: u64,
-        step: Option<u64>,
-    },
-    /// A fresh heartbeat after a stall.
-    Recovered {
-        stalled_for: Option<Duration>,
-        step: Option<u64>,
-    },
-    /// The worker died; `log_tail` is the end of its log (see [`log_tail`]).
-    Crashed {
-        exit: ExitReason,
-        log_tail: Vec<String>,
-    },
-    /// Restart `attempt` of `max`, after `delay`.
-    Restarting {
-        attempt: u32,
-        max: u32,
-        delay: Duration,
-    },
-    /// Restarts exhausted; the pipeline is marked failed.
-    Failed {
-        restarts: u32,
-        last_exit: Option<ExitReason>,
-    },
-    /// Free space under `need_bytes` (see [`disk_low_need`]).
-    DiskLow {
-        path: PathBuf,
-        avail_bytes: u64,
-        need_bytes: u64,
-    },
-    /// The pipeline finished.
-    Finished {
-        duration: Duration,
-        final_loss: Option<f64>,
-        final_checkpoint: Option<String>,
-    },
-}
-
-impl AlertKind {
-    /// The kind name: `Notification::kind`, the key alerts coalesce by.
-    pub fn name(&self) -> &'static str {
-        match self {
-            AlertKind::Stalled { .. } => "stalled",
-            AlertKind::Recovered { .. } => "recovered",
-            AlertKind::Crashed { .. } => "crashed",
-            AlertKind::Restarting { .. } => "restarting",
-            AlertKind::Failed { .. } => "failed",
-            AlertKind::DiskLow { .. } => "disk_low",
-            AlertKind::Finished { .. } => "finished",
-        }
-    }
-}
+use crate::pipeline::Alert;
 
 fn step_text(step: Option<u64>) -> String {
     step.map(|s| format!("; last step {}", thousands(s)))
         .unwrap_or_default()
 }
 
-/// The push for an alert, its title starting with `prefix`.
-pub fn alert(kind: AlertKind, prefix: &str) -> Notification {
-    let name = kind.name();
-    let (title, body) = match kind {
-        AlertKind::Stalled {
-            heartbeat_age,
-            stale_after_s,
-            step,
-        } => (
-            format!("stalled: no heartbeat for {}", duration(heartbeat_age)),
-            format!(
-                "the worker's heartbeat is older than {stale_after_s} s{}",
-                step_text(step)
-            ),
-        ),
-        AlertKind::Recovered { stalled_for, step } => (
-            "recovered: heartbeat is fresh again".to_string(),
-            match stalled_for {
-                Some(d) => format!("stalled for {}{}", duration(d), step_text(step)),
-                None => step_text(step).trim_start_matches("; ").to_string(),
-            },
-        ),
-        AlertKind::Crashed { exit, log_tail } => (
-            format!("crashed: {exit}"),
-            if log_tail.is_empty() {
-                "(the worker log is empty)".to_string()
-            } else {
-                log_tail.join("\n")
-            },
-        ),
-        AlertKind::Restarting {
-            attempt,
-            max,
-            delay,
-        } => (
-            format!("restarting: attempt {attempt} of {max}"),
-            format!("resuming from the latest checkpoint in {}", duration(delay)),
-        ),
-        AlertKind::Failed {
+/// The pushes `alert` makes, in order, each title starting with `prefix`: a crash
+/// is "crashed" (when its exit is known, quoting the last `log_lines` lines of the
+/// worker's log) then "restarting"; an adoption or an external stop makes none.
+pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification> {
+    let push = |title: String, body: String| {
+        Notification::alert(alert.name(), format!("{prefix}{title}"), body)
+    };
+    match alert {
+        Alert::Crashed {
+            outcome,
+            restart,
+            max_restarts,
+            restart_in,
+            log_file,
+            ..
+        } => {
+            let mut out = Vec::new();
+            if outcome.is_known() {
+                let tail = log_file
+                    .as_deref()
+                    .map(|p| log_tail(p, log_lines))
+                    .unwrap_or_default();
+                out.push(push(
+                    format!("crashed: {outcome}"),
+                    if tail.is_empty() {
+                        "(the worker log is empty)".to_string()
+                    } else {
+                        tail.join("\n")
+                    },
+                ));
+            }
+            out.push(Notification::alert(
+                "restarting",
+                format!("{prefix}restarting: attempt {restart} of {max_restarts}"),
+                format!(
+                    "resuming from the latest checkpoint in {}",
+                    duration(*restart_in)
+                ),
+            ));
+            out
+        }
+        Alert::Failed {
             restarts,
             last_exit,
-        } => (
+            ..
+        } => vec![push(
             format!(
                 "failed: gave up after {restarts} restart{}",
-                if restarts == 1 { "" } else { "s" }
+                if *restarts == 1 { "" } else { "s" }
             ),
-            match last_exit {
+            match last_exit.filter(|e| e.is_known()) {
                 Some(exit) => {
                     format!("last {exit}; the pipeline is stopped until you start it again")
                 }
                 None => "the pipeline is stopped until you start it again".to_string(),
             },
-        ),
-        AlertKind::DiskLow {
+        )],
+        Alert::Stale {
+            age_s,
+            stale_after_s,
+            training_step,
+            ..
+        } => vec![push(
+            format!(
+                "stalled: no heartbeat for {}",
+                duration(Duration::from_secs(age_s.unwrap_or(*stale_after_s)))
+            ),
+            format!(
+                "the worker's heartbeat is older than {stale_after_s} s{}",
+                step_text(*training_step)
+            ),
+        )],
+        Alert::Recovered {
+            stalled_for,
+            training_step,
+            ..
+        } => vec![push(
+            "recovered: heartbeat is fresh again".to_string(),
+            match stalled_for {
+                Some(d) => format!("stalled for {}{}", duration(*d), step_text(*training_step)),
+                None => step_text(*training_step)
+                    .trim_start_matches("; ")
+                    .to_string(),
+            },
+        )],
+        Alert::DiskLow {
             path,
             avail_bytes,
             need_bytes,
-        } => (
+        } => vec![push(
             format!(
                 "disk low: {} free, need {}",
-                bytes(avail_bytes),
-                bytes(need_bytes)
+                bytes(*avail_bytes),
+                bytes(*need_bytes)
             ),
             format!(
                 "on {}; the next checkpoint may not fit. Free space or lower training.keep_checkpoints",
                 path.display()
             ),
-        ),
-        AlertKind::Finished {
+        )],
+        Alert::Finished {
             duration: took,
             final_loss,
             final_checkpoint,
@@ -190,10 +126,14 @@ pub fn alert(kind: AlertKind, prefix: &str) -> Notification {
             if let Some(name) = final_checkpoint {
                 parts.push(format!("final checkpoint {name}"));
             }
-            (format!("finished in {}", duration(took)), parts.join(", "))
+            vec![push(
+                format!("finished in {}", duration(*took)),
+                parts.join(", "),
+            )]
         }
-    };
-    Notification::alert(name, format!("{prefix}{title}"), body)
+        // Logged only: an adoption or an operator's own stop needs no push.
+        Alert::Adopted { .. } | Alert::StoppedExternally { .. } => Vec::new(),
+    }
 }
 
 /// The free space a run needs: max(2 × the last checkpoint's size, the floor).
@@ -235,95 +175,103 @@ pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::process::ExitOutcome;
 
     const P: &str = "[lavender] ";
 
+    fn one(alert: Alert) -> Notification {
+        let mut out = pushes(&alert, P, 20);
+        assert_eq!(out.len(), 1, "{out:?}");
+        out.remove(0)
+    }
+
     #[test]
     fn alert_texts() {
-        let n = alert(
-            AlertKind::Crashed {
-                exit: ExitReason::Code(1),
-                log_tail: vec!["step 40 loss 2.1".into(), "RuntimeError: CUDA OOM".into()],
-            },
-            P,
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("w.log");
+        std::fs::write(&log, "step 40 loss 2.1\nRuntimeError: CUDA OOM\n").unwrap();
+        let crash = |outcome, log_file| Alert::Crashed {
+            step: "train".into(),
+            outcome,
+            restart: 2,
+            max_restarts: 3,
+            restart_in: Duration::from_secs(30),
+            log_file,
+        };
+        let n = pushes(&crash(ExitOutcome::Code(1), Some(log.clone())), P, 20);
+        assert_eq!(n.len(), 2);
+        assert_eq!(n[0].kind, "crashed");
+        assert_eq!(n[0].title, "[lavender] crashed: exit code 1");
+        assert_eq!(n[0].body, "step 40 loss 2.1\nRuntimeError: CUDA OOM");
+        assert_eq!(n[1].kind, "restarting");
+        assert_eq!(n[1].title, "[lavender] restarting: attempt 2 of 3");
+        assert_eq!(n[1].body, "resuming from the latest checkpoint in 30s");
+        let n = pushes(&crash(ExitOutcome::Signal(9), None), P, 20);
+        assert_eq!(
+            n[0].title,
+            "[lavender] crashed: killed by SIGKILL (signal 9)"
         );
-        assert_eq!(n.kind, "crashed");
-        assert_eq!(n.title, "[lavender] crashed: exit code 1");
-        assert_eq!(n.body, "step 40 loss 2.1\nRuntimeError: CUDA OOM");
-        let n = alert(
-            AlertKind::Crashed {
-                exit: ExitReason::Signal(9),
-                log_tail: vec![],
-            },
-            P,
-        );
-        assert_eq!(n.title, "[lavender] crashed: killed by SIGKILL (signal 9)");
+        assert_eq!(n[0].body, "(the worker log is empty)");
+        // A re-adopted worker's exit is unknown: only the restart is told.
+        let n = pushes(&crash(ExitOutcome::Unknown, None), P, 20);
+        assert_eq!(n.len(), 1);
+        assert_eq!(n[0].kind, "restarting");
 
-        let n = alert(
-            AlertKind::Stalled {
-                heartbeat_age: Duration::from_secs(372),
-                stale_after_s: 300,
-                step: Some(1234),
-            },
-            P,
-        );
+        let n = one(Alert::Stale {
+            step: "train".into(),
+            age_s: Some(372),
+            stale_after_s: 300,
+            training_step: Some(1234),
+        });
+        assert_eq!(n.kind, "stalled");
         assert_eq!(n.title, "[lavender] stalled: no heartbeat for 6m 12s");
         assert_eq!(
             n.body,
             "the worker's heartbeat is older than 300 s; last step 1,234"
         );
 
-        let n = alert(
-            AlertKind::Recovered {
-                stalled_for: Some(Duration::from_secs(400)),
-                step: Some(1300),
-            },
-            P,
-        );
+        let n = one(Alert::Recovered {
+            step: "train".into(),
+            stalled_for: Some(Duration::from_secs(400)),
+            training_step: Some(1300),
+        });
         assert_eq!(n.body, "stalled for 6m 40s; last step 1,300");
 
-        let n = alert(
-            AlertKind::Restarting {
-                attempt: 2,
-                max: 3,
-                delay: Duration::from_secs(30),
-            },
-            P,
-        );
-        assert_eq!(n.title, "[lavender] restarting: attempt 2 of 3");
-
-        let n = alert(
-            AlertKind::Failed {
-                restarts: 3,
-                last_exit: Some(ExitReason::Code(137)),
-            },
-            P,
-        );
+        let n = one(Alert::Failed {
+            step: "train".into(),
+            reason: "exit code 137".into(),
+            restarts: 3,
+            last_exit: Some(ExitOutcome::Code(137)),
+        });
         assert_eq!(n.title, "[lavender] failed: gave up after 3 restarts");
         assert!(n.body.starts_with("last exit code 137"), "{}", n.body);
 
-        let n = alert(
-            AlertKind::DiskLow {
-                path: "/data".into(),
-                avail_bytes: 1288490189,
-                need_bytes: 2 * 1288490189,
-            },
-            P,
-        );
+        let n = one(Alert::DiskLow {
+            path: "/data".into(),
+            avail_bytes: 1288490189,
+            need_bytes: 2 * 1288490189,
+        });
         assert_eq!(n.title, "[lavender] disk low: 1.2 GiB free, need 2.4 GiB");
 
-        let n = alert(
-            AlertKind::Finished {
-                duration: Duration::from_secs(3 * 3600 + 720),
-                final_loss: Some(1.23456),
-                final_checkpoint: Some("final-05-12-22-0007".into()),
-            },
-            P,
-        );
+        let n = one(Alert::Finished {
+            duration: Duration::from_secs(3 * 3600 + 720),
+            final_loss: Some(1.23456),
+            final_checkpoint: Some("final-05-12-22-0007".into()),
+        });
         assert_eq!(n.title, "[lavender] finished in 3h 12m");
         assert_eq!(
             n.body,
             "final loss 1.235, final checkpoint final-05-12-22-0007"
+        );
+        assert!(
+            pushes(
+                &Alert::StoppedExternally {
+                    step: "train".into()
+                },
+                P,
+                20
+            )
+            .is_empty()
         );
     }
 

@@ -12,8 +12,7 @@
 //! notifier.test(Option<&str>).await -> Vec<(channel, Result<server answer, error>)> // `lavenderd notify test`
 //! notifier.prefix() -> &str
 //!
-//! alert(AlertKind::Crashed { exit: ExitReason::Code(1), log_tail }, prefix) -> Notification
-//!   AlertKind: Stalled, Recovered, Crashed, Restarting, Failed, DiskLow, Finished
+//! pushes(&Alert, prefix, log_lines) -> Vec<Notification>    // an alert's push texts (a crash: crashed, restarting)
 //! disk_low_need(last_checkpoint_bytes, floor_mib) -> bytes   // max(2 × last checkpoint, floor)
 //! log_tail(&worker_log, n) -> Vec<String>                     // last lines for a crash alert
 //!
@@ -54,7 +53,7 @@ mod queue;
 mod rate;
 mod webhook;
 
-pub use alert::{AlertKind, ExitReason, alert, disk_low_need, log_tail};
+pub use alert::{disk_low_need, log_tail, pushes};
 pub use follower::EventFollower;
 pub use format::{milestone, milestone_text};
 pub use message::{Level, Notification};

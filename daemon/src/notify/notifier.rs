@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lavender::config::NotifyConfig;
+
+use crate::backoff::Backoff;
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -30,8 +32,8 @@ pub struct ChannelCounts {
 pub struct Timings {
     /// Bound on one delivery attempt.
     pub attempt_timeout: Duration,
-    /// Wait before retry N (the last value repeats).
-    pub retry_backoff: Vec<Duration>,
+    /// The wait before retry N.
+    pub retry_backoff: Backoff,
     /// The rate limit's window (`max_per_minute` pushes per window).
     pub rate_window: Duration,
     /// A repeat of the previous alert's kind within this is dropped.
@@ -42,24 +44,15 @@ impl Timings {
     pub fn from_config(cfg: &NotifyConfig) -> Timings {
         Timings {
             attempt_timeout: Duration::from_secs(cfg.timeout_s),
-            retry_backoff: cfg
-                .retry_backoff_s
-                .iter()
-                .map(|&s| Duration::from_secs(s))
-                .collect(),
+            retry_backoff: Backoff::new(
+                cfg.retry_backoff_s
+                    .iter()
+                    .map(|&s| Duration::from_secs(s))
+                    .collect(),
+            ),
             rate_window: Duration::from_secs(60),
             coalesce_window: Duration::from_secs(cfg.coalesce_s),
         }
-    }
-
-    /// The wait after failed attempt `attempt` (1-based).
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let i = (attempt as usize).saturating_sub(1);
-        self.retry_backoff
-            .get(i)
-            .or(self.retry_backoff.last())
-            .copied()
-            .unwrap_or_default()
     }
 }
 
@@ -94,6 +87,8 @@ struct Shared {
     http: Option<reqwest::Client>,
     /// Kind and time of the last alert let through, for coalescing.
     last_alert: Mutex<Option<(String, Instant)>>,
+    /// Told whenever a channel's counts change.
+    counted: Arc<tokio::sync::watch::Sender<()>>,
 }
 
 impl Drop for Shared {
@@ -132,10 +127,11 @@ impl Notifier {
                 None
             }
         };
+        let counted = Arc::new(tokio::sync::watch::channel(()).0);
         let lanes: Vec<Arc<Lane>> = channels
             .on
             .into_iter()
-            .map(|(name, channel)| Lane::new(name, channel))
+            .map(|(name, channel)| Lane::new(name, channel, counted.clone()))
             .collect();
         let policy = Policy {
             attempts: cfg.attempts,
@@ -180,6 +176,7 @@ impl Notifier {
                 timings: options.timings,
                 http,
                 last_alert: Mutex::new(None),
+                counted,
             }),
         }
     }
@@ -228,6 +225,11 @@ impl Notifier {
             .iter()
             .map(|l| (l.name.clone(), l.counts()))
             .collect()
+    }
+
+    /// Changes whenever [`Notifier::counts`] would answer differently.
+    pub fn subscribe_counts(&self) -> tokio::sync::watch::Receiver<()> {
+        self.shared.counted.subscribe()
     }
 
     /// Sends one test push through each channel that is on (or just `channel`),

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::channel::Channel;
@@ -20,6 +20,8 @@ pub(super) struct Lane {
     pub channel: Channel,
     state: Mutex<LaneState>,
     wake: Notify,
+    /// Told after every change of the counts (the status shows them).
+    counted: Arc<watch::Sender<()>>,
 }
 
 #[derive(Default)]
@@ -38,13 +40,20 @@ pub(super) struct Policy {
 }
 
 impl Lane {
-    pub fn new(name: String, channel: Channel) -> Arc<Lane> {
+    pub fn new(name: String, channel: Channel, counted: Arc<watch::Sender<()>>) -> Arc<Lane> {
         Arc::new(Lane {
             name,
             channel,
             state: Mutex::new(LaneState::default()),
             wake: Notify::new(),
+            counted,
         })
+    }
+
+    /// Changes the counts and tells the subscribers.
+    fn count(&self, change: impl FnOnce(&mut ChannelCounts)) {
+        change(&mut self.state().counts);
+        self.counted.send_replace(());
     }
 
     fn state(&self) -> MutexGuard<'_, LaneState> {
@@ -58,6 +67,7 @@ impl Lane {
         let mut st = self.state();
         if st.queue.len() >= CAPACITY {
             st.counts.dropped += 1;
+            self.counted.send_replace(());
             // Make room by dropping the oldest milestone; a queue of alerts only
             // drops a new milestone, or else its oldest alert.
             let oldest_milestone = st.queue.iter().position(|q| q.level == Level::Milestone);
@@ -82,7 +92,7 @@ impl Lane {
     }
 
     pub fn count_dropped(&self) {
-        self.state().counts.dropped += 1;
+        self.count(|c| c.dropped += 1);
     }
 
     pub fn counts(&self) -> ChannelCounts {
@@ -144,12 +154,12 @@ async fn deliver(lane: &Lane, http: Option<&reqwest::Client>, policy: &Policy, n
         match lane.channel.deliver(http, n, timings.attempt_timeout).await {
             Ok(answer) => {
                 tracing::debug!(channel = %lane.name, kind = %n.kind, "notify: {}: sent: {answer}", lane.name);
-                lane.state().counts.sent += 1;
+                lane.count(|c| c.sent += 1);
                 return;
             }
             Err(e) if e.retryable && attempt < attempts => {
                 tracing::debug!(channel = %lane.name, "notify: {}: attempt {attempt} failed: {e}", lane.name);
-                tokio::time::sleep(timings.backoff(attempt)).await;
+                tokio::time::sleep(timings.retry_backoff.before(attempt)).await;
             }
             Err(e) => {
                 tracing::warn!(
@@ -159,7 +169,7 @@ async fn deliver(lane: &Lane, http: Option<&reqwest::Client>, policy: &Policy, n
                     n.kind,
                     if attempt == 1 { "" } else { "s" }
                 );
-                lane.state().counts.failed += 1;
+                lane.count(|c| c.failed += 1);
                 return;
             }
         }
@@ -178,13 +188,16 @@ mod tests {
         let lane = Lane::new(
             "hook".into(),
             Channel::Webhook(Webhook::new("http://127.0.0.1:9", WebhookFormat::Json)),
+            Arc::new(watch::channel(()).0),
         );
+        let counted = lane.counted.subscribe();
         lane.push(Notification::milestone("m", "first"));
         for i in 1..CAPACITY {
             lane.push(Notification::alert("a", format!("alert {i}"), ""));
         }
         lane.push(Notification::alert("crashed", "newest", ""));
         assert_eq!(lane.counts().dropped, 1);
+        assert!(counted.has_changed().unwrap(), "a drop is told");
         // The milestone made room; alerts leave oldest first.
         assert_eq!(lane.pop().unwrap().title, "alert 1");
         // Full of alerts: a new milestone is what goes.

@@ -161,12 +161,6 @@ struct LiveWorker {
     own_child: bool,
 }
 
-impl LiveWorker {
-    fn signal(&self, signal: Signal) -> bool {
-        self.handle.signal(signal, self.own_child)
-    }
-}
-
 struct WorkerExit {
     generation: u64,
     outcome: ExitOutcome,
@@ -205,6 +199,17 @@ struct Actor {
 /// Loads `state/pipeline.json`, re-adopts a worker that outlived the previous
 /// daemon, and starts the actor task.
 pub fn spawn(layout: Layout, config: Config, alerts: AlertSender) -> Result<PipelineHandle> {
+    let backend = backend_for(&layout, &config);
+    spawn_with(layout, config, alerts, backend)
+}
+
+/// [`spawn`] with the launch backend given (unit tests pass a fake one).
+fn spawn_with(
+    layout: Layout,
+    config: Config,
+    alerts: AlertSender,
+    backend: Backend,
+) -> Result<PipelineHandle> {
     let record = PipelineRecord::load(&layout)?;
     let (snapshot, snapshot_rx) = watch::channel(record.clone());
     let (cmds, cmds_rx) = mpsc::channel(32);
@@ -212,7 +217,7 @@ pub fn spawn(layout: Layout, config: Config, alerts: AlertSender) -> Result<Pipe
     let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
     let mut actor = Actor {
         timings: Timings::from_config(&config.supervisor),
-        backend: backend_for(&layout, &config),
+        backend,
         jobs_tx,
         layout,
         config,
@@ -369,7 +374,8 @@ impl Actor {
             return;
         }
         if self.record.restart_pending {
-            self.restart_at = Some(Instant::now() + self.timings.backoff_for(self.record.restarts));
+            self.restart_at =
+                Some(Instant::now() + self.timings.backoff.before(self.record.restarts));
         } else if self.record.state == PipelineState::Running {
             // The daemon died between two steps.
             self.advance();
@@ -744,17 +750,18 @@ impl Actor {
             self.record.restarts = 0;
         }
         if self.record.restarts >= self.timings.max_restarts {
-            self.fail(
+            self.fail_after(
                 step,
                 format!(
                     "{reason}; gave up after {} restart(s) (supervisor.max_restarts)",
                     self.record.restarts
                 ),
+                Some(outcome),
             );
             return;
         }
         self.record.restarts += 1;
-        let delay = self.timings.backoff_for(self.record.restarts);
+        let delay = self.timings.backoff.before(self.record.restarts);
         self.record.state = PipelineState::Crashed;
         self.record.restart_pending = true;
         self.record.last_error = Some(reason);
@@ -826,7 +833,8 @@ impl Actor {
         let mark = StopMark::take(self.record.run_dir.as_deref(), &root);
         let timeout = timeout.unwrap_or(self.timings.stop_timeout);
         tracing::info!(worker = %worker.handle, step = %worker.step, ?timeout, "stopping: SIGTERM to the worker");
-        worker.signal(Signal::SIGTERM);
+        self.backend
+            .signal(&worker.handle, Signal::SIGTERM, worker.own_child);
         self.stopping = Some(Stopping {
             deadline: Instant::now() + timeout,
             killed: false,
@@ -847,7 +855,8 @@ impl Actor {
             worker = %worker.handle,
             "the worker did not exit within the stop timeout; SIGKILL"
         );
-        worker.signal(Signal::SIGKILL);
+        self.backend
+            .signal(&worker.handle, Signal::SIGKILL, worker.own_child);
         stopping.killed = true;
     }
 }
@@ -856,5 +865,211 @@ fn same_path(a: &Path, b: &Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
         (Ok(a), Ok(b)) => a == b,
         _ => plan::absolute(a) == plan::absolute(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The state machine against workers that are not processes, on a paused
+    //! clock: every wait is exact, nothing depends on this machine's speed.
+
+    use lavender::config::{PipelineStep, SupervisorConfig};
+    use tokio::sync::mpsc::UnboundedReceiver;
+
+    use super::*;
+    use crate::process::fake::FakeBackend;
+
+    struct Harness {
+        _dir: tempfile::TempDir,
+        pipeline: PipelineHandle,
+        fake: FakeBackend,
+        alerts: UnboundedReceiver<Alert>,
+    }
+
+    fn harness(supervisor: impl FnOnce(&mut SupervisorConfig)) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("data"), None);
+        layout.ensure_state_dir().unwrap();
+        let mut config = Config {
+            steps: vec![PipelineStep::Train],
+            ..Config::default()
+        };
+        supervisor(&mut config.supervisor);
+        let (tx, alerts) = mpsc::unbounded_channel();
+        let fake = FakeBackend::default();
+        let pipeline =
+            spawn_with(layout, config, tx, Backend::fake(fake.clone())).expect("the actor");
+        Harness {
+            _dir: dir,
+            pipeline,
+            fake,
+            alerts,
+        }
+    }
+
+    impl Harness {
+        async fn start(&self) {
+            self.pipeline
+                .start(StartRequest::default())
+                .await
+                .expect("started");
+            assert_eq!(self.fake.launched(), ["train"]);
+        }
+
+        async fn wait_state(&self, state: PipelineState) -> PipelineRecord {
+            self.pipeline
+                .subscribe()
+                .wait_for(|r| r.state == state)
+                .await
+                .expect("the actor runs")
+                .clone()
+        }
+
+        /// The next alert the actor raised.
+        async fn alert(&mut self) -> Alert {
+            self.alerts.recv().await.expect("an alert")
+        }
+    }
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_crash_restarts_after_its_backoff_and_the_next_waits_longer() {
+        let mut h = harness(|s| {
+            s.restart_backoff_s = vec![10.0, 30.0];
+            s.max_restarts = 3;
+        });
+        h.start().await;
+        h.fake.exit(0, ExitOutcome::Code(1));
+        let record = h.wait_state(PipelineState::Crashed).await;
+        assert!(record.restart_pending);
+        assert_eq!(record.restarts, 1);
+        match h.alert().await {
+            Alert::Crashed {
+                outcome,
+                restart,
+                restart_in,
+                ..
+            } => assert_eq!(
+                (outcome, restart, restart_in),
+                (ExitOutcome::Code(1), 1, secs(10.0))
+            ),
+            other => panic!("{other:?}"),
+        }
+        tokio::time::sleep(secs(9.9)).await;
+        assert_eq!(h.fake.launched().len(), 1, "restarted before the backoff");
+        tokio::time::sleep(secs(0.2)).await;
+        assert_eq!(h.fake.launched().len(), 2);
+        assert_eq!(h.pipeline.record().state, PipelineState::Running);
+
+        h.fake.exit(1, ExitOutcome::Signal(9));
+        h.wait_state(PipelineState::Crashed).await;
+        assert!(
+            matches!(h.alert().await, Alert::Crashed { restart: 2, restart_in, .. } if restart_in == secs(30.0))
+        );
+        tokio::time::sleep(secs(29.9)).await;
+        assert_eq!(h.fake.launched().len(), 2);
+        tokio::time::sleep(secs(0.2)).await;
+        assert_eq!(h.fake.launched().len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn restarts_exhausted_fail_the_pipeline_with_the_last_exit() {
+        let mut h = harness(|s| {
+            s.restart_backoff_s = vec![1.0];
+            s.max_restarts = 1;
+        });
+        h.start().await;
+        h.fake.exit(0, ExitOutcome::Code(3));
+        h.wait_state(PipelineState::Crashed).await;
+        assert!(matches!(h.alert().await, Alert::Crashed { .. }));
+        tokio::time::sleep(secs(1.1)).await;
+        h.fake.exit(1, ExitOutcome::Code(4));
+        let record = h.wait_state(PipelineState::Failed).await;
+        assert!(!record.restart_pending);
+        assert!(record.worker.is_none());
+        match h.alert().await {
+            Alert::Failed {
+                restarts,
+                last_exit,
+                ..
+            } => assert_eq!((restarts, last_exit), (1, Some(ExitOutcome::Code(4)))),
+            other => panic!("{other:?}"),
+        }
+        tokio::time::sleep(secs(60.0)).await;
+        assert_eq!(h.fake.launched().len(), 2, "no restart after failing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_healthy_run_starts_a_fresh_restart_count() {
+        let mut h = harness(|s| {
+            s.restart_backoff_s = vec![1.0, 50.0];
+            s.max_restarts = 1;
+            s.restart_reset_after_s = 60;
+        });
+        h.start().await;
+        h.fake.exit(0, ExitOutcome::Code(1));
+        h.wait_state(PipelineState::Crashed).await;
+        h.alert().await;
+        tokio::time::sleep(secs(1.1)).await;
+        assert_eq!(h.fake.launched().len(), 2);
+        // The restarted worker trains for longer than restart_reset_after_s.
+        tokio::time::sleep(secs(61.0)).await;
+        h.fake.exit(1, ExitOutcome::Code(1));
+        let record = h.wait_state(PipelineState::Crashed).await;
+        assert_eq!(record.restarts, 1, "counted afresh, not failed");
+        assert!(
+            matches!(h.alert().await, Alert::Crashed { restart: 1, restart_in, .. } if restart_in == secs(1.0))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_escalates_to_sigkill_after_the_timeout() {
+        let h = harness(|_| {});
+        h.fake.ignore_sigterm();
+        h.start().await;
+        let pipeline = h.pipeline.clone();
+        let stop = tokio::spawn(async move { pipeline.stop(Some(secs(5.0))).await });
+        h.wait_state(PipelineState::Stopping).await;
+        tokio::time::sleep(secs(4.9)).await;
+        assert_eq!(h.fake.signals(0), [Signal::SIGTERM]);
+        tokio::time::sleep(secs(0.2)).await;
+        assert_eq!(h.fake.signals(0), [Signal::SIGTERM, Signal::SIGKILL]);
+        let report = stop.await.unwrap().expect("a report");
+        assert!(report.killed && report.was_running, "{report:?}");
+        assert_eq!(h.pipeline.record().state, PipelineState::Stopped);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_that_saves_on_sigterm_stops_without_escalation() {
+        let h = harness(|_| {});
+        h.start().await;
+        let report = h.pipeline.stop(Some(secs(5.0))).await.expect("a report");
+        assert!(!report.killed, "{report:?}");
+        assert_eq!(h.fake.signals(0), [Signal::SIGTERM]);
+        let record = h.wait_state(PipelineState::Stopped).await;
+        assert!(record.worker.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_during_the_backoff_cancels_the_restart() {
+        let mut h = harness(|s| {
+            s.restart_backoff_s = vec![10.0];
+            s.max_restarts = 3;
+        });
+        h.start().await;
+        h.fake.exit(0, ExitOutcome::Code(1));
+        h.wait_state(PipelineState::Crashed).await;
+        h.alert().await;
+        let report = h.pipeline.stop(None).await.expect("a report");
+        assert!(
+            report.message.starts_with("cancelled the pending restart"),
+            "{report:?}"
+        );
+        tokio::time::sleep(secs(60.0)).await;
+        assert_eq!(h.fake.launched().len(), 1, "restarted after the stop");
+        assert_eq!(h.pipeline.record().state, PipelineState::Stopped);
     }
 }

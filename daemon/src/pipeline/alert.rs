@@ -1,12 +1,14 @@
-//! Alerts: what an operator must hear about. The sink logs each one and turns it
-//! into pushes on the configured notification channels.
+//! Alerts: what an operator must hear about, raised by the pipeline actor (crash,
+//! failure, finish) and the status watchdog (stall, recovery, disk low). One type
+//! from detection to delivery: the sink logs each one and queues its pushes
+//! (`notify::pushes` renders them) on the configured channels.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::notify::{AlertKind, ExitReason, Notifier, alert as push, log_tail};
+use crate::notify::{Notifier, pushes};
 use crate::process::ExitOutcome;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -57,6 +59,35 @@ pub enum Alert {
     Adopted { step: String, worker: String },
     /// The worker was stopped by someone else (it saved and exited on SIGTERM).
     StoppedExternally { step: String },
+}
+
+impl Alert {
+    /// Its kind: the feed's `kind`, the push's `kind` (alerts coalesce by it).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Alert::Crashed { .. } => "crashed",
+            Alert::Failed { .. } => "failed",
+            Alert::Stale { .. } => "stalled",
+            Alert::Recovered { .. } => "recovered",
+            Alert::Finished { .. } => "finished",
+            Alert::DiskLow { .. } => "disk_low",
+            Alert::Adopted { .. } => "adopted",
+            Alert::StoppedExternally { .. } => "stopped_externally",
+        }
+    }
+
+    /// The pipeline step it is about, if any.
+    pub fn step(&self) -> Option<&str> {
+        match self {
+            Alert::Crashed { step, .. }
+            | Alert::Failed { step, .. }
+            | Alert::Stale { step, .. }
+            | Alert::Recovered { step, .. }
+            | Alert::Adopted { step, .. }
+            | Alert::StoppedExternally { step } => Some(step),
+            Alert::Finished { .. } | Alert::DiskLow { .. } => None,
+        }
+    }
 }
 
 impl std::fmt::Display for Alert {
@@ -132,101 +163,11 @@ pub fn spawn_sink(notifier: Option<Notifier>, log_lines: usize) -> AlertSender {
                 tracing::info!(target: crate::logging::ALERT_TARGET, "{alert}");
             }
             if let Some(n) = &notifier {
-                for kind in kinds(&alert, log_lines) {
-                    n.send(push(kind, n.prefix()));
+                for push in pushes(&alert, n.prefix(), log_lines) {
+                    n.send(push);
                 }
             }
         }
     });
     tx
-}
-
-/// The default sink without notifications: one `ALERT` log line per alert.
-pub fn spawn_log_sink() -> AlertSender {
-    spawn_sink(None, 0)
-}
-
-fn exit_reason(outcome: ExitOutcome) -> Option<ExitReason> {
-    match outcome {
-        ExitOutcome::Code(c) => Some(ExitReason::Code(c)),
-        ExitOutcome::Signal(s) => Some(ExitReason::Signal(s)),
-        ExitOutcome::Unknown => None,
-    }
-}
-
-/// The pushes an alert makes, in order (a crash is "crashed" then "restarting").
-pub fn kinds(alert: &Alert, log_lines: usize) -> Vec<AlertKind> {
-    match alert {
-        Alert::Crashed {
-            outcome,
-            restart,
-            max_restarts,
-            restart_in,
-            log_file,
-            ..
-        } => {
-            let mut out = Vec::new();
-            if let Some(exit) = exit_reason(*outcome) {
-                out.push(AlertKind::Crashed {
-                    exit,
-                    log_tail: log_file
-                        .as_deref()
-                        .map(|p| log_tail(p, log_lines))
-                        .unwrap_or_default(),
-                });
-            }
-            out.push(AlertKind::Restarting {
-                attempt: *restart,
-                max: *max_restarts,
-                delay: *restart_in,
-            });
-            out
-        }
-        Alert::Failed {
-            restarts,
-            last_exit,
-            ..
-        } => vec![AlertKind::Failed {
-            restarts: *restarts,
-            last_exit: last_exit.and_then(exit_reason),
-        }],
-        Alert::Stale {
-            age_s,
-            stale_after_s,
-            training_step,
-            ..
-        } => vec![AlertKind::Stalled {
-            heartbeat_age: Duration::from_secs(age_s.unwrap_or(*stale_after_s)),
-            stale_after_s: *stale_after_s,
-            step: *training_step,
-        }],
-        Alert::Recovered {
-            stalled_for,
-            training_step,
-            ..
-        } => vec![AlertKind::Recovered {
-            stalled_for: *stalled_for,
-            step: *training_step,
-        }],
-        Alert::Finished {
-            duration,
-            final_loss,
-            final_checkpoint,
-        } => vec![AlertKind::Finished {
-            duration: *duration,
-            final_loss: *final_loss,
-            final_checkpoint: final_checkpoint.clone(),
-        }],
-        Alert::DiskLow {
-            path,
-            avail_bytes,
-            need_bytes,
-        } => vec![AlertKind::DiskLow {
-            path: path.clone(),
-            avail_bytes: *avail_bytes,
-            need_bytes: *need_bytes,
-        }],
-        // Logged only: an adoption or an operator's own stop needs no push.
-        Alert::Adopted { .. } | Alert::StoppedExternally { .. } => Vec::new(),
-    }
 }

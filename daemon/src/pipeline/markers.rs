@@ -24,7 +24,7 @@ pub fn is_done(layout: &Layout, chunk: u32, step: &str) -> bool {
 pub fn read(layout: &Layout, chunk: u32, step: &str) -> Option<DoneMarker> {
     let bytes = std::fs::read(layout.done_marker(chunk, step)).ok()?;
     let mut marker: DoneMarker = serde_json::from_slice(&bytes).ok()?;
-    marker.run_dir = marker.run_dir.map(|p| layout.from_recorded(&p));
+    marker.run_dir = marker.run_dir.map(|p| layout.resolve_recorded(&p));
     Some(marker)
 }
 

@@ -1,16 +1,16 @@
 //! The pipeline: the configured steps run in order by one actor that owns the
 //! state machine (idle → running(step) → stopping → stopped | finished | crashed | failed).
 
-pub mod actor;
-pub mod alert;
-pub mod judge;
-pub mod markers;
-pub mod plan;
-pub mod record;
-pub mod request;
-pub mod restart;
-pub mod retention;
-pub mod stop;
+pub(crate) mod actor;
+pub(crate) mod alert;
+pub(crate) mod judge;
+pub(crate) mod markers;
+pub(crate) mod plan;
+pub(crate) mod record;
+pub(crate) mod request;
+pub(crate) mod restart;
+pub(crate) mod retention;
+pub(crate) mod stop;
 
 pub use actor::{PipelineHandle, StartError, StartReply};
 pub use alert::Alert;

@@ -90,7 +90,7 @@ impl PipelineRecord {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(PipelineRecord::idle()),
             Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
         };
-        Ok(record.with_paths(|p| layout.from_recorded(p)))
+        Ok(record.with_paths(|p| layout.resolve_recorded(p)))
     }
 
     /// Writes the record atomically, paths inside the data root relative to it.

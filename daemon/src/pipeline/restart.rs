@@ -1,16 +1,17 @@
 //! Timings of supervision: restart backoff and limits, stop timeout, liveness
-//! polling. From the config's `supervisor:` section; tests may shorten the backoff
-//! with `LAVENDER_TEST_BACKOFF_MS=50,100` (milliseconds, last value repeats).
+//! polling. From the config's `supervisor:` section (tests shorten the backoff with
+//! fractional seconds, `restart_backoff_s: [0.05, 0.1]`).
 
 use std::time::Duration;
 
 use lavender::config::SupervisorConfig;
 
-pub const TEST_BACKOFF_VAR: &str = "LAVENDER_TEST_BACKOFF_MS";
+use crate::backoff::Backoff;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Timings {
-    pub backoff: Vec<Duration>,
+    /// The wait before restart N.
+    pub backoff: Backoff,
     pub max_restarts: u32,
     pub reset_after: Duration,
     pub stop_timeout: Duration,
@@ -22,23 +23,8 @@ pub struct Timings {
 
 impl Timings {
     pub fn from_config(sup: &SupervisorConfig) -> Timings {
-        let mut backoff: Vec<Duration> = sup
-            .restart_backoff_s
-            .iter()
-            .map(|s| Duration::from_secs(*s))
-            .collect();
-        if let Ok(spec) = std::env::var(TEST_BACKOFF_VAR) {
-            let parsed: Vec<Duration> = spec
-                .split(',')
-                .filter_map(|s| s.trim().parse::<u64>().ok())
-                .map(Duration::from_millis)
-                .collect();
-            if !parsed.is_empty() {
-                backoff = parsed;
-            }
-        }
         Timings {
-            backoff,
+            backoff: Backoff::from_secs(&sup.restart_backoff_s),
             max_restarts: sup.max_restarts,
             reset_after: Duration::from_secs(sup.restart_reset_after_s),
             stop_timeout: Duration::from_secs(sup.stop_timeout_s),
@@ -46,16 +32,6 @@ impl Timings {
             stale_after_s: sup.stale_after_s,
             startup_grace_s: sup.startup_grace_s,
         }
-    }
-
-    /// The wait before restart number `restart` (1-based); the last value repeats.
-    pub fn backoff_for(&self, restart: u32) -> Duration {
-        let idx = (restart.max(1) - 1) as usize;
-        self.backoff
-            .get(idx)
-            .or(self.backoff.last())
-            .copied()
-            .unwrap_or(Duration::ZERO)
     }
 }
 
@@ -66,11 +42,19 @@ mod tests {
     #[test]
     fn backoff_sequence_repeats_last() {
         let t = Timings::from_config(&lavender::config::Config::default().supervisor);
-        if std::env::var(TEST_BACKOFF_VAR).is_err() {
-            assert_eq!(t.backoff_for(1), Duration::from_secs(10));
-            assert_eq!(t.backoff_for(2), Duration::from_secs(30));
-            assert_eq!(t.backoff_for(3), Duration::from_secs(90));
-            assert_eq!(t.backoff_for(7), Duration::from_secs(90));
-        }
+        assert_eq!(t.backoff.before(1), Duration::from_secs(10));
+        assert_eq!(t.backoff.before(2), Duration::from_secs(30));
+        assert_eq!(t.backoff.before(3), Duration::from_secs(90));
+        assert_eq!(t.backoff.before(7), Duration::from_secs(90));
+    }
+
+    #[test]
+    fn fractional_seconds_are_milliseconds() {
+        let mut sup = lavender::config::Config::default().supervisor;
+        sup.restart_backoff_s = vec![0.05, 0.25];
+        let t = Timings::from_config(&sup);
+        assert_eq!(t.backoff.before(1), Duration::from_millis(50));
+        assert_eq!(t.backoff.before(2), Duration::from_millis(250));
+        assert_eq!(t.backoff.before(3), Duration::from_millis(250));
     }
 }

@@ -110,6 +110,9 @@ pub struct Backend {
     kind: LaunchBackend,
     slurm: SlurmConfig,
     jobs_dir: PathBuf,
+    /// Unit tests of the pipeline actor: workers that are not processes.
+    #[cfg(test)]
+    fake: Option<super::fake::FakeBackend>,
 }
 
 impl Backend {
@@ -120,7 +123,27 @@ impl Backend {
             kind: launch.backend,
             slurm: launch.slurm.clone(),
             jobs_dir,
+            #[cfg(test)]
+            fake: None,
         }
+    }
+
+    /// A backend whose workers are driven by the test through `fake`.
+    #[cfg(test)]
+    pub fn fake(fake: super::fake::FakeBackend) -> Backend {
+        Backend {
+            fake: Some(fake),
+            ..Backend::from_config(&LaunchConfig::default(), PathBuf::new())
+        }
+    }
+
+    /// Sends `signal` to a worker (see [`WorkerHandle::signal`]).
+    pub fn signal(&self, handle: &WorkerHandle, signal: Signal, own_child: bool) -> bool {
+        #[cfg(test)]
+        if let Some(fake) = &self.fake {
+            return fake.signal(handle, signal);
+        }
+        handle.signal(signal, own_child)
     }
 
     pub fn kind(&self) -> LaunchBackend {
@@ -129,6 +152,10 @@ impl Backend {
 
     /// Starts a step. `updates` hears of a Slurm job's state changes.
     pub fn launch(&self, spec: &SpawnSpec, step: &str, updates: JobUpdates) -> Result<Launched> {
+        #[cfg(test)]
+        if let Some(fake) = &self.fake {
+            return Ok(fake.launch(step));
+        }
         let mut spec = spec.clone();
         if let Some(program) = spec.argv.first_mut() {
             *program = super::locate::worker_program_here(program)?;

@@ -2,13 +2,17 @@
 //! in its own session, recognising it again after a daemon restart by pid + start
 //! time, signalling its group) and a Slurm batch job (`slurm`).
 
-pub mod backend;
-pub mod identity;
-pub mod locate;
-pub mod signal;
-pub mod slurm;
-pub mod spawn;
+pub(crate) mod backend;
+pub(crate) mod exit;
+#[cfg(test)]
+pub mod fake;
+pub(crate) mod identity;
+pub(crate) mod locate;
+pub(crate) mod signal;
+pub(crate) mod slurm;
+pub(crate) mod spawn;
 
 pub use backend::{Backend, JobUpdate, Launched, WorkerHandle};
+pub use exit::ExitOutcome;
 pub use identity::ProcessIdentity;
-pub use spawn::{ExitOutcome, SpawnSpec, Spawned};
+pub use spawn::{SpawnSpec, Spawned};

@@ -4,15 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
-use std::os::unix::process::ExitStatusExt as _;
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 
 use anyhow::{Context, Result};
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessSession};
-use serde::{Deserialize, Serialize};
 
-use super::ProcessIdentity;
+use super::{ExitOutcome, ProcessIdentity};
 
 /// Variables that belong to the daemon's service manager, not to the worker.
 pub(crate) const SCRUBBED_ENV: &[&str] = &[
@@ -29,39 +27,6 @@ pub struct SpawnSpec {
     pub argv: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub log_file: PathBuf,
-}
-
-/// How a worker ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ExitOutcome {
-    Code(i32),
-    Signal(i32),
-    /// Not our child (re-adopted after a daemon restart): only its absence is known.
-    Unknown,
-}
-
-impl ExitOutcome {
-    pub fn from_status(status: ExitStatus) -> ExitOutcome {
-        match (status.code(), status.signal()) {
-            (Some(code), _) => ExitOutcome::Code(code),
-            (None, Some(sig)) => ExitOutcome::Signal(sig),
-            (None, None) => ExitOutcome::Unknown,
-        }
-    }
-}
-
-impl std::fmt::Display for ExitOutcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ExitOutcome::Code(c) => write!(f, "exit code {c}"),
-            ExitOutcome::Signal(s) => match nix::sys::signal::Signal::try_from(*s) {
-                Ok(sig) => write!(f, "signal {sig}"),
-                Err(_) => write!(f, "signal {s}"),
-            },
-            ExitOutcome::Unknown => f.write_str("exit status unknown (not our child)"),
-        }
-    }
 }
 
 pub struct Spawned {

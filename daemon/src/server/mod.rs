@@ -44,10 +44,23 @@ pub struct AppState {
     pub restart: Option<crate::daemon::reexec::RestartRequests>,
 }
 
+/// The status route extracts the cache alone: extracting the whole state would clone
+/// it (paths included) for every request.
+impl axum::extract::FromRef<AppState> for crate::status::StatusCache {
+    fn from_ref(app: &AppState) -> Self {
+        app.cache.clone()
+    }
+}
+
 pub fn router(app: AppState, transport: Transport) -> Router {
-    let quick = Router::new()
+    // Answered from memory, without a layer: they cannot hang (no timeout to arm), take
+    // no body (no limit) and change nothing (no authorization: reads are open). Any
+    // other method on them is 405 before a handler runs. The status route is the one
+    // clients poll, so every per-request cost here is paid thousands of times a second.
+    let hot = Router::new()
         .route("/status", get(routes::status::get))
-        .route("/healthz", get(routes::healthz::get))
+        .route("/healthz", get(routes::healthz::get));
+    let quick = Router::new()
         .route("/runs", get(routes::runs::get))
         .route("/checkpoints", get(routes::checkpoints::get))
         .route("/logs", get(routes::logs::get))
@@ -68,15 +81,15 @@ pub fn router(app: AppState, transport: Transport) -> Router {
         ));
     // A stream lasts as long as the client stays; it ends when the feed closes.
     let streams = Router::new().route("/events", get(routes::events::get));
-    quick
+    let rest = quick
         .merge(slow)
         .merge(streams)
         .layer(axum::middleware::from_fn_with_state(
             transport,
             auth::require_auth,
         ))
-        .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
-        .with_state(app)
+        .layer(RequestBodyLimitLayer::new(BODY_LIMIT));
+    hot.merge(rest).with_state(app)
 }
 
 /// Binds TCP; a non-loopback address needs `allow_non_loopback`.

@@ -4,7 +4,7 @@
 //! and never loses training when stopped.
 
 pub mod launchd;
-pub mod manage;
+pub(crate) mod manage;
 pub mod spec;
 pub mod systemd;
 

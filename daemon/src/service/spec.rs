@@ -242,7 +242,7 @@ mod tests {
                 ("LAVENDER__TRAINING__BATCH_SIZE", "4"),
                 ("LAVENDER_SCALE", "tiny"),
                 ("LAVENDER_DATA_ROOT", "/x"),
-                ("LAVENDER_TEST_BACKOFF_MS", "1"),
+                ("LAVENDER_OTHER_TOOL", "1"),
                 ("NOTIFY_SOCKET", "/run/x"),
                 ("HOME", "/root"),
             ]),

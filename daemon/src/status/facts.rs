@@ -23,11 +23,17 @@ pub struct FileFacts {
     pub data_counts: BTreeMap<String, Option<u64>>,
     pub disk: DiskStatus,
     pub disk_read_at: Option<Instant>,
+    /// Bytes free to an unprivileged writer, and the newest checkpoint's size, from
+    /// the same reading as `disk` (the disk-low alert compares them).
+    pub disk_avail_bytes: Option<u64>,
+    pub latest_checkpoint_bytes: Option<u64>,
     /// Step states from the done-markers, for a pipeline that has not started.
     pub idle_steps: BTreeMap<String, StepState>,
 }
 
 impl FileFacts {
+    /// No file read yet (tests compose from it).
+    #[cfg(test)]
     pub fn empty() -> FileFacts {
         FileFacts {
             run_dir: None,
@@ -37,8 +43,27 @@ impl FileFacts {
             data_counts: BTreeMap::new(),
             disk: DiskStatus::unknown(),
             disk_read_at: None,
+            disk_avail_bytes: None,
+            latest_checkpoint_bytes: None,
             idle_steps: BTreeMap::new(),
         }
+    }
+
+    /// When the heartbeat on disk was written, if there is a readable one.
+    pub fn heartbeat_time(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        match &self.heartbeat {
+            Some(Ok(hb)) => hb.time(),
+            _ => None,
+        }
+    }
+
+    /// Keeps `previous`'s disk reading (readings are reused for a while).
+    pub fn with_disk_of(mut self, previous: &FileFacts) -> FileFacts {
+        self.disk = previous.disk.clone();
+        self.disk_read_at = previous.disk_read_at;
+        self.disk_avail_bytes = previous.disk_avail_bytes;
+        self.latest_checkpoint_bytes = previous.latest_checkpoint_bytes;
+        self
     }
 
     /// The run the status is about: the pipeline's, else the newest on disk.
@@ -83,22 +108,31 @@ impl FileFacts {
                 (s.clone(), state)
             })
             .collect();
-        let (disk, disk_read_at) = if with_disk {
+        let latest_checkpoint = listed.last().map(|c| c.name.clone());
+        let (disk, disk_read_at, disk_avail_bytes, latest_checkpoint_bytes) = if with_disk {
             (
                 super::disk::disk_status(&layout.data_root),
                 Some(Instant::now()),
+                super::disk::avail_bytes(&layout.data_root),
+                run_dir
+                    .as_ref()
+                    .zip(latest_checkpoint.as_ref())
+                    .map(|(d, c)| lavender::checkpoint::dir_size(&d.join(c)))
+                    .filter(|s| *s > 0),
             )
         } else {
-            (DiskStatus::unknown(), None)
+            (DiskStatus::unknown(), None, None, None)
         };
         FileFacts {
             run_dir,
             heartbeat,
             checkpoints: listed.len() as u64,
-            latest_checkpoint: listed.last().map(|c| c.name.clone()),
+            latest_checkpoint,
             data_counts: lavender::manifest::data_counts(&layout.data_root),
             disk,
             disk_read_at,
+            disk_avail_bytes,
+            latest_checkpoint_bytes,
             idle_steps,
         }
     }

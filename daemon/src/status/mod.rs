@@ -1,18 +1,23 @@
-//! The status contract, computed from a cache of what the files say (refreshed by
-//! file-watch events and a periodic safety net) plus the pipeline actor's record.
-//! `GET /status` serializes it; `lavenderd status --json` computes the same from
-//! the files when no daemon runs.
+//! The status contract. One writer: the refresher (`refresher.rs`) reads what the
+//! files say (on file-watch events, record changes and a periodic safety tick) and
+//! publishes immutable snapshots with the body composed (`cache.rs`); `GET /status`
+//! borrows the latest and writes the timestamp. The watchdog (`watchdog.rs`)
+//! follows the snapshots for stall, recovery, disk-low and milestones.
+//! `lavenderd status --json` computes the same from the files when no daemon runs.
 
 pub mod cache;
 pub mod compose;
 pub mod disk;
 pub mod facts;
 pub mod health;
+pub mod refresher;
 pub mod watch;
+pub mod watchdog;
 
 pub use cache::StatusCache;
 pub use compose::{StatusSettings, compose};
 pub use facts::FileFacts;
+pub use refresher::RefreshOptions;
 
 use crate::layout::Layout;
 use crate::pipeline::PipelineRecord;

@@ -18,13 +18,13 @@ use lavender::config::Watcher as WatcherKind;
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-/// Tests set this to make the native watcher fail as if the inotify watch limit
-/// were reached, to drive the fallback to polling.
-pub const TEST_EXHAUSTED_VAR: &str = "LAVENDER_TEST_INOTIFY_EXHAUSTED";
-
+#[derive(Debug, Clone)]
 pub struct WatchOptions {
     pub kind: WatcherKind,
     pub poll_interval: Duration,
+    /// The native watcher fails as if the inotify watch limit were reached (`serve`'s
+    /// hidden `--simulate-inotify-exhausted`), to show the fallback to polling.
+    pub simulate_exhausted: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +135,7 @@ impl RunDirWatcher {
             watched: None,
             tx,
             poll_interval: opts.poll_interval,
-            force_exhausted: std::env::var_os(TEST_EXHAUSTED_VAR).is_some_and(|v| v == "1"),
+            force_exhausted: opts.simulate_exhausted,
         };
         w.inner = match opts.kind {
             WatcherKind::Native => match w.native() {
@@ -147,10 +147,12 @@ impl RunDirWatcher {
         w
     }
 
+    #[cfg(test)]
     pub fn backend(&self) -> Option<Backend> {
         self.inner.as_ref().map(|(b, _)| *b)
     }
 
+    #[cfg(test)]
     pub fn watched(&self) -> Option<&Path> {
         self.watched.as_deref()
     }
@@ -311,10 +313,9 @@ mod tests {
         let opts = WatchOptions {
             kind: WatcherKind::Native,
             poll_interval: Duration::from_millis(20),
+            simulate_exhausted: exhausted,
         };
-        let mut w = RunDirWatcher::new(&opts, tx);
-        w.force_exhausted = exhausted;
-        (w, rx)
+        (RunDirWatcher::new(&opts, tx), rx)
     }
 
     #[tokio::test]

@@ -15,7 +15,6 @@ use crate::layout::Layout;
 use crate::pipeline::PipelineHandle;
 use crate::status::StatusCache;
 use history::HistoryCache;
-use metrics::NotificationCounts;
 
 /// The web side's share of the server state.
 #[derive(Clone)]
@@ -24,10 +23,8 @@ pub struct WebState {
     pub history: Arc<HistoryCache>,
     pub counters: Arc<Counters>,
     /// Set once notifications exist; `/metrics` then reports their counts.
-    pub notifications: Option<Arc<dyn NotificationCounts>>,
+    pub notifications: Option<crate::notify::Notifier>,
     cache: StatusCache,
-    pipeline: PipelineHandle,
-    layout: Layout,
 }
 
 impl WebState {
@@ -38,29 +35,22 @@ impl WebState {
         pipeline: PipelineHandle,
         layout: Layout,
     ) -> WebState {
-        let counters = publisher::spawn(
-            feed.clone(),
-            cache.clone(),
-            pipeline.clone(),
-            layout.clone(),
-        );
+        let counters = publisher::spawn(feed.clone(), cache.clone(), pipeline, layout);
         WebState {
             feed,
             history: Arc::new(HistoryCache::default()),
             counters,
             notifications: None,
             cache,
-            pipeline,
-            layout,
         }
     }
 
-    pub fn with_notifications(mut self, counts: Arc<dyn NotificationCounts>) -> WebState {
-        self.notifications = Some(counts);
+    pub fn with_notifications(mut self, notifier: crate::notify::Notifier) -> WebState {
+        self.notifications = Some(notifier);
         self
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot::take(&self.cache, &self.pipeline, &self.layout)
+        Snapshot::take(&self.cache, &self.cache.snapshot().record)
     }
 }

@@ -11,14 +11,34 @@ use serde_json::Value;
 use super::http::{self, Http};
 use super::schema::assert_valid;
 
+/// The config layer's name for `supervisor.restart_backoff_s`.
+pub const BACKOFF_VAR: &str = "LAVENDER__SUPERVISOR__RESTART_BACKOFF_S";
+
+/// `"100,200"` (milliseconds) → `"[0.1, 0.2]"` (seconds, as the config takes them).
+pub fn backoff_seconds(ms: &str) -> String {
+    let waits: Vec<String> = ms
+        .split(',')
+        .map(|m| {
+            format!(
+                "{}",
+                m.trim().parse::<f64>().expect("backoff in ms") / 1000.0
+            )
+        })
+        .collect();
+    format!("[{}]", waits.join(", "))
+}
+
 pub struct Lavenderd {
     pub bin: PathBuf,
     pub config: PathBuf,
     pub data_root: PathBuf,
     /// Where `serve` writes its log.
     pub log: PathBuf,
-    /// `LAVENDER_TEST_BACKOFF_MS`: crash-restart waits.
+    /// Crash-restart waits in milliseconds (`"100,200"`), given to every command as
+    /// `supervisor.restart_backoff_s` through the config's environment layer.
     pub backoff_ms: String,
+    /// Extra arguments of `serve` (its hidden timing options).
+    pub serve_args: Vec<String>,
     /// Extra environment for every command (injected test switches).
     pub env: Vec<(String, String)>,
     /// A word of the worker's command line: the worker the daemon spawned is
@@ -35,6 +55,7 @@ impl Lavenderd {
             data_root,
             log,
             backoff_ms: "100,200,300".into(),
+            serve_args: Vec::new(),
             env: Vec::new(),
             worker_name: "worker".into(),
             daemons: Vec::new(),
@@ -51,7 +72,7 @@ impl Lavenderd {
             .arg(&self.config)
             .arg("--data-root")
             .arg(&self.data_root)
-            .env("LAVENDER_TEST_BACKOFF_MS", &self.backoff_ms)
+            .env(BACKOFF_VAR, backoff_seconds(&self.backoff_ms))
             .env_remove("LAVENDER_DATA_ROOT")
             .env_remove("LAVENDER_CONFIG")
             .env_remove("LAVENDER_SCALE")
@@ -78,6 +99,7 @@ impl Lavenderd {
         let child = self
             .cmd()
             .arg("serve")
+            .args(&self.serve_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

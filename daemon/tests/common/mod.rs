@@ -12,7 +12,10 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-pub use harness::{Lavenderd, alive, cmdline_has, send_signal, stderr, stdout, wait_until};
+pub use harness::{
+    BACKOFF_VAR, Lavenderd, alive, backoff_seconds, cmdline_has, send_signal, stderr, stdout,
+    wait_until,
+};
 pub use http::Http;
 pub use schema::{assert_valid, schema};
 

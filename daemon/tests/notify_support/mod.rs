@@ -16,7 +16,10 @@ use lavender::events::Event;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use lavenderd::notify::{AlertKind, ExitReason, Notification, Notifier, Options, Timings, alert};
+use lavenderd::backoff::Backoff;
+use lavenderd::notify::{Notification, Notifier, Options, Timings, pushes};
+use lavenderd::pipeline::Alert;
+use lavenderd::process::ExitOutcome;
 
 pub const BARK_OK: &str = r#"{"code":200,"message":"success","timestamp":1}"#;
 
@@ -164,7 +167,7 @@ pub fn fast() -> Options {
     Options {
         timings: Timings {
             attempt_timeout: Duration::from_millis(500),
-            retry_backoff: vec![Duration::from_millis(10), Duration::from_millis(20)],
+            retry_backoff: Backoff::new(vec![Duration::from_millis(10), Duration::from_millis(20)]),
             rate_window: Duration::from_secs(60),
             coalesce_window: Duration::from_secs(60),
         },
@@ -203,14 +206,18 @@ pub fn event(kind: &str, fields: Value) -> Event {
 }
 
 pub fn crash() -> Notification {
-    alert(
-        AlertKind::Crashed {
-            exit: ExitReason::Code(1),
-            log_tail: vec![
-                "step 40 loss 2.1".into(),
-                "RuntimeError: out of memory".into(),
-            ],
-        },
-        "[lavender] ",
-    )
+    let log =
+        std::env::temp_dir().join(format!("lavender-notify-crash-{}.log", std::process::id()));
+    std::fs::write(&log, "step 40 loss 2.1\nRuntimeError: out of memory\n").unwrap();
+    let alert = Alert::Crashed {
+        step: "train".into(),
+        outcome: ExitOutcome::Code(1),
+        restart: 1,
+        max_restarts: 3,
+        restart_in: Duration::from_secs(10),
+        log_file: Some(log.clone()),
+    };
+    let push = pushes(&alert, "[lavender] ", 20).remove(0);
+    let _ = std::fs::remove_file(log);
+    push
 }

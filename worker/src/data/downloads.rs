@@ -56,7 +56,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         return Ok(());
     }
 
-    let corpus = ctx.root.join("corpus");
+    let corpus = ctx.root.join(lavender::data_root::CORPUS);
     let raw = corpus.join("raw");
     let staged = Staged::begin(&raw)?;
     // Progress counts text bytes, so the embedded corpus counts at its uncompressed size.

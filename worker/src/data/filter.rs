@@ -69,7 +69,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         return Ok(());
     }
 
-    let staged = Staged::begin(&ctx.root.join("corpus/filtered"))?;
+    let staged = Staged::begin(&ctx.root.join(lavender::data_root::FILTERED))?;
     let mut out = DocWriter::create(&staged.path().join(OUTPUT))?;
     let mut progress = Progress::new(STEP, Some(step::total_size(&files)), "docs");
     let mut removed = [0u64; RULES.len()];

@@ -57,7 +57,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         return Ok(());
     }
 
-    let staged = Staged::begin(&ctx.root.join("shards"))?;
+    let staged = Staged::begin(&ctx.root.join(lavender::data_root::SHARDS))?;
     let mut progress = Progress::new(STEP, Some(step::total_size(&files)), "docs");
     let mut shards: Vec<ShardEntry> = Vec::new();
     let mut current: Option<DocWriter> = None;

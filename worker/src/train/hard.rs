@@ -140,7 +140,9 @@ mod tests {
         let root = tmp.path();
         assert_eq!(choose(root, 2, 64).unwrap(), Choice::Skip(None));
         mined(root, json!({"chunk": 1, "seq_len": 64}));
-        let want = root.join("hard_examples").join(WINDOWS_FILE);
+        let want = root
+            .join(lavender::data_root::HARD_EXAMPLES)
+            .join(WINDOWS_FILE);
         assert_eq!(
             choose(root, 2, 64).unwrap(),
             Choice::Use {

@@ -105,7 +105,7 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         None => s.config.device,
     };
     let device = device::select(choice)?;
-    let tokens_dir = s.data_root.join("tokens");
+    let tokens_dir = s.data_root.join(lavender::data_root::TOKENS);
     let tokens = Tokens::open(&tokens_dir)?;
     let checkpoints_root = s.data_root.join(run::CHECKPOINTS_DIR);
     let resume = match &args.resume {
@@ -127,7 +127,7 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
             tokenizer.display()
         )
     })?;
-    lavender::atomic::write_file(&run_dir.join("tokenizer.json"), &tok_bytes)?;
+    lavender::atomic::write_file(&run_dir.join(crate::tokens::TOKENIZER_FILE), &tok_bytes)?;
 
     let total_steps = s.total_steps();
     let mut reporter = Reporter::new(run_dir.clone(), total_steps);

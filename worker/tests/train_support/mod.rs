@@ -159,11 +159,14 @@ pub fn run_ok(cmd: &mut Command) -> Output {
     out
 }
 
-/// The complete checkpoints of a run directory, oldest first (by counter).
+/// The complete checkpoints of a run directory, oldest first (by counter). A save still under its hidden
+/// temporary name is not one, even once its marker is written: a kill before the
+/// rename leaves exactly that.
 pub fn checkpoints(run_dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = fs::read_dir(run_dir)
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
         .filter(|p| p.join("trainer_state.json").exists())
         .collect();
     v.sort_by_key(|p| counter(p));

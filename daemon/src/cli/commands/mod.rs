@@ -28,7 +28,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
     }
     let settings = Settings::load(&cli.global)?;
     match cli.command {
-        Command::Serve { listen } => {
+        Command::Serve { listen, tuning } => {
             daemon::run(ServeOptions {
                 args: cli.global.clone(),
                 settings,
@@ -36,6 +36,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 allow_non_loopback: listen.allow_non_loopback,
                 start: None,
                 foreground: false,
+                status: tuning.status_options(),
             })
             .await?;
             Ok(ExitCode::SUCCESS)
@@ -58,6 +59,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 allow_non_loopback: listen.allow_non_loopback,
                 start: Some(req),
                 foreground: true,
+                status: Default::default(),
             })
             .await?;
             Ok(match exit {

@@ -37,9 +37,10 @@ pub async fn get(
     let (run, dir) = run_dir(&app, &id)?;
     let history = app.web.history.clone();
     tokio::task::spawn_blocking(move || {
-        history
-            .load(&dir)
-            .map(|l| Json(HistoryResponse::new(run, l.source, &l.series, points)))
+        history.load(&dir).map(|l| {
+            tracing::debug!(run = %run, parse = ?l.parse, "history answered");
+            Json(HistoryResponse::new(run, l.source, &l.series, points))
+        })
     })
     .await
     .map_err(ApiError::internal)?

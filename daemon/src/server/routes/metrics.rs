@@ -21,7 +21,10 @@ pub async fn get(State(app): State<AppState>) -> Result<impl IntoResponse, ApiEr
             .counters
             .worker_restarts
             .load(std::sync::atomic::Ordering::Relaxed),
-        notifications: web.notifications.as_ref().map(|n| n.notification_counts()),
+        notifications: web
+            .notifications
+            .as_ref()
+            .map(crate::web::metrics::notification_counts),
     });
     Ok((
         [(

@@ -33,9 +33,12 @@ pub async fn post(
         Some(s) => Some(Duration::from_secs_f64(s)),
         None => None,
     };
-    app.pipeline
+    let report = app
+        .pipeline
         .stop(timeout)
         .await
-        .map(Json)
-        .map_err(|e| ApiError::internal(format!("{e:#}")))
+        .map_err(|e| ApiError::internal(format!("{e:#}")))?;
+    // A status read right after the stop shows what the stop saved.
+    app.cache.caught_up(&app.pipeline.record()).await;
+    Ok(Json(report))
 }

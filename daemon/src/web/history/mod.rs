@@ -8,6 +8,6 @@ pub mod downsample;
 pub mod parse;
 pub mod response;
 
-pub use cache::{HistoryCache, HistoryError, Loaded};
+pub use cache::{HistoryCache, HistoryError};
 pub use parse::Series;
 pub use response::HistoryResponse;

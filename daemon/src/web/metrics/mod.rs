@@ -5,7 +5,7 @@
 pub mod notifications;
 pub mod text;
 
-pub use notifications::{NotificationCount, NotificationCounts};
+pub use notifications::{NotificationCount, notification_counts};
 
 use lavender::status::{PipelineState, Status};
 

@@ -1,5 +1,5 @@
-//! Notification counts for `lavender_notifications_total{channel,outcome}`: the
-//! notifier implements [`NotificationCounts`] and is handed to the web state.
+//! Notification counts for `lavender_notifications_total{channel,outcome}`, read from
+//! the notifier the web state holds.
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotificationCount {
@@ -10,26 +10,22 @@ pub struct NotificationCount {
     pub count: u64,
 }
 
-pub trait NotificationCounts: Send + Sync {
-    fn notification_counts(&self) -> Vec<NotificationCount>;
-}
-
-impl NotificationCounts for crate::notify::Notifier {
-    fn notification_counts(&self) -> Vec<NotificationCount> {
-        self.counts()
-            .into_iter()
-            .flat_map(|(channel, c)| {
-                [
-                    ("sent", c.sent),
-                    ("failed", c.failed),
-                    ("dropped", c.dropped),
-                ]
-                .map(|(outcome, count)| NotificationCount {
-                    channel: channel.clone(),
-                    outcome: outcome.to_string(),
-                    count,
-                })
+/// One count per channel and outcome.
+pub fn notification_counts(notifier: &crate::notify::Notifier) -> Vec<NotificationCount> {
+    notifier
+        .counts()
+        .into_iter()
+        .flat_map(|(channel, c)| {
+            [
+                ("sent", c.sent),
+                ("failed", c.failed),
+                ("dropped", c.dropped),
+            ]
+            .map(|(outcome, count)| NotificationCount {
+                channel: channel.clone(),
+                outcome: outcome.to_string(),
+                count,
             })
-            .collect()
-    }
+        })
+        .collect()
 }

@@ -34,7 +34,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         return Ok(());
     }
 
-    let target = ctx.root.join("corpus/dedup");
+    let target = ctx.root.join(lavender::data_root::DEDUP);
     let staged = Staged::begin(&target)?;
     let mut out = DocWriter::create(&staged.path().join(OUTPUT))?;
     let mut progress = Progress::new(STEP, Some(step::total_size(&files)), "docs");

@@ -31,7 +31,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let s = &ctx.settings;
     let up = step::upstream(ctx, shards::STEP, STEP)?;
     let (shard_list, validation) = shards::listed(&up)?;
-    let shard_dir = ctx.root.join("shards");
+    let shard_dir = ctx.root.join(lavender::data_root::SHARDS);
     let mut inputs = Vec::new();
     for (_, fp) in step::upstream_outputs(ctx, &up)? {
         inputs.push(fp);
@@ -74,7 +74,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         return Ok(());
     }
 
-    let staged = Staged::begin(&ctx.root.join("tokens"))?;
+    let staged = Staged::begin(&ctx.root.join(lavender::data_root::TOKENS))?;
     let dir = staged.path().to_path_buf();
 
     // Tokenizer.
@@ -416,7 +416,7 @@ fn selection_into(ctx: &Ctx, m: &mut StepManifest, shard_list: &[ShardEntry]) {
 
 /// A skipped precompute still records the selection of this run's (chunk, scale).
 fn record_selection(ctx: &Ctx, m: &mut StepManifest) -> Result<()> {
-    let index = tokens::Tokens::open(&ctx.root.join("tokens"))?.index;
+    let index = tokens::Tokens::open(&ctx.root.join(lavender::data_root::TOKENS))?.index;
     let entries: Vec<ShardEntry> = index
         .pretrain
         .shards

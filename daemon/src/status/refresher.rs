@@ -1,0 +1,197 @@
+//! The refresher: the one task that reads the files the status is made of. It
+//! re-reads them when the run directory changes (file events; the heartbeat is
+//! replaced by rename, so the directory is watched), when the pipeline record or
+//! the settings change, and on a periodic safety tick; it composes again (without
+//! reading) when the notification counts change or a time-dependent value is due
+//! (see `cache.rs`). Each result is published as a new immutable snapshot.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+
+use super::cache::{StatusCache, StatusSnapshot};
+use super::watch::{RunDirWatcher, WatchOptions};
+use super::{FileFacts, StatusSettings};
+use crate::layout::Layout;
+use crate::notify::{ChannelCounts, Notifier};
+use crate::pipeline::{PipelineHandle, PipelineRecord};
+
+/// How long a disk reading is reused.
+const DISK_READING: Duration = Duration::from_secs(2);
+/// File events within this window are handled by one refresh (a save or a fast
+/// worker's heartbeats come in bursts).
+const COALESCE: Duration = Duration::from_millis(50);
+
+/// The refresher's timings and watcher, injectable (`serve`'s hidden options).
+#[derive(Debug, Clone)]
+pub struct RefreshOptions {
+    /// The periodic safety tick: files are read again even without an event.
+    pub safety_refresh: Duration,
+    /// See [`WatchOptions::simulate_exhausted`].
+    pub simulate_inotify_exhausted: bool,
+}
+
+impl Default for RefreshOptions {
+    fn default() -> RefreshOptions {
+        RefreshOptions {
+            safety_refresh: Duration::from_secs(2),
+            simulate_inotify_exhausted: false,
+        }
+    }
+}
+
+/// Reads the files once, publishes the first snapshot and starts the refresher.
+/// `notifier`: whose counts the status shows.
+pub fn spawn(
+    layout: Layout,
+    pipeline: &PipelineHandle,
+    settings: StatusSettings,
+    watch: WatchOptions,
+    opts: RefreshOptions,
+    notifier: Option<Notifier>,
+) -> StatusCache {
+    let records = pipeline.subscribe();
+    let record = records.borrow().clone();
+    let facts = FileFacts::read(&layout, &record, &settings, true);
+    let counts = counts(notifier.as_ref());
+    let first = StatusSnapshot::compose(
+        record,
+        facts,
+        settings.clone(),
+        counts,
+        lavender::time::now_utc(),
+    );
+    let (snapshots, snapshots_rx) = watch::channel(Arc::new(first));
+    let settings = Arc::new(watch::Sender::new(settings));
+    let refresher = Refresher {
+        layout,
+        records,
+        settings: settings.subscribe(),
+        counted: notifier.as_ref().map(Notifier::subscribe_counts),
+        notifier,
+        snapshots,
+    };
+    tokio::spawn(refresher.run(watch, opts));
+    StatusCache::new(snapshots_rx, settings)
+}
+
+fn counts(notifier: Option<&Notifier>) -> BTreeMap<String, ChannelCounts> {
+    notifier.map(Notifier::counts).unwrap_or_default()
+}
+
+struct Refresher {
+    layout: Layout,
+    records: watch::Receiver<PipelineRecord>,
+    settings: watch::Receiver<StatusSettings>,
+    notifier: Option<Notifier>,
+    counted: Option<watch::Receiver<()>>,
+    snapshots: watch::Sender<Arc<StatusSnapshot>>,
+}
+
+/// Why the loop turned.
+enum Wake {
+    /// Read the files again.
+    Read,
+    /// Compose again from the facts at hand.
+    Compose,
+    Quit,
+}
+
+async fn changed_opt(rx: Option<&mut watch::Receiver<()>>) -> bool {
+    match rx {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
+impl Refresher {
+    async fn run(mut self, watch: WatchOptions, opts: RefreshOptions) {
+        let (tx, mut events) = mpsc::unbounded_channel();
+        let mut watcher = RunDirWatcher::new(
+            &WatchOptions {
+                simulate_exhausted: watch.simulate_exhausted || opts.simulate_inotify_exhausted,
+                ..watch
+            },
+            tx,
+        );
+        let mut tick = tokio::time::interval(opts.safety_refresh);
+        tick.tick().await;
+        let first = self.snapshots.borrow().clone();
+        let mut facts = first.facts.clone();
+        watch_run_dir(&mut watcher, facts.run_dir.as_deref());
+        let mut refreshed_at = Instant::now();
+        loop {
+            let expires = self.snapshots.borrow().expires_at();
+            let wake = tokio::select! {
+                Some(()) = events.recv() => {
+                    // The first change of a quiet spell is read at once (a heartbeat
+                    // shows in the status within milliseconds); a burst (a checkpoint
+                    // save, a fast worker's heartbeats) is read at most once per COALESCE.
+                    let next = refreshed_at + COALESCE;
+                    if Instant::now() < next {
+                        tokio::time::sleep_until(tokio::time::Instant::from_std(next)).await;
+                    }
+                    while events.try_recv().is_ok() {}
+                    Wake::Read
+                }
+                changed = self.records.changed() => if changed.is_ok() { Wake::Read } else { Wake::Quit },
+                changed = self.settings.changed() => if changed.is_ok() { Wake::Read } else { Wake::Quit },
+                alive = changed_opt(self.counted.as_mut()) => if alive { Wake::Compose } else { Wake::Quit },
+                _ = tick.tick() => Wake::Read,
+                _ = sleep_until_utc(expires) => Wake::Compose,
+            };
+            let record = self.records.borrow_and_update().clone();
+            let settings = self.settings.borrow_and_update().clone();
+            match wake {
+                Wake::Quit => return,
+                Wake::Compose => {}
+                Wake::Read => {
+                    let run_dir = FileFacts::run_dir_for(&self.layout, &record);
+                    watch_run_dir(&mut watcher, run_dir.as_deref());
+                    let reuse_disk = facts
+                        .disk_read_at
+                        .is_some_and(|t| t.elapsed() < DISK_READING);
+                    let read = FileFacts::read(&self.layout, &record, &settings, !reuse_disk);
+                    facts = if reuse_disk {
+                        read.with_disk_of(&facts)
+                    } else {
+                        read
+                    };
+                    refreshed_at = Instant::now();
+                }
+            }
+            if let Some(rx) = self.counted.as_mut() {
+                rx.borrow_and_update();
+            }
+            let snapshot = StatusSnapshot::compose(
+                record,
+                facts.clone(),
+                settings,
+                counts(self.notifier.as_ref()),
+                lavender::time::now_utc(),
+            );
+            self.snapshots.send_replace(Arc::new(snapshot));
+        }
+    }
+}
+
+/// Follows the run directory the status is about (once it exists).
+fn watch_run_dir(watcher: &mut RunDirWatcher, run_dir: Option<&std::path::Path>) {
+    if run_dir.is_none_or(|d| d.is_dir()) {
+        watcher.watch(run_dir);
+    }
+}
+
+/// Sleeps until just past `at` (wall clock); forever for `None`.
+async fn sleep_until_utc(at: Option<chrono::DateTime<chrono::Utc>>) {
+    let Some(at) = at else {
+        return std::future::pending().await;
+    };
+    let wait = (at - lavender::time::now_utc())
+        .to_std()
+        .unwrap_or_default();
+    // A millisecond past the boundary, so composing then sees the new value.
+    tokio::time::sleep(wait + Duration::from_millis(1)).await;
+}

@@ -1,0 +1,85 @@
+//! The watchdog: follows the refresher's snapshots and raises what they imply —
+//! the heartbeat going stale and recovering (`health.rs`), free space falling under
+//! the disk-low need — and pushes the run's milestones (`events.jsonl`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::watch;
+
+use super::cache::StatusSnapshot;
+use super::health::HeartbeatWatch;
+use crate::layout::Layout;
+use crate::notify::{EventFollower, disk_low_need};
+use crate::pipeline::Alert;
+use crate::pipeline::alert::AlertSender;
+
+pub fn spawn(
+    layout: Layout,
+    snapshots: watch::Receiver<Arc<StatusSnapshot>>,
+    alerts: AlertSender,
+    follower: Option<EventFollower>,
+) {
+    tokio::spawn(run(layout, snapshots, alerts, follower));
+}
+
+async fn run(
+    layout: Layout,
+    mut snapshots: watch::Receiver<Arc<StatusSnapshot>>,
+    alerts: AlertSender,
+    mut follower: Option<EventFollower>,
+) {
+    let mut health = HeartbeatWatch::new(&snapshots.borrow().record);
+    let mut disk = DiskWatch::default();
+    loop {
+        let snap = snapshots.borrow_and_update().clone();
+        // Milestones: the follower reads only what was appended since its saved offset.
+        if let (Some(f), Some(dir)) = (follower.as_mut(), snap.facts.run_dir.as_deref())
+            && let Err(e) = f.poll(dir)
+        {
+            tracing::warn!("notify: cannot follow {}: {e}", dir.display());
+        }
+        let heartbeat_at = snap.facts.heartbeat_time();
+        if let Some(alert) = health.observe(
+            &snap.record,
+            &snap.status,
+            heartbeat_at,
+            snap.settings.stale_after_s,
+        ) {
+            let _ = alerts.send(alert);
+        }
+        if let Some(alert) = disk.observe(&snap, &layout) {
+            let _ = alerts.send(alert);
+        }
+        if snapshots.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Disk-low: one alert when free space falls under the need, again only after it
+/// was back above.
+#[derive(Default)]
+struct DiskWatch {
+    low: bool,
+    /// The reading last looked at (readings are reused across snapshots).
+    seen: Option<Instant>,
+}
+
+impl DiskWatch {
+    fn observe(&mut self, snap: &StatusSnapshot, layout: &Layout) -> Option<Alert> {
+        let facts = &snap.facts;
+        if facts.disk_read_at.is_none() || facts.disk_read_at == self.seen {
+            return None;
+        }
+        self.seen = facts.disk_read_at;
+        let avail_bytes = facts.disk_avail_bytes?;
+        let need_bytes = disk_low_need(facts.latest_checkpoint_bytes, snap.settings.disk_floor_mib);
+        let was_low = std::mem::replace(&mut self.low, avail_bytes < need_bytes);
+        (self.low && !was_low).then(|| Alert::DiskLow {
+            path: layout.data_root.clone(),
+            avail_bytes,
+            need_bytes,
+        })
+    }
+}

@@ -1,0 +1,20 @@
+//! The data root's layout: the directory of each thing the pipeline keeps, relative
+//! to the data root. The worker writes these, the daemon and the exporter read them;
+//! every one of them names a directory from here, never a string of its own.
+
+/// The downloaded corpus (the `downloads` step's output).
+pub const CORPUS: &str = "corpus";
+/// Near-duplicates removed (`dedup`).
+pub const DEDUP: &str = "corpus/dedup";
+/// Documents that passed the quality filter (`filter`).
+pub const FILTERED: &str = "corpus/filtered";
+/// Training and held-out shards (`build_shards`).
+pub const SHARDS: &str = "shards";
+/// Token arrays and the tokenizer (`precompute`).
+pub const TOKENS: &str = "tokens";
+/// Windows the model found hardest (`mine_hard`).
+pub const HARD_EXAMPLES: &str = "hard_examples";
+/// Run directories with their checkpoints (`train`).
+pub const CHECKPOINTS: &str = "checkpoints";
+/// Each pipeline start's log.
+pub const LOGS: &str = "logs";
