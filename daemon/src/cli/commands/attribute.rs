@@ -316,10 +316,10 @@ fn exported_checkpoints(run: &Path) -> Result<Vec<PathBuf>> {
 /// (`<data_root>/checkpoints/<run>` → `<data_root>/corpus/filtered/documents.jsonl`).
 fn run_training_text(run: &Path) -> Result<PathBuf> {
     let abs = std::path::absolute(run).unwrap_or_else(|_| run.to_path_buf());
-    let file = abs
-        .parent()
-        .and_then(Path::parent)
-        .map(|root| root.join("corpus/filtered/documents.jsonl"));
+    let file = abs.parent().and_then(Path::parent).map(|root| {
+        root.join(lavender::data_root::FILTERED)
+            .join("documents.jsonl")
+    });
     match file {
         Some(f) if f.is_file() => Ok(f),
         Some(f) => bail!(
