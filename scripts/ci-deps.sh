@@ -6,6 +6,7 @@
 #   curl, jq           the status commands of docs/OPERATIONS.md (daemon/tests/operations_doc.rs)
 #   chromium           the dashboard's browser test (daemon/tests/web_browser.rs)
 #   prometheus_client  (in .venv) parses GET /metrics (daemon/tests/web_metrics.rs)
+#   bergson            (in .venv) SOURCE for `lavenderd attribute` (scripts/attribution-setup.sh)
 #   slurmctld, slurmd, slurm-client, munge
 #                      a single-node Slurm that scripts/slurm/start.sh starts for the
 #                      Slurm launch backend's test (daemon/tests/slurm_e2e.rs)
@@ -65,3 +66,7 @@ else
   echo "ci-deps: installing prometheus_client into .venv (the /metrics test's parser)"
   "$venv/bin/python" -m pip install --quiet --no-cache-dir prometheus_client
 fi
+
+# bergson 2.5.1 (attribution: `lavenderd attribute` and worker/tests/attribution_bergson.rs),
+# keeping torch 2.13.0; quick when present.
+bash "$root/scripts/attribution-setup.sh"

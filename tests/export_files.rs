@@ -117,6 +117,26 @@ fn optimizer_moments_are_the_checkpoints_bitwise() {
             assert!(st.tensor(&format!("{name}.exp_avg_sq")).is_ok(), "{name}");
             assert!(st.tensor(&format!("{name}.exp_avg")).is_ok(), "{name}");
         }
+        // The same moments for torch.load readers (checked against torch itself in
+        // worker/tests/attribution_bergson.rs): a stored zip with torch's records.
+        let pt = fs::read(c.path.as_ref().unwrap().join("optimizer.pt")).unwrap();
+        assert_eq!(&pt[..4], b"PK\x03\x04");
+        for record in [
+            "optimizer/data.pkl",
+            "optimizer/version",
+            "optimizer/data/0",
+        ] {
+            assert!(
+                pt.windows(record.len()).any(|w| w == record.as_bytes()),
+                "{record}"
+            );
+        }
+        // Every moment's bytes are in it, unchanged.
+        let exp_avg_sq = st
+            .tensor("transformer.h.0.mlp.c_fc.weight.exp_avg_sq")
+            .unwrap();
+        let data = exp_avg_sq.data();
+        assert!(pt.windows(data.len()).any(|w| w == data));
         let meta = header_metadata(&exported);
         assert_eq!(meta["step"], c.step.to_string());
         assert_eq!(meta["betas"], "[0.9, 0.999]");
@@ -144,14 +164,21 @@ fn log_history_has_the_trainers_learning_rate_for_every_step() {
             .collect();
         let want: Vec<(u64, f64)> = (1..=step).map(|s| (s, lr(s))).collect();
         assert_eq!(lrs, want, "{}", path.display());
-        // Evaluation entries travel too, as in Hugging Face's history.
-        assert!(
-            st["log_history"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|e| e.get("eval_loss").is_some())
-        );
+        // Evaluation entries travel too, as in Hugging Face's history, each with
+        // its step's learning rate (SOURCE maps step → learning_rate over all).
+        let evals: Vec<&Value> = st["log_history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e.get("eval_loss").is_some())
+            .collect();
+        assert!(!evals.is_empty());
+        for e in evals {
+            assert_eq!(
+                e["learning_rate"].as_f64(),
+                Some(lr(e["step"].as_u64().unwrap()))
+            );
+        }
         // Only TrainerState's fields: its load_from_json passes every key on.
         let keys: Vec<&str> = st.as_object().unwrap().keys().map(String::as_str).collect();
         assert!(
@@ -316,10 +343,14 @@ fn a_checkpoint_without_moments_exports_with_a_warning() {
             .exists()
     );
     assert!(
-        report.warnings[0].contains("no optimizer.safetensors"),
+        report
+            .warnings
+            .iter()
+            .any(|w| w.contains("no optimizer.safetensors")),
         "{:?}",
         report.warnings
     );
+    assert!(!run.join("exported/checkpoint-6/optimizer.pt").exists());
     let text = export::export_text(&report);
     assert!(
         text.contains("warning:") && text.contains("checkpoint-6"),
@@ -417,4 +448,45 @@ fn json_report_names_every_checkpoint() {
     assert_eq!(v["checkpoints"][0]["status"], "written");
     assert_eq!(v["checkpoints"][0]["step"], 2);
     assert_eq!(v["checkpoints"][0]["optimizer"], true);
+}
+
+#[test]
+fn the_run_history_is_rewritten_as_hf_readers_take_it() {
+    let root = tempfile::tempdir().unwrap();
+    // The fabricated history has evaluations without a learning_rate, as the
+    // worker writes them; SOURCE reads this file for exports under the run.
+    let run = make_run(root.path(), &RunSpec::default());
+    let before = read_json(&run.join("log_history.json"));
+    let evals_before = before
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.get("eval_loss").is_some() && e.get("learning_rate").is_none())
+        .count();
+    assert!(evals_before > 0);
+    let report = export_all(&run);
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    let history = read_json(&run.join("log_history.json"));
+    let entries = history.as_array().unwrap();
+    // One entry per step: each evaluation is on its step's training entry.
+    let steps: Vec<u64> = entries
+        .iter()
+        .map(|e| e["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, (1..=6).collect::<Vec<u64>>());
+    for e in entries {
+        let step = e["step"].as_u64().unwrap();
+        assert_eq!(e["learning_rate"].as_f64(), Some(lr(step)), "{e}");
+        assert!(e["loss"].is_number(), "{e}");
+        assert_eq!(e.get("eval_loss").is_some(), step % 2 == 0, "{e}");
+    }
+    let bytes = fs::read(run.join("log_history.json")).unwrap();
+    let again = export::export(&ExportOptions {
+        selection: Selection::All,
+        force: true,
+        ..ExportOptions::new(&run)
+    })
+    .unwrap();
+    assert!(again.warnings.is_empty(), "{:?}", again.warnings);
+    assert_eq!(fs::read(run.join("log_history.json")).unwrap(), bytes);
 }

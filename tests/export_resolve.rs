@@ -1,5 +1,6 @@
-//! `lavender::export::resolve` and step parsing: each field is filled from the run
-//! only when not given, foreign checkpoints infer nothing, unexported ones are refused.
+//! `lavender::export::resolve` and step parsing: each field of SOURCE's config is
+//! filled from the run only when not given, foreign checkpoints infer nothing,
+//! unexported ones are refused.
 
 mod export_support;
 
@@ -94,12 +95,17 @@ fn an_explicit_model_path_wins() {
 }
 
 #[test]
-fn momentum_is_filled_with_beta1_from_the_runs_config() {
+fn an_adamw_run_has_source_momentum_zero_whatever_its_beta1() {
     let root = tempfile::tempdir().unwrap();
     let (_, ckpts) = exported_run(root.path(), 0.95);
     let r = export::resolve(&opts(&ckpts)).unwrap();
-    assert_eq!(r.momentum, Some(0.95));
+    // SOURCE's momentum is heavy-ball SGD's; AdamW's β1 is not one.
+    assert_eq!(r.momentum, Some(0.0));
     assert_eq!(r.sources.momentum, Field::Run);
+    assert_eq!(r.use_adam_preconditioner, Some(true));
+    assert_eq!(r.sources.use_adam_preconditioner, Field::Run);
+    assert_eq!(r.optimizer.as_deref(), Some("adamw"));
+    assert!(r.segment_details.unwrap().iter().all(|s| s.factor == 1.0));
 }
 
 #[test]
@@ -116,77 +122,165 @@ fn an_explicit_momentum_wins() {
 }
 
 #[test]
-fn an_explicit_zero_momentum_survives() {
+fn explicit_zero_and_false_survive() {
     let root = tempfile::tempdir().unwrap();
     let (_, ckpts) = exported_run(root.path(), 0.95);
     let r = export::resolve(&ResolveOptions {
         momentum: Some(0.0),
-        terminal_velocity: true,
+        use_adam_preconditioner: Some(false),
         ..opts(&ckpts)
     })
     .unwrap();
     assert_eq!(r.momentum, Some(0.0), "0.0 is a value, not unset");
     assert_eq!(r.sources.momentum, Field::Explicit);
-    let segs = r.segments.unwrap();
+    assert_eq!(r.use_adam_preconditioner, Some(false));
+    assert_eq!(r.sources.use_adam_preconditioner, Field::Explicit);
+    let segs = r.segment_details.as_ref().unwrap();
+    assert!(segs.iter().all(|s| s.factor == 1.0));
+    let yaml = export::resolve_yaml(&r);
     assert!(
-        segs.iter()
-            .all(|s| s.factor == 1.0 && s.lr_x_steps == s.lr_sum)
+        yaml.contains("  momentum: 0.0\n") && yaml.contains("use_adam_preconditioner: false"),
+        "{yaml}"
     );
 }
 
 #[test]
-fn lr_list_is_filled_with_every_steps_learning_rate() {
+fn step_lrs_and_per_segment_lists_come_from_the_runs_history() {
     let root = tempfile::tempdir().unwrap();
     let (_, ckpts) = exported_run(root.path(), 0.9);
     let r = export::resolve(&opts(&ckpts[..2])).unwrap();
     let want: Vec<f64> = (1..=4).map(lr).collect();
-    assert_eq!(r.lr_list, Some(want), "up to the last checkpoint given");
+    assert_eq!(r.step_lrs, Some(want), "up to the last checkpoint given");
+    assert_eq!(r.sources.step_lrs, Field::Run);
+    // SOURCE's lists: one average rate and one step count per segment.
+    assert_eq!(r.segments, 2);
+    assert_eq!(r.step_size_list, Some(vec![2, 2]));
+    let avg = r.lr_list.unwrap();
+    assert_eq!(avg.len(), 2);
+    assert!((avg[1] - (lr(3) + lr(4)) / 2.0).abs() < 1e-18, "{avg:?}");
     assert_eq!(r.sources.lr_list, Field::Run);
 }
 
 #[test]
-fn an_explicit_lr_list_wins() {
+fn fewer_segments_group_checkpoints_as_source_does() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, ckpts) = exported_run(root.path(), 0.9);
+    let err = export::resolve(&ResolveOptions {
+        segments: Some(2),
+        ..opts(&ckpts)
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("--segments: 2 does not divide the 3"), "{err}");
+    let r = export::resolve(&ResolveOptions {
+        segments: Some(2),
+        ..opts(&ckpts[..2])
+    })
+    .unwrap();
+    let r1 = export::resolve(&ResolveOptions {
+        segments: Some(1),
+        ..opts(&ckpts[..2])
+    })
+    .unwrap();
+    assert_eq!(
+        (r.step_size_list, r1.step_size_list),
+        (Some(vec![2, 2]), Some(vec![4]))
+    );
+    let seg = &r1.segment_details.unwrap()[0];
+    let want: f64 = (1..=4).map(lr).sum();
+    assert!((seg.lr_x_steps - want).abs() < 1e-15, "{seg:?}");
+    assert_eq!((seg.from_step, seg.to_step), (0, 4));
+}
+
+#[test]
+fn explicit_step_lrs_win() {
     let root = tempfile::tempdir().unwrap();
     let (_, ckpts) = exported_run(root.path(), 0.9);
     let lrs = vec![0.25; 6];
     let r = export::resolve(&ResolveOptions {
-        lr_list: Some(lrs.clone()),
+        step_lrs: Some(lrs.clone()),
         ..opts(&ckpts)
     })
     .unwrap();
-    assert_eq!(r.lr_list, Some(lrs));
+    assert_eq!(r.step_lrs, Some(lrs));
+    assert_eq!(r.sources.step_lrs, Field::Explicit);
     assert_eq!(r.sources.lr_list, Field::Explicit);
-    let sums: Vec<f64> = r.segments.unwrap().iter().map(|s| s.lr_sum).collect();
-    assert_eq!(sums, [0.5, 0.5, 0.5]);
+    assert_eq!(r.lr_list, Some(vec![0.25; 3]));
+    let x: Vec<f64> = r
+        .segment_details
+        .unwrap()
+        .iter()
+        .map(|s| s.lr_x_steps)
+        .collect();
+    assert_eq!(x, [0.5, 0.5, 0.5]);
 }
 
 #[test]
-fn momentum_095_makes_lr_times_steps_twenty_fold_with_the_factor() {
+fn explicit_per_segment_lists_pass_through_and_go_together() {
     let root = tempfile::tempdir().unwrap();
-    let (_, ckpts) = exported_run(root.path(), 0.95);
-    let plain = export::resolve(&opts(&ckpts)).unwrap();
-    let scaled = export::resolve(&ResolveOptions {
-        terminal_velocity: true,
+    let (_, ckpts) = exported_run(root.path(), 0.9);
+    let r = export::resolve(&ResolveOptions {
+        lr_list: Some(vec![1e-3, 2e-3, 3e-3]),
+        step_size_list: Some(vec![2, 2, 2]),
         ..opts(&ckpts)
     })
     .unwrap();
-    let plain = plain.segments.unwrap();
-    let scaled = scaled.segments.unwrap();
+    assert_eq!(r.lr_list, Some(vec![1e-3, 2e-3, 3e-3]));
+    assert_eq!(r.sources.lr_list, Field::Explicit);
+    let err = export::resolve(&ResolveOptions {
+        lr_list: Some(vec![1e-3]),
+        ..opts(&ckpts)
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("only together with step_size_list"), "{err}");
+    let err = export::resolve(&ResolveOptions {
+        lr_list: Some(vec![1e-3; 2]),
+        step_size_list: Some(vec![2; 2]),
+        ..opts(&ckpts)
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("--lr-list: has 2 values") && err.contains("3 segments"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_heavy_ball_momentum_of_095_makes_lr_times_steps_twenty_fold() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, ckpts) = exported_run(root.path(), 0.9);
+    let adamw = export::resolve(&opts(&ckpts)).unwrap();
+    // An SGD-momentum trajectory's β is given explicitly.
+    let sgd = export::resolve(&ResolveOptions {
+        momentum: Some(0.95),
+        ..opts(&ckpts)
+    })
+    .unwrap();
+    let plain = adamw.segment_details.unwrap();
+    let scaled = sgd.segment_details.as_ref().unwrap();
     assert_eq!(plain.len(), 3);
-    for (p, s) in plain.iter().zip(&scaled) {
+    for (p, s) in plain.iter().zip(scaled) {
         let want: f64 = (p.from_step + 1..=p.to_step).map(lr).sum();
         assert!((p.lr_x_steps - want).abs() < 1e-15, "{p:?}");
         let ratio = s.lr_x_steps / p.lr_x_steps;
         assert!((ratio - 20.0).abs() < 1e-9, "ratio {ratio}");
     }
-    let text = export::resolve_text(
-        &export::resolve(&ResolveOptions {
-            terminal_velocity: true,
-            ..opts(&ckpts)
-        })
-        .unwrap(),
+    let yaml = export::resolve_yaml(&sgd);
+    assert!(
+        yaml.contains("  momentum: 0.95\n") && yaml.contains("× 20.0000"),
+        "{yaml}"
     );
-    assert!(text.contains("1/(1−β) = 20.0000"), "{text}");
+}
+
+#[test]
+fn yaml_floats_read_back_as_floats() {
+    assert_eq!(export::yaml_float(0.0), "0.0");
+    assert_eq!(export::yaml_float(1e-7), "1.0e-7");
+    assert_eq!(export::yaml_float(3.5e-4), "0.00035");
+    assert_eq!(export::yaml_float(1e20), "1.0e+20");
+    assert_eq!(export::yaml_float(-2.5e-9), "-2.5e-9");
 }
 
 #[test]
@@ -211,11 +305,18 @@ fn foreign_checkpoints_infer_nothing_and_pass_through_unchanged() {
     assert_eq!(r.run, None);
     assert_eq!(r.model_path, None);
     assert_eq!(r.momentum, None);
+    assert_eq!(r.use_adam_preconditioner, None);
+    assert_eq!(r.step_lrs, None);
     assert_eq!(r.lr_list, None);
-    assert_eq!(r.segments, None);
+    assert_eq!(r.segment_details, None);
     assert_eq!(
         (r.sources.model_path, r.sources.momentum, r.sources.lr_list),
         (Field::Unset, Field::Unset, Field::Unset)
+    );
+    let yaml = export::resolve_yaml(&r);
+    assert!(
+        !yaml.contains("momentum:") && !yaml.contains("lr_list:"),
+        "unset values are left to bergson: {yaml}"
     );
     let paths: Vec<&PathBuf> = r.checkpoints.iter().map(|c| &c.path).collect();
     assert_eq!(paths, given.iter().collect::<Vec<_>>());
@@ -231,30 +332,11 @@ fn foreign_checkpoints_infer_nothing_and_pass_through_unchanged() {
     // Explicit values still pass through, and the segments follow from them.
     let r = export::resolve(&ResolveOptions {
         momentum: Some(0.5),
-        lr_list: Some(vec![0.5; 200]),
-        terminal_velocity: true,
+        step_lrs: Some(vec![0.5; 200]),
         ..opts(&given)
     })
     .unwrap();
-    assert_eq!(r.segments.unwrap()[1].lr_x_steps, 100.0);
-}
-
-#[test]
-fn the_terminal_velocity_factor_needs_a_momentum() {
-    let root = tempfile::tempdir().unwrap();
-    let d = root.path().join("checkpoint-3");
-    fs::create_dir_all(&d).unwrap();
-    let err = export::resolve(&ResolveOptions {
-        lr_list: Some(vec![0.1; 3]),
-        terminal_velocity: true,
-        ..opts(std::slice::from_ref(&d))
-    })
-    .unwrap_err()
-    .to_string();
-    assert!(
-        err.contains("--terminal-velocity") && err.contains("--momentum"),
-        "{err}"
-    );
+    assert_eq!(r.segment_details.unwrap()[1].lr_x_steps, 100.0);
 }
 
 #[test]
@@ -290,7 +372,10 @@ fn an_export_into_the_run_directory_is_found_too() {
     .unwrap();
     let r = export::resolve(&opts(&[run.join("checkpoint-6")])).unwrap();
     assert_eq!(r.run.as_deref(), Some(run.as_path()));
-    assert_eq!(r.momentum, Some(0.8));
+    // Found as the run's: an AdamW run, so SOURCE's momentum is 0.0 whatever β1.
+    assert_eq!(r.momentum, Some(0.0));
+    assert_eq!(r.sources.momentum, Field::Run);
+    assert_eq!(r.use_adam_preconditioner, Some(true));
     // The export is not mistaken for a lavender checkpoint of the run.
     assert_eq!(checkpoints(&run).len(), 3);
 }
@@ -323,12 +408,12 @@ fn bad_options_are_named() {
     .to_string();
     assert!(err.contains("--momentum: 1 is not in [0, 1)"), "{err}");
     let err = export::resolve(&ResolveOptions {
-        lr_list: Some(vec![0.1; 3]),
+        step_lrs: Some(vec![0.1; 3]),
         ..opts(&ckpts)
     })
     .unwrap_err()
     .to_string();
-    assert!(err.contains("--lr-list: has 3 learning rates"), "{err}");
+    assert!(err.contains("--step-lrs: has 3 learning rates"), "{err}");
     let typo = root.path().join("exported/checkpoint-66");
     let err = export::resolve(&opts(&[typo])).unwrap_err().to_string();
     assert!(
@@ -353,12 +438,17 @@ fn json_output_says_where_each_value_came_from() {
     assert_eq!(v["momentum"], 0.0);
     assert_eq!(v["sources"]["momentum"], "explicit");
     assert_eq!(v["sources"]["lr_list"], "run");
-    assert_eq!(v["lr_list"].as_array().unwrap().len(), 6);
-    assert_eq!(v["segments"][2]["to_step"], 6);
-    let text = export::resolve_text(&r);
+    assert_eq!(v["step_lrs"].as_array().unwrap().len(), 6);
+    assert_eq!(v["lr_list"].as_array().unwrap().len(), 3);
+    assert_eq!(v["step_size_list"], serde_json::json!([2, 2, 2]));
+    assert_eq!(v["segment_details"][2]["to_step"], 6);
+    let yaml = export::resolve_yaml(&r);
     assert!(
-        text.contains("momentum     0  (given)") && text.contains("lr_list      6 steps"),
-        "{text}"
+        yaml.contains("approx_unrolling_cfg:\n")
+            && yaml.contains("  momentum: 0.0\n")
+            && yaml.contains("  step_size_list: [2, 2, 2]\n")
+            && yaml.contains("  segments: 3\n"),
+        "{yaml}"
     );
 }
 

@@ -16,7 +16,7 @@ use super::hf_state::{HfState, sorted};
 use super::history::LogHistory;
 use super::run_config::RunConfig;
 use super::staging::{self, Staging};
-use super::tensors::{self, MODEL_FILE, OPTIMIZER_FILE};
+use super::tensors::{self, MODEL_FILE, OPTIMIZER_FILE, OPTIMIZER_PT};
 use super::{ExportError, Result};
 use crate::checkpoint::{self, Checkpoint};
 use crate::error::IoContext;
@@ -27,7 +27,9 @@ pub const EXPORT_DIR: &str = "exported";
 /// Inside each export: where it came from, and lavender's own trainer state.
 pub const EXPORT_MARKER: &str = "lavender_export.json";
 /// Bumped when the export's content changes, so older exports are rebuilt.
-const EXPORT_FORMAT: u64 = 1;
+/// 2: `optimizer.pt` beside `optimizer.safetensors`; every `log_history` entry has
+/// a `learning_rate` (evaluations on their step's training entry).
+const EXPORT_FORMAT: u64 = 2;
 
 /// Which of the run's complete checkpoints to export.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -169,9 +171,20 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport> {
             tokenizer.display()
         ));
     }
+    let mut history = LogHistory::read(&run_dir)?;
+    // SOURCE reads `<run>/log_history.json` for checkpoints exported under the run
+    // (the run has a config.yaml) and needs a learning_rate on every entry; the
+    // worker logs its evaluations without one.
+    if history.missing_learning_rates() > 0 && history.rewrite_for_hf_readers()?.is_none() {
+        warnings.push(format!(
+            "{} changed while it was read (the run is training); its evaluation entries \
+             still lack a learning_rate, which SOURCE needs: run the export again",
+            history.path.display()
+        ));
+    }
     let files = RunFiles {
         config: RunConfig::read(&run_dir)?,
-        history: LogHistory::read(&run_dir)?,
+        history,
         tokenizer,
         special,
         dir: run_dir.clone(),
@@ -294,6 +307,7 @@ fn is_current(target: &Path, source: &Value) -> bool {
     ];
     if source.get("optimizer") == Some(&Value::Bool(true)) {
         files.push(OPTIMIZER_FILE);
+        files.push(OPTIMIZER_PT);
     }
     files.iter().all(|f| target.join(f).is_file())
 }
@@ -358,6 +372,14 @@ fn export_one(
         // Copied byte for byte: attribution needs these exact moments.
         let dst = dir.join(OPTIMIZER_FILE);
         fs::write(&dst, &moments.bytes).ctx("write", &dst)?;
+        // The same moments as torch.optim's state_dict(), for torch.load readers.
+        tensors::write_optimizer_pt(
+            &moments,
+            &weights,
+            c.state.lr,
+            &opt_src,
+            &dir.join(OPTIMIZER_PT),
+        )?;
     }
 
     write_json(

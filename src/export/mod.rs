@@ -3,11 +3,14 @@
 //!
 //! [`export`] turns a run's checkpoints into `checkpoint-<step>/` directories that
 //! `GPT2LMHeadModel.from_pretrained` and `AutoTokenizer.from_pretrained` load, each
-//! carrying that checkpoint's optimizer moments bitwise and a Hugging Face
-//! `trainer_state.json` whose `log_history` has every step's learning rate.
-//! [`resolve`] fills what an attribution config leaves unset (model path, momentum,
-//! per-step learning rates) from the run that produced the checkpoints, and
-//! computes lr×steps per segment. Nothing here needs libtorch.
+//! carrying that checkpoint's optimizer moments bitwise (`optimizer.safetensors`)
+//! and as torch.optim's `state_dict()` (`optimizer.pt`, written without libtorch),
+//! and a Hugging Face `trainer_state.json` whose `log_history` has every step's
+//! learning rate, on every entry.
+//! [`resolve`] makes a bergson SOURCE config (`approx_unrolling_cfg`) for exported
+//! checkpoints, filling what it leaves unset (per-segment `lr_list` and
+//! `step_size_list`, `momentum` in SOURCE's sense, `use_adam_preconditioner`)
+//! from the run that produced them. Nothing here needs libtorch.
 
 mod error;
 mod exporter;
@@ -21,6 +24,7 @@ mod segments;
 mod staging;
 mod step;
 mod tensors;
+mod torch_save;
 
 pub use error::ExportError;
 pub use exporter::{
@@ -28,13 +32,14 @@ pub use exporter::{
     Selection, export, locate_run,
 };
 pub use hf_config::{ModelDims, SpecialTokens, model_dims};
-pub use history::LogHistory;
-pub use output::{export_json, export_text, resolve_json, resolve_text};
+pub use history::{LogHistory, for_hf_readers};
+pub use output::{export_json, export_text, resolve_json, resolve_yaml, yaml_float};
 pub use resolve::{
-    Field, ResolveOptions, Resolved, ResolvedCheckpoint, Sources, parse_lr_list, resolve,
+    Field, ResolveOptions, Resolved, ResolvedCheckpoint, Sources, parse_list, resolve,
 };
 pub use run_config::RunConfig;
-pub use segments::{Segment, lr_x_steps, terminal_velocity_factor};
+pub use segments::{Segment, terminal_velocity_factor};
 pub use step::{checkpoint_step, step_from_name};
+pub use tensors::{OPTIMIZER_PT, hf_parameter_order};
 
 pub type Result<T, E = ExportError> = std::result::Result<T, E>;

@@ -75,62 +75,148 @@ fn source(f: Field) -> &'static str {
     }
 }
 
-pub fn resolve_text(r: &Resolved) -> String {
-    let mut s = String::new();
-    match &r.run {
-        Some(run) => {
-            let _ = writeln!(s, "run          {}", run.display());
+/// A float as YAML 1.1 (PyYAML, which bergson reads configs with) parses back to
+/// the same float: a `.` in the mantissa and a signed exponent (`1.0e-05`, not
+/// `1e-5`, which PyYAML takes for a string).
+pub fn yaml_float(x: f64) -> String {
+    if !x.is_finite() {
+        return if x.is_nan() {
+            ".nan".into()
+        } else if x > 0.0 {
+            ".inf".into()
+        } else {
+            "-.inf".into()
+        };
+    }
+    // Debug is the shortest text that reads back as the same f64.
+    let d = format!("{x:?}");
+    match d.split_once('e') {
+        None => d,
+        Some((mantissa, exp)) => {
+            let mantissa = if mantissa.contains('.') {
+                mantissa.to_string()
+            } else {
+                format!("{mantissa}.0")
+            };
+            let exp = if exp.starts_with('-') {
+                exp.to_string()
+            } else {
+                format!("+{exp}")
+            };
+            format!("{mantissa}e{exp}")
         }
-        None => {
+    }
+}
+
+/// A string as a YAML scalar: double-quoted JSON, which YAML reads as the same string.
+fn yaml_str(s: &str) -> String {
+    serde_json::to_string(s).expect("strings serialize")
+}
+
+fn yaml_list<T>(items: &[T], f: impl Fn(&T) -> String) -> String {
+    let inner: Vec<String> = items.iter().map(f).collect();
+    format!("[{}]", inner.join(", "))
+}
+
+/// The `approx_unrolling_cfg:` fragment of a bergson `approxunrolling` step, with
+/// where each value came from as comments. Unset values are left out, so bergson
+/// applies its own defaults.
+pub fn resolve_yaml(r: &Resolved) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# bergson approx_unrolling_cfg (SOURCE), from `lavenderd resolve`"
+    );
+    match (&r.run, &r.optimizer) {
+        (Some(run), opt) => {
             let _ = writeln!(
                 s,
-                "run          none inferred (not a lavender export): nothing filled"
+                "# run: {} (optimizer: {})",
+                run.display(),
+                opt.as_deref().unwrap_or("?")
+            );
+        }
+        (None, _) => {
+            let _ = writeln!(
+                s,
+                "# run: none inferred (not a lavender export): only given values are filled"
             );
         }
     }
-    let _ = writeln!(s, "checkpoints  {}", r.checkpoints.len());
+    let _ = writeln!(s, "approx_unrolling_cfg:");
+    let _ = writeln!(s, "  checkpoints:");
     for c in &r.checkpoints {
         let step = c.step.map_or("step ?".to_string(), |n| format!("step {n}"));
-        let _ = writeln!(s, "  {step:<10} {}", c.path.display());
+        let _ = writeln!(
+            s,
+            "  - {}  # {step}",
+            yaml_str(&c.path.display().to_string())
+        );
     }
-    let model = r
-        .model_path
-        .as_ref()
-        .map_or("-".to_string(), |p| p.display().to_string());
-    let _ = writeln!(
-        s,
-        "model_path   {model}  ({})",
-        source(r.sources.model_path)
-    );
-    let momentum = r.momentum.map_or("-".to_string(), |m| m.to_string());
-    let _ = writeln!(
-        s,
-        "momentum     {momentum}  ({})",
-        source(r.sources.momentum)
-    );
-    let lrs = match &r.lr_list {
-        Some(l) if l.is_empty() => "0 steps".to_string(),
-        Some(l) => format!("{} steps, {} … {}", l.len(), l[0], l[l.len() - 1]),
-        None => "-".to_string(),
-    };
-    let _ = writeln!(s, "lr_list      {lrs}  ({})", source(r.sources.lr_list));
-    if let Some(segs) = &r.segments {
-        let factor = segs.first().map_or(1.0, |g| g.factor);
-        if r.terminal_velocity {
-            let _ = writeln!(
-                s,
-                "lr×steps per segment, terminal-velocity factor 1/(1−β) = {factor:.6} applied:"
-            );
+    let _ = writeln!(s, "  segments: {}", r.segments);
+    if let (Some(lrs), Some(sizes)) = (&r.lr_list, &r.step_size_list) {
+        let _ = writeln!(
+            s,
+            "  # per segment: average learning rate and optimizer steps ({})",
+            source(r.sources.lr_list)
+        );
+        let _ = writeln!(s, "  lr_list: {}", yaml_list(lrs, |x| yaml_float(*x)));
+        let _ = writeln!(s, "  step_size_list: {}", yaml_list(sizes, u64::to_string));
+    }
+    if let Some(m) = r.momentum {
+        let why = match (r.sources.momentum, r.optimizer.as_deref()) {
+            (Field::Run, Some("adamw")) => {
+                "from the run: AdamW, whose β1 is not a heavy-ball momentum".to_string()
+            }
+            (f, _) => source(f).to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "  # heavy-ball SGD β: SOURCE scales lr×steps by 1/(1−β) ({why})"
+        );
+        let _ = writeln!(s, "  momentum: {}", yaml_float(m));
+    }
+    if let Some(a) = r.use_adam_preconditioner {
+        let what = if a {
+            "; reads each checkpoint's optimizer.pt"
         } else {
-            let _ = writeln!(s, "lr×steps per segment (no momentum factor):");
-        }
+            ""
+        };
+        let _ = writeln!(
+            s,
+            "  use_adam_preconditioner: {a}  # {}{what}",
+            source(r.sources.use_adam_preconditioner)
+        );
+    }
+    if let Some(p) = &r.model_path {
+        let _ = writeln!(
+            s,
+            "  model_path: {}  # {}",
+            yaml_str(&p.display().to_string()),
+            source(r.sources.model_path)
+        );
+    }
+    if let Some(segs) = &r.segment_details {
+        let _ = writeln!(s, "# lr×steps per segment, as SOURCE computes it:");
         for g in segs {
             let _ = writeln!(
                 s,
-                "  steps {:>6} → {:<6} {:>6} steps  Σlr {:<12.6e} lr×steps {:.6e}",
-                g.from_step, g.to_step, g.steps, g.lr_sum, g.lr_x_steps
+                "#   steps {:>6} → {:<6} {:>6} steps × lr {:.6e} × {:.4} = {:.6e}",
+                g.from_step, g.to_step, g.steps, g.lr, g.factor, g.lr_x_steps
             );
         }
+    }
+    if let Some(l) = &r.step_lrs {
+        let _ = writeln!(
+            s,
+            "# step_lrs (lavender's per-step record, {}): {} steps{}",
+            source(r.sources.step_lrs),
+            l.len(),
+            match (l.first(), l.last()) {
+                (Some(a), Some(b)) => format!(", {a} … {b}"),
+                _ => String::new(),
+            }
+        );
     }
     s
 }

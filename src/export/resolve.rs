@@ -1,6 +1,12 @@
-//! `lavenderd resolve`: fills what an attribution config leaves unset from the run
-//! that produced its checkpoints. Derivation is only ever a fallback: an explicit
-//! value always wins, and checkpoints lavender did not export infer nothing.
+//! `lavenderd resolve`: a bergson `approx_unrolling_cfg` (SOURCE) for checkpoints a
+//! lavender run exported, with what the config leaves unset filled from that run.
+//! Derivation is only ever a fallback: an explicit value always wins (an explicit
+//! 0.0 too), and checkpoints lavender did not export infer nothing.
+//!
+//! Names follow bergson's: `lr_list` is one average learning rate per segment and
+//! `step_size_list` its number of optimizer steps (SOURCE multiplies them, then by
+//! 1/(1−momentum)); `momentum` is heavy-ball SGD's β, 0.0 for AdamW. lavender's own
+//! record of every step's rate is `step_lrs`.
 
 use std::path::{Path, PathBuf};
 
@@ -19,12 +25,18 @@ pub struct ResolveOptions {
     /// The checkpoints to attribute, in training order.
     pub checkpoints: Vec<PathBuf>,
     pub model_path: Option<PathBuf>,
-    /// SGD momentum / AdamW β1. `Some(0.0)` is a value, not "unset".
+    /// SOURCE's momentum: heavy-ball SGD β. `Some(0.0)` is a value, not "unset".
     pub momentum: Option<f64>,
-    /// The learning rate of every step, step 1 first.
+    /// The learning rate of every step, step 1 first (lavender's per-step record).
+    pub step_lrs: Option<Vec<f64>>,
+    /// How many segments SOURCE splits the trajectory into; must divide the number
+    /// of checkpoints. Default: one per checkpoint.
+    pub segments: Option<usize>,
+    /// SOURCE's per-segment average learning rates; given with `step_size_list`.
     pub lr_list: Option<Vec<f64>>,
-    /// Multiply each segment's lr×steps by 1/(1−momentum).
-    pub terminal_velocity: bool,
+    /// SOURCE's per-segment optimizer step counts; given with `lr_list`.
+    pub step_size_list: Option<Vec<u64>>,
+    pub use_adam_preconditioner: Option<bool>,
 }
 
 /// Where a resolved value came from.
@@ -33,7 +45,7 @@ pub struct ResolveOptions {
 pub enum Field {
     /// Given by the caller.
     Explicit,
-    /// Read from the run that produced the checkpoints.
+    /// Read (or computed) from the run that produced the checkpoints.
     Run,
     /// Neither: left for the attribution tool's own default.
     Unset,
@@ -50,7 +62,10 @@ pub struct ResolvedCheckpoint {
 pub struct Sources {
     pub model_path: Field,
     pub momentum: Field,
+    pub step_lrs: Field,
+    /// Of `lr_list` and `step_size_list` together.
     pub lr_list: Field,
+    pub use_adam_preconditioner: Field,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -59,17 +74,24 @@ pub struct Resolved {
     pub checkpoints: Vec<ResolvedCheckpoint>,
     /// The run inferred from the first checkpoint.
     pub run: Option<PathBuf>,
+    /// The run's optimizer, as bergson names it (`adamw`).
+    pub optimizer: Option<String>,
     pub model_path: Option<PathBuf>,
-    pub momentum: Option<f64>,
+    pub segments: usize,
     pub lr_list: Option<Vec<f64>>,
+    pub step_size_list: Option<Vec<u64>>,
+    pub momentum: Option<f64>,
+    pub use_adam_preconditioner: Option<bool>,
+    /// Every step's learning rate up to the last checkpoint (lavender's record).
+    pub step_lrs: Option<Vec<f64>>,
     pub sources: Sources,
-    pub terminal_velocity: bool,
-    /// lr×steps per segment, when every step and learning rate is known.
-    pub segments: Option<Vec<Segment>>,
+    /// Per segment, lr×steps as SOURCE computes it from this config.
+    pub segment_details: Option<Vec<Segment>>,
 }
 
-/// Fills `model_path`, `momentum` and `lr_list` where `opts` leaves them unset, from
-/// the run inferred from `opts.checkpoints[0]`, and computes the segments.
+/// Fills `model_path`, `momentum`, `use_adam_preconditioner`, the per-step rates
+/// and SOURCE's per-segment `lr_list`/`step_size_list` where `opts` leaves them
+/// unset, from the run inferred from `opts.checkpoints[0]`.
 pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
     let Some(first) = opts.checkpoints.first() else {
         return Err(ExportError::bad_option(
@@ -85,16 +107,17 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
             format!("{m} is not in [0, 1)"),
         ));
     }
-    if let Some(bad) = opts
-        .lr_list
-        .iter()
-        .flatten()
-        .find(|lr| !lr.is_finite() || **lr < 0.0)
-    {
-        return Err(ExportError::bad_option(
-            "--lr-list",
-            format!("{bad} is not a learning rate"),
-        ));
+    for (option, list) in [("--step-lrs", &opts.step_lrs), ("--lr-list", &opts.lr_list)] {
+        if let Some(bad) = list
+            .iter()
+            .flatten()
+            .find(|lr| !lr.is_finite() || **lr < 0.0)
+        {
+            return Err(ExportError::bad_option(
+                option,
+                format!("{bad} is not a learning rate"),
+            ));
+        }
     }
     for c in &opts.checkpoints {
         if !c.exists() {
@@ -106,11 +129,21 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
         }
         refuse_unexported(c)?;
     }
+    let n = opts.checkpoints.len();
+    let segments = opts.segments.unwrap_or(n);
+    if segments == 0 || !n.is_multiple_of(segments) {
+        return Err(ExportError::bad_option(
+            "--segments",
+            format!(
+                "{segments} does not divide the {n} checkpoints; SOURCE gives each segment the same number of checkpoints"
+            ),
+        ));
+    }
     let checkpoints: Vec<ResolvedCheckpoint> = opts
         .checkpoints
         .iter()
         .map(|p| ResolvedCheckpoint {
-            path: p.clone(),
+            path: std::path::absolute(p).unwrap_or_else(|_| p.clone()),
             step: checkpoint_step(p).ok(),
         })
         .collect();
@@ -133,7 +166,11 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
             }
         }
     }
+    let run_config = run.as_deref().map(RunConfig::read).transpose()?;
     let steps: Option<Vec<u64>> = checkpoints.iter().map(|c| c.step).collect();
+    if let Some(steps) = &steps {
+        segments::check_order(steps)?;
+    }
 
     let (model_path, model_from) = match (&opts.model_path, &run) {
         (Some(p), _) => (Some(p.clone()), Field::Explicit),
@@ -147,12 +184,17 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
         }
         (None, None) => (None, Field::Unset),
     };
-    let (momentum, momentum_from) = match (opts.momentum, &run) {
+    let (momentum, momentum_from) = match (opts.momentum, &run_config) {
         (Some(m), _) => (Some(m), Field::Explicit),
-        (None, Some(run)) => (Some(RunConfig::read(run)?.momentum), Field::Run),
+        (None, Some(rc)) => (Some(rc.source_momentum()), Field::Run),
         (None, None) => (None, Field::Unset),
     };
-    let (lr_list, lr_from) = match (&opts.lr_list, &run, &steps) {
+    let (adam, adam_from) = match (opts.use_adam_preconditioner, &run_config) {
+        (Some(a), _) => (Some(a), Field::Explicit),
+        (None, Some(rc)) => (Some(rc.adam_preconditioned()), Field::Run),
+        (None, None) => (None, Field::Unset),
+    };
+    let (step_lrs, step_lrs_from) = match (&opts.step_lrs, &run, &steps) {
         (Some(l), _, _) => (Some(l.clone()), Field::Explicit),
         (None, Some(run), Some(steps)) => {
             let last = steps.iter().copied().max().unwrap_or(0);
@@ -164,62 +206,88 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
         _ => (None, Field::Unset),
     };
 
-    let segments = match (&lr_list, &steps) {
-        (Some(lrs), Some(steps)) => {
-            let factor = if opts.terminal_velocity {
-                let m = momentum.ok_or_else(|| {
-                    ExportError::bad_option(
-                        "--terminal-velocity",
-                        "the momentum is unknown (the checkpoints are not a lavender export); pass --momentum",
-                    )
-                })?;
-                segments::terminal_velocity_factor(m)
-            } else {
-                1.0
-            };
-            Some(segments::lr_x_steps(steps, lrs, factor)?)
+    let (lists, lists_from) = match (&opts.lr_list, &opts.step_size_list) {
+        (Some(lrs), Some(sizes)) => {
+            for (option, len) in [("--lr-list", lrs.len()), ("--step-size-list", sizes.len())] {
+                if len != segments {
+                    return Err(ExportError::bad_option(
+                        option,
+                        format!(
+                            "has {len} values, one per segment is needed ({segments} segments)"
+                        ),
+                    ));
+                }
+            }
+            (Some((lrs.clone(), sizes.clone())), Field::Explicit)
         }
-        _ if opts.terminal_velocity => {
+        (Some(_), None) | (None, Some(_)) => {
             return Err(ExportError::bad_option(
-                "--terminal-velocity",
-                "needs every checkpoint's step and every step's learning rate; pass --lr-list, or checkpoints named checkpoint-<N> from a lavender export",
+                "--lr-list",
+                "SOURCE uses lr_list only together with step_size_list: give both, or neither to compute them from the per-step rates",
             ));
         }
+        (None, None) => match (&step_lrs, &steps) {
+            (Some(lrs), Some(steps)) => {
+                let source = if step_lrs_from == Field::Explicit {
+                    Field::Explicit
+                } else {
+                    Field::Run
+                };
+                (Some(segments::per_segment(steps, segments, lrs)?), source)
+            }
+            _ => (None, Field::Unset),
+        },
+    };
+    let factor = segments::terminal_velocity_factor(momentum.unwrap_or(0.0));
+    let segment_details = match (&lists, &steps) {
+        (Some((lrs, sizes)), Some(steps)) => {
+            Some(segments::details(steps, segments, lrs, sizes, factor))
+        }
         _ => None,
+    };
+    let (lr_list, step_size_list) = match lists {
+        Some((l, s)) => (Some(l), Some(s)),
+        None => (None, None),
     };
 
     Ok(Resolved {
         checkpoints,
+        optimizer: run_config.as_ref().map(|rc| rc.optimizer().to_string()),
         run,
         model_path,
-        momentum,
+        segments,
         lr_list,
+        step_size_list,
+        momentum,
+        use_adam_preconditioner: adam,
+        step_lrs,
         sources: Sources {
             model_path: model_from,
             momentum: momentum_from,
-            lr_list: lr_from,
+            step_lrs: step_lrs_from,
+            lr_list: lists_from,
+            use_adam_preconditioner: adam_from,
         },
-        terminal_velocity: opts.terminal_velocity,
-        segments,
+        segment_details,
     })
 }
 
-/// `--lr-list`: learning rates separated by commas or whitespace, or `@FILE` holding
-/// such a list or a JSON array; step 1 first.
-pub fn parse_lr_list(spec: &str) -> Result<Vec<f64>> {
+/// A list option (`--step-lrs`, `--lr-list`, `--step-size-list`): numbers separated
+/// by commas or whitespace, or `@FILE` holding such a list or a JSON array.
+pub fn parse_list(option: &'static str, spec: &str) -> Result<Vec<f64>> {
     let (text, origin) = match spec.strip_prefix('@') {
         Some(file) => {
             let path = Path::new(file);
-            let text = std::fs::read_to_string(path).ctx("read the --lr-list file", path)?;
+            let text = std::fs::read_to_string(path).ctx("read the list file", path)?;
             (text, file.to_string())
         }
-        None => (spec.to_string(), "--lr-list".to_string()),
+        None => (spec.to_string(), option.to_string()),
     };
     let trimmed = text.trim();
     if trimmed.starts_with('[') {
         return serde_json::from_str(trimmed).map_err(|e| {
             ExportError::bad_option(
-                "--lr-list",
+                option,
                 format!("{origin} is not a JSON array of numbers: {e}"),
             )
         });
@@ -229,7 +297,7 @@ pub fn parse_lr_list(spec: &str) -> Result<Vec<f64>> {
         .filter(|t| !t.is_empty())
         .map(|t| {
             t.parse::<f64>().map_err(|_| {
-                ExportError::bad_option("--lr-list", format!("{t:?} in {origin} is not a number"))
+                ExportError::bad_option(option, format!("{t:?} in {origin} is not a number"))
             })
         })
         .collect()
@@ -284,8 +352,12 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 mod tests {
     use super::*;
 
+    fn parse_lr_list(spec: &str) -> Result<Vec<f64>> {
+        parse_list("--step-lrs", spec)
+    }
+
     #[test]
-    fn lr_lists_from_the_command_line_or_a_file() {
+    fn lists_from_the_command_line_or_a_file() {
         assert_eq!(parse_lr_list("0.1,0.2, 3e-4").unwrap(), [0.1, 0.2, 3e-4]);
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("lrs.json");
@@ -301,7 +373,7 @@ mod tests {
             [0.5, 0.25]
         );
         let err = parse_lr_list("0.1,x").unwrap_err().to_string();
-        assert!(err.contains("\"x\" in --lr-list is not a number"), "{err}");
+        assert!(err.contains("\"x\" in --step-lrs is not a number"), "{err}");
         let err = parse_lr_list("@/nonexistent/lrs").unwrap_err().to_string();
         assert!(err.contains("/nonexistent/lrs"), "{err}");
     }

@@ -1,5 +1,6 @@
 //! What export and resolve read from a run's `config.yaml`: the model's shape, the
-//! optimizer (β1 is the momentum attribution needs) and a few training settings.
+//! optimizer (AdamW: SOURCE's Adam-preconditioned variant, momentum 0) and a few
+//! training settings.
 //!
 //! Read as a partial view rather than through [`crate::config::Config`]: the worker
 //! appends a top-level `momentum:` key for tools like this one, which the strict
@@ -23,8 +24,9 @@ pub struct RunConfig {
     pub betas: [f64; 2],
     pub eps: f64,
     pub weight_decay: f64,
-    /// β1: the `momentum` key when present, else `optimizer.betas[0]`.
-    pub momentum: f64,
+    /// AdamW's β1 (`optimizer.betas[0]`; the worker also writes it as a top-level
+    /// `momentum:` key). Not SOURCE's momentum: see [`RunConfig::source_momentum`].
+    pub beta1: f64,
     pub batch_size: u64,
     pub grad_accum: u64,
     pub eval_every: u64,
@@ -122,7 +124,7 @@ impl RunConfig {
             betas: raw.optimizer.betas,
             eps: raw.optimizer.eps,
             weight_decay: raw.optimizer.weight_decay,
-            momentum,
+            beta1: momentum,
             batch_size: raw.training.batch_size,
             grad_accum: raw.training.grad_accum.max(1),
             eval_every: raw.training.eval_every,
@@ -133,6 +135,26 @@ impl RunConfig {
                 .map(|s| (s.name, s.checkpoint_every))
                 .collect(),
         })
+    }
+
+    /// The optimizer the run trained with, as bergson names it: lavender trains
+    /// with AdamW (the `optimizer:` section has no other kind).
+    pub fn optimizer(&self) -> &'static str {
+        "adamw"
+    }
+
+    /// SOURCE's `momentum` for this run: the heavy-ball SGD β by which it scales
+    /// each segment's lr×steps (1/(1−β)). AdamW's first moment is an average of
+    /// gradients, not a heavy-ball velocity, so an AdamW run's is 0.0 (bergson
+    /// derives the same for its own AdamW runs); β1 is not a momentum here. A run
+    /// trained with SGD momentum β elsewhere is resolved with `--momentum β`.
+    pub fn source_momentum(&self) -> f64 {
+        0.0
+    }
+
+    /// SOURCE's Adam-preconditioned variant applies (every lavender run: AdamW).
+    pub fn adam_preconditioned(&self) -> bool {
+        true
     }
 
     /// `checkpoint_every` of the stage named `stage` (0 when unknown, e.g. `final`).
@@ -157,7 +179,13 @@ mod tests {
         let cfg = cfg.resolved();
         let text = format!("{}\nmomentum: 0.95\n", cfg.to_yaml());
         let rc = RunConfig::parse(&text, Path::new("config.yaml")).unwrap();
-        assert_eq!(rc.momentum, 0.95);
+        assert_eq!(rc.beta1, 0.95);
+        assert_eq!(
+            rc.source_momentum(),
+            0.0,
+            "AdamW's β1 is not SOURCE's momentum"
+        );
+        assert!(rc.adam_preconditioned());
         assert_eq!(rc.betas, [0.95, 0.99]);
         assert_eq!(rc.model.n_embd, u64::from(cfg.model_size().n_embd));
         assert_eq!(rc.batch_size, cfg.training.batch_size as u64);
@@ -165,7 +193,7 @@ mod tests {
 
         // Without the key, β1 is the momentum.
         let rc = RunConfig::parse(&cfg.to_yaml(), Path::new("config.yaml")).unwrap();
-        assert_eq!(rc.momentum, 0.95);
+        assert_eq!(rc.beta1, 0.95);
     }
 
     #[test]

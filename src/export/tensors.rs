@@ -6,7 +6,7 @@ use std::path::Path;
 
 use safetensors::tensor::{Dtype, SafeTensors};
 
-use super::{ExportError, Result};
+use super::{ExportError, Result, torch_save};
 use crate::error::IoContext;
 
 pub const MODEL_FILE: &str = "model.safetensors";
@@ -251,4 +251,157 @@ pub fn read_moments(path: &Path, weights: &Weights) -> Result<Moments> {
         metadata,
         bytes,
     })
+}
+
+/// `optimizer.pt` beside `optimizer.safetensors`: the same moments in torch.optim
+/// AdamW's `state_dict()` layout, which attribution tools load with `torch.load`.
+pub const OPTIMIZER_PT: &str = "optimizer.pt";
+
+/// GPT-2's parameter names in `GPT2LMHeadModel.named_parameters()` order (the tied
+/// `lm_head` is not listed): the indices of an optimizer's `state_dict()`.
+pub fn hf_parameter_order(n_layer: u64) -> Vec<String> {
+    let mut names = vec![WTE.to_string(), WPE.to_string()];
+    for i in 0..n_layer {
+        for part in [
+            "ln_1",
+            "attn.c_attn",
+            "attn.c_proj",
+            "ln_2",
+            "mlp.c_fc",
+            "mlp.c_proj",
+        ] {
+            for kind in ["weight", "bias"] {
+                names.push(format!("transformer.h.{i}.{part}.{kind}"));
+            }
+        }
+    }
+    names.push("transformer.ln_f.weight".to_string());
+    names.push("transformer.ln_f.bias".to_string());
+    names
+}
+
+fn torch_dtype(d: Dtype) -> Option<torch_save::Dtype> {
+    match d {
+        Dtype::F32 => Some(torch_save::Dtype::F32),
+        Dtype::F64 => Some(torch_save::Dtype::F64),
+        Dtype::F16 => Some(torch_save::Dtype::F16),
+        Dtype::BF16 => Some(torch_save::Dtype::BF16),
+        _ => None,
+    }
+}
+
+/// A number from the optimizer file's metadata (`eps`, `weight_decay`, …).
+fn meta_f64(m: &Moments, key: &str, path: &Path) -> Result<f64> {
+    m.metadata[key].trim().parse::<f64>().map_err(|_| {
+        ExportError::invalid(
+            path,
+            format!("metadata {key} = {:?} is not a number", m.metadata[key]),
+        )
+    })
+}
+
+/// Writes `moments` (read by [`read_moments`] from `src`) to `dst` as torch.optim
+/// AdamW's `state_dict()`: `{"state": {i: {"step", "exp_avg", "exp_avg_sq"}},
+/// "param_groups": [{"params": [0..n], "lr", "betas", "eps", "weight_decay", …}]}`
+/// with `i` in [`hf_parameter_order`], one param group, `lr` the checkpoint's.
+pub fn write_optimizer_pt(
+    moments: &Moments,
+    weights: &Weights,
+    lr: f64,
+    src: &Path,
+    dst: &Path,
+) -> Result<()> {
+    use torch_save::Py;
+    let st = parse(&moments.bytes, src)?;
+    let betas: Vec<f64> = serde_json::from_str(&moments.metadata["betas"])
+        .ok()
+        .filter(|b: &Vec<f64>| b.len() == 2)
+        .ok_or_else(|| {
+            ExportError::invalid(
+                src,
+                format!(
+                    "metadata betas = {:?} is not a list of two numbers",
+                    moments.metadata["betas"]
+                ),
+            )
+        })?;
+    let eps = meta_f64(moments, "eps", src)?;
+    let weight_decay = meta_f64(moments, "weight_decay", src)?;
+    // torch.optim keeps each parameter's step as a float32 scalar tensor.
+    let step_bytes = (moments.step as f32).to_le_bytes();
+    let names = hf_parameter_order(weights.n_layer);
+    let mut views = Vec::with_capacity(names.len());
+    for name in &names {
+        let mut pair = Vec::with_capacity(2);
+        for moment in ["exp_avg", "exp_avg_sq"] {
+            let key = format!("{name}.{moment}");
+            let view = st.tensor(&key).map_err(|_| {
+                ExportError::invalid(
+                    src,
+                    format!("has no {key}; the moments are not this model's"),
+                )
+            })?;
+            let dtype = torch_dtype(view.dtype()).ok_or_else(|| {
+                ExportError::invalid(
+                    src,
+                    format!(
+                        "{key} has dtype {:?}; moments must be floating point",
+                        view.dtype()
+                    ),
+                )
+            })?;
+            pair.push(torch_save::Tensor {
+                dtype,
+                shape: view.shape().to_vec(),
+                data: view.data(),
+            });
+        }
+        views.push(pair);
+    }
+    let state: Vec<(Py, Py)> = views
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut pair)| {
+            let exp_avg_sq = pair.pop().expect("two moments");
+            let exp_avg = pair.pop().expect("two moments");
+            let entry = Py::Dict(vec![
+                (
+                    Py::str("step"),
+                    Py::Tensor(torch_save::Tensor {
+                        dtype: torch_save::Dtype::F32,
+                        shape: vec![],
+                        data: &step_bytes,
+                    }),
+                ),
+                (Py::str("exp_avg"), Py::Tensor(exp_avg)),
+                (Py::str("exp_avg_sq"), Py::Tensor(exp_avg_sq)),
+            ]);
+            (Py::Int(i as i64), entry)
+        })
+        .collect();
+    let group = Py::Dict(vec![
+        (Py::str("lr"), Py::Float(lr)),
+        (
+            Py::str("betas"),
+            Py::Tuple(vec![Py::Float(betas[0]), Py::Float(betas[1])]),
+        ),
+        (Py::str("eps"), Py::Float(eps)),
+        (Py::str("weight_decay"), Py::Float(weight_decay)),
+        (Py::str("amsgrad"), Py::Bool(false)),
+        (Py::str("foreach"), Py::None),
+        (Py::str("maximize"), Py::Bool(false)),
+        (Py::str("capturable"), Py::Bool(false)),
+        (Py::str("differentiable"), Py::Bool(false)),
+        (Py::str("fused"), Py::None),
+        (Py::str("decoupled_weight_decay"), Py::Bool(true)),
+        (
+            Py::str("params"),
+            Py::List((0..names.len()).map(|i| Py::Int(i as i64)).collect()),
+        ),
+    ]);
+    let root = Py::Dict(vec![
+        (Py::str("state"), Py::Dict(state)),
+        (Py::str("param_groups"), Py::List(vec![group])),
+    ]);
+    torch_save::save(&root, dst)
 }

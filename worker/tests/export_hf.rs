@@ -187,14 +187,28 @@ fn an_exported_checkpoint_loads_in_transformers_with_the_same_logits() {
         );
     }
 
-    // The trainer's per-step learning rates, as the worker recorded them.
+    // The trainer's per-step learning rates, as the worker recorded them (training
+    // entries: those with a loss); every entry, evaluations too, carries its step's.
     let history = read_json(&run_dir.join("log_history.json"));
-    let trainer_lrs: Vec<(u64, f64)> = history
-        .as_array()
-        .unwrap()
+    let entries = history.as_array().unwrap();
+    let trainer_lrs: Vec<(u64, f64)> = entries
         .iter()
+        .filter(|e| e.get("loss").is_some())
         .filter_map(|e| Some((e["step"].as_u64()?, e["learning_rate"].as_f64()?)))
         .collect();
+    let every_lr: Vec<(u64, f64)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["step"].as_u64().unwrap(),
+                e["learning_rate"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        every_lr.len() > trainer_lrs.len(),
+        "evaluations are in the history"
+    );
     assert_eq!(
         trainer_lrs.iter().map(|e| e.0).collect::<Vec<_>>(),
         (1..=10).collect::<Vec<u64>>()
@@ -302,34 +316,28 @@ fn an_exported_checkpoint_loads_in_transformers_with_the_same_logits() {
         .iter()
         .map(|e| (e[0].as_u64().unwrap(), e[1].as_f64().unwrap()))
         .collect();
-    assert_eq!(hf_lrs, trainer_lrs);
+    assert_eq!(hf_lrs, every_lr);
     let meta = &hf["optimizer_metadata"];
     assert_eq!(meta["step"], "10");
     assert_eq!(meta["betas"], format!("[{BETA1}, 0.99]"));
     assert!(meta["eps"].is_string() && meta["weight_decay"].is_string());
 
-    // resolve on the exports: β1 from the run, the trainer's LRs, 20× with the factor.
+    // resolve on the exports: SOURCE's momentum is 0.0 for AdamW (not β1), the
+    // trainer's own per-step rates, lr×steps per segment their sums.
     let ckpts: Vec<PathBuf> = written.iter().map(|c| c.path.clone().unwrap()).collect();
-    let opts = ResolveOptions {
+    let r = export::resolve(&ResolveOptions {
         checkpoints: ckpts.clone(),
-        terminal_velocity: true,
         ..ResolveOptions::default()
-    };
-    let r = export::resolve(&opts).unwrap();
-    print!("{}", export::resolve_text(&r));
-    assert_eq!(r.momentum, Some(BETA1));
-    assert_eq!(r.model_path.as_ref(), Some(&export_dir));
-    let lrs: Vec<f64> = trainer_lrs.iter().map(|e| e.1).collect();
-    assert_eq!(r.lr_list.as_ref(), Some(&lrs));
-    let plain = export::resolve(&ResolveOptions {
-        terminal_velocity: false,
-        ..opts
     })
     .unwrap();
-    for (s, p) in r.segments.unwrap().iter().zip(plain.segments.unwrap()) {
-        assert!(
-            (s.lr_x_steps / p.lr_x_steps - 20.0).abs() < 1e-9,
-            "{s:?} {p:?}"
-        );
+    print!("{}", export::resolve_yaml(&r));
+    assert_eq!(r.momentum, Some(0.0));
+    assert_eq!(r.use_adam_preconditioner, Some(true));
+    assert_eq!(r.model_path.as_ref(), Some(&export_dir));
+    let lrs: Vec<f64> = trainer_lrs.iter().map(|e| e.1).collect();
+    assert_eq!(r.step_lrs.as_ref(), Some(&lrs));
+    for s in r.segment_details.unwrap() {
+        let sum: f64 = lrs[s.from_step as usize..s.to_step as usize].iter().sum();
+        assert!((s.lr_x_steps - sum).abs() <= 1e-12 * sum, "{s:?} vs {sum}");
     }
 }

@@ -1,6 +1,6 @@
 //! The command line: `serve | start | stop | daemon restart | status | logs | runs |
-//! checkpoints | prune | export | resolve | notify test | config check | service`.
-//! Commands that change the pipeline talk to the daemon over its Unix socket;
+//! checkpoints | prune | export | resolve | attribute | notify test | config check |
+//! service`. Commands that change the pipeline talk to the daemon over its Unix socket;
 //! read-only ones work from the files, daemon or not.
 
 pub(crate) mod client;
@@ -187,18 +187,63 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Fill model_path, momentum and per-step LRs from the run that produced CHECKPOINTs.
+    /// Print a bergson SOURCE config fragment (`approx_unrolling_cfg`) for exported
+    /// CHECKPOINTs, filling lr_list, step_size_list, momentum and
+    /// use_adam_preconditioner from the run that produced them.
     Resolve {
         #[arg(required = true, value_name = "CHECKPOINT")]
         checkpoints: Vec<PathBuf>,
+        /// Segments SOURCE splits the checkpoints into (must divide their number; default: one per checkpoint).
+        #[arg(long, value_name = "L")]
+        segments: Option<usize>,
         #[arg(long, value_name = "P")]
         model_path: Option<PathBuf>,
+        /// SOURCE's momentum: heavy-ball SGD β (default from the run: 0.0 for AdamW).
         #[arg(long, value_name = "B")]
         momentum: Option<f64>,
+        /// Every step's learning rate, step 1 first (default: the run's log_history.json).
         #[arg(long, value_name = "LRS|@FILE")]
+        step_lrs: Option<String>,
+        /// SOURCE's per-segment average learning rates (with --step-size-list).
+        #[arg(long, value_name = "LRS|@FILE", requires = "step_size_list")]
         lr_list: Option<String>,
+        /// SOURCE's per-segment optimizer step counts (with --lr-list).
+        #[arg(long, value_name = "NS|@FILE", requires = "lr_list")]
+        step_size_list: Option<String>,
+        #[arg(long, value_name = "BOOL")]
+        use_adam_preconditioner: Option<bool>,
+        /// The full resolution as JSON (values, their sources, per-segment lr×steps).
         #[arg(long)]
-        terminal_velocity: bool,
+        json: bool,
+    },
+    /// Rank a run's training documents for each query by bergson's SOURCE over the
+    /// run's exported checkpoints (needs bergson: scripts/attribution-setup.sh).
+    Attribute {
+        /// Run name (run-YYYY-MM-DD_HH-MM-SS) or path; its checkpoints must be exported.
+        #[arg(long, value_name = "ID")]
+        run: String,
+        /// Queries: JSONL, one {"text": ...} per line.
+        #[arg(long, value_name = "FILE.jsonl")]
+        queries: PathBuf,
+        /// Training documents to score: JSONL, one {"text": ...} per line.
+        #[arg(long, value_name = "FILE.jsonl", conflicts_with = "from_run")]
+        train: Option<PathBuf>,
+        /// Score the run's own training text (its data root's filtered corpus; the default).
+        #[arg(long)]
+        from_run: bool,
+        /// Documents to show per query.
+        #[arg(long, value_name = "K", default_value_t = 10)]
+        top: usize,
+        /// Segments SOURCE splits the checkpoints into (must divide their number; default: one per checkpoint).
+        #[arg(long, value_name = "L")]
+        segments: Option<usize>,
+        /// Where to write the JSON result (default: <run>/attribution/<time>/attribution.json).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Python with bergson 2.5.1 (default: ./.venv/bin/python, else python3).
+        #[arg(long, value_name = "PATH")]
+        python: Option<PathBuf>,
+        /// Print the result as JSON.
         #[arg(long)]
         json: bool,
     },

@@ -1,5 +1,6 @@
 //! One file per CLI command.
 
+pub mod attribute;
 pub mod config;
 pub mod listing;
 pub mod logs;
@@ -121,31 +122,77 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Resolve {
             checkpoints,
+            segments,
             model_path,
             momentum,
+            step_lrs,
             lr_list,
-            terminal_velocity,
+            step_size_list,
+            use_adam_preconditioner,
             json,
         } => {
             use lavender::export::{self, ResolveOptions};
-            let lr_list = lr_list.as_deref().map(export::parse_lr_list).transpose()?;
+            let list = |option, spec: Option<String>| {
+                spec.as_deref()
+                    .map(|s| export::parse_list(option, s))
+                    .transpose()
+            };
+            let step_size_list = list("--step-size-list", step_size_list)?
+                .map(|l| {
+                    l.into_iter()
+                        .map(|n| {
+                            (n >= 0.0 && n.fract() == 0.0)
+                                .then_some(n as u64)
+                                .ok_or_else(|| {
+                                    anyhow::anyhow!("--step-size-list: {n} is not a step count")
+                                })
+                        })
+                        .collect::<Result<Vec<u64>>>()
+                })
+                .transpose()?;
             let r = export::resolve(&ResolveOptions {
                 checkpoints,
                 model_path,
                 momentum,
-                lr_list,
-                terminal_velocity,
+                step_lrs: list("--step-lrs", step_lrs)?,
+                segments,
+                lr_list: list("--lr-list", lr_list)?,
+                step_size_list,
+                use_adam_preconditioner,
             })?;
             print!(
                 "{}",
                 if json {
                     export::resolve_json(&r)
                 } else {
-                    export::resolve_text(&r)
+                    export::resolve_yaml(&r)
                 }
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Attribute {
+            run,
+            queries,
+            train,
+            from_run: _,
+            top,
+            segments,
+            out,
+            python,
+            json,
+        } => attribute::run(
+            &settings,
+            &attribute::AttributeArgs {
+                run,
+                queries,
+                train,
+                top,
+                segments,
+                out,
+                python,
+                json,
+            },
+        ),
         Command::Notify {
             action: NotifyAction::Test { channel },
         } => notify::test(&settings, channel.as_deref()).await,

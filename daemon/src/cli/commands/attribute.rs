@@ -1,0 +1,538 @@
+//! `lavenderd attribute`: which training documents a query owes its loss to, by
+//! bergson's SOURCE (approximate unrolling) over a run's exported checkpoints.
+//!
+//! lavenderd writes a bergson config (the `approx_unrolling_cfg` that
+//! `lavenderd resolve` prints, plus the data and model settings), runs bergson's
+//! CLI on it (what `python -m bergson <config>` runs) with the Python that has
+//! bergson, and ranks the scores it writes. One Python process checks the
+//! documents' token counts, runs SOURCE and reads the scores, so bergson is
+//! imported once. Everything lives in `<run>/attribution/<UTC time>/`:
+//! `train.jsonl`, `queries.jsonl`, `config.yaml`, `bergson.log`, bergson's own
+//! run directory `source/`, `scores.json` (bergson's scores) and
+//! `attribution.json` (the ranking).
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use anyhow::{Context, Result, bail};
+use lavender::export::{self, EXPORT_DIR, EXPORT_MARKER, OPTIMIZER_PT, ResolveOptions, Resolved};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::settings::Settings;
+
+/// The Python half: token-length checks and reading bergson's score store.
+const HELPER: &str = include_str!("attribute_helper.py");
+/// What installs bergson into the project's .venv.
+pub const INSTALL_HINT: &str = "run `bash scripts/attribution-setup.sh` in the lavender checkout (it installs bergson==2.5.1 into .venv, keeping torch 2.13.0), or pass --python with an interpreter that has bergson 2.5.1";
+
+#[derive(Debug, Clone)]
+pub struct AttributeArgs {
+    pub run: String,
+    pub queries: PathBuf,
+    pub train: Option<PathBuf>,
+    pub top: usize,
+    pub segments: Option<usize>,
+    pub out: Option<PathBuf>,
+    pub python: Option<PathBuf>,
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Ranked {
+    rank: usize,
+    /// 0-based line of the training file.
+    index: usize,
+    score: f64,
+    text: String,
+}
+
+#[derive(Debug, Serialize)]
+struct QueryResult {
+    index: usize,
+    text: String,
+    top: Vec<Ranked>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    run: PathBuf,
+    checkpoints: Vec<PathBuf>,
+    train: PathBuf,
+    train_documents: usize,
+    queries_file: PathBuf,
+    config: PathBuf,
+    scores: PathBuf,
+    /// bergson's orientation of the scores: true when a higher score means the
+    /// document helped the query more.
+    higher_is_better: bool,
+    queries: Vec<QueryResult>,
+}
+
+pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
+    let run = export::locate_run(&settings.layout.checkpoints_root(), Some(&a.run))?;
+    // Absolute: bergson and the helper run in the work directory.
+    let run = std::path::absolute(&run).unwrap_or(run);
+    let checkpoints = exported_checkpoints(&run)?;
+    let resolved = export::resolve(&ResolveOptions {
+        checkpoints: checkpoints.clone(),
+        segments: a.segments,
+        ..ResolveOptions::default()
+    })?;
+    if resolved.use_adam_preconditioner == Some(true) {
+        for c in &checkpoints {
+            if !c.join(OPTIMIZER_PT).is_file() {
+                bail!(
+                    "{} has no {OPTIMIZER_PT}, which SOURCE's Adam variant reads: re-export with `lavenderd export --run {} --all --force` (the run must have been trained with training.save_optimizer_state: all)",
+                    c.display(),
+                    a.run
+                );
+            }
+        }
+    }
+    let train_src = match &a.train {
+        Some(p) => p.clone(),
+        None => run_training_text(&run)?,
+    };
+    let train = read_documents(&train_src, "--train")?;
+    let queries = read_documents(&a.queries, "--queries")?;
+    let python = python(a.python.as_deref())?;
+
+    let work = run.join("attribution").join(
+        chrono::Utc::now()
+            .format("%Y-%m-%d_%H-%M-%S%.3f")
+            .to_string(),
+    );
+    fs::create_dir_all(&work).with_context(|| format!("could not create {}", work.display()))?;
+    let train_file = work.join("train.jsonl");
+    let queries_file = work.join("queries.jsonl");
+    write_documents(&train_file, &train)?;
+    write_documents(&queries_file, &queries)?;
+    let helper = work.join("attribute_helper.py");
+    fs::write(&helper, HELPER).with_context(|| format!("could not write {}", helper.display()))?;
+
+    let model = checkpoints.last().expect("at least one checkpoint").clone();
+    let context = export::model_dims(&model)?.n_positions;
+    eprintln!(
+        "attribute: {} training documents, {} queries, {} checkpoints of {}",
+        train.len(),
+        queries.len(),
+        checkpoints.len(),
+        run.display()
+    );
+    let source_dir = work.join("source");
+    let scores_dir = source_dir.join("scores");
+    let config = work.join("config.yaml");
+    // bergson refuses a token batch longer than the model's context (its default,
+    // 2048, is longer than a small model's); every document fits one (the helper
+    // checks that first).
+    let token_batch = context;
+    fs::write(
+        &config,
+        bergson_config(
+            &resolved,
+            &source_dir,
+            &model,
+            &train_file,
+            &queries_file,
+            token_batch,
+        ),
+    )
+    .with_context(|| format!("could not write {}", config.display()))?;
+    let log = work.join("bergson.log");
+    let scores_json = work.join("scores.json");
+    eprintln!(
+        "attribute: running SOURCE: `{} -m bergson {}`, in one process with the token checks and the score reading: {} {} run … (log: {})",
+        python.display(),
+        config.display(),
+        python.display(),
+        helper.display(),
+        log.display()
+    );
+    helper_call(
+        &python,
+        &helper,
+        &work,
+        &log,
+        &[
+            "run".as_ref(),
+            model.as_os_str(),
+            context.to_string().as_ref(),
+            train_file.as_os_str(),
+            queries_file.as_os_str(),
+            config.as_os_str(),
+            scores_dir.as_os_str(),
+            log.as_os_str(),
+            scores_json.as_os_str(),
+        ],
+    )?;
+    let out = fs::read_to_string(&scores_json)
+        .with_context(|| format!("could not read {}", scores_json.display()))?;
+    let parsed: Value = serde_json::from_str(&out)
+        .with_context(|| format!("{} holds no JSON: {out}", scores_json.display()))?;
+    let higher_is_better = parsed["higher_is_better"].as_bool().unwrap_or(false);
+    let per_query: Vec<Vec<f64>> = serde_json::from_value(parsed["scores"].clone())
+        .context("the score reader's scores are not lists of numbers")?;
+    if per_query.len() != queries.len() || per_query.iter().any(|s| s.len() != train.len()) {
+        bail!(
+            "bergson wrote scores for {} queries × {:?} documents, expected {} × {}",
+            per_query.len(),
+            per_query.first().map(Vec::len),
+            queries.len(),
+            train.len()
+        );
+    }
+    let results: Vec<QueryResult> = per_query
+        .iter()
+        .zip(&queries)
+        .enumerate()
+        .map(|(q, (scores, text))| QueryResult {
+            index: q,
+            text: text.clone(),
+            top: rank(scores, higher_is_better)
+                .into_iter()
+                .take(a.top)
+                .enumerate()
+                .map(|(r, i)| Ranked {
+                    rank: r + 1,
+                    index: i,
+                    score: scores[i],
+                    text: train[i].clone(),
+                })
+                .collect(),
+        })
+        .collect();
+    let report = Report {
+        run: run.clone(),
+        checkpoints,
+        train: train_src,
+        train_documents: train.len(),
+        queries_file: a.queries.clone(),
+        config,
+        scores: scores_dir,
+        higher_is_better,
+        queries: results,
+    };
+    let out_path = a
+        .out
+        .clone()
+        .unwrap_or_else(|| work.join("attribution.json"));
+    let mut text = serde_json::to_vec_pretty(&report)?;
+    text.push(b'\n');
+    fs::write(&out_path, text)
+        .with_context(|| format!("could not write {}", out_path.display()))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report_text(&report));
+        println!("written to {}", out_path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Indices of `scores` from most to least helpful, in bergson's orientation.
+fn rank(scores: &[f64], higher_is_better: bool) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| {
+        let o = scores[a].total_cmp(&scores[b]);
+        if higher_is_better { o.reverse() } else { o }
+    });
+    order
+}
+
+fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        format!("{}…", flat.chars().take(max).collect::<String>())
+    }
+}
+
+fn report_text(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let order = if r.higher_is_better {
+        "higher"
+    } else {
+        "lower"
+    };
+    let _ = writeln!(
+        s,
+        "SOURCE over {} checkpoints of {}; {} training documents ({order} score = more helpful)",
+        r.checkpoints.len(),
+        r.run.display(),
+        r.train_documents
+    );
+    for q in &r.queries {
+        let _ = writeln!(s, "query {}: {}", q.index + 1, one_line(&q.text, 70));
+        for t in &q.top {
+            let _ = writeln!(
+                s,
+                "  {:>3}. doc {:<6} {:>+13.6e}  {}",
+                t.rank,
+                t.index + 1,
+                t.score,
+                one_line(&t.text, 60)
+            );
+        }
+    }
+    s
+}
+
+/// `<run>/exported/checkpoint-<N>/` directories lavender exported, by step.
+fn exported_checkpoints(run: &Path) -> Result<Vec<PathBuf>> {
+    let dir = run.join(EXPORT_DIR);
+    let mut found: Vec<(u64, PathBuf)> = Vec::new();
+    if let Ok(entries) = fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(step) = export::step_from_name(&name)
+                && name.starts_with("checkpoint-")
+                && e.path().join(EXPORT_MARKER).is_file()
+            {
+                found.push((step, e.path()));
+            }
+        }
+    }
+    if found.is_empty() {
+        let name = run
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        bail!(
+            "run {} has no exported checkpoints in {}: run `lavenderd export --run {name} --all` first",
+            run.display(),
+            dir.display()
+        );
+    }
+    found.sort();
+    Ok(found.into_iter().map(|(_, p)| p).collect())
+}
+
+/// The run's own training text: the filtered corpus of its data root
+/// (`<data_root>/checkpoints/<run>` → `<data_root>/corpus/filtered/documents.jsonl`).
+fn run_training_text(run: &Path) -> Result<PathBuf> {
+    let abs = std::path::absolute(run).unwrap_or_else(|_| run.to_path_buf());
+    let file = abs.parent().and_then(Path::parent).map(|root| {
+        root.join(lavender::data_root::FILTERED)
+            .join("documents.jsonl")
+    });
+    match file {
+        Some(f) if f.is_file() => Ok(f),
+        Some(f) => bail!(
+            "the run's training text is not at {} (the data pipeline's filtered corpus); pass --train FILE.jsonl with one {{\"text\": ...}} per line",
+            f.display()
+        ),
+        None => bail!(
+            "cannot tell the data root of {}; pass --train FILE.jsonl",
+            run.display()
+        ),
+    }
+}
+
+/// The `text` of every line of a JSONL file; `option` names it in errors.
+fn read_documents(path: &Path, option: &str) -> Result<Vec<String>> {
+    let text = fs::read_to_string(path)
+        .with_context(|| format!("{option}: could not read {}", path.display()))?;
+    let mut docs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(line).map_err(|e| {
+            anyhow::anyhow!(
+                "{option}: line {} of {} is not JSON ({e}); expected one {{\"text\": \"...\"}} object per line",
+                i + 1,
+                path.display()
+            )
+        })?;
+        match v.get("text").and_then(Value::as_str) {
+            Some(t) if !t.trim().is_empty() => docs.push(t.to_string()),
+            Some(_) => bail!(
+                "{option}: line {} of {} has an empty \"text\"",
+                i + 1,
+                path.display()
+            ),
+            None => bail!(
+                "{option}: line {} of {} has no string \"text\" field",
+                i + 1,
+                path.display()
+            ),
+        }
+    }
+    if docs.is_empty() {
+        bail!("{option}: {} holds no documents", path.display());
+    }
+    Ok(docs)
+}
+
+fn write_documents(path: &Path, docs: &[String]) -> Result<()> {
+    let mut out = std::io::BufWriter::new(
+        fs::File::create(path).with_context(|| format!("could not create {}", path.display()))?,
+    );
+    for d in docs {
+        serde_json::to_writer(&mut out, &json!({ "text": d }))?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// `--python`, else the project's `.venv/bin/python` (from the current directory),
+/// else `python3`.
+fn python(given: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = given {
+        if !p.exists() {
+            bail!("--python {}: no such file; {INSTALL_HINT}", p.display());
+        }
+        return Ok(p.to_path_buf());
+    }
+    let venv = Path::new(".venv/bin/python");
+    if venv.exists() {
+        return Ok(std::path::absolute(venv)?);
+    }
+    Ok(PathBuf::from("python3"))
+}
+
+/// No downloads: every model and file SOURCE reads here is local.
+fn offline_env(work: &Path) -> Vec<(&'static str, std::ffi::OsString)> {
+    vec![
+        ("HF_HUB_OFFLINE", "1".into()),
+        ("TRANSFORMERS_OFFLINE", "1".into()),
+        ("HF_DATASETS_OFFLINE", "1".into()),
+        ("HF_DATASETS_CACHE", work.join("datasets-cache").into()),
+        ("WANDB_MODE", "disabled".into()),
+        ("TOKENIZERS_PARALLELISM", "false".into()),
+    ]
+}
+
+/// Runs the helper; its message (or the end of bergson's `log`) as the error if
+/// it fails.
+fn helper_call(
+    python: &Path,
+    helper: &Path,
+    work: &Path,
+    log: &Path,
+    args: &[&std::ffi::OsStr],
+) -> Result<()> {
+    let out = Command::new(python)
+        .arg(helper)
+        .args(args)
+        .current_dir(work)
+        .envs(offline_env(work))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "could not run {} ({e}); bergson needs a Python: {INSTALL_HINT}",
+                python.display()
+            )
+        })?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => Ok(()),
+        Some(3) => bail!(
+            "bergson is not installed for {} ({}); {INSTALL_HINT}",
+            python.display(),
+            stderr.trim()
+        ),
+        Some(4) => bail!(
+            "{}; shorten it, or attribute with a model trained with a longer model.n_positions",
+            stderr.trim()
+        ),
+        Some(5) => bail!(
+            "bergson failed; the end of {}:\n{}",
+            log.display(),
+            tail(log, 15)
+        ),
+        _ => bail!(
+            "{} {} failed ({}):\n{}",
+            python.display(),
+            helper.display(),
+            out.status,
+            stderr.trim()
+        ),
+    }
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The one-step bergson config: `approxunrolling` with the resolved
+/// `approx_unrolling_cfg`, the training documents as the data to score and the
+/// queries one score column each.
+fn bergson_config(
+    r: &Resolved,
+    run_path: &Path,
+    model: &Path,
+    train: &Path,
+    queries: &Path,
+    token_batch: u64,
+) -> String {
+    let q = |p: &Path| serde_json::to_string(&p.display().to_string()).expect("strings");
+    let fragment = export::resolve_yaml(r);
+    let mut s = String::new();
+    s.push_str(
+        "# Written by `lavenderd attribute`; run it with `python -m bergson <this file>`.\n",
+    );
+    s.push_str("steps:\n- approxunrolling:\n    index_cfg:\n");
+    s.push_str(&format!("      run_path: {}\n", q(run_path)));
+    s.push_str(&format!("      model: {}\n", q(model)));
+    s.push_str("      precision: fp32\n      overwrite: true\n");
+    s.push_str(&format!("      token_batch_size: {token_batch}\n"));
+    s.push_str(&format!(
+        "      data:\n        dataset: {}\n        prompt_column: text\n",
+        q(train)
+    ));
+    s.push_str("    hessian_cfg:\n      method: kfac\n      ev_correction: true\n");
+    // The resolved fragment, indented under the step; its comments come along.
+    for line in fragment.lines() {
+        s.push_str("    ");
+        s.push_str(line);
+        s.push('\n');
+    }
+    s.push_str(&format!(
+        "      query:\n        dataset: {}\n        prompt_column: text\n        aggregation: none\n",
+        q(queries)
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranking_follows_bergsons_orientation() {
+        let scores = [0.5, -2.0, 3.0, 0.0];
+        assert_eq!(rank(&scores, true), [2, 0, 3, 1]);
+        assert_eq!(rank(&scores, false), [1, 3, 0, 2]);
+    }
+
+    #[test]
+    fn documents_need_a_text_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("q.jsonl");
+        fs::write(&f, "{\"text\": \"a b\"}\n\n{\"text\": \"c\"}\n").unwrap();
+        assert_eq!(read_documents(&f, "--queries").unwrap(), ["a b", "c"]);
+        fs::write(&f, "{\"text\": \"a\"}\nnot json\n").unwrap();
+        let err = read_documents(&f, "--queries").unwrap_err().to_string();
+        assert!(
+            err.contains("--queries: line 2") && err.contains("not JSON"),
+            "{err}"
+        );
+        fs::write(&f, "{\"body\": \"a\"}\n").unwrap();
+        let err = read_documents(&f, "--queries").unwrap_err().to_string();
+        assert!(err.contains("no string \"text\""), "{err}");
+        let err = read_documents(&dir.path().join("none.jsonl"), "--train")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--train: could not read"), "{err}");
+    }
+}

@@ -1,0 +1,698 @@
+//! bergson 2.5.1's SOURCE on a lavender run's export, as is: a tiny run trained by
+//! the real worker, exported and resolved by the real `lavenderd`, then
+//! - `optimizer.pt` checked with torch (weights_only load, named_parameters order,
+//!   the same moments as `optimizer.safetensors`, loadable into torch.optim.AdamW);
+//! - `lavenderd resolve`'s fragment compared with what bergson's own `resolve()`
+//!   and lr×steps derive for the same checkpoints (AdamW: momentum 0.0);
+//! - SOURCE's plain variant run by `python -m bergson` on a config made of that
+//!   fragment with no value typed by hand, and the Adam variant by
+//!   `lavenderd attribute`, both exiting 0 and writing scores;
+//! - a query that is verbatim one of the training documents ranks it first.
+//!
+//! Needs bergson in the project's .venv: `bash scripts/attribution-setup.sh` (CI runs
+//! it through scripts/ci-deps.sh). Without it the test fails and says so.
+
+mod train_support;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use serde_json::Value;
+use train_support::{run_ok, worker};
+
+const WORKER: &str = env!("CARGO_BIN_EXE_lavender-worker");
+/// Training documents (each its own document in the corpus) and the two that are
+/// asked about verbatim.
+const DOCS: usize = 50;
+const ASKED: [usize; 2] = [7, 41];
+/// The model's context, and SOURCE's token batch (bergson refuses a longer one).
+const CONTEXT: usize = 512;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn python() -> PathBuf {
+    std::env::var_os("LAVENDER_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".venv/bin/python"))
+}
+
+fn lavenderd() -> PathBuf {
+    let bin = Path::new(WORKER).with_file_name("lavenderd");
+    assert!(
+        bin.is_file(),
+        "this test drives the real lavenderd, but {} is not built: run `cargo build --workspace` \
+         first (`cargo test --workspace` builds it by itself)",
+        bin.display()
+    );
+    // `cargo test --workspace --test attribution_bergson` builds only this package's
+    // targets: a lavenderd older than its sources would test old code.
+    let built = fs::metadata(&bin).unwrap().modified().unwrap();
+    let newer: Vec<PathBuf> = ["src", "daemon/src"]
+        .iter()
+        .flat_map(|d| sources(&repo().join(d)))
+        .filter(|f| fs::metadata(f).unwrap().modified().unwrap() > built)
+        .collect();
+    assert!(
+        newer.is_empty(),
+        "{} is older than {newer:?}: run `cargo build --workspace` first",
+        bin.display()
+    );
+    bin
+}
+
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(sources(&p));
+        } else if p.extension().is_some_and(|x| x == "rs" || x == "py") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// bergson 2.5.1 must be importable: a missing install fails the test, naming the fix.
+fn require_bergson() -> String {
+    let out = Command::new(python())
+        .args([
+            "-c",
+            "from importlib.metadata import version; print(version('bergson'), version('torch'))",
+        ])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{} cannot run ({e}): run `make setup` and `bash scripts/attribution-setup.sh`",
+                python().display()
+            )
+        });
+    let versions = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success() && versions.starts_with("2.5.1 "),
+        "bergson 2.5.1 is not installed in {} (got {versions:?}; {}): run \
+         `bash scripts/attribution-setup.sh`",
+        python().display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    versions
+}
+
+/// Fifty short documents of random words: each is its own document after the
+/// data steps, and none repeats another.
+fn corpus() -> Vec<String> {
+    let words = [
+        "the", "a", "river", "stone", "light", "of", "and", "to", "in", "king", "queen", "speaks",
+        "gentle", "storm", "night", "morning", "sword", "crown", "love", "fear", "hope", "bright",
+        "dark", "over", "under", "city", "field", "house", "sea", "ship", "wind", "fire",
+    ];
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n as u64) as usize
+    };
+    (0..DOCS)
+        .map(|i| {
+            let n = 6 + next(4);
+            let body: Vec<&str> = (0..n).map(|_| words[next(words.len())]).collect();
+            format!("Speaker {i} says {}.", body.join(" "))
+        })
+        .collect()
+}
+
+fn step_cmd(step: &str, data_root: &Path, corpus: &Path) -> Command {
+    let mut c = worker();
+    c.arg(step)
+        .arg("--data-root")
+        .arg(data_root)
+        .args(["--scale", "tiny"])
+        .env_remove("LAVENDER_CONFIG")
+        .env_remove("LAVENDER_DATA_ROOT")
+        .env_remove("LAVENDER_RUN_DIR");
+    for set in [
+        format!("data.sources=[{{path: {}}}]", corpus.display()),
+        "data.tokenizer.vocab_size=300".to_string(),
+        "data.shards.shard_bytes=8192".to_string(),
+        "data.shards.validation_fraction=0.1".to_string(),
+    ] {
+        c.arg("--set").arg(set);
+    }
+    c
+}
+
+/// Eight AdamW steps of a two-layer GPT-2, a checkpoint (with its moments) every
+/// four: exports at steps 4 and 8, one per SOURCE segment. Evaluations at steps 0,
+/// 2, 4, 6, 8. The context is long for the data so that SOURCE's token batches
+/// (at most the context) hold many documents: each of its passes over the
+/// training text is then a few batches, not one per document.
+fn train(data_root: &Path, corpus: &Path, run_dir: &Path) {
+    let mut c = step_cmd("train", data_root, corpus);
+    c.arg("--run-dir").arg(run_dir).args(["--device", "cpu"]);
+    let positions = format!("model.n_positions={CONTEXT}");
+    for set in [
+        "model.n_layer=2",
+        "model.n_head=2",
+        "model.n_embd=32",
+        positions.as_str(),
+        "model.dropout=0.0",
+        "training.batch_size=4",
+        "training.seq_len=16",
+        "training.eval_every=2",
+        "training.eval_batches=1",
+        "training.keep_checkpoints=10",
+        "training.save_optimizer_state=all",
+        "optimizer.warmup_steps=2",
+        "optimizer.betas=[0.9, 0.95]",
+        "threads=1",
+        "training.stages=[{name: pretrain, steps: 8, lr: 3.0e-3, checkpoint_every: 4}]",
+    ] {
+        c.arg("--set").arg(set);
+    }
+    run_ok(&mut c);
+}
+
+fn lavenderd_ok(data_root: &Path, args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(lavenderd())
+        .arg("--data-root")
+        .arg(data_root)
+        .args(args)
+        .env_remove("LAVENDER_CONFIG")
+        .env_remove("LAVENDER_DATA_ROOT")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "lavenderd {args:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `lavenderd attribute ARGS…` must fail; its stderr.
+fn attribute_err(data_root: &Path, args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(lavenderd())
+        .arg("--data-root")
+        .arg(data_root)
+        .arg("attribute")
+        .args(args)
+        .env_remove("LAVENDER_CONFIG")
+        .env_remove("LAVENDER_DATA_ROOT")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "lavenderd attribute {args:?} succeeded:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    stderr
+}
+
+/// Each way `lavenderd attribute` is given something it cannot use says what and
+/// what to do, before SOURCE runs.
+fn attribute_errors(tmp: &Path, data_root: &Path, run_dir: &Path, queries: &Path) {
+    let run = run_dir.as_os_str();
+    let err = attribute_err(
+        data_root,
+        &[
+            os("--run"),
+            os("no-such-run"),
+            os("--queries"),
+            queries.as_os_str(),
+        ],
+    );
+    assert!(
+        err.contains("run \"no-such-run\"") && err.contains("runs here"),
+        "{err}"
+    );
+    let unexported = data_root.join("checkpoints/run-unexported");
+    fs::create_dir_all(&unexported).unwrap();
+    let err = attribute_err(
+        data_root,
+        &[
+            os("--run"),
+            unexported.as_os_str(),
+            os("--queries"),
+            queries.as_os_str(),
+        ],
+    );
+    assert!(
+        err.contains("has no exported checkpoints")
+            && err.contains("lavenderd export --run run-unexported --all"),
+        "{err}"
+    );
+    fs::remove_dir(&unexported).unwrap();
+    let bad = tmp.join("bad-queries.jsonl");
+    for (text, want) in [
+        ("what is a river\n", "--queries: line 1"),
+        ("{\"body\": \"a river\"}\n", "no string \"text\" field"),
+    ] {
+        fs::write(&bad, text).unwrap();
+        let err = attribute_err(
+            data_root,
+            &[os("--run"), run, os("--queries"), bad.as_os_str()],
+        );
+        assert!(err.contains(want), "{err}");
+    }
+    let err = attribute_err(
+        data_root,
+        &[
+            os("--run"),
+            run,
+            os("--queries"),
+            queries.as_os_str(),
+            os("--python"),
+            tmp.join("no-python").as_os_str(),
+        ],
+    );
+    assert!(err.contains("scripts/attribution-setup.sh"), "{err}");
+    // A Python without bergson: the project's, without its site-packages.
+    let bare = tmp.join("python-without-site-packages");
+    fs::write(
+        &bare,
+        format!("#!/bin/sh\nexec {} -S \"$@\"\n", python().display()),
+    )
+    .unwrap();
+    let mut perms = fs::metadata(&bare).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    fs::set_permissions(&bare, perms).unwrap();
+    let err = attribute_err(
+        data_root,
+        &[
+            os("--run"),
+            run,
+            os("--queries"),
+            queries.as_os_str(),
+            os("--python"),
+            bare.as_os_str(),
+        ],
+    );
+    assert!(
+        err.contains("bergson is not installed")
+            && err.contains("bash scripts/attribution-setup.sh"),
+        "{err}"
+    );
+    // A query longer than the model's context (SOURCE's token batch).
+    let long = tmp.join("long-query.jsonl");
+    let words = vec!["river stone light"; CONTEXT].join(" ");
+    fs::write(
+        &long,
+        serde_json::json!({ "text": words }).to_string() + "\n",
+    )
+    .unwrap();
+    let err = attribute_err(
+        data_root,
+        &[
+            os("--run"),
+            run,
+            os("--queries"),
+            long.as_os_str(),
+            os("--python"),
+            python().as_os_str(),
+        ],
+    );
+    assert!(
+        err.contains("query 1 of")
+            && err.contains(&format!(
+                "but the model's context (n_positions) is {CONTEXT} tokens"
+            ))
+            && err.contains("model.n_positions"),
+        "{err}"
+    );
+}
+
+fn os<S: AsRef<std::ffi::OsStr> + ?Sized>(s: &S) -> &std::ffi::OsStr {
+    s.as_ref()
+}
+
+/// A bergson config of one `approxunrolling` step: the data and model settings,
+/// then lavender's fragment unchanged (indented under the step).
+fn bergson_config(
+    run_path: &Path,
+    model: &Path,
+    train: &Path,
+    query: &Path,
+    fragment: &str,
+) -> String {
+    let q = |p: &Path| serde_json::to_string(&p.display().to_string()).unwrap();
+    let mut s = format!(
+        "steps:\n- approxunrolling:\n    index_cfg:\n      run_path: {}\n      model: {}\n      \
+         precision: fp32\n      token_batch_size: {}\n      data:\n        dataset: {}\n        \
+         prompt_column: text\n    hessian_cfg:\n      method: kfac\n      ev_correction: true\n",
+        q(run_path),
+        q(model),
+        CONTEXT,
+        q(train)
+    );
+    for line in fragment.lines() {
+        s.push_str("    ");
+        s.push_str(line);
+        s.push('\n');
+    }
+    s.push_str(&format!(
+        "      query:\n        dataset: {}\n        prompt_column: text\n        aggregation: none\n",
+        q(query)
+    ));
+    s
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 * a.abs().max(b.abs())
+}
+
+#[test]
+fn source_runs_on_a_lavender_export_as_is() {
+    let started = Instant::now();
+    let versions = require_bergson();
+    println!("bergson, torch: {versions}");
+    let tmp = tempfile::tempdir().unwrap();
+    let data_root = tmp.path().join("data");
+    let corpus_file = tmp.path().join("corpus.txt");
+    let docs = corpus();
+    fs::write(&corpus_file, docs.join("\n\n")).unwrap();
+    for step in ["downloads", "dedup", "filter", "build_shards", "precompute"] {
+        run_ok(&mut step_cmd(step, &data_root, &corpus_file));
+    }
+    let run_dir = data_root.join("checkpoints/run-2026-01-01_00-00-00");
+    train(&data_root, &corpus_file, &run_dir);
+    println!("trained in {:.1?}", started.elapsed());
+
+    // The worker logs its evaluations as entries of their own, without a rate.
+    let read_history = || -> Vec<Value> {
+        serde_json::from_slice(&fs::read(run_dir.join("log_history.json")).unwrap()).unwrap()
+    };
+    let history = read_history();
+    let evals = history
+        .iter()
+        .filter(|e| e.get("eval_loss").is_some())
+        .count();
+    assert!(evals >= 5, "{history:?}");
+    assert!(
+        history
+            .iter()
+            .filter(|e| e.get("eval_loss").is_some())
+            .all(|e| e.get("learning_rate").is_none()),
+        "{history:?}"
+    );
+
+    let export: Value = serde_json::from_str(&lavenderd_ok(
+        &data_root,
+        &[
+            os("export"),
+            os("--run"),
+            run_dir.as_os_str(),
+            os("--all"),
+            os("--json"),
+        ],
+    ))
+    .unwrap();
+    let ckpts: Vec<PathBuf> = export["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "written")
+        .map(|c| PathBuf::from(c["path"].as_str().unwrap()))
+        .collect();
+    let names: Vec<String> = ckpts
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["checkpoint-4", "checkpoint-8"]);
+    // The export rewrote the run's history (SOURCE reads it for these exports):
+    // every entry has a rate, evaluations on their step's training entry except
+    // step 0's, which precedes every update.
+    let history = read_history();
+    for e in &history {
+        assert!(e["learning_rate"].is_number(), "{e}");
+    }
+    assert_eq!(
+        history
+            .iter()
+            .filter(|e| e.get("eval_loss").is_some())
+            .count(),
+        evals
+    );
+    assert_eq!(history.len(), 8 + 1, "{history:?}");
+    assert_eq!(
+        (&history[0]["step"], &history[0]["learning_rate"]),
+        (&0.into(), &0.0.into())
+    );
+    for c in &ckpts {
+        let state: Value =
+            serde_json::from_slice(&fs::read(c.join("trainer_state.json")).unwrap()).unwrap();
+        for e in state["log_history"].as_array().unwrap() {
+            assert!(e["learning_rate"].is_number(), "{}: {e}", c.display());
+        }
+    }
+
+    // resolve: the fragment, two checkpoints per segment.
+    let mut args = vec![os("resolve"), os("--segments"), os("2")];
+    args.extend(ckpts.iter().map(|c| c.as_os_str()));
+    let fragment = lavenderd_ok(&data_root, &args);
+    println!("lavenderd resolve --segments 2 …:\n{fragment}");
+    let fragment_file = tmp.path().join("fragment.yaml");
+    fs::write(&fragment_file, &fragment).unwrap();
+
+    let mut check = Command::new(python());
+    check
+        .arg(repo().join("worker/tests/attribution_support/check_export.py"))
+        .arg(&fragment_file)
+        .args(&ckpts)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("TRANSFORMERS_OFFLINE", "1");
+    let out = check.output().unwrap();
+    assert!(
+        out.status.success(),
+        "check_export.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // bergson logs to stdout too: the result is the last line.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("check_export.py printed no JSON last ({e}):\n{stdout}"));
+    println!("versions: {}", v["versions"]);
+
+    // optimizer.pt: torch.optim's layout, the checkpoint's own moments.
+    for (c, step) in ckpts.iter().zip([4.0, 8.0]) {
+        let o = &v["optimizer_pt"][c.display().to_string()];
+        assert_eq!(
+            o["top_keys"],
+            serde_json::json!(["param_groups", "state"]),
+            "{o}"
+        );
+        assert_eq!(o["entries"], o["parameters"], "{o}");
+        assert_eq!(
+            o["entry_keys"],
+            serde_json::json!(["exp_avg", "exp_avg_sq", "step"]),
+            "{o}"
+        );
+        assert_eq!(
+            (o["step"].as_f64(), o["step_is_tensor"].as_bool()),
+            (Some(step), Some(true))
+        );
+        assert_eq!(o["group_keys"], o["reference_group_keys"], "{o}");
+        assert_eq!(o["betas"], serde_json::json!([0.9, 0.95]));
+        assert_eq!(o["mismatched_moments"], serde_json::json!([]), "{o}");
+        assert_eq!(o["bergson_mapping_matches"], true);
+        assert_eq!(o["loaded_into_adamw"], true);
+        let n = o["parameters"].as_u64().unwrap();
+        assert_eq!(o["params"], serde_json::json!((0..n).collect::<Vec<_>>()));
+    }
+
+    // resolve vs bergson's own resolve(): the same lr×steps per segment, momentum
+    // 0.0 for AdamW. bergson cannot read lavender's config.yaml as a training
+    // config, so it leaves use_adam_preconditioner off; lavender sets it (AdamW).
+    let f = &v["fragment"];
+    assert_eq!(
+        f["momentum"], 0.0,
+        "AdamW: SOURCE's momentum is 0.0, not β1"
+    );
+    assert_eq!(f["use_adam_preconditioner"], true);
+    assert_eq!(f["segments"], 2);
+    assert_eq!(f["step_size_list"], serde_json::json!([4, 4]));
+    let own = &v["bergson_own"];
+    let given = &v["bergson_given"];
+    assert_eq!(own["momentum"], 0.0);
+    assert_eq!(given["momentum"], 0.0);
+    assert_eq!(own["use_adam_preconditioner"], false);
+    assert_eq!(given["use_adam_preconditioner"], true);
+    let list = |x: &Value| -> Vec<f64> {
+        x.as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_f64().unwrap())
+            .collect()
+    };
+    let own_lts = list(&own["lr_times_steps"]);
+    let given_lts = list(&given["lr_times_steps"]);
+    let lrs = list(&f["lr_list"]);
+    let ours: Vec<f64> = lrs.iter().map(|lr| lr * 4.0 * 1.0).collect();
+    assert_eq!(
+        given_lts, ours,
+        "bergson computes lr×steps from the fragment as lavender does"
+    );
+    for (a, b) in own_lts.iter().zip(&ours) {
+        assert!(
+            close(*a, *b),
+            "bergson's own lr×steps {own_lts:?} vs lavender's {ours:?}"
+        );
+    }
+    assert!(own_lts.iter().all(|x| *x > 0.0), "{own_lts:?}");
+
+    // SOURCE, plain variant: lavender's fragment with the Adam preconditioner
+    // explicitly off (an explicit value wins), run by bergson's own CLI.
+    let mut args = vec![
+        os("resolve"),
+        os("--segments"),
+        os("2"),
+        os("--use-adam-preconditioner"),
+        os("false"),
+    ];
+    args.extend(ckpts.iter().map(|c| c.as_os_str()));
+    let plain_fragment = lavenderd_ok(&data_root, &args);
+    assert!(
+        plain_fragment.contains("use_adam_preconditioner: false"),
+        "{plain_fragment}"
+    );
+    assert!(plain_fragment.contains("momentum: 0.0"), "{plain_fragment}");
+    let work = tmp.path().join("plain");
+    fs::create_dir_all(&work).unwrap();
+    let train_file = data_root.join("corpus/filtered/documents.jsonl");
+    let query_file = tmp.path().join("queries.jsonl");
+    let asked: Vec<String> = ASKED
+        .iter()
+        .map(|&i| serde_json::json!({ "text": docs[i] }).to_string())
+        .collect();
+    fs::write(&query_file, asked.join("\n") + "\n").unwrap();
+    let t = Instant::now();
+    attribute_errors(tmp.path(), &data_root, &run_dir, &query_file);
+    println!("attribute's errors checked in {:.1?}", t.elapsed());
+    let config = work.join("config.yaml");
+    fs::write(
+        &config,
+        bergson_config(
+            &work.join("source"),
+            ckpts.last().unwrap(),
+            &train_file,
+            &query_file,
+            &plain_fragment,
+        ),
+    )
+    .unwrap();
+    let t = Instant::now();
+    let out = Command::new(python())
+        .args(["-m", "bergson"])
+        .arg(&config)
+        .current_dir(&work)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("TRANSFORMERS_OFFLINE", "1")
+        .env("HF_DATASETS_OFFLINE", "1")
+        .env("HF_DATASETS_CACHE", work.join("datasets-cache"))
+        .env("WANDB_MODE", "disabled")
+        .output()
+        .unwrap();
+    let log =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python -m bergson {} failed:\n{log}",
+        config.display()
+    );
+    println!(
+        "SOURCE (plain): python -m bergson {} exit 0 in {:.1?}",
+        config.display(),
+        t.elapsed()
+    );
+    for line in log
+        .lines()
+        .filter(|l| l.contains("lr_times_steps") || l.contains("optimizer variant"))
+    {
+        println!("  {}", line.trim());
+    }
+    let info: Value =
+        serde_json::from_slice(&fs::read(work.join("source/scores/info.json")).unwrap()).unwrap();
+    assert_eq!(info["num_rows"].as_u64(), Some(DOCS as u64), "{info}");
+    assert_eq!(
+        info["num_scores"].as_u64(),
+        Some(ASKED.len() as u64),
+        "{info}"
+    );
+
+    // SOURCE, Adam variant, through `lavenderd attribute` on the run's own text.
+    let t = Instant::now();
+    let result_file = tmp.path().join("attribution.json");
+    let text = lavenderd_ok(
+        &data_root,
+        &[
+            os("attribute"),
+            os("--run"),
+            run_dir.as_os_str(),
+            os("--queries"),
+            query_file.as_os_str(),
+            os("--from-run"),
+            os("--top"),
+            os("5"),
+            os("--python"),
+            python().as_os_str(),
+            os("--out"),
+            result_file.as_os_str(),
+        ],
+    );
+    println!(
+        "lavenderd attribute (Adam variant) in {:.1?}:\n{text}",
+        t.elapsed()
+    );
+    let r: Value = serde_json::from_slice(&fs::read(&result_file).unwrap()).unwrap();
+    assert_eq!(r["train_documents"].as_u64(), Some(DOCS as u64));
+    let config_text = fs::read_to_string(r["config"].as_str().unwrap()).unwrap();
+    assert!(
+        config_text.contains("use_adam_preconditioner: true"),
+        "{config_text}"
+    );
+    let filtered: Vec<String> = fs::read_to_string(&train_file)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    for (q, &i) in r["queries"].as_array().unwrap().iter().zip(&ASKED) {
+        let top = q["top"].as_array().unwrap();
+        assert_eq!(top.len(), 5);
+        assert!(
+            top.iter()
+                .all(|t| t["score"].as_f64().is_some_and(f64::is_finite))
+        );
+        let want = filtered
+            .iter()
+            .position(|d| d.trim() == docs[i].trim())
+            .unwrap();
+        let rank = top
+            .iter()
+            .find(|t| t["index"].as_u64() == Some(want as u64))
+            .map(|t| t["rank"].as_u64().unwrap());
+        println!(
+            "query = training document {want}: ranked {rank:?} of {DOCS}; top scores {:?}",
+            top.iter()
+                .map(|t| (t["index"].as_u64().unwrap(), t["score"].as_f64().unwrap()))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            rank,
+            Some(1),
+            "the verbatim training document should rank first: {q}"
+        );
+    }
+    println!("whole test: {:.1?}", started.elapsed());
+}
