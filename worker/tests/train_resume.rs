@@ -25,6 +25,18 @@ fn train_cmd(root: &Path, run_dir: Option<&Path>, extra: &[&str]) -> std::proces
     c
 }
 
+/// `train` on the CPU into `run_dir`, the rest of the arguments the caller's.
+fn train_into(root: &Path, run_dir: &Path) -> std::process::Command {
+    let mut c = worker();
+    c.arg("train")
+        .arg("--data-root")
+        .arg(root)
+        .arg("--run-dir")
+        .arg(run_dir)
+        .args(["--device", "cpu"]);
+    c
+}
+
 fn final_model(run_dir: &Path) -> Vec<u8> {
     let all = checkpoints(run_dir);
     let last = all.last().expect("a checkpoint");
@@ -151,13 +163,7 @@ fn sigterm_finishes_the_step_saves_and_exits_zero_even_when_repeated() {
     let root = tempfile::tempdir().unwrap();
     write_tokens(root.path());
     let run_dir = root.path().join("checkpoints/run-2026-01-01_00-00-03");
-    let mut child = worker()
-        .arg("train")
-        .arg("--data-root")
-        .arg(root.path())
-        .arg("--run-dir")
-        .arg(&run_dir)
-        .args(["--device", "cpu"])
+    let mut child = train_into(root.path(), &run_dir)
         .args(small_run_args(100_000, 10, 10, 100_000))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -394,13 +400,8 @@ fn a_kill_while_a_save_is_written_in_the_background_keeps_the_previous_checkpoin
     // A run directory by the usual name: the resume continues in it.
     let run_dir = root.path().join("checkpoints/run-2026-01-01_00-00-03");
     // Saves every 2 steps; the second save (step 4) writes its files and never commits.
-    let mut child = worker()
-        .arg("train")
-        .arg("--data-root")
-        .arg(root.path())
-        .arg("--run-dir")
-        .arg(&run_dir)
-        .args(["--device", "cpu", "--hold-save", "2"])
+    let mut child = train_into(root.path(), &run_dir)
+        .args(["--hold-save", "2"])
         .args(small_run_args(40, 10, 10, 2))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -456,16 +457,7 @@ fn a_kill_while_a_save_is_written_in_the_background_keeps_the_previous_checkpoin
     let straight = tempfile::tempdir().unwrap();
     write_tokens(straight.path());
     let straight_run = straight.path().join("run");
-    run_ok(
-        worker()
-            .arg("train")
-            .arg("--data-root")
-            .arg(straight.path())
-            .arg("--run-dir")
-            .arg(&straight_run)
-            .args(["--device", "cpu"])
-            .args(small_run_args(40, 10, 10, 2)),
-    );
+    run_ok(train_into(straight.path(), &straight_run).args(small_run_args(40, 10, 10, 2)));
     assert!(
         final_model(&run_dir) == final_model(&straight_run),
         "resumed weights differ from the straight run"

@@ -19,16 +19,20 @@ fn is_buffer(name: &str) -> bool {
     name.ends_with(".attn.bias") && !name.contains("c_attn") || name.ends_with(".attn.masked_bias")
 }
 
-/// The weights as a `.safetensors` image in host memory, filled into `image` (its
-/// buffer reused; see [`tensor_file::FileImage`]).
-pub fn snapshot_weights(model: &Gpt, image: &mut tensor_file::FileImage) -> Result<()> {
-    let tensors: Vec<(String, &tch::Tensor)> = model
+/// The model's tensors by parameter name, in its parameter order.
+fn named_tensors(model: &Gpt) -> Vec<(String, &tch::Tensor)> {
+    model
         .params
         .params
         .iter()
         .map(|p| (p.name.clone(), &p.tensor))
-        .collect();
-    image.fill(&tensors, BTreeMap::new())
+        .collect()
+}
+
+/// The weights as a `.safetensors` image in host memory, filled into `image` (its
+/// buffer reused; see [`tensor_file::FileImage`]).
+pub fn snapshot_weights(model: &Gpt, image: &mut tensor_file::FileImage) -> Result<()> {
+    image.fill(&named_tensors(model), BTreeMap::new())
 }
 
 /// Writes the weights with extra string metadata in the file's header.
@@ -37,13 +41,7 @@ pub fn save_weights_with(
     path: &Path,
     metadata: BTreeMap<String, String>,
 ) -> Result<()> {
-    let tensors: Vec<(String, &tch::Tensor)> = model
-        .params
-        .params
-        .iter()
-        .map(|p| (p.name.clone(), &p.tensor))
-        .collect();
-    tensor_file::write(path, &tensors, metadata)
+    tensor_file::write(path, &named_tensors(model), metadata)
 }
 
 /// Loads weights written by [`snapshot_weights`] or by Hugging Face (`transformer.`
