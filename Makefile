@@ -40,11 +40,16 @@ clippy: setup
 
 lint: fmt clippy
 
+# The test build is also the lint: clippy-driver wraps rustc for the workspace's own
+# crates (as `cargo clippy` does; CLIPPY_ARGS is how it takes `-D warnings`), so a
+# warning fails the build and dependencies compile once instead of once per command.
+LINTED = RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+
 # Builds every test binary without running it (CI times this apart from the run).
 test-build: setup
-	@$(TORCH_ENV) cargo test --workspace --no-run
+	@$(TORCH_ENV) $(LINTED) cargo test --workspace --no-run
 
-test: setup lint test-build test-run
+test: setup fmt test-build test-run
 
 # pytest first (python/tests: the lavender-protocol package); its exit 5 (no test
 # collected) is a failure like any other non-zero code. Then the Rust tests, building
@@ -52,7 +57,7 @@ test: setup lint test-build test-run
 test-run: setup
 	@mkdir -p target; .venv/bin/python -m pytest -q python/tests 2>&1 | tee target/pytest.log; \
 	  py=$${PIPESTATUS[0]}; if [ "$$py" = 5 ]; then echo "pytest collected no test in python/tests" >&2; fi; \
-	  $(TORCH_ENV) cargo test --workspace 2>&1 | tee target/test.log; rs=$${PIPESTATUS[0]}; \
+	  $(TORCH_ENV) $(LINTED) cargo test --workspace 2>&1 | tee target/test.log; rs=$${PIPESTATUS[0]}; \
 	  if [ "$$py" != 0 ]; then echo "pytest failed (exit $$py): see target/pytest.log" >&2; exit $$py; fi; exit $$rs
 
 # Benchmarks (not tests): status API, daemon overhead, detection latency, checkpoint
