@@ -11,6 +11,9 @@
 #                      a single-node Slurm that scripts/slurm/start.sh starts for the
 #                      Slurm launch backend's test (daemon/tests/slurm_e2e.rs)
 # Runs as root in CI; elsewhere it uses sudo for apt-get.
+#
+# Usage: ci-deps.sh [system|python]: the apt packages, or the .venv modules, alone (the
+# two touch nothing in common, so .ci/run installs them side by side); both by default.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,53 +23,70 @@ as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-missing=()
-command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
-command -v python3 >/dev/null 2>&1 || missing+=(python3)
-command -v curl >/dev/null 2>&1 || missing+=(curl)
-command -v jq >/dev/null 2>&1 || missing+=(jq)
-command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
-if ! [ -x /usr/sbin/slurmctld ] || ! [ -x /usr/sbin/slurmd ] || ! command -v sbatch >/dev/null 2>&1 \
-  || ! [ -x /usr/sbin/munged ]; then
-  missing+=(slurmctld slurmd slurm-client munge)
-fi
-
-if [ ${#missing[@]} -gt 0 ]; then
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo "ci-deps: missing ${missing[*]}, and apt-get is not available to install them" >&2
-    exit 1
+system_packages() {
+  missing=()
+  command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+  command -v python3 >/dev/null 2>&1 || missing+=(python3)
+  command -v curl >/dev/null 2>&1 || missing+=(curl)
+  command -v jq >/dev/null 2>&1 || missing+=(jq)
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
+  if ! [ -x /usr/sbin/slurmctld ] || ! [ -x /usr/sbin/slurmd ] || ! command -v sbatch >/dev/null 2>&1 \
+    || ! [ -x /usr/sbin/munged ]; then
+    missing+=(slurmctld slurmd slurm-client munge)
   fi
-  echo "ci-deps: installing ${missing[*]}"
-  as_root apt-get update -qq
-  # Package scripts must not start services (munge, slurm) on a machine without an
-  # init system; scripts/slurm/start.sh starts what the tests need.
-  made_policy=0
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
-    as_root chmod +x /usr/sbin/policy-rc.d
-    made_policy=1
+
+  if [ ${#missing[@]} -gt 0 ]; then
+    if ! command -v apt-get >/dev/null 2>&1; then
+      echo "ci-deps: missing ${missing[*]}, and apt-get is not available to install them" >&2
+      exit 1
+    fi
+    echo "ci-deps: installing ${missing[*]}"
+    as_root apt-get update -qq
+    # Package scripts must not start services (munge, slurm) on a machine without an
+    # init system; scripts/slurm/start.sh starts what the tests need.
+    made_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
+      as_root chmod +x /usr/sbin/policy-rc.d
+      made_policy=1
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    if [ "$made_policy" = 1 ]; then as_root rm -f /usr/sbin/policy-rc.d; fi
+    # The downloaded .deb archives are not needed once installed; CI disks are small.
+    as_root apt-get clean
+  else
+    echo "ci-deps: system packages present"
   fi
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  if [ "$made_policy" = 1 ]; then as_root rm -f /usr/sbin/policy-rc.d; fi
-  # The downloaded .deb archives are not needed once installed; CI disks are small.
-  as_root apt-get clean
-else
-  echo "ci-deps: system packages present"
-fi
+}
 
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv" || {
-    echo "ci-deps: could not create $venv; on Debian/Ubuntu install python3-venv" >&2
-    exit 1
-  }
-fi
-if "$venv/bin/python" -c 'import prometheus_client' 2>/dev/null; then
-  echo "ci-deps: prometheus_client present in .venv"
-else
-  echo "ci-deps: installing prometheus_client into .venv (the /metrics test's parser)"
-  "$venv/bin/python" -m pip install --quiet --no-cache-dir prometheus_client
-fi
+python_modules() {
+  if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv" || {
+      echo "ci-deps: could not create $venv; on Debian/Ubuntu install python3-venv" >&2
+      exit 1
+    }
+  fi
+  if "$venv/bin/python" -c 'import prometheus_client' 2>/dev/null; then
+    echo "ci-deps: prometheus_client present in .venv"
+  else
+    echo "ci-deps: installing prometheus_client into .venv (the /metrics test's parser)"
+    "$venv/bin/python" -m pip install --quiet --no-cache-dir prometheus_client
+  fi
 
-# bergson 2.5.1 (attribution: `lavenderd attribute` and worker/tests/attribution_bergson.rs),
-# keeping torch 2.13.0; quick when present.
-bash "$root/scripts/attribution-setup.sh"
+  # bergson 2.5.1 (attribution: `lavenderd attribute` and worker/tests/attribution_bergson.rs),
+  # keeping torch 2.13.0; quick when present.
+  bash "$root/scripts/attribution-setup.sh"
+}
+
+case "${1:-all}" in
+  system) system_packages ;;
+  python) python_modules ;;
+  all)
+    system_packages
+    python_modules
+    ;;
+  *)
+    echo "ci-deps: unknown part '$1'; use system, python or nothing (both)" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# `make test-run`: every test, on what `make test-build` compiled (run with the same
+# environment, so nothing recompiles). First pytest (python/tests); its exit 5 (no
+# test collected) fails like any other non-zero code. Then the Rust suite, with Slurm's
+# end-to-end test in a second cargo beside it: that test spends most of its minute
+# waiting on the scheduler's 30-second cycles, and the rest of the suite runs in that
+# time instead of after it.
+# Logs: target/pytest.log, target/test.log and target/test-slurm.log.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+mkdir -p target
+
+.venv/bin/python -m pytest -q python/tests 2>&1 | tee target/pytest.log
+py=${PIPESTATUS[0]}
+if [ "$py" = 5 ]; then echo "pytest collected no test in python/tests" >&2; fi
+
+cargo test --workspace --test slurm_e2e >target/test-slurm.log 2>&1 &
+slurm=$!
+cargo test --workspace -- --skip slurm_backend_end_to_end 2>&1 | tee target/test.log
+rest=${PIPESTATUS[0]}
+wait "$slurm"
+slurm_rc=$?
+echo "---- Slurm's end-to-end test, run beside the rest (target/test-slurm.log):"
+cat target/test-slurm.log
+
+failed=0
+if [ "$py" != 0 ]; then echo "pytest failed (exit $py): see target/pytest.log" >&2; failed=1; fi
+if [ "$rest" != 0 ]; then echo "the Rust tests failed (exit $rest): see target/test.log" >&2; failed=1; fi
+if [ "$slurm_rc" != 0 ]; then echo "Slurm's end-to-end test failed (exit $slurm_rc): see target/test-slurm.log" >&2; failed=1; fi
+exit "$failed"
