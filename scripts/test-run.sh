@@ -4,7 +4,7 @@
 # test collected) fails like any other non-zero code. Then the Rust suite, with Slurm's
 # end-to-end test in a second cargo beside it: that test spends most of its minute
 # waiting on the scheduler's 30-second cycles, and the rest of the suite runs in that
-# time instead of after it.
+# time instead of after it. --no-fail-fast: one failing binary does not hide the others.
 # Logs: target/pytest.log, target/test.log and target/test-slurm.log.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,9 +14,9 @@ mkdir -p target
 py=${PIPESTATUS[0]}
 if [ "$py" = 5 ]; then echo "pytest collected no test in python/tests" >&2; fi
 
-cargo test --workspace --test slurm_e2e >target/test-slurm.log 2>&1 &
+cargo test --workspace --no-fail-fast --test slurm_e2e >target/test-slurm.log 2>&1 &
 slurm=$!
-cargo test --workspace -- --skip slurm_backend_end_to_end 2>&1 | tee target/test.log
+cargo test --workspace --no-fail-fast -- --skip slurm_backend_end_to_end 2>&1 | tee target/test.log
 rest=${PIPESTATUS[0]}
 wait "$slurm"
 slurm_rc=$?

@@ -35,8 +35,8 @@ impl EventFollower {
             .unwrap_or(0)
     }
 
-    /// Queues a push for each event appended since the last poll, then saves the
-    /// new offset; returns how many pushes were queued. A run without an event log
+    /// Saves the new offset, then queues a push for each event appended since the
+    /// last poll; returns how many pushes were queued. A run without an event log
     /// yet is not an error. Call it on a file-watch event or a timer.
     pub fn poll(&mut self, run_dir: &Path) -> lavender::Result<usize> {
         let path = events::path(run_dir);
@@ -53,16 +53,21 @@ impl EventFollower {
                 path.display()
             );
         }
-        let mut queued = 0;
-        for event in &batch.events {
-            if let Some(n) = milestone(event, self.notifier.prefix()) {
-                self.notifier.send(n);
-                queued += 1;
-            }
-        }
+        let pushes: Vec<_> = batch
+            .events
+            .iter()
+            .filter_map(|event| milestone(event, self.notifier.prefix()))
+            .collect();
+        // The offset is saved before the pushes are queued: a daemon killed after a
+        // push went out must not send it again when it restarts. (Pushes still in
+        // the queue at a kill are lost either way.)
         if batch.next_offset != offset || !self.offsets.contains_key(&path) {
             self.offsets.insert(path, batch.next_offset);
             offsets::save(&self.offsets_path, &mut self.offsets)?;
+        }
+        let queued = pushes.len();
+        for n in pushes {
+            self.notifier.send(n);
         }
         Ok(queued)
     }
