@@ -204,3 +204,14 @@ wait_for() {
   done
 }
 
+
+# The active run's directory, from the pipeline record (recorded relative to the data
+# root; older records hold it absolute).
+pipeline_run_dir() {
+  local root="$1" dir
+  dir="$(jq -r .run_dir "$root/state/pipeline.json")"
+  case "$dir" in
+    /*) echo "$dir" ;;
+    *) echo "$root/$dir" ;;
+  esac
+}

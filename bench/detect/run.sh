@@ -51,7 +51,7 @@ daemon_start "$dir"
 hb_pid="$DAEMON_PID"
 daemon_cli "$dir" start >/dev/null
 wait_for 30 "training" training_running "$DAEMON_SOCK"
-run_dir="$(jq -r .run_dir "$dir/data/state/pipeline.json")"
+run_dir="$(pipeline_run_dir "$dir/data")"
 sleep 0.5
 echo "heartbeat write -> status, $((REPEAT * 2)) times"
 "$LOADGEN" detect-heartbeat --unix "$DAEMON_SOCK" --run-dir "$run_dir" --repeat "$((REPEAT * 2))" \
