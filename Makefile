@@ -9,13 +9,17 @@ TORCH_ENV = LIBTORCH="$${LIBTORCH:-$$(cat .venv/lib/torch-path)}"
 # Where `make install` puts lavenderd and lavender-worker (PREFIX/bin).
 PREFIX ?= $(HOME)/.local
 
-.PHONY: run test test-run lint fmt clippy test-build setup build install uninstall bench
+.PHONY: run test test-run lint fmt clippy test-build libtorch setup build install uninstall bench
 
-setup:
+# libtorch is all a build needs; the Python tools (lavender-protocol, pytest,
+# transformers) are for the tests.
+libtorch:
 	@bash scripts/setup-libtorch.sh
+
+setup: libtorch
 	@bash scripts/python-setup.sh
 
-build: setup
+build: libtorch
 	@$(TORCH_ENV) cargo build --release --workspace
 
 # The demo's data (corpus, shards, tokens, checkpoints, logs) goes to ./data-root.
@@ -35,7 +39,7 @@ uninstall:
 fmt:
 	cargo fmt --all --check
 
-clippy: setup
+clippy: libtorch
 	@$(TORCH_ENV) cargo clippy --workspace --all-targets -- -D warnings
 
 lint: fmt clippy
@@ -46,7 +50,7 @@ lint: fmt clippy
 LINTED = RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
 
 # Builds every test binary without running it (CI times this apart from the run).
-test-build: setup
+test-build: libtorch
 	@$(TORCH_ENV) $(LINTED) cargo test --workspace --no-run
 
 test: setup fmt test-build test-run
