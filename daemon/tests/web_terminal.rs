@@ -119,6 +119,8 @@ fn start_foreground_prints_milestones_and_a_summary() {
         "checkpoint_saved   saved pretrain-",
         "final_saved        saved pretrain-",
         "pipeline           running → finished",
+        // The alert a finished run raises, before the summary, not as a warning.
+        "finished           pipeline finished after",
     ] {
         assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
     }

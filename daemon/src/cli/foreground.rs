@@ -22,6 +22,9 @@ pub struct ForegroundView {
     feed: Feed,
     /// The last feed item the printer has handled.
     printed: watch::Receiver<u64>,
+    /// The last feed item before the view started.
+    started_after: u64,
+    printer: tokio::task::JoinHandle<()>,
 }
 
 impl ForegroundView {
@@ -52,8 +55,9 @@ impl ForegroundView {
         let printer = bar.clone();
         let source = feed.clone();
         let mut cursor = feed.last_seq();
+        let started_after = cursor;
         let (printed_tx, printed) = watch::channel(cursor);
-        tokio::spawn(async move {
+        let printer = tokio::spawn(async move {
             let feed = source;
             let mut watch = feed.watch();
             while watch.wait_past(cursor).await {
@@ -71,7 +75,13 @@ impl ForegroundView {
                 printed_tx.send_replace(cursor);
             }
         });
-        ForegroundView { bar, feed, printed }
+        ForegroundView {
+            bar,
+            feed,
+            printed,
+            started_after,
+            printer,
+        }
     }
 
     pub fn update(&self, s: &Status) {
@@ -91,26 +101,39 @@ impl ForegroundView {
     }
 
     /// Lets the feed print up to the pipeline's final state (the worker's last
-    /// milestones come before it), then clears the bar and prints a summary.
+    /// milestones come before it) and the alert that state raises (finished, failed:
+    /// it carries the reason, and the two come from different tasks in either order),
+    /// then stops printing, clears the bar and prints a summary: the summary is last.
     pub async fn finish(&self, s: &Status) {
         let state = s.pipeline.state.as_str();
         let deadline = Instant::now() + FLUSH_WAIT;
         while Instant::now() < deadline {
-            let target = self.feed.items().into_iter().rev().find(|i| {
-                i.kind == Kind::State
-                    && serde_json::from_str::<Value>(&i.data).is_ok_and(|d| d["state"] == state)
-            });
-            if target.is_some_and(|t| *self.printed.borrow() >= t.seq) {
+            let items = (self.feed.after(self.started_after)).unwrap_or_else(|| self.feed.items());
+            let last_of = |kind: Kind, key: &str| {
+                items.iter().rev().find(|i| {
+                    i.kind == kind
+                        && serde_json::from_str::<Value>(&i.data).is_ok_and(|d| d[key] == state)
+                })
+            };
+            let state_item = last_of(Kind::State, "state");
+            let alert = match state {
+                "finished" | "failed" => last_of(Kind::Alert, "kind").map(Some),
+                _ => Some(None),
+            };
+            let printed = *self.printed.borrow();
+            if let (Some(t), Some(a)) = (state_item, alert)
+                && printed >= t.seq.max(a.map_or(0, |a| a.seq))
+            {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        self.printer.abort();
         self.bar.finish_and_clear();
         eprintln!("{}", progress::line(s));
     }
 }
 
-/// One line for a feed item, or `None` for heartbeats (the bar shows those).
 pub fn feed_line(kind: Kind, data: &Value) -> Option<String> {
     let time = |d: &Value| {
         d["ts"]
