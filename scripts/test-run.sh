@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make test-run`: every test, on what `make test-build` compiled (run with the same
-# environment, so nothing recompiles). First pytest (python/tests); its exit 5 (no
-# test collected) fails like any other non-zero code. Then the Rust suite, with Slurm's
-# end-to-end test in a second cargo beside it: that test spends most of its minute
+# environment, so nothing recompiles): the Rust suite, and beside it pytest
+# (python/tests; its exit 5, no test collected, fails like any other non-zero code)
+# and Slurm's end-to-end test in a second cargo: that test spends most of its minute
 # waiting on the scheduler's 30-second cycles, and the rest of the suite runs in that
 # time instead of after it. --no-fail-fast: one failing binary does not hide the others.
 # Logs: target/pytest.log, target/test.log and target/test-slurm.log.
@@ -10,17 +10,21 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 mkdir -p target
 
-.venv/bin/python -m pytest -q python/tests 2>&1 | tee target/pytest.log
-py=${PIPESTATUS[0]}
-if [ "$py" = 5 ]; then echo "pytest collected no test in python/tests" >&2; fi
-
+# pytest and Slurm's test run in the background, their output kept for the end.
+.venv/bin/python -m pytest -q python/tests >target/pytest.log 2>&1 &
+pytest=$!
 cargo test --workspace --no-fail-fast --test slurm_e2e >target/test-slurm.log 2>&1 &
 slurm=$!
 cargo test --workspace --no-fail-fast -- --skip slurm_backend_end_to_end 2>&1 | tee target/test.log
 rest=${PIPESTATUS[0]}
+wait "$pytest"
+py=$?
+echo "---- pytest, run beside (target/pytest.log):"
+cat target/pytest.log
+if [ "$py" = 5 ]; then echo "pytest collected no test in python/tests" >&2; fi
 wait "$slurm"
 slurm_rc=$?
-echo "---- Slurm's end-to-end test, run beside the rest (target/test-slurm.log):"
+echo "---- Slurm's end-to-end test, run beside (target/test-slurm.log):"
 cat target/test-slurm.log
 
 failed=0
