@@ -146,7 +146,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
                 "pipeline started: chunk {}, scale {}, step {}",
                 reply.chunk,
                 reply.scale,
-                reply.active_step.as_deref().unwrap_or("-")
+                reply.active_step.map_or("-", |s| s.as_str())
             ),
             Err(e) => {
                 let _ = shutdown_tx.send(true);

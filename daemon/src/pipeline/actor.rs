@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
-use lavender::config::Config;
+use lavender::config::{Config, PipelineStep};
 use lavender::status::{PipelineState, StepState};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
@@ -21,17 +21,14 @@ use super::restart::Timings;
 use super::stop::{StopMark, StopReport};
 use super::{markers, plan};
 use crate::layout::Layout;
-use crate::process::{Backend, ExitOutcome, JobUpdate, SpawnSpec, WorkerHandle};
-
-/// The step that trains (gets `--resume`, writes heartbeats).
-pub const TRAIN_STEP: &str = "train";
+use crate::process::{Backend, ExitOutcome, JobUpdate, WorkerHandle};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StartReply {
     pub state: PipelineState,
     pub chunk: u32,
     pub scale: String,
-    pub active_step: Option<String>,
+    pub active_step: Option<PipelineStep>,
     pub pid: Option<u32>,
     pub run_dir: Option<PathBuf>,
     pub log_file: Option<PathBuf>,
@@ -154,7 +151,7 @@ impl PipelineHandle {
 struct LiveWorker {
     generation: u64,
     handle: WorkerHandle,
-    step: String,
+    step: PipelineStep,
     started: Instant,
     started_at: Option<DateTime<Utc>>,
     /// Spawned by this daemon (not re-adopted): its exit is reaped by us.
@@ -177,7 +174,7 @@ struct Stopping {
     killed: bool,
     waiters: Vec<oneshot::Sender<StopReport>>,
     mark: StopMark,
-    step: String,
+    step: PipelineStep,
 }
 
 struct Actor {
@@ -314,7 +311,7 @@ impl Actor {
                 self.worker = Some(LiveWorker {
                     generation: self.generation,
                     handle: w.handle.clone(),
-                    step: w.step.clone(),
+                    step: w.step,
                     started,
                     started_at: parse_time(&w.started_at),
                     own_child: false,
@@ -330,14 +327,14 @@ impl Actor {
                             self.record.run_dir.as_deref(),
                             &self.layout.checkpoints_root(),
                         ),
-                        step: w.step.clone(),
+                        step: w.step,
                     });
                 } else {
                     self.record.state = PipelineState::Running;
                 }
                 tracing::info!(worker = %w.handle, step = %w.step, "re-adopted running worker");
                 self.alert(Alert::Adopted {
-                    step: w.step,
+                    step: w.step.to_string(),
                     worker: w.handle.to_string(),
                 });
                 self.commit();
@@ -364,7 +361,7 @@ impl Actor {
                         events_offset: 0,
                         newest_before: None,
                     },
-                    step: self.record.active_step.clone().unwrap_or_default(),
+                    step: w.step,
                 });
             }
             self.on_exit(WorkerExit {
@@ -427,7 +424,7 @@ impl Actor {
         let steps = plan::steps(&self.layout, &self.config, chunk, req.skip_train);
         let trains = steps
             .iter()
-            .any(|s| s.name == TRAIN_STEP && s.state == StepState::Pending);
+            .any(|s| s.name == PipelineStep::Train && s.state == StepState::Pending);
         let resume_from = if trains {
             plan::resolve_resume(&self.layout, &req, chunk)?
         } else {
@@ -498,7 +495,7 @@ impl Actor {
             state: self.record.state,
             chunk,
             scale: scale.to_string(),
-            active_step: self.record.active_step.clone(),
+            active_step: self.record.active_step,
             pid: self.worker.as_ref().and_then(|w| w.handle.pid()),
             run_dir: self.record.run_dir.clone(),
             log_file: self.record.log_file.clone(),
@@ -519,7 +516,7 @@ impl Actor {
             .steps
             .iter()
             .find(|s| s.state == StepState::Pending || s.state == StepState::Running)
-            .map(|s| s.name.clone());
+            .map(|s| s.name);
         match next {
             None => {
                 self.record.state = PipelineState::Finished;
@@ -531,8 +528,8 @@ impl Actor {
                 self.prune_old_runs();
             }
             Some(step) => {
-                if let Err(e) = self.spawn_step(&step, false) {
-                    self.fail(&step, format!("{e:#}"));
+                if let Err(e) = self.spawn_step(step, false) {
+                    self.fail(step, format!("{e:#}"));
                 }
             }
         }
@@ -579,57 +576,41 @@ impl Actor {
         }
     }
 
-    fn spawn_step(&mut self, step: &str, after_crash: bool) -> Result<()> {
-        let resume = if step != TRAIN_STEP {
+    fn spawn_step(&mut self, step: PipelineStep, after_crash: bool) -> Result<()> {
+        let resume = if step != PipelineStep::Train {
             None
         } else if after_crash {
             plan::crash_resume(&self.record)
         } else {
             self.record.resume_from.clone()
         };
-        let argv = plan::worker_argv(
-            &self.layout,
-            &self.config,
-            &self.record,
-            step,
-            resume.as_deref(),
-        );
-        let log_file = self
-            .record
-            .log_file
-            .clone()
-            .unwrap_or_else(|| self.layout.logs_dir().join("pipeline.log"));
+        let spec = plan::spawn_spec(&self.layout, &self.config, &self.record, step, resume);
         self.generation += 1;
         let generation = self.generation;
         let jobs = self.jobs_tx.clone();
         let launched = self.backend.launch(
-            &SpawnSpec {
-                argv,
-                env: self.config.worker.env.clone(),
-                log_file,
-            },
-            step,
+            &spec,
             Box::new(move |update| {
                 let _ = jobs.send(JobChange { generation, update });
             }),
         )?;
-        tracing::info!(step, worker = %launched.handle, after_crash, "worker started");
+        tracing::info!(%step, worker = %launched.handle, after_crash, "worker started");
         let started_at = lavender::time::now_utc();
         self.record.worker = Some(WorkerRecord {
             handle: launched.handle.clone(),
-            step: step.to_string(),
+            step,
             started_at: lavender::time::rfc3339_z(started_at),
         });
         self.worker = Some(LiveWorker {
             generation,
             handle: launched.handle,
-            step: step.to_string(),
+            step,
             started: Instant::now(),
             started_at: Some(started_at),
             own_child: true,
         });
         self.record.state = PipelineState::Running;
-        self.record.active_step = Some(step.to_string());
+        self.record.active_step = Some(step);
         self.record.restart_pending = false;
         self.record.set_step(step, StepState::Running);
         self.commit();
@@ -696,19 +677,19 @@ impl Actor {
             return;
         };
         self.record.worker = None;
-        let step = worker.step.clone();
+        let step = worker.step;
         tracing::info!(step = %step, outcome = %exit.outcome, "worker exited");
 
         if let Some(stopping) = self.stopping.take() {
             let report = StopReport::after_exit(
-                &stopping.step,
+                stopping.step,
                 &stopping.mark,
                 &self.layout.checkpoints_root(),
                 stopping.killed,
             );
             tracing::info!("{}", report.message);
             self.record.state = PipelineState::Stopped;
-            self.record.set_step(&step, StepState::Pending);
+            self.record.set_step(step, StepState::Pending);
             self.commit();
             for waiter in stopping.waiters {
                 let _ = waiter.send(report.clone());
@@ -717,7 +698,7 @@ impl Actor {
         }
 
         match judge(
-            &step,
+            step,
             exit.outcome,
             self.record.run_dir.as_deref(),
             &self.layout.data_root,
@@ -726,25 +707,27 @@ impl Actor {
             Verdict::Success => {
                 let chunk = self.record.chunk.unwrap_or(self.config.chunk);
                 if let Err(e) =
-                    markers::write(&self.layout, chunk, &step, self.record.run_dir.as_deref())
+                    markers::write(&self.layout, chunk, step, self.record.run_dir.as_deref())
                 {
                     tracing::error!("{e:#}");
                 }
-                self.record.set_step(&step, StepState::Done);
+                self.record.set_step(step, StepState::Done);
                 self.record.active_step = None;
                 self.advance();
             }
             Verdict::StoppedExternally => {
                 self.record.state = PipelineState::Stopped;
-                self.record.set_step(&step, StepState::Pending);
+                self.record.set_step(step, StepState::Pending);
                 self.commit();
-                self.alert(Alert::StoppedExternally { step });
+                self.alert(Alert::StoppedExternally {
+                    step: step.to_string(),
+                });
             }
-            Verdict::Crash(reason) => self.crashed(&step, exit.outcome, reason, worker.started),
+            Verdict::Crash(reason) => self.crashed(step, exit.outcome, reason, worker.started),
         }
     }
 
-    fn crashed(&mut self, step: &str, outcome: ExitOutcome, reason: String, started: Instant) {
+    fn crashed(&mut self, step: PipelineStep, outcome: ExitOutcome, reason: String, started: Instant) {
         if started.elapsed() >= self.timings.reset_after {
             // It made progress for long enough: this crash starts a fresh count.
             self.record.restarts = 0;
@@ -779,20 +762,20 @@ impl Actor {
 
     fn on_restart_due(&mut self) {
         self.restart_at = None;
-        let Some(step) = self.record.active_step.clone() else {
+        let Some(step) = self.record.active_step else {
             return;
         };
-        if let Err(e) = self.spawn_step(&step, true) {
-            self.fail(&step, format!("{e:#}"));
+        if let Err(e) = self.spawn_step(step, true) {
+            self.fail(step, format!("{e:#}"));
         }
     }
 
-    fn fail(&mut self, step: &str, reason: String) {
+    fn fail(&mut self, step: PipelineStep, reason: String) {
         self.fail_after(step, reason, None);
     }
 
-    fn fail_after(&mut self, step: &str, reason: String, last_exit: Option<ExitOutcome>) {
-        tracing::error!(step, "{reason}");
+    fn fail_after(&mut self, step: PipelineStep, reason: String, last_exit: Option<ExitOutcome>) {
+        tracing::error!(%step, "{reason}");
         self.record.state = PipelineState::Failed;
         self.record.set_step(step, StepState::Failed);
         self.record.restart_pending = false;
@@ -821,8 +804,8 @@ impl Actor {
                 self.restart_at = None;
                 self.record.restart_pending = false;
                 self.record.state = PipelineState::Stopped;
-                if let Some(step) = self.record.active_step.clone() {
-                    self.record.set_step(&step, StepState::Pending);
+                if let Some(step) = self.record.active_step {
+                    self.record.set_step(step, StepState::Pending);
                 }
                 self.commit();
                 report.message = format!("cancelled the pending restart; {}", report.message);
@@ -840,7 +823,7 @@ impl Actor {
             killed: false,
             waiters: vec![reply],
             mark,
-            step: worker.step.clone(),
+            step: worker.step,
         });
         self.record.state = PipelineState::Stopping;
         self.commit();
@@ -873,7 +856,7 @@ mod tests {
     //! The state machine against workers that are not processes, on a paused
     //! clock: every wait is exact, nothing depends on this machine's speed.
 
-    use lavender::config::{PipelineStep, SupervisorConfig};
+    use lavender::config::SupervisorConfig;
     use tokio::sync::mpsc::UnboundedReceiver;
 
     use super::*;
@@ -913,7 +896,7 @@ mod tests {
                 .start(StartRequest::default())
                 .await
                 .expect("started");
-            assert_eq!(self.fake.launched(), ["train"]);
+            assert_eq!(self.fake.launched(), [PipelineStep::Train]);
         }
 
         async fn wait_state(&self, state: PipelineState) -> PipelineRecord {

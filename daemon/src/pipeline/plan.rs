@@ -1,16 +1,17 @@
 //! What a start means concretely: which steps still run for this chunk, which
-//! checkpoint training resumes from, and the worker's argv.
+//! checkpoint training resumes from, and the launch of each step.
 
 use std::path::{Path, PathBuf};
 
-use lavender::config::Config;
+use lavender::config::{Config, PipelineStep};
 use lavender::status::StepState;
 
-use super::actor::{StartError, TRAIN_STEP};
+use super::actor::StartError;
 use super::markers;
 use super::record::{PipelineRecord, StepEntry};
 use super::request::StartRequest;
 use crate::layout::Layout;
+use crate::process::SpawnSpec;
 
 /// The configured steps with their starting state for this chunk: done (marker),
 /// skipped (`--skip-train`: train and what follows), or pending.
@@ -19,12 +20,11 @@ pub fn steps(layout: &Layout, config: &Config, chunk: u32, skip_train: bool) -> 
     config
         .steps
         .iter()
-        .map(|step| {
-            let name = step.as_str().to_string();
-            past_train |= name == TRAIN_STEP;
+        .map(|&name| {
+            past_train |= name == PipelineStep::Train;
             let state = if skip_train && past_train {
                 StepState::Skipped
-            } else if markers::is_done(layout, chunk, &name) {
+            } else if markers::is_done(layout, chunk, name) {
                 StepState::Done
             } else {
                 StepState::Pending
@@ -56,10 +56,10 @@ pub fn resolve_resume(
         return Ok(None);
     }
     let prev = chunk - 1;
-    let marker = markers::read(layout, prev, TRAIN_STEP).ok_or_else(|| {
+    let marker = markers::read(layout, prev, PipelineStep::Train).ok_or_else(|| {
         StartError::Invalid(format!(
             "chunk {chunk} continues from chunk {prev}'s latest checkpoint, but chunk {prev} has not finished its train step (no done-marker at {}); finish chunk {prev} or pass --resume PATH|latest",
-            layout.done_marker(prev, TRAIN_STEP).display()
+            layout.done_marker(prev, PipelineStep::Train).display()
         ))
     })?;
     let run_dir = marker.run_dir.ok_or_else(|| {
@@ -91,39 +91,32 @@ pub fn crash_resume(record: &PipelineRecord) -> Option<PathBuf> {
         .or_else(|| record.resume_from.clone())
 }
 
-/// `worker.command… <step> --config C --data-root D [--run-dir R] --scale S --chunk N [--resume P]`.
-pub fn worker_argv(
+/// The launch of `step` in the pipeline `record` describes, resuming from `resume`.
+pub fn spawn_spec(
     layout: &Layout,
     config: &Config,
     record: &PipelineRecord,
-    step: &str,
-    resume: Option<&Path>,
-) -> Vec<String> {
-    let arg = |p: &Path| p.display().to_string();
-    let mut argv = config.worker.command.clone();
-    argv.push(step.to_string());
-    argv.extend([
-        "--config".into(),
-        arg(&layout.worker_config()),
-        "--data-root".into(),
-        arg(&layout.data_root),
-    ]);
-    if let Some(run_dir) = &record.run_dir {
-        argv.extend(["--run-dir".into(), arg(run_dir)]);
-    }
-    argv.extend([
-        "--scale".into(),
-        record
+    step: PipelineStep,
+    resume: Option<PathBuf>,
+) -> SpawnSpec {
+    SpawnSpec {
+        command: config.worker.command.clone(),
+        step,
+        config: layout.worker_config(),
+        data_root: layout.data_root.clone(),
+        run_dir: record.run_dir.clone(),
+        scale: record
             .scale
             .clone()
             .unwrap_or_else(|| config.scale.to_string()),
-        "--chunk".into(),
-        record.chunk.unwrap_or(config.chunk).to_string(),
-    ]);
-    if let Some(path) = resume {
-        argv.extend(["--resume".into(), arg(path)]);
+        chunk: record.chunk.unwrap_or(config.chunk),
+        resume,
+        env: config.worker.env.clone(),
+        log_file: record
+            .log_file
+            .clone()
+            .unwrap_or_else(|| layout.logs_dir().join("pipeline.log")),
     }
-    argv
 }
 
 pub fn absolute(p: &Path) -> PathBuf {
@@ -133,7 +126,6 @@ pub fn absolute(p: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lavender::config::PipelineStep;
 
     fn layout(dir: &Path) -> Layout {
         Layout::new(dir.to_path_buf(), None)
@@ -144,13 +136,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let l = layout(dir.path());
         let config = Config::default();
-        markers::write(&l, 1, "downloads", None).unwrap();
+        markers::write(&l, 1, PipelineStep::Downloads, None).unwrap();
         let plan = steps(&l, &config, 1, true);
-        let get = |n: &str| plan.iter().find(|s| s.name == n).unwrap().state;
-        assert_eq!(get("downloads"), StepState::Done);
-        assert_eq!(get("dedup"), StepState::Pending);
-        assert_eq!(get("train"), StepState::Skipped);
-        assert_eq!(get("mine_hard"), StepState::Skipped);
+        let get = |n| plan.iter().find(|s| s.name == n).unwrap().state;
+        assert_eq!(get(PipelineStep::Downloads), StepState::Done);
+        assert_eq!(get(PipelineStep::Dedup), StepState::Pending);
+        assert_eq!(get(PipelineStep::Train), StepState::Skipped);
+        assert_eq!(get(PipelineStep::MineHard), StepState::Skipped);
         // Markers are per chunk.
         let plan2 = steps(&l, &config, 2, false);
         assert!(plan2.iter().all(|s| s.state == StepState::Pending));
@@ -179,7 +171,7 @@ mod tests {
     }
 
     #[test]
-    fn argv_follows_the_worker_protocol() {
+    fn a_launch_carries_the_record_and_the_config() {
         let dir = tempfile::tempdir().unwrap();
         let l = layout(dir.path());
         let mut config = Config::default();
@@ -188,20 +180,18 @@ mod tests {
         record.run_dir = Some(dir.path().join("checkpoints/run-x"));
         record.scale = Some("small".into());
         record.chunk = Some(2);
-        let argv = worker_argv(&l, &config, &record, "train", Some(Path::new("/ck/a")));
-        let argv = argv.join(" ");
-        assert!(
-            argv.starts_with("python train.py train --config "),
-            "{argv}"
+        let spec = spawn_spec(
+            &l,
+            &config,
+            &record,
+            PipelineStep::Train,
+            Some(PathBuf::from("/ck/a")),
         );
-        for part in [
-            "--scale small",
-            "--chunk 2",
-            "--resume /ck/a",
-            "--run-dir ",
-            "--data-root ",
-        ] {
-            assert!(argv.contains(part), "{part} in {argv}");
-        }
+        assert_eq!(spec.command, ["python", "train.py"]);
+        assert_eq!((spec.scale.as_str(), spec.chunk), ("small", 2));
+        assert_eq!(spec.run_dir, record.run_dir);
+        assert_eq!(spec.config, l.worker_config());
+        assert_eq!(spec.resume.as_deref(), Some(Path::new("/ck/a")));
+        assert_eq!(spec.log_file, l.logs_dir().join("pipeline.log"));
     }
 }

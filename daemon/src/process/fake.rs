@@ -5,6 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use lavender::config::PipelineStep;
 use nix::sys::signal::Signal;
 use tokio::sync::oneshot;
 
@@ -27,7 +28,7 @@ struct State {
 
 #[derive(Debug)]
 struct FakeWorker {
-    step: String,
+    step: PipelineStep,
     exit: Option<oneshot::Sender<ExitOutcome>>,
     signals: Vec<Signal>,
 }
@@ -37,12 +38,12 @@ impl FakeBackend {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn launch(&self, step: &str) -> Launched {
+    pub fn launch(&self, step: PipelineStep) -> Launched {
         let (tx, rx) = oneshot::channel();
         let mut st = self.state();
         let pid = FAKE_PID_BASE + st.workers.len() as u32;
         st.workers.push(FakeWorker {
-            step: step.to_string(),
+            step,
             exit: Some(tx),
             signals: Vec::new(),
         });
@@ -81,12 +82,8 @@ impl FakeBackend {
     }
 
     /// The steps launched so far, in order.
-    pub fn launched(&self) -> Vec<String> {
-        self.state()
-            .workers
-            .iter()
-            .map(|w| w.step.clone())
-            .collect()
+    pub fn launched(&self) -> Vec<PipelineStep> {
+        self.state().workers.iter().map(|w| w.step).collect()
     }
 
     /// Ends worker `n` (0-based, in launch order) with `outcome`.

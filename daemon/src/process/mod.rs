@@ -11,8 +11,10 @@ pub(crate) mod locate;
 pub(crate) mod signal;
 pub(crate) mod slurm;
 pub(crate) mod spawn;
+pub(crate) mod spec;
 
 pub use backend::{Backend, JobUpdate, Launched, WorkerHandle};
 pub use exit::ExitOutcome;
 pub use identity::ProcessIdentity;
-pub use spawn::{SpawnSpec, Spawned};
+pub use spawn::Spawned;
+pub use spec::SpawnSpec;
