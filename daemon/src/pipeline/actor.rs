@@ -189,6 +189,9 @@ struct Actor {
     worker: Option<LiveWorker>,
     generation: u64,
     restart_at: Option<Instant>,
+    /// How the worker whose restart is pending ended: the "failed" alert tells it
+    /// when that restart cannot be started.
+    last_exit: Option<ExitOutcome>,
     stopping: Option<Stopping>,
     alerts: AlertSender,
 }
@@ -224,6 +227,7 @@ fn spawn_with(
         worker: None,
         generation: 0,
         restart_at: None,
+        last_exit: None,
         stopping: None,
         alerts,
     };
@@ -612,6 +616,7 @@ impl Actor {
         self.record.state = PipelineState::Running;
         self.record.active_step = Some(step);
         self.record.restart_pending = false;
+        self.last_exit = None;
         self.record.set_step(step, StepState::Running);
         self.commit();
         let exits = self.exits_tx.clone();
@@ -749,6 +754,7 @@ impl Actor {
         self.record.restart_pending = true;
         self.record.last_error = Some(reason);
         self.restart_at = Some(Instant::now() + delay);
+        self.last_exit = Some(outcome);
         self.commit();
         self.alert(Alert::Crashed {
             step: step.to_string(),
@@ -766,7 +772,8 @@ impl Actor {
             return;
         };
         if let Err(e) = self.spawn_step(step, true) {
-            self.fail(step, format!("{e:#}"));
+            let last_exit = self.last_exit.take();
+            self.fail_after(step, format!("{e:#}"), last_exit);
         }
     }
 
@@ -782,6 +789,7 @@ impl Actor {
         self.record.worker = None;
         self.record.last_error = Some(reason.clone());
         self.restart_at = None;
+        self.last_exit = None;
         self.commit();
         self.alert(Alert::Failed {
             step: step.to_string(),
@@ -802,6 +810,7 @@ impl Actor {
             if self.record.restart_pending {
                 // Crashed and waiting to restart: cancelling the restart is the stop.
                 self.restart_at = None;
+                self.last_exit = None;
                 self.record.restart_pending = false;
                 self.record.state = PipelineState::Stopped;
                 if let Some(step) = self.record.active_step {
@@ -983,6 +992,34 @@ mod tests {
         }
         tokio::time::sleep(secs(60.0)).await;
         assert_eq!(h.fake.launched().len(), 2, "no restart after failing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restart_that_cannot_start_fails_with_the_crash_exit() {
+        let mut h = harness(|s| {
+            s.restart_backoff_s = vec![1.0];
+            s.max_restarts = 3;
+        });
+        h.start().await;
+        h.fake.exit(0, ExitOutcome::Signal(9));
+        h.wait_state(PipelineState::Crashed).await;
+        assert!(matches!(h.alert().await, Alert::Crashed { .. }));
+        h.fake.refuse_launches();
+        tokio::time::sleep(secs(1.1)).await;
+        let record = h.wait_state(PipelineState::Failed).await;
+        assert!(!record.restart_pending);
+        match h.alert().await {
+            Alert::Failed {
+                reason,
+                restarts,
+                last_exit,
+                ..
+            } => {
+                assert_eq!((restarts, last_exit), (1, Some(ExitOutcome::Signal(9))));
+                assert!(reason.contains("refused"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -154,7 +154,7 @@ impl Backend {
     pub fn launch(&self, spec: &SpawnSpec, updates: JobUpdates) -> Result<Launched> {
         #[cfg(test)]
         if let Some(fake) = &self.fake {
-            return Ok(fake.launch(spec.step));
+            return fake.launch(spec.step);
         }
         let mut spec = spec.clone();
         if let Some(program) = spec.command.first_mut() {

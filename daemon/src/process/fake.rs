@@ -24,6 +24,8 @@ struct State {
     workers: Vec<FakeWorker>,
     /// Workers ignore SIGTERM (a stop must escalate to SIGKILL).
     ignore_sigterm: bool,
+    /// Launches fail from now on (the worker program vanished, sbatch refuses).
+    refuse_launches: bool,
 }
 
 #[derive(Debug)]
@@ -38,22 +40,25 @@ impl FakeBackend {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn launch(&self, step: PipelineStep) -> Launched {
+    pub fn launch(&self, step: PipelineStep) -> anyhow::Result<Launched> {
         let (tx, rx) = oneshot::channel();
         let mut st = self.state();
+        if st.refuse_launches {
+            anyhow::bail!("fake worker of step {step}: launches are refused");
+        }
         let pid = FAKE_PID_BASE + st.workers.len() as u32;
         st.workers.push(FakeWorker {
             step,
             exit: Some(tx),
             signals: Vec::new(),
         });
-        Launched {
+        Ok(Launched {
             handle: WorkerHandle::Local(ProcessIdentity {
                 pid,
                 start_time: "fake".into(),
             }),
             exit: Box::pin(async move { rx.await.unwrap_or(ExitOutcome::Unknown) }),
-        }
+        })
     }
 
     /// Records the signal; SIGKILL ends the worker, and so does SIGTERM (exit 0,
@@ -103,5 +108,9 @@ impl FakeBackend {
 
     pub fn ignore_sigterm(&self) {
         self.state().ignore_sigterm = true;
+    }
+
+    pub fn refuse_launches(&self) {
+        self.state().refuse_launches = true;
     }
 }
