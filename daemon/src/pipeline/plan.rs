@@ -1,17 +1,118 @@
-//! What a start means concretely: which steps still run for this chunk, which
+//! What a start means concretely: the run prepared (request checked, worker config
+//! written, run directory created), which steps still run for this chunk, which
 //! checkpoint training resumes from, and the launch of each step.
 
 use std::path::{Path, PathBuf};
 
 use lavender::config::{Config, PipelineStep};
-use lavender::status::StepState;
+use lavender::status::{PipelineState, StepState};
 
-use super::actor::StartError;
+use super::handle::StartError;
 use super::markers;
 use super::record::{PipelineRecord, StepEntry};
 use super::request::StartRequest;
 use crate::layout::Layout;
 use crate::process::SpawnSpec;
+
+/// A start made concrete, before its first step runs.
+pub struct Prepared {
+    /// The new pipeline's record: running, no step active yet.
+    pub record: PipelineRecord,
+    pub chunk: u32,
+    pub scale: String,
+    /// Lines for the operator (see [`StartReply::notices`](super::StartReply)).
+    pub notices: Vec<String>,
+}
+
+/// Prepares the run `req` asks for: checks the request, plans the steps, resolves
+/// the checkpoint training resumes from, writes the worker's resolved config and
+/// creates the run directory. Nothing is launched.
+pub fn prepare(
+    layout: &Layout,
+    config: &Config,
+    req: StartRequest,
+) -> Result<Prepared, StartError> {
+    req.validate().map_err(StartError::Invalid)?;
+    if let Some(root) = &req.data_root
+        && !same_path(root, &layout.data_root)
+    {
+        return Err(StartError::Invalid(format!(
+            "this daemon serves data root {}, not {}; start a daemon for that data root (lavenderd --data-root {} serve)",
+            layout.data_root.display(),
+            root.display(),
+            root.display()
+        )));
+    }
+    let chunk = req.chunk.unwrap_or(config.chunk);
+    let scale = req.scale.unwrap_or(config.scale);
+    let steps = plan::steps(&layout, &config, chunk, req.skip_train);
+    let trains = steps
+        .iter()
+        .any(|s| s.name == PipelineStep::Train && s.state == StepState::Pending);
+    let resume_from = if trains {
+        plan::resolve_resume(&layout, &req, chunk)?
+    } else {
+        None
+    };
+
+    let mut worker_config = config.clone();
+    worker_config.scale = scale;
+    worker_config.chunk = chunk;
+    let cfg_path = layout.worker_config();
+    lavender::atomic::write_file(&cfg_path, worker_config.to_yaml().as_bytes())
+        .map_err(|e| StartError::Spawn(e.to_string()))?;
+    // Shards already built (build_shards/precompute manifests) that are fewer than
+    // the scale asks for are worth a line before the run starts.
+    let notices: Vec<String> = lavender::manifest::data_counts(&layout.data_root)
+        .get("shards_available")
+        .copied()
+        .flatten()
+        .and_then(|available| worker_config.shard_shortfall(available))
+        .map(|short| short.to_string())
+        .into_iter()
+        .collect();
+
+    let now = lavender::time::now_utc();
+    let any_pending = steps.iter().any(|s| s.state == StepState::Pending);
+    let run_dir = if any_pending {
+        let root = layout.checkpoints_root();
+        std::fs::create_dir_all(&root)
+            .map_err(|e| StartError::Spawn(format!("create {}: {e}", root.display())))?;
+        Some(
+            lavender::run::create_run(&root, now)
+                .map_err(|e| StartError::Spawn(e.to_string()))?
+                .path,
+        )
+    } else {
+        None
+    };
+    let log_file = layout.logs_dir().join(format!(
+        "pipeline_chunk{chunk}_{}.log",
+        now.format("%Y%m%d_%H%M%S")
+    ));
+    let record = PipelineRecord {
+        state: PipelineState::Running,
+        request: Some(req),
+        chunk: Some(chunk),
+        scale: Some(scale.to_string()),
+        steps,
+        active_step: None,
+        run_dir,
+        log_file: Some(log_file),
+        worker: None,
+        restarts: 0,
+        resume_from,
+        restart_pending: false,
+        last_error: None,
+        updated_at: String::new(),
+    };
+    Ok(Prepared {
+        record,
+        chunk,
+        scale: scale.to_string(),
+        notices,
+    })
+}
 
 /// The configured steps with their starting state for this chunk: done (marker),
 /// skipped (`--skip-train`: train and what follows), or pending.
@@ -82,7 +183,7 @@ pub fn resolve_resume(
 /// After a crash, training resumes from the run's own newest complete checkpoint,
 /// else from where this pipeline started (a restart must never silently begin at
 /// step 0 when a checkpoint was the starting point).
-pub fn crash_resume(record: &PipelineRecord) -> Option<PathBuf> {
+fn crash_resume(record: &PipelineRecord) -> Option<PathBuf> {
     record
         .run_dir
         .as_deref()
@@ -91,14 +192,22 @@ pub fn crash_resume(record: &PipelineRecord) -> Option<PathBuf> {
         .or_else(|| record.resume_from.clone())
 }
 
-/// The launch of `step` in the pipeline `record` describes, resuming from `resume`.
+/// The launch of `step` in the pipeline `record` describes. Training resumes from
+/// where the pipeline started, or after a crash from the run's newest checkpoint.
 pub fn spawn_spec(
     layout: &Layout,
     config: &Config,
     record: &PipelineRecord,
     step: PipelineStep,
-    resume: Option<PathBuf>,
+    after_crash: bool,
 ) -> SpawnSpec {
+    let resume = if step != PipelineStep::Train {
+        None
+    } else if after_crash {
+        crash_resume(record)
+    } else {
+        record.resume_from.clone()
+    };
     SpawnSpec {
         command: config.worker.command.clone(),
         step,
@@ -121,6 +230,13 @@ pub fn spawn_spec(
 
 pub fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+fn same_path(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => absolute(a) == absolute(b),
+    }
 }
 
 #[cfg(test)]
@@ -180,18 +296,16 @@ mod tests {
         record.run_dir = Some(dir.path().join("checkpoints/run-x"));
         record.scale = Some("small".into());
         record.chunk = Some(2);
-        let spec = spawn_spec(
-            &l,
-            &config,
-            &record,
-            PipelineStep::Train,
-            Some(PathBuf::from("/ck/a")),
-        );
+        record.resume_from = Some(PathBuf::from("/ck/a"));
+        let spec = spawn_spec(&l, &config, &record, PipelineStep::Train, false);
         assert_eq!(spec.command, ["python", "train.py"]);
         assert_eq!((spec.scale.as_str(), spec.chunk), ("small", 2));
         assert_eq!(spec.run_dir, record.run_dir);
         assert_eq!(spec.config, l.worker_config());
         assert_eq!(spec.resume.as_deref(), Some(Path::new("/ck/a")));
         assert_eq!(spec.log_file, l.logs_dir().join("pipeline.log"));
+        // Only training resumes.
+        let dedup = spawn_spec(&l, &config, &record, PipelineStep::Dedup, false);
+        assert_eq!(dedup.resume, None);
     }
 }

@@ -146,10 +146,6 @@ impl Backend {
         handle.signal(signal, own_child)
     }
 
-    pub fn kind(&self) -> LaunchBackend {
-        self.kind
-    }
-
     /// Starts a step. `updates` hears of a Slurm job's state changes.
     pub fn launch(&self, spec: &SpawnSpec, updates: JobUpdates) -> Result<Launched> {
         #[cfg(test)]

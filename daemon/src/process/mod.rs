@@ -13,8 +13,9 @@ pub(crate) mod slurm;
 pub(crate) mod spawn;
 pub(crate) mod spec;
 
-pub use backend::{Backend, JobUpdate, Launched, WorkerHandle};
+// Only the exit outcome is seen outside the crate (alert tests build alerts); the
+// rest is crate-private so rustc reports what nothing uses.
+pub(crate) use backend::{Backend, JobUpdate, Launched, WorkerHandle};
 pub use exit::ExitOutcome;
-pub use identity::ProcessIdentity;
-pub use spawn::Spawned;
-pub use spec::SpawnSpec;
+pub(crate) use identity::ProcessIdentity;
+pub(crate) use spec::SpawnSpec;
