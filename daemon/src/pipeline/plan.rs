@@ -45,12 +45,12 @@ pub fn prepare(
     }
     let chunk = req.chunk.unwrap_or(config.chunk);
     let scale = req.scale.unwrap_or(config.scale);
-    let steps = plan::steps(&layout, &config, chunk, req.skip_train);
+    let steps = steps(layout, config, chunk, req.skip_train);
     let trains = steps
         .iter()
         .any(|s| s.name == PipelineStep::Train && s.state == StepState::Pending);
     let resume_from = if trains {
-        plan::resolve_resume(&layout, &req, chunk)?
+        resolve_resume(layout, &req, chunk)?
     } else {
         None
     };
