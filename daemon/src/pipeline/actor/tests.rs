@@ -62,6 +62,14 @@ impl Harness {
     async fn alert(&mut self) -> Alert {
         self.alerts.recv().await.expect("an alert")
     }
+
+    /// Starts, ends the first worker with `outcome` and takes its "crashed" alert.
+    async fn start_and_crash(&mut self, outcome: ExitOutcome) {
+        self.start().await;
+        self.fake.exit(0, outcome);
+        self.wait_state(PipelineState::Crashed).await;
+        assert!(matches!(self.alert().await, Alert::Crashed { .. }));
+    }
 }
 
 fn secs(s: f64) -> Duration {
@@ -114,10 +122,7 @@ async fn restarts_exhausted_fail_the_pipeline_with_the_last_exit() {
         s.restart_backoff_s = vec![1.0];
         s.max_restarts = 1;
     });
-    h.start().await;
-    h.fake.exit(0, ExitOutcome::Code(3));
-    h.wait_state(PipelineState::Crashed).await;
-    assert!(matches!(h.alert().await, Alert::Crashed { .. }));
+    h.start_and_crash(ExitOutcome::Code(3)).await;
     tokio::time::sleep(secs(1.1)).await;
     h.fake.exit(1, ExitOutcome::Code(4));
     let record = h.wait_state(PipelineState::Failed).await;
@@ -141,10 +146,7 @@ async fn a_restart_that_cannot_start_fails_with_the_crash_exit() {
         s.restart_backoff_s = vec![1.0];
         s.max_restarts = 3;
     });
-    h.start().await;
-    h.fake.exit(0, ExitOutcome::Signal(9));
-    h.wait_state(PipelineState::Crashed).await;
-    assert!(matches!(h.alert().await, Alert::Crashed { .. }));
+    h.start_and_crash(ExitOutcome::Signal(9)).await;
     h.fake.refuse_launches();
     tokio::time::sleep(secs(1.1)).await;
     let record = h.wait_state(PipelineState::Failed).await;
@@ -170,10 +172,7 @@ async fn a_long_healthy_run_starts_a_fresh_restart_count() {
         s.max_restarts = 1;
         s.restart_reset_after_s = 60;
     });
-    h.start().await;
-    h.fake.exit(0, ExitOutcome::Code(1));
-    h.wait_state(PipelineState::Crashed).await;
-    h.alert().await;
+    h.start_and_crash(ExitOutcome::Code(1)).await;
     tokio::time::sleep(secs(1.1)).await;
     assert_eq!(h.fake.launched().len(), 2);
     // The restarted worker trains for longer than restart_reset_after_s.
@@ -220,10 +219,7 @@ async fn a_stop_during_the_backoff_cancels_the_restart() {
         s.restart_backoff_s = vec![10.0];
         s.max_restarts = 3;
     });
-    h.start().await;
-    h.fake.exit(0, ExitOutcome::Code(1));
-    h.wait_state(PipelineState::Crashed).await;
-    h.alert().await;
+    h.start_and_crash(ExitOutcome::Code(1)).await;
     let report = h.pipeline.stop(None).await.expect("a report");
     assert!(
         report.message.starts_with("cancelled the pending restart"),
