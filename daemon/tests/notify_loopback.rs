@@ -533,7 +533,11 @@ async fn no_duplicates_after_a_daemon_restart() {
     {
         let n = Notifier::start_with(&cfg, state.path(), fast());
         let mut follower = EventFollower::new(Some(&n), state.path());
-        assert_eq!(follower.poll(&run).unwrap().pushed, 3, "retention is not pushed");
+        assert_eq!(
+            follower.poll(&run).unwrap().pushed,
+            3,
+            "retention is not pushed"
+        );
         assert_eq!(follower.poll(&run).unwrap().pushed, 0);
         settle(&n, "hook", |sent, _, _| sent == 3).await;
     }

@@ -261,7 +261,8 @@ mod tests {
         });
         assert_eq!(n.title, "[lavender] failed: step dedup could not run");
         assert!(
-            n.body.starts_with("start worker `lavender-worker`: not found; "),
+            n.body
+                .starts_with("start worker `lavender-worker`: not found; "),
             "{}",
             n.body
         );

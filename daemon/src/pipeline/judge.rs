@@ -104,7 +104,13 @@ mod tests {
             Verdict::Crash(_)
         ));
         assert!(matches!(
-            judge(PipelineStep::Train, ExitOutcome::Signal(9), Some(d), d, None),
+            judge(
+                PipelineStep::Train,
+                ExitOutcome::Signal(9),
+                Some(d),
+                d,
+                None
+            ),
             Verdict::Crash(_)
         ));
         hb(d, WorkerState::Stopping);
@@ -140,7 +146,13 @@ mod tests {
         let d = dir.path();
         let started = Utc::now() - chrono::Duration::seconds(5);
         assert!(matches!(
-            judge(PipelineStep::Dedup, ExitOutcome::Unknown, None, d, Some(started)),
+            judge(
+                PipelineStep::Dedup,
+                ExitOutcome::Unknown,
+                None,
+                d,
+                Some(started)
+            ),
             Verdict::Crash(_)
         ));
         let m: lavender::manifest::StepManifest = serde_json::from_value(serde_json::json!({
@@ -150,13 +162,25 @@ mod tests {
         .unwrap();
         lavender::manifest::write(d, &m).unwrap();
         assert_eq!(
-            judge(PipelineStep::Dedup, ExitOutcome::Unknown, None, d, Some(started)),
+            judge(
+                PipelineStep::Dedup,
+                ExitOutcome::Unknown,
+                None,
+                d,
+                Some(started)
+            ),
             Verdict::Success
         );
         let later = Utc::now() + chrono::Duration::seconds(5);
         assert!(
             matches!(
-                judge(PipelineStep::Dedup, ExitOutcome::Unknown, None, d, Some(later)),
+                judge(
+                    PipelineStep::Dedup,
+                    ExitOutcome::Unknown,
+                    None,
+                    d,
+                    Some(later)
+                ),
                 Verdict::Crash(_)
             ),
             "a manifest older than the worker's start is from an earlier run"

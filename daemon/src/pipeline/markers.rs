@@ -29,7 +29,12 @@ pub fn read(layout: &Layout, chunk: u32, step: PipelineStep) -> Option<DoneMarke
     Some(marker)
 }
 
-pub fn write(layout: &Layout, chunk: u32, step: PipelineStep, run_dir: Option<&Path>) -> Result<()> {
+pub fn write(
+    layout: &Layout,
+    chunk: u32,
+    step: PipelineStep,
+    run_dir: Option<&Path>,
+) -> Result<()> {
     let path = layout.done_marker(chunk, step);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;

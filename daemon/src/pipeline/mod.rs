@@ -13,8 +13,8 @@ pub(crate) mod restart;
 pub(crate) mod retention;
 pub(crate) mod stop;
 
-pub use handle::{PipelineHandle, StartError, StartReply};
 pub use alert::Alert;
+pub use handle::{PipelineHandle, StartError, StartReply};
 pub use record::PipelineRecord;
 pub use request::StartRequest;
 pub use stop::StopReport;

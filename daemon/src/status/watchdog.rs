@@ -15,11 +15,7 @@ use crate::notify::disk_low_need;
 use crate::pipeline::Alert;
 use crate::pipeline::alert::AlertSender;
 
-pub fn spawn(
-    layout: Layout,
-    snapshots: watch::Receiver<Arc<StatusSnapshot>>,
-    alerts: AlertSender,
-) {
+pub fn spawn(layout: Layout, snapshots: watch::Receiver<Arc<StatusSnapshot>>, alerts: AlertSender) {
     tokio::spawn(run(layout, snapshots, alerts));
 }
 

@@ -68,7 +68,13 @@ impl Actor {
         }
     }
 
-    pub(super) fn crashed(&mut self, step: PipelineStep, outcome: ExitOutcome, reason: String, started: Instant) {
+    pub(super) fn crashed(
+        &mut self,
+        step: PipelineStep,
+        outcome: ExitOutcome,
+        reason: String,
+        started: Instant,
+    ) {
         if started.elapsed() >= self.timings.reset_after {
             // It made progress for long enough: this crash starts a fresh count.
             self.record.restarts = 0;
@@ -117,7 +123,12 @@ impl Actor {
         self.fail_after(step, reason, None);
     }
 
-    pub(super) fn fail_after(&mut self, step: PipelineStep, reason: String, last_exit: Option<ExitOutcome>) {
+    pub(super) fn fail_after(
+        &mut self,
+        step: PipelineStep,
+        reason: String,
+        last_exit: Option<ExitOutcome>,
+    ) {
         tracing::error!(%step, "{reason}");
         self.record.state = PipelineState::Failed;
         self.record.set_step(step, StepState::Failed);

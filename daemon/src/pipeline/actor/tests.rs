@@ -30,8 +30,7 @@ fn harness(supervisor: impl FnOnce(&mut SupervisorConfig)) -> Harness {
     supervisor(&mut config.supervisor);
     let (tx, alerts) = mpsc::unbounded_channel();
     let fake = FakeBackend::default();
-    let pipeline =
-        spawn_with(layout, config, tx, Backend::fake(fake.clone())).expect("the actor");
+    let pipeline = spawn_with(layout, config, tx, Backend::fake(fake.clone())).expect("the actor");
     Harness {
         _dir: dir,
         pipeline,

@@ -46,12 +46,14 @@ pub fn render(spec: &ScriptSpec) -> String {
         "argv=({})\n",
         words(&spec.launch.argv_without_resume())
     ));
-    s.push_str(&format!(
-        "resume=({})\n",
-        words(&spec.launch.resume_args())
-    ));
+    s.push_str(&format!("resume=({})\n", words(&spec.launch.resume_args())));
     s.push_str("restart=${SLURM_RESTART_COUNT:-0}\n");
-    if let Some(run_dir) = spec.launch.run_dir.as_ref().filter(|_| spec.launch.trains()) {
+    if let Some(run_dir) = spec
+        .launch
+        .run_dir
+        .as_ref()
+        .filter(|_| spec.launch.trains())
+    {
         let dir = quote(&run_dir.display().to_string());
         s.push_str(&format!(
             "if [ \"$restart\" -gt 0 ] && compgen -G {dir}'/*/trainer_state.json' >/dev/null; then\n  resume=(--resume {dir})\nfi\n"
