@@ -9,7 +9,8 @@ use lavender::config::PipelineStep;
 use nix::sys::signal::Signal;
 use tokio::sync::oneshot;
 
-use super::{ExitOutcome, Launched, ProcessIdentity, WorkerHandle};
+use super::backend::Launched;
+use super::{ExitOutcome, ProcessIdentity, WorkerHandle};
 
 /// Above Linux's largest `pid_max` (2^22) and macOS's: never a real process.
 const FAKE_PID_BASE: u32 = 1 << 30;

@@ -15,7 +15,7 @@ pub(crate) mod spec;
 
 // Only the exit outcome is seen outside the crate (alert tests build alerts); the
 // rest is crate-private so rustc reports what nothing uses.
-pub(crate) use backend::{Backend, JobUpdate, Launched, WorkerHandle};
+pub(crate) use backend::{Backend, JobUpdate, WorkerHandle};
 pub use exit::ExitOutcome;
 pub(crate) use identity::ProcessIdentity;
 pub(crate) use spec::SpawnSpec;
