@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use lavender::config::PipelineStep;
 use lavender::data_root;
 use lavender::run::CHECKPOINTS_DIR;
 
@@ -62,11 +63,11 @@ impl Layout {
     }
 
     /// Done-markers of one chunk: `<state>/done/chunk<N>/<step>`.
-    pub fn done_marker(&self, chunk: u32, step: &str) -> PathBuf {
+    pub fn done_marker(&self, chunk: u32, step: PipelineStep) -> PathBuf {
         self.state_dir
             .join("done")
             .join(format!("chunk{chunk}"))
-            .join(step)
+            .join(step.as_str())
     }
 
     /// How a path is written into the daemon's records (`pipeline.json`, done-markers):

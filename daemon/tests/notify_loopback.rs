@@ -532,22 +532,30 @@ async fn no_duplicates_after_a_daemon_restart() {
     append(&run, "tokenizer_ready", json!({"vocab_size": 2048}));
     {
         let n = Notifier::start_with(&cfg, state.path(), fast());
-        let mut follower = EventFollower::new(&n, state.path());
-        assert_eq!(follower.poll(&run).unwrap(), 3, "retention is not pushed");
-        assert_eq!(follower.poll(&run).unwrap(), 0);
+        let mut follower = EventFollower::new(Some(&n), state.path());
+        assert_eq!(
+            follower.poll(&run).unwrap().pushed,
+            3,
+            "retention is not pushed"
+        );
+        assert_eq!(follower.poll(&run).unwrap().pushed, 0);
         settle(&n, "hook", |sent, _, _| sent == 3).await;
     }
     // The daemon restarts: a new notifier and follower from the saved offsets.
     let n = Notifier::start_with(&cfg, state.path(), fast());
-    let mut follower = EventFollower::new(&n, state.path());
+    let mut follower = EventFollower::new(Some(&n), state.path());
     assert!(follower.offset(&run) > 0);
-    assert_eq!(follower.poll(&run).unwrap(), 0);
+    let followed = follower.poll(&run).unwrap();
+    assert_eq!(followed.pushed, 0);
+    // The same read feeds the live feed, which starts from the run's first line.
+    assert_eq!(followed.events.len(), 4);
     append(
         &run,
         "dataset_built",
         json!({"dataset": "pretrain", "count": 9876543}),
     );
-    assert_eq!(follower.poll(&run).unwrap(), 1);
+    let followed = follower.poll(&run).unwrap();
+    assert_eq!((followed.pushed, followed.events.len()), (1, 1));
     settle(&n, "hook", |sent, _, _| sent == 1).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let texts: Vec<Value> = server
@@ -567,7 +575,7 @@ async fn no_duplicates_after_a_daemon_restart() {
     // A run without events yet is not an error.
     let empty = data.path().join("run-2026-04-25_00-00-00");
     std::fs::create_dir(&empty).unwrap();
-    assert_eq!(follower.poll(&empty).unwrap(), 0);
+    assert_eq!(follower.poll(&empty).unwrap().pushed, 0);
 }
 
 #[tokio::test]

@@ -109,21 +109,24 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         opts.status.clone(),
         Some(notifier.clone()),
     );
-    status::watchdog::spawn(
-        layout.clone(),
-        cache.subscribe_refreshes(),
-        alerts,
-        notify_cfg
-            .milestones
-            .then(|| EventFollower::new(&notifier, &layout.state_dir)),
+    status::watchdog::spawn(layout.clone(), cache.subscribe_refreshes(), alerts);
+    let follower = EventFollower::new(
+        notify_cfg.milestones.then_some(&notifier),
+        &layout.state_dir,
     );
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let app = AppState {
         pipeline: pipeline.clone(),
         cache: cache.clone(),
         layout: layout.clone(),
-        web: WebState::start(feed, cache.clone(), pipeline.clone(), layout.clone())
-            .with_notifications(notifier.clone()),
+        web: WebState::start(
+            feed,
+            cache.clone(),
+            pipeline.clone(),
+            layout.clone(),
+            follower,
+        )
+        .with_notifications(notifier.clone()),
         restart: reexec.is_some().then_some(restart_tx),
     };
     let view = opts
@@ -146,7 +149,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
                 "pipeline started: chunk {}, scale {}, step {}",
                 reply.chunk,
                 reply.scale,
-                reply.active_step.as_deref().unwrap_or("-")
+                reply.active_step.map_or("-", |s| s.as_str())
             ),
             Err(e) => {
                 let _ = shutdown_tx.send(true);

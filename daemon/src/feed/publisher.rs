@@ -1,9 +1,10 @@
 //! The task that fills the feed: after every status-cache refresh (file events in
 //! the run directory, the periodic tick) and every pipeline transition it
 //! publishes what changed — the state, the heartbeat, new `events.jsonl` lines —
-//! and counts worker restarts for `/metrics`.
+//! and counts worker restarts for `/metrics`. The events come from the one
+//! follower of `events.jsonl` (`notify::EventFollower`), which pushes the
+//! milestones in the same pass.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -11,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::{Feed, Kind, Snapshot};
 use crate::layout::Layout;
+use crate::notify::EventFollower;
 use crate::pipeline::{PipelineHandle, PipelineRecord};
 use crate::status::StatusCache;
 
@@ -26,9 +28,17 @@ pub fn spawn(
     cache: StatusCache,
     pipeline: PipelineHandle,
     layout: Layout,
+    follower: EventFollower,
 ) -> Arc<Counters> {
     let counters = Arc::new(Counters::default());
-    tokio::spawn(run(feed, cache, pipeline, layout, counters.clone()));
+    tokio::spawn(run(
+        feed,
+        cache,
+        pipeline,
+        layout,
+        follower,
+        counters.clone(),
+    ));
     counters
 }
 
@@ -37,6 +47,7 @@ async fn run(
     cache: StatusCache,
     pipeline: PipelineHandle,
     layout: Layout,
+    mut follower: EventFollower,
     counters: Arc<Counters>,
 ) {
     let mut refreshes = cache.subscribe_refreshes();
@@ -58,7 +69,7 @@ async fn run(
 
         let snapshot = Snapshot::take(&cache, &record);
         // A worker's last milestones come before the transition its exit caused.
-        published.milestones(&feed, &layout, &snapshot);
+        milestones(&feed, &layout, &mut follower, &snapshot);
         published.state(&feed, &snapshot);
         published.heartbeat(&feed, &snapshot);
 
@@ -75,8 +86,6 @@ async fn run(
 struct Published {
     state: Option<Value>,
     beat: Option<Value>,
-    events_file: Option<PathBuf>,
-    events_offset: u64,
 }
 
 impl Published {
@@ -126,26 +135,21 @@ impl Published {
         feed.publish(Kind::Heartbeat, &snap.to_json());
         self.beat = Some(key);
     }
+}
 
-    /// New lines of the run's `events.jsonl`; a new run starts from its first line.
-    fn milestones(&mut self, feed: &Feed, layout: &Layout, snap: &Snapshot) {
-        let Some(run) = &snap.run else { return };
-        let path = lavender::events::path(&layout.checkpoints_root().join(run));
-        if self.events_file.as_ref() != Some(&path) {
-            self.events_file = Some(path.clone());
-            self.events_offset = 0;
-        }
-        match lavender::events::read_from(&path, self.events_offset) {
-            Ok(batch) => {
-                self.events_offset = batch.next_offset;
-                for event in batch.events {
-                    let mut data = serde_json::to_value(&event).unwrap_or(Value::Null);
-                    data["run"] = json!(run);
-                    feed.publish(Kind::Milestone, &data);
-                }
+/// New lines of the run's `events.jsonl` (a new run from its first line), each
+/// naming the run; the follower pushes their milestones in the same pass.
+fn milestones(feed: &Feed, layout: &Layout, follower: &mut EventFollower, snap: &Snapshot) {
+    let Some(run) = &snap.run else { return };
+    let run_dir = layout.checkpoints_root().join(run);
+    match follower.poll(&run_dir) {
+        Ok(followed) => {
+            for event in followed.events {
+                let mut data = serde_json::to_value(&event).unwrap_or(Value::Null);
+                data["run"] = json!(run);
+                feed.publish(Kind::Milestone, &data);
             }
-            Err(e) if e.is_not_found() => {}
-            Err(e) => tracing::debug!("feed: {e}"),
         }
+        Err(e) => tracing::warn!("cannot follow the events of {}: {e}", run_dir.display()),
     }
 }

@@ -59,7 +59,7 @@ pub fn ordered_steps(record: &PipelineRecord, status: &Status) -> Vec<StepLine> 
             .steps
             .iter()
             .map(|s| StepLine {
-                name: s.name.clone(),
+                name: s.name.to_string(),
                 state: s.state,
             })
             .collect();

@@ -56,19 +56,26 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             out
         }
         Alert::Failed {
+            step,
+            reason,
             restarts,
             last_exit,
-            ..
         } => vec![push(
-            format!(
-                "failed: gave up after {restarts} restart{}",
-                if *restarts == 1 { "" } else { "s" }
-            ),
+            if *restarts == 0 && last_exit.is_none() {
+                format!("failed: step {step} could not run")
+            } else {
+                format!(
+                    "failed: gave up after {restarts} restart{}",
+                    if *restarts == 1 { "" } else { "s" }
+                )
+            },
+            // The exit says what happened to the worker; without one (it never
+            // started), the reason does.
             match last_exit.filter(|e| e.is_known()) {
                 Some(exit) => {
                     format!("last {exit}; the pipeline is stopped until you start it again")
                 }
-                None => "the pipeline is stopped until you start it again".to_string(),
+                None => format!("{reason}; the pipeline is stopped until you start it again"),
             },
         )],
         Alert::Stale {
@@ -245,6 +252,20 @@ mod tests {
         });
         assert_eq!(n.title, "[lavender] failed: gave up after 3 restarts");
         assert!(n.body.starts_with("last exit code 137"), "{}", n.body);
+        // A step that never ran has no exit to tell: the reason is the news.
+        let n = one(Alert::Failed {
+            step: "dedup".into(),
+            reason: "start worker `lavender-worker`: not found".into(),
+            restarts: 0,
+            last_exit: None,
+        });
+        assert_eq!(n.title, "[lavender] failed: step dedup could not run");
+        assert!(
+            n.body
+                .starts_with("start worker `lavender-worker`: not found; "),
+            "{}",
+            n.body
+        );
 
         let n = one(Alert::DiskLow {
             path: "/data".into(),

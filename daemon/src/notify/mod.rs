@@ -19,8 +19,9 @@
 //! milestone_text(&Event, prefix) -> Option<String>           // the seed's formats
 //! milestone(&Event, prefix) -> Option<Notification>          // level: Milestone (Alert for `error` events)
 //!
-//! EventFollower::new(&notifier, &state_dir)                  // offsets from <state_dir>/notify-offsets.json
-//! follower.poll(&run_dir) -> Result<usize>                   // sends new milestones, persists the offset
+//! EventFollower::new(Some(&notifier), &state_dir)            // push offsets from <state_dir>/notify-offsets.json
+//! follower.poll(&run_dir) -> Result<Followed { events, pushed }>  // the one reader of events.jsonl: new events
+//!                                                            // for the feed; pushes new milestones, persists the offset
 //! ```
 //!
 //! # Delivery rules
@@ -54,7 +55,7 @@ mod rate;
 mod webhook;
 
 pub use alert::{disk_low_need, log_tail, pushes};
-pub use follower::EventFollower;
+pub use follower::{EventFollower, Followed};
 pub use format::{milestone, milestone_text};
 pub use message::{Level, Notification};
 pub use notifier::{ChannelCounts, Notifier, Options, Timings};

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
+use lavender::config::PipelineStep;
 use lavender::heartbeat::{self, WorkerState};
 
 use crate::process::ExitOutcome;
@@ -18,14 +19,14 @@ pub enum Verdict {
 }
 
 pub fn judge(
-    step: &str,
+    step: PipelineStep,
     outcome: ExitOutcome,
     run_dir: Option<&Path>,
     data_root: &Path,
     started_at: Option<DateTime<Utc>>,
 ) -> Verdict {
     let final_state = run_dir
-        .filter(|_| step == "train")
+        .filter(|_| step == PipelineStep::Train)
         .and_then(|dir| heartbeat::read(&heartbeat::path(dir)).ok())
         .map(|hb| hb.state);
     match outcome {
@@ -37,7 +38,7 @@ pub fn judge(
             _ => Verdict::Success,
         },
         ExitOutcome::Code(_) | ExitOutcome::Signal(_) => Verdict::Crash(outcome.to_string()),
-        ExitOutcome::Unknown if step == "train" => match final_state {
+        ExitOutcome::Unknown if step == PipelineStep::Train => match final_state {
             Some(WorkerState::Finished) => Verdict::Success,
             Some(WorkerState::Stopping) => Verdict::StoppedExternally,
             Some(state) => Verdict::Crash(format!(
@@ -46,7 +47,7 @@ pub fn judge(
             None => Verdict::Crash("the worker vanished and left no heartbeat".into()),
         },
         ExitOutcome::Unknown => {
-            let finished = lavender::manifest::read(data_root, step)
+            let finished = lavender::manifest::read(data_root, step.as_str())
                 .ok()
                 .flatten()
                 .and_then(|m| DateTime::parse_from_rfc3339(&m.finished_at).ok())
@@ -95,20 +96,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         assert_eq!(
-            judge("dedup", ExitOutcome::Code(0), None, d, None),
+            judge(PipelineStep::Dedup, ExitOutcome::Code(0), None, d, None),
             Verdict::Success
         );
         assert!(matches!(
-            judge("dedup", ExitOutcome::Code(1), None, d, None),
+            judge(PipelineStep::Dedup, ExitOutcome::Code(1), None, d, None),
             Verdict::Crash(_)
         ));
         assert!(matches!(
-            judge("train", ExitOutcome::Signal(9), Some(d), d, None),
+            judge(
+                PipelineStep::Train,
+                ExitOutcome::Signal(9),
+                Some(d),
+                d,
+                None
+            ),
             Verdict::Crash(_)
         ));
         hb(d, WorkerState::Stopping);
         assert_eq!(
-            judge("train", ExitOutcome::Code(0), Some(d), d, None),
+            judge(PipelineStep::Train, ExitOutcome::Code(0), Some(d), d, None),
             Verdict::StoppedExternally
         );
     }
@@ -118,17 +125,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         assert!(matches!(
-            judge("train", ExitOutcome::Unknown, Some(d), d, None),
+            judge(PipelineStep::Train, ExitOutcome::Unknown, Some(d), d, None),
             Verdict::Crash(_)
         ));
         hb(d, WorkerState::Training);
         assert!(matches!(
-            judge("train", ExitOutcome::Unknown, Some(d), d, None),
+            judge(PipelineStep::Train, ExitOutcome::Unknown, Some(d), d, None),
             Verdict::Crash(_)
         ));
         hb(d, WorkerState::Finished);
         assert_eq!(
-            judge("train", ExitOutcome::Unknown, Some(d), d, None),
+            judge(PipelineStep::Train, ExitOutcome::Unknown, Some(d), d, None),
             Verdict::Success
         );
     }
@@ -139,7 +146,13 @@ mod tests {
         let d = dir.path();
         let started = Utc::now() - chrono::Duration::seconds(5);
         assert!(matches!(
-            judge("dedup", ExitOutcome::Unknown, None, d, Some(started)),
+            judge(
+                PipelineStep::Dedup,
+                ExitOutcome::Unknown,
+                None,
+                d,
+                Some(started)
+            ),
             Verdict::Crash(_)
         ));
         let m: lavender::manifest::StepManifest = serde_json::from_value(serde_json::json!({
@@ -149,13 +162,25 @@ mod tests {
         .unwrap();
         lavender::manifest::write(d, &m).unwrap();
         assert_eq!(
-            judge("dedup", ExitOutcome::Unknown, None, d, Some(started)),
+            judge(
+                PipelineStep::Dedup,
+                ExitOutcome::Unknown,
+                None,
+                d,
+                Some(started)
+            ),
             Verdict::Success
         );
         let later = Utc::now() + chrono::Duration::seconds(5);
         assert!(
             matches!(
-                judge("dedup", ExitOutcome::Unknown, None, d, Some(later)),
+                judge(
+                    PipelineStep::Dedup,
+                    ExitOutcome::Unknown,
+                    None,
+                    d,
+                    Some(later)
+                ),
                 Verdict::Crash(_)
             ),
             "a manifest older than the worker's start is from an earlier run"

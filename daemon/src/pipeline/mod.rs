@@ -3,6 +3,7 @@
 
 pub(crate) mod actor;
 pub(crate) mod alert;
+pub(crate) mod handle;
 pub(crate) mod judge;
 pub(crate) mod markers;
 pub(crate) mod plan;
@@ -12,8 +13,8 @@ pub(crate) mod restart;
 pub(crate) mod retention;
 pub(crate) mod stop;
 
-pub use actor::{PipelineHandle, StartError, StartReply};
 pub use alert::Alert;
+pub use handle::{PipelineHandle, StartError, StartReply};
 pub use record::PipelineRecord;
 pub use request::StartRequest;
 pub use stop::StopReport;

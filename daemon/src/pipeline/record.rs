@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use lavender::config::PipelineStep;
 use lavender::status::{PipelineState, StepState};
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +18,7 @@ use crate::process::WorkerHandle;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepEntry {
-    pub name: String,
+    pub name: PipelineStep,
     pub state: StepState,
 }
 
@@ -26,7 +27,7 @@ pub struct WorkerRecord {
     /// The local process (pid + start time) or the Slurm job.
     #[serde(flatten)]
     pub handle: WorkerHandle,
-    pub step: String,
+    pub step: PipelineStep,
     /// RFC 3339 UTC; the start-up grace for heartbeats counts from here.
     pub started_at: String,
 }
@@ -40,7 +41,7 @@ pub struct PipelineRecord {
     pub scale: Option<String>,
     #[serde(default)]
     pub steps: Vec<StepEntry>,
-    pub active_step: Option<String>,
+    pub active_step: Option<PipelineStep>,
     pub run_dir: Option<PathBuf>,
     pub log_file: Option<PathBuf>,
     pub worker: Option<WorkerRecord>,
@@ -112,13 +113,13 @@ impl PipelineRecord {
         self
     }
 
-    pub fn set_step(&mut self, name: &str, state: StepState) {
+    pub fn set_step(&mut self, name: PipelineStep, state: StepState) {
         if let Some(entry) = self.steps.iter_mut().find(|s| s.name == name) {
             entry.state = state;
         }
     }
 
-    pub fn step_state(&self, name: &str) -> Option<StepState> {
+    pub fn step_state(&self, name: PipelineStep) -> Option<StepState> {
         self.steps.iter().find(|s| s.name == name).map(|s| s.state)
     }
 
@@ -145,7 +146,10 @@ mod tests {
         let r = PipelineRecord::load(&layout).unwrap();
         assert_eq!(r.state, PipelineState::Running);
         assert_eq!(r.worker.as_ref().unwrap().handle.pid(), Some(13584));
-        assert_eq!(r.step_state("downloads"), Some(StepState::Done));
+        assert_eq!(r.step_state(PipelineStep::Downloads), Some(StepState::Done));
+        // Steps were written as their lowercase names; they read back as steps.
+        assert_eq!(r.active_step, Some(PipelineStep::Train));
+        assert_eq!(r.worker.as_ref().unwrap().step, PipelineStep::Train);
         assert_eq!(r.restarts, 1);
         // Absolute paths of that version stand as written.
         assert_eq!(
@@ -240,7 +244,7 @@ mod tests {
                     reason: None,
                 },
             },
-            step: "train".into(),
+            step: PipelineStep::Train,
             started_at: "2026-01-01T00:00:00Z".into(),
         });
         r.save(&p).unwrap();

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use lavender::config::PipelineStep;
 use lavender::events::{self, kind};
 use lavender::heartbeat::{self, WorkerState};
 use serde::{Deserialize, Serialize};
@@ -12,7 +13,7 @@ use serde::{Deserialize, Serialize};
 pub struct StopReport {
     /// A worker was running (or a restart was pending) when the stop came.
     pub was_running: bool,
-    pub step: Option<String>,
+    pub step: Option<PipelineStep>,
     /// The checkpoint written because of this stop, if any.
     pub saved_checkpoint: Option<PathBuf>,
     /// The newest complete checkpoint now (what `--resume latest` would use).
@@ -114,7 +115,7 @@ impl StopReport {
     }
 
     pub fn after_exit(
-        step: &str,
+        step: PipelineStep,
         mark: &StopMark,
         checkpoints_root: &Path,
         killed: bool,
@@ -138,7 +139,7 @@ impl StopReport {
         };
         StopReport {
             was_running: true,
-            step: Some(step.to_string()),
+            step: Some(step),
             saved_checkpoint: saved,
             latest_checkpoint: latest,
             killed,

@@ -146,18 +146,14 @@ impl Backend {
         handle.signal(signal, own_child)
     }
 
-    pub fn kind(&self) -> LaunchBackend {
-        self.kind
-    }
-
     /// Starts a step. `updates` hears of a Slurm job's state changes.
-    pub fn launch(&self, spec: &SpawnSpec, step: &str, updates: JobUpdates) -> Result<Launched> {
+    pub fn launch(&self, spec: &SpawnSpec, updates: JobUpdates) -> Result<Launched> {
         #[cfg(test)]
         if let Some(fake) = &self.fake {
-            return Ok(fake.launch(step));
+            return fake.launch(spec.step);
         }
         let mut spec = spec.clone();
-        if let Some(program) = spec.argv.first_mut() {
+        if let Some(program) = spec.command.first_mut() {
             *program = super::locate::worker_program_here(program)?;
         }
         let spec = &spec;
@@ -184,7 +180,7 @@ impl Backend {
                 })
             }
             LaunchBackend::Slurm => {
-                let job = slurm::submit::submit(&self.slurm, &self.jobs_dir, spec, step)?;
+                let job = slurm::submit::submit(&self.slurm, &self.jobs_dir, spec)?;
                 let exit =
                     slurm::watch::until_done(job.job_id.clone(), self.poll_interval(), updates);
                 Ok(Launched {

@@ -5,10 +5,12 @@
 
 use std::sync::{Arc, Mutex};
 
+use lavender::config::PipelineStep;
 use nix::sys::signal::Signal;
 use tokio::sync::oneshot;
 
-use super::{ExitOutcome, Launched, ProcessIdentity, WorkerHandle};
+use super::backend::Launched;
+use super::{ExitOutcome, ProcessIdentity, WorkerHandle};
 
 /// Above Linux's largest `pid_max` (2^22) and macOS's: never a real process.
 const FAKE_PID_BASE: u32 = 1 << 30;
@@ -23,11 +25,13 @@ struct State {
     workers: Vec<FakeWorker>,
     /// Workers ignore SIGTERM (a stop must escalate to SIGKILL).
     ignore_sigterm: bool,
+    /// Launches fail from now on (the worker program vanished, sbatch refuses).
+    refuse_launches: bool,
 }
 
 #[derive(Debug)]
 struct FakeWorker {
-    step: String,
+    step: PipelineStep,
     exit: Option<oneshot::Sender<ExitOutcome>>,
     signals: Vec<Signal>,
 }
@@ -37,22 +41,25 @@ impl FakeBackend {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn launch(&self, step: &str) -> Launched {
+    pub fn launch(&self, step: PipelineStep) -> anyhow::Result<Launched> {
         let (tx, rx) = oneshot::channel();
         let mut st = self.state();
+        if st.refuse_launches {
+            anyhow::bail!("fake worker of step {step}: launches are refused");
+        }
         let pid = FAKE_PID_BASE + st.workers.len() as u32;
         st.workers.push(FakeWorker {
-            step: step.to_string(),
+            step,
             exit: Some(tx),
             signals: Vec::new(),
         });
-        Launched {
+        Ok(Launched {
             handle: WorkerHandle::Local(ProcessIdentity {
                 pid,
                 start_time: "fake".into(),
             }),
             exit: Box::pin(async move { rx.await.unwrap_or(ExitOutcome::Unknown) }),
-        }
+        })
     }
 
     /// Records the signal; SIGKILL ends the worker, and so does SIGTERM (exit 0,
@@ -81,12 +88,8 @@ impl FakeBackend {
     }
 
     /// The steps launched so far, in order.
-    pub fn launched(&self) -> Vec<String> {
-        self.state()
-            .workers
-            .iter()
-            .map(|w| w.step.clone())
-            .collect()
+    pub fn launched(&self) -> Vec<PipelineStep> {
+        self.state().workers.iter().map(|w| w.step).collect()
     }
 
     /// Ends worker `n` (0-based, in launch order) with `outcome`.
@@ -106,5 +109,9 @@ impl FakeBackend {
 
     pub fn ignore_sigterm(&self) {
         self.state().ignore_sigterm = true;
+    }
+
+    pub fn refuse_launches(&self) {
+        self.state().refuse_launches = true;
     }
 }

@@ -11,8 +11,11 @@ pub(crate) mod locate;
 pub(crate) mod signal;
 pub(crate) mod slurm;
 pub(crate) mod spawn;
+pub(crate) mod spec;
 
-pub use backend::{Backend, JobUpdate, Launched, WorkerHandle};
+// Only the exit outcome is seen outside the crate (alert tests build alerts); the
+// rest is crate-private so rustc reports what nothing uses.
+pub(crate) use backend::{Backend, JobUpdate, WorkerHandle};
 pub use exit::ExitOutcome;
-pub use identity::ProcessIdentity;
-pub use spawn::{SpawnSpec, Spawned};
+pub(crate) use identity::ProcessIdentity;
+pub(crate) use spec::SpawnSpec;

@@ -2,15 +2,13 @@
 //! `ProcessSession`), stdout/stderr appended to the pipeline log, no stdin, and
 //! none of the service-manager variables that would let it talk to systemd as us.
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::process::Stdio;
 
 use anyhow::{Context, Result};
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessSession};
 
-use super::{ExitOutcome, ProcessIdentity};
+use super::{ExitOutcome, ProcessIdentity, SpawnSpec};
 
 /// Variables that belong to the daemon's service manager, not to the worker.
 pub(crate) const SCRUBBED_ENV: &[&str] = &[
@@ -22,13 +20,6 @@ pub(crate) const SCRUBBED_ENV: &[&str] = &[
     "WATCHDOG_PID",
 ];
 
-#[derive(Debug, Clone)]
-pub struct SpawnSpec {
-    pub argv: Vec<String>,
-    pub env: BTreeMap<String, String>,
-    pub log_file: PathBuf,
-}
-
 pub struct Spawned {
     pub identity: ProcessIdentity,
     pub child: Box<dyn ChildWrapper>,
@@ -37,8 +28,8 @@ pub struct Spawned {
 /// Starts the worker. The child is not killed when the daemon exits or drops it:
 /// training outlives the daemon, which re-adopts it on restart.
 pub fn spawn(spec: &SpawnSpec) -> Result<Spawned> {
-    let (program, args) = spec
-        .argv
+    let argv = spec.argv();
+    let (program, args) = argv
         .split_first()
         .context("the worker command is empty (config key worker.command)")?;
     if let Some(dir) = spec.log_file.parent() {
@@ -54,7 +45,7 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned> {
         log,
         "=== {} lavenderd: starting {}",
         lavender::time::rfc3339_z(lavender::time::now_utc()),
-        shell_words(&spec.argv)
+        shell_words(&argv)
     )
     .with_context(|| format!("write to {}", spec.log_file.display()))?;
     let stderr = log

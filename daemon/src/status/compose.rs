@@ -2,14 +2,13 @@
 //! pipeline record, and the clock (ages are computed now, not when cached).
 
 use chrono::{DateTime, Utc};
-use lavender::config::{Config, Scale, ScalesConfig};
+use lavender::config::{Config, PipelineStep, Scale, ScalesConfig};
 use lavender::status::{
     DataStatus, PipelineState, PipelineStatus, SCHEMA_VERSION, Status, TrainingStatus,
 };
 
 use super::FileFacts;
 use crate::pipeline::PipelineRecord;
-use crate::pipeline::actor::TRAIN_STEP;
 
 /// The config values the status needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,7 +17,7 @@ pub struct StatusSettings {
     pub startup_grace_s: u64,
     pub default_scale: String,
     pub default_chunk: u32,
-    pub steps: Vec<String>,
+    pub steps: Vec<PipelineStep>,
     /// `notify.disk_floor_mib`: the floor of the disk-low alert.
     pub disk_floor_mib: u64,
     /// The scale presets, for the shards each scale wants.
@@ -32,11 +31,7 @@ impl StatusSettings {
             startup_grace_s: config.supervisor.startup_grace_s,
             default_scale: config.scale.to_string(),
             default_chunk: config.chunk,
-            steps: config
-                .steps
-                .iter()
-                .map(|s| s.as_str().to_string())
-                .collect(),
+            steps: config.steps.clone(),
             disk_floor_mib: config.notify.disk_floor_mib,
             scales: config.scales,
         }
@@ -87,7 +82,7 @@ pub fn compose(
     }
     let active_step = match state {
         PipelineState::Running | PipelineState::Stopping | PipelineState::Crashed => {
-            record.active_step.clone()
+            record.active_step.map(|s| s.to_string())
         }
         _ => None,
     };
@@ -97,13 +92,13 @@ pub fn compose(
         record
             .steps
             .iter()
-            .map(|s| (s.name.clone(), s.state))
+            .map(|s| (s.name.to_string(), s.state))
             .collect()
     };
     let in_grace = worker
         .and_then(|w| started_at(&w.started_at))
         .is_some_and(|t| in_startup_grace(t, now, settings));
-    let training_alive = worker.is_some_and(|w| w.step == TRAIN_STEP);
+    let training_alive = worker.is_some_and(|w| w.step == PipelineStep::Train);
     let training = TrainingStatus::from_heartbeat(
         facts.heartbeat.clone(),
         now,

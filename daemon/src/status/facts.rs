@@ -100,12 +100,12 @@ impl FileFacts {
             .steps
             .iter()
             .map(|s| {
-                let state = if markers::is_done(layout, chunk, s) {
+                let state = if markers::is_done(layout, chunk, *s) {
                     StepState::Done
                 } else {
                     StepState::Pending
                 };
-                (s.clone(), state)
+                (s.to_string(), state)
             })
             .collect();
         let latest_checkpoint = listed.last().map(|c| c.name.clone());

@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
+use lavender::config::PipelineStep;
 use lavender::status::{PipelineState, Status};
 
 use crate::pipeline::{Alert, PipelineRecord};
@@ -14,7 +15,7 @@ pub struct HeartbeatWatch {
     stale_since: Option<Instant>,
     /// The step that crashed and when: its restart recovers once the new worker's
     /// heartbeat is fresh.
-    crashed: Option<(String, Instant)>,
+    crashed: Option<(PipelineStep, Instant)>,
     restarts_seen: u32,
 }
 
@@ -41,9 +42,9 @@ impl HeartbeatWatch {
         // A crash: the record says so, or restarts went up in between two looks.
         if (record.state == PipelineState::Crashed || record.restarts > self.restarts_seen)
             && self.crashed.is_none()
-            && let Some(step) = &record.active_step
+            && let Some(step) = record.active_step
         {
-            self.crashed = Some((step.clone(), Instant::now()));
+            self.crashed = Some((step, Instant::now()));
         }
         self.restarts_seen = record.restarts;
         // The restart is over once the pipeline has left that step (done, failed, stopped).

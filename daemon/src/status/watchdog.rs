@@ -1,6 +1,7 @@
 //! The watchdog: follows the refresher's snapshots and raises what they imply —
 //! the heartbeat going stale and recovering (`health.rs`), free space falling under
-//! the disk-low need — and pushes the run's milestones (`events.jsonl`).
+//! the disk-low need. (The run's milestones are pushed by the feed's follower of
+//! `events.jsonl`, `notify::EventFollower`.)
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,35 +11,23 @@ use tokio::sync::watch;
 use super::cache::StatusSnapshot;
 use super::health::HeartbeatWatch;
 use crate::layout::Layout;
-use crate::notify::{EventFollower, disk_low_need};
+use crate::notify::disk_low_need;
 use crate::pipeline::Alert;
 use crate::pipeline::alert::AlertSender;
 
-pub fn spawn(
-    layout: Layout,
-    snapshots: watch::Receiver<Arc<StatusSnapshot>>,
-    alerts: AlertSender,
-    follower: Option<EventFollower>,
-) {
-    tokio::spawn(run(layout, snapshots, alerts, follower));
+pub fn spawn(layout: Layout, snapshots: watch::Receiver<Arc<StatusSnapshot>>, alerts: AlertSender) {
+    tokio::spawn(run(layout, snapshots, alerts));
 }
 
 async fn run(
     layout: Layout,
     mut snapshots: watch::Receiver<Arc<StatusSnapshot>>,
     alerts: AlertSender,
-    mut follower: Option<EventFollower>,
 ) {
     let mut health = HeartbeatWatch::new(&snapshots.borrow().record);
     let mut disk = DiskWatch::default();
     loop {
         let snap = snapshots.borrow_and_update().clone();
-        // Milestones: the follower reads only what was appended since its saved offset.
-        if let (Some(f), Some(dir)) = (follower.as_mut(), snap.facts.run_dir.as_deref())
-            && let Err(e) = f.poll(dir)
-        {
-            tracing::warn!("notify: cannot follow {}: {e}", dir.display());
-        }
         let heartbeat_at = snap.facts.heartbeat_time();
         if let Some(alert) = health.observe(
             &snap.record,

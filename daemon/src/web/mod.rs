@@ -28,14 +28,16 @@ pub struct WebState {
 }
 
 impl WebState {
-    /// Starts the task that fills `feed` from the status cache and the pipeline.
+    /// Starts the task that fills `feed` from the status cache, the pipeline and
+    /// the run's events (read by `follower`, which also pushes milestones).
     pub fn start(
         feed: Feed,
         cache: StatusCache,
         pipeline: PipelineHandle,
         layout: Layout,
+        follower: crate::notify::EventFollower,
     ) -> WebState {
-        let counters = publisher::spawn(feed.clone(), cache.clone(), pipeline, layout);
+        let counters = publisher::spawn(feed.clone(), cache.clone(), pipeline, layout, follower);
         WebState {
             feed,
             history: Arc::new(HistoryCache::default()),

@@ -50,7 +50,7 @@ pub async fn run(
                 reply.state,
                 reply.chunk,
                 reply.scale,
-                reply.active_step.as_deref().unwrap_or("-"),
+                reply.active_step.map_or("-", |s| s.as_str()),
                 reply
                     .pid
                     .map(|p| format!(" (worker pid {p})"))

@@ -6,19 +6,13 @@
 //! job starts again (`SLURM_RESTART_COUNT` > 0) the train step resumes from the run's
 //! newest complete checkpoint, if there is one.
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use crate::process::SpawnSpec;
 
 /// Everything the script needs to know.
 pub struct ScriptSpec<'a> {
-    pub step: &'a str,
-    /// The worker's argv without `--resume`.
-    pub argv: &'a [String],
-    /// `--resume <path>` of the first start, if any.
-    pub resume: Option<&'a str>,
-    /// The train step's run directory: where a requeued job resumes from.
-    pub run_dir: Option<&'a Path>,
-    pub env: &'a BTreeMap<String, String>,
+    /// The step, its arguments, environment and first `--resume`; a requeued train
+    /// step resumes from its run directory instead.
+    pub launch: &'a SpawnSpec,
     /// Variables of the daemon's service manager the worker must not see.
     pub unset: &'a [&'a str],
     pub ntasks: u32,
@@ -40,22 +34,26 @@ pub fn render(spec: &ScriptSpec) -> String {
     s.push_str("#!/bin/bash\n");
     s.push_str(&format!(
         "# lavenderd: step {} as a Slurm batch job (docs/SLURM.md)\n",
-        spec.step
+        spec.launch.step
     ));
     if !spec.unset.is_empty() {
         s.push_str(&format!("unset {}\n", spec.unset.join(" ")));
     }
-    for (k, v) in spec.env {
+    for (k, v) in &spec.launch.env {
         s.push_str(&format!("export {k}={}\n", quote(v)));
     }
-    s.push_str(&format!("argv=({})\n", words(spec.argv)));
-    let resume: Vec<String> = spec
-        .resume
-        .map(|r| vec!["--resume".to_string(), r.to_string()])
-        .unwrap_or_default();
-    s.push_str(&format!("resume=({})\n", words(&resume)));
+    s.push_str(&format!(
+        "argv=({})\n",
+        words(&spec.launch.argv_without_resume())
+    ));
+    s.push_str(&format!("resume=({})\n", words(&spec.launch.resume_args())));
     s.push_str("restart=${SLURM_RESTART_COUNT:-0}\n");
-    if let Some(run_dir) = spec.run_dir {
+    if let Some(run_dir) = spec
+        .launch
+        .run_dir
+        .as_ref()
+        .filter(|_| spec.launch.trains())
+    {
         let dir = quote(&run_dir.display().to_string());
         s.push_str(&format!(
             "if [ \"$restart\" -gt 0 ] && compgen -G {dir}'/*/trainer_state.json' >/dev/null; then\n  resume=(--resume {dir})\nfi\n"
@@ -108,14 +106,8 @@ mod tests {
 
     #[test]
     fn script_is_valid_bash_and_resumes_a_requeued_train_step() {
-        let env = BTreeMap::from([("A".to_string(), "x y".to_string())]);
-        let argv = vec!["worker".to_string(), "train".to_string()];
         let text = render(&ScriptSpec {
-            step: "train",
-            argv: &argv,
-            resume: Some("/ck/a"),
-            run_dir: Some(Path::new("/runs/r 1")),
-            env: &env,
+            launch: &crate::process::spec::tests::train_spec("worker"),
             unset: &["NOTIFY_SOCKET"],
             ntasks: 2,
             nodes: 1,

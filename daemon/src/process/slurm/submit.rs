@@ -2,28 +2,20 @@
 //! `launch.slurm`, remember the job id.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use lavender::config::SlurmConfig;
+use lavender::config::{PipelineStep, SlurmConfig};
 
 use super::SlurmJob;
 use super::script::{self, ScriptSpec};
 use crate::process::SpawnSpec;
 use crate::process::spawn::SCRUBBED_ENV;
 
-/// The value after `flag` in `argv`.
-fn flag_value<'a>(argv: &'a [String], flag: &str) -> Option<&'a str> {
-    argv.iter()
-        .position(|a| a == flag)
-        .and_then(|i| argv.get(i + 1))
-        .map(String::as_str)
-}
-
 /// The sbatch arguments for a step (without the script path).
 pub fn sbatch_args(
     cfg: &SlurmConfig,
-    step: &str,
+    step: PipelineStep,
     log_file: &Path,
     tasks: u32,
     nodes: u32,
@@ -54,40 +46,19 @@ pub fn sbatch_args(
     args
 }
 
-pub fn submit(
-    cfg: &SlurmConfig,
-    jobs_dir: &Path,
-    spec: &SpawnSpec,
-    step: &str,
-) -> Result<SlurmJob> {
-    if spec.argv.is_empty() {
+pub fn submit(cfg: &SlurmConfig, jobs_dir: &Path, spec: &SpawnSpec) -> Result<SlurmJob> {
+    if spec.command.is_empty() {
         bail!("the worker command is empty (config key worker.command)");
     }
+    let step = spec.step;
     // Only training runs as many tasks; a data step run twice at once would race itself.
-    let (tasks, nodes) = if step == "train" {
+    let (tasks, nodes) = if spec.trains() {
         (cfg.ntasks, cfg.nodes)
     } else {
         (1, 1)
     };
-    let resume = flag_value(&spec.argv, "--resume");
-    let argv: Vec<String> = match spec.argv.iter().position(|a| a == "--resume") {
-        Some(i) => spec.argv[..i]
-            .iter()
-            .chain(spec.argv.iter().skip(i + 2))
-            .cloned()
-            .collect(),
-        None => spec.argv.clone(),
-    };
-    let run_dir = (step == "train")
-        .then(|| flag_value(&spec.argv, "--run-dir"))
-        .flatten()
-        .map(PathBuf::from);
     let text = script::render(&ScriptSpec {
-        step,
-        argv: &argv,
-        resume,
-        run_dir: run_dir.as_deref(),
-        env: &spec.env,
+        launch: spec,
         unset: SCRUBBED_ENV,
         ntasks: tasks,
         nodes,
@@ -156,7 +127,7 @@ mod tests {
             grace_s: 300,
             ..SlurmConfig::default()
         };
-        let args = sbatch_args(&cfg, "train", Path::new("/l/p.log"), 4, 1).join(" ");
+        let args = sbatch_args(&cfg, PipelineStep::Train, Path::new("/l/p.log"), 4, 1).join(" ");
         for part in [
             "--partition=gpu",
             "--gres=gpu:4",

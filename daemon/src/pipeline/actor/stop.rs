@@ -1,0 +1,67 @@
+//! A stop: SIGTERM to the worker (it saves), SIGKILL when the stop timeout passes;
+//! during a crash backoff, cancelling the restart is the stop.
+
+use std::time::Duration;
+
+use lavender::status::{PipelineState, StepState};
+use nix::sys::signal::Signal;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{Actor, Stopping};
+use crate::pipeline::stop::{StopMark, StopReport};
+
+impl Actor {
+    pub(super) fn stop(&mut self, timeout: Option<Duration>, reply: oneshot::Sender<StopReport>) {
+        if let Some(stopping) = &mut self.stopping {
+            stopping.waiters.push(reply);
+            return;
+        }
+        let root = self.layout.checkpoints_root();
+        let Some(worker) = &self.worker else {
+            let mut report = StopReport::nothing_running(&root, self.record.run_dir.as_deref());
+            if self.record.restart_pending {
+                // Crashed and waiting to restart: cancelling the restart is the stop.
+                self.restart_at = None;
+                self.last_exit = None;
+                self.record.restart_pending = false;
+                self.record.state = PipelineState::Stopped;
+                if let Some(step) = self.record.active_step {
+                    self.record.set_step(step, StepState::Pending);
+                }
+                self.commit();
+                report.message = format!("cancelled the pending restart; {}", report.message);
+            }
+            let _ = reply.send(report);
+            return;
+        };
+        let mark = StopMark::take(self.record.run_dir.as_deref(), &root);
+        let timeout = timeout.unwrap_or(self.timings.stop_timeout);
+        tracing::info!(worker = %worker.handle, step = %worker.step, ?timeout, "stopping: SIGTERM to the worker");
+        self.backend
+            .signal(&worker.handle, Signal::SIGTERM, worker.own_child);
+        self.stopping = Some(Stopping {
+            deadline: Instant::now() + timeout,
+            killed: false,
+            waiters: vec![reply],
+            mark,
+            step: worker.step,
+        });
+        self.record.state = PipelineState::Stopping;
+        self.commit();
+    }
+
+    /// The stop timeout passed: SIGKILL the group.
+    pub(super) fn escalate(&mut self) {
+        let (Some(stopping), Some(worker)) = (&mut self.stopping, &self.worker) else {
+            return;
+        };
+        tracing::warn!(
+            worker = %worker.handle,
+            "the worker did not exit within the stop timeout; SIGKILL"
+        );
+        self.backend
+            .signal(&worker.handle, Signal::SIGKILL, worker.own_child);
+        stopping.killed = true;
+    }
+}

@@ -1,0 +1,140 @@
+//! The pipeline's public face: the handle everyone else holds, the commands it
+//! sends the actor, and the replies and errors of a start.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use lavender::config::{Config, PipelineStep};
+use lavender::status::PipelineState;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::record::PipelineRecord;
+use super::request::StartRequest;
+use super::stop::StopReport;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartReply {
+    pub state: PipelineState,
+    pub chunk: u32,
+    pub scale: String,
+    pub active_step: Option<PipelineStep>,
+    pub pid: Option<u32>,
+    pub run_dir: Option<PathBuf>,
+    pub log_file: Option<PathBuf>,
+    pub resume_from: Option<PathBuf>,
+    /// The Slurm job of the first step (launch.backend: slurm).
+    #[serde(default)]
+    pub slurm_job: Option<String>,
+    /// Lines to show the operator, e.g. that the built shards are fewer than the
+    /// scale asks for.
+    #[serde(default)]
+    pub notices: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StartError {
+    #[error("the pipeline is {}{}; stop it first (lavenderd stop)", busy(*state), pid.map(|p| format!(" (worker pid {p})")).unwrap_or_default())]
+    AlreadyRunning {
+        state: PipelineState,
+        pid: Option<u32>,
+    },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Spawn(String),
+}
+
+fn busy(state: PipelineState) -> &'static str {
+    match state {
+        PipelineState::Crashed => "waiting to restart after a crash",
+        PipelineState::Stopping => "stopping",
+        _ => "already running",
+    }
+}
+
+pub(super) enum Command {
+    Start {
+        req: StartRequest,
+        reply: oneshot::Sender<Result<StartReply, StartError>>,
+    },
+    Stop {
+        timeout: Option<Duration>,
+        reply: oneshot::Sender<StopReport>,
+    },
+    Reload {
+        config: Box<Config>,
+    },
+    /// A round trip that proves the actor's loop still turns (the service watchdog).
+    Ping {
+        reply: oneshot::Sender<()>,
+    },
+    /// The daemon is about to re-execute itself: the record on disk is current; the
+    /// actor ends without touching the worker (the next daemon re-adopts it).
+    Detach {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// The handle everyone else holds.
+#[derive(Clone)]
+pub struct PipelineHandle {
+    pub(super) cmds: mpsc::Sender<Command>,
+    pub(super) snapshot: watch::Receiver<PipelineRecord>,
+}
+
+impl PipelineHandle {
+    pub async fn start(&self, req: StartRequest) -> Result<StartReply, StartError> {
+        let (reply, rx) = oneshot::channel();
+        self.cmds
+            .send(Command::Start { req, reply })
+            .await
+            .map_err(|_| StartError::Spawn("the pipeline actor has stopped".into()))?;
+        rx.await
+            .map_err(|_| StartError::Spawn("the pipeline actor has stopped".into()))?
+    }
+
+    /// Stops the pipeline gracefully; resolves once the worker has exited.
+    pub async fn stop(&self, timeout: Option<Duration>) -> Result<StopReport> {
+        let (reply, rx) = oneshot::channel();
+        self.cmds
+            .send(Command::Stop { timeout, reply })
+            .await
+            .ok()
+            .context("the pipeline actor has stopped")?;
+        rx.await.ok().context("the pipeline actor has stopped")
+    }
+
+    pub async fn reload(&self, config: Config) {
+        let _ = self
+            .cmds
+            .send(Command::Reload {
+                config: Box::new(config),
+            })
+            .await;
+    }
+
+    /// True when the actor answered: its loop is not wedged.
+    pub async fn ping(&self) -> bool {
+        let (reply, rx) = oneshot::channel();
+        self.cmds.send(Command::Ping { reply }).await.is_ok() && rx.await.is_ok()
+    }
+
+    /// Ends the actor between two transitions, leaving the worker running and
+    /// `pipeline.json` current, for a daemon that restarts alone.
+    pub async fn detach(&self) {
+        let (reply, rx) = oneshot::channel();
+        if self.cmds.send(Command::Detach { reply }).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    pub fn record(&self) -> PipelineRecord {
+        self.snapshot.borrow().clone()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<PipelineRecord> {
+        self.snapshot.clone()
+    }
+}
