@@ -84,14 +84,17 @@ pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
 /// A directory built under a hidden temporary name beside its target
 /// (`.tmp-<name>-<pid>-<n>`) and renamed into place once complete: a reader sees the
 /// previous directory (or none) or the new one, never half of one. Dropped without
-/// `commit`, it removes what it built. Checkpoints, exports and the worker's step
-/// outputs are all built this way.
+/// `commit`, it removes what it built. Checkpoints (through [`CheckpointBuilder`]),
+/// exports and the worker's step outputs (through [`StagedDir::begin_exclusive`])
+/// are all built this way.
 #[derive(Debug)]
 pub struct StagedDir {
     tmp: PathBuf,
     target: PathBuf,
     committed: bool,
     whole_filesystem: bool,
+    /// Held until committed or dropped, for one built by a single process at a time.
+    _lock: Option<File>,
 }
 
 impl StagedDir {
@@ -106,7 +109,45 @@ impl StagedDir {
             target: target.to_path_buf(),
             committed: false,
             whole_filesystem: false,
+            _lock: None,
         })
+    }
+
+    /// [`begin`](Self::begin) for an output one process at a time may build: holds
+    /// an advisory lock on `.<name>.lock` beside `target` until committed or dropped
+    /// (another process is refused, told which lock is held), and first removes the
+    /// temporary and set-aside directories earlier builds of `target` left when
+    /// killed, which the lock proves no one is using.
+    pub fn begin_exclusive(target: &Path) -> Result<StagedDir> {
+        let parent = parent_of(target);
+        fs::create_dir_all(parent).ctx("create directory", parent)?;
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let lock_path = parent.join(format!(".{name}.lock"));
+        let lock = File::create(&lock_path).ctx("create lock file", &lock_path)?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(Error::Busy {
+                    path: target.to_path_buf(),
+                    lock: lock_path,
+                });
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(Error::io("lock", &lock_path, e)),
+        }
+        for entry in fs::read_dir(parent).ctx("list", parent)? {
+            let entry = entry.ctx("list", parent)?;
+            let entry_name = entry.file_name().to_string_lossy().into_owned();
+            if staged_leftover(&entry_name).is_some_and(|(of, _)| of == name) {
+                let path = entry.path();
+                fs::remove_dir_all(&path).ctx("remove the leftover", &path)?;
+            }
+        }
+        let mut staged = StagedDir::begin(target)?;
+        staged._lock = Some(lock);
+        Ok(staged)
     }
 
     /// Make the contents durable with one `syncfs` of the whole filesystem (Linux)
@@ -299,6 +340,37 @@ mod tests {
         assert!(target.join("marker").exists());
         let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1, "no temporary or set-aside directory left");
+    }
+
+    #[test]
+    fn an_exclusive_build_refuses_a_second_and_clears_the_leftovers_of_killed_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out");
+        for leftover in [
+            ".tmp-out-999999-0",
+            ".tmp-old-out-999999-3",
+            ".tmp-outer-9-0",
+        ] {
+            fs::create_dir(dir.path().join(leftover)).unwrap();
+        }
+        let first = StagedDir::begin_exclusive(&target).unwrap();
+        assert!(!dir.path().join(".tmp-out-999999-0").exists());
+        assert!(!dir.path().join(".tmp-old-out-999999-3").exists());
+        assert!(
+            dir.path().join(".tmp-outer-9-0").exists(),
+            "another output's staging is not this one's leftover"
+        );
+        let err = StagedDir::begin_exclusive(&target).unwrap_err().to_string();
+        assert!(
+            err.contains("another run is writing") && err.contains(".out.lock"),
+            "{err}"
+        );
+        assert!(first.dir().exists(), "the first build's directory survives");
+        first.commit().unwrap();
+        StagedDir::begin_exclusive(&target)
+            .unwrap()
+            .commit()
+            .unwrap();
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub enum Error {
         name: String,
         expected: &'static str,
     },
+    /// Another process holds the lock on an output being built.
+    #[error("another run is writing {} (lock {} is held); wait for it to finish", path.display(), lock.display())]
+    Busy { path: PathBuf, lock: PathBuf },
     /// Something the caller needs is not there.
     #[error("{what} not found at {}: {hint}", path.display())]
     NotFound {

@@ -4,14 +4,15 @@
 //! A Hugging Face `Trainer` checkpoint (`checkpoint-<N>/`) has a `trainer_state.json`
 //! of its own shape (`global_step`, `max_steps`, `log_history`, …); [`read`] maps it
 //! onto [`TrainerState`] so such checkpoints are listed, resumed and retained like
-//! lavender's own. Its validation loss is the run's last `eval_loss` at or before
-//! the checkpoint's step.
+//! lavender's own. Its validation loss is the run's `eval_loss` at the checkpoint's
+//! step, none when the run did not evaluate there: retention judges a checkpoint by
+//! an evaluation of that checkpoint, never an earlier one.
 
 use std::fs;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::atomic;
 use crate::error::{Error, Result};
@@ -20,6 +21,9 @@ pub const FILE: &str = "trainer_state.json";
 
 /// The stage given to a Hugging Face checkpoint (its state has none).
 pub const HF_STAGE: &str = "train";
+/// The key, and its value, marking a state read from a Hugging Face document.
+const FORMAT_KEY: &str = "format";
+const HF_FORMAT: &str = "hugging_face";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainerState {
@@ -97,11 +101,10 @@ pub fn read(checkpoint_dir: &Path) -> Result<TrainerState> {
     }
 }
 
-/// True when `checkpoint_dir` holds lavender's own `trainer_state.json`, not a Hugging
-/// Face one.
+/// True when `checkpoint_dir` is a complete checkpoint (its marker parses) of
+/// lavender's own, not a Hugging Face one.
 pub fn is_lavender_own(checkpoint_dir: &Path) -> bool {
-    fs::read(checkpoint_dir.join(FILE))
-        .is_ok_and(|bytes| serde_json::from_slice::<TrainerState>(&bytes).is_ok())
+    read(checkpoint_dir).is_ok_and(|s| s.extra.get(FORMAT_KEY) != Some(&json!(HF_FORMAT)))
 }
 
 /// A Hugging Face `TrainerState` document as lavender's; `None` when `doc` is not one
@@ -137,16 +140,19 @@ pub fn from_hugging_face(doc: &Map<String, Value>) -> Option<TrainerState> {
     };
     state.loss = last("loss");
     state.lr = last("learning_rate").unwrap_or(0.0);
-    state.val_loss = last("eval_loss");
+    state.val_loss = history
+        .iter()
+        .rev()
+        .filter(|e| e.get("step").and_then(Value::as_u64) == Some(step))
+        .find_map(|e| e.get("eval_loss").and_then(Value::as_f64))
+        .filter(|v| v.is_finite());
     state.best_val_loss = history
         .iter()
         .filter(|e| at_or_before(e))
         .filter_map(|e| e.get("eval_loss").and_then(Value::as_f64))
         .filter(|v| v.is_finite())
         .min_by(f64::total_cmp);
-    state
-        .extra
-        .insert("format".into(), Value::String("hugging_face".into()));
+    state.extra.insert(FORMAT_KEY.into(), json!(HF_FORMAT));
     Some(state)
 }
 
@@ -196,12 +202,24 @@ mod tests {
         );
         assert_eq!((s.epoch, s.epochs), (0.5, Some(1)));
         assert_eq!((s.loss, s.lr), (Some(3.0), 0.0005));
-        assert_eq!(
-            s.val_loss,
-            Some(3.5),
-            "the last eval_loss at or before step 20"
-        );
+        assert_eq!(s.val_loss, Some(3.5), "the eval_loss at step 20");
         assert_eq!(s.best_val_loss, Some(3.25));
+    }
+
+    #[test]
+    fn a_hugging_face_checkpoint_not_evaluated_at_its_step_has_no_validation_loss() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join(FILE),
+            r#"{"global_step": 25, "log_history": [
+                  {"step": 20, "eval_loss": 1.5},
+                  {"step": 25, "loss": 3.0, "learning_rate": 0.0005}
+                ]}"#,
+        )
+        .unwrap();
+        let s = read(dir.path()).unwrap();
+        assert_eq!(s.val_loss, None, "step 20's evaluation is not step 25's");
+        assert_eq!(s.best_val_loss, Some(1.5));
     }
 
     #[test]

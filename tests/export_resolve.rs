@@ -355,6 +355,57 @@ fn an_unexported_lavender_checkpoint_says_to_export_first() {
     );
 }
 
+/// The one rule, `lavender::checkpoint::is_complete` (the marker parses), for every
+/// reader: a save whose `trainer_state.json` is empty or cut short is no checkpoint
+/// for `--resume latest`, export, step parsing, model dimensions or resolve.
+#[test]
+fn a_checkpoint_whose_marker_does_not_parse_is_incomplete_for_every_reader() {
+    for marker in ["", "  \n", "{\"step\": 6, \"st", "not json"] {
+        let root = tempfile::tempdir().unwrap();
+        let run = make_run(root.path(), &RunSpec::default());
+        let all = checkpoints(&run);
+        let (older, newest) = (all[1].clone(), all[2].clone());
+        fs::write(newest.join("trainer_state.json"), marker).unwrap();
+        assert!(!lavender::checkpoint::is_complete(&newest), "{marker:?}");
+
+        let latest =
+            lavender::checkpoint::resolve_resume("latest", &root.path().join("checkpoints"))
+                .unwrap();
+        assert_eq!(latest.path, older, "--resume latest skips {marker:?}");
+        let by_run =
+            lavender::checkpoint::resolve_resume(run.to_str().unwrap(), root.path()).unwrap();
+        assert_eq!(by_run.path, older, "--resume <run> skips {marker:?}");
+        assert!(
+            lavender::checkpoint::resolve_resume(newest.to_str().unwrap(), root.path()).is_err(),
+            "--resume <it> is refused with {marker:?}"
+        );
+
+        assert!(matches!(
+            checkpoint_step(&newest),
+            Err(ExportError::NoStep { .. })
+        ));
+        assert!(export::model_dims(&newest).is_err(), "{marker:?}");
+        let err = export::resolve(&opts(std::slice::from_ref(&newest))).unwrap_err();
+        assert!(
+            err.to_string().contains("incomplete")
+                && err.to_string().contains(&newest.display().to_string()),
+            "{err}"
+        );
+
+        let report = export::export(&ExportOptions {
+            selection: Selection::All,
+            ..ExportOptions::new(&run)
+        })
+        .unwrap();
+        let steps: Vec<u64> = report.checkpoints.iter().map(|c| c.step).collect();
+        assert_eq!(
+            steps,
+            [2, 4],
+            "the incomplete step 6 is not exported ({marker:?})"
+        );
+    }
+}
+
 #[test]
 fn an_export_into_the_run_directory_is_found_too() {
     let root = tempfile::tempdir().unwrap();

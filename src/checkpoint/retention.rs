@@ -1,8 +1,11 @@
 //! Retention: keep the newest `keep` complete checkpoints of a run, and always the
-//! newest one and the best one by validation loss. Clears temporary directories
-//! left by killed saves once they are older than a grace period.
+//! newest one and, in each stage, the one with the lowest validation loss (losses of
+//! different stages measure different things: pretraining text, SFT responses, DPO
+//! preferences). A checkpoint's validation loss is the one evaluated at its own step
+//! (`trainer_state.json`'s `val_loss`); one without is never "best". Clears
+//! temporary directories left by killed saves once they are older than a grace period.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -47,13 +50,19 @@ pub fn enforce_retention_with(run_dir: &Path, policy: &RetentionPolicy) -> Resul
     if let Some(newest) = ckpts.last() {
         keep.insert(&newest.path);
     }
-    let best = ckpts
-        .iter()
-        .filter_map(|c| c.state.val_loss.filter(|v| v.is_finite()).map(|v| (v, c)))
-        .min_by(|a, b| a.0.total_cmp(&b.0));
-    if let Some((_, best)) = best {
-        keep.insert(&best.path);
+    let mut best: HashMap<&str, (f64, &Path)> = HashMap::new();
+    for c in &ckpts {
+        let Some(loss) = c.state.val_loss.filter(|v| v.is_finite()) else {
+            continue;
+        };
+        let slot = best
+            .entry(c.state.stage.as_str())
+            .or_insert((loss, c.path.as_path()));
+        if loss < slot.0 {
+            *slot = (loss, c.path.as_path());
+        }
     }
+    keep.extend(best.into_values().map(|(_, path)| path));
 
     let mut dropped = Vec::new();
     for c in &ckpts {
@@ -173,6 +182,41 @@ mod tests {
             "best kept: {kept:?}"
         );
         assert_eq!(kept.len(), 3);
+    }
+
+    #[test]
+    fn each_stage_keeps_its_own_best() {
+        let (_root, run) = run_dir();
+        // SFT's losses are lower than pretraining's, but not better pretraining.
+        let saves = [
+            ("pretrain", Some(3.0)),
+            ("pretrain", Some(2.5)),
+            ("pretrain", Some(2.8)),
+            ("sft", Some(1.2)),
+            ("sft", Some(1.0)),
+            ("sft", Some(1.1)),
+            ("dpo", None),
+        ];
+        let paths: Vec<_> = saves
+            .iter()
+            .enumerate()
+            .map(|(i, (stage, l))| {
+                let p = save(&run, stage, i as u32 + 1, *l);
+                set_mtime(&p, 1_000 + i as u64);
+                p
+            })
+            .collect();
+        enforce_retention(&run, 1).unwrap();
+        let kept: Vec<_> = list_run_checkpoints(&run)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.path)
+            .collect();
+        assert_eq!(
+            kept,
+            [paths[1].clone(), paths[4].clone(), paths[6].clone()],
+            "pretraining's best, SFT's best, the newest"
+        );
     }
 
     #[test]

@@ -15,9 +15,10 @@ use super::hf_config::{
 use super::hf_state::{HfState, sorted};
 use super::history::LogHistory;
 use super::run_config::RunConfig;
-use super::staging::{self, Staging};
+use super::staging;
 use super::tensors::{self, MODEL_FILE, OPTIMIZER_FILE, OPTIMIZER_PT};
 use super::{ExportError, Result};
+use crate::atomic::StagedDir;
 use crate::checkpoint::{self, Checkpoint};
 use crate::error::IoContext;
 use crate::{run, trainer_state};
@@ -351,7 +352,7 @@ fn export_one(
         return Ok(done);
     }
 
-    let staging = Staging::begin(&target)?;
+    let staging = StagedDir::begin(&target)?;
     let dir = staging.dir();
     let model_src = c.path.join(MODEL_FILE);
     let weights = tensors::write_hf_model(&model_src, &dir.join(MODEL_FILE))?;

@@ -127,7 +127,7 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
                 "check the path; `lavenderd export` prints where it wrote each checkpoint",
             ));
         }
-        refuse_unexported(c)?;
+        refuse_unusable(c)?;
     }
     let n = opts.checkpoints.len();
     let segments = opts.segments.unwrap_or(n);
@@ -303,9 +303,17 @@ pub fn parse_list(option: &'static str, spec: &str) -> Result<Vec<f64>> {
         .collect()
 }
 
-/// A lavender checkpoint as the worker saved it cannot be loaded by attribution
-/// tools: say so up front rather than fail later inside `from_pretrained`.
-fn refuse_unexported(path: &Path) -> Result<()> {
+/// A checkpoint whose save was cut short, and a lavender checkpoint as the worker
+/// saved it, cannot be loaded by attribution tools: say so up front rather than fail
+/// later inside `from_pretrained`.
+fn refuse_unusable(path: &Path) -> Result<()> {
+    let marker = path.join(crate::trainer_state::FILE);
+    if marker.is_file() && !crate::checkpoint::is_complete(path) {
+        return Err(ExportError::invalid(
+            marker,
+            "is empty or does not parse, so this checkpoint is incomplete (its save was interrupted); pass a complete checkpoint",
+        ));
+    }
     // A Hugging Face checkpoint is complete too, but it is already in the format the
     // tools read: only lavender's own trainer_state.json means "export first".
     if !crate::trainer_state::is_lavender_own(path) || path.join(EXPORT_MARKER).is_file() {

@@ -7,9 +7,6 @@ use std::path::Path;
 
 use crate::atomic::{TMP_PREFIX, staged_leftover};
 
-/// The export's staged directory: the one staging type of the crate.
-pub use crate::atomic::StagedDir as Staging;
-
 /// Removes `.tmp-` directories in `dir` left by export processes that are gone.
 /// Only on Linux, where `/proc` says whether a process is alive; elsewhere they stay
 /// (hidden and ignored).
@@ -65,24 +62,5 @@ mod tests {
         assert_eq!(staging_pid(".tmp-checkpoint-40-123"), Some(123));
         assert_eq!(staging_pid(".tmp-old-checkpoint-40-123"), Some(123));
         assert_eq!(staging_pid("checkpoint-40"), None);
-    }
-
-    #[test]
-    fn a_dropped_staging_leaves_nothing_and_commit_replaces() {
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("checkpoint-3");
-        let s = Staging::begin(&target).unwrap();
-        fs::write(s.dir().join("a"), b"1").unwrap();
-        drop(s);
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
-
-        let s = Staging::begin(&target).unwrap();
-        fs::write(s.dir().join("a"), b"1").unwrap();
-        s.commit().unwrap();
-        let s = Staging::begin(&target).unwrap();
-        fs::write(s.dir().join("b"), b"2").unwrap();
-        s.commit().unwrap();
-        assert!(!target.join("a").exists() && target.join("b").exists());
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 }

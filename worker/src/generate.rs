@@ -7,7 +7,7 @@ use clap::Args;
 use tch::{Kind, Tensor};
 
 use crate::cli::StepArgs;
-use crate::train::checkpointing::load_for_inference;
+use crate::model::load_for_inference;
 use crate::train::settings::Settings;
 
 #[derive(Args, Debug, Clone)]
@@ -46,7 +46,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     );
     let s = Settings::load(&args.step)?;
     tch::set_num_threads(s.threads as i32);
-    let (model, ck, device) = load_for_inference(&s, &args.checkpoint, args.device.as_deref())?;
+    let device = crate::train::device::from_flag(args.device.as_deref(), s.config.device)?;
+    let (model, ck) =
+        load_for_inference(&s.checkpoints_root(), &args.checkpoint, s.model(0), device)?;
     // The run's own tokenizer is the encoding its weights were trained with.
     let run_tok = ck
         .path

@@ -3,6 +3,7 @@
 mod cli;
 mod data;
 mod generate;
+mod hard_examples;
 mod logits;
 mod mine_hard;
 mod model;

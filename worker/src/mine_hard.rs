@@ -1,9 +1,7 @@
 //! `lavender-worker mine_hard`: score the chunk's training windows with a checkpoint
-//! and keep the `top_k` hardest (highest loss) in `<data_root>/hard_examples/`.
-//!
-//! Outputs: `windows.bin` (the hardest windows of `seq_len + 1` tokens, hardest first,
-//! each repeated `upsample` times, in the token arrays' dtype), `windows.json` (rank,
-//! shard, start, loss of each), then `manifest.json` (count `hard_examples`), last.
+//! and keep the `top_k` hardest (highest loss) in `<data_root>/hard_examples/`, in
+//! the files [`crate::hard_examples`] describes (the manifest, with its count
+//! `hard_examples`, last).
 
 use std::collections::BTreeMap;
 
@@ -15,13 +13,13 @@ use sha2::{Digest, Sha256};
 use tch::Kind;
 
 use crate::cli::StepArgs;
+use crate::hard_examples::{self, LIST_FILE, Mined, STEP, WINDOWS_FILE};
 use crate::model::gpt2::cross_entropy_per_row;
+use crate::model::load_for_inference;
 use crate::tokens::{ArrayWriter, Tokens};
-use crate::train::checkpointing::load_for_inference;
 use crate::train::data::PretrainData;
 use crate::train::settings::Settings;
 
-pub const STEP: &str = "mine_hard";
 const VERSION: u32 = 1;
 
 #[derive(Args, Debug, Clone)]
@@ -43,7 +41,9 @@ pub fn run(args: MineHardArgs) -> Result<()> {
     crate::train::runtime::tune();
     let s = Settings::load(&args.step)?;
     tch::set_num_threads(s.threads as i32);
-    let (model, ck, device) = load_for_inference(&s, &args.checkpoint, args.device.as_deref())?;
+    let device = crate::train::device::from_flag(args.device.as_deref(), s.config.device)?;
+    let (model, ck) =
+        load_for_inference(&s.checkpoints_root(), &args.checkpoint, s.model(0), device)?;
     let tokens = Tokens::open(&s.data_root.join(lavender::data_root::TOKENS))?;
     let shards = tokens.select_shards(s.chunk, s.config.preset().shards)?;
     let arrays = shards
@@ -70,10 +70,7 @@ pub fn run(args: MineHardArgs) -> Result<()> {
     order.sort_by(|&a, &b| losses[b].total_cmp(&losses[a]).then(a.cmp(&b)));
     order.truncate(top_k);
 
-    let dir = manifest::manifest_path(&s.data_root, STEP)
-        .parent()
-        .map(|p| p.to_path_buf())
-        .context("the hard_examples directory has no parent")?;
+    let dir = hard_examples::dir(&s.data_root)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
     // Not done until the new manifest lands: drop the old one first.
     let old = dir.join(manifest::FILE);
@@ -81,7 +78,7 @@ pub fn run(args: MineHardArgs) -> Result<()> {
         std::fs::remove_file(&old)
             .with_context(|| format!("could not remove {}", old.display()))?;
     }
-    let bin = dir.join(crate::train::hard::WINDOWS_FILE);
+    let bin = dir.join(WINDOWS_FILE);
     let tmp = dir.join(".windows.bin.tmp");
     let mut w = ArrayWriter::create(&tmp, tokens.index.dtype)?;
     let mut listed = Vec::new();
@@ -98,7 +95,7 @@ pub fn run(args: MineHardArgs) -> Result<()> {
     std::fs::rename(&tmp, &bin)
         .with_context(|| format!("could not move {} into place", bin.display()))?;
     lavender::atomic::write_json(
-        &dir.join("windows.json"),
+        &dir.join(LIST_FILE),
         &json!({"checkpoint": ck.path, "seq_len": s.seq_len, "upsample": upsample, "windows": listed}),
     )?;
 
@@ -124,17 +121,14 @@ pub fn run(args: MineHardArgs) -> Result<()> {
             ("hard_examples".to_string(), order.len() as u64),
             ("windows_scored".to_string(), scored),
         ]),
-        outputs: vec![
-            crate::train::hard::WINDOWS_FILE.into(),
-            "windows.json".into(),
-        ],
+        outputs: vec![WINDOWS_FILE.into(), LIST_FILE.into()],
         finished_at: lavender::time::rfc3339_z(lavender::time::now_utc()),
-        // What a later chunk's trainer checks before mixing these windows in.
-        extra: serde_json::Map::from_iter([
-            ("chunk".to_string(), json!(s.chunk)),
-            ("seq_len".to_string(), json!(s.seq_len)),
-            ("upsample".to_string(), json!(upsample)),
-        ]),
+        extra: Mined {
+            chunk: u64::from(s.chunk),
+            seq_len: s.seq_len as u64,
+            upsample: upsample as u64,
+        }
+        .to_extra(),
     };
     manifest::write(&s.data_root, &m)?;
     let hardest = order.first().map_or(f64::NAN, |&i| losses[i]);

@@ -12,13 +12,9 @@ fn runs_every_stage_and_leaves_the_run_self_describing() {
     write_tokens(root.path());
     let run_dir = root.path().join("checkpoints/run-2026-01-01_00-00-00");
     let out = run_ok(
-        worker()
-            .arg("train")
-            .arg("--data-root")
-            .arg(root.path())
+        cpu_train(root.path())
             .arg("--run-dir")
             .arg(&run_dir)
-            .args(["--device", "cpu"])
             .args(small_run_args(20, 10, 10, 10)),
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -115,13 +111,9 @@ fn a_diverging_run_ends_failed_with_an_error_event_and_a_clear_message() {
     let root = tempfile::tempdir().unwrap();
     write_tokens(root.path());
     let run_dir = root.path().join("checkpoints/run-2026-01-01_00-00-00");
-    let out = worker()
-        .arg("train")
-        .arg("--data-root")
-        .arg(root.path())
+    let out = cpu_train(root.path())
         .arg("--run-dir")
         .arg(&run_dir)
-        .args(["--device", "cpu"])
         .args(small_run_args(200, 2, 2, 100))
         .args(["--set", "training.stages[0].lr=1.0e12"])
         .args(["--set", "optimizer.grad_clip=0"])
@@ -165,5 +157,136 @@ fn cuda_without_a_gpu_is_refused_with_what_to_do() {
     assert!(
         stderr.contains("--device cuda") && stderr.contains("--device auto or cpu"),
         "{stderr}"
+    );
+}
+
+/// Retention keeps each stage's best checkpoint by its `val_loss`, so that loss must
+/// be an evaluation of the checkpoint itself: every save, in every stage (the stop's
+/// and the final one too), records the evaluation made at its own step, even when
+/// `training.eval_every` would not evaluate there.
+#[test]
+fn every_checkpoints_validation_loss_is_evaluated_at_its_own_step() {
+    let root = tempfile::tempdir().unwrap();
+    write_tokens(root.path());
+    let run_dir = root.path().join("checkpoints/run-2026-01-01_00-00-00");
+    let args = |extra: &[&str]| {
+        let mut c = cpu_train(root.path());
+        c.args(small_run_args(6, 6, 6, 3))
+            .args(["--set", "training.eval_every=1000"])
+            .args(["--set", "training.keep_checkpoints=100"])
+            .args(extra);
+        c
+    };
+    // A stop at step 4 saves between two regular saves (3 and 6).
+    run_ok(
+        args(&["--stop-at-step", "4"])
+            .arg("--run-dir")
+            .arg(&run_dir),
+    );
+    run_ok(&mut args(&["--resume", "latest"]));
+
+    let history = read_json(&run_dir.join("log_history.json"));
+    let evals: Vec<(u64, String, f64)> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["step"].as_u64()?,
+                e["stage"].as_str()?.to_string(),
+                e.get("eval_loss")?.as_f64()?,
+            ))
+        })
+        .collect();
+    let ckpts = checkpoints(&run_dir);
+    let mut seen = Vec::new();
+    for c in &ckpts {
+        let st = read_json(&c.join("trainer_state.json"));
+        let step = st["step"].as_u64().unwrap();
+        let stage = match st["stage"].as_str().unwrap() {
+            "final" => "dpo",
+            s => s,
+        };
+        let val = st["val_loss"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{} has no val_loss: {st}", c.display()));
+        let at_step = evals
+            .iter()
+            .rev()
+            .find(|(s, g, _)| *s == step && g == stage)
+            .unwrap_or_else(|| panic!("no {stage} evaluation at step {step}: {evals:?}"));
+        assert_eq!(
+            val,
+            at_step.2,
+            "{}: the evaluation at its step",
+            c.display()
+        );
+        seen.push((stage.to_string(), step));
+    }
+    for stage in ["pretrain", "sft", "dpo"] {
+        assert!(seen.iter().any(|(s, _)| s == stage), "{stage}: {seen:?}");
+    }
+    assert!(
+        seen.contains(&("pretrain".to_string(), 4)),
+        "the stop's save: {seen:?}"
+    );
+}
+
+/// The daemon's milestone formatter is tested on `checkpoint_saved` events recorded
+/// from this worker (daemon/tests/fixtures/worker-checkpoint-saved.jsonl, lines of a
+/// tiny run's `events.jsonl`: 27 pretrain steps, 3 epochs, a save every 3 steps).
+/// The events it writes today must still have the recorded ones' fields, of the same
+/// JSON types, with the epoch as fractional progress: else that test tests a shape
+/// the worker no longer writes, and the fixture must be recorded again.
+#[test]
+fn checkpoint_saved_events_keep_the_shape_the_milestone_fixture_recorded() {
+    let recorded: Vec<serde_json::Value> =
+        include_str!("../../daemon/tests/fixtures/worker-checkpoint-saved.jsonl")
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    let root = tempfile::tempdir().unwrap();
+    write_tokens(root.path());
+    let run_dir = root.path().join("checkpoints/run-2026-01-01_00-00-00");
+    run_ok(
+        cpu_train(root.path())
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .args(small_run_args(9, 1, 1, 3)),
+    );
+    let written: Vec<serde_json::Value> = events(&run_dir)
+        .into_iter()
+        .filter(|e| e["kind"] == "checkpoint_saved" && e["stage"] == "pretrain")
+        .collect();
+    assert!(!written.is_empty());
+    let type_of = |v: &serde_json::Value| match v {
+        serde_json::Value::Number(n) if n.is_u64() => "integer",
+        serde_json::Value::Number(_) => "float",
+        serde_json::Value::String(_) => "string",
+        other => panic!("unexpected {other}"),
+    };
+    let shape = |e: &serde_json::Value| -> Vec<(String, &'static str)> {
+        let mut s: Vec<_> = [
+            "name", "path", "step", "stage", "epoch", "epochs", "ce_loss",
+        ]
+        .iter()
+        .map(|k| (k.to_string(), type_of(&e[*k])))
+        .collect();
+        s.sort();
+        s
+    };
+    for e in &written {
+        assert_eq!(shape(e), shape(&recorded[0]), "{e}");
+        let message = e["message"].as_str().unwrap();
+        assert!(
+            message.contains(", epoch ") && message.contains(", CE "),
+            "{message}"
+        );
+    }
+    assert!(
+        written
+            .iter()
+            .any(|e| e["epoch"].as_f64().unwrap().fract() != 0.0),
+        "the epoch is fractional progress, as recorded: {written:?}"
     );
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 use super::documents::{Splitter, sha256_file};
 use super::http;
 use super::manifest::{InputFingerprint, fingerprint};
-use super::stage::Staged;
+use super::stage;
 use super::step::{self, Ctx};
 use crate::progress::{Progress, group};
 use lavender::events::Event;
@@ -58,7 +58,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
 
     let corpus = ctx.root.join(lavender::data_root::CORPUS);
     let raw = corpus.join("raw");
-    let staged = Staged::begin(&raw)?;
+    let staged = stage::begin(&raw)?;
     // Progress counts text bytes, so the embedded corpus counts at its uncompressed size.
     let total: u64 = plan
         .iter()
@@ -73,7 +73,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let (mut documents, mut bytes, mut skipped) = (0u64, 0u64, Vec::new());
     let mut outputs = Vec::new();
     for p in &plan {
-        let dest = staged.path().join(&p.dest);
+        let dest = staged.dir().join(&p.dest);
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("could not create {}", parent.display()))?;

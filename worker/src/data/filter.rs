@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use serde_json::json;
 
 use super::documents::{DocWriter, read_docs};
-use super::stage::Staged;
+use super::stage;
 use super::step::{self, Ctx};
 use crate::progress::{Progress, group};
 use lavender::config::FilterConfig;
@@ -69,8 +69,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         return Ok(());
     }
 
-    let staged = Staged::begin(&ctx.root.join(lavender::data_root::FILTERED))?;
-    let mut out = DocWriter::create(&staged.path().join(OUTPUT))?;
+    let staged = stage::begin(&ctx.root.join(lavender::data_root::FILTERED))?;
+    let mut out = DocWriter::create(&staged.dir().join(OUTPUT))?;
     let mut progress = Progress::new(STEP, Some(step::total_size(&files)), "docs");
     let mut removed = [0u64; RULES.len()];
     let mut input_docs = 0u64;

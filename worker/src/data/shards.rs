@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::documents::{DocWriter, read_docs, unit_hash};
 use super::manifest::StepManifest;
-use super::stage::Staged;
+use super::stage;
 use super::step::{self, Ctx};
 use crate::progress::{Progress, group};
 use crate::tokens::select_shards;
@@ -57,11 +57,11 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         return Ok(());
     }
 
-    let staged = Staged::begin(&ctx.root.join(lavender::data_root::SHARDS))?;
+    let staged = stage::begin(&ctx.root.join(lavender::data_root::SHARDS))?;
     let mut progress = Progress::new(STEP, Some(step::total_size(&files)), "docs");
     let mut shards: Vec<ShardEntry> = Vec::new();
     let mut current: Option<DocWriter> = None;
-    let mut validation = DocWriter::create(&staged.path().join(format!("{VALIDATION}.jsonl")))?;
+    let mut validation = DocWriter::create(&staged.dir().join(format!("{VALIDATION}.jsonl")))?;
     let shard_bytes = s.data.shards.shard_bytes;
     let close = |w: DocWriter, shards: &mut Vec<ShardEntry>| -> Result<()> {
         let (documents, bytes, sha256) = w.finish()?;
@@ -89,7 +89,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             }
             if current.is_none() {
                 let p = staged
-                    .path()
+                    .dir()
                     .join(format!("{}.jsonl", shard_name(shards.len())));
                 current = Some(DocWriter::create(&p)?);
             }

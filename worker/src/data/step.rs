@@ -11,7 +11,8 @@ use sha2::{Digest, Sha256};
 use super::documents::hex;
 use super::manifest::{self, InputFingerprint, StepManifest};
 use super::settings::Settings;
-use super::stage::{self, Staged};
+use super::stage;
+use lavender::atomic::StagedDir;
 use lavender::events::{self, Event};
 
 pub struct Ctx {
@@ -86,9 +87,9 @@ pub fn say_skipped(step: &str, m: &StepManifest) {
 
 /// Publish a step's outputs: drop the old manifest, swap the staged directory in, write
 /// the new manifest last.
-pub fn commit(ctx: &Ctx, staged: Staged, mut m: StepManifest) -> Result<()> {
+pub fn commit(ctx: &Ctx, staged: StagedDir, mut m: StepManifest) -> Result<()> {
     let dir = manifest::step_dir(&ctx.root, &m.step);
-    let unchanged = staged.keep_unchanged_mtimes(&dir, &m.outputs)?;
+    let unchanged = stage::keep_unchanged_mtimes(&staged, &dir, &m.outputs)?;
     if unchanged > 0 {
         eprintln!(
             "{}: {unchanged} of {} outputs unchanged; the steps after it will see them as before",

@@ -1,6 +1,7 @@
 //! The GPT-2 language model, its parameters and their `model.safetensors` file.
 
 pub mod gpt2;
+mod inference;
 pub mod params;
 pub mod tensor_file;
 
@@ -10,6 +11,7 @@ use std::path::Path;
 use anyhow::{Result, bail};
 
 pub use gpt2::{Gpt, GptConfig};
+pub use inference::load_for_inference;
 use tensor_file::TensorFile;
 
 pub const MODEL_FILE: &str = "model.safetensors";

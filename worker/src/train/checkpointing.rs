@@ -1,34 +1,21 @@
-//! Saving checkpoints through the core library's `CheckpointBuilder`, and loading
-//! them back for an exact resume.
+//! The checkpoint as the worker writes and reads it, and loading one back for an
+//! exact resume.
 //!
 //! A checkpoint directory holds `model.safetensors` (Hugging Face names),
 //! `optimizer.safetensors` (`<param>.exp_avg` / `<param>.exp_avg_sq`, metadata step,
 //! betas, eps, weight_decay; per `training.save_optimizer_state`), and
-//! `trainer_state.json`, written last by the builder. The DPO reference model is
-//! kept once per run as `dpo-reference.safetensors`, not in every checkpoint.
-//!
-//! A save stalls training only while the tensors are copied to host memory; a
-//! background writer thread then writes, fsyncs and commits the copy (the marker
-//! last, then the rename) and applies retention. At most one save is in flight, and
-//! a stop or the final save waits until it is durable before the process exits.
+//! `trainer_state.json`, written last. The DPO reference model is kept once per run
+//! as `dpo-reference.safetensors`, not in every checkpoint. Saving is the Trainer's
+//! ([`super::trainer`]).
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use lavender::atomic::CheckpointBuilder;
-use lavender::checkpoint::{self, Checkpoint, CheckpointName};
-use lavender::config::SaveOptimizerState;
-use lavender::events::{Event, kind as kinds};
-use lavender::heartbeat::WorkerState;
-use lavender::trainer_state::TrainerState;
-use lavender::trainlog;
-use serde_json::{Value, json};
+use lavender::checkpoint::Checkpoint;
+use serde_json::Value;
 
 use super::data::Cursor;
 use super::settings::{Settings, StageKind};
-use super::trainer::{Position, Trainer};
-use crate::model::tensor_file::FileImage;
 use crate::model::{self, Gpt, MODEL_FILE};
 use crate::optim::AdamW;
 use crate::optim::adamw::OPTIMIZER_FILE;
@@ -38,332 +25,40 @@ pub const REFERENCE_FILE: &str = "dpo-reference.safetensors";
 /// which the DPO reference was taken.
 pub const REFERENCE_STEP: &str = "dpo_reference_step";
 pub const FINAL_STAGE: &str = "final";
-const RNG_SCHEME: &str = "stateless: data order from (seed, stage, epoch), dropout reseeded from (seed, step, micro-batch)";
 
-/// Host memory for a checkpoint's files, reused from one save to the next: its
-/// pages are faulted in by the first save, later ones only copy into it.
-#[derive(Default)]
-pub struct SaveBuffers {
-    weights: FileImage,
-    moments: FileImage,
+/// Where training stands: which stage, how far into it, and the data cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Position {
+    pub stage_index: usize,
+    pub stage_step: u64,
+    pub cursor: Cursor,
+    /// Every stage is done (resumed from a `final-…` checkpoint).
+    pub finished: bool,
 }
 
-/// What the writer thread hands back: the committed checkpoint, what retention
-/// dropped after it, the buffers for the next save, how long it took to write the
-/// files (into the page cache, their writeback started) and when it was durable.
-struct Written {
-    path: PathBuf,
-    dropped: Vec<PathBuf>,
-    buffers: SaveBuffers,
-    write: Duration,
-    durable_at: Instant,
-}
-
-/// A save whose files are written, fsynced and committed on a background thread
-/// while training goes on. At most one exists: [`Trainer::save`] waits for it before
-/// it starts another, so two writers never race on the run directory (counters,
-/// retention) and host memory holds one copy of the state, not one per save.
-pub struct PendingSave {
-    writer: std::thread::JoinHandle<Result<Written>>,
-    name: String,
-    stage: String,
-    kind: Option<StageKind>,
-    step: u64,
-    loss: Option<f64>,
-    epoch: f64,
-    epochs: Option<u32>,
-    remaining_hours: Option<f64>,
-    /// When the save began (its `SAVE` line in train.log).
-    at: chrono::DateTime<chrono::Utc>,
-    /// When the copy to host memory began: the save's own clock.
-    began: Instant,
-    /// How long training stood still for it: the whole of [`Trainer::save`], of
-    /// which `waited` went on the previous save and `copy` on the copy.
-    stall: Duration,
-    waited: Duration,
-    copy: Duration,
-}
-
-impl PendingSave {
-    /// The writer is done (committed, or failed); joining it will not block.
-    pub fn is_done(&self) -> bool {
-        self.writer.is_finished()
-    }
-}
-
-impl Trainer {
-    /// Starts a checkpoint named after `stage`: waits for the save in flight (if
-    /// any), copies weights and optimizer moments to host memory, and hands writing,
-    /// fsync, the commit (files durable, the marker last, then the rename) and
-    /// retention to a background thread. Training may go on as soon as this returns:
-    /// the writer reads only its copy. [`Trainer::finish_save`] reports the save
-    /// once it is durable.
-    pub fn save(&mut self, stage: &str, kind: Option<StageKind>) -> Result<()> {
-        let entered = Instant::now();
-        self.finish_save()?;
-        let waited = entered.elapsed();
-        self.reporter.set_state(WorkerState::Saving)?;
-        let at = lavender::time::now_utc();
-        let counter = checkpoint::next_counter(&self.run_dir)?;
-        let name = CheckpointName::new(stage, at.time(), counter)?;
-        let builder = CheckpointBuilder::begin(&self.run_dir, &name)?;
-        let began = Instant::now();
-        let mut buffers = self.save_buffers.take().unwrap_or_default();
-        model::snapshot_weights(&self.model, &mut buffers.weights)?;
-        let with_optimizer = self.s.save_optimizer_state != SaveOptimizerState::None;
-        if with_optimizer {
-            self.opt
-                .snapshot(&self.model.params, &mut buffers.moments)?;
-        }
-        let copy = began.elapsed();
-        // Complete before the checkpoint it belongs to becomes visible.
-        self.history.materialize()?;
-        let state = self.trainer_state(stage, with_optimizer);
-        self.saves_started += 1;
-        let hold = self.hold_save == Some(self.saves_started);
-        let (run_dir, keep, only_last) = (
-            self.run_dir.clone(),
-            self.s.keep_checkpoints,
-            self.s.save_optimizer_state == SaveOptimizerState::Last,
-        );
-        let writer = std::thread::Builder::new()
-            .name("checkpoint-writer".into())
-            .spawn(move || -> Result<Written> {
-                let started = Instant::now();
-                let dir = builder.dir();
-                // Both files at once: on a machine whose cores are busy training, two
-                // writers get a larger share of the CPU for the copy into the page
-                // cache, and the disk has both files' writeback to work on.
-                std::thread::scope(|s| -> Result<()> {
-                    let weights = s.spawn(|| buffers.weights.write_unsynced(&dir.join(MODEL_FILE)));
-                    if with_optimizer {
-                        buffers.moments.write_unsynced(&dir.join(OPTIMIZER_FILE))?;
-                    }
-                    weights
-                        .join()
-                        .map_err(|_| anyhow::anyhow!("the weights writer thread panicked"))??;
-                    Ok(())
-                })?;
-                if hold {
-                    // Test hook (`--hold-save`): the files are written, the commit never
-                    // comes; the process must be killed.
-                    loop {
-                        std::thread::park();
-                    }
-                }
-                let write = started.elapsed();
-                // Fsyncs every file, then writes the marker, then renames.
-                let path = builder.commit(&state)?;
-                let durable_at = Instant::now();
-                // Only after the commit: a kill before it leaves the older
-                // checkpoints (and their moments) as they were.
-                if only_last {
-                    drop_older_optimizer_state(&run_dir, &path)?;
-                }
-                let dropped = checkpoint::enforce_retention(&run_dir, keep)?;
-                Ok(Written {
-                    path,
-                    dropped,
-                    buffers,
-                    write,
-                    durable_at,
-                })
-            })
-            .context("could not start the checkpoint writer thread")?;
-        self.saved_step = Some(self.step);
-        let epoch = self.reporter.hb.epoch.unwrap_or(0.0);
-        let mut pending = PendingSave {
-            writer,
-            name: name.to_string(),
-            stage: stage.to_string(),
-            kind,
-            step: self.step,
-            loss: self.last_loss,
-            epoch,
-            epochs: self.reporter.hb.epochs,
-            remaining_hours: self.reporter.remaining_hours(),
-            at,
-            began,
-            stall: Duration::ZERO,
-            waited,
-            copy,
-        };
-        if !self.stop_requested() {
-            self.reporter.set_state(WorkerState::Training)?;
-        }
-        pending.stall = entered.elapsed();
-        self.pending_save = Some(pending);
-        Ok(())
-    }
-
-    /// Waits until the save in flight (if any) is durable, then reports it:
-    /// `train.log`, retention's event, the `checkpoint_saved` event. Returns its path.
-    pub fn finish_save(&mut self) -> Result<Option<PathBuf>> {
-        let Some(p) = self.pending_save.take() else {
-            return Ok(None);
-        };
-        let written = p
-            .writer
-            .join()
-            .map_err(|_| anyhow::anyhow!("the checkpoint writer thread panicked"))??;
-        self.save_buffers = Some(written.buffers);
-        let (path, durable) = (written.path, written.durable_at - p.began);
-        let write = written.write;
-        let name = p.name;
-        trainlog::log_save(&self.run_dir, &name, p.at)?;
-        trainlog::log_retain(&self.run_dir, written.dropped.len())?;
-        if !written.dropped.is_empty() {
-            let names: Vec<String> = written
-                .dropped
-                .iter()
-                .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .collect();
-            self.reporter.event(
-                Event::new(
-                    kinds::RETENTION,
-                    format!("retention dropped {} old checkpoint(s)", names.len()),
-                )
-                .with("dropped", names),
-            )?;
-        }
-        self.latest_checkpoint = Some(name.clone());
-        self.reporter.hb.latest_checkpoint = Some(name.clone());
-
-        let mut message = format!("checkpoint saved: {name}");
-        if let Some(n) = p.epochs {
-            message.push_str(&format!(
-                ", epoch {}/{n}",
-                (p.epoch.floor() as u64 + 1).min(n as u64)
-            ));
-        }
-        if let (Some(k), Some(l)) = (p.kind, p.loss) {
-            message.push_str(&format!(
-                ", {} {l:.3}",
-                k.loss_key().trim_end_matches("_loss").to_uppercase()
-            ));
-        }
-        if let Some(h) = p.remaining_hours {
-            message.push_str(&format!(", ETA {h:.1}h"));
-        }
-        let mut ev = Event::new(kinds::CHECKPOINT_SAVED, message)
-            .with("name", &name)
-            .with("path", &path)
-            .with("step", p.step)
-            .with("stage", &p.stage)
-            .with("epoch", p.epoch)
-            .with("epochs", p.epochs)
-            .with("remaining_hours", p.remaining_hours)
-            // Training stood still for `stall_s` (of which `wait_s` waiting for the
-            // previous save and `copy_s` copying to host memory); the files were
-            // durable `durable_s` after the copy began, `write_s` of it spent writing
-            // them on the writer thread (the rest: the copy, then fsync and commit).
-            .with("stall_s", p.stall.as_secs_f64())
-            .with("wait_s", p.waited.as_secs_f64())
-            .with("copy_s", p.copy.as_secs_f64())
-            .with("write_s", write.as_secs_f64())
-            .with("durable_s", durable.as_secs_f64());
-        if let Some(k) = p.kind {
-            ev = ev.with(k.loss_key(), p.loss);
-        }
-        self.reporter.event(ev)?;
-        Ok(Some(path))
-    }
-
-    /// Reports the save in flight if its writer is done, without waiting.
-    pub fn poll_save(&mut self) -> Result<()> {
-        if self.pending_save.as_ref().is_some_and(PendingSave::is_done) {
-            self.finish_save()?;
-        }
-        Ok(())
-    }
-
-    /// The `final-…` checkpoint after the last stage, durable before this returns.
-    pub fn save_final(&mut self) -> Result<()> {
-        let kind = self.s.stages.last().map(|s| s.kind);
-        self.save(FINAL_STAGE, kind)?;
-        let path = self.finish_save()?.unwrap_or_default();
-        let name = self.latest_checkpoint.clone().unwrap_or_default();
-        self.reporter.event(
-            Event::new(kinds::FINAL_SAVED, format!("final checkpoint: {name}"))
-                .with("name", &name)
-                .with("path", &path)
-                .with("step", self.step),
-        )?;
-        Ok(())
-    }
-
-    fn trainer_state(&self, stage: &str, with_optimizer: bool) -> TrainerState {
-        let mut st = TrainerState::new(stage, self.step);
-        st.total_steps = self.s.total_steps();
-        st.epoch = self.reporter.hb.epoch.unwrap_or(0.0);
-        st.epochs = self.reporter.hb.epochs;
-        st.stage_step = self.pos.stage_step;
-        st.lr = self.last_lr;
-        st.loss = self.last_loss;
-        // Only pretraining's validation loss is comparable across checkpoints
-        // (retention keeps the best by it).
-        let stage_kind = self.s.stages.get(self.pos.stage_index).map(|s| s.kind);
-        if stage_kind == Some(StageKind::Pretrain) && stage != FINAL_STAGE {
-            st.val_loss = self.val_loss;
-        }
-        st.best_val_loss = self.best_val_loss;
-        st.data_cursor = json!({
-            "stage": self.s.stages.get(self.pos.stage_index).map(|s| s.name.clone()),
-            "stage_index": self.pos.stage_index,
-            "epoch": self.pos.cursor.epoch,
-            "index": self.pos.cursor.index,
-            "chunk": self.s.chunk,
-            "shards": self.shards,
-        });
-        st.rng_state = json!({ "seed": self.s.seed, "scheme": RNG_SCHEME });
-        st.wall_time_s = self.wall_time_s();
-        st.saved_at = lavender::time::rfc3339_z(lavender::time::now_utc());
-        st.extra.insert("chunk".into(), json!(self.s.chunk));
-        st.extra
-            .insert("optimizer_state".into(), json!(with_optimizer));
-        st.extra
-            .insert("optimizer_step".into(), json!(self.opt.step));
-        if let Some(r) = self.reference_step {
-            st.extra.insert(REFERENCE_STEP.into(), json!(r));
-        }
-        if let Some(eval) = &self.last_eval {
-            let mut m = serde_json::Map::new();
-            m.insert("loss".into(), json!(eval.loss));
-            for (k, v) in &eval.metrics {
-                m.insert((*k).into(), json!(v));
-            }
-            st.extra.insert("eval".into(), Value::Object(m));
-        }
-        st
-    }
-}
-
-/// `save_optimizer_state: last` keeps moments only in the newest checkpoint.
-fn drop_older_optimizer_state(run_dir: &Path, newest: &Path) -> Result<()> {
-    for c in checkpoint::list_run_checkpoints(run_dir)? {
-        if c.path != newest {
-            let f = c.path.join(OPTIMIZER_FILE);
-            match std::fs::remove_file(&f) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(e).with_context(|| format!("could not remove {}", f.display()));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// What a checkpoint restores besides the weights.
-pub struct Resumed {
+/// The Trainer's resumable state: what a checkpoint restores besides the weights,
+/// the optimizer's moments and the DPO reference. A resume assigns it whole.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    /// Optimizer steps done over all stages.
     pub step: u64,
     pub pos: Position,
+    /// The lowest pretraining validation loss so far.
     pub best_val_loss: Option<f64>,
-    pub val_loss: Option<f64>,
     pub last_loss: Option<f64>,
     pub last_lr: f64,
-    pub wall_time_s: f64,
+    /// Wall time of earlier sessions of this run.
+    pub wall_before: f64,
+    /// The step of the newest checkpoint written or loaded (no byte-identical re-save).
+    pub saved_step: Option<u64>,
+    /// The name of the newest checkpoint written or loaded.
+    pub latest_checkpoint: Option<String>,
+}
+
+/// What loading a checkpoint gives besides the weights and moments it loaded.
+pub struct Resumed {
+    pub progress: Progress,
+    /// The frozen DPO reference, when the checkpoint is mid-DPO.
     pub reference: Option<Gpt>,
     pub reference_step: Option<u64>,
     /// Training continues a previous chunk's weights from step 0 of this chunk.
@@ -396,26 +91,31 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
     let st = &ck.state;
     let ck_chunk = chunk_of(ck);
     let mut r = Resumed {
-        step: st.step,
-        pos: Position::default(),
-        best_val_loss: st.best_val_loss,
-        val_loss: st.val_loss,
-        last_loss: st.loss,
-        last_lr: st.lr,
-        wall_time_s: st.wall_time_s,
+        progress: Progress {
+            step: st.step,
+            pos: Position::default(),
+            best_val_loss: st.best_val_loss,
+            last_loss: st.loss,
+            last_lr: st.lr,
+            wall_before: st.wall_time_s,
+            saved_step: Some(st.step),
+            latest_checkpoint: Some(ck.name.clone()),
+        },
         reference: None,
         reference_step: None,
         new_chunk: false,
         optimizer_loaded,
     };
     if ck_chunk.is_some_and(|c| c != s.chunk as u64) {
-        r.step = 0;
+        // Steps, wall time and saves start again in the new chunk's run.
+        r.progress.step = 0;
+        r.progress.wall_before = 0.0;
+        r.progress.saved_step = None;
         r.new_chunk = true;
-        r.wall_time_s = 0.0;
         return Ok(r);
     }
     if st.stage == FINAL_STAGE {
-        r.pos.finished = true;
+        r.progress.pos.finished = true;
         return Ok(r);
     }
     let Some(stage_index) = s.stages.iter().position(|x| x.name == st.stage) else {
@@ -439,7 +139,7 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
             .and_then(Value::as_u64)
             .unwrap_or(0),
     };
-    r.pos = Position {
+    r.progress.pos = Position {
         stage_index,
         stage_step: st.stage_step,
         cursor,
@@ -448,7 +148,7 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
     let stage = &s.stages[stage_index];
     if st.stage_step >= stage.steps {
         // The stage was complete: the next one starts afresh.
-        r.pos = Position {
+        r.progress.pos = Position {
             stage_index: stage_index + 1,
             ..Position::default()
         };
@@ -476,43 +176,4 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
         r.reference_step = want;
     }
     Ok(r)
-}
-
-/// A checkpoint's model, ready for scoring or sampling: resolves `spec` (a checkpoint
-/// directory, a run directory, or `latest`) under `<data_root>/checkpoints/`.
-pub fn load_for_inference(
-    s: &Settings,
-    spec: &str,
-    device: Option<&str>,
-) -> Result<(Gpt, Checkpoint, tch::Device)> {
-    let choice = match device {
-        Some(d) => super::device::parse(d)?,
-        None => s.config.device,
-    };
-    let device = super::device::select(choice)?;
-    let root = s.data_root.join(lavender::run::CHECKPOINTS_DIR);
-    let ck = checkpoint::resolve_resume(spec, &root)?;
-    let weights = ck.path.join(MODEL_FILE);
-    let file = model::tensor_file::TensorFile::read(&weights)?;
-    let vocab = file
-        .tensors
-        .get("transformer.wte.weight")
-        .map(|t| t.size()[0])
-        .with_context(|| format!("{} has no transformer.wte.weight", weights.display()))?;
-    drop(file);
-    let mut cfg = s.model(vocab as u32);
-    // The run's config.yaml names the sizes it trained, whatever scale is asked now.
-    if let Some(run) = ck.path.parent()
-        && let Ok(rc) = lavender::export::RunConfig::read(run)
-    {
-        let m = &rc.model;
-        let size = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        cfg.n_layer = size(m.n_layer);
-        cfg.n_head = size(m.n_head);
-        cfg.n_embd = size(m.n_embd);
-        cfg.n_positions = size(m.n_positions);
-    }
-    let mut m = Gpt::new(cfg, device)?;
-    model::load_weights(&mut m, &weights)?;
-    Ok((m, ck, device))
 }

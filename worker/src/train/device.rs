@@ -17,6 +17,14 @@ pub fn parse(s: &str) -> Result<Choice> {
     })
 }
 
+/// The device a command runs on: its `--device` flag when given, else the config's.
+pub fn from_flag(flag: Option<&str>, configured: Choice) -> Result<Device> {
+    select(match flag {
+        Some(d) => parse(d)?,
+        None => configured,
+    })
+}
+
 pub fn select(choice: Choice) -> Result<Device> {
     match choice {
         Choice::Cpu => Ok(Device::Cpu),

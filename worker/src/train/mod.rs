@@ -5,7 +5,6 @@ pub mod checkpointing;
 pub mod data;
 pub mod device;
 pub mod eta;
-pub mod hard;
 pub mod history;
 pub mod objective;
 pub mod rng;
@@ -32,7 +31,7 @@ use crate::optim::AdamW;
 use crate::tokens::Tokens;
 use settings::Settings;
 use status::Reporter;
-use trainer::{Outcome, Trainer};
+use trainer::{Outcome, Parts, Trainer};
 
 #[derive(Args, Debug, Clone)]
 pub struct TrainArgs {
@@ -106,14 +105,10 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
     let started = Instant::now();
     let s = Settings::load(&args.step)?;
     tch::set_num_threads(s.threads as i32);
-    let choice = match &args.device {
-        Some(d) => device::parse(d)?,
-        None => s.config.device,
-    };
-    let device = device::select(choice)?;
+    let device = device::from_flag(args.device.as_deref(), s.config.device)?;
     let tokens_dir = s.data_root.join(lavender::data_root::TOKENS);
     let tokens = Tokens::open(&tokens_dir)?;
-    let checkpoints_root = s.data_root.join(run::CHECKPOINTS_DIR);
+    let checkpoints_root = s.checkpoints_root();
     let resume = match &args.resume {
         Some(spec) => Some(checkpoint::resolve_resume(spec, &checkpoints_root)?),
         None => None,
@@ -187,13 +182,17 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         Some(ck) => Some(checkpointing::load(ck, &s, &mut model, &mut opt)?),
         None => None,
     };
-    let keep_until = resumed.as_ref().filter(|r| !r.new_chunk).map(|r| r.step);
+    let keep_until = resumed
+        .as_ref()
+        .filter(|r| !r.new_chunk)
+        .map(|r| r.progress.step);
     let previous_run = resume.as_ref().and_then(|c| c.path.parent());
     let history = history::History::open(&run_dir, keep_until, previous_run)?;
 
-    let mut t = Trainer {
+    let mut t = Trainer::new(Parts {
+        s,
         device,
-        run_dir: run_dir.clone(),
+        run_dir,
         tokens,
         shards,
         model,
@@ -202,84 +201,25 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         reporter,
         stop,
         stop_at_step: args.stop_at_step,
-        step: 0,
-        pos: trainer::Position::default(),
-        best_val_loss: None,
-        val_loss: None,
-        last_eval: None,
-        last_loss: None,
-        last_lr: 0.0,
-        saved_step: None,
-        latest_checkpoint: None,
-        wall_before: 0.0,
-        started,
-        reference: None,
-        reference_step: None,
-        pending_save: None,
-        save_buffers: None,
-        saves_started: 0,
         hold_save: args.hold_save,
-        s,
-    };
+        started,
+    });
     if let (Some(ck), Some(r)) = (&resume, resumed) {
-        t.step = r.step;
-        t.pos = r.pos;
-        t.best_val_loss = r.best_val_loss;
-        t.val_loss = r.val_loss;
-        t.last_loss = r.last_loss;
-        t.last_lr = r.last_lr;
-        t.wall_before = r.wall_time_s;
-        if !r.new_chunk {
-            t.saved_step = Some(r.step);
-        }
-        t.latest_checkpoint = Some(ck.name.clone());
-        t.reporter.hb.latest_checkpoint = Some(ck.name.clone());
-        t.reporter.resumed_at(r.step);
-        if let Some(reference) = r.reference {
-            if ck.path.parent() != Some(run_dir.as_path()) {
-                t.save_reference(&reference, r.reference_step.unwrap_or(0))?;
-            }
-            t.reference_step = r.reference_step;
-            t.reference = Some(reference);
-        }
-        let mut message = format!("checkpoint loaded: {}", ck.name);
-        if r.new_chunk {
-            message.push_str(&format!(
-                " (continuing its weights into chunk {})",
-                t.s.chunk
-            ));
-        }
-        if !r.optimizer_loaded {
-            let warning = format!(
-                "checkpoint {} has no {}; training continues with fresh AdamW moments",
-                ck.path.display(),
-                crate::optim::adamw::OPTIMIZER_FILE
-            );
-            eprintln!("warning: {warning}");
-            message.push_str(&format!("; {warning}"));
-        }
-        t.reporter.event(
-            Event::new(kinds::CHECKPOINT_LOADED, message)
-                .with("name", &ck.name)
-                .with("path", &ck.path)
-                .with("step", t.step)
-                .with("optimizer_state", r.optimizer_loaded)
-                .with("new_chunk", r.new_chunk),
-        )?;
+        t.resume_from(ck, r)?;
     }
 
     let outcome = t.run()?;
     match outcome {
         Outcome::Finished => println!(
             "training finished at step {} in {:.1}s; latest checkpoint {}",
-            t.step,
+            t.step(),
             started.elapsed().as_secs_f64(),
-            t.latest_checkpoint.as_deref().unwrap_or("-")
+            t.latest_checkpoint().unwrap_or("-")
         ),
         Outcome::Stopped => println!(
             "training stopped at step {} on request; saved {}",
-            t.step,
-            t.latest_checkpoint.as_deref().unwrap_or("-")
+            t.step(),
+            t.latest_checkpoint().unwrap_or("-")
         ),
     }
     Ok(())

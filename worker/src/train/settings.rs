@@ -60,6 +60,11 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// `<data_root>/checkpoints/`: every run's checkpoints, where `latest` is looked for.
+    pub fn checkpoints_root(&self) -> PathBuf {
+        self.data_root.join(lavender::run::CHECKPOINTS_DIR)
+    }
+
     /// The layered config of `args` (see [`StepArgs::load`]).
     pub fn load(args: &StepArgs) -> Result<Settings> {
         let loaded = args.load()?;

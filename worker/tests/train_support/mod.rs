@@ -19,6 +19,16 @@ pub fn worker() -> Command {
 /// A tiny, learnable corpus: a noisy cycle `t → (5t + 3) mod 61 + 1`, so loss can
 /// fall far below uniform; SFT answers repeat the prompt's last token pattern; DPO
 /// prefers the cycle's continuation over noise.
+/// `lavender-worker train` on the CPU over `data_root`; the caller adds the rest.
+pub fn cpu_train(data_root: &Path) -> Command {
+    let mut c = worker();
+    c.arg("train")
+        .arg("--data-root")
+        .arg(data_root)
+        .args(["--device", "cpu"]);
+    c
+}
+
 pub fn write_tokens(data_root: &Path) {
     let dir = data_root.join("tokens");
     fs::create_dir_all(dir.join("pretrain")).unwrap();
@@ -167,7 +177,7 @@ pub fn checkpoints(run_dir: &Path) -> Vec<PathBuf> {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
-        .filter(|p| p.join("trainer_state.json").exists())
+        .filter(|p| lavender::checkpoint::is_complete(p))
         .collect();
     v.sort_by_key(|p| counter(p));
     v

@@ -11,7 +11,7 @@ use anyhow::{Result, bail};
 use serde_json::json;
 
 use super::documents::{DocWriter, content_hash, for_each_document_in_file};
-use super::stage::Staged;
+use super::stage;
 use super::step::{self, Ctx};
 use crate::progress::{Progress, group};
 
@@ -35,8 +35,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     }
 
     let target = ctx.root.join(lavender::data_root::DEDUP);
-    let staged = Staged::begin(&target)?;
-    let mut out = DocWriter::create(&staged.path().join(OUTPUT))?;
+    let staged = stage::begin(&target)?;
+    let mut out = DocWriter::create(&staged.dir().join(OUTPUT))?;
     let mut progress = Progress::new(STEP, Some(step::total_size(&files)), "docs");
     let mut seen_docs: HashSet<u128> = HashSet::new();
     let mut seen_paragraphs: HashSet<u128> = HashSet::new();

@@ -12,7 +12,7 @@ use serde_json::json;
 use super::documents::{read_docs, unit_hash};
 use super::manifest::{StepManifest, fingerprint};
 use super::shards::{self, ShardEntry};
-use super::stage::Staged;
+use super::stage;
 use super::step::{self, Ctx};
 use crate::progress::{Progress, group};
 use crate::tokens::{
@@ -74,8 +74,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         return Ok(());
     }
 
-    let staged = Staged::begin(&ctx.root.join(lavender::data_root::TOKENS))?;
-    let dir = staged.path().to_path_buf();
+    let staged = stage::begin(&ctx.root.join(lavender::data_root::TOKENS))?;
+    let dir = staged.dir().to_path_buf();
 
     // Tokenizer.
     let train_files: Vec<PathBuf> = shard_list.iter().map(|e| shard_dir.join(&e.file)).collect();

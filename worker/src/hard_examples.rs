@@ -1,7 +1,11 @@
-//! Hard examples from `mine_hard` mixed into the next chunk's pretraining.
+//! The hard-examples files: what `mine_hard` writes and what a later chunk's
+//! pretraining reads, named and checked in one place.
 //!
-//! `mine_hard` (after a chunk's training) writes `<data_root>/hard_examples/windows.bin`:
-//! the chunk's highest-loss windows, each already repeated `upsample` times. A later
+//! `mine_hard` (after a chunk's training) writes `<data_root>/hard_examples/`:
+//! `windows.bin` (the chunk's highest-loss windows of `seq_len + 1` tokens, hardest
+//! first, each already repeated `upsample` times, in the token arrays' dtype),
+//! `windows.json` (rank, shard, start, loss of each), then `manifest.json`, whose
+//! extra fields ([`Mined`]) say which chunk and window length they are from. A later
 //! chunk's pretraining adds those windows to its own. The choice is made once, when
 //! pretraining starts, and the windows are copied into the run directory
 //! (`hard-examples.bin`), so a resume mixes exactly the same ones even if `mine_hard`
@@ -10,16 +14,61 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use lavender::manifest;
-use serde_json::Value;
+use lavender::manifest::{self, StepManifest};
+use serde_json::{Value, json};
 
-use crate::mine_hard::STEP;
 use crate::tokens::{Dtype, TokenArray};
 
+/// The step's name, in its manifest and the pipeline.
+pub const STEP: &str = "mine_hard";
 /// The run's copy of the windows it mixes in.
 pub const RUN_FILE: &str = "hard-examples.bin";
 /// The windows file `mine_hard` writes in its directory.
 pub const WINDOWS_FILE: &str = "windows.bin";
+/// The list of the windows (rank, shard, start, loss), for people and tools.
+pub const LIST_FILE: &str = "windows.json";
+
+/// The directory `mine_hard` writes into: `<data_root>/hard_examples/`.
+pub fn dir(data_root: &Path) -> Result<PathBuf> {
+    manifest::manifest_path(data_root, STEP)
+        .parent()
+        .map(Path::to_path_buf)
+        .context("the hard examples' directory has no parent")
+}
+
+/// What the manifest records about the windows, and what a later chunk checks before
+/// mixing them in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mined {
+    /// The chunk whose training windows were scored.
+    pub chunk: u64,
+    /// The windows are `seq_len + 1` tokens.
+    pub seq_len: u64,
+    /// How many times each window is repeated in `windows.bin`.
+    pub upsample: u64,
+}
+
+impl Mined {
+    /// The manifest's extra fields.
+    pub fn to_extra(self) -> serde_json::Map<String, Value> {
+        serde_json::Map::from_iter([
+            ("chunk".to_string(), json!(self.chunk)),
+            ("seq_len".to_string(), json!(self.seq_len)),
+            ("upsample".to_string(), json!(self.upsample)),
+        ])
+    }
+
+    /// Read back from a manifest; `None` when it lacks the chunk or the window length
+    /// (`upsample` defaults to 1).
+    fn from_manifest(m: &StepManifest) -> Option<Mined> {
+        let field = |k: &str| m.extra.get(k).and_then(Value::as_u64);
+        Some(Mined {
+            chunk: field("chunk")?,
+            seq_len: field("seq_len")?,
+            upsample: field("upsample").unwrap_or(1),
+        })
+    }
+}
 
 pub fn run_file(run_dir: &Path) -> PathBuf {
     run_dir.join(RUN_FILE)
@@ -47,8 +96,12 @@ pub fn choose(data_root: &Path, chunk: u8, seq_len: usize) -> Result<Choice> {
             ))));
         }
     };
-    let field = |k: &str| m.extra.get(k).and_then(Value::as_u64);
-    let (Some(mined), Some(len)) = (field("chunk"), field("seq_len")) else {
+    let Some(Mined {
+        chunk: mined,
+        seq_len: len,
+        ..
+    }) = Mined::from_manifest(&m)
+    else {
         return Ok(Choice::Skip(Some(
             "the hard examples' manifest does not say which chunk and seq_len they are from; rerun mine_hard".into(),
         )));
@@ -63,12 +116,8 @@ pub fn choose(data_root: &Path, chunk: u8, seq_len: usize) -> Result<Choice> {
             "the hard examples are windows of seq_len {len}, this run uses {seq_len}; rerun mine_hard with training.seq_len={seq_len}"
         ))));
     }
-    let dir = manifest::manifest_path(data_root, STEP)
-        .parent()
-        .map(Path::to_path_buf)
-        .context("the hard examples' directory has no parent")?;
     Ok(Choice::Use {
-        path: dir.join(WINDOWS_FILE),
+        path: dir(data_root)?.join(WINDOWS_FILE),
         chunk: mined,
     })
 }
@@ -114,8 +163,6 @@ pub fn open(run_dir: &Path, dtype: Dtype) -> Result<Option<TokenArray>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lavender::manifest::StepManifest;
-    use serde_json::json;
 
     fn mined(root: &Path, extra: Value) {
         let mut m = StepManifest {
@@ -139,7 +186,12 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
         assert_eq!(choose(root, 2, 64).unwrap(), Choice::Skip(None));
-        mined(root, json!({"chunk": 1, "seq_len": 64}));
+        let written = Mined {
+            chunk: 1,
+            seq_len: 64,
+            upsample: 2,
+        };
+        mined(root, Value::Object(written.to_extra()));
         let want = root
             .join(lavender::data_root::HARD_EXAMPLES)
             .join(WINDOWS_FILE);
