@@ -9,20 +9,26 @@ use lavender::events;
 use super::format::milestone;
 use super::notifier::Notifier;
 use super::offsets;
+use crate::layout::Layout;
 
 pub struct EventFollower {
     notifier: Notifier,
+    /// The offsets file's keys are relative to its data root.
+    layout: Layout,
     offsets_path: PathBuf,
     offsets: BTreeMap<PathBuf, u64>,
 }
 
 impl EventFollower {
-    /// Loads the offsets saved in `<state_dir>/notify-offsets.json`.
-    pub fn new(notifier: &Notifier, state_dir: &Path) -> EventFollower {
+    /// Loads the offsets saved in `<state_dir>/notify-offsets.json` for the runs
+    /// under `data_root`.
+    pub fn new(notifier: &Notifier, state_dir: &Path, data_root: &Path) -> EventFollower {
+        let layout = Layout::new(data_root.to_path_buf(), Some(state_dir.to_path_buf()));
         let offsets_path = offsets::path(state_dir);
         EventFollower {
             notifier: notifier.clone(),
-            offsets: offsets::load(&offsets_path),
+            offsets: offsets::load(&offsets_path, &layout),
+            layout,
             offsets_path,
         }
     }
@@ -62,7 +68,7 @@ impl EventFollower {
         }
         if batch.next_offset != offset || !self.offsets.contains_key(&path) {
             self.offsets.insert(path, batch.next_offset);
-            offsets::save(&self.offsets_path, &mut self.offsets)?;
+            offsets::save(&self.offsets_path, &self.layout, &mut self.offsets)?;
         }
         Ok(queued)
     }

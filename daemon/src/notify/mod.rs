@@ -19,7 +19,7 @@
 //! milestone_text(&Event, prefix) -> Option<String>           // the seed's formats
 //! milestone(&Event, prefix) -> Option<Notification>          // level: Milestone (Alert for `error` events)
 //!
-//! EventFollower::new(&notifier, &state_dir)                  // offsets from <state_dir>/notify-offsets.json
+//! EventFollower::new(&notifier, &state_dir, &data_root)      // offsets from <state_dir>/notify-offsets.json
 //! follower.poll(&run_dir) -> Result<usize>                   // sends new milestones, persists the offset
 //! ```
 //!
