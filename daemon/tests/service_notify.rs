@@ -83,7 +83,10 @@ impl Drop for Daemon {
     }
 }
 
-fn serve_under_systemd(env: &Env, notify: &NotifySocket, watchdog_usec: &str) -> Daemon {
+/// Starts the daemon as systemd would and waits for its READY=1.
+fn serve_under_systemd(env: &Env, watchdog_usec: &str) -> (NotifySocket, Daemon) {
+    std::fs::create_dir_all(&env.data_root).unwrap();
+    let notify = NotifySocket::bind(env.dir.path(), env.state_dir().join("lavenderd.sock"));
     let log = std::fs::File::create(env.daemon_log()).unwrap();
     let child = env
         .cmd()
@@ -98,7 +101,11 @@ fn serve_under_systemd(env: &Env, notify: &NotifySocket, watchdog_usec: &str) ->
         .stderr(log)
         .spawn()
         .unwrap();
-    Daemon { child }
+    let daemon = Daemon { child };
+    wait_until(Duration::from_secs(10), "READY=1", || {
+        notify.count("READY") > 0
+    });
+    (notify, daemon)
 }
 
 fn proc_stat_field(pid: i32, index_after_comm: usize) -> i64 {
@@ -137,13 +144,7 @@ fn serve_speaks_sd_notify_and_the_worker_inherits_none_of_it() {
         "",
         "[train]",
     );
-    std::fs::create_dir_all(&env.data_root).unwrap();
-    let notify = NotifySocket::bind(env.dir.path(), env.state_dir().join("lavenderd.sock"));
-    let mut daemon = serve_under_systemd(&env, &notify, "400000");
-
-    wait_until(Duration::from_secs(10), "READY=1", || {
-        notify.count("READY") > 0
-    });
+    let (notify, mut daemon) = serve_under_systemd(&env, "400000");
     let ready = notify
         .all()
         .into_iter()
@@ -280,12 +281,8 @@ fn a_restart_alone_says_reloading_then_ready_and_feeds_the_watchdog() {
         "",
         "[train]",
     );
-    std::fs::create_dir_all(&env.data_root).unwrap();
-    let notify = NotifySocket::bind(env.dir.path(), env.state_dir().join("lavenderd.sock"));
-    let mut daemon = serve_under_systemd(&env, &notify, "400000");
-    wait_until(Duration::from_secs(10), "READY=1", || {
-        notify.count("READY") == 1
-    });
+    let (notify, mut daemon) = serve_under_systemd(&env, "400000");
+    assert_eq!(notify.count("READY"), 1);
     let out = env.run(&["start"]);
     assert!(out.status.success(), "{}", stderr(&out));
     env.wait_step(5, Duration::from_secs(10));
@@ -340,11 +337,7 @@ fn a_wedged_pipeline_actor_withholds_the_watchdog_ping() {
     );
     let logs = env.data_root.join("logs");
     std::fs::create_dir_all(&logs).unwrap();
-    let notify = NotifySocket::bind(env.dir.path(), env.state_dir().join("lavenderd.sock"));
-    let _daemon = serve_under_systemd(&env, &notify, "400000");
-    wait_until(Duration::from_secs(10), "READY=1", || {
-        notify.count("READY") > 0
-    });
+    let (notify, _daemon) = serve_under_systemd(&env, "400000");
     wait_until(Duration::from_secs(5), "pings", || {
         notify.count("WATCHDOG") >= 3
     });
