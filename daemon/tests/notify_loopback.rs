@@ -606,8 +606,16 @@ async fn no_duplicates_after_the_data_root_moves() {
         let n = Notifier::start_with(&quiet_config(), &moved.join("state"), fast());
         let mut follower = EventFollower::new(&n, &moved.join("state"), &moved);
         assert_eq!(follower.offset(&run), offset, "{name}");
-        assert_eq!(follower.poll(&run).unwrap(), 0, "nothing sent again ({name})");
-        append(&run, "dataset_built", json!({"dataset": "pretrain", "count": 9}));
+        assert_eq!(
+            follower.poll(&run).unwrap(),
+            0,
+            "nothing sent again ({name})"
+        );
+        append(
+            &run,
+            "dataset_built",
+            json!({"dataset": "pretrain", "count": 9}),
+        );
         assert_eq!(follower.poll(&run).unwrap(), 1, "{name}");
     }
 }

@@ -291,9 +291,11 @@ fn a_restart_alone_says_reloading_then_ready_and_feeds_the_watchdog() {
     let before = notify.all().len();
     let out = env.run(&["daemon", "restart"]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
-    wait_until(Duration::from_secs(10), "READY=1 from the new image", || {
-        notify.count("READY") == 2
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "READY=1 from the new image",
+        || notify.count("READY") == 2,
+    );
     let after: Vec<Message> = notify.all()[before..].to_vec();
     let has = |m: &Message, line: &str| m.text.lines().any(|l| l == line);
     let reloading = after

@@ -467,7 +467,8 @@ fn a_restart_alone_runs_what_is_installed_at_the_started_path_now() {
     env.bin = LAVENDERD.into();
     let out = env.run(&["daemon", "restart"]);
     assert!(
-        out.status.success() && stdout(&out).contains(&format!("worker pid {worker} keeps training")),
+        out.status.success()
+            && stdout(&out).contains(&format!("worker pid {worker} keeps training")),
         "{}{}\n--- daemon log ---\n{}",
         stdout(&out),
         stderr(&out),
