@@ -532,7 +532,7 @@ async fn no_duplicates_after_a_daemon_restart() {
     append(&run, "tokenizer_ready", json!({"vocab_size": 2048}));
     {
         let n = Notifier::start_with(&cfg, state.path(), fast());
-        let mut follower = EventFollower::new(Some(&n), state.path());
+        let mut follower = EventFollower::new(Some(&n), state.path(), data.path());
         assert_eq!(
             follower.poll(&run).unwrap().pushed,
             3,
@@ -543,7 +543,7 @@ async fn no_duplicates_after_a_daemon_restart() {
     }
     // The daemon restarts: a new notifier and follower from the saved offsets.
     let n = Notifier::start_with(&cfg, state.path(), fast());
-    let mut follower = EventFollower::new(Some(&n), state.path());
+    let mut follower = EventFollower::new(Some(&n), state.path(), data.path());
     assert!(follower.offset(&run) > 0);
     let followed = follower.poll(&run).unwrap();
     assert_eq!(followed.pushed, 0);
@@ -576,6 +576,56 @@ async fn no_duplicates_after_a_daemon_restart() {
     let empty = data.path().join("run-2026-04-25_00-00-00");
     std::fs::create_dir(&empty).unwrap();
     assert_eq!(follower.poll(&empty).unwrap().pushed, 0);
+}
+
+/// The data root (with its state directory) moved to another disk: the run's
+/// milestones are not sent again, whether the offsets were saved relative to the
+/// root or (by an earlier version) with absolute paths into the old place.
+#[tokio::test]
+async fn no_duplicates_after_the_data_root_moves() {
+    let disks = tempfile::tempdir().unwrap();
+    for (old_format, name) in [(false, "relative"), (true, "absolute")] {
+        let old = disks.path().join(format!("{name}/a/lavender"));
+        let run = old.join("checkpoints/run-2026-04-24_16-08-45");
+        std::fs::create_dir_all(&run).unwrap();
+        append(&run, "run_started", json!({"device": "cpu"}));
+        append(&run, "tokenizer_ready", json!({"vocab_size": 2048}));
+        let n = Notifier::start_with(&quiet_config(), &old.join("state"), fast());
+        let mut follower = EventFollower::new(Some(&n), &old.join("state"), &old);
+        assert_eq!(follower.poll(&run).unwrap().pushed, 2, "{name}");
+        let offset = follower.offset(&run);
+        drop(follower);
+        let offsets = old.join("state/notify-offsets.json");
+        if old_format {
+            let key = events::path(&run).display().to_string();
+            std::fs::write(&offsets, json!({"offsets": {key: offset}}).to_string()).unwrap();
+        } else {
+            let saved: Value = serde_json::from_slice(&std::fs::read(&offsets).unwrap()).unwrap();
+            assert_eq!(
+                saved["offsets"]["checkpoints/run-2026-04-24_16-08-45/events.jsonl"], offset,
+                "recorded relative to the data root: {saved}"
+            );
+        }
+
+        let moved = disks.path().join(format!("{name}/b/lavender"));
+        std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
+        std::fs::rename(&old, &moved).unwrap();
+        let run = moved.join("checkpoints/run-2026-04-24_16-08-45");
+        let n = Notifier::start_with(&quiet_config(), &moved.join("state"), fast());
+        let mut follower = EventFollower::new(Some(&n), &moved.join("state"), &moved);
+        assert_eq!(follower.offset(&run), offset, "{name}");
+        assert_eq!(
+            follower.poll(&run).unwrap().pushed,
+            0,
+            "nothing sent again ({name})"
+        );
+        append(
+            &run,
+            "dataset_built",
+            json!({"dataset": "pretrain", "count": 9}),
+        );
+        assert_eq!(follower.poll(&run).unwrap().pushed, 1, "{name}");
+    }
 }
 
 #[tokio::test]

@@ -83,7 +83,10 @@ impl Drop for Daemon {
     }
 }
 
-fn serve_under_systemd(env: &Env, notify: &NotifySocket, watchdog_usec: &str) -> Daemon {
+/// Starts the daemon as systemd would and waits for its READY=1.
+fn serve_under_systemd(env: &Env, watchdog_usec: &str) -> (NotifySocket, Daemon) {
+    std::fs::create_dir_all(&env.data_root).unwrap();
+    let notify = NotifySocket::bind(env.dir.path(), env.state_dir().join("lavenderd.sock"));
     let log = std::fs::File::create(env.daemon_log()).unwrap();
     let child = env
         .cmd()
@@ -98,7 +101,11 @@ fn serve_under_systemd(env: &Env, notify: &NotifySocket, watchdog_usec: &str) ->
         .stderr(log)
         .spawn()
         .unwrap();
-    Daemon { child }
+    let daemon = Daemon { child };
+    wait_until(Duration::from_secs(10), "READY=1", || {
+        notify.count("READY") > 0
+    });
+    (notify, daemon)
 }
 
 fn proc_stat_field(pid: i32, index_after_comm: usize) -> i64 {
@@ -137,13 +144,7 @@ fn serve_speaks_sd_notify_and_the_worker_inherits_none_of_it() {
         "",
         "[train]",
     );
-    std::fs::create_dir_all(&env.data_root).unwrap();
-    let notify = NotifySocket::bind(env.dir.path(), env.state_dir().join("lavenderd.sock"));
-    let mut daemon = serve_under_systemd(&env, &notify, "400000");
-
-    wait_until(Duration::from_secs(10), "READY=1", || {
-        notify.count("READY") > 0
-    });
+    let (notify, mut daemon) = serve_under_systemd(&env, "400000");
     let ready = notify
         .all()
         .into_iter()
@@ -269,6 +270,63 @@ fn serve_speaks_sd_notify_and_the_worker_inherits_none_of_it() {
     assert!(st["training"]["latest_checkpoint"].is_string(), "{st:#}");
 }
 
+/// `lavenderd daemon restart` under systemd: RELOADING=1 (with MONOTONIC_USEC)
+/// before the daemon re-executes; the new image, same pid (systemd's MAINPID and
+/// `NotifyAccess=main` still hold), says READY=1 again and feeds the watchdog, so
+/// the unit is not killed 30 s after an upgrade; it still stops with a save.
+#[test]
+fn a_restart_alone_says_reloading_then_ready_and_feeds_the_watchdog() {
+    let env = Env::new(
+        &["--total-steps", "100000", "--step-ms", "10"],
+        "",
+        "[train]",
+    );
+    let (notify, mut daemon) = serve_under_systemd(&env, "400000");
+    assert_eq!(notify.count("READY"), 1);
+    let out = env.run(&["start"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    env.wait_step(5, Duration::from_secs(10));
+    let worker = env.worker_pid().expect("a worker");
+
+    let before = notify.all().len();
+    let out = env.run(&["daemon", "restart"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    wait_until(
+        Duration::from_secs(10),
+        "READY=1 from the new image",
+        || notify.count("READY") == 2,
+    );
+    let after: Vec<Message> = notify.all()[before..].to_vec();
+    let has = |m: &Message, line: &str| m.text.lines().any(|l| l == line);
+    let reloading = after
+        .iter()
+        .position(|m| has(m, "RELOADING=1"))
+        .unwrap_or_else(|| panic!("no RELOADING=1 before the restart: {after:?}"));
+    assert!(
+        after[reloading]
+            .text
+            .lines()
+            .any(|l| l.starts_with("MONOTONIC_USEC=")),
+        "{after:?}"
+    );
+    let ready = after.iter().position(|m| has(m, "READY=1")).unwrap();
+    assert!(reloading < ready, "RELOADING=1, then READY=1: {after:?}");
+    let pings = notify.count("WATCHDOG");
+    wait_until(
+        Duration::from_secs(10),
+        "WATCHDOG=1 from the new image",
+        || notify.count("WATCHDOG") >= pings + 3,
+    );
+    let health = env.uds("GET", "/healthz", None).unwrap().json();
+    assert_eq!(health["pid"], daemon.child.id(), "re-executed in place");
+    assert_eq!(env.status()["pipeline"]["pid"], worker, "re-adopted");
+
+    send_signal(daemon.child.id() as i32, 15);
+    let status = daemon.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(!alive(worker), "the stop ended the worker");
+}
+
 /// The pipeline actor blocks (its log file is a FIFO nobody reads, like a hung
 /// network mount): the pings stop though the daemon's other tasks still run, and
 /// resume once it unblocks. A free-running timer would have kept pinging.
@@ -281,11 +339,7 @@ fn a_wedged_pipeline_actor_withholds_the_watchdog_ping() {
     );
     let logs = env.data_root.join("logs");
     std::fs::create_dir_all(&logs).unwrap();
-    let notify = NotifySocket::bind(env.dir.path(), env.state_dir().join("lavenderd.sock"));
-    let _daemon = serve_under_systemd(&env, &notify, "400000");
-    wait_until(Duration::from_secs(10), "READY=1", || {
-        notify.count("READY") > 0
-    });
+    let (notify, _daemon) = serve_under_systemd(&env, "400000");
     wait_until(Duration::from_secs(5), "pings", || {
         notify.count("WATCHDOG") >= 3
     });

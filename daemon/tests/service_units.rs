@@ -110,6 +110,33 @@ fn verify(unit: &str, user: bool, dir: &Path) {
     );
 }
 
+/// A symlinked install (a versioned directory, Homebrew's `Cellar`): the unit names
+/// the path lavenderd was run by, not the link's target, so an upgrade that swaps
+/// the link keeps the unit valid and `lavenderd daemon restart` runs the new version.
+#[test]
+fn the_unit_names_the_path_lavenderd_was_run_by_not_its_target() {
+    use std::os::unix::process::CommandExt as _;
+    let env = Env::new(&[], "", "[train]");
+    let home = env.dir.path().join("home");
+    let link = env.dir.path().join("bin/lavenderd");
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(LAVENDERD, &link).unwrap();
+    let out = lavenderd(&env, &home)
+        .arg0(&link)
+        .args(["--data-root", DATA_ROOT, "--state-dir", STATE_DIR])
+        .args(["service", "install", "--print", "--os", "linux"])
+        .env("LAVENDER_SCALE", "tiny")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let unit = stdout(&out);
+    let exec = directive(&unit, "ExecStart");
+    assert!(
+        exec.len() == 1 && exec[0].starts_with(&format!("{} serve ", link.display())),
+        "{unit}"
+    );
+}
+
 #[test]
 fn system_unit_has_what_the_issue_asks_and_passes_systemd_analyze_verify() {
     let env = env_with_stop_timeout();

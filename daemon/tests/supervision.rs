@@ -425,6 +425,68 @@ fn a_daemon_restarted_alone_re_adopts_the_worker_which_keeps_training() {
     assert_eq!(env.status()["pipeline"]["state"], "stopped");
 }
 
+/// An upgrade that swaps the symlink the daemon was started by (a versioned install
+/// directory, Homebrew's `Cellar`): a restart alone executes what that path names
+/// now, not the old version's file, and the new version re-adopts the worker.
+#[test]
+fn a_restart_alone_runs_what_is_installed_at_the_started_path_now() {
+    let mut env = Env::new(
+        &["--total-steps", "100000", "--step-ms", "10"],
+        "",
+        "[train]",
+    );
+    let install = env.dir.path().join("install");
+    for dir in ["v1", "v2", "bin"] {
+        std::fs::create_dir_all(install.join(dir)).unwrap();
+    }
+    std::os::unix::fs::symlink(LAVENDERD, install.join("v1/lavenderd")).unwrap();
+    // "v2" says it ran (with its pid), then is the same daemon.
+    let ran = env.dir.path().join("v2-ran");
+    let v2 = install.join("v2/lavenderd");
+    std::fs::write(
+        &v2,
+        format!(
+            "#!/bin/sh\necho $$ >> '{}'\nexec '{LAVENDERD}' \"$@\"\n",
+            ran.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&v2, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let link = install.join("bin/lavenderd");
+    std::os::unix::fs::symlink("../v1/lavenderd", &link).unwrap();
+    env.bin = link.clone();
+    let daemon = env.serve();
+    env.start(&[]);
+    env.wait_step(5, Duration::from_secs(10));
+    let worker = env.worker_pid().unwrap();
+
+    // The upgrade: the symlink is replaced by one naming v2, as installers do.
+    let next = install.join("bin/lavenderd.new");
+    std::os::unix::fs::symlink("../v2/lavenderd", &next).unwrap();
+    std::fs::rename(&next, &link).unwrap();
+    env.bin = LAVENDERD.into();
+    let out = env.run(&["daemon", "restart"]);
+    assert!(
+        out.status.success()
+            && stdout(&out).contains(&format!("worker pid {worker} keeps training")),
+        "{}{}\n--- daemon log ---\n{}",
+        stdout(&out),
+        stderr(&out),
+        std::fs::read_to_string(env.daemon_log()).unwrap_or_default()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&ran).unwrap_or_default().trim(),
+        daemon.to_string(),
+        "the daemon executed v2 in place (same pid)"
+    );
+    let st = env.status();
+    assert_eq!(st["pipeline"]["pid"], worker, "re-adopted, not restarted");
+    assert_eq!(st["pipeline"]["state"], "running");
+    assert!(alive(worker));
+    assert_eq!(env.train_calls().len(), 1, "no second worker was started");
+    env.stop_saved();
+}
+
 #[test]
 fn start_without_a_daemon_starts_one_in_the_background() {
     let env = Env::new(

@@ -113,6 +113,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
     let follower = EventFollower::new(
         notify_cfg.milestones.then_some(&notifier),
         &layout.state_dir,
+        &layout.data_root,
     );
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let app = AppState {
@@ -208,7 +209,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         (LoopEnd::Restart, Some(reexec)) => {
             // The worker is left alone: no STOPPING=1, no stop.
             tracing::info!("restarting the daemon alone; the worker keeps training");
-            service.status("restarting the daemon; the worker keeps training");
+            service.reloading("restarting the daemon; the worker keeps training");
             let _ = shutdown_tx.send(true);
             if tokio::time::timeout(RESTART_DRAIN, server_task)
                 .await

@@ -2,8 +2,8 @@
 //! sockets are bound, `WATCHDOG=1` only after a round trip through the pipeline
 //! actor (a wedged actor or serve loop stops the pings, so systemd restarts the
 //! daemon instead of a free-running timer keeping it "alive"), `STATUS=` when the
-//! one-line summary changes, `STOPPING=1`, and `EXTEND_TIMEOUT_USEC` while a stop
-//! waits for the worker's save. Everything is a no-op without `NOTIFY_SOCKET`.
+//! one-line summary changes, `RELOADING=1` before a restart alone, `STOPPING=1`, and
+//! `EXTEND_TIMEOUT_USEC` while a stop waits for the worker's save. Everything is a no-op without `NOTIFY_SOCKET`.
 
 use std::future::Future;
 use std::time::Duration;
@@ -145,10 +145,17 @@ impl ServiceNotifier {
         self.send(&[NotifyState::ExtendTimeoutUsec(usec)]);
     }
 
-    /// `STATUS=`: a line for `systemctl status` between the periodic summaries.
-    pub fn status(&mut self, line: &str) {
-        self.send(&[NotifyState::Status(line)]);
-        self.last_status = Some(line.to_string());
+    /// `RELOADING=1` (with `MONOTONIC_USEC`, which newer systemd requires with it):
+    /// the daemon re-executes itself to restart alone. The new image keeps the pid
+    /// and says `READY=1`, which ends the reload; `systemctl status` shows
+    /// "reloading" in between, and the unit is neither stopped nor restarted.
+    pub fn reloading(&mut self, why: &str) {
+        let mut states = vec![NotifyState::Reloading, NotifyState::Status(why)];
+        if let Ok(now) = NotifyState::monotonic_usec_now() {
+            states.push(now);
+        }
+        self.send(&states);
+        self.last_status = Some(why.to_string());
     }
 
     /// `STOPPING=1`: the daemon is shutting down (it stops the worker first).

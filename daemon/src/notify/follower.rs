@@ -13,6 +13,7 @@ use lavender::events::{self, Event, EventBatch};
 use super::format::milestone;
 use super::notifier::Notifier;
 use super::offsets;
+use crate::layout::Layout;
 
 pub struct EventFollower {
     /// Milestone pushes; none when `notify.milestones` is off.
@@ -24,6 +25,8 @@ pub struct EventFollower {
 
 struct Pushes {
     notifier: Notifier,
+    /// The offsets file's keys are relative to its data root.
+    layout: Layout,
     offsets_path: PathBuf,
     offsets: BTreeMap<PathBuf, u64>,
 }
@@ -39,14 +42,18 @@ pub struct Followed {
 
 impl EventFollower {
     /// A follower that also pushes milestones through `notifier`, from the offsets
-    /// saved in `<state_dir>/notify-offsets.json`.
-    pub fn new(notifier: Option<&Notifier>, state_dir: &Path) -> EventFollower {
+    /// saved in `<state_dir>/notify-offsets.json` for the runs under `data_root`.
+    pub fn new(notifier: Option<&Notifier>, state_dir: &Path, data_root: &Path) -> EventFollower {
         let offsets_path = offsets::path(state_dir);
         EventFollower {
-            pushes: notifier.map(|n| Pushes {
-                notifier: n.clone(),
-                offsets: offsets::load(&offsets_path),
-                offsets_path,
+            pushes: notifier.map(|n| {
+                let layout = Layout::new(data_root.to_path_buf(), Some(state_dir.to_path_buf()));
+                Pushes {
+                    notifier: n.clone(),
+                    offsets: offsets::load(&offsets_path, &layout),
+                    layout,
+                    offsets_path,
+                }
             }),
             feed_file: None,
             feed_offset: 0,
@@ -106,7 +113,7 @@ impl Pushes {
             .collect();
         if batch.next_offset != offset || !self.offsets.contains_key(path) {
             self.offsets.insert(path.to_path_buf(), batch.next_offset);
-            offsets::save(&self.offsets_path, &mut self.offsets)?;
+            offsets::save(&self.offsets_path, &self.layout, &mut self.offsets)?;
         }
         let queued = pushes.len();
         for n in pushes {

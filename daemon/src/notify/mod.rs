@@ -19,9 +19,9 @@
 //! milestone_text(&Event, prefix) -> Option<String>           // the seed's formats
 //! milestone(&Event, prefix) -> Option<Notification>          // level: Milestone (Alert for `error` events)
 //!
-//! EventFollower::new(Some(&notifier), &state_dir)            // push offsets from <state_dir>/notify-offsets.json
+//! EventFollower::new(Some(&notifier), &state_dir, &data_root) // push offsets from <state_dir>/notify-offsets.json
 //! follower.poll(&run_dir) -> Result<Followed { events, pushed }>  // the one reader of events.jsonl: new events
-//!                                                            // for the feed; pushes new milestones, persists the offset
+//!                                                            // for the feed; persists the offset, pushes new milestones
 //! ```
 //!
 //! # Delivery rules

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::{Scope, ServiceOs};
 use crate::settings::Settings;
@@ -66,10 +66,10 @@ impl ServiceSpec {
         scope: Scope,
         run_as: Option<String>,
     ) -> Result<ServiceSpec> {
-        let binary = std::env::current_exe()
-            .context("find the lavenderd executable")?
-            .canonicalize()
-            .context("resolve the lavenderd executable's path")?;
+        // The path lavenderd was run by, not its symlink's target: an upgrade that
+        // swaps the symlink (or replaces the file) there keeps the unit valid, and
+        // `lavenderd daemon restart` runs the new version.
+        let binary = crate::daemon::reexec::invoked_exe()?;
         let process_env: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();

@@ -85,7 +85,9 @@ fn spawn_daemon(settings: &Settings, listen: &ListenArgs) -> Result<()> {
         .append(true)
         .open(layout.daemon_log())
         .with_context(|| format!("open {}", layout.daemon_log().display()))?;
-    let exe = std::env::current_exe().context("find the lavenderd executable")?;
+    // Started by the path this command was run by, so a restart alone after an
+    // upgrade runs what is installed there then.
+    let exe = crate::daemon::reexec::invoked_exe()?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(settings.to_args()).arg("serve");
     if let Some(addr) = listen.listen {
