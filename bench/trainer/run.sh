@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Training speed of lavender-worker against PyTorch eager (the .venv's torch) on the
 # same GPT-2 model, batch, sequence length and thread count. Not a test: prints
-# steps/sec of both and their ratio (worker / PyTorch; ≥ 1.0 means the worker is
-# at least as fast).
+# steps/sec of both and their ratio (worker / PyTorch), in ROUNDS alternating rounds;
+# the target is the median ratio ≥ 1.05 against PyTorch as it comes.
 #
 #   bash bench/trainer/run.sh     # two default models, 2 threads: tiny (2 layers,
 #                                 # 2 heads, n_embd 64, seq 64) and small (4 layers,
@@ -23,6 +23,7 @@ N_POSITIONS="${N_POSITIONS:-128}"
 BATCH="${BATCH:-16}"
 N1="${N1:-20}"
 N2="${N2:-120}"
+ROUNDS="${ROUNDS:-3}"
 # "layers heads n_embd seq_len" per model; any of N_LAYER/N_HEAD/N_EMBD/SEQ_LEN set
 # makes it one model (the tiny default filling in the rest).
 if [ -n "${N_LAYER:-}${N_HEAD:-}${N_EMBD:-}${SEQ_LEN:-}" ]; then
@@ -47,8 +48,8 @@ trap 'rm -rf "$tmp"' EXIT
 calc() { "$PYTHON" -c "print($1)"; }
 
 worker_seconds() {
-  local steps="$1" data="$tmp/data-$N_LAYER-$N_HEAD-$N_EMBD-$SEQ_LEN-$1"
-  mkdir -p "$data"
+  local steps="$1" data
+  data="$(mktemp -d "$tmp/data.XXXXXX")"
   ln -s "$tmp/tokens" "$data/tokens"
   local t0 t1
   t0="$(date +%s.%N)"
@@ -61,13 +62,10 @@ worker_seconds() {
     --set "training.stages=[{name: pretrain, steps: $steps, lr: 3.0e-3, checkpoint_every: 1000000}]" \
     >/dev/null
   t1="$(date +%s.%N)"
+  rm -rf "$data"
   calc "$t1 - $t0"
 }
 
-bench_model() {
-s1="$(worker_seconds "$N1")"
-s2="$(worker_seconds "$N2")"
-worker_sps="$(calc "($N2 - $N1) / ($s2 - $s1)")"
 torch_sps() {
   local json
   json="$(env "$@" "$PYTHON" "$root/bench/trainer/torch_gpt2.py" --vocab "$VOCAB" --n-layer "$N_LAYER" \
@@ -75,21 +73,37 @@ torch_sps() {
     --seq-len "$SEQ_LEN" --threads "$THREADS" --steps "$((N2 - N1))")"
   "$PYTHON" -c 'import json,sys; print(json.loads(sys.argv[1])["steps_per_sec"])' "$json"
 }
-# PyTorch as it comes, and with the OpenMP wait policy the worker sets for itself.
-if [ -n "${OMP_WAIT_POLICY:-}" ]; then
-  torch_default="$(torch_sps OMP_WAIT_POLICY="$OMP_WAIT_POLICY")"
-else
-  torch_default="$(torch_sps -u OMP_WAIT_POLICY)"
-fi
-torch_passive="$(torch_sps OMP_WAIT_POLICY=PASSIVE)"
 
-printf 'model: %s layers, %s heads, n_embd %s, vocab %s; batch %s x %s tokens; %s threads\n' \
-  "$N_LAYER" "$N_HEAD" "$N_EMBD" "$VOCAB" "$BATCH" "$SEQ_LEN" "$THREADS"
-printf 'lavender-worker:                          %.2f steps/s\n' "$worker_sps"
-printf 'pytorch eager (default OpenMP waiting):   %.2f steps/s\n' "$torch_default"
-printf 'pytorch eager (OMP_WAIT_POLICY=PASSIVE):  %.2f steps/s\n' "$torch_passive"
-printf 'ratio vs default pytorch: %.2fx; vs passive pytorch: %.2fx\n' \
-  "$(calc "$worker_sps / $torch_default")" "$(calc "$worker_sps / $torch_passive")"
+# One round: the worker, PyTorch as it comes, PyTorch with passive OpenMP waiting,
+# one after the other. Rounds repeat so that drift of the machine's speed shows as
+# spread between rounds instead of passing for a difference; the verdict is the
+# median of the rounds' ratios.
+bench_model() {
+  printf 'model: %s layers, %s heads, n_embd %s, vocab %s; batch %s x %s tokens; %s threads; %s rounds\n' \
+    "$N_LAYER" "$N_HEAD" "$N_EMBD" "$VOCAB" "$BATCH" "$SEQ_LEN" "$THREADS" "$ROUNDS"
+  local ratios=() passive_ratios=() round s1 s2 worker_sps torch_default torch_passive
+  for round in $(seq "$ROUNDS"); do
+    s1="$(worker_seconds "$N1")"
+    s2="$(worker_seconds "$N2")"
+    worker_sps="$(calc "($N2 - $N1) / ($s2 - $s1)")"
+    if [ -n "${OMP_WAIT_POLICY:-}" ]; then
+      torch_default="$(torch_sps OMP_WAIT_POLICY="$OMP_WAIT_POLICY")"
+    else
+      torch_default="$(torch_sps -u OMP_WAIT_POLICY)"
+    fi
+    torch_passive="$(torch_sps OMP_WAIT_POLICY=PASSIVE)"
+    ratios+=("$(calc "$worker_sps / $torch_default")")
+    passive_ratios+=("$(calc "$worker_sps / $torch_passive")")
+    printf 'round %s: lavender-worker %.2f steps/s, pytorch eager %.2f (default OpenMP waiting), %.2f (OMP_WAIT_POLICY=PASSIVE): %.2fx, %.2fx\n' \
+      "$round" "$worker_sps" "$torch_default" "$torch_passive" "${ratios[-1]}" "${passive_ratios[-1]}"
+  done
+  "$PYTHON" - "${ratios[*]}" "${passive_ratios[*]}" <<'PY'
+import statistics, sys
+default, passive = ([float(x) for x in a.split()] for a in sys.argv[1:3])
+m = statistics.median(default)
+print(f"ratio vs default pytorch: median {m:.2f}x (rounds {min(default):.2f}..{max(default):.2f}) -> target >= 1.05: {'met' if m >= 1.05 else 'MISSED'}")
+print(f"ratio vs passive pytorch: median {statistics.median(passive):.2f}x (rounds {min(passive):.2f}..{max(passive):.2f})")
+PY
 }
 
 uptime_load() { cut -d' ' -f1-3 /proc/loadavg; }

@@ -170,14 +170,14 @@ fn sigterm_finishes_the_step_saves_and_exits_zero_even_when_repeated() {
         .spawn()
         .unwrap();
     wait_for_step(&run_dir, &mut child, 3);
-    // The worker re-executes itself for passive OpenMP waiting: same pid, so the
+    // The worker re-executes itself for a short OpenMP spin: same pid, so the
     // daemon's pid and signals still reach it.
     let environ = std::fs::read(format!("/proc/{}/environ", child.id())).unwrap();
     assert!(
         environ
             .split(|&b| b == 0)
-            .any(|kv| kv == b"OMP_WAIT_POLICY=PASSIVE"),
-        "OMP_WAIT_POLICY=PASSIVE not in the worker's environment"
+            .any(|kv| kv == b"GOMP_SPINCOUNT=10000"),
+        "GOMP_SPINCOUNT=10000 not in the worker's environment"
     );
     assert_eq!(
         read_json(&run_dir.join("heartbeat.json"))["pid"],

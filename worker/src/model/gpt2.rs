@@ -224,6 +224,56 @@ impl Gpt {
         self.hidden(idx, train).matmul(&self.wte.tr())
     }
 
+    /// Trains on next-token cross-entropy: runs the model on `idx`, accumulates into
+    /// every parameter's gradient `scale` × the gradient of the mean cross-entropy of
+    /// `targets` (positions equal to `ignore` left out), and returns that mean (NaN
+    /// when every position is ignored: nothing is accumulated then).
+    ///
+    /// The same value and gradient as `cross_entropy(&self.forward(idx, true), …)`
+    /// followed by `backward`, computed with fewer passes over the `[tokens, vocab]`
+    /// logits, the largest tensor of a step: the softmax is computed in place, and
+    /// its gradient, `softmax − one_hot(target)`, is made from it in place too, where
+    /// autograd writes a log-softmax, a zero-filled one-hot gradient and a third
+    /// tensor for the backward of log-softmax. The head's two backward matrix
+    /// products are then run directly, and autograd carries the hidden states'
+    /// gradient through the rest of the model.
+    pub fn train_next_token(&self, idx: &Tensor, targets: &Tensor, ignore: i64, scale: f64) -> f64 {
+        let hidden = self.hidden(idx, true);
+        let e = self.cfg.n_embd;
+        let (grad_hidden, grad_wte, loss) = {
+            let _guard = tch::no_grad_guard();
+            let h = hidden.detach().reshape([-1, e]);
+            let y = targets.reshape([-1, 1]);
+            let valid = y.ne(ignore);
+            let counted = valid.sum(Kind::Int64).int64_value(&[]);
+            if counted == 0 {
+                return f64::NAN;
+            }
+            let y = y.where_scalarother(&valid, 0);
+            // probs: logits − row max, their exp, then ÷ row sum (the softmax).
+            let mut probs = h.matmul(&self.wte.tr());
+            let _ = probs.g_sub_(&probs.amax([1], true));
+            let target_logit = probs.gather(1, &y, false);
+            let _ = probs.exp_();
+            let sums = probs.sum_dim_intlist(1, true, Kind::Float);
+            let _ = probs.g_div_(&sums);
+            let weight = valid.to_kind(Kind::Float);
+            let loss = ((sums.log() - target_logit) * &weight)
+                .sum(Kind::Double)
+                .double_value(&[])
+                / counted as f64;
+            // d(mean loss)/d(logits) = (softmax − one_hot) / counted, on counted rows.
+            let _ = probs.scatter_add_(1, &y, &weight.neg());
+            let _ = probs.g_mul_(&(weight * (scale / counted as f64)));
+            (probs.matmul(&self.wte), probs.tr().matmul(&h), loss)
+        };
+        // The two gradients reach autograd as those of a dot product with them.
+        let through = (&hidden * grad_hidden.view(hidden.size().as_slice())).sum(Kind::Float)
+            + (&self.wte * grad_wte).sum(Kind::Float);
+        through.backward();
+        loss
+    }
+
     /// Per-token log-probabilities of `targets` `[B, T]` under the model given `idx`.
     pub fn token_logprobs(&self, idx: &Tensor, targets: &Tensor, train: bool) -> Tensor {
         let logits = self.forward(idx, train);

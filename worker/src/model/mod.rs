@@ -189,6 +189,42 @@ mod tests {
         assert!(wte.grad().abs().sum(Kind::Float).double_value(&[]) > 0.0);
     }
 
+    /// The gradients each parameter holds after `train`, in one flat tensor.
+    fn grads_after(train: impl FnOnce(&Gpt) -> f64) -> (f64, Tensor) {
+        tch::manual_seed(5);
+        let mut m = Gpt::new(tiny_config(), Device::Cpu).unwrap();
+        m.params.init_grads();
+        let loss = train(&m);
+        (loss, m.params.flat_grad())
+    }
+
+    #[test]
+    fn next_token_training_matches_autograd_through_cross_entropy() {
+        let idx = Tensor::from_slice(&[3i64, 4, 5, 6, 7, 8, 9, 10]).view([2, 4]);
+        // Two ignored positions, one in each row.
+        let targets = Tensor::from_slice(&[4i64, 5, -100, 7, -100, 9, 10, 11]).view([2, 4]);
+        let (expected_loss, expected) = grads_after(|m| {
+            let loss = gpt2::cross_entropy(&m.forward(&idx, true), &targets, -100);
+            (&loss * 0.5).backward();
+            loss.double_value(&[])
+        });
+        let (loss, grads) = grads_after(|m| m.train_next_token(&idx, &targets, -100, 0.5));
+        assert!(
+            (loss - expected_loss).abs() < 1e-6,
+            "{loss} vs {expected_loss}"
+        );
+        let diff = (&grads - &expected).abs().max().double_value(&[]);
+        let size = expected.abs().max().double_value(&[]);
+        assert!(size > 1e-3, "the reference gradient is not trivial: {size}");
+        assert!(diff < 1e-6 * size.max(1.0), "max difference {diff}");
+
+        // Nothing to learn from: NaN, as the mean over no positions is, and no gradient.
+        let none = Tensor::full([2, 4], -100, (Kind::Int64, Device::Cpu));
+        let (loss, grads) = grads_after(|m| m.train_next_token(&idx, &none, -100, 1.0));
+        assert!(loss.is_nan());
+        assert_eq!(grads.abs().max().double_value(&[]), 0.0);
+    }
+
     #[test]
     fn tied_weights_round_trip_through_safetensors() {
         tch::manual_seed(3);

@@ -47,11 +47,18 @@ impl Objective {
         }
     }
 
-    /// The training loss of one micro-batch (a scalar that requires grad).
-    pub fn loss(&self, model: &Gpt, indices: &[usize], device: Device) -> Tensor {
+    /// Trains on one micro-batch: accumulates `scale` × the gradient of its loss into
+    /// the model's parameters and returns the loss.
+    pub fn backward(&self, model: &Gpt, indices: &[usize], device: Device, scale: f64) -> f64 {
         match self {
-            Objective::Pretrain { data, .. } => lm_loss(model, &data.batch(indices, device), true),
-            Objective::Sft { data, .. } => lm_loss(model, &data.batch(indices, device), true),
+            Objective::Pretrain { data, .. } => {
+                let b = data.batch(indices, device);
+                model.train_next_token(&b.input, &b.labels, IGNORE, scale)
+            }
+            Objective::Sft { data, .. } => {
+                let b = data.batch(indices, device);
+                model.train_next_token(&b.input, &b.labels, IGNORE, scale)
+            }
             Objective::Dpo {
                 data,
                 reference,
@@ -59,7 +66,9 @@ impl Objective {
                 ..
             } => {
                 let batch = data.batch(indices, device);
-                dpo_terms(model, reference, &batch, *beta, true).loss
+                let loss = dpo_terms(model, reference, &batch, *beta, true).loss;
+                (&loss * scale).backward();
+                loss.double_value(&[])
             }
         }
     }

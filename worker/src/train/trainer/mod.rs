@@ -327,9 +327,12 @@ impl Trainer {
                     })
                     .collect();
                 seed_torch(self.s.seed, self.progress.step, micro);
-                let loss = objective.loss(&self.model, &idx, self.device);
-                (&loss / self.s.grad_accum as f64).backward();
-                loss_sum += loss.double_value(&[]);
+                loss_sum += objective.backward(
+                    &self.model,
+                    &idx,
+                    self.device,
+                    1.0 / self.s.grad_accum as f64,
+                );
             }
             let loss = loss_sum / self.s.grad_accum as f64;
             if !loss.is_finite() {
