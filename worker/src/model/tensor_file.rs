@@ -83,6 +83,20 @@ pub struct FileImage {
 }
 
 impl FileImage {
+    /// An empty image whose buffer already holds `data_bytes` of tensors and room
+    /// for a header, every page of it faulted in: the first [`Self::fill`] of that
+    /// size then only copies. (Faulting in a fresh buffer costs far more than the
+    /// copy into it: 0.8 s against 0.05 s for a 489 MB checkpoint on a 2-core VM.)
+    pub fn with_pages_for(data_bytes: usize) -> FileImage {
+        // Headers are names, shapes and offsets: well under this for any model here.
+        const HEADER_ROOM: usize = 1 << 20;
+        let mut bytes = Vec::with_capacity(data_bytes + HEADER_ROOM);
+        // Writing the zeros is what faults the pages in (allocated zeroed memory
+        // would stay unmapped until first written).
+        bytes.resize(data_bytes + HEADER_ROOM, 0u8);
+        FileImage { bytes }
+    }
+
     /// Lays out `tensors` (moved to the CPU and converted to `f32` when they are not
     /// already) with `metadata` as a `.safetensors` file, replacing what the image
     /// held: the header (tensors in the given order, keys sorted, so equal inputs give
@@ -120,8 +134,9 @@ impl FileImage {
         // The data starts 8-byte aligned (what the format's own writer does).
         header.resize(header.len().next_multiple_of(8), b' ');
         let start = 8 + header.len();
-        // The same size as the previous fill (the usual case): no reallocation and
-        // no page faults, only the copy below.
+        // The same size as the previous fill (the usual case), or smaller than a
+        // buffer made by `with_pages_for`: no reallocation and no page faults, only
+        // the copy below.
         self.bytes.resize(start + offset, 0);
         let (head, body) = self.bytes.split_at_mut(start);
         head[..8].copy_from_slice(&(header.len() as u64).to_le_bytes());

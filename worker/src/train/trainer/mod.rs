@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use lavender::checkpoint::Checkpoint;
+use lavender::config::SaveOptimizerState;
 use lavender::events::{Event, kind as kinds};
 use lavender::heartbeat::WorkerState;
 use serde_json::json;
@@ -26,7 +27,7 @@ use crate::hard_examples;
 use crate::model::Gpt;
 use crate::optim::{AdamW, LrSchedule, clip_grad_norm};
 use crate::tokens::{Split, Tokens};
-use save::{PendingSave, SaveBuffers};
+use save::{PendingSave, PreparedBuffers, SaveBuffers};
 
 /// How a call to [`Trainer::run`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +89,8 @@ pub struct Trainer {
     pending_save: Option<PendingSave>,
     /// Host memory for the next save's copy, back from the previous save's writer.
     save_buffers: Option<SaveBuffers>,
+    /// Host memory for the first save's copy, made ready while training starts.
+    prepared_buffers: PreparedBuffers,
     /// Saves started by this process.
     saves_started: u32,
     /// The frozen DPO reference, when resuming mid-DPO.
@@ -100,6 +103,10 @@ impl Trainer {
     /// A trainer at step 0 of the first stage; [`Trainer::resume_from`] moves it to
     /// where a checkpoint left off.
     pub fn new(p: Parts) -> Trainer {
+        let prepared_buffers = SaveBuffers::prepare(
+            p.model.params.numel(),
+            p.s.save_optimizer_state != SaveOptimizerState::None,
+        );
         Trainer {
             s: p.s,
             device: p.device,
@@ -118,6 +125,7 @@ impl Trainer {
             last_eval: None,
             pending_save: None,
             save_buffers: None,
+            prepared_buffers,
             saves_started: 0,
             reference: None,
             reference_step: None,

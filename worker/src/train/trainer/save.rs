@@ -35,6 +35,40 @@ pub struct SaveBuffers {
     moments: FileImage,
 }
 
+impl SaveBuffers {
+    /// Buffers for checkpoints of `params` parameters (`with_moments`: and their
+    /// two optimizer moments), their pages faulted in on a background thread while
+    /// training starts, so that not even the first save stalls training for that.
+    pub fn prepare(params: i64, with_moments: bool) -> PreparedBuffers {
+        let bytes = usize::try_from(params).unwrap_or(0) * std::mem::size_of::<f32>();
+        let thread = std::thread::Builder::new()
+            .name("checkpoint-buffers".into())
+            .spawn(move || SaveBuffers {
+                weights: FileImage::with_pages_for(bytes),
+                moments: if with_moments {
+                    FileImage::with_pages_for(2 * bytes)
+                } else {
+                    FileImage::default()
+                },
+            });
+        // Without the thread, the first save allocates them itself.
+        PreparedBuffers(thread.ok())
+    }
+}
+
+/// Save buffers being prepared in the background (see [`SaveBuffers::prepare`]).
+pub struct PreparedBuffers(Option<std::thread::JoinHandle<SaveBuffers>>);
+
+impl PreparedBuffers {
+    /// The prepared buffers, once ready (empty ones if preparing them failed).
+    fn take(&mut self) -> SaveBuffers {
+        self.0
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
 /// What the writer thread hands back: the committed checkpoint, what retention
 /// dropped after it, the buffers for the next save, how long it took to write the
 /// files (into the page cache, their writeback started) and when it was durable.
@@ -95,7 +129,10 @@ impl Trainer {
         let name = CheckpointName::new(stage, at.time(), counter)?;
         let builder = CheckpointBuilder::begin(&self.run_dir, &name)?;
         let began = Instant::now();
-        let mut buffers = self.save_buffers.take().unwrap_or_default();
+        let mut buffers = self
+            .save_buffers
+            .take()
+            .unwrap_or_else(|| self.prepared_buffers.take());
         model::snapshot_weights(&self.model, &mut buffers.weights)?;
         let with_optimizer = self.s.save_optimizer_state != SaveOptimizerState::None;
         if with_optimizer {
