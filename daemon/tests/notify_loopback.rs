@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::notify_support::*;
 use lavender::config::WebhookFormat;
 use lavender::events;
+use lavender_testkit::notify::*;
 use lavenderd::notify::{EventFollower, Level, Notification, Notifier, Options, milestone, pushes};
 use lavenderd::pipeline::Alert;
 use lavenderd::process::ExitOutcome;
