@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use chrono::{DateTime, TimeZone, Utc};
+use lavender::config::PipelineStep;
 use lavender::heartbeat::{Heartbeat, WorkerState};
 use lavender::status::{DataStatus, DiskStatus, PipelineState, Status, StepState, TrainingStatus};
 use lavender_testkit::{schema, schema_path};
@@ -78,7 +79,7 @@ fn status(
     s.pipeline.chunk = Some("1".into());
     s.pipeline.scale = Some("small".into());
     s.pipeline.state = state;
-    s.active_step = (train_state == StepState::Running).then(|| "train".to_string());
+    s.active_step = (train_state == StepState::Running).then_some(PipelineStep::Train);
     let train_idx = STEPS.iter().position(|s| *s == "train").unwrap();
     s.steps = STEPS
         .iter()

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use lavender::config::PipelineStep;
 use lavenderd::backoff::Backoff;
 use lavenderd::notify::{Notification, Notifier, Options, Timings, pushes};
 use lavenderd::pipeline::Alert;
@@ -41,7 +42,7 @@ pub fn crash() -> Notification {
         std::env::temp_dir().join(format!("lavender-notify-crash-{}.log", std::process::id()));
     std::fs::write(&log, "step 40 loss 2.1\nRuntimeError: out of memory\n").unwrap();
     let alert = Alert::Crashed {
-        step: "train".into(),
+        step: PipelineStep::Train,
         outcome: ExitOutcome::Code(1),
         restart: 1,
         max_restarts: 3,
