@@ -2,12 +2,13 @@
 //! the background, requests over TCP and the socket, the status (checked against
 //! the schema on every read), waits, and cleanup of every process started.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::bins::lavenderd;
 use crate::http::{self, Http};
 use crate::process::{cmdline_has, send_signal, stderr, stdout};
 use crate::schema::assert_valid;
@@ -62,6 +63,21 @@ impl Lavenderd {
             worker_name: "worker".into(),
             daemons: Vec::new(),
         }
+    }
+
+    /// `lavenderd` supervising the real worker in `dir`: the config `yaml` written
+    /// to `dir/lavender.yaml`, the data root `dir/data`, the log `dir/daemon.log`.
+    pub fn with_real_worker(dir: &Path, yaml: &str) -> Lavenderd {
+        let config = dir.join("lavender.yaml");
+        std::fs::write(&config, yaml).unwrap();
+        let mut daemon = Lavenderd::new(
+            lavenderd(),
+            config,
+            dir.join("data"),
+            dir.join("daemon.log"),
+        );
+        daemon.worker_name = "lavender-worker".into();
+        daemon
     }
 
     pub fn state_dir(&self) -> PathBuf {

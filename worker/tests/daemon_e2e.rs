@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use lavender_testkit::{Lavenderd, WORDS, lavenderd, wait_until, write_speeches};
+use lavender_testkit::{Lavenderd, WORDS, wait_until, write_speeches};
 use serde_json::Value;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lavender-worker");
@@ -18,8 +18,8 @@ const T: Duration = Duration::from_secs(60);
 
 /// The smallest pipeline that still runs every step: a one-layer model, short
 /// stages, a heartbeat every step and a save every few.
-fn write_config(path: &Path, corpus: &Path) {
-    let yaml = format!(
+fn config(corpus: &Path) -> String {
+    format!(
         r#"steps: [downloads, dedup, filter, build_shards, precompute, train, mine_hard]
 device: cpu
 threads: 1
@@ -54,8 +54,7 @@ notify:
         worker = WORKER,
         corpus = corpus.display(),
         pretrain = PRETRAIN_STEPS,
-    );
-    std::fs::write(path, yaml).unwrap();
+    )
 }
 
 /// Enough pretrain steps that a stop lands in the middle of them.
@@ -73,17 +72,8 @@ fn step_states(status: &Value) -> Vec<(String, String)> {
 #[test]
 fn start_stop_resume_finish_with_the_real_worker() {
     let dir = tempfile::tempdir().unwrap();
-    let corpus = dir.path().join("corpus");
-    write_speeches(&corpus, &WORDS);
-    let config = dir.path().join("lavender.yaml");
-    write_config(&config, &corpus);
-    let mut d = Lavenderd::new(
-        lavenderd(),
-        config,
-        dir.path().join("data"),
-        dir.path().join("daemon.log"),
-    );
-    d.worker_name = "lavender-worker".into();
+    let corpus = write_speeches(&dir.path().join("corpus"), &WORDS);
+    let mut d = Lavenderd::with_real_worker(dir.path(), &config(&corpus));
     let log = d.daemon_log();
     let show_log = move || std::fs::read_to_string(&log).unwrap_or_default();
     let started = Instant::now();

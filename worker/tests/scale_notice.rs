@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use lavender_testkit::{Lavenderd, WORDS, events, lavenderd, stdout, write_speeches};
+use lavender_testkit::{Lavenderd, WORDS, events, stdout, write_speeches};
 use serde_json::Value;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lavender-worker");
@@ -18,8 +18,8 @@ const T: Duration = Duration::from_secs(120);
 
 /// Scale small's preset (21 shards) with a model and stages small enough to train in
 /// seconds: the notice is about the shards, whatever the model.
-fn write_config(path: &Path, corpus: &Path) {
-    let yaml = format!(
+fn config(corpus: &Path) -> String {
+    format!(
         r#"steps: [downloads, dedup, filter, build_shards, precompute, train]
 device: cpu
 threads: 1
@@ -48,8 +48,7 @@ notify:
 "#,
         worker = WORKER,
         corpus = corpus.display(),
-    );
-    std::fs::write(path, yaml).unwrap();
+    )
 }
 
 fn notices(out: &std::process::Output) -> Vec<String> {
@@ -63,17 +62,8 @@ fn notices(out: &std::process::Output) -> Vec<String> {
 #[test]
 fn too_few_shards_for_the_scale_are_said_by_start_status_and_a_milestone() {
     let dir = tempfile::tempdir().unwrap();
-    let corpus = dir.path().join("corpus");
-    write_speeches(&corpus, &WORDS);
-    let config = dir.path().join("lavender.yaml");
-    write_config(&config, &corpus);
-    let mut d = Lavenderd::new(
-        lavenderd(),
-        config,
-        dir.path().join("data"),
-        dir.path().join("daemon.log"),
-    );
-    d.worker_name = "lavender-worker".into();
+    let corpus = write_speeches(&dir.path().join("corpus"), &WORDS);
+    let mut d = Lavenderd::with_real_worker(dir.path(), &config(&corpus));
     d.serve();
 
     // Before any shard exists, start has nothing to say about them.
