@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Number;
 
-use crate::config::{Scale, ShardShortfall};
+use crate::config::{PipelineStep, Scale, ShardShortfall};
 use crate::heartbeat::Heartbeat;
 
 /// Version of the status document; bumped when a key is added.
@@ -24,7 +24,7 @@ pub struct Status {
     /// RFC 3339 UTC with a `Z` suffix.
     pub timestamp: String,
     pub pipeline: PipelineStatus,
-    pub active_step: Option<String>,
+    pub active_step: Option<PipelineStep>,
     pub steps: BTreeMap<String, StepState>,
     pub training: TrainingStatus,
     pub data: DataStatus,
@@ -612,6 +612,18 @@ mod tests {
         assert_eq!(t.heartbeat_age_s, None);
         assert!(t.heartbeat_stale);
         assert!(t.heartbeat_error.unwrap().contains("yesterday"));
+    }
+
+    #[test]
+    fn the_active_step_serializes_as_the_step_name() {
+        // The status JSON and the alert feed carry a step as the name the worker takes.
+        for step in PipelineStep::ALL {
+            let mut st = Status::never_started(Utc::now());
+            st.active_step = Some(step);
+            let doc = serde_json::to_value(&st).unwrap();
+            assert_eq!(doc["active_step"], step.as_str());
+            assert_eq!(serde_json::from_value::<Status>(doc).unwrap(), st);
+        }
     }
 
     #[test]

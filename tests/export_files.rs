@@ -1,13 +1,12 @@
 //! `lavender::export::export` on a fabricated run: the Hugging Face layout, the
 //! optimizer moments bitwise, the dense learning rates, reuse and atomicity.
 
-mod export_support;
-
 use std::fs;
 use std::path::Path;
 
-use export_support::*;
 use lavender::export::{self, ExportOptions, ExportStatus, Selection};
+use lavender_testkit::fabricated_run::*;
+use lavender_testkit::read_json;
 use safetensors::SafeTensors;
 use serde_json::{Value, json};
 

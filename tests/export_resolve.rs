@@ -2,15 +2,13 @@
 //! filled from the run only when not given, foreign checkpoints infer nothing,
 //! unexported ones are refused.
 
-mod export_support;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use export_support::*;
 use lavender::export::{
     self, ExportError, ExportOptions, Field, ResolveOptions, Selection, checkpoint_step,
 };
+use lavender_testkit::fabricated_run::*;
 use serde_json::Value;
 
 /// A run with β1 = `beta1`, exported (all checkpoints: steps 2, 4, 6).

@@ -6,25 +6,17 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use chrono::{DateTime, TimeZone, Utc};
+use lavender::config::PipelineStep;
 use lavender::heartbeat::{Heartbeat, WorkerState};
 use lavender::status::{DataStatus, DiskStatus, PipelineState, Status, StepState, TrainingStatus};
+use lavender_testkit::{schema, schema_path};
 use serde_json::{Value, json};
 
 const STALE_AFTER_S: u64 = 300;
 
-fn fixture_path() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/status.schema.json")
-}
-
-fn validator() -> jsonschema::Validator {
-    let text = std::fs::read_to_string(fixture_path()).expect("read schema fixture");
-    let schema: Value = serde_json::from_str(&text).expect("schema fixture is JSON");
-    jsonschema::draft202012::new(&schema).expect("schema fixture compiles")
-}
-
 fn assert_valid(name: &str, status: &Status) -> Value {
     let doc = serde_json::to_value(status).unwrap();
-    let v = validator();
+    let v = schema();
     let errors: Vec<String> = v
         .iter_errors(&doc)
         .map(|e| format!("{} at {}", e, e.instance_path()))
@@ -87,7 +79,7 @@ fn status(
     s.pipeline.chunk = Some("1".into());
     s.pipeline.scale = Some("small".into());
     s.pipeline.state = state;
-    s.active_step = (train_state == StepState::Running).then(|| "train".to_string());
+    s.active_step = (train_state == StepState::Running).then_some(PipelineStep::Train);
     let train_idx = STEPS.iter().position(|s| *s == "train").unwrap();
     s.steps = STEPS
         .iter()
@@ -138,7 +130,7 @@ fn fixture_matches_shared_schema() {
             shared.display()
         )
     });
-    let fixture = std::fs::read(fixture_path()).unwrap();
+    let fixture = std::fs::read(schema_path()).unwrap();
     assert!(
         fixture == shared_bytes,
         "tests/fixtures/status.schema.json differs from {}: copy it over",
@@ -360,7 +352,7 @@ fn malformed_heartbeat() {
 
 #[test]
 fn validator_rejects_broken_documents() {
-    let v = validator();
+    let v = schema();
     let good = serde_json::to_value(status(
         PipelineState::Running,
         Some(1),

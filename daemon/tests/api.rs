@@ -1,11 +1,9 @@
 //! The API against the real daemon: schema, auth on TCP and the socket, strict
 //! bodies, 409, one daemon per state directory, stale socket replacement.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 
-use common::*;
+use lavender_testkit::*;
 
 const TRAIN_ONLY: &str = "[train]";
 

@@ -2,12 +2,10 @@
 //! with Ctrl-C, restart-count reset after progress, runs/checkpoints/logs, prune,
 //! and a stopped pipeline's data root moved elsewhere.
 
-mod common;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::*;
+use lavender_testkit::*;
 
 #[test]
 fn sighup_reloads_the_config_without_touching_the_worker() {

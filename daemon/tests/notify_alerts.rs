@@ -5,13 +5,10 @@
 //! configured floor is "disk low". `status --json` prints the push counts that
 //! `GET /status` serves.
 
-mod common;
-mod notify_support;
-
 use std::time::Duration;
 
-use common::*;
-use notify_support::Recorder;
+use lavender_testkit::notify::Recorder;
+use lavender_testkit::*;
 
 const T: Duration = Duration::from_secs(15);
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::notify_support::*;
 use lavender::config::WebhookFormat;
+use lavender_testkit::notify::*;
 use lavenderd::notify::Notifier;
 
 /// Log lines at WARN and above, for counting.

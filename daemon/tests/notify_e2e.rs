@@ -3,13 +3,10 @@
 //! milestones arrive once and are not resent after the daemon is SIGKILLed and
 //! started again; the status carries the channel's counts.
 
-mod common;
-mod notify_support;
-
 use std::time::Duration;
 
-use common::{Env, assert_valid, wait_until};
-use notify_support::{Received, Recorder};
+use lavender_testkit::notify::{Received, Recorder};
+use lavender_testkit::{Env, assert_valid, wait_until};
 
 fn kinds(got: &[Received]) -> Vec<String> {
     got.iter()

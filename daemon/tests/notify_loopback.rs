@@ -8,8 +8,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::notify_support::*;
-use lavender::config::WebhookFormat;
+use lavender::config::{PipelineStep, WebhookFormat};
 use lavender::events;
+use lavender_testkit::notify::*;
 use lavenderd::notify::{EventFollower, Level, Notification, Notifier, Options, milestone, pushes};
 use lavenderd::pipeline::Alert;
 use lavenderd::process::ExitOutcome;
@@ -176,18 +177,18 @@ async fn alert_texts_for_faults_and_the_end() {
     std::fs::write(&log, "last line\n").unwrap();
     let alerts = [
         Alert::Stale {
-            step: "train".into(),
+            step: PipelineStep::Train,
             age_s: Some(372),
             stale_after_s: 300,
             training_step: Some(1234),
         },
         Alert::Recovered {
-            step: "train".into(),
+            step: PipelineStep::Train,
             stalled_for: Some(Duration::from_secs(400)),
             training_step: Some(1300),
         },
         Alert::Crashed {
-            step: "train".into(),
+            step: PipelineStep::Train,
             outcome: ExitOutcome::Signal(9),
             restart: 1,
             max_restarts: 3,
@@ -195,7 +196,7 @@ async fn alert_texts_for_faults_and_the_end() {
             log_file: Some(log),
         },
         Alert::Failed {
-            step: "train".into(),
+            step: PipelineStep::Train,
             reason: "exit code 1".into(),
             restarts: 3,
             last_exit: Some(ExitOutcome::Code(1)),
@@ -260,7 +261,7 @@ async fn repeated_alerts_of_one_kind_coalesce() {
     let stalled = |secs| {
         pushes(
             &Alert::Stale {
-                step: "train".into(),
+                step: PipelineStep::Train,
                 age_s: Some(secs),
                 stale_after_s: 300,
                 training_step: None,
@@ -272,7 +273,7 @@ async fn repeated_alerts_of_one_kind_coalesce() {
     };
     let recovered = pushes(
         &Alert::Recovered {
-            step: "train".into(),
+            step: PipelineStep::Train,
             stalled_for: None,
             training_step: None,
         },

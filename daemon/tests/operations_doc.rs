@@ -4,7 +4,7 @@
 //! `lavenderd …` it shows parses against the real CLI; every CLI command and flag,
 //! and every field of a live `GET /status`, is documented.
 
-mod common;
+mod cli_commands;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt as _;
@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::CommandFactory as _;
-use common::*;
+use lavender_testkit::*;
 use lavenderd::service::{launchd, systemd};
 use serde_json::Value;
 
@@ -154,7 +154,7 @@ fn every_lavenderd_command_shown_exists_and_every_command_and_flag_is_shown() {
     );
 
     let mut missing = Vec::new();
-    for (path, cmd) in &cli_leaves() {
+    for (path, cmd) in &cli_commands::leaves() {
         if !paths.contains(path) {
             missing.push(format!("lavenderd {path}"));
         }
@@ -204,7 +204,7 @@ struct DocEnv {
 }
 
 impl DocEnv {
-    fn command(&self, program: &str) -> Command {
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new(program);
         c.current_dir(self.env.dir.path())
             .env_remove("LAVENDER_SCALE")
@@ -218,7 +218,7 @@ impl DocEnv {
 
     fn status(&self) -> Value {
         let out = self
-            .command(LAVENDERD)
+            .command(lavenderd())
             .args(["status", "--json"])
             .output()
             .unwrap();
@@ -266,7 +266,8 @@ fn every_sh_block_of_the_operations_guide_runs_against_a_live_daemon() {
     let home = env.dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
     let (shim_dir, calls) = shims(env.dir.path());
-    let bin_dir = Path::new(LAVENDERD).parent().unwrap();
+    let bin = lavenderd();
+    let bin_dir = bin.parent().unwrap();
     let vars = vec![
         (
             "LAVENDER_DATA_ROOT".to_string(),
@@ -295,7 +296,7 @@ fn every_sh_block_of_the_operations_guide_runs_against_a_live_daemon() {
 
     // What the guide assumes: a daemon (started in the background, as `start` does)
     // training, with a checkpoint written.
-    let out = doc.command(LAVENDERD).arg("start").output().unwrap();
+    let out = doc.command(lavenderd()).arg("start").output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     wait_until(
         Duration::from_secs(20),
@@ -371,5 +372,5 @@ fn every_sh_block_of_the_operations_guide_runs_against_a_live_daemon() {
         );
     }
 
-    let _ = doc.command(LAVENDERD).arg("stop").output();
+    let _ = doc.command(lavenderd()).arg("stop").output();
 }

@@ -5,13 +5,10 @@
 //! finished; every status schema-valid (the harness checks each read); the daemon's
 //! retention leaves at most keep + best complete checkpoints.
 
-mod common;
-mod python_support;
-
 use std::time::Duration;
 
-use common::*;
-use python_support::*;
+use lavender_testkit::python::*;
+use lavender_testkit::*;
 
 const MAX_STEPS: u64 = 150;
 const KEEP: usize = 2;

@@ -4,13 +4,10 @@
 //! continues from it → SIGKILL one rank → torchrun exits non-zero → the daemon
 //! restarts from the run's newest checkpoint → finished. Every status schema-valid.
 
-mod common;
-mod python_support;
-
 use std::time::Duration;
 
-use common::*;
-use python_support::*;
+use lavender_testkit::python::*;
+use lavender_testkit::*;
 
 const MAX_STEPS: u64 = 120;
 const KEEP: usize = 2;

@@ -2,12 +2,12 @@
 //! serves (read from the router's source, and each one found on a live daemon), and
 //! its command table every command of the CLI with every flag, and nothing else.
 
-mod common;
+mod cli_commands;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use clap::CommandFactory as _;
-use common::*;
+use lavender_testkit::*;
 
 const README: &str = include_str!("../README.md");
 const ROUTER: &str = include_str!("../src/server/mod.rs");
@@ -145,7 +145,7 @@ fn the_command_table_lists_every_command_and_flag_and_no_other() {
     );
 
     let mut missing = Vec::new();
-    for (path, cmd) in &cli_leaves() {
+    for (path, cmd) in &cli_commands::leaves() {
         let Some(flags) = shown.get(path) else {
             missing.push(path.clone());
             continue;

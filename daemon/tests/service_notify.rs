@@ -3,15 +3,13 @@
 //! STATUS, STOPPING, EXTEND_TIMEOUT_USEC), and a worker that carries none of the
 //! service manager's variables and runs in its own session.
 
-mod common;
-
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use lavender_testkit::*;
 
 /// One datagram and when it arrived.
 #[derive(Clone, Debug)]

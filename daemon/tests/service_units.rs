@@ -3,13 +3,11 @@
 //! equal to what the renderer writes, and install/status/uninstall against stand-in
 //! `systemctl`/`loginctl` programs that record their arguments.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::*;
+use lavender_testkit::*;
 use lavenderd::service::{Scope, ServiceOs, ServiceSpec, render};
 use serde_json::Value;
 
@@ -21,7 +19,7 @@ const STATE_DIR: &str = "/srv/lavender-test/state";
 
 /// `lavenderd --config <env's>` without the harness's `--data-root`.
 fn lavenderd(env: &Env, home: &Path) -> Command {
-    let mut c = Command::new(LAVENDERD);
+    let mut c = Command::new(lavender_testkit::lavenderd());
     c.arg("--config")
         .arg(&env.config)
         .env_remove("LAVENDER_DATA_ROOT")
@@ -120,7 +118,7 @@ fn the_unit_names_the_path_lavenderd_was_run_by_not_its_target() {
     let home = env.dir.path().join("home");
     let link = env.dir.path().join("bin/lavenderd");
     std::fs::create_dir_all(link.parent().unwrap()).unwrap();
-    std::os::unix::fs::symlink(LAVENDERD, &link).unwrap();
+    std::os::unix::fs::symlink(lavender_testkit::lavenderd(), &link).unwrap();
     let out = lavenderd(&env, &home)
         .arg0(&link)
         .args(["--data-root", DATA_ROOT, "--state-dir", STATE_DIR])
@@ -142,7 +140,7 @@ fn system_unit_has_what_the_issue_asks_and_passes_systemd_analyze_verify() {
     let env = env_with_stop_timeout();
     let home = env.dir.path().join("home");
     let unit = print_unit(&env, &home, &["--os", "linux", "--run-as", "lavender"]);
-    let bin = std::fs::canonicalize(LAVENDERD).unwrap();
+    let bin = std::fs::canonicalize(lavender_testkit::lavenderd()).unwrap();
     let config = env.config.display().to_string();
 
     assert_eq!(directive(&unit, "Type"), ["notify"]);
@@ -223,7 +221,7 @@ fn launchd_plist_parses_with_plistlib_and_has_the_keys_and_timeouts() {
         .expect("python3 runs");
     assert!(out.status.success(), "plistlib: {}\n{plist}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let bin = std::fs::canonicalize(LAVENDERD).unwrap();
+    let bin = std::fs::canonicalize(lavender_testkit::lavenderd()).unwrap();
     assert_eq!(v["Label"], "dev.lavender.lavenderd");
     let args: Vec<&str> = v["ProgramArguments"]
         .as_array()

@@ -7,15 +7,12 @@
 //! save and resumes as a new job. The scenarios run at once (Slurm's time-limit check is the slow part).
 //! Slurm that cannot be started fails the test with the script's output.
 
-mod common;
-mod python_support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::*;
+use lavender_testkit::*;
 use serde_json::Value;
 
 fn repo() -> PathBuf {
@@ -383,7 +380,7 @@ fn crashed_job_restarts_from_latest() {
 /// and torchrun, they stop after the same step, rank 0 saves once and the job
 /// completes; `start --resume latest` → a new job loads that save.
 fn torchrun_job_stops_with_one_save_and_resumes() {
-    use python_support::*;
+    use lavender_testkit::python::*;
     require_modules(&["torch"]);
     let slow = Duration::from_secs(300);
     let command: Vec<String> = [

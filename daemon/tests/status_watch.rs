@@ -4,13 +4,11 @@
 //! reached. Each test prints the latency it saw, write to visible; it asserts only
 //! that every heartbeat shows up.
 
-mod common;
-
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::*;
 use lavender::heartbeat::{self, Heartbeat, WorkerState};
+use lavender_testkit::*;
 
 /// Longer than any test: only file events refresh the status.
 const NO_SAFETY_REFRESH: [&str; 2] = ["--status-safety-refresh-ms", "600000"];

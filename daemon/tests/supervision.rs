@@ -3,12 +3,10 @@
 //! stale heartbeats; SIGTERM to the daemon; the daemon restarting alone (an upgrade)
 //! while the worker keeps training.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use lavender_testkit::*;
 
 fn resume_arg(argv: &[String]) -> Option<String> {
     argv.iter()
@@ -439,15 +437,17 @@ fn a_restart_alone_runs_what_is_installed_at_the_started_path_now() {
     for dir in ["v1", "v2", "bin"] {
         std::fs::create_dir_all(install.join(dir)).unwrap();
     }
-    std::os::unix::fs::symlink(LAVENDERD, install.join("v1/lavenderd")).unwrap();
+    let real = lavenderd();
+    std::os::unix::fs::symlink(&real, install.join("v1/lavenderd")).unwrap();
     // "v2" says it ran (with its pid), then is the same daemon.
     let ran = env.dir.path().join("v2-ran");
     let v2 = install.join("v2/lavenderd");
     std::fs::write(
         &v2,
         format!(
-            "#!/bin/sh\necho $$ >> '{}'\nexec '{LAVENDERD}' \"$@\"\n",
-            ran.display()
+            "#!/bin/sh\necho $$ >> '{}'\nexec '{}' \"$@\"\n",
+            ran.display(),
+            real.display()
         ),
     )
     .unwrap();
@@ -464,7 +464,7 @@ fn a_restart_alone_runs_what_is_installed_at_the_started_path_now() {
     let next = install.join("bin/lavenderd.new");
     std::os::unix::fs::symlink("../v2/lavenderd", &next).unwrap();
     std::fs::rename(&next, &link).unwrap();
-    env.bin = LAVENDERD.into();
+    env.bin = real;
     let out = env.run(&["daemon", "restart"]);
     assert!(
         out.status.success()

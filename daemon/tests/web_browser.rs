@@ -7,16 +7,13 @@
 //! Needs Chromium: `apt-get update && apt-get install -y chromium`
 //! (scripts/ci-deps.sh). Without it this test fails and says so.
 
-mod common;
-mod web_support;
-
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use lavender_testkit::*;
 use serde_json::{Value, json};
 use tungstenite::{Message, WebSocket};
 
@@ -123,11 +120,11 @@ impl Browser {
         let addr = format!("127.0.0.1:{}", self.port);
         let mut url = None;
         wait_until(T, "a page target", || {
-            let (status, _, body) = web_support::get(&addr, "/json/list");
-            if status != 200 {
+            let r = lavender_testkit::http::get(&addr, "/json/list");
+            if r.status != 200 {
                 return false;
             }
-            let targets: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let targets: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
             url = targets
                 .as_array()
                 .into_iter()

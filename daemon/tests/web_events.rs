@@ -3,13 +3,10 @@
 //! an unknown id is told it missed events, crashes arrive as alerts, and an open
 //! stream ends (instead of holding up the exit) when the daemon shuts down.
 
-mod common;
-mod web_support;
-
 use std::time::Duration;
 
-use common::*;
-use web_support::*;
+use lavender_testkit::sse::{SseClient, SseEvent};
+use lavender_testkit::*;
 
 const LONG_RUN: &[&str] = &[
     "--total-steps",

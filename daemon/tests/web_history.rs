@@ -2,15 +2,12 @@
 //! series keeping each bucket's lowest and highest loss, parsed once (then served
 //! from the cache), and drawn as fast as a 200-step one. Prints the timings.
 
-mod common;
-mod web_support;
-
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use common::*;
+use lavender_testkit::http::{get, get_json};
+use lavender_testkit::*;
 use serde_json::Value;
-use web_support::*;
 
 const BIG: &str = "run-2026-01-01_00-00-00";
 const SMALL: &str = "run-2026-01-02_00-00-00";
@@ -153,23 +150,20 @@ fn long_histories_are_downsampled_keeping_extremes_and_served_from_cache() {
         "/runs/..%2Fstate/history",
         "/runs/.hidden/history",
     ] {
-        let (status, _, body) = get(&addr, bad);
-        assert_eq!(status, 404, "{bad}");
-        assert!(
-            String::from_utf8_lossy(&body).contains("GET /runs lists them"),
-            "{bad}"
-        );
+        let r = get(&addr, bad);
+        assert_eq!(r.status, 404, "{bad}");
+        assert!(r.body.contains("GET /runs lists them"), "{bad}");
     }
-    let (status, _, body) = get(&addr, &format!("/runs/{SMALL}/history?points=1"));
-    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
-    let (status, _, _) = get(&addr, &format!("/runs/{SMALL}/history?bogus=1"));
-    assert_eq!(status, 400);
+    let r = get(&addr, &format!("/runs/{SMALL}/history?points=1"));
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = get(&addr, &format!("/runs/{SMALL}/history?bogus=1"));
+    assert_eq!(r.status, 400);
 
     // A run with no history yet: 404 that says so.
     std::fs::create_dir_all(root.join("run-2026-01-03_00-00-00")).unwrap();
-    let (status, _, body) = get(&addr, "/runs/run-2026-01-03_00-00-00/history");
-    assert_eq!(status, 404);
-    assert!(String::from_utf8_lossy(&body).contains("no log_history.jsonl or log_history.json"));
+    let r = get(&addr, "/runs/run-2026-01-03_00-00-00/history");
+    assert_eq!(r.status, 404);
+    assert!(r.body.contains("no log_history.jsonl or log_history.json"));
 }
 
 #[test]
@@ -185,9 +179,9 @@ fn a_training_runs_history_grows_as_it_trains() {
     assert_eq!(r.status, 200, "{}", r.body);
     let mut seen = 0;
     wait_until(Duration::from_secs(20), "history entries", || {
-        let (status, _, body) = get(&addr, "/runs/current/history?points=100");
-        if status == 200 {
-            let v: Value = serde_json::from_slice(&body).unwrap();
+        let r = get(&addr, "/runs/current/history?points=100");
+        if r.status == 200 {
+            let v = r.json();
             seen = v["series"]["loss"]["total"].as_u64().unwrap();
         }
         seen >= 20

@@ -1,17 +1,14 @@
 //! `GET /metrics` parsed by Prometheus's own Python client parser, idle and while
 //! a worker that crashed once trains again.
 
-mod common;
-mod web_support;
-
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use lavender_testkit::http::get;
+use lavender_testkit::*;
 use serde_json::Value;
-use web_support::*;
 
 /// Parses exposition text with `prometheus_client.parser`; prints one JSON object:
 /// family name → {type, help, samples: [[name, labels, value]]}.
@@ -64,13 +61,14 @@ fn parse(text: &str) -> Value {
 }
 
 fn metrics(addr: &str) -> (String, Value) {
-    let (status, head, body) = get(addr, "/metrics");
-    assert_eq!(status, 200);
+    let r = get(addr, "/metrics");
+    assert_eq!(r.status, 200);
     assert!(
-        head.contains("content-type: text/plain; version=0.0.4"),
-        "{head}"
+        r.head.contains("content-type: text/plain; version=0.0.4"),
+        "{}",
+        r.head
     );
-    let text = String::from_utf8(body).unwrap();
+    let text = r.body;
     let parsed = parse(&text);
     (text, parsed)
 }

@@ -2,14 +2,12 @@
 //! `start --foreground` prints milestone lines and a final summary (off a
 //! terminal the progress bar hides itself and the lines stay plain).
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use lavender_testkit::*;
 
 /// "step/total" from a view's progress line.
 fn progress(frame: &str) -> Option<u64> {

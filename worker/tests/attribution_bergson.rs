@@ -12,27 +12,21 @@
 //! Needs bergson in the project's .venv: `bash scripts/attribution-setup.sh` (CI runs
 //! it through scripts/ci-deps.sh). Without it the test fails and says so.
 
-mod train_support;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use lavender_testkit::repo;
+use lavender_testkit::training::{run_ok, worker};
 use serde_json::Value;
-use train_support::{run_ok, worker};
 
-const WORKER: &str = env!("CARGO_BIN_EXE_lavender-worker");
 /// Training documents (each its own document in the corpus) and the two that are
 /// asked about verbatim.
 const DOCS: usize = 50;
 const ASKED: [usize; 2] = [7, 41];
 /// The model's context, and SOURCE's token batch (bergson refuses a longer one).
 const CONTEXT: usize = 512;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn python() -> PathBuf {
     std::env::var_os("LAVENDER_PYTHON")
@@ -41,13 +35,7 @@ fn python() -> PathBuf {
 }
 
 fn lavenderd() -> PathBuf {
-    let bin = Path::new(WORKER).with_file_name("lavenderd");
-    assert!(
-        bin.is_file(),
-        "this test drives the real lavenderd, but {} is not built: run `cargo build --workspace` \
-         first (`cargo test --workspace` builds it by itself)",
-        bin.display()
-    );
+    let bin = lavender_testkit::lavenderd();
     // `cargo test --workspace --test attribution_bergson` builds only this package's
     // targets: a lavenderd older than its sources would test old code.
     let built = fs::metadata(&bin).unwrap().modified().unwrap();

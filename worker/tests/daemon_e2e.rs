@@ -7,62 +7,19 @@
 //! `cargo test --workspace` builds both before any test runs; for this package
 //! alone build it first with `cargo build -p lavenderd`.
 
-#[allow(dead_code)]
-#[path = "../../daemon/tests/common/harness.rs"]
-mod harness;
-#[allow(dead_code)]
-#[path = "../../daemon/tests/common/http.rs"]
-mod http;
-#[allow(dead_code)]
-#[path = "../../daemon/tests/common/schema.rs"]
-mod schema;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use harness::{Lavenderd, wait_until};
+use lavender_testkit::{Lavenderd, WORDS, wait_until, write_speeches};
 use serde_json::Value;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lavender-worker");
 const T: Duration = Duration::from_secs(60);
 
-/// `lavenderd` from the same target directory as the worker under test.
-fn lavenderd_bin() -> PathBuf {
-    let bin = Path::new(WORKER).with_file_name("lavenderd");
-    assert!(
-        bin.is_file(),
-        "this test drives the real daemon, but {} is not built: run `cargo build -p lavenderd` \
-         first (`cargo test --workspace` builds it by itself)",
-        bin.display()
-    );
-    bin
-}
-
-/// A few hundred short speeches: enough for a tokenizer, shards, and derived SFT/DPO sets.
-fn write_corpus(dir: &Path) {
-    let words = [
-        "gentle", "sword", "crown", "night", "river", "honest", "fortune", "storm", "letter",
-        "garden", "winter", "promise",
-    ];
-    let docs: Vec<String> = (0..400)
-        .map(|i| {
-            format!(
-                "SPEAKER{}:\nThe {} and the {} of speech {i} are {} tonight.",
-                i % 7,
-                words[i % words.len()],
-                words[(i * 5 + 3) % words.len()],
-                words[(i * 7 + 1) % words.len()]
-            )
-        })
-        .collect();
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("corpus.txt"), docs.join("\n\n")).unwrap();
-}
-
 /// The smallest pipeline that still runs every step: a one-layer model, short
 /// stages, a heartbeat every step and a save every few.
-fn write_config(path: &Path, corpus: &Path) {
-    let yaml = format!(
+fn config(corpus: &Path) -> String {
+    format!(
         r#"steps: [downloads, dedup, filter, build_shards, precompute, train, mine_hard]
 device: cpu
 threads: 1
@@ -97,8 +54,7 @@ notify:
         worker = WORKER,
         corpus = corpus.display(),
         pretrain = PRETRAIN_STEPS,
-    );
-    std::fs::write(path, yaml).unwrap();
+    )
 }
 
 /// Enough pretrain steps that a stop lands in the middle of them.
@@ -116,17 +72,8 @@ fn step_states(status: &Value) -> Vec<(String, String)> {
 #[test]
 fn start_stop_resume_finish_with_the_real_worker() {
     let dir = tempfile::tempdir().unwrap();
-    let corpus = dir.path().join("corpus");
-    write_corpus(&corpus);
-    let config = dir.path().join("lavender.yaml");
-    write_config(&config, &corpus);
-    let mut d = Lavenderd::new(
-        lavenderd_bin(),
-        config,
-        dir.path().join("data"),
-        dir.path().join("daemon.log"),
-    );
-    d.worker_name = "lavender-worker".into();
+    let corpus = write_speeches(&dir.path().join("corpus"), &WORDS);
+    let mut d = Lavenderd::with_real_worker(dir.path(), &config(&corpus));
     let log = d.daemon_log();
     let show_log = move || std::fs::read_to_string(&log).unwrap_or_default();
     let started = Instant::now();

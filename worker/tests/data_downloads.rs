@@ -1,13 +1,11 @@
 //! `downloads`: local files and directories, URL sources against a real HTTP server on
 //! loopback (with Range resume and checksum verification), and bad input.
 
-mod data_support;
-
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
-use data_support::{Root, listing, path_config};
+use lavender_testkit::data_steps::{Root, listing, path_config};
 use sha2::{Digest, Sha256};
 
 fn sha(bytes: &[u8]) -> String {

@@ -2,14 +2,12 @@
 //! later step could take for complete, keeps earlier outputs, and a rerun succeeds. Also
 //! the plain progress lines a step prints when its output is not a terminal.
 
-mod data_support;
-
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use data_support::{Root, docs, path_config};
+use lavender_testkit::data_steps::{Root, docs, path_config};
 
 /// A corpus of `n` distinct speeches, about 60 bytes each.
 fn big_corpus(root: &Root, n: usize) -> PathBuf {

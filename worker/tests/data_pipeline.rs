@@ -1,10 +1,8 @@
 //! All five data steps on the embedded corpus at tiny scale, then again (skipped).
 
-mod data_support;
-
 use std::time::{Duration, Instant};
 
-use data_support::{Root, docs};
+use lavender_testkit::data_steps::{Root, docs};
 
 const STEPS: [&str; 5] = ["downloads", "dedup", "filter", "build_shards", "precompute"];
 

@@ -1,11 +1,9 @@
 //! dedup, filter, build_shards and precompute on small inputs: what each removes, keeps
 //! and counts, when each reruns, and the shard selection of every (chunk, scale).
 
-mod data_support;
-
 use std::path::PathBuf;
 
-use data_support::{Root, docs, path_config};
+use lavender_testkit::data_steps::{Root, docs, path_config};
 
 /// A source directory with one file of the given documents (blank-line separated).
 fn corpus(root: &Root, documents: &[&str]) -> PathBuf {

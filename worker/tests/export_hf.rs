@@ -5,15 +5,14 @@
 //! rates and moments. Installs `transformers` into .venv when missing
 //! (scripts/hf-setup.sh) and prints the versions used.
 
-mod train_support;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use lavender::export::{self, ExportOptions, ExportStatus, ResolveOptions, Selection};
+use lavender_testkit::read_json;
+use lavender_testkit::training::{run_ok, worker};
 use serde_json::Value;
-use train_support::{read_json, run_ok, worker};
 
 const BETA1: f64 = 0.95;
 const PROMPT: &str = "The king speaks";

@@ -10,45 +10,23 @@
 //! The binaries are the ones `cargo test --workspace` built beside this package's
 //! worker (for this package alone, `cargo build -p lavenderd` first).
 
-#[allow(dead_code)]
-#[path = "../../daemon/tests/common/harness.rs"]
-mod harness;
-#[allow(dead_code)]
-#[path = "../../daemon/tests/common/http.rs"]
-mod http;
-#[allow(dead_code)]
-#[path = "../../daemon/tests/common/schema.rs"]
-mod schema;
-
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use harness::{stderr, stdout, wait_until};
+use lavender_testkit::{WORDS, lavenderd, repo, stderr, stdout, wait_until, write_speeches};
 use serde_json::Value;
 
-const WORKER: &str = env!("CARGO_BIN_EXE_lavender-worker");
 const README: &str = include_str!("../../README.md");
 const T: Duration = Duration::from_secs(90);
 /// Where the system's own tools (bash, curl, jq, ldd) live; nothing of lavender's.
 const SYSTEM_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 /// The folder holding this build's `lavenderd` and `lavender-worker`.
 fn build_dir() -> PathBuf {
-    let dir = Path::new(WORKER).parent().unwrap().to_path_buf();
-    assert!(
-        dir.join("lavenderd").is_file(),
-        "this test installs the real daemon, but {} is not built: run `cargo build -p lavenderd` \
-         first (`cargo test --workspace` builds it by itself)",
-        dir.join("lavenderd").display()
-    );
-    dir
+    lavenderd().parent().unwrap().to_path_buf()
 }
 
 fn install(prefix: &Path) -> Output {
@@ -76,28 +54,6 @@ fn tree(dir: &Path) -> BTreeSet<PathBuf> {
         }
     }
     out
-}
-
-/// A few hundred short speeches: enough for a tokenizer, shards and derived SFT/DPO sets.
-fn write_corpus(dir: &Path) -> PathBuf {
-    let words = [
-        "gentle", "sword", "crown", "night", "river", "honest", "fortune", "storm",
-    ];
-    let docs: Vec<String> = (0..400)
-        .map(|i| {
-            format!(
-                "SPEAKER{}:\nThe {} and the {} of speech {i} are {} tonight.",
-                i % 7,
-                words[i % words.len()],
-                words[(i * 5 + 3) % words.len()],
-                words[(i * 7 + 1) % words.len()]
-            )
-        })
-        .collect();
-    std::fs::create_dir_all(dir).unwrap();
-    let path = dir.join("corpus.txt");
-    std::fs::write(&path, docs.join("\n\n")).unwrap();
-    path
 }
 
 /// The README's pipeline, made small: its default worker command (found through
@@ -210,7 +166,7 @@ impl Shell {
         let out = self.run("lavenderd status --json", None);
         let st: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
         if !st.is_null() {
-            schema::assert_valid(&st);
+            lavender_testkit::assert_valid(&st);
         }
         st
     }
@@ -232,7 +188,7 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path().join("prefix");
     ok("scripts/install.sh install", &install(&prefix));
-    let corpus = write_corpus(&dir.path().join("corpus"));
+    let corpus = write_speeches(&dir.path().join("corpus"), &WORDS[..8]);
     let config = dir.path().join("lavender.yaml");
     let port = free_port();
     let steps = "[downloads, dedup, filter, build_shards, precompute, train]";
@@ -297,7 +253,7 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
                 let text = ok(&ours, &sh.run(&ours, None));
                 let st: Value = serde_json::from_str(&text)
                     .unwrap_or_else(|e| panic!("`{line}` printed no JSON ({e}): {text}"));
-                schema::assert_valid(&st);
+                lavender_testkit::assert_valid(&st);
                 assert_eq!(st["pipeline"]["running"], true, "{st:#}");
             }
             ["lavenderd", "status"] => {
@@ -399,7 +355,7 @@ impl Drop for DaemonGuard {
             .ok()
             .and_then(|p| p.trim().parse::<i32>().ok())
         {
-            harness::send_signal(pid, 15);
+            lavender_testkit::send_signal(pid, 15);
         }
     }
 }
@@ -411,7 +367,7 @@ fn installed_lavenderd_run_by_its_path_finds_the_worker_beside_it() {
     let before = tree(dir.path());
     let text = ok("scripts/install.sh install", &install(&prefix));
     assert!(text.contains("is not on PATH"), "{text}");
-    let corpus = write_corpus(&dir.path().join("corpus"));
+    let corpus = write_speeches(&dir.path().join("corpus"), &WORDS[..8]);
     let config = dir.path().join("lavender.yaml");
     write_config(
         &config,

@@ -7,62 +7,19 @@
 //! `cargo test --workspace` builds both; for this package alone build it first with
 //! `cargo build -p lavenderd`.
 
-#[allow(dead_code)]
-#[path = "../../daemon/tests/common/harness.rs"]
-mod harness;
-#[allow(dead_code)]
-#[path = "../../daemon/tests/common/http.rs"]
-mod http;
-#[allow(dead_code)]
-#[path = "../../daemon/tests/common/schema.rs"]
-mod schema;
-
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use harness::{Lavenderd, stdout};
+use lavender_testkit::{Lavenderd, WORDS, events, stdout, write_speeches};
 use serde_json::Value;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lavender-worker");
 const T: Duration = Duration::from_secs(120);
 
-fn lavenderd_bin() -> PathBuf {
-    let bin = Path::new(WORKER).with_file_name("lavenderd");
-    assert!(
-        bin.is_file(),
-        "this test drives the real daemon, but {} is not built: run `cargo build -p lavenderd` \
-         first (`cargo test --workspace` builds it by itself)",
-        bin.display()
-    );
-    bin
-}
-
-/// About 24 KiB of short speeches: a handful of 4 KB shards, enough for tiny's 4 and
-/// far fewer than small's 21.
-fn write_corpus(dir: &Path) {
-    let words = [
-        "gentle", "sword", "crown", "night", "river", "honest", "fortune", "storm", "letter",
-        "garden", "winter", "promise",
-    ];
-    let docs: Vec<String> = (0..400)
-        .map(|i| {
-            format!(
-                "SPEAKER{}:\nThe {} and the {} of speech {i} are {} tonight.",
-                i % 7,
-                words[i % words.len()],
-                words[(i * 5 + 3) % words.len()],
-                words[(i * 7 + 1) % words.len()]
-            )
-        })
-        .collect();
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("corpus.txt"), docs.join("\n\n")).unwrap();
-}
-
 /// Scale small's preset (21 shards) with a model and stages small enough to train in
 /// seconds: the notice is about the shards, whatever the model.
-fn write_config(path: &Path, corpus: &Path) {
-    let yaml = format!(
+fn config(corpus: &Path) -> String {
+    format!(
         r#"steps: [downloads, dedup, filter, build_shards, precompute, train]
 device: cpu
 threads: 1
@@ -91,16 +48,7 @@ notify:
 "#,
         worker = WORKER,
         corpus = corpus.display(),
-    );
-    std::fs::write(path, yaml).unwrap();
-}
-
-fn events(run_dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run_dir.join("events.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    )
 }
 
 fn notices(out: &std::process::Output) -> Vec<String> {
@@ -114,17 +62,8 @@ fn notices(out: &std::process::Output) -> Vec<String> {
 #[test]
 fn too_few_shards_for_the_scale_are_said_by_start_status_and_a_milestone() {
     let dir = tempfile::tempdir().unwrap();
-    let corpus = dir.path().join("corpus");
-    write_corpus(&corpus);
-    let config = dir.path().join("lavender.yaml");
-    write_config(&config, &corpus);
-    let mut d = Lavenderd::new(
-        lavenderd_bin(),
-        config,
-        dir.path().join("data"),
-        dir.path().join("daemon.log"),
-    );
-    d.worker_name = "lavender-worker".into();
+    let corpus = write_speeches(&dir.path().join("corpus"), &WORDS);
+    let mut d = Lavenderd::with_real_worker(dir.path(), &config(&corpus));
     d.serve();
 
     // Before any shard exists, start has nothing to say about them.

@@ -2,11 +2,9 @@
 //! GPT-2 (bench/trainer/torch_gpt2.py, the .venv's torch), and both implementations
 //! continue a prompt identically.
 
-mod train_support;
-
 use std::path::PathBuf;
 
-use train_support::*;
+use lavender_testkit::training::*;
 
 #[test]
 fn pytorch_reads_the_checkpoint_without_conversion_and_agrees_on_greedy_text() {

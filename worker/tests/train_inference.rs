@@ -1,10 +1,9 @@
 //! `mine_hard` and `generate` on a checkpoint of a short run.
 
-mod train_support;
-
 use std::path::Path;
 
-use train_support::*;
+use lavender_testkit::training::*;
+use lavender_testkit::{events, read_json};
 
 fn trained_root() -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();

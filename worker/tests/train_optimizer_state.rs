@@ -1,10 +1,9 @@
 //! `training.save_optimizer_state: none | last | all`, and resuming without moments.
 
-mod train_support;
-
 use std::path::Path;
 
-use train_support::*;
+use lavender_testkit::training::*;
+use lavender_testkit::{events, read_json};
 
 fn run(root: &Path, mode: &str, extra: &[&str]) -> std::process::Output {
     run_ok(

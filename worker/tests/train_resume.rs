@@ -2,13 +2,12 @@
 //! SIGTERM saves and exits 0, SIGKILL at any moment leaves a loadable checkpoint,
 //! including while a save is being written in the background.
 
-mod train_support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use train_support::*;
+use lavender_testkit::training::*;
+use lavender_testkit::{events, read_json};
 
 fn train_cmd(root: &Path, run_dir: Option<&Path>, extra: &[&str]) -> std::process::Command {
     let mut c = worker();

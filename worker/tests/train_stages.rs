@@ -1,10 +1,9 @@
 //! A whole `train` run over synthetic token arrays: pretrain → sft → dpo → final.
 
-mod train_support;
-
 use std::fs;
 
-use train_support::*;
+use lavender_testkit::training::*;
+use lavender_testkit::{events, read_json};
 
 #[test]
 fn runs_every_stage_and_leaves_the_run_self_describing() {

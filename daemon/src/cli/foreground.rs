@@ -89,7 +89,7 @@ impl ForegroundView {
         self.bar.set_prefix(format!(
             "{} {}",
             s.pipeline.state,
-            s.active_step.as_deref().unwrap_or("-")
+            s.active_step.map_or("-", |s| s.as_str())
         ));
         if let Some(total) = t.total_steps {
             self.bar.set_length(total);

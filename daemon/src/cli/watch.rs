@@ -49,7 +49,7 @@ pub fn view(s: &Status, clock: &str) -> String {
     let t = &s.training;
     let p = &s.pipeline;
     let mut out = String::new();
-    let step = s.active_step.as_deref().unwrap_or("-");
+    let step = s.active_step.map_or("-", |s| s.as_str());
     out.push_str(&format!(
         "lavender  {}  step {step}  chunk {}  scale {}  restarts {}   {clock}\n",
         p.state,

@@ -11,7 +11,7 @@ pub fn line(s: &Status) -> String {
     let mut out = format!(
         "[{}] {}",
         s.pipeline.state,
-        s.active_step.as_deref().unwrap_or("-")
+        s.active_step.map_or("-", |s| s.as_str())
     );
     if let (Some(done), Some(total)) = (t.step, t.total_steps) {
         out.push_str(&format!(" {done}/{total}"));

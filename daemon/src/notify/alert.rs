@@ -183,6 +183,7 @@ pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::process::ExitOutcome;
+    use lavender::config::PipelineStep;
 
     const P: &str = "[lavender] ";
 
@@ -198,7 +199,7 @@ mod tests {
         let log = dir.path().join("w.log");
         std::fs::write(&log, "step 40 loss 2.1\nRuntimeError: CUDA OOM\n").unwrap();
         let crash = |outcome, log_file| Alert::Crashed {
-            step: "train".into(),
+            step: PipelineStep::Train,
             outcome,
             restart: 2,
             max_restarts: 3,
@@ -225,7 +226,7 @@ mod tests {
         assert_eq!(n[0].kind, "restarting");
 
         let n = one(Alert::Stale {
-            step: "train".into(),
+            step: PipelineStep::Train,
             age_s: Some(372),
             stale_after_s: 300,
             training_step: Some(1234),
@@ -238,14 +239,14 @@ mod tests {
         );
 
         let n = one(Alert::Recovered {
-            step: "train".into(),
+            step: PipelineStep::Train,
             stalled_for: Some(Duration::from_secs(400)),
             training_step: Some(1300),
         });
         assert_eq!(n.body, "stalled for 6m 40s; last step 1,300");
 
         let n = one(Alert::Failed {
-            step: "train".into(),
+            step: PipelineStep::Train,
             reason: "exit code 137".into(),
             restarts: 3,
             last_exit: Some(ExitOutcome::Code(137)),
@@ -254,7 +255,7 @@ mod tests {
         assert!(n.body.starts_with("last exit code 137"), "{}", n.body);
         // A step that never ran has no exit to tell: the reason is the news.
         let n = one(Alert::Failed {
-            step: "dedup".into(),
+            step: PipelineStep::Dedup,
             reason: "start worker `lavender-worker`: not found".into(),
             restarts: 0,
             last_exit: None,
@@ -287,7 +288,7 @@ mod tests {
         assert!(
             pushes(
                 &Alert::StoppedExternally {
-                    step: "train".into()
+                    step: PipelineStep::Train
                 },
                 P,
                 20

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use lavender::config::PipelineStep;
 use tokio::sync::mpsc;
 
 use crate::notify::{Notifier, pushes};
@@ -15,7 +16,7 @@ use crate::process::ExitOutcome;
 pub enum Alert {
     /// A step died without being asked to; a restart follows after `restart_in`.
     Crashed {
-        step: String,
+        step: PipelineStep,
         outcome: ExitOutcome,
         restart: u32,
         max_restarts: u32,
@@ -25,21 +26,21 @@ pub enum Alert {
     },
     /// Restarts exhausted (or the worker cannot start): the pipeline stopped.
     Failed {
-        step: String,
+        step: PipelineStep,
         reason: String,
         restarts: u32,
         last_exit: Option<ExitOutcome>,
     },
     /// The heartbeat is older than `stale_after_s`.
     Stale {
-        step: String,
+        step: PipelineStep,
         age_s: Option<u64>,
         stale_after_s: u64,
         training_step: Option<u64>,
     },
     /// A fresh heartbeat after a stale one.
     Recovered {
-        step: String,
+        step: PipelineStep,
         stalled_for: Option<Duration>,
         training_step: Option<u64>,
     },
@@ -56,9 +57,9 @@ pub enum Alert {
         need_bytes: u64,
     },
     /// A worker outlived a daemon restart and is supervised again.
-    Adopted { step: String, worker: String },
+    Adopted { step: PipelineStep, worker: String },
     /// The worker was stopped by someone else (it saved and exited on SIGTERM).
-    StoppedExternally { step: String },
+    StoppedExternally { step: PipelineStep },
 }
 
 impl Alert {
@@ -77,14 +78,14 @@ impl Alert {
     }
 
     /// The pipeline step it is about, if any.
-    pub fn step(&self) -> Option<&str> {
+    pub fn step(&self) -> Option<PipelineStep> {
         match self {
             Alert::Crashed { step, .. }
             | Alert::Failed { step, .. }
             | Alert::Stale { step, .. }
             | Alert::Recovered { step, .. }
             | Alert::Adopted { step, .. }
-            | Alert::StoppedExternally { step } => Some(step),
+            | Alert::StoppedExternally { step } => Some(*step),
             Alert::Finished { .. } | Alert::DiskLow { .. } => None,
         }
     }

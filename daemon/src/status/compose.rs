@@ -82,7 +82,7 @@ pub fn compose(
     }
     let active_step = match state {
         PipelineState::Running | PipelineState::Stopping | PipelineState::Crashed => {
-            record.active_step.map(|s| s.to_string())
+            record.active_step
         }
         _ => None,
     };

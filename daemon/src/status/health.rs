@@ -57,14 +57,15 @@ impl HeartbeatWatch {
             self.crashed = None;
         }
 
-        let step = status.active_step.clone().unwrap_or_default();
+        // A heartbeat is stale or fresh only while a worker of a step runs; without
+        // an active step there is no step's stall or recovery to tell.
         let training_step = status.training.step;
         if status.training.heartbeat_stale {
             if self.stale_since.is_some() {
                 return None;
             }
             self.stale_since = Some(Instant::now());
-            return Some(Alert::Stale {
+            return status.active_step.map(|step| Alert::Stale {
                 step,
                 age_s: status.training.heartbeat_age_s,
                 stale_after_s,
@@ -87,7 +88,7 @@ impl HeartbeatWatch {
         if status.pipeline.running && from_current_worker {
             self.stale_since = None;
             self.crashed = None;
-            return Some(Alert::Recovered {
+            return status.active_step.map(|step| Alert::Recovered {
                 step,
                 stalled_for: Some(since.elapsed()),
                 training_step,

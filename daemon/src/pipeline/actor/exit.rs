@@ -60,9 +60,7 @@ impl Actor {
                 self.record.state = PipelineState::Stopped;
                 self.record.set_step(step, StepState::Pending);
                 self.commit();
-                self.alert(Alert::StoppedExternally {
-                    step: step.to_string(),
-                });
+                self.alert(Alert::StoppedExternally { step });
             }
             Verdict::Crash(reason) => self.crashed(step, exit.outcome, reason, worker.started),
         }
@@ -99,7 +97,7 @@ impl Actor {
         self.last_exit = Some(outcome);
         self.commit();
         self.alert(Alert::Crashed {
-            step: step.to_string(),
+            step,
             outcome,
             restart: self.record.restarts,
             max_restarts: self.timings.max_restarts,
@@ -139,7 +137,7 @@ impl Actor {
         self.last_exit = None;
         self.commit();
         self.alert(Alert::Failed {
-            step: step.to_string(),
+            step,
             reason,
             restarts: self.record.restarts,
             last_exit,

@@ -49,7 +49,7 @@ impl Actor {
                 }
                 tracing::info!(worker = %w.handle, step = %w.step, "re-adopted running worker");
                 self.alert(Alert::Adopted {
-                    step: w.step.to_string(),
+                    step: w.step,
                     worker: w.handle.to_string(),
                 });
                 self.commit();

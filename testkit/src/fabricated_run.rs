@@ -2,8 +2,6 @@
 //! worker's `momentum` key), tokenizer.json, a dense log_history.json, and
 //! checkpoints with model.safetensors, optimizer.safetensors and trainer_state.json.
 
-#![allow(dead_code)]
-
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs;
@@ -138,7 +136,7 @@ pub fn config_yaml(beta1: f64) -> String {
     format!("{}\nmomentum: {beta1}\n", cfg.to_yaml().trim_end())
 }
 
-pub fn tokenizer_json() -> Value {
+fn tokenizer_json() -> Value {
     json!({
         "version": "1.0",
         "added_tokens": [
@@ -239,11 +237,6 @@ pub fn save_checkpoint(
     st.extra
         .insert("optimizer_state".into(), json!(spec.with_optimizer));
     b.commit(&st).unwrap()
-}
-
-pub fn read_json(path: &Path) -> Value {
-    serde_json::from_slice(&fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-        .unwrap()
 }
 
 /// The complete checkpoints of a run, oldest first.

@@ -1,26 +1,14 @@
-//! Test harness: a tempdir data root, a config pointing at the fake worker, the
-//! real `lavenderd` binary (see `harness.rs`), and small blocking HTTP clients
-//! for TCP and the socket.
-#![allow(dead_code, unused_imports)]
-
-mod harness;
-mod http;
-mod schema;
+//! The daemon's usual test subject: a data root in a tempdir, a config running the
+//! fake worker (daemon/src/bin/lavender-fake-worker.rs), and `lavenderd`.
 
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 
 use serde_json::Value;
 
-pub use harness::{
-    BACKOFF_VAR, Lavenderd, alive, backoff_seconds, cmdline_has, send_signal, stderr, stdout,
-    wait_until,
-};
-pub use http::Http;
-pub use schema::{assert_valid, schema};
-
-pub const LAVENDERD: &str = env!("CARGO_BIN_EXE_lavenderd");
-pub const FAKE_WORKER: &str = env!("CARGO_BIN_EXE_lavender-fake-worker");
+use crate::bins::{fake_worker, lavenderd};
+use crate::daemon::Lavenderd;
+use crate::process::{cmdline_has, send_signal};
 
 /// A data root in a tempdir, a config running the fake worker, and the daemon.
 /// Derefs to [`Lavenderd`] for the CLI, the API and the waits.
@@ -50,7 +38,7 @@ impl Env {
         let dir = tempfile::tempdir().unwrap();
         let data_root = dir.path().join("data");
         let config = dir.path().join("lavender.yaml");
-        let mut command = vec![FAKE_WORKER.to_string()];
+        let mut command = vec![fake_worker().display().to_string()];
         command.extend(worker_args.iter().map(|s| s.to_string()));
         let command: Vec<String> = command.iter().map(|s| format!("{s:?}")).collect();
         let yaml = format!(
@@ -59,7 +47,7 @@ impl Env {
         );
         std::fs::write(&config, yaml).unwrap();
         let log = dir.path().join("daemon.log");
-        let mut daemon = Lavenderd::new(LAVENDERD.into(), config, data_root, log);
+        let mut daemon = Lavenderd::new(lavenderd(), config, data_root, log);
         daemon.worker_name = "fake-worker".into();
         Env { dir, daemon }
     }
@@ -88,31 +76,9 @@ impl Env {
             .collect()
     }
 
-    pub fn fake_helper_pid_file(&self) -> PathBuf {
+    fn fake_helper_pid_file(&self) -> PathBuf {
         self.data_root.join("fake-helper.pid")
     }
-}
-
-/// The CLI's leaf commands (`daemon restart`, `status`, …), for the tests that keep
-/// the docs listing every one of them.
-pub fn cli_leaves() -> Vec<(String, clap::Command)> {
-    fn leaves(cmd: &clap::Command, prefix: &str, out: &mut Vec<(String, clap::Command)>) {
-        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
-            let path = format!("{prefix}{}", sub.get_name());
-            if sub.has_subcommands() {
-                leaves(sub, &format!("{path} "), out);
-            } else {
-                out.push((path, sub.clone()));
-            }
-        }
-    }
-    let mut all = Vec::new();
-    leaves(
-        &<lavenderd::cli::Cli as clap::CommandFactory>::command(),
-        "",
-        &mut all,
-    );
-    all
 }
 
 impl Drop for Env {

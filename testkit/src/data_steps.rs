@@ -1,21 +1,29 @@
-//! Shared by the data step tests: run the real worker binary on a temporary data root.
-#![allow(dead_code)]
+//! The worker's data steps run as the real binary on a temporary data root, and
+//! reads of what they write.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_lavender-worker");
+use crate::bins::worker;
 
+/// A fresh tempdir holding the data root (`root/`), a run directory (`run/`) and
+/// the config the steps read (`config.yaml`).
 pub struct Root {
     pub dir: tempfile::TempDir,
 }
 
-impl Root {
-    pub fn new() -> Root {
+impl Default for Root {
+    fn default() -> Root {
         Root {
             dir: tempfile::tempdir().unwrap(),
         }
+    }
+}
+
+impl Root {
+    pub fn new() -> Root {
+        Root::default()
     }
 
     pub fn path(&self) -> &Path {
@@ -40,7 +48,7 @@ impl Root {
     }
 
     pub fn cmd(&self, step: &str, extra: &[&str]) -> Command {
-        let mut c = Command::new(BIN);
+        let mut c = Command::new(worker());
         c.arg(step)
             .arg("--data-root")
             .arg(self.data())

@@ -1,7 +1,5 @@
-//! Shared by the trainer's process tests: a synthetic `tokens/` directory in the
-//! precompute format (see worker/src/tokens.rs) and helpers to run the worker.
-
-#![allow(dead_code)]
+//! The trainer run as the real worker binary: a synthetic `tokens/` directory in the
+//! precompute format (see worker/src/tokens.rs), short runs, and reads of what they save.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -10,10 +8,10 @@ use std::process::{Command, Output};
 use serde_json::{Value, json};
 
 pub const VOCAB: u32 = 64;
-pub const EOS: u32 = 0;
+const EOS: u32 = 0;
 
 pub fn worker() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_lavender-worker"))
+    Command::new(crate::bins::worker())
 }
 
 /// A tiny, learnable corpus: a noisy cycle `t → (5t + 3) mod 61 + 1`, so loss can
@@ -183,26 +181,13 @@ pub fn checkpoints(run_dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-pub fn counter(p: &Path) -> u32 {
+fn counter(p: &Path) -> u32 {
     let name = p.file_name().unwrap().to_string_lossy().into_owned();
     name.rsplit('-').next().unwrap().parse().unwrap()
 }
 
-pub fn read_json(path: &Path) -> Value {
-    serde_json::from_slice(&fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-        .unwrap()
-}
-
-pub fn events(run_dir: &Path) -> Vec<Value> {
-    fs::read_to_string(run_dir.join("events.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
 /// A real `tokenizers` file for the synthetic vocabulary: token `i` is the word `w<i>`.
-pub fn word_level_tokenizer() -> Value {
+fn word_level_tokenizer() -> Value {
     let vocab: serde_json::Map<String, Value> =
         (0..VOCAB).map(|i| (format!("w{i}"), json!(i))).collect();
     json!({

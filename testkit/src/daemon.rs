@@ -2,14 +2,17 @@
 //! the background, requests over TCP and the socket, the status (checked against
 //! the schema on every read), waits, and cleanup of every process started.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use super::http::{self, Http};
-use super::schema::assert_valid;
+use crate::bins::lavenderd;
+use crate::http::{self, Http};
+use crate::process::{cmdline_has, send_signal, stderr, stdout};
+use crate::schema::assert_valid;
+use crate::wait::wait_until;
 
 /// The config layer's name for `supervisor.restart_backoff_s`.
 pub const BACKOFF_VAR: &str = "LAVENDER__SUPERVISOR__RESTART_BACKOFF_S";
@@ -60,6 +63,21 @@ impl Lavenderd {
             worker_name: "worker".into(),
             daemons: Vec::new(),
         }
+    }
+
+    /// `lavenderd` supervising the real worker in `dir`: the config `yaml` written
+    /// to `dir/lavender.yaml`, the data root `dir/data`, the log `dir/daemon.log`.
+    pub fn with_real_worker(dir: &Path, yaml: &str) -> Lavenderd {
+        let config = dir.join("lavender.yaml");
+        std::fs::write(&config, yaml).unwrap();
+        let mut daemon = Lavenderd::new(
+            lavenderd(),
+            config,
+            dir.join("data"),
+            dir.join("daemon.log"),
+        );
+        daemon.worker_name = "lavender-worker".into();
+        daemon
     }
 
     pub fn state_dir(&self) -> PathBuf {
@@ -190,7 +208,6 @@ impl Lavenderd {
         last
     }
 
-    /// `state/pipeline.json` as written (paths inside the data root relative to it).
     /// Waits until the run has at least `n` complete checkpoints.
     pub fn wait_checkpoints(&self, n: u64, timeout: Duration) -> Value {
         let mut last = Value::Null;
@@ -201,6 +218,7 @@ impl Lavenderd {
         last
     }
 
+    /// `state/pipeline.json` as written (paths inside the data root relative to it).
     pub fn pipeline_json_raw(&self) -> Value {
         let text =
             std::fs::read_to_string(self.state_dir().join("pipeline.json")).unwrap_or_default();
@@ -239,7 +257,7 @@ impl Lavenderd {
     }
 
     /// Kills the daemons first (so none restarts the worker), then the worker's group.
-    pub fn shutdown(&mut self) {
+    pub(crate) fn shutdown(&mut self) {
         self.kill_daemons();
         // A daemon started in the background by `lavenderd start`.
         if let Ok(pid) = std::fs::read_to_string(self.state_dir().join("lavenderd.pid"))
@@ -261,46 +279,4 @@ impl Drop for Lavenderd {
     fn drop(&mut self) {
         self.shutdown();
     }
-}
-
-pub fn cmdline_has(pid: i32, word: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.contains(word))
-}
-
-unsafe extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
-}
-
-pub fn send_signal(pid: i32, sig: i32) {
-    unsafe { libc_kill(pid, sig) };
-}
-
-pub fn alive(pid: i32) -> bool {
-    // Zombies count as dead.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(false)
-}
-
-pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
-
-pub fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-pub fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }

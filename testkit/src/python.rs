@@ -1,23 +1,18 @@
 //! Python workers under the real `lavenderd`: the `.venv` interpreter, the
 //! repository's examples and `python/` library, a config running them, and reads
 //! of what they leave in the run directory.
-#![allow(dead_code)]
 
 use std::ops::{Deref, DerefMut};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{LAVENDERD, Lavenderd};
-
-pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+use crate::bins::lavenderd;
+use crate::daemon::Lavenderd;
+use crate::repo;
+use crate::run_dir::events;
 
 /// `<repo>/.venv/bin/<tool>`, which the set-up installs.
 pub fn venv_tool(tool: &str) -> String {
@@ -87,7 +82,7 @@ impl PyEnv {
         );
         std::fs::write(&config, text).unwrap();
         let log = dir.path().join("daemon.log");
-        let mut daemon = Lavenderd::new(LAVENDERD.into(), config, data_root, log);
+        let mut daemon = Lavenderd::new(lavenderd(), config, data_root, log);
         daemon.worker_name = "python".into();
         daemon.backoff_ms = "200".into();
         PyEnv { dir, daemon }
@@ -125,14 +120,6 @@ pub fn assert_ranks_stopped_at(env: &PyEnv, ranks: usize, step: u64) -> Vec<Stri
     stopped
 }
 
-pub fn events(run_dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run_dir.join("events.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
 /// Waits for an event of the run that `pred` accepts; returns it.
 pub fn wait_event(
     env: &PyEnv,
@@ -168,41 +155,10 @@ pub fn step_of(event: &Value) -> u64 {
     event["step"].as_u64().expect("an event with a step")
 }
 
-pub fn cmdline(pid: i32) -> Vec<String> {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .unwrap_or_default()
-        .split(|&b| b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect()
-}
-
 pub fn resume_arg(argv: &[String]) -> Option<String> {
     argv.iter()
         .position(|a| a == "--resume")
         .map(|i| argv[i + 1].clone())
-}
-
-/// Children of `pid` (from /proc).
-pub fn children(pid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(child) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
-            continue;
-        };
-        let ppid = stat
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<i32>().ok());
-        if ppid == Some(pid) {
-            out.push(child);
-        }
-    }
-    out
 }
 
 /// A line of the test's transcript (shown with --nocapture).

@@ -1,0 +1,44 @@
+//! Support for lavender's integration tests, shared by the packages' test binaries:
+//! the real `lavenderd` driven on a test data root (with the fake worker, a Python
+//! worker or the real one), the one HTTP client of its TCP port and socket, a reader
+//! of its event stream, the status-schema check, and a generated corpus.
+//!
+//! A library rather than a `mod` each test binary includes: rustc judges its dead
+//! code once, not per binary (where whatever one test leaves unused warns).
+
+mod bins;
+mod corpus;
+mod daemon;
+pub mod data_steps;
+pub mod fabricated_run;
+mod fake_env;
+pub mod http;
+#[cfg(feature = "notify")]
+pub mod notify;
+mod process;
+pub mod python;
+mod run_dir;
+mod schema;
+pub mod sse;
+pub mod training;
+mod wait;
+
+use std::path::{Path, PathBuf};
+
+pub use bins::lavenderd;
+pub use corpus::{WORDS, write_speeches};
+pub use daemon::{BACKOFF_VAR, Lavenderd, backoff_seconds};
+pub use fake_env::Env;
+pub use http::Http;
+pub use process::{alive, children, cmdline, send_signal, stderr, stdout};
+pub use run_dir::{events, read_json};
+pub use schema::{assert_valid, schema, schema_path};
+pub use wait::wait_until;
+
+/// The repository's root: this checkout.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("testkit/ sits in the repository")
+        .to_path_buf()
+}
