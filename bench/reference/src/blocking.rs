@@ -70,4 +70,3 @@ fn spawn<S: Read + Write + Send + 'static>(mut conn: S, response: Arc<[u8]>) {
 fn find_blank_line(b: &[u8]) -> Option<usize> {
     b.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
 }
-
