@@ -51,11 +51,12 @@ beat_time() { "$PY" -c 'import sys; from datetime import datetime; print(datetim
 results="$BENCH_OUT/windows.tsv"
 printf 'pair\tmode\tsteps\tseconds\tsteps_per_s\tdaemon_cpu_pct\tload\n' >"$results"
 window() {
-  local pair="$1" mode="$2" s0 s1 t0 t1 c0 c1 w0 w1 load="-"
+  local pair="$1" mode="$2" target=(--tcp "$DAEMON_ADDR") s0 s1 t0 t1 c0 c1 w0 w1 load="-"
+  [ "${3:-tcp}" = unix ] && target=(--unix "$DAEMON_SOCK")
   read -r s0 t0 < <(beat)
   c0="$(cpu_ticks "$daemon_pid")" w0="$(date +%s.%N)"
   if [ "$mode" = loaded ]; then
-    load="$("$LOADGEN" load --tcp "$DAEMON_ADDR" --rate "$RATE" --connections 4 --duration "$WINDOW" --warmup 0)"
+    load="$("$LOADGEN" load "${target[@]}" --rate "$RATE" --connections 4 --duration "$WINDOW" --warmup 0)"
   else
     sleep "$WINDOW"
   fi
@@ -77,12 +78,7 @@ for pair in $(seq "$PAIRS"); do
   fi
 done
 # The daemon over its Unix socket, one more loaded window (worker still training).
-c0="$(cpu_ticks "$daemon_pid")" w0="$(date +%s.%N)"
-unix_load="$("$LOADGEN" load --unix "$DAEMON_SOCK" --rate "$RATE" --connections 4 --duration "$WINDOW" --warmup 0)"
-c1="$(cpu_ticks "$daemon_pid")" w1="$(date +%s.%N)"
-printf 'unix\tloaded\t-\t-\t-\t%s\t%s\n' "$(calc "round(($c1 - $c0) / $CLK_TCK / ($w1 - $w0) * 100, 2)")" \
-  "$(echo "$unix_load" | jq -c '{requests_per_s, errors, p50_ms, p99_ms, client_cpu_s}')" >>"$results"
-tail -1 "$results"
+window unix loaded unix
 status_get "$DAEMON_SOCK" >"$BENCH_TMP/reference-body.json"
 daemon_stop "$dir" "$daemon_pid"
 

@@ -17,6 +17,15 @@ use crate::wait::wait_until;
 /// The config layer's name for `supervisor.restart_backoff_s`.
 pub const BACKOFF_VAR: &str = "LAVENDER__SUPERVISOR__RESTART_BACKOFF_S";
 
+/// `items` as a YAML flow list of quoted strings: `["a", "b"]` without the brackets.
+pub fn yaml_strings<S: AsRef<str>>(items: &[S]) -> String {
+    items
+        .iter()
+        .map(|s| format!("{:?}", s.as_ref()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `"100,200"` (milliseconds) → `"[0.1, 0.2]"` (seconds, as the config takes them).
 pub fn backoff_seconds(ms: &str) -> String {
     let waits: Vec<String> = ms
@@ -51,33 +60,28 @@ pub struct Lavenderd {
 }
 
 impl Lavenderd {
-    pub fn new(bin: PathBuf, config: PathBuf, data_root: PathBuf, log: PathBuf) -> Lavenderd {
+    /// `lavenderd` in `dir`: the config `yaml` written to `dir/lavender.yaml`, the
+    /// data root `dir/data`, the log `dir/daemon.log`; `worker_name` is what its
+    /// worker's processes are called.
+    pub fn in_dir(dir: &Path, yaml: &str, worker_name: &str) -> Lavenderd {
+        let config = dir.join("lavender.yaml");
+        std::fs::write(&config, yaml).unwrap();
         Lavenderd {
-            bin,
+            bin: lavenderd(),
             config,
-            data_root,
-            log,
+            data_root: dir.join("data"),
+            log: dir.join("daemon.log"),
             backoff_ms: "100,200,300".into(),
             serve_args: Vec::new(),
             env: Vec::new(),
-            worker_name: "worker".into(),
+            worker_name: worker_name.into(),
             daemons: Vec::new(),
         }
     }
 
-    /// `lavenderd` supervising the real worker in `dir`: the config `yaml` written
-    /// to `dir/lavender.yaml`, the data root `dir/data`, the log `dir/daemon.log`.
+    /// `lavenderd` supervising the real worker in `dir` (see [`Lavenderd::in_dir`]).
     pub fn with_real_worker(dir: &Path, yaml: &str) -> Lavenderd {
-        let config = dir.join("lavender.yaml");
-        std::fs::write(&config, yaml).unwrap();
-        let mut daemon = Lavenderd::new(
-            lavenderd(),
-            config,
-            dir.join("data"),
-            dir.join("daemon.log"),
-        );
-        daemon.worker_name = "lavender-worker".into();
-        daemon
+        Lavenderd::in_dir(dir, yaml, "lavender-worker")
     }
 
     pub fn state_dir(&self) -> PathBuf {

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::bins::{fake_worker, lavenderd};
-use crate::daemon::Lavenderd;
+use crate::bins::fake_worker;
+use crate::daemon::{Lavenderd, yaml_strings};
 use crate::process::{cmdline_has, send_signal};
 
 /// A data root in a tempdir, a config running the fake worker, and the daemon.
@@ -36,19 +36,13 @@ impl Env {
     /// with further top-level sections).
     pub fn new(worker_args: &[&str], supervisor: &str, steps: &str) -> Env {
         let dir = tempfile::tempdir().unwrap();
-        let data_root = dir.path().join("data");
-        let config = dir.path().join("lavender.yaml");
         let mut command = vec![fake_worker().display().to_string()];
         command.extend(worker_args.iter().map(|s| s.to_string()));
-        let command: Vec<String> = command.iter().map(|s| format!("{s:?}")).collect();
         let yaml = format!(
             "steps: {steps}\nworker:\n  command: [{}]\nsupervisor:\n  listen: 127.0.0.1:0\n  poll_interval_ms: 50\n  stop_timeout_s: 10\n{supervisor}\n",
-            command.join(", ")
+            yaml_strings(&command)
         );
-        std::fs::write(&config, yaml).unwrap();
-        let log = dir.path().join("daemon.log");
-        let mut daemon = Lavenderd::new(lavenderd(), config, data_root, log);
-        daemon.worker_name = "fake-worker".into();
+        let daemon = Lavenderd::in_dir(dir.path(), &yaml, "fake-worker");
         Env { dir, daemon }
     }
 

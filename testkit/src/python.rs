@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::bins::lavenderd;
-use crate::daemon::Lavenderd;
+use crate::daemon::{Lavenderd, yaml_strings};
 use crate::repo;
 use crate::run_dir::events;
 
@@ -71,19 +70,13 @@ impl DerefMut for PyEnv {
 impl PyEnv {
     pub fn new(command: &[String], supervisor: &str, yaml: &str) -> PyEnv {
         let dir = tempfile::tempdir().unwrap();
-        let data_root = dir.path().join("data");
-        let config = dir.path().join("lavender.yaml");
-        let command: Vec<String> = command.iter().map(|s| format!("{s:?}")).collect();
         let pythonpath = repo().join("python/src").display().to_string();
         let text = format!(
             "steps: [train]\nworker:\n  command: [{}]\n  env: {{PYTHONPATH: {pythonpath:?}}}\n\
              supervisor:\n  listen: 127.0.0.1:0\n  poll_interval_ms: 50\n  stop_timeout_s: 60\n{supervisor}\n{yaml}\n",
-            command.join(", ")
+            yaml_strings(command)
         );
-        std::fs::write(&config, text).unwrap();
-        let log = dir.path().join("daemon.log");
-        let mut daemon = Lavenderd::new(lavenderd(), config, data_root, log);
-        daemon.worker_name = "python".into();
+        let mut daemon = Lavenderd::in_dir(dir.path(), &text, "python");
         daemon.backoff_ms = "200".into();
         PyEnv { dir, daemon }
     }

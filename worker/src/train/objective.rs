@@ -50,15 +50,10 @@ impl Objective {
     /// Trains on one micro-batch: accumulates `scale` × the gradient of its loss into
     /// the model's parameters and returns the loss.
     pub fn backward(&self, model: &Gpt, indices: &[usize], device: Device, scale: f64) -> f64 {
+        let next_token = |b: LmBatch| model.train_next_token(&b.input, &b.labels, IGNORE, scale);
         match self {
-            Objective::Pretrain { data, .. } => {
-                let b = data.batch(indices, device);
-                model.train_next_token(&b.input, &b.labels, IGNORE, scale)
-            }
-            Objective::Sft { data, .. } => {
-                let b = data.batch(indices, device);
-                model.train_next_token(&b.input, &b.labels, IGNORE, scale)
-            }
+            Objective::Pretrain { data, .. } => next_token(data.batch(indices, device)),
+            Objective::Sft { data, .. } => next_token(data.batch(indices, device)),
             Objective::Dpo {
                 data,
                 reference,

@@ -27,7 +27,7 @@ use crate::hard_examples;
 use crate::model::Gpt;
 use crate::optim::{AdamW, LrSchedule, clip_grad_norm};
 use crate::tokens::{Split, Tokens};
-use save::{PendingSave, PreparedBuffers, SaveBuffers};
+use save::{NextBuffers, PendingSave, SaveBuffers};
 
 /// How a call to [`Trainer::run`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,10 +87,8 @@ pub struct Trainer {
     last_eval: Option<StepEval>,
     /// The checkpoint being written in the background, if any (at most one).
     pending_save: Option<PendingSave>,
-    /// Host memory for the next save's copy, back from the previous save's writer.
-    save_buffers: Option<SaveBuffers>,
-    /// Host memory for the first save's copy, made ready while training starts.
-    prepared_buffers: PreparedBuffers,
+    /// Host memory for the next save's copy.
+    save_buffers: NextBuffers,
     /// Saves started by this process.
     saves_started: u32,
     /// The frozen DPO reference, when resuming mid-DPO.
@@ -103,7 +101,7 @@ impl Trainer {
     /// A trainer at step 0 of the first stage; [`Trainer::resume_from`] moves it to
     /// where a checkpoint left off.
     pub fn new(p: Parts) -> Trainer {
-        let prepared_buffers = SaveBuffers::prepare(
+        let save_buffers = SaveBuffers::prepare(
             p.model.params.numel(),
             p.s.save_optimizer_state != SaveOptimizerState::None,
         );
@@ -124,8 +122,7 @@ impl Trainer {
             progress: Progress::default(),
             last_eval: None,
             pending_save: None,
-            save_buffers: None,
-            prepared_buffers,
+            save_buffers,
             saves_started: 0,
             reference: None,
             reference_step: None,

@@ -39,7 +39,7 @@ impl SaveBuffers {
     /// Buffers for checkpoints of `params` parameters (`with_moments`: and their
     /// two optimizer moments), their pages faulted in on a background thread while
     /// training starts, so that not even the first save stalls training for that.
-    pub fn prepare(params: i64, with_moments: bool) -> PreparedBuffers {
+    pub fn prepare(params: i64, with_moments: bool) -> NextBuffers {
         let bytes = usize::try_from(params).unwrap_or(0) * std::mem::size_of::<f32>();
         let thread = std::thread::Builder::new()
             .name("checkpoint-buffers".into())
@@ -51,21 +51,28 @@ impl SaveBuffers {
                     FileImage::default()
                 },
             });
-        // Without the thread, the first save allocates them itself.
-        PreparedBuffers(thread.ok())
+        thread.map_or(NextBuffers::Absent, NextBuffers::Preparing)
     }
 }
 
-/// Save buffers being prepared in the background (see [`SaveBuffers::prepare`]).
-pub struct PreparedBuffers(Option<std::thread::JoinHandle<SaveBuffers>>);
+/// Host memory for the next save's copy.
+pub enum NextBuffers {
+    /// Being faulted in since training started (see [`SaveBuffers::prepare`]).
+    Preparing(std::thread::JoinHandle<SaveBuffers>),
+    /// Back from the previous save's writer.
+    Ready(SaveBuffers),
+    /// None at hand (lent to the writer, or preparing could not start): a save
+    /// that finds none allocates its own.
+    Absent,
+}
 
-impl PreparedBuffers {
-    /// The prepared buffers, once ready (empty ones if preparing them failed).
+impl NextBuffers {
     fn take(&mut self) -> SaveBuffers {
-        self.0
-            .take()
-            .and_then(|t| t.join().ok())
-            .unwrap_or_default()
+        match std::mem::replace(self, NextBuffers::Absent) {
+            NextBuffers::Preparing(thread) => thread.join().unwrap_or_default(),
+            NextBuffers::Ready(buffers) => buffers,
+            NextBuffers::Absent => SaveBuffers::default(),
+        }
     }
 }
 
@@ -129,10 +136,7 @@ impl Trainer {
         let name = CheckpointName::new(stage, at.time(), counter)?;
         let builder = CheckpointBuilder::begin(&self.run_dir, &name)?;
         let began = Instant::now();
-        let mut buffers = self
-            .save_buffers
-            .take()
-            .unwrap_or_else(|| self.prepared_buffers.take());
+        let mut buffers = self.save_buffers.take();
         model::snapshot_weights(&self.model, &mut buffers.weights)?;
         let with_optimizer = self.s.save_optimizer_state != SaveOptimizerState::None;
         if with_optimizer {
@@ -230,7 +234,7 @@ impl Trainer {
             .writer
             .join()
             .map_err(|_| anyhow::anyhow!("the checkpoint writer thread panicked"))??;
-        self.save_buffers = Some(written.buffers);
+        self.save_buffers = NextBuffers::Ready(written.buffers);
         let (path, durable) = (written.path, written.durable_at - p.began);
         let write = written.write;
         let name = p.name;
