@@ -17,3 +17,6 @@ pub mod service;
 pub(crate) mod settings;
 pub(crate) mod status;
 pub(crate) mod web;
+
+/// Connections answered on status threads at once, per listener (`server/direct.rs`).
+pub use server::direct::MAX_THREADS as STATUS_THREADS;

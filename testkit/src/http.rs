@@ -55,6 +55,119 @@ pub fn get_json(addr: &str, path: &str) -> Value {
         .unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {}", r.body))
 }
 
+/// One connection kept open across requests, as a polling client keeps it: each
+/// request goes out without `Connection: close`, and answers are read by their length.
+pub struct KeepAlive<S> {
+    stream: S,
+    host: String,
+    /// Bytes read past the last answer (the start of the next).
+    pending: Vec<u8>,
+}
+
+impl KeepAlive<std::net::TcpStream> {
+    pub fn tcp(addr: &str) -> KeepAlive<std::net::TcpStream> {
+        let stream =
+            std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+        stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        KeepAlive::over(stream, addr)
+    }
+}
+
+impl KeepAlive<std::os::unix::net::UnixStream> {
+    pub fn uds(socket: &Path) -> KeepAlive<std::os::unix::net::UnixStream> {
+        let stream = std::os::unix::net::UnixStream::connect(socket)
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()));
+        stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        KeepAlive::over(stream, "localhost")
+    }
+}
+
+impl<S: Read + Write> KeepAlive<S> {
+    fn over(stream: S, host: &str) -> KeepAlive<S> {
+        KeepAlive {
+            stream,
+            host: host.to_string(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// The text of a request on this connection (to send several at once, `write`).
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        token: Option<&str>,
+    ) -> String {
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        request(&self.host, method, path, &auth, body)
+    }
+
+    /// Sends `bytes` as they are (one or several requests, or part of one).
+    pub fn write(&mut self, bytes: &[u8]) {
+        self.stream
+            .write_all(bytes)
+            .unwrap_or_else(|e| panic!("write to the server: {e}"));
+    }
+
+    /// One request and its answer; panics if the server closes instead.
+    pub fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        token: Option<&str>,
+    ) -> Http {
+        let text = self.request(method, path, body, token);
+        self.write(text.as_bytes());
+        self.answer()
+    }
+
+    /// The next answer on the connection.
+    pub fn answer(&mut self) -> Http {
+        let mut buf = [0u8; 65536];
+        loop {
+            if let Some((response, used)) = parse_sized(&self.pending) {
+                self.pending.drain(..used);
+                return response;
+            }
+            let n = self
+                .stream
+                .read(&mut buf)
+                .unwrap_or_else(|e| panic!("read an answer: {e}"));
+            assert!(
+                n > 0,
+                "the server closed the connection before answering: {:?}",
+                String::from_utf8_lossy(&self.pending)
+            );
+            self.pending.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    /// Whether the server has closed the connection (after the answers read so far).
+    pub fn closed_by_server(&mut self) -> bool {
+        let mut buf = [0u8; 1];
+        matches!(self.stream.read(&mut buf), Ok(0))
+    }
+}
+
+/// The answer at the start of `raw` once its `Content-Length` bytes have come, and
+/// how many bytes it took.
+fn parse_sized(raw: &[u8]) -> Option<(Http, usize)> {
+    let end = find(raw, b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("a kept-alive answer without content-length: {head}"));
+    let used = end + 4 + length;
+    let response = parse(raw.get(..used)?, false)?;
+    Some((response, used))
+}
+
 /// The request's text; `headers` are extra header lines, each ending in `\r\n`.
 pub(crate) fn request(
     host: &str,

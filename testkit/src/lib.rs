@@ -29,7 +29,7 @@ pub use bins::lavenderd;
 pub use corpus::{WORDS, write_speeches};
 pub use daemon::{BACKOFF_VAR, Lavenderd, backoff_seconds};
 pub use fake_env::Env;
-pub use http::Http;
+pub use http::{Http, KeepAlive};
 pub use process::{alive, children, cmdline, send_signal, stderr, stdout};
 pub use run_dir::{events, read_json};
 pub use schema::{assert_valid, schema, schema_path};

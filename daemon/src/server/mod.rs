@@ -1,7 +1,10 @@
 //! The HTTP API: one axum router served on TCP (loopback by default) and on the
 //! Unix socket `<state_dir>/lavenderd.sock` (0600), with auth per transport.
+//! `GET /status` is answered first on a thread per connection (`direct.rs`), which
+//! hands everything else to the router.
 
 pub mod auth;
+pub mod direct;
 pub mod error;
 pub mod routes;
 pub mod strict_json;
@@ -136,10 +139,12 @@ pub async fn serve(
         feed.close();
     });
     let tcp_router = router(app.clone(), Transport::Tcp { token });
-    let unix_router = router(app, Transport::Unix { uid });
+    let unix_router = router(app.clone(), Transport::Unix { uid });
     let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
+    let tcp = direct::DirectListener::new(tcp, app.cache.clone());
+    let unix = direct::DirectListener::new(unix, app.cache.clone());
     let tcp_server = axum::serve(tcp, tcp_router).with_graceful_shutdown(wait(shutdown.clone()));
     let unix_server = axum::serve(
         unix,

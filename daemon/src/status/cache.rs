@@ -122,15 +122,21 @@ impl StatusSnapshot {
     /// The `GET /status` body at `now`: the contract plus
     /// `notifications: {channel: {sent, failed, dropped}}` (an extra key the schema allows).
     pub fn body_at(&self, now: DateTime<Utc>) -> String {
+        let mut out = String::with_capacity(self.rest.len() + 40);
+        self.push_body_at(now, &mut out);
+        out
+    }
+
+    /// [`StatusSnapshot::body_at`], appended to `out` (a buffer reused across requests).
+    pub fn push_body_at(&self, now: DateTime<Utc>, out: &mut String) {
         if !self.still_valid(now) {
             let status = compose(&self.record, &self.facts, &self.settings, now, true);
-            return body_json(&status, &self.counts);
+            out.push_str(&body_json(&status, &self.counts));
+            return;
         }
-        let mut out = String::with_capacity(self.rest.len() + 40);
         out.push_str("{\"timestamp\":\"");
-        push_timestamp(&mut out, now);
+        push_timestamp(out, now);
         out.push_str(&self.rest);
-        out
     }
 }
 
@@ -198,6 +204,11 @@ impl StatusCache {
     /// The body served by `GET /status` (see the module docs).
     pub fn status_body(&self) -> String {
         self.snapshots.borrow().body_at(lavender::time::now_utc())
+    }
+
+    /// [`StatusCache::status_body`] at `now`, appended to `out`.
+    pub fn push_status_body(&self, now: DateTime<Utc>, out: &mut String) {
+        self.snapshots.borrow().push_body_at(now, out)
     }
 
     /// Changes with every snapshot published.
