@@ -70,8 +70,15 @@ pub fn snapshot(
 }
 
 /// How much a file is written before its writeback is started (see
-/// [`FileImage::write_unsynced`]).
+/// [`FileImage::write_buffered`]).
 const WRITEBACK_CHUNK: usize = 64 << 20;
+/// One O_DIRECT write's size (a multiple of [`PAGE`]).
+#[cfg(target_os = "linux")]
+const DIRECT_CHUNK: usize = 8 << 20;
+/// Writes in flight at once for one file: a virtual disk here wrote 489 MB in
+/// 0.47 s from one writer and 0.29–0.35 s from four.
+#[cfg(target_os = "linux")]
+const DIRECT_WRITERS: usize = 4;
 
 /// A `.safetensors` file's bytes, complete in host memory: what a checkpoint writes,
 /// taken between two training steps and written while training goes on. Refilled
@@ -79,7 +86,44 @@ const WRITEBACK_CHUNK: usize = 64 << 20;
 /// on every save while training waits.
 #[derive(Default)]
 pub struct FileImage {
-    bytes: Vec<u8>,
+    bytes: PageBuf,
+}
+
+/// The size and alignment O_DIRECT asks of memory, file offsets and lengths (a
+/// multiple of every logical block size in use).
+const PAGE: usize = 4096;
+
+#[derive(Clone, Copy)]
+#[repr(C, align(4096))]
+struct Page([u8; PAGE]);
+
+/// Bytes in whole pages, starting on a page boundary: writable with O_DIRECT
+/// straight from where they are.
+#[derive(Default)]
+struct PageBuf {
+    pages: Vec<Page>,
+    len: usize,
+}
+
+impl PageBuf {
+    /// Grows with zeroed pages (each one written, so faulted in) or shrinks, keeping
+    /// the allocation.
+    fn resize(&mut self, len: usize) {
+        self.pages.resize(len.div_ceil(PAGE), Page([0; PAGE]));
+        self.len = len;
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `Page` is `repr(C)` over `[u8; PAGE]` with size equal to its
+        // alignment, so the pages are one run of initialized bytes, no padding; and
+        // `len` never exceeds `pages.len() * PAGE` (`resize` keeps them together).
+        unsafe { std::slice::from_raw_parts(self.pages.as_ptr().cast::<u8>(), self.len) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`; the borrow of `self` is exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.pages.as_mut_ptr().cast::<u8>(), self.len) }
+    }
 }
 
 impl FileImage {
@@ -90,14 +134,9 @@ impl FileImage {
     pub fn with_pages_for(data_bytes: usize) -> FileImage {
         // Headers are names, shapes and offsets: well under this for any model here.
         const HEADER_ROOM: usize = 1 << 20;
-        let mut bytes = vec![0u8; data_bytes + HEADER_ROOM];
-        // Zeroed memory from the allocator stays unmapped until first written: one
-        // write per page (at most 4 KiB apart) faults it in. Volatile, because a
-        // compiler may drop a store of zero into memory it knows is zeroed.
-        for page in bytes.chunks_mut(4096) {
-            // SAFETY: a valid pointer to the first byte of a slice borrowed mutably.
-            unsafe { std::ptr::write_volatile(page.as_mut_ptr(), 0) };
-        }
+        let mut bytes = PageBuf::default();
+        // Every page is written (with zeros), so every page is faulted in here.
+        bytes.resize(data_bytes + HEADER_ROOM);
         FileImage { bytes }
     }
 
@@ -141,8 +180,8 @@ impl FileImage {
         // The same size as the previous fill (the usual case), or smaller than a
         // buffer made by `with_pages_for`: no reallocation and no page faults, only
         // the copy below.
-        self.bytes.resize(start + offset, 0);
-        let (head, body) = self.bytes.split_at_mut(start);
+        self.bytes.resize(start + offset);
+        let (head, body) = self.bytes.as_mut_slice().split_at_mut(start);
         head[..8].copy_from_slice(&(header.len() as u64).to_le_bytes());
         head[8..].copy_from_slice(&header);
 
@@ -188,16 +227,93 @@ impl FileImage {
             .with_context(|| format!("could not fsync {}", path.display()))
     }
 
-    /// Creates `path` and writes the image in large writes, starting the writeback
-    /// of each 64 MiB as soon as it is written, so the disk works while the rest is
-    /// copied into the page cache. Not durable yet: the caller must fsync the
-    /// returned file (a checkpoint's commit fsyncs every file before its marker).
+    /// Creates `path` and writes the image. Not durable yet: the caller must fsync
+    /// the returned file (a checkpoint's commit fsyncs every file before its marker).
+    ///
+    /// On Linux the whole pages go with O_DIRECT, from the image's own memory, in
+    /// [`DIRECT_CHUNK`]s taken by [`DIRECT_WRITERS`] threads at once: no copy into the
+    /// page cache, which is where the time went while training held both cores (a
+    /// 489 MB checkpoint took 0.6–0.7 s to copy there, against 0.26 s on an idle
+    /// machine), and the disk gets several requests at a time. The last partial page
+    /// goes through the page cache. A filesystem that refuses O_DIRECT (tmpfs,
+    /// some network and overlay filesystems) gets [`Self::write_buffered`].
     pub fn write_unsynced(&self, path: &Path) -> Result<std::fs::File> {
+        #[cfg(target_os = "linux")]
+        match self.write_direct(path) {
+            Ok(Some(f)) => return Ok(f),
+            Ok(None) => {}
+            Err(e) => return Err(e).with_context(|| format!("could not write {}", path.display())),
+        }
+        self.write_buffered(path)
+    }
+
+    /// Whole pages with O_DIRECT, the rest buffered; `None` if this filesystem does
+    /// not take O_DIRECT (nothing is left at `path` to rely on: the caller rewrites it).
+    #[cfg(target_os = "linux")]
+    fn write_direct(&self, path: &Path) -> std::io::Result<Option<std::fs::File>> {
+        use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let refused = |e: &std::io::Error| e.raw_os_error() == Some(libc::EINVAL);
+        let direct = match std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+        {
+            Ok(f) => f,
+            Err(e) if refused(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let bytes = self.bytes.as_slice();
+        let whole = bytes.len() / PAGE * PAGE;
+        let chunks = whole.div_ceil(DIRECT_CHUNK);
+        let next = AtomicUsize::new(0);
+        // Each writer takes the next chunk until none is left; the first error ends
+        // its writer, and the others finish theirs (the file is rewritten or dropped).
+        let write_chunks = || -> std::io::Result<()> {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= chunks {
+                    return Ok(());
+                }
+                let at = i * DIRECT_CHUNK;
+                let end = (at + DIRECT_CHUNK).min(whole);
+                direct.write_all_at(&bytes[at..end], at as u64)?;
+            }
+        };
+        let results: Vec<std::io::Result<()>> = std::thread::scope(|s| {
+            let others: Vec<_> = (1..DIRECT_WRITERS.min(chunks))
+                .map(|_| s.spawn(write_chunks))
+                .collect();
+            let mut results = vec![write_chunks()];
+            results.extend(others.into_iter().map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("a writer thread panicked")))
+            }));
+            results
+        });
+        for r in results {
+            match r {
+                Err(e) if refused(&e) => return Ok(None),
+                r => r?,
+            }
+        }
+        drop(direct);
+        let f = std::fs::OpenOptions::new().write(true).open(path)?;
+        f.write_all_at(&bytes[whole..], whole as u64)?;
+        Ok(Some(f))
+    }
+
+    /// Creates `path` and writes the image through the page cache in large writes,
+    /// starting the writeback of each 64 MiB as soon as it is written, so the disk
+    /// works while the rest is copied.
+    fn write_buffered(&self, path: &Path) -> Result<std::fs::File> {
         use std::io::Write as _;
         let write = || -> std::io::Result<std::fs::File> {
             let mut f = std::fs::File::create(path)?;
             let mut at = 0;
-            for chunk in self.bytes.chunks(WRITEBACK_CHUNK) {
+            for chunk in self.bytes.as_slice().chunks(WRITEBACK_CHUNK) {
                 f.write_all(chunk)?;
                 start_writeback(&f, at, chunk.len());
                 at += chunk.len();
@@ -316,6 +432,64 @@ mod tests {
         assert_eq!(file.metadata.get("format").map(String::as_str), Some("pt"));
     }
 
+    /// Whole pages with O_DIRECT where the filesystem takes it (the disk filesystems
+    /// Linux has; tmpfs since 6.6), through the page cache where it does not: the
+    /// same bytes either way, the last partial page included, over a longer file.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_written_image_is_its_bytes_whichever_way_it_went() {
+        // Several O_DIRECT chunks and a partial page.
+        let n = 3 * DIRECT_CHUNK / 4 + 1000;
+        let t = Tensor::arange(n as i64, (Kind::Float, Device::Cpu));
+        let image = snapshot(&[("t".to_string(), &t)], BTreeMap::new()).expect("snapshot");
+        assert_ne!(
+            image.bytes.as_slice().len() % PAGE,
+            0,
+            "a partial last page"
+        );
+        let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+        let mut dirs = vec![tempfile::tempdir_in(&target).expect("tempdir in target/")];
+        if std::path::Path::new("/dev/shm").is_dir() {
+            dirs.push(tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm"));
+        }
+        for dir in &dirs {
+            let path = dir.path().join("t.safetensors");
+            let check = |how: &str| {
+                let written = std::fs::read(&path).unwrap();
+                assert!(
+                    written == image.bytes.as_slice(),
+                    "{} ({how}): the file differs from the image",
+                    dir.path().display()
+                );
+                std::fs::write(&path, vec![7u8; 2 * written.len()]).unwrap();
+            };
+            std::fs::write(&path, vec![7u8; 2 * image.bytes.as_slice().len()]).unwrap();
+            match image.write_direct(&path).expect("write") {
+                Some(_) => check("O_DIRECT"),
+                None if is_disk(dir.path()) => {
+                    panic!("{}: O_DIRECT refused", dir.path().display())
+                }
+                None => {}
+            }
+            image.write_buffered(&path).expect("write buffered");
+            check("buffered");
+        }
+    }
+
+    /// On a disk filesystem (ext4, XFS, Btrfs), where O_DIRECT must work.
+    #[cfg(target_os = "linux")]
+    fn is_disk(dir: &std::path::Path) -> bool {
+        use std::os::unix::ffi::OsStrExt as _;
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path and a zeroed struct for statfs to fill.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut st) }, 0);
+        matches!(
+            st.f_type,
+            libc::EXT4_SUPER_MAGIC | libc::XFS_SUPER_MAGIC | libc::BTRFS_SUPER_MAGIC
+        )
+    }
+
     #[test]
     fn a_refilled_image_is_the_file_a_fresh_one_would_be() {
         let big = Tensor::arange(100_000, (Kind::Float, Device::Cpu));
@@ -328,12 +502,13 @@ mod tests {
         let mut reused = snapshot(&[("x".to_string(), &small)], BTreeMap::new()).unwrap();
         reused.fill(&tensors, meta).expect("refill");
         assert!(
-            reused.bytes == fresh.bytes,
+            reused.bytes.as_slice() == fresh.bytes.as_slice(),
             "a refill differs from a fresh image"
         );
 
         // What the format's own reader accepts, with the values in place.
-        let st = SafeTensors::deserialize(&reused.bytes).expect("a valid .safetensors file");
+        let st =
+            SafeTensors::deserialize(reused.bytes.as_slice()).expect("a valid .safetensors file");
         assert_eq!(st.tensor("a").unwrap().shape(), [2, 3]);
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("t.safetensors");
