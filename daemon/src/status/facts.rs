@@ -1,8 +1,10 @@
 //! What the files say, read once per refresh: the heartbeat, the run's complete
-//! checkpoints, the step manifests' counts, the disk, and done-markers.
+//! checkpoints, the step manifests' counts, the disk, and done-markers. Of these
+//! only the heartbeat changes every few steps; the refresher reads it alone then
+//! ([`FileFacts::with_heartbeat_read`]).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use lavender::heartbeat::{self, Heartbeat};
@@ -66,6 +68,15 @@ impl FileFacts {
         self
     }
 
+    /// These facts with the heartbeat read again and the rest kept, for a change to
+    /// the heartbeat alone. A full read also lists the run directory, reads every
+    /// checkpoint's `trainer_state.json` and probes each step's manifest and
+    /// done-marker: many times the cost, for what a heartbeat does not change.
+    pub fn with_heartbeat_read(mut self) -> FileFacts {
+        self.heartbeat = read_heartbeat(self.run_dir.as_deref());
+        self
+    }
+
     /// The run the status is about: the pipeline's, else the newest on disk.
     pub fn run_dir_for(layout: &Layout, record: &PipelineRecord) -> Option<PathBuf> {
         record.run_dir.clone().or_else(|| {
@@ -83,14 +94,7 @@ impl FileFacts {
         with_disk: bool,
     ) -> FileFacts {
         let run_dir = Self::run_dir_for(layout, record);
-        let heartbeat =
-            run_dir
-                .as_ref()
-                .and_then(|dir| match heartbeat::read(&heartbeat::path(dir)) {
-                    Ok(hb) => Some(Ok(hb)),
-                    Err(e) if e.is_not_found() => None,
-                    Err(e) => Some(Err(e.to_string())),
-                });
+        let heartbeat = read_heartbeat(run_dir.as_deref());
         let listed = run_dir
             .as_ref()
             .and_then(|dir| lavender::checkpoint::list_run_checkpoints(dir).ok())
@@ -135,5 +139,70 @@ impl FileFacts {
             latest_checkpoint_bytes,
             idle_steps,
         }
+    }
+}
+
+/// The run's heartbeat: `None` without a run or a heartbeat file.
+fn read_heartbeat(run_dir: Option<&Path>) -> Option<Result<Heartbeat, String>> {
+    match heartbeat::read(&heartbeat::path(run_dir?)) {
+        Ok(hb) => Some(Ok(hb)),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => Some(Err(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn beat(step: u64) -> Heartbeat {
+        serde_json::from_value(serde_json::json!({
+            "step": step, "total_steps": 100, "stage": "pretrain",
+            "timestamp": "2026-01-01T00:00:00Z", "pid": 1, "state": "training",
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_heartbeat_read_updates_the_heartbeat_and_keeps_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let before = FileFacts {
+            run_dir: Some(dir.path().to_path_buf()),
+            heartbeat: Some(Ok(beat(1))),
+            checkpoints: 3,
+            latest_checkpoint: Some("ckpt-3".into()),
+            data_counts: [("downloads".to_string(), Some(100))].into(),
+            disk_read_at: Some(Instant::now()),
+            disk_avail_bytes: Some(1 << 30),
+            idle_steps: [("train".to_string(), StepState::Done)].into(),
+            ..FileFacts::empty()
+        };
+        heartbeat::write(dir.path(), &beat(2)).unwrap();
+        let after = before.clone().with_heartbeat_read();
+        assert_eq!(after.heartbeat, Some(Ok(beat(2))));
+        assert_eq!(after.run_dir, before.run_dir);
+        assert_eq!(after.checkpoints, 3);
+        assert_eq!(after.latest_checkpoint, before.latest_checkpoint);
+        assert_eq!(after.data_counts, before.data_counts);
+        assert_eq!(after.disk_read_at, before.disk_read_at);
+        assert_eq!(after.disk_avail_bytes, before.disk_avail_bytes);
+        assert_eq!(after.idle_steps, before.idle_steps);
+
+        std::fs::write(heartbeat::path(dir.path()), "{").unwrap();
+        assert!(matches!(
+            after.clone().with_heartbeat_read().heartbeat,
+            Some(Err(_))
+        ));
+        std::fs::remove_file(heartbeat::path(dir.path())).unwrap();
+        assert_eq!(after.with_heartbeat_read().heartbeat, None);
+    }
+
+    #[test]
+    fn without_a_run_there_is_no_heartbeat() {
+        let facts = FileFacts {
+            heartbeat: Some(Ok(beat(1))),
+            ..FileFacts::empty()
+        };
+        assert_eq!(facts.with_heartbeat_read().heartbeat, None);
     }
 }

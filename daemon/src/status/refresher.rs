@@ -1,9 +1,11 @@
 //! The refresher: the one task that reads the files the status is made of. It
 //! re-reads them when the run directory changes (file events; the heartbeat is
 //! replaced by rename, so the directory is watched), when the pipeline record or
-//! the settings change, and on a periodic safety tick; it composes again (without
-//! reading) when the notification counts change or a time-dependent value is due
-//! (see `cache.rs`). Each result is published as a new immutable snapshot.
+//! the settings change, and on a periodic safety tick; a change to the heartbeat
+//! alone re-reads the heartbeat alone. It composes again (without reading) when
+//! the notification counts change, the event log grows (the feed follows it after
+//! each snapshot) or a time-dependent value is due (see `cache.rs`). Each result
+//! is published as a new immutable snapshot.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 use super::cache::{StatusCache, StatusSnapshot};
-use super::watch::{RunDirWatcher, WatchOptions};
+use super::watch::{Change, RunDirWatcher, WatchOptions};
 use super::{FileFacts, StatusSettings};
 use crate::layout::Layout;
 use crate::notify::{ChannelCounts, Notifier};
@@ -91,12 +93,61 @@ struct Refresher {
 }
 
 /// Why the loop turned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wake {
     /// Read the files again.
     Read,
+    /// Read the heartbeat again, keep the other facts. `publish`: publish a snapshot
+    /// even when the heartbeat reads as before (the event log grew too).
+    ReadHeartbeat {
+        publish: bool,
+    },
     /// Compose again from the facts at hand.
     Compose,
     Quit,
+}
+
+/// The file changes of one burst, folded.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Burst {
+    heartbeat: bool,
+    events: bool,
+    other: bool,
+}
+
+impl Burst {
+    fn add(mut self, change: Change) -> Burst {
+        match change {
+            Change::Heartbeat => self.heartbeat = true,
+            Change::Events => self.events = true,
+            Change::Other => self.other = true,
+        }
+        self
+    }
+
+    /// What the burst asks for: everything read for anything but the heartbeat and
+    /// the event log; the heartbeat alone; or a snapshot for the feed.
+    fn wake(self) -> Wake {
+        if self.other {
+            Wake::Read
+        } else if self.heartbeat {
+            Wake::ReadHeartbeat {
+                publish: self.events,
+            }
+        } else {
+            Wake::Compose
+        }
+    }
+}
+
+/// `wake`, unless the record or the settings changed meanwhile (`inputs_changed`):
+/// the loop marks them seen whatever woke it, so a wake that reads less than
+/// everything would drop their read (a new run's directory, say) until the tick.
+fn read_all_if(inputs_changed: bool, wake: Wake) -> Wake {
+    match wake {
+        Wake::ReadHeartbeat { .. } | Wake::Compose if inputs_changed => Wake::Read,
+        wake => wake,
+    }
 }
 
 async fn changed_opt(rx: Option<&mut watch::Receiver<()>>) -> bool {
@@ -125,7 +176,7 @@ impl Refresher {
         loop {
             let expires = self.snapshots.borrow().expires_at();
             let wake = tokio::select! {
-                Some(()) = events.recv() => {
+                Some(change) = events.recv() => {
                     // The first change of a quiet spell is read at once (a heartbeat
                     // shows in the status within milliseconds); a burst (a checkpoint
                     // save, a fast worker's heartbeats) is read at most once per COALESCE.
@@ -133,8 +184,11 @@ impl Refresher {
                     if Instant::now() < next {
                         tokio::time::sleep_until(tokio::time::Instant::from_std(next)).await;
                     }
-                    while events.try_recv().is_ok() {}
-                    Wake::Read
+                    let mut burst = Burst::default().add(change);
+                    while let Ok(change) = events.try_recv() {
+                        burst = burst.add(change);
+                    }
+                    burst.wake()
                 }
                 changed = self.records.changed() => if changed.is_ok() { Wake::Read } else { Wake::Quit },
                 changed = self.settings.changed() => if changed.is_ok() { Wake::Read } else { Wake::Quit },
@@ -142,6 +196,9 @@ impl Refresher {
                 _ = tick.tick() => Wake::Read,
                 _ = sleep_until_utc(expires) => Wake::Compose,
             };
+            let inputs_changed = self.records.has_changed().unwrap_or(false)
+                || self.settings.has_changed().unwrap_or(false);
+            let wake = read_all_if(inputs_changed, wake);
             let record = self.records.borrow_and_update().clone();
             let settings = self.settings.borrow_and_update().clone();
             match wake {
@@ -160,6 +217,17 @@ impl Refresher {
                         read
                     };
                     refreshed_at = Instant::now();
+                }
+                Wake::ReadHeartbeat { publish } => {
+                    let before = facts.heartbeat.clone();
+                    facts = facts.with_heartbeat_read();
+                    refreshed_at = Instant::now();
+                    // One replacement can come as several events (the writer closes
+                    // the file after its rename): the same heartbeat again is no
+                    // news, and each snapshot wakes the feed and the watchdog.
+                    if facts.heartbeat == before && !publish {
+                        continue;
+                    }
                 }
             }
             if let Some(rx) = self.counted.as_mut() {
@@ -194,4 +262,38 @@ async fn sleep_until_utc(at: Option<chrono::DateTime<chrono::Utc>>) {
         .unwrap_or_default();
     // A millisecond past the boundary, so composing then sees the new value.
     tokio::time::sleep(wait + Duration::from_millis(1)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn burst(changes: &[Change]) -> Burst {
+        changes.iter().fold(Burst::default(), |b, c| b.add(*c))
+    }
+
+    #[test]
+    fn a_heartbeat_alone_reads_the_heartbeat_alone() {
+        use Change::*;
+        let heartbeat_only = Wake::ReadHeartbeat { publish: false };
+        assert_eq!(burst(&[Heartbeat]).wake(), heartbeat_only);
+        assert_eq!(burst(&[Heartbeat, Heartbeat]).wake(), heartbeat_only);
+        assert_eq!(
+            burst(&[Events, Heartbeat]).wake(),
+            Wake::ReadHeartbeat { publish: true }
+        );
+        assert_eq!(burst(&[Events]).wake(), Wake::Compose);
+        assert_eq!(burst(&[Heartbeat, Other, Events]).wake(), Wake::Read);
+        assert_eq!(burst(&[Other]).wake(), Wake::Read);
+    }
+
+    #[test]
+    fn a_record_or_settings_change_is_always_read_in_full() {
+        let heartbeat = Wake::ReadHeartbeat { publish: false };
+        for wake in [heartbeat, Wake::Compose, Wake::Read] {
+            assert_eq!(read_all_if(true, wake), Wake::Read);
+            assert_eq!(read_all_if(false, wake), wake);
+        }
+        assert_eq!(read_all_if(true, Wake::Quit), Wake::Quit);
+    }
 }

@@ -3,12 +3,16 @@
 //! the OS's events (inotify, FSEvents); when the OS refuses (inotify's watch or
 //! instance limit is reached) it says so once and polls instead, every
 //! `poll_interval`. `watcher: poll` polls from the start (network and external
-//! disks, where events do not arrive). Polling stats the directory (an entry
-//! renamed into place changes its mtime), `heartbeat.json` and `events.jsonl`,
-//! with full timestamp precision: a heartbeat rewritten within the same second
-//! is still a change.
+//! disks, where events do not arrive). Polling lists the directory's entries and
+//! stats `heartbeat.json` and `events.jsonl`, with full timestamp precision: a
+//! heartbeat rewritten within the same second is still a change.
+//!
+//! Each change is reported as what it asks of the refresher ([`Change`]): the
+//! worker replaces the heartbeat several times a second, and reading it alone
+//! costs a small part of reading every file the status is made of.
 
-use std::os::unix::fs::MetadataExt;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +22,8 @@ use lavender::config::Watcher as WatcherKind;
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
+use crate::web::history::cache::{ARRAY, SIDECAR};
+
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
     pub kind: WatcherKind,
@@ -25,6 +31,64 @@ pub struct WatchOptions {
     /// The native watcher fails as if the inotify watch limit were reached (`serve`'s
     /// hidden `--simulate-inotify-exhausted`), to show the fallback to polling.
     pub simulate_exhausted: bool,
+}
+
+/// What a change in the run directory asks of the refresher, least to most; a burst
+/// of changes asks for the largest (`max`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Change {
+    /// `events.jsonl` grew. The status does not read it, but the feed follows it
+    /// after every published snapshot: publish one, or a milestone waits for the
+    /// next heartbeat (seconds apart for a real worker).
+    Events,
+    /// `heartbeat.json` was replaced or removed: read it alone.
+    Heartbeat,
+    /// Anything else (a checkpoint renamed into place or pruned, an entry not known
+    /// here, the directory itself, events lost): read every file.
+    Other,
+}
+
+/// What a change to the run directory's entry `name` asks for; `None`: nothing the
+/// status or the feed reads.
+fn change_of_entry(name: &OsStr) -> Option<Change> {
+    let Some(name) = name.to_str() else {
+        return Some(Change::Other);
+    };
+    match name {
+        lavender::heartbeat::FILE => Some(Change::Heartbeat),
+        lavender::events::FILE => Some(Change::Events),
+        // Appended every step (the history read on request by `/runs/{id}/history`)
+        // or at every save (`train.log`, for people): reading the status for them
+        // doubled the reads per heartbeat.
+        SIDECAR | ARRAY | lavender::trainlog::FILE => None,
+        // Hidden entries are never checkpoints (the listing skips them): temporaries
+        // in flight (`.tmp-*`) and staged saves. Their rename into place is the change.
+        n if n.starts_with('.') => None,
+        _ => Some(Change::Other),
+    }
+}
+
+/// What one event asks for; `None`: no change the refresher needs.
+fn change_of(event: &notify::Event) -> Option<Change> {
+    use notify::event::{ModifyKind, RenameMode};
+    if !is_change(&event.kind) {
+        return None;
+    }
+    // A rename within the directory comes as From (old name), To (new name) and Both
+    // (the two again): Both adds nothing, and counted it wakes the refresher twice
+    // for one heartbeat.
+    if event.kind == notify::EventKind::Modify(ModifyKind::Name(RenameMode::Both)) {
+        return None;
+    }
+    // An event without a path (a lost event queue: `Rescan`) may hide any change.
+    if event.paths.is_empty() {
+        return Some(Change::Other);
+    }
+    event
+        .paths
+        .iter()
+        .filter_map(|p| p.file_name().map_or(Some(Change::Other), change_of_entry))
+        .max()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,25 +116,59 @@ impl DirWatch for Box<dyn Watcher + Send> {
 /// disk then holds up nothing else).
 struct Poller {
     every: Duration,
-    tx: mpsc::UnboundedSender<()>,
+    tx: mpsc::UnboundedSender<Change>,
     stop: Option<Arc<AtomicBool>>,
 }
 
-/// What polling compares: mtime (full precision), size and inode of the directory
-/// and of the files the status and the milestones read.
-fn fingerprint(dir: &Path) -> Vec<Option<(Option<SystemTime>, u64, u64)>> {
-    [
-        dir.to_path_buf(),
-        lavender::heartbeat::path(dir),
-        lavender::events::path(dir),
-    ]
-    .iter()
-    .map(|p| {
-        std::fs::metadata(p)
-            .ok()
-            .map(|m| (m.modified().ok(), m.len(), m.ino()))
-    })
-    .collect()
+/// A file as polling compares it: mtime (full precision), size and inode.
+type Stamp = Option<(Option<SystemTime>, u64, u64)>;
+
+/// What polling compares: the entries a full read depends on (name and inode: the
+/// directory's own mtime also moves with every heartbeat renamed into place, so it
+/// cannot tell a heartbeat from a checkpoint), and the heartbeat and events files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fingerprint {
+    /// Sorted; `None` when the directory cannot be listed.
+    entries: Option<Vec<(OsString, u64)>>,
+    heartbeat: Stamp,
+    events: Stamp,
+}
+
+impl Fingerprint {
+    fn take(dir: &Path) -> Fingerprint {
+        let stamp = |p: &Path| {
+            std::fs::metadata(p)
+                .ok()
+                .map(|m| (m.modified().ok(), m.len(), m.ino()))
+        };
+        let entries = std::fs::read_dir(dir).ok().map(|list| {
+            let mut entries: Vec<_> = list
+                .filter_map(Result::ok)
+                .filter(|e| change_of_entry(&e.file_name()) == Some(Change::Other))
+                .map(|e| (e.file_name(), e.ino()))
+                .collect();
+            entries.sort();
+            entries
+        });
+        Fingerprint {
+            entries,
+            heartbeat: stamp(&lavender::heartbeat::path(dir)),
+            events: stamp(&lavender::events::path(dir)),
+        }
+    }
+
+    /// What changed from `before` to `self` asks for.
+    fn change_since(&self, before: &Fingerprint) -> Option<Change> {
+        if self.entries != before.entries {
+            Some(Change::Other)
+        } else if self.heartbeat != before.heartbeat {
+            Some(Change::Heartbeat)
+        } else if self.events != before.events {
+            Some(Change::Events)
+        } else {
+            None
+        }
+    }
 }
 
 impl DirWatch for Poller {
@@ -81,7 +179,7 @@ impl DirWatch for Poller {
         self.unwatch(dir);
         // Taken before returning, so a change right after `watch` (before the caller's
         // next read) is not folded into the starting point.
-        let mut last = fingerprint(dir);
+        let mut last = Fingerprint::take(dir);
         let stop = Arc::new(AtomicBool::new(false));
         let (dir, every, tx, flag) = (dir.to_path_buf(), self.every, self.tx.clone(), stop.clone());
         std::thread::Builder::new()
@@ -89,13 +187,13 @@ impl DirWatch for Poller {
             .spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(every);
-                    let now = fingerprint(&dir);
-                    if now != last {
-                        last = now;
-                        if tx.send(()).is_err() {
-                            return;
-                        }
+                    let now = Fingerprint::take(&dir);
+                    if let Some(change) = now.change_since(&last)
+                        && tx.send(change).is_err()
+                    {
+                        return;
                     }
+                    last = now;
                 }
             })
             .map_err(notify::Error::io)?;
@@ -118,18 +216,18 @@ impl Drop for Poller {
     }
 }
 
-/// Watches one directory at a time and sends `()` on every change in it (entries
-/// in flight, `.tmp-*`, are left out: their rename into place is the change).
+/// Watches one directory at a time and sends what each change in it asks of the
+/// refresher (changes to files neither the status nor the feed reads are left out).
 pub struct RunDirWatcher {
     inner: Option<(Backend, Box<dyn DirWatch>)>,
     watched: Option<PathBuf>,
-    tx: mpsc::UnboundedSender<()>,
+    tx: mpsc::UnboundedSender<Change>,
     poll_interval: Duration,
     force_exhausted: bool,
 }
 
 impl RunDirWatcher {
-    pub fn new(opts: &WatchOptions, tx: mpsc::UnboundedSender<()>) -> RunDirWatcher {
+    pub fn new(opts: &WatchOptions, tx: mpsc::UnboundedSender<Change>) -> RunDirWatcher {
         let mut w = RunDirWatcher {
             inner: None,
             watched: None,
@@ -196,17 +294,11 @@ impl RunDirWatcher {
 
     fn handler(&self) -> impl notify::EventHandler {
         let tx = self.tx.clone();
-        move |res: notify::Result<notify::Event>| match res {
-            Ok(event)
-                if is_change(&event.kind)
-                    && (event.paths.is_empty() || event.paths.iter().any(|p| !in_flight(p))) =>
-            {
-                let _ = tx.send(());
-            }
-            Ok(_) => {}
+        move |res: notify::Result<notify::Event>| {
             // An error from the backend (a lost event queue, say): re-read to be safe.
-            Err(_) => {
-                let _ = tx.send(());
+            let change = res.map_or(Some(Change::Other), |event| change_of(&event));
+            if let Some(change) = change {
+                let _ = tx.send(change);
             }
         }
     }
@@ -269,13 +361,6 @@ fn is_change(kind: &notify::EventKind) -> bool {
     }
 }
 
-fn in_flight(path: &Path) -> bool {
-    path.file_name().is_some_and(|n| {
-        n.to_string_lossy()
-            .starts_with(lavender::atomic::TMP_PREFIX)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,24 +376,59 @@ mod tests {
         assert!(!is_limit(&notify::Error::path_not_found()));
     }
 
-    async fn reports_a_heartbeat(w: &mut RunDirWatcher, rx: &mut mpsc::UnboundedReceiver<()>) {
+    /// Waits for the next change, then for any that follow within 60 ms.
+    async fn changes_after(
+        rx: &mut mpsc::UnboundedReceiver<Change>,
+        write: impl FnOnce(),
+    ) -> Vec<Change> {
+        write();
+        let first = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("a change event")
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let mut all = vec![first];
+        while let Ok(c) = rx.try_recv() {
+            all.push(c);
+        }
+        all
+    }
+
+    /// Changes to the heartbeat, to a checkpoint and to the event log are told
+    /// apart; per-step logs are not reported.
+    async fn reports_what_changed(w: &mut RunDirWatcher, rx: &mut mpsc::UnboundedReceiver<Change>) {
         let dir = tempfile::tempdir().unwrap();
-        w.watch(Some(dir.path()));
-        assert_eq!(w.watched(), Some(dir.path()));
+        let run = dir.path();
+        w.watch(Some(run));
+        assert_eq!(w.watched(), Some(run));
         // Two rewrites within one second are two changes.
         for text in [&b"{\"step\":1}"[..], &b"{\"step\":2}"[..]] {
-            lavender::atomic::write_file(&dir.path().join("heartbeat.json"), text).unwrap();
-            tokio::time::timeout(Duration::from_secs(5), rx.recv())
-                .await
-                .expect("a change event");
-            tokio::time::sleep(Duration::from_millis(60)).await;
-            while rx.try_recv().is_ok() {}
+            let seen = changes_after(rx, || {
+                std::fs::write(run.join(SIDECAR), text).unwrap();
+                lavender::atomic::write_file(&lavender::heartbeat::path(run), text).unwrap();
+            })
+            .await;
+            assert!(
+                !seen.is_empty() && seen.iter().all(|c| *c == Change::Heartbeat),
+                "{seen:?}"
+            );
         }
+        let seen = changes_after(rx, || {
+            std::fs::create_dir(run.join(".tmp-ckpt-1")).unwrap();
+            std::fs::rename(run.join(".tmp-ckpt-1"), run.join("ckpt-1")).unwrap();
+        })
+        .await;
+        assert_eq!(seen.iter().max(), Some(&Change::Other), "{seen:?}");
+        let seen = changes_after(rx, || {
+            std::fs::write(lavender::events::path(run), "{}\n").unwrap();
+        })
+        .await;
+        assert!(seen.iter().all(|c| *c == Change::Events), "{seen:?}");
     }
 
     /// A native watcher polling every 20 ms when it falls back; `exhausted` makes
     /// inotify refuse it.
-    fn native_watcher(exhausted: bool) -> (RunDirWatcher, mpsc::UnboundedReceiver<()>) {
+    fn native_watcher(exhausted: bool) -> (RunDirWatcher, mpsc::UnboundedReceiver<Change>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let opts = WatchOptions {
             kind: WatcherKind::Native,
@@ -321,32 +441,130 @@ mod tests {
     #[tokio::test]
     async fn native_events_report_changes() {
         let (mut w, mut rx) = native_watcher(false);
-        reports_a_heartbeat(&mut w, &mut rx).await;
+        reports_what_changed(&mut w, &mut rx).await;
         assert_eq!(w.backend(), Some(Backend::Native));
     }
 
     #[tokio::test]
     async fn a_refused_native_watch_falls_back_to_polling_that_reports_changes() {
         let (mut w, mut rx) = native_watcher(true);
-        reports_a_heartbeat(&mut w, &mut rx).await;
+        reports_what_changed(&mut w, &mut rx).await;
         assert_eq!(w.backend(), Some(Backend::Poll));
     }
 
     #[tokio::test]
-    async fn reading_the_directory_is_no_change() {
+    async fn reading_the_directory_or_appending_a_log_line_is_no_change() {
         let dir = tempfile::tempdir().unwrap();
         lavender::atomic::write_file(&dir.path().join("heartbeat.json"), b"{}").unwrap();
         let (mut w, mut rx) = native_watcher(false);
         w.watch(Some(dir.path()));
         std::fs::read(dir.path().join("heartbeat.json")).unwrap();
         std::fs::read_dir(dir.path()).unwrap().for_each(drop);
+        std::fs::write(dir.path().join(SIDECAR), "{}\n").unwrap();
+        std::fs::write(dir.path().join(lavender::trainlog::FILE), "SAVE\n").unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(rx.try_recv().is_err(), "a read woke the refresher");
+        assert!(
+            rx.try_recv().is_err(),
+            "a read or a log line woke the refresher"
+        );
     }
 
     #[test]
-    fn in_flight_entries_are_hidden_temporaries() {
-        assert!(in_flight(Path::new("/r/.tmp-heartbeat.json-123")));
-        assert!(!in_flight(Path::new("/r/heartbeat.json")));
+    fn entries_are_told_apart_by_name() {
+        let of = |n: &str| change_of_entry(OsStr::new(n));
+        assert_eq!(of("heartbeat.json"), Some(Change::Heartbeat));
+        assert_eq!(of("events.jsonl"), Some(Change::Events));
+        for ignored in [
+            ".tmp-heartbeat.json-123",
+            ".tmp-pretrain-16-08-47-0003",
+            "log_history.jsonl",
+            "log_history.json",
+            "train.log",
+        ] {
+            assert_eq!(of(ignored), None, "{ignored}");
+        }
+        for full in [
+            "pretrain-16-08-47-0003",
+            "checkpoint-500",
+            "hard-examples.bin",
+        ] {
+            assert_eq!(of(full), Some(Change::Other), "{full}");
+        }
+    }
+
+    #[test]
+    fn events_ask_for_the_most_their_paths_ask_for() {
+        use notify::EventKind;
+        use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
+        let run = Path::new("/data/checkpoints/run-1");
+        let event = |kind, names: &[&str]| {
+            names
+                .iter()
+                .fold(notify::Event::new(kind), |e, n| e.add_path(run.join(n)))
+        };
+        let to = EventKind::Modify(ModifyKind::Name(RenameMode::To));
+        let both = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
+        let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        let opened = EventKind::Access(AccessKind::Open(AccessMode::Any));
+        let cases = [
+            (event(to, &["heartbeat.json"]), Some(Change::Heartbeat)),
+            (event(closed, &["heartbeat.json"]), Some(Change::Heartbeat)),
+            (event(opened, &["heartbeat.json"]), None),
+            // The rename's To already said it.
+            (
+                event(both, &[".tmp-heartbeat.json-1", "heartbeat.json"]),
+                None,
+            ),
+            (event(to, &["ckpt-1"]), Some(Change::Other)),
+            (event(closed, &["log_history.jsonl"]), None),
+            (
+                event(EventKind::Any, &["heartbeat.json", "ckpt-1"]),
+                Some(Change::Other),
+            ),
+            // The directory itself (removed, say).
+            (
+                notify::Event::new(EventKind::Any).add_path(run.into()),
+                Some(Change::Other),
+            ),
+            // A lost event queue.
+            (
+                notify::Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan),
+                Some(Change::Other),
+            ),
+        ];
+        for (e, want) in cases {
+            assert_eq!(change_of(&e), want, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn polling_tells_a_heartbeat_from_a_checkpoint() {
+        let stamp = |n: u64| Some((None, n, n));
+        let base = Fingerprint {
+            entries: Some(vec![("ckpt-1".into(), 7)]),
+            heartbeat: stamp(1),
+            events: stamp(1),
+        };
+        let beat = Fingerprint {
+            heartbeat: stamp(2),
+            ..base.clone()
+        };
+        let event = Fingerprint {
+            events: stamp(2),
+            ..base.clone()
+        };
+        let saved = Fingerprint {
+            entries: Some(vec![("ckpt-1".into(), 7), ("ckpt-2".into(), 8)]),
+            ..beat.clone()
+        };
+        let gone = Fingerprint {
+            entries: None,
+            ..base.clone()
+        };
+        assert_eq!(base.change_since(&base), None);
+        assert_eq!(beat.change_since(&base), Some(Change::Heartbeat));
+        assert_eq!(event.change_since(&base), Some(Change::Events));
+        assert_eq!(saved.change_since(&base), Some(Change::Other));
+        assert_eq!(gone.change_since(&base), Some(Change::Other));
     }
 }
