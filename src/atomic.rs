@@ -62,6 +62,9 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
             .ctx("create", &tmp)?;
         f.write_all(bytes).ctx("write", &tmp)?;
         f.sync_all().ctx("fsync", &tmp)?;
+        // Closed before the rename: closing after it would tell a directory watcher
+        // (the status refresher) of a second change to the file now in place.
+        drop(f);
         fs::rename(&tmp, path).ctx("rename into place", path)?;
         sync_dir(parent_of(path))
     })();

@@ -18,5 +18,5 @@ pub(crate) mod settings;
 pub(crate) mod status;
 pub(crate) mod web;
 
-/// Connections answered on status threads at once, per listener (`server/direct.rs`).
-pub use server::direct::MAX_THREADS as STATUS_THREADS;
+/// Connections on a listener's status thread at once (`server/direct.rs`).
+pub use server::direct::MAX_CONNECTIONS as STATUS_CONNECTIONS;

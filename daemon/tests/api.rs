@@ -2,7 +2,6 @@
 //! bodies, 409, one daemon per state directory, stale socket replacement.
 
 use std::os::unix::fs::PermissionsExt;
-use std::time::Duration;
 
 use lavender_testkit::*;
 
@@ -150,31 +149,14 @@ fn chunk_two_without_a_previous_checkpoint_is_a_clear_error() {
     );
 }
 
-/// `GET /status` is answered on a thread per connection; the first request of any
-/// other kind takes the connection to the router, which serves it from then on.
-/// Either way the client sees one HTTP server.
+/// `GET /status` is answered on the status thread; the first request of any other
+/// kind takes the connection to the router, which serves it from then on. Either way
+/// the client sees one HTTP server.
 #[test]
 fn status_and_the_other_routes_share_a_kept_alive_connection() {
     let mut env = Env::new(&["--total-steps", "100", "--step-ms", "20"], "", TRAIN_ONLY);
-    let pid = env.serve();
+    env.serve();
     let addr = env.addr();
-    // The daemon's threads that are serving a connection's status requests.
-    let status_threads = || {
-        std::fs::read_dir(format!("/proc/{pid}/task"))
-            .unwrap()
-            .flatten()
-            .filter(|t| {
-                std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "status")
-            })
-            .count()
-    };
-    let threads_become = |n: usize, when: &str| {
-        wait_until(
-            Duration::from_secs(10),
-            &format!("{n} status threads {when}"),
-            || status_threads() == n,
-        )
-    };
     let check = |r: &Http| {
         assert_eq!(r.status, 200, "{}", r.body);
         assert!(
@@ -192,7 +174,6 @@ fn status_and_the_other_routes_share_a_kept_alive_connection() {
     c.write(status.repeat(3).as_bytes());
     let first: Vec<Http> = (0..3).map(|_| c.answer()).collect();
     first.iter().for_each(check);
-    threads_become(1, "while a connection asks for the status");
     // One request in two writes.
     let (a, b) = status.split_at(9);
     c.write(a.as_bytes());
@@ -202,7 +183,6 @@ fn status_and_the_other_routes_share_a_kept_alive_connection() {
     // A mutation goes to the router (and its auth) ...
     let r = c.send("POST", "/pipeline/start", Some(r#"{"scale":"tiny"}"#), None);
     assert_eq!(r.status, 401, "{}", r.body);
-    threads_become(0, "once the connection went to the router");
     // ... which answers the status from then on, with the same document.
     let routed = c.send("GET", "/status", None, None);
     check(&routed);
@@ -227,7 +207,6 @@ fn status_and_the_other_routes_share_a_kept_alive_connection() {
     // names the bad field; 401 would mean the peer's uid was lost on the way).
     let mut u = KeepAlive::uds(&env.state_dir().join("lavenderd.sock"));
     check(&u.send("GET", "/status", None, None));
-    threads_become(1, "while a socket connection asks for the status");
     let r = u.send(
         "POST",
         "/pipeline/start",
@@ -235,16 +214,14 @@ fn status_and_the_other_routes_share_a_kept_alive_connection() {
         None,
     );
     assert_eq!(r.status, 400, "{}", r.body);
-    threads_become(0, "once the socket connection went to the router");
 
-    // More connections at once than status threads: every one is answered.
-    let mut many: Vec<_> = (0..lavenderd::STATUS_THREADS + 8)
+    // More connections at once than the status thread takes: every one is answered.
+    let mut many: Vec<_> = (0..lavenderd::STATUS_CONNECTIONS + 8)
         .map(|_| KeepAlive::tcp(&addr))
         .collect();
     for c in &mut many {
         check(&c.send("GET", "/status", None, None));
     }
-    threads_become(lavenderd::STATUS_THREADS, "with more connections than that");
     for c in &mut many {
         check(&c.send("GET", "/status", None, None));
     }

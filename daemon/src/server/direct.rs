@@ -1,84 +1,78 @@
 //! `GET /status` answered outside the async runtime. Each accepted connection goes
-//! first to a thread of its own, which reads with blocking calls and answers
-//! `GET /status` from the latest snapshot: one `read` and one `write` per request,
-//! and no runtime worker woken. The first request that is anything else (another
-//! route or method, a query, a body, an upgrade, HTTP/1.0, an odd or oversized
-//! head) goes back to axum together with the bytes read so far, and axum serves the
-//! connection from then on as it serves one it accepted itself. So do a connection
-//! idle for [`IDLE`] and every connection beyond [`MAX_THREADS`].
+//! first to the listener's status thread, which waits on all of its connections at
+//! once (epoll, kqueue; through mio) and answers `GET /status` from the latest
+//! snapshot: a read and a write per request, and no runtime worker woken. The first
+//! request that is anything else (another route or method, a query, a body, an
+//! upgrade, HTTP/1.0, an odd or oversized head) goes back to axum together with the
+//! bytes read so far, and axum serves the connection from then on as it serves one
+//! it accepted itself. So does a connection idle for [`IDLE`], and every connection
+//! beyond [`MAX_CONNECTIONS`].
 //!
 //! Why a second path: polled 1,000 times a second on an otherwise idle machine,
 //! hyper on tokio spends about 50 µs of CPU per request, nearly all of it code that
-//! runs cold after a millisecond of sleep; a blocking thread spends about 12 µs.
+//! runs cold after a millisecond of sleep; a bare loop over the sockets spends a
+//! fraction of that. One thread for all connections, not one each: under a flood
+//! of requests it answers every ready connection per wake-up instead of switching
+//! threads per request.
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::serve::Listener;
 use chrono::{DateTime, Utc};
+use mio::{Interest, Token};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
 
 use crate::status::StatusCache;
 
-/// A connection silent this long goes to axum (a thread is not pinned for ever by a
-/// client that keeps its connection open, or sends half a request).
+/// A connection silent this long goes to axum (the status thread does not keep a
+/// client's half-sent request for ever).
 pub const IDLE: Duration = Duration::from_secs(30);
-/// Connections on threads of their own at once, per listener; more go to axum (a
-/// flood of connections cannot become a flood of threads).
-pub const MAX_THREADS: usize = 64;
+/// Connections on the status thread at once, per listener (each holds an 8 KiB
+/// buffer); more go to axum.
+pub const MAX_CONNECTIONS: usize = 256;
 /// A request head longer than this is not a status request.
 const MAX_HEAD: usize = 8 * 1024;
-/// Each thread runs little more than a read, a copy and a write.
-const STACK: usize = 256 * 1024;
+/// The status thread's wake-up for new connections and for closing.
+const WAKER: Token = Token(usize::MAX);
 
-/// A stream that can leave the runtime for a blocking thread and come back.
-pub trait Blocking: Sized + Send + 'static {
-    type Std: Read + Write + Send + 'static;
-    fn into_blocking(self) -> io::Result<Self::Std>;
+/// A stream that can leave the runtime for the status thread and come back.
+pub trait Lane: Sized + Send + 'static {
+    type Mio: mio::event::Source + Read + Write + Send + 'static;
+    fn into_mio(self) -> io::Result<Self::Mio>;
     /// Needs the runtime's context (`Handle::enter`): the stream registers with its reactor.
-    fn from_blocking(std: Self::Std) -> io::Result<Self>;
-    fn set_read_timeout(std: &Self::Std, timeout: Option<Duration>) -> io::Result<()>;
+    fn from_mio(stream: Self::Mio) -> io::Result<Self>;
 }
 
-impl Blocking for tokio::net::TcpStream {
-    type Std = std::net::TcpStream;
-    fn into_blocking(self) -> io::Result<Self::Std> {
+impl Lane for tokio::net::TcpStream {
+    type Mio = mio::net::TcpStream;
+    fn into_mio(self) -> io::Result<Self::Mio> {
         let std = self.into_std()?;
-        std.set_nonblocking(false)?;
         // One write per answer; never wait for an acknowledgement to send it.
         std.set_nodelay(true)?;
-        Ok(std)
+        Ok(mio::net::TcpStream::from_std(std))
     }
-    fn from_blocking(std: Self::Std) -> io::Result<Self> {
-        std.set_nonblocking(true)?;
-        tokio::net::TcpStream::from_std(std)
-    }
-    fn set_read_timeout(std: &Self::Std, timeout: Option<Duration>) -> io::Result<()> {
-        std.set_read_timeout(timeout)
+    fn from_mio(stream: Self::Mio) -> io::Result<Self> {
+        tokio::net::TcpStream::from_std(stream.into())
     }
 }
 
-impl Blocking for tokio::net::UnixStream {
-    type Std = std::os::unix::net::UnixStream;
-    fn into_blocking(self) -> io::Result<Self::Std> {
-        let std = self.into_std()?;
-        std.set_nonblocking(false)?;
-        Ok(std)
+impl Lane for tokio::net::UnixStream {
+    type Mio = mio::net::UnixStream;
+    fn into_mio(self) -> io::Result<Self::Mio> {
+        Ok(mio::net::UnixStream::from_std(self.into_std()?))
     }
-    fn from_blocking(std: Self::Std) -> io::Result<Self> {
-        std.set_nonblocking(true)?;
-        tokio::net::UnixStream::from_std(std)
-    }
-    fn set_read_timeout(std: &Self::Std, timeout: Option<Duration>) -> io::Result<()> {
-        std.set_read_timeout(timeout)
+    fn from_mio(stream: Self::Mio) -> io::Result<Self> {
+        tokio::net::UnixStream::from_std(stream.into())
     }
 }
 
-/// A stream whose first reads return `prefix`: the bytes a status thread had read
+/// A stream whose first reads return `prefix`: the bytes the status thread had read
 /// before it handed the connection to axum.
 pub struct Prefixed<S> {
     prefix: Vec<u8>,
@@ -155,44 +149,75 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
 
 type Handed<L> = (Prefixed<<L as Listener>::Io>, <L as Listener>::Addr);
 
-/// Wraps axum's listener: hands each connection to a status thread, and yields to
-/// axum the connections those threads give back.
-pub struct DirectListener<L: Listener> {
-    inner: L,
-    cache: StatusCache,
-    back_tx: mpsc::UnboundedSender<Handed<L>>,
-    back_rx: mpsc::UnboundedReceiver<Handed<L>>,
-    threads: Arc<AtomicUsize>,
-    /// Set when axum stops accepting (graceful shutdown): threads close their
-    /// connection after the answer in hand instead of waiting for another request.
-    closing: Arc<AtomicBool>,
+/// What the listener sends the status thread.
+enum ToThread<S, A> {
+    Connection(S, A),
+    /// axum has stopped accepting: close every connection and end.
+    Close,
 }
 
-impl<L: Listener> DirectListener<L> {
+/// The listener's end of its status thread.
+struct ThreadHandle<S, A> {
+    tx: std_mpsc::Sender<ToThread<S, A>>,
+    waker: Arc<mio::Waker>,
+    /// Connections the thread holds (it counts down; the listener counts up).
+    held: Arc<Mutex<usize>>,
+}
+
+impl<S, A> ThreadHandle<S, A> {
+    fn send(&self, msg: ToThread<S, A>) -> bool {
+        self.tx.send(msg).is_ok() && self.waker.wake().is_ok()
+    }
+}
+
+/// Wraps axum's listener: hands each connection to the status thread, and yields to
+/// axum the connections that thread gives back.
+pub struct DirectListener<L: Listener>
+where
+    L::Io: Lane,
+{
+    inner: L,
+    back_rx: mpsc::UnboundedReceiver<Handed<L>>,
+    /// `None` if the thread could not start: axum then serves every connection.
+    thread: Option<ThreadHandle<<L::Io as Lane>::Mio, L::Addr>>,
+}
+
+impl<L> DirectListener<L>
+where
+    L: Listener,
+    L::Io: Lane,
+{
+    /// Starts the status thread (needs the runtime's context, to hand connections back).
     pub fn new(inner: L, cache: StatusCache) -> DirectListener<L> {
         let (back_tx, back_rx) = mpsc::unbounded_channel();
+        let thread = StatusThread::<L>::start(cache, back_tx)
+            .inspect_err(|e| {
+                tracing::warn!("no status thread ({e}): the router answers every request")
+            })
+            .ok();
         DirectListener {
             inner,
-            cache,
-            back_tx,
             back_rx,
-            threads: Arc::new(AtomicUsize::new(0)),
-            closing: Arc::new(AtomicBool::new(false)),
+            thread,
         }
     }
 }
 
-impl<L: Listener> Drop for DirectListener<L> {
+impl<L: Listener> Drop for DirectListener<L>
+where
+    L::Io: Lane,
+{
     fn drop(&mut self) {
-        self.closing.store(true, Ordering::Relaxed);
+        if let Some(t) = &self.thread {
+            t.send(ToThread::Close);
+        }
     }
 }
 
 impl<L> Listener for DirectListener<L>
 where
     L: Listener,
-    L::Io: Blocking,
-    L::Addr: Sync,
+    L::Io: Lane,
 {
     type Io = Prefixed<L::Io>;
     type Addr = L::Addr;
@@ -219,130 +244,312 @@ where
 impl<L> DirectListener<L>
 where
     L: Listener,
-    L::Io: Blocking,
-    L::Addr: Sync,
+    L::Io: Lane,
 {
-    /// Starts a status thread for the connection; gives it back when none may start.
+    /// Gives the connection to the status thread; gives it back when that cannot take it.
     fn to_thread(&self, io: L::Io, addr: L::Addr) -> Option<Handed<L>> {
-        if self.threads.load(Ordering::Relaxed) >= MAX_THREADS {
+        let Some(thread) = &self.thread else {
             return Some((Prefixed::new(io, Vec::new()), addr));
-        }
-        let conn = match io.into_blocking() {
-            Ok(conn) => conn,
-            Err(e) => {
-                tracing::warn!("a status connection was dropped: {e}");
-                return None;
+        };
+        {
+            let mut held = thread.held.lock().unwrap_or_else(|e| e.into_inner());
+            if *held >= MAX_CONNECTIONS {
+                return Some((Prefixed::new(io, Vec::new()), addr));
             }
-        };
-        let thread = StatusThread::<L> {
-            cache: self.cache.clone(),
-            back: self.back_tx.clone(),
-            runtime: tokio::runtime::Handle::current(),
-            closing: self.closing.clone(),
-            count: ThreadCount::new(&self.threads),
-        };
-        let spawned = std::thread::Builder::new()
-            .name("status".into())
-            .stack_size(STACK)
-            .spawn(move || thread.serve(conn, addr));
-        if let Err(e) = spawned {
-            tracing::warn!("a status connection was dropped: cannot start its thread: {e}");
+            *held += 1;
+        }
+        match io.into_mio() {
+            Ok(stream) => {
+                if !thread.send(ToThread::Connection(stream, addr)) {
+                    tracing::warn!("a status connection was dropped: the status thread has ended");
+                }
+            }
+            Err(e) => tracing::warn!("a status connection was dropped: {e}"),
         }
         None
     }
 }
 
-/// Counts a live status thread from its creation to its end, panics included.
-struct ThreadCount(Arc<AtomicUsize>);
-
-impl ThreadCount {
-    fn new(count: &Arc<AtomicUsize>) -> ThreadCount {
-        count.fetch_add(1, Ordering::Relaxed);
-        ThreadCount(count.clone())
-    }
+/// One connection on the status thread.
+struct Conn<S, A> {
+    stream: S,
+    addr: A,
+    buf: Vec<u8>,
+    have: usize,
+    /// Answers not yet written (the peer reads slower than it asks).
+    out: Vec<u8>,
+    last_active: Instant,
 }
 
-impl Drop for ThreadCount {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
+/// What became of a connection after its turn.
+enum Turn {
+    Keep,
+    Close,
+    ToRouter,
 }
 
-struct StatusThread<L: Listener> {
+struct StatusThread<L: Listener>
+where
+    L::Io: Lane,
+{
     cache: StatusCache,
     back: mpsc::UnboundedSender<Handed<L>>,
     runtime: tokio::runtime::Handle,
-    closing: Arc<AtomicBool>,
-    count: ThreadCount,
+    rx: std_mpsc::Receiver<ToThread<<L::Io as Lane>::Mio, L::Addr>>,
+    held: Arc<Mutex<usize>>,
+    poll: mio::Poll,
+    conns: HashMap<Token, Conn<<L::Io as Lane>::Mio, L::Addr>>,
+    next_token: usize,
+    answer: Answer,
 }
 
 impl<L> StatusThread<L>
 where
     L: Listener,
-    L::Io: Blocking,
+    L::Io: Lane,
 {
-    fn serve(self, mut conn: <L::Io as Blocking>::Std, addr: L::Addr) {
-        if L::Io::set_read_timeout(&conn, Some(IDLE)).is_err() {
-            return self.hand_back(conn, addr, Vec::new());
-        }
-        let mut buf = vec![0u8; MAX_HEAD];
-        let mut have = 0;
-        let mut answer = Answer::default();
+    fn start(
+        cache: StatusCache,
+        back: mpsc::UnboundedSender<Handed<L>>,
+    ) -> io::Result<ThreadHandle<<L::Io as Lane>::Mio, L::Addr>> {
+        let poll = mio::Poll::new()?;
+        let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER)?);
+        let (tx, rx) = std_mpsc::channel();
+        let held = Arc::new(Mutex::new(0));
+        let thread = StatusThread::<L> {
+            cache,
+            back,
+            runtime: tokio::runtime::Handle::current(),
+            rx,
+            held: held.clone(),
+            poll,
+            conns: HashMap::new(),
+            next_token: 0,
+            answer: Answer::default(),
+        };
+        std::thread::Builder::new()
+            .name("status".into())
+            .spawn(move || thread.run())?;
+        Ok(ThreadHandle { tx, waker, held })
+    }
+
+    fn run(mut self) {
+        let mut events = mio::Events::with_capacity(256);
         loop {
-            // Every complete status request in the buffer gets its answer, in order.
-            loop {
-                match classify(&buf[..have]) {
-                    Head::Status { len, close } => {
-                        answer.render(&self.cache, lavender::time::now_utc(), close);
-                        if conn.write_all(&answer.bytes).is_err() {
-                            return;
-                        }
-                        buf.copy_within(len..have, 0);
-                        have -= len;
-                        if close || self.closing.load(Ordering::Relaxed) {
-                            return;
-                        }
+            let timeout = self
+                .conns
+                .values()
+                .map(|c| c.last_active + IDLE)
+                .min()
+                .map(|t| t.saturating_duration_since(Instant::now()));
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                tracing::error!("the status thread stops: {e}; the router answers from now on");
+                return self.hand_all_back();
+            }
+            for event in events.iter() {
+                let token = event.token();
+                if token == WAKER {
+                    if !self.take_new() {
+                        return;
                     }
-                    Head::Incomplete if have < buf.len() => break,
-                    Head::Incomplete | Head::Other => {
-                        buf.truncate(have);
-                        return self.hand_back(conn, addr, buf);
-                    }
+                } else {
+                    self.turn(token);
                 }
             }
-            match conn.read(&mut buf[have..]) {
-                Ok(0) => return,
-                Ok(n) => have += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    buf.truncate(have);
-                    return self.hand_back(conn, addr, buf);
-                }
-                Err(_) => return,
+            let now = Instant::now();
+            let idle: Vec<Token> = self
+                .conns
+                .iter()
+                .filter(|(_, c)| now >= c.last_active + IDLE)
+                .map(|(t, _)| *t)
+                .collect();
+            for token in idle {
+                self.finish(token, Turn::ToRouter);
             }
         }
     }
 
+    /// Registers the connections sent since the last wake-up; false once told to close.
+    fn take_new(&mut self) -> bool {
+        while let Ok(msg) = self.rx.try_recv() {
+            let (mut stream, addr) = match msg {
+                ToThread::Connection(stream, addr) => (stream, addr),
+                ToThread::Close => return false,
+            };
+            let token = Token(self.next_token);
+            self.next_token = (self.next_token + 1) % WAKER.0;
+            if let Err(e) = self
+                .poll
+                .registry()
+                .register(&mut stream, token, Interest::READABLE)
+            {
+                tracing::warn!("a status connection goes to the router: {e}");
+                self.release(1);
+                self.hand_back(stream, addr, Vec::new());
+                continue;
+            }
+            let conn = Conn {
+                stream,
+                addr,
+                buf: vec![0; MAX_HEAD],
+                have: 0,
+                out: Vec::new(),
+                last_active: Instant::now(),
+            };
+            self.conns.insert(token, conn);
+            // Its request may have come before the registration.
+            self.turn(token);
+        }
+        true
+    }
+
+    /// Reads what the connection sent, answers every complete status request in it,
+    /// and writes what it can.
+    fn turn(&mut self, token: Token) {
+        let Some(conn) = self.conns.get_mut(&token) else {
+            return;
+        };
+        conn.last_active = Instant::now();
+        let turn = serve(conn, &self.cache, &mut self.answer);
+        match turn {
+            Turn::Keep => {
+                let interest = if conn.out.is_empty() {
+                    Interest::READABLE
+                } else {
+                    Interest::READABLE | Interest::WRITABLE
+                };
+                if self
+                    .poll
+                    .registry()
+                    .reregister(&mut conn.stream, token, interest)
+                    .is_err()
+                {
+                    self.finish(token, Turn::Close);
+                }
+            }
+            other => self.finish(token, other),
+        }
+    }
+
+    fn finish(&mut self, token: Token, how: Turn) {
+        let Some(mut conn) = self.conns.remove(&token) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        self.release(1);
+        if let Turn::ToRouter = how {
+            // Answers still owed go first: the router's come after them.
+            if !conn.out.is_empty() && write_all_now(&mut conn.stream, &conn.out).is_err() {
+                return;
+            }
+            conn.buf.truncate(conn.have);
+            self.hand_back(conn.stream, conn.addr, conn.buf);
+        }
+    }
+
+    fn hand_all_back(&mut self) {
+        let tokens: Vec<Token> = self.conns.keys().copied().collect();
+        for token in tokens {
+            self.finish(token, Turn::ToRouter);
+        }
+    }
+
+    fn release(&self, n: usize) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        *held = held.saturating_sub(n);
+    }
+
     /// Gives the connection to axum, which reads `prefix` first. Dropped if axum has
     /// stopped accepting (the daemon is shutting down).
-    fn hand_back(self, conn: <L::Io as Blocking>::Std, addr: L::Addr, prefix: Vec<u8>) {
-        let _ = L::Io::set_read_timeout(&conn, None);
+    fn hand_back(&self, stream: <L::Io as Lane>::Mio, addr: L::Addr, prefix: Vec<u8>) {
         let _runtime = self.runtime.enter();
-        match L::Io::from_blocking(conn) {
+        match L::Io::from_mio(stream) {
             Ok(io) => {
-                // The count drops before axum may accept, so a full house of threads
-                // never sends the next connection to axum for this one's sake.
-                drop(self.count);
                 let _ = self.back.send((Prefixed::new(io, prefix), addr));
             }
             Err(e) => tracing::warn!("a connection was dropped on its way to the router: {e}"),
         }
     }
+}
+
+/// One turn of a connection: flush, read until the socket is drained, answer.
+fn serve<S: Read + Write, A>(
+    conn: &mut Conn<S, A>,
+    cache: &StatusCache,
+    answer: &mut Answer,
+) -> Turn {
+    if flush(conn).is_err() {
+        return Turn::Close;
+    }
+    loop {
+        // Every complete status request in the buffer gets its answer, in order.
+        loop {
+            match classify(&conn.buf[..conn.have]) {
+                Head::Status { len, close } => {
+                    answer.render(cache, lavender::time::now_utc(), close);
+                    conn.out.extend_from_slice(&answer.bytes);
+                    conn.buf.copy_within(len..conn.have, 0);
+                    conn.have -= len;
+                    if close {
+                        // Written now, whatever it takes: the peer asked for the end.
+                        let _ = write_all_now(&mut conn.stream, &conn.out);
+                        return Turn::Close;
+                    }
+                }
+                Head::Incomplete if conn.have < conn.buf.len() => break,
+                Head::Incomplete | Head::Other => return Turn::ToRouter,
+            }
+        }
+        if flush(conn).is_err() {
+            return Turn::Close;
+        }
+        match conn.stream.read(&mut conn.buf[conn.have..]) {
+            Ok(0) => return Turn::Close,
+            Ok(n) => conn.have += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Turn::Keep,
+            Err(_) => return Turn::Close,
+        }
+    }
+}
+
+/// Writes what is owed until done or the socket is full.
+fn flush<S: Write, A>(conn: &mut Conn<S, A>) -> io::Result<()> {
+    let mut at = 0;
+    while at < conn.out.len() {
+        match conn.stream.write(&conn.out[at..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    conn.out.drain(..at);
+    Ok(())
+}
+
+/// Writes all of `bytes` on a non-blocking socket, waiting out a full socket with
+/// short sleeps, for at most a few seconds (rare: a client that pipelines a status
+/// request, stops reading, then closes or asks for another route).
+fn write_all_now<S: Write>(stream: &mut S, bytes: &[u8]) -> io::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut at = 0;
+    while at < bytes.len() {
+        match stream.write(&bytes[at..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// What the head of the buffer holds.
@@ -514,6 +721,89 @@ mod tests {
             };
             assert_eq!(classify(req), expect, "{:?}", String::from_utf8_lossy(req));
         }
+    }
+
+    /// The answers at the start of `raw` that are complete (by their length).
+    fn complete_answers(raw: &[u8]) -> Vec<String> {
+        let mut answers = Vec::new();
+        let mut rest = raw;
+        while let Some(end) = find(rest, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&rest[..end]).to_string();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|v| v.parse().ok())
+                .expect("a content-length");
+            if rest.len() < end + 4 + len {
+                break;
+            }
+            answers.push(String::from_utf8_lossy(&rest[..end + 4 + len]).to_string());
+            rest = &rest[end + 4 + len..];
+        }
+        answers
+    }
+
+    /// The status thread answers the status requests itself; the router sees the
+    /// connection only from its first other request on, that request's bytes first.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn status_requests_stay_on_the_thread_and_the_first_other_goes_to_the_router() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut direct = DirectListener::new(listener, StatusCache::never_started());
+        let other = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+        let client = std::thread::spawn(move || {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let status = "GET /status HTTP/1.1\r\nHost: x\r\n\r\n";
+            // Three pipelined in one write, then one in two writes.
+            s.write_all(status.repeat(3).as_bytes()).unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            let mut read_until = |s: &mut std::net::TcpStream, n: usize| {
+                while complete_answers(&got).len() < n {
+                    let k = s.read(&mut buf).expect("the status thread answers");
+                    assert!(k > 0, "closed");
+                    got.extend_from_slice(&buf[..k]);
+                }
+            };
+            read_until(&mut s, 3);
+            s.write_all(&status.as_bytes()[..7]).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            s.write_all(&status.as_bytes()[7..]).unwrap();
+            read_until(&mut s, 4);
+            s.write_all(other.as_bytes()).unwrap();
+            (s, complete_answers(&got))
+        });
+        let (mut io, _) = tokio::time::timeout(Duration::from_secs(10), direct.accept())
+            .await
+            .expect("the connection comes to the router");
+        let mut head = vec![0u8; other.len()];
+        io.read_exact(&mut head).await.unwrap();
+        assert_eq!(
+            head,
+            other.as_bytes(),
+            "the router reads the other request first"
+        );
+        let (mut s, answers) = client.join().unwrap();
+        assert_eq!(answers.len(), 4);
+        for a in &answers {
+            assert!(a.starts_with("HTTP/1.1 200 OK\r\n"), "{a}");
+            let body = &a[a.find("\r\n\r\n").unwrap() + 4..];
+            let status: serde_json::Value = serde_json::from_str(body).expect("JSON");
+            assert_eq!(status["pipeline"]["running"], false, "{body}");
+        }
+        // From here on the router answers on the same connection.
+        io.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).unwrap();
+        assert!(
+            buf[..n].ends_with(b"ok"),
+            "{:?}",
+            String::from_utf8_lossy(&buf[..n])
+        );
     }
 
     #[tokio::test]

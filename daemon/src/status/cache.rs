@@ -230,6 +230,32 @@ impl StatusCache {
     }
 }
 
+/// A cache holding the status of a pipeline never started, for tests of its readers.
+#[cfg(test)]
+impl StatusCache {
+    pub(crate) fn never_started() -> StatusCache {
+        let settings = StatusSettings {
+            stale_after_s: 300,
+            startup_grace_s: 60,
+            default_scale: "tiny".into(),
+            default_chunk: 1,
+            steps: Vec::new(),
+            disk_floor_mib: 0,
+            scales: lavender::config::Config::default().scales,
+        };
+        let snapshot = StatusSnapshot::compose(
+            PipelineRecord::idle(),
+            FileFacts::empty(),
+            settings.clone(),
+            BTreeMap::new(),
+            lavender::time::now_utc(),
+        );
+        // The sender may go: readers keep borrowing the last value.
+        let (_, snapshots) = watch::channel(Arc::new(snapshot));
+        StatusCache::new(snapshots, Arc::new(watch::Sender::new(settings)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
