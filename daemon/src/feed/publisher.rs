@@ -55,6 +55,7 @@ async fn run(
     let mut closing = feed.watch();
     let mut published = Published::default();
     let mut restarts_seen = pipeline.record().restarts;
+    let mut followed: Option<(u64, PipelineRecord)> = None;
     loop {
         let record: PipelineRecord = records.borrow_and_update().clone();
         // `restarts` grows by one per crash restart and drops to 0 on a new start
@@ -69,7 +70,12 @@ async fn run(
 
         let snapshot = Snapshot::take(&cache, &record);
         // A worker's last milestones come before the transition its exit caused.
-        milestones(&feed, &layout, &mut follower, &snapshot);
+        // The file is followed when it may have grown, or the pipeline moved.
+        let follow = (snapshot.events_mark, record.clone());
+        if followed.as_ref() != Some(&follow) {
+            milestones(&feed, &layout, &mut follower, &snapshot);
+            followed = Some(follow);
+        }
         published.state(&feed, &snapshot);
         published.heartbeat(&feed, &snapshot);
 

@@ -16,6 +16,9 @@ pub struct Snapshot {
     /// The run directory's name (`run-…`): the id for `/runs/{id}/history`.
     pub run: Option<String>,
     pub last_error: Option<String>,
+    /// The refresher's [`crate::status::StatusSnapshot::events_mark`].
+    #[serde(skip)]
+    pub events_mark: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -30,19 +33,19 @@ impl Snapshot {
     /// no file is read here.
     pub fn take(cache: &StatusCache, record: &PipelineRecord) -> Snapshot {
         let snap = cache.snapshot();
-        let status = crate::status::compose(
-            record,
-            &snap.facts,
-            &snap.settings,
-            lavender::time::now_utc(),
-            true,
-        );
+        let now = lavender::time::now_utc();
+        let status = if snap.record == *record {
+            snap.status_at(now)
+        } else {
+            crate::status::compose(record, &snap.facts, &snap.settings, now, true)
+        };
         let run_dir = snap.facts.run_dir.clone();
         Snapshot {
             steps: ordered_steps(record, &status),
             run: run_dir.and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned())),
             last_error: record.last_error.clone(),
             status,
+            events_mark: snap.events_mark,
         }
     }
 

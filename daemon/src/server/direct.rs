@@ -278,6 +278,8 @@ struct Conn<S, A> {
     have: usize,
     /// Answers not yet written (the peer reads slower than it asks).
     out: Vec<u8>,
+    /// What the connection is registered for.
+    interest: Interest,
     last_active: Instant,
 }
 
@@ -397,6 +399,7 @@ where
                 buf: vec![0; MAX_HEAD],
                 have: 0,
                 out: Vec::new(),
+                interest: Interest::READABLE,
                 last_active: Instant::now(),
             };
             self.conns.insert(token, conn);
@@ -421,13 +424,17 @@ where
                 } else {
                     Interest::READABLE | Interest::WRITABLE
                 };
-                if self
-                    .poll
-                    .registry()
-                    .reregister(&mut conn.stream, token, interest)
-                    .is_err()
-                {
-                    self.finish(token, Turn::Close);
+                // Changed only when answers start or stop waiting for room.
+                if interest != conn.interest {
+                    conn.interest = interest;
+                    if self
+                        .poll
+                        .registry()
+                        .reregister(&mut conn.stream, token, interest)
+                        .is_err()
+                    {
+                        self.finish(token, Turn::Close);
+                    }
                 }
             }
             other => self.finish(token, other),
@@ -484,6 +491,7 @@ fn serve<S: Read + Write, A>(
     if flush(conn).is_err() {
         return Turn::Close;
     }
+    let mut drained = false;
     loop {
         // Every complete status request in the buffer gets its answer, in order.
         loop {
@@ -506,9 +514,19 @@ fn serve<S: Read + Write, A>(
         if flush(conn).is_err() {
             return Turn::Close;
         }
+        if drained {
+            return Turn::Keep;
+        }
+        let room = conn.buf.len() - conn.have;
         match conn.stream.read(&mut conn.buf[conn.have..]) {
             Ok(0) => return Turn::Close,
-            Ok(n) => conn.have += n,
+            Ok(n) => {
+                conn.have += n;
+                // A stream socket that filled less than the room had nothing more:
+                // what arrives later raises a new readiness event. (Saves the read
+                // that would only say `WouldBlock`, one system call per request.)
+                drained = n < room;
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Turn::Keep,
             Err(_) => return Turn::Close,

@@ -33,6 +33,9 @@ pub struct StatusSnapshot {
     pub counts: BTreeMap<String, ChannelCounts>,
     /// The status when it was composed.
     pub status: Status,
+    /// Grows whenever the run's `events.jsonl` may have grown (an event on it, or a
+    /// full read): the feed follows the file only then.
+    pub events_mark: u64,
     /// The time-dependent inputs at composition (see [`StatusSnapshot::still_valid`]).
     heartbeat_at: Option<DateTime<Utc>>,
     heartbeat_age: Option<i64>,
@@ -73,6 +76,7 @@ impl StatusSnapshot {
             settings,
             counts,
             status,
+            events_mark: 0,
         }
     }
 

@@ -173,6 +173,7 @@ impl Refresher {
         let mut facts = first.facts.clone();
         watch_run_dir(&mut watcher, facts.run_dir.as_deref());
         let mut refreshed_at = Instant::now();
+        let mut events_mark = 0u64;
         loop {
             let expires = self.snapshots.borrow().expires_at();
             let wake = tokio::select! {
@@ -188,6 +189,7 @@ impl Refresher {
                     while let Ok(change) = events.try_recv() {
                         burst = burst.add(change);
                     }
+                    events_mark += u64::from(burst.events);
                     burst.wake()
                 }
                 changed = self.records.changed() => if changed.is_ok() { Wake::Read } else { Wake::Quit },
@@ -205,6 +207,7 @@ impl Refresher {
                 Wake::Quit => return,
                 Wake::Compose => {}
                 Wake::Read => {
+                    events_mark += 1;
                     let run_dir = FileFacts::run_dir_for(&self.layout, &record);
                     watch_run_dir(&mut watcher, run_dir.as_deref());
                     let reuse_disk = facts
@@ -233,13 +236,14 @@ impl Refresher {
             if let Some(rx) = self.counted.as_mut() {
                 rx.borrow_and_update();
             }
-            let snapshot = StatusSnapshot::compose(
+            let mut snapshot = StatusSnapshot::compose(
                 record,
                 facts.clone(),
                 settings,
                 counts(self.notifier.as_ref()),
                 lavender::time::now_utc(),
             );
+            snapshot.events_mark = events_mark;
             self.snapshots.send_replace(Arc::new(snapshot));
         }
     }
