@@ -36,6 +36,9 @@ pub const IDLE: Duration = Duration::from_secs(30);
 /// Connections on the status thread at once, per listener (each holds an 8 KiB
 /// buffer); more go to axum.
 pub const MAX_CONNECTIONS: usize = 256;
+/// Answers owed to a peer that reads slower than it asks, at most (about): no more
+/// requests are read from it until they are written.
+const OWED_LIMIT: usize = 64 * 1024;
 /// A request head longer than this is not a status request.
 const MAX_HEAD: usize = 8 * 1024;
 /// The status thread's wake-up for new connections and for closing.
@@ -72,19 +75,23 @@ impl Lane for tokio::net::UnixStream {
     }
 }
 
-/// A stream whose first reads return `prefix`: the bytes the status thread had read
-/// before it handed the connection to axum.
+/// A stream whose first reads return `prefix` (the bytes the status thread had read
+/// before it handed the connection to axum) and whose first writes are `owed`.
 pub struct Prefixed<S> {
     prefix: Vec<u8>,
     at: usize,
+    /// Answers of the status thread the peer had not taken yet: written before
+    /// anything the router writes.
+    owed: Vec<u8>,
     inner: S,
 }
 
 impl<S> Prefixed<S> {
-    fn new(inner: S, prefix: Vec<u8>) -> Prefixed<S> {
+    fn new(inner: S, prefix: Vec<u8>, owed: Vec<u8>) -> Prefixed<S> {
         Prefixed {
             prefix,
             at: 0,
+            owed,
             inner,
         }
     }
@@ -115,12 +122,30 @@ impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
     }
 }
 
+impl<S: AsyncWrite + Unpin> Prefixed<S> {
+    /// Writes what is owed; ready once none is left.
+    fn poll_owed(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.owed.is_empty() {
+            match std::pin::Pin::new(&mut self.inner).poll_write(cx, &self.owed) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    self.owed.drain(..n);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
 impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
     fn poll_write(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        std::task::ready!(self.poll_owed(cx))?;
         std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
     }
     fn poll_write_vectored(
@@ -128,6 +153,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        std::task::ready!(self.poll_owed(cx))?;
         std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
     fn is_write_vectored(&self) -> bool {
@@ -137,12 +163,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
+        std::task::ready!(self.poll_owed(cx))?;
         std::pin::Pin::new(&mut self.inner).poll_flush(cx)
     }
     fn poll_shutdown(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
+        std::task::ready!(self.poll_owed(cx))?;
         std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
@@ -249,12 +277,12 @@ where
     /// Gives the connection to the status thread; gives it back when that cannot take it.
     fn to_thread(&self, io: L::Io, addr: L::Addr) -> Option<Handed<L>> {
         let Some(thread) = &self.thread else {
-            return Some((Prefixed::new(io, Vec::new()), addr));
+            return Some((Prefixed::new(io, Vec::new(), Vec::new()), addr));
         };
         {
             let mut held = thread.held.lock().unwrap_or_else(|e| e.into_inner());
             if *held >= MAX_CONNECTIONS {
-                return Some((Prefixed::new(io, Vec::new()), addr));
+                return Some((Prefixed::new(io, Vec::new(), Vec::new()), addr));
             }
             *held += 1;
         }
@@ -280,6 +308,8 @@ struct Conn<S, A> {
     out: Vec<u8>,
     /// What the connection is registered for.
     interest: Interest,
+    /// Closes once `out` is written (the peer asked to, or stopped sending).
+    closing: bool,
     last_active: Instant,
 }
 
@@ -362,14 +392,23 @@ where
                 }
             }
             let now = Instant::now();
-            let idle: Vec<Token> = self
+            let idle: Vec<(Token, Turn)> = self
                 .conns
                 .iter()
                 .filter(|(_, c)| now >= c.last_active + IDLE)
-                .map(|(t, _)| *t)
+                .map(|(t, c)| {
+                    (
+                        *t,
+                        if c.closing {
+                            Turn::Close
+                        } else {
+                            Turn::ToRouter
+                        },
+                    )
+                })
                 .collect();
-            for token in idle {
-                self.finish(token, Turn::ToRouter);
+            for (token, how) in idle {
+                self.finish(token, how);
             }
         }
     }
@@ -390,7 +429,7 @@ where
             {
                 tracing::warn!("a status connection goes to the router: {e}");
                 self.release(1);
-                self.hand_back(stream, addr, Vec::new());
+                self.hand_back(stream, addr, Vec::new(), Vec::new());
                 continue;
             }
             let conn = Conn {
@@ -400,6 +439,7 @@ where
                 have: 0,
                 out: Vec::new(),
                 interest: Interest::READABLE,
+                closing: false,
                 last_active: Instant::now(),
             };
             self.conns.insert(token, conn);
@@ -448,12 +488,8 @@ where
         let _ = self.poll.registry().deregister(&mut conn.stream);
         self.release(1);
         if let Turn::ToRouter = how {
-            // Answers still owed go first: the router's come after them.
-            if !conn.out.is_empty() && write_all_now(&mut conn.stream, &conn.out).is_err() {
-                return;
-            }
             conn.buf.truncate(conn.have);
-            self.hand_back(conn.stream, conn.addr, conn.buf);
+            self.hand_back(conn.stream, conn.addr, conn.buf, conn.out);
         }
     }
 
@@ -469,13 +505,20 @@ where
         *held = held.saturating_sub(n);
     }
 
-    /// Gives the connection to axum, which reads `prefix` first. Dropped if axum has
+    /// Gives the connection to axum, which reads `prefix` first and writes `owed`
+    /// (answers the peer has not taken yet) before its own. Dropped if axum has
     /// stopped accepting (the daemon is shutting down).
-    fn hand_back(&self, stream: <L::Io as Lane>::Mio, addr: L::Addr, prefix: Vec<u8>) {
+    fn hand_back(
+        &self,
+        stream: <L::Io as Lane>::Mio,
+        addr: L::Addr,
+        prefix: Vec<u8>,
+        owed: Vec<u8>,
+    ) {
         let _runtime = self.runtime.enter();
         match L::Io::from_mio(stream) {
             Ok(io) => {
-                let _ = self.back.send((Prefixed::new(io, prefix), addr));
+                let _ = self.back.send((Prefixed::new(io, prefix, owed), addr));
             }
             Err(e) => tracing::warn!("a connection was dropped on its way to the router: {e}"),
         }
@@ -493,8 +536,21 @@ fn serve<S: Read + Write, A>(
     }
     let mut drained = false;
     loop {
-        // Every complete status request in the buffer gets its answer, in order.
+        if conn.closing {
+            return if conn.out.is_empty() {
+                Turn::Close
+            } else {
+                Turn::Keep
+            };
+        }
+        // Every complete status request in the buffer gets its answer, in order,
+        // while the answers owed stay few.
+        let mut owed_enough = false;
         loop {
+            if conn.out.len() >= OWED_LIMIT {
+                owed_enough = true;
+                break;
+            }
             match classify(&conn.buf[..conn.have]) {
                 Head::Status { len, close } => {
                     answer.render(cache, lavender::time::now_utc(), close);
@@ -502,9 +558,8 @@ fn serve<S: Read + Write, A>(
                     conn.buf.copy_within(len..conn.have, 0);
                     conn.have -= len;
                     if close {
-                        // Written now, whatever it takes: the peer asked for the end.
-                        let _ = write_all_now(&mut conn.stream, &conn.out);
-                        return Turn::Close;
+                        conn.closing = true;
+                        break;
                     }
                 }
                 Head::Incomplete if conn.have < conn.buf.len() => break,
@@ -514,12 +569,25 @@ fn serve<S: Read + Write, A>(
         if flush(conn).is_err() {
             return Turn::Close;
         }
+        // A peer that does not read its answers is not read from either: it waits
+        // for room (a writable event), and nothing it sends piles up here.
+        if conn.closing {
+            continue;
+        }
+        if !conn.out.is_empty() {
+            return Turn::Keep;
+        }
+        // Requests may still wait in the buffer, now that there is room for answers.
+        if owed_enough {
+            continue;
+        }
         if drained {
             return Turn::Keep;
         }
         let room = conn.buf.len() - conn.have;
         match conn.stream.read(&mut conn.buf[conn.have..]) {
-            Ok(0) => return Turn::Close,
+            // The peer is done sending; what is owed still goes out.
+            Ok(0) => conn.closing = true,
             Ok(n) => {
                 conn.have += n;
                 // A stream socket that filled less than the room had nothing more:
@@ -547,26 +615,6 @@ fn flush<S: Write, A>(conn: &mut Conn<S, A>) -> io::Result<()> {
         }
     }
     conn.out.drain(..at);
-    Ok(())
-}
-
-/// Writes all of `bytes` on a non-blocking socket, waiting out a full socket with
-/// short sleeps, for at most a few seconds (rare: a client that pipelines a status
-/// request, stops reading, then closes or asks for another route).
-fn write_all_now<S: Write>(stream: &mut S, bytes: &[u8]) -> io::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut at = 0;
-    while at < bytes.len() {
-        match stream.write(&bytes[at..]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => at += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => return Err(e),
-        }
-    }
     Ok(())
 }
 
@@ -824,13 +872,68 @@ mod tests {
         );
     }
 
+    /// A peer that asks faster than it reads: its answers wait for room without
+    /// holding up the thread or piling up unbounded, and when its next request goes
+    /// to the router, the answers still owed go out first, in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answers_owed_to_a_slow_reader_come_before_the_routers() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        const ASKED: usize = 3000;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut direct = DirectListener::new(listener, StatusCache::never_started());
+        let other = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+        let s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let writer = std::thread::spawn(move || {
+            let status = "GET /status HTTP/1.1\r\nHost: x\r\n\r\n";
+            w.write_all(status.repeat(ASKED).as_bytes()).unwrap();
+            w.write_all(other.as_bytes()).unwrap();
+        });
+        let reader = std::thread::spawn(move || {
+            let mut s = s;
+            // Not reading for a while: the answers back up into the server.
+            std::thread::sleep(Duration::from_millis(300));
+            let mut got = Vec::new();
+            let mut buf = [0u8; 65536];
+            while complete_answers(&got).len() < ASKED + 1 {
+                let n = s.read(&mut buf).expect("answers keep coming");
+                assert!(
+                    n > 0,
+                    "closed after {} answers",
+                    complete_answers(&got).len()
+                );
+                got.extend_from_slice(&buf[..n]);
+            }
+            complete_answers(&got)
+        });
+        let (mut io, _) = tokio::time::timeout(Duration::from_secs(20), direct.accept())
+            .await
+            .expect("the connection comes to the router");
+        let mut head = vec![0u8; other.len()];
+        io.read_exact(&mut head).await.unwrap();
+        assert_eq!(head, other.as_bytes());
+        io.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await
+            .unwrap();
+        writer.join().unwrap();
+        let answers = reader.join().unwrap();
+        assert!(
+            answers[..ASKED]
+                .iter()
+                .all(|a| a.contains("\"schema_version\""))
+        );
+        assert!(answers[ASKED].ends_with("\r\n\r\nok"), "{}", answers[ASKED]);
+    }
+
     #[tokio::test]
     async fn a_prefixed_stream_reads_its_prefix_then_the_stream() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let (mut a, b) = tokio::io::duplex(64);
         a.write_all(b" world").await.unwrap();
         drop(a);
-        let mut s = Prefixed::new(b, b"hello".to_vec());
+        let mut s = Prefixed::new(b, b"hello".to_vec(), Vec::new());
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
         assert_eq!(out, "hello world");
