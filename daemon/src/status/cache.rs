@@ -234,19 +234,25 @@ impl StatusCache {
     }
 }
 
+/// Settings of the default config with no steps, for tests.
+#[cfg(test)]
+fn test_settings() -> StatusSettings {
+    StatusSettings {
+        stale_after_s: 300,
+        startup_grace_s: 60,
+        default_scale: "tiny".into(),
+        default_chunk: 1,
+        steps: Vec::new(),
+        disk_floor_mib: 0,
+        scales: lavender::config::Config::default().scales,
+    }
+}
+
 /// A cache holding the status of a pipeline never started, for tests of its readers.
 #[cfg(test)]
 impl StatusCache {
     pub(crate) fn never_started() -> StatusCache {
-        let settings = StatusSettings {
-            stale_after_s: 300,
-            startup_grace_s: 60,
-            default_scale: "tiny".into(),
-            default_chunk: 1,
-            steps: Vec::new(),
-            disk_floor_mib: 0,
-            scales: lavender::config::Config::default().scales,
-        };
+        let settings = test_settings();
         let snapshot = StatusSnapshot::compose(
             PipelineRecord::idle(),
             FileFacts::empty(),
@@ -265,15 +271,7 @@ mod tests {
     use super::*;
 
     fn settings() -> StatusSettings {
-        StatusSettings {
-            stale_after_s: 300,
-            startup_grace_s: 60,
-            default_scale: "tiny".into(),
-            default_chunk: 1,
-            steps: Vec::new(),
-            disk_floor_mib: 0,
-            scales: lavender::config::Config::default().scales,
-        }
+        test_settings()
     }
 
     fn at(text: &str) -> DateTime<Utc> {
