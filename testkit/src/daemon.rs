@@ -194,30 +194,31 @@ impl Lavenderd {
 
     /// Waits until `pipeline.state` is `state`.
     pub fn wait_state(&self, state: &str, timeout: Duration) -> Value {
-        let mut last = Value::Null;
-        wait_until(timeout, &format!("pipeline state {state}"), || {
-            last = self.status();
-            last["pipeline"]["state"] == state
-        });
-        last
+        self.wait_status(timeout, &format!("pipeline state {state}"), |s| {
+            s["pipeline"]["state"] == state
+        })
     }
 
     /// Waits until `training.step` is at least `step`.
     pub fn wait_step(&self, step: u64, timeout: Duration) -> Value {
-        let mut last = Value::Null;
-        wait_until(timeout, &format!("training step {step}"), || {
-            last = self.status();
-            last["training"]["step"].as_u64().unwrap_or(0) >= step
-        });
-        last
+        self.wait_status(timeout, &format!("training step {step}"), |s| {
+            s["training"]["step"].as_u64().unwrap_or(0) >= step
+        })
     }
 
     /// Waits until the run has at least `n` complete checkpoints.
     pub fn wait_checkpoints(&self, n: u64, timeout: Duration) -> Value {
+        self.wait_status(timeout, &format!("{n} checkpoint(s)"), |s| {
+            s["training"]["checkpoints"].as_u64().unwrap_or(0) >= n
+        })
+    }
+
+    /// Polls the status until `done` holds for it; returns that status.
+    fn wait_status(&self, timeout: Duration, what: &str, done: impl Fn(&Value) -> bool) -> Value {
         let mut last = Value::Null;
-        wait_until(timeout, &format!("{n} checkpoint(s)"), || {
+        wait_until(timeout, what, || {
             last = self.status();
-            last["training"]["checkpoints"].as_u64().unwrap_or(0) >= n
+            done(&last)
         });
         last
     }

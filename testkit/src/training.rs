@@ -159,7 +159,9 @@ pub fn run_ok(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
-        "worker failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        "{} {:?} failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        Path::new(cmd.get_program()).display(),
+        cmd.get_args().collect::<Vec<_>>(),
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)

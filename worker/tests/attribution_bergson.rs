@@ -166,20 +166,13 @@ fn train(data_root: &Path, corpus: &Path, run_dir: &Path) {
 }
 
 fn lavenderd_ok(data_root: &Path, args: &[&std::ffi::OsStr]) -> String {
-    let out = Command::new(lavenderd())
-        .arg("--data-root")
-        .arg(data_root)
-        .args(args)
-        .env_remove("LAVENDER_CONFIG")
-        .env_remove("LAVENDER_DATA_ROOT")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "lavenderd {args:?} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        Command::new(lavenderd())
+            .arg("--data-root")
+            .arg(data_root)
+            .args(args)
+            .env_remove("LAVENDER_CONFIG")
+            .env_remove("LAVENDER_DATA_ROOT"),
     );
     String::from_utf8(out.stdout).unwrap()
 }

@@ -17,8 +17,9 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -189,7 +190,7 @@ struct ThreadHandle<S, A> {
     tx: std_mpsc::Sender<ToThread<S, A>>,
     waker: Arc<mio::Waker>,
     /// Connections the thread holds (it counts down; the listener counts up).
-    held: Arc<Mutex<usize>>,
+    held: Arc<AtomicUsize>,
 }
 
 impl<S, A> ThreadHandle<S, A> {
@@ -279,13 +280,11 @@ where
         let Some(thread) = &self.thread else {
             return Some((Prefixed::new(io, Vec::new(), Vec::new()), addr));
         };
-        {
-            let mut held = thread.held.lock().unwrap_or_else(|e| e.into_inner());
-            if *held >= MAX_CONNECTIONS {
-                return Some((Prefixed::new(io, Vec::new(), Vec::new()), addr));
-            }
-            *held += 1;
+        // Only this task adds to the count, so the check and the add cannot race.
+        if thread.held.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            return Some((Prefixed::new(io, Vec::new(), Vec::new()), addr));
         }
+        thread.held.fetch_add(1, Ordering::Relaxed);
         match io.into_mio() {
             Ok(stream) => {
                 if !thread.send(ToThread::Connection(stream, addr)) {
@@ -328,7 +327,7 @@ where
     back: mpsc::UnboundedSender<Handed<L>>,
     runtime: tokio::runtime::Handle,
     rx: std_mpsc::Receiver<ToThread<<L::Io as Lane>::Mio, L::Addr>>,
-    held: Arc<Mutex<usize>>,
+    held: Arc<AtomicUsize>,
     poll: mio::Poll,
     conns: HashMap<Token, Conn<<L::Io as Lane>::Mio, L::Addr>>,
     next_token: usize,
@@ -347,7 +346,7 @@ where
         let poll = mio::Poll::new()?;
         let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER)?);
         let (tx, rx) = std_mpsc::channel();
-        let held = Arc::new(Mutex::new(0));
+        let held = Arc::new(AtomicUsize::new(0));
         let thread = StatusThread::<L> {
             cache,
             back,
@@ -367,13 +366,8 @@ where
 
     fn run(mut self) {
         let mut events = mio::Events::with_capacity(256);
+        let mut timeout = None;
         loop {
-            let timeout = self
-                .conns
-                .values()
-                .map(|c| c.last_active + IDLE)
-                .min()
-                .map(|t| t.saturating_duration_since(Instant::now()));
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -381,40 +375,50 @@ where
                 tracing::error!("the status thread stops: {e}; the router answers from now on");
                 return self.hand_all_back();
             }
+            // One clock reading per wake-up serves every connection it turns.
+            let now = Instant::now();
             for event in events.iter() {
                 let token = event.token();
                 if token == WAKER {
-                    if !self.take_new() {
+                    if !self.take_new(now) {
                         return;
                     }
                 } else {
-                    self.turn(token);
+                    self.turn(token, now);
                 }
             }
-            let now = Instant::now();
-            let idle: Vec<(Token, Turn)> = self
-                .conns
-                .iter()
-                .filter(|(_, c)| now >= c.last_active + IDLE)
-                .map(|(t, c)| {
-                    (
-                        *t,
-                        if c.closing {
-                            Turn::Close
-                        } else {
-                            Turn::ToRouter
-                        },
-                    )
-                })
-                .collect();
-            for (token, how) in idle {
-                self.finish(token, how);
-            }
+            timeout = self.expire_idle(now);
         }
     }
 
+    /// Lets go of the connections silent for [`IDLE`] (to the router, or closed if
+    /// they were closing); returns how long until the next one falls silent.
+    fn expire_idle(&mut self, now: Instant) -> Option<Duration> {
+        let mut idle = Vec::new();
+        let mut next: Option<Instant> = None;
+        for (token, c) in &self.conns {
+            let at = c.last_active + IDLE;
+            if now >= at {
+                idle.push((
+                    *token,
+                    if c.closing {
+                        Turn::Close
+                    } else {
+                        Turn::ToRouter
+                    },
+                ));
+            } else {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        for (token, how) in idle {
+            self.finish(token, how);
+        }
+        next.map(|t| t - now)
+    }
+
     /// Registers the connections sent since the last wake-up; false once told to close.
-    fn take_new(&mut self) -> bool {
+    fn take_new(&mut self, now: Instant) -> bool {
         while let Ok(msg) = self.rx.try_recv() {
             let (mut stream, addr) = match msg {
                 ToThread::Connection(stream, addr) => (stream, addr),
@@ -428,7 +432,7 @@ where
                 .register(&mut stream, token, Interest::READABLE)
             {
                 tracing::warn!("a status connection goes to the router: {e}");
-                self.release(1);
+                self.release();
                 self.hand_back(stream, addr, Vec::new(), Vec::new());
                 continue;
             }
@@ -440,22 +444,22 @@ where
                 out: Vec::new(),
                 interest: Interest::READABLE,
                 closing: false,
-                last_active: Instant::now(),
+                last_active: now,
             };
             self.conns.insert(token, conn);
             // Its request may have come before the registration.
-            self.turn(token);
+            self.turn(token, now);
         }
         true
     }
 
     /// Reads what the connection sent, answers every complete status request in it,
     /// and writes what it can.
-    fn turn(&mut self, token: Token) {
+    fn turn(&mut self, token: Token, now: Instant) {
         let Some(conn) = self.conns.get_mut(&token) else {
             return;
         };
-        conn.last_active = Instant::now();
+        conn.last_active = now;
         let turn = serve(conn, &self.cache, &mut self.answer);
         match turn {
             Turn::Keep => {
@@ -486,7 +490,7 @@ where
             return;
         };
         let _ = self.poll.registry().deregister(&mut conn.stream);
-        self.release(1);
+        self.release();
         if let Turn::ToRouter = how {
             conn.buf.truncate(conn.have);
             self.hand_back(conn.stream, conn.addr, conn.buf, conn.out);
@@ -500,9 +504,8 @@ where
         }
     }
 
-    fn release(&self, n: usize) {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        *held = held.saturating_sub(n);
+    fn release(&self) {
+        self.held.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Gives the connection to axum, which reads `prefix` first and writes `owed`
