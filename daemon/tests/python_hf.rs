@@ -14,7 +14,7 @@ const MAX_STEPS: u64 = 150;
 const KEEP: usize = 2;
 const SLOW: Duration = Duration::from_secs(300);
 
-fn hf_env() -> PyEnv {
+fn hf_env() -> Env {
     require_modules(&["torch", "transformers", "accelerate"]);
     let command: Vec<String> = [
         venv_tool("python"),
@@ -31,7 +31,7 @@ fn hf_env() -> PyEnv {
         "32".into(),
     ]
     .to_vec();
-    let mut env = PyEnv::new(
+    let mut env = Env::python(
         &command,
         "  max_restarts: 2",
         &format!("training:\n  keep_checkpoints: {KEEP}"),
@@ -171,7 +171,7 @@ fn a_python_worker_that_never_heartbeats_is_flagged_stale_after_the_grace() {
         "import time; from lavender_protocol import Worker; Worker.from_argv(); time.sleep(600)"
             .into(),
     ];
-    let mut env = PyEnv::new(&command, "  stale_after_s: 1\n  startup_grace_s: 3", "");
+    let mut env = Env::python(&command, "  stale_after_s: 1\n  startup_grace_s: 3", "");
     env.serve();
     let started = std::time::Instant::now();
     env.start(&[]);

@@ -38,7 +38,7 @@ fn torchrun_two_ranks_stop_resume_kill_one_rank_restart_finish() {
         "--seq-len".into(),
         "32".into(),
     ];
-    let mut env = PyEnv::new(
+    let mut env = Env::python(
         &command,
         "  max_restarts: 2",
         &format!("training:\n  keep_checkpoints: {KEEP}"),

@@ -404,7 +404,7 @@ fn torchrun_job_stops_with_one_save_and_resumes() {
         .map(String::from),
     )
     .collect();
-    let mut env = PyEnv::new(
+    let mut env = Env::python(
         &command,
         "",
         "launch:\n  backend: slurm\n  slurm:\n    poll_interval_s: 1\n    grace_s: 59\n",

@@ -10,11 +10,12 @@ use crate::bins::fake_worker;
 use crate::daemon::{Lavenderd, yaml_strings};
 use crate::process::{cmdline_has, send_signal};
 
-/// A data root in a tempdir, a config running the fake worker, and the daemon.
-/// Derefs to [`Lavenderd`] for the CLI, the API and the waits.
+/// A data root in a tempdir, a config running a worker (the fake one, [`Env::new`];
+/// a Python one, [`Env::python`]), and the daemon. Derefs to [`Lavenderd`] for the
+/// CLI, the API and the waits.
 pub struct Env {
     pub dir: tempfile::TempDir,
-    daemon: Lavenderd,
+    pub(crate) daemon: Lavenderd,
 }
 
 impl Deref for Env {

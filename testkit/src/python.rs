@@ -2,13 +2,13 @@
 //! repository's examples and `python/` library, a config running them, and reads
 //! of what they leave in the run directory.
 
-use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::Env;
 use crate::daemon::{Lavenderd, yaml_strings};
 use crate::repo;
 use crate::run_dir::events;
@@ -47,28 +47,10 @@ pub fn example(path: &str) -> String {
     repo().join("examples").join(path).display().to_string()
 }
 
-/// A data root in a tempdir and a daemon whose worker is `command` (the library
-/// from this checkout on PYTHONPATH). `yaml` is added at the top level.
-pub struct PyEnv {
-    pub dir: tempfile::TempDir,
-    daemon: Lavenderd,
-}
-
-impl Deref for PyEnv {
-    type Target = Lavenderd;
-    fn deref(&self) -> &Lavenderd {
-        &self.daemon
-    }
-}
-
-impl DerefMut for PyEnv {
-    fn deref_mut(&mut self) -> &mut Lavenderd {
-        &mut self.daemon
-    }
-}
-
-impl PyEnv {
-    pub fn new(command: &[String], supervisor: &str, yaml: &str) -> PyEnv {
+impl Env {
+    /// A daemon whose worker is `command` (the library from this checkout on
+    /// PYTHONPATH). `yaml` is added at the top level.
+    pub fn python(command: &[String], supervisor: &str, yaml: &str) -> Env {
         let dir = tempfile::tempdir().unwrap();
         let pythonpath = repo().join("python/src").display().to_string();
         let text = format!(
@@ -78,7 +60,7 @@ impl PyEnv {
         );
         let mut daemon = Lavenderd::in_dir(dir.path(), &text, "python");
         daemon.backoff_ms = "200".into();
-        PyEnv { dir, daemon }
+        Env { dir, daemon }
     }
 
     /// The worker's log (stdout/stderr of every spawn), for failure messages.
@@ -96,7 +78,7 @@ impl PyEnv {
 
 /// Every one of `ranks` torchrun ranks logged that it stopped, all after `step`
 /// (examples/torchrun/train.py prints `stopped after step N`). Returns the lines.
-pub fn assert_ranks_stopped_at(env: &PyEnv, ranks: usize, step: u64) -> Vec<String> {
+pub fn assert_ranks_stopped_at(env: &Env, ranks: usize, step: u64) -> Vec<String> {
     let stopped: Vec<String> = env
         .worker_log()
         .lines()
@@ -115,7 +97,7 @@ pub fn assert_ranks_stopped_at(env: &PyEnv, ranks: usize, step: u64) -> Vec<Stri
 
 /// Waits for an event of the run that `pred` accepts; returns it.
 pub fn wait_event(
-    env: &PyEnv,
+    env: &Env,
     run_dir: &Path,
     timeout: Duration,
     what: &str,
