@@ -205,3 +205,35 @@ def test_a_data_step_is_refused_with_what_to_configure(tmp_path):
     )
     assert proc.returncode == 2
     assert "steps: [train]" in proc.stderr
+
+
+def test_hf_a_periodic_save_under_way_at_sigterm_is_not_the_final_one(tmp_path):
+    """SIGTERM during step 30's periodic save: that save stays `checkpoint_saved`;
+    the save the stop asks for, after step 31, is the one `final_saved`."""
+    from types import SimpleNamespace
+
+    hf = pytest.importorskip("lavender_protocol.hf")
+    run = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
+    out = tmp_path / "out"
+    w = Worker(run, total_steps=150, handle_signals=False)
+    cb = hf.LavenderCallback(worker=w)
+    args = SimpleNamespace(output_dir=str(out))
+
+    def step_and_save(step, stop_before_save):
+        state = SimpleNamespace(global_step=step, epoch=0.1, max_steps=150)
+        control = SimpleNamespace(should_save=False, should_training_stop=False)
+        cb.on_step_end(args, state, control)
+        if stop_before_save:
+            w.request_stop()
+        (out / f"checkpoint-{step}").mkdir(parents=True)
+        (out / f"checkpoint-{step}" / "model.safetensors").write_bytes(b"w")
+        cb.on_save(args, state, control)
+        return control
+
+    w.start(step=0)
+    step_and_save(30, stop_before_save=True)
+    control = step_and_save(31, stop_before_save=False)
+    assert control.should_save and control.should_training_stop
+    saves = ("checkpoint_saved", "final_saved")
+    saved = [(e["kind"], e["step"]) for e in protocol.read_events(run) if e["kind"] in saves]
+    assert saved == [("checkpoint_saved", 30), ("final_saved", 31)]

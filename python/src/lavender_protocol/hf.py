@@ -41,6 +41,9 @@ class LavenderCallback(TrainerCallback):
         self.worker = worker if worker is not None else Worker.from_argv(argv, **worker_options)
         self._eval_loss: Optional[float] = None
         self._eval_step: Optional[int] = None
+        # The step whose save the stop asked for. A periodic save that is under way
+        # when SIGTERM comes is not the stop's: the stop's comes after its own step.
+        self._stop_save_step: Optional[int] = None
         self._began = False
 
     @property
@@ -80,6 +83,7 @@ class LavenderCallback(TrainerCallback):
         if w.should_stop():
             control.should_save = True
             control.should_training_stop = True
+            self._stop_save_step = int(state.global_step)
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -120,7 +124,9 @@ class LavenderCallback(TrainerCallback):
             if target.exists():
                 shutil.rmtree(target)
             checkpoints.commit_directory(staged, target)
-        final = w.stop_requested or (state.max_steps and state.global_step >= state.max_steps)
+        final = self._stop_save_step == state.global_step or (
+            state.max_steps and state.global_step >= state.max_steps
+        )
         val = self._eval_loss if self._eval_step == state.global_step else None
         w._step = int(state.global_step)
         w.committed(target, final=bool(final), val_loss=val)
