@@ -28,20 +28,14 @@ async fn milestones_are_silent_and_alerts_loud_on_every_channel() {
     .unwrap();
     let calls = state.path().join("desktop-calls.txt");
     let fake_notify_send = state.path().join("notify-send");
-    std::fs::write(
+    lavender_testkit::write_executable(
         &fake_notify_send,
-        format!(
+        &format!(
             "#!/bin/sh\nprintf '%s|' \"$@\" >> '{}'\necho >> '{}'\n",
             calls.display(),
             calls.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &fake_notify_send,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    );
 
     let mut cfg = quiet_config();
     cfg.ntfy.server = server.url();

@@ -7,8 +7,6 @@
 mod cli_commands;
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -181,23 +179,6 @@ fn every_lavenderd_command_shown_exists_and_every_command_and_flag_is_shown() {
     );
 }
 
-/// Stand-ins for the service managers' tools: record the call, succeed.
-fn shims(dir: &Path) -> (PathBuf, PathBuf) {
-    let bin = dir.join("shims");
-    std::fs::create_dir_all(&bin).unwrap();
-    let calls = dir.join("shim-calls.txt");
-    for name in ["systemctl", "journalctl", "loginctl", "launchctl"] {
-        let p = bin.join(name);
-        std::fs::write(
-            &p,
-            format!("#!/bin/sh\necho \"{name} $*\" >> '{}'\n", calls.display()),
-        )
-        .unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    (bin, calls)
-}
-
 struct DocEnv {
     env: Env,
     vars: Vec<(String, String)>,
@@ -265,7 +246,7 @@ fn every_sh_block_of_the_operations_guide_runs_against_a_live_daemon() {
     );
     let home = env.dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let (shim_dir, calls) = shims(env.dir.path());
+    let (shim_dir, calls) = lavender_testkit::service_shims(env.dir.path());
     let bin = lavenderd();
     let bin_dir = bin.parent().unwrap();
     let vars = vec![

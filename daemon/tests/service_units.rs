@@ -360,15 +360,13 @@ fn fake_managers(dir: &Path) -> (PathBuf, PathBuf) {
     let log = dir.join("manager-calls.txt");
     for name in ["systemctl", "loginctl"] {
         let p = bin.join(name);
-        std::fs::write(
+        lavender_testkit::write_executable(
             &p,
-            format!(
+            &format!(
                 "#!/bin/sh\necho \"{name} $*\" >> '{}'\nexit ${{FAKE_SYSTEMCTL_EXIT:-0}}\n",
                 log.display()
             ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        );
     }
     (bin, log)
 }

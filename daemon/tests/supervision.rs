@@ -442,16 +442,14 @@ fn a_restart_alone_runs_what_is_installed_at_the_started_path_now() {
     // "v2" says it ran (with its pid), then is the same daemon.
     let ran = env.dir.path().join("v2-ran");
     let v2 = install.join("v2/lavenderd");
-    std::fs::write(
+    lavender_testkit::write_executable(
         &v2,
-        format!(
+        &format!(
             "#!/bin/sh\necho $$ >> '{}'\nexec '{}' \"$@\"\n",
             ran.display(),
             real.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&v2, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     let link = install.join("bin/lavenderd");
     std::os::unix::fs::symlink("../v1/lavenderd", &link).unwrap();
     env.bin = link.clone();

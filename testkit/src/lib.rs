@@ -30,7 +30,9 @@ pub use corpus::{WORDS, write_speeches};
 pub use daemon::{BACKOFF_VAR, Lavenderd, backoff_seconds};
 pub use fake_env::Env;
 pub use http::{Http, KeepAlive};
-pub use process::{alive, children, cmdline, send_signal, stderr, stdout};
+pub use process::{
+    alive, children, cmdline, send_signal, service_shims, stderr, stdout, write_executable,
+};
 pub use run_dir::{events, read_json};
 pub use schema::{assert_valid, schema, schema_path};
 pub use wait::wait_until;

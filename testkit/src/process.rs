@@ -71,3 +71,47 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Writes an executable file (mode 755) from a child process, so this process never
+/// holds it open for writing. A test binary runs its tests on threads: a file
+/// written here is inherited, still open, by any child another thread forks at that
+/// moment, and executing it fails with "Text file busy" (ETXTBSY) until that child
+/// has exec'd.
+pub fn write_executable(path: &std::path::Path, text: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("sh")
+        .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+        .arg(path)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("run sh to write an executable");
+    child
+        .stdin
+        .take()
+        .expect("a pipe to sh")
+        .write_all(text.as_bytes())
+        .expect("write the executable's text to sh");
+    let status = child.wait().expect("wait for sh");
+    assert!(
+        status.success(),
+        "writing {} failed: {status}",
+        path.display()
+    );
+}
+
+/// Stand-ins for the service managers' tools (`systemctl`, `journalctl`, `loginctl`,
+/// `launchctl`) in `<dir>/shims`: each appends its name and arguments to
+/// `<dir>/shim-calls.txt` and succeeds. Returns (the shims' directory, the calls file).
+pub fn service_shims(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let bin = dir.join("shims");
+    std::fs::create_dir_all(&bin).unwrap();
+    let calls = dir.join("shim-calls.txt");
+    for name in ["systemctl", "journalctl", "loginctl", "launchctl"] {
+        write_executable(
+            &bin.join(name),
+            &format!("#!/bin/sh\necho \"{name} $*\" >> '{}'\n", calls.display()),
+        );
+    }
+    (bin, calls)
+}

@@ -257,14 +257,10 @@ fn attribute_errors(tmp: &Path, data_root: &Path, run_dir: &Path, queries: &Path
     assert!(err.contains("scripts/attribution-setup.sh"), "{err}");
     // A Python without bergson: the project's, without its site-packages.
     let bare = tmp.join("python-without-site-packages");
-    fs::write(
+    lavender_testkit::write_executable(
         &bare,
-        format!("#!/bin/sh\nexec {} -S \"$@\"\n", python().display()),
-    )
-    .unwrap();
-    let mut perms = fs::metadata(&bare).unwrap().permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-    fs::set_permissions(&bare, perms).unwrap();
+        &format!("#!/bin/sh\nexec {} -S \"$@\"\n", python().display()),
+    );
     let err = attribute_err(
         data_root,
         &[

@@ -11,7 +11,6 @@
 //! worker (for this package alone, `cargo build -p lavenderd` first).
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -103,23 +102,6 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Stand-ins for the service managers' tools: record the call, succeed.
-fn shims(dir: &Path) -> (PathBuf, PathBuf) {
-    let bin = dir.join("shims");
-    std::fs::create_dir_all(&bin).unwrap();
-    let calls = dir.join("shim-calls.txt");
-    for name in ["systemctl", "journalctl", "loginctl", "launchctl"] {
-        let p = bin.join(name);
-        std::fs::write(
-            &p,
-            format!("#!/bin/sh\necho \"{name} $*\" >> '{}'\n", calls.display()),
-        )
-        .unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    (bin, calls)
-}
-
 /// The command lines of the ```sh block after `heading`, comments stripped.
 fn block_after(doc: &str, heading: &str) -> Vec<(String, String)> {
     let rest = &doc[doc
@@ -195,7 +177,7 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
     write_config(&config, &corpus, steps, &format!("127.0.0.1:{port}"));
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let (shim_dir, calls) = shims(dir.path());
+    let (shim_dir, calls) = lavender_testkit::service_shims(dir.path());
     let data_root = dir.path().join("data");
     let sh = Shell {
         vars: vec![
@@ -416,7 +398,9 @@ fn installed_lavenderd_run_by_its_path_finds_the_worker_beside_it() {
     // Without a worker anywhere, the error names both places and `make install`.
     let alone = dir.path().join("alone");
     std::fs::create_dir_all(&alone).unwrap();
-    std::fs::copy(prefix.join("bin/lavenderd"), alone.join("lavenderd")).unwrap();
+    // A hard link, not a copy: a file this process wrote could be held open by a
+    // child another test thread forks meanwhile, and would not run ("Text file busy").
+    std::fs::hard_link(prefix.join("bin/lavenderd"), alone.join("lavenderd")).unwrap();
     let out = Command::new(alone.join("lavenderd"))
         .args(["--config", config.to_str().unwrap()])
         .args(["--data-root", dir.path().join("data2").to_str().unwrap()])
