@@ -79,8 +79,10 @@ impl Feed {
     }
 
     /// Appends an item and wakes the readers; returns its sequence number.
-    pub fn publish(&self, kind: Kind, data: &serde_json::Value) -> u64 {
-        let data: Arc<str> = data.to_string().into();
+    pub fn publish<T: serde::Serialize + ?Sized>(&self, kind: Kind, data: &T) -> u64 {
+        let data: Arc<str> = serde_json::to_string(data)
+            .unwrap_or_else(|_| "null".into())
+            .into();
         let seq = {
             let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
             let seq = ring.next;

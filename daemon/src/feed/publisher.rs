@@ -138,7 +138,7 @@ impl Published {
         if self.beat.as_ref() == Some(&key) {
             return;
         }
-        feed.publish(Kind::Heartbeat, &snap.to_json());
+        feed.publish(Kind::Heartbeat, snap);
         self.beat = Some(key);
     }
 }

@@ -10,6 +10,8 @@ pub mod compose;
 pub mod disk;
 pub mod facts;
 pub mod health;
+#[cfg(target_os = "linux")]
+mod inotify;
 pub mod refresher;
 pub mod watch;
 pub mod watchdog;

@@ -1,6 +1,7 @@
 //! Watching the run directory for the status refresher. The heartbeat is replaced
 //! by rename, so the directory is watched, not the file. `watcher: native` uses
-//! the OS's events (inotify, FSEvents); when the OS refuses (inotify's watch or
+//! the OS's events: inotify on Linux (`inotify.rs`, read on the runtime), FSEvents
+//! and the rest through `notify`'s thread; when the OS refuses (inotify's watch or
 //! instance limit is reached) it says so once and polls instead, every
 //! `poll_interval`. `watcher: poll` polls from the start (network and external
 //! disks, where events do not arrive). Polling lists the directory's entries and
@@ -19,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use lavender::config::Watcher as WatcherKind;
+#[cfg(not(target_os = "linux"))]
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
@@ -50,7 +52,7 @@ pub enum Change {
 
 /// What a change to the run directory's entry `name` asks for; `None`: nothing the
 /// status or the feed reads.
-fn change_of_entry(name: &OsStr) -> Option<Change> {
+pub(super) fn change_of_entry(name: &OsStr) -> Option<Change> {
     let Some(name) = name.to_str() else {
         return Some(Change::Other);
     };
@@ -69,6 +71,7 @@ fn change_of_entry(name: &OsStr) -> Option<Change> {
 }
 
 /// What one event asks for; `None`: no change the refresher needs.
+#[cfg(any(not(target_os = "linux"), test))]
 fn change_of(event: &notify::Event) -> Option<Change> {
     use notify::event::{ModifyKind, RenameMode};
     if !is_change(&event.kind) {
@@ -98,11 +101,12 @@ pub enum Backend {
 }
 
 /// A backend: the OS's events, or a thread that polls.
-trait DirWatch: Send {
+pub(super) trait DirWatch: Send {
     fn watch(&mut self, dir: &Path) -> notify::Result<()>;
     fn unwatch(&mut self, dir: &Path);
 }
 
+#[cfg(not(target_os = "linux"))]
 impl DirWatch for Box<dyn Watcher + Send> {
     fn watch(&mut self, dir: &Path) -> notify::Result<()> {
         Watcher::watch(self.as_mut(), dir, RecursiveMode::NonRecursive)
@@ -292,6 +296,7 @@ impl RunDirWatcher {
         }
     }
 
+    #[cfg(not(target_os = "linux"))]
     fn handler(&self) -> impl notify::EventHandler {
         let tx = self.tx.clone();
         move |res: notify::Result<notify::Event>| {
@@ -303,6 +308,13 @@ impl RunDirWatcher {
         }
     }
 
+    #[cfg(target_os = "linux")]
+    fn native(&self) -> notify::Result<Box<dyn DirWatch>> {
+        let w = super::inotify::InotifyDir::new(self.tx.clone()).map_err(notify::Error::io)?;
+        Ok(Box::new(w))
+    }
+
+    #[cfg(not(target_os = "linux"))]
     fn native(&self) -> notify::Result<Box<dyn DirWatch>> {
         let w: Box<dyn Watcher + Send> = Box::new(notify::recommended_watcher(self.handler())?);
         Ok(Box::new(w))
@@ -352,6 +364,7 @@ fn is_limit(e: &notify::Error) -> bool {
 
 /// Opening or reading a file is no change: the refresher's own reads would
 /// otherwise wake it again and again. A file closed after writing is one.
+#[cfg(any(not(target_os = "linux"), test))]
 fn is_change(kind: &notify::EventKind) -> bool {
     use notify::event::{AccessKind, AccessMode};
     match kind {
