@@ -97,19 +97,24 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         pipeline.subscribe(),
         pipeline::retention::RetentionSettings::from_config(&settings.config),
     );
-    let cache = status::refresher::spawn(
-        layout.clone(),
-        &pipeline,
-        StatusSettings::from_config(&settings.config),
-        status::watch::WatchOptions {
-            kind: sup.watcher,
-            poll_interval: std::time::Duration::from_millis(sup.poll_interval_ms),
-            simulate_exhausted: false,
-        },
-        opts.status.clone(),
-        Some(notifier.clone()),
-    );
-    status::watchdog::spawn(layout.clone(), cache.subscribe_refreshes(), alerts);
+    let status_tasks =
+        status::tasks::StatusTasks::start().context("start the thread of the status tasks")?;
+    let cache = status_tasks.enter(|| {
+        status::refresher::spawn(
+            layout.clone(),
+            &pipeline,
+            StatusSettings::from_config(&settings.config),
+            status::watch::WatchOptions {
+                kind: sup.watcher,
+                poll_interval: std::time::Duration::from_millis(sup.poll_interval_ms),
+                simulate_exhausted: false,
+            },
+            opts.status.clone(),
+            Some(notifier.clone()),
+        )
+    });
+    status_tasks
+        .enter(|| status::watchdog::spawn(layout.clone(), cache.subscribe_refreshes(), alerts));
     let follower = EventFollower::new(
         notify_cfg.milestones.then_some(&notifier),
         &layout.state_dir,
@@ -120,14 +125,17 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         pipeline: pipeline.clone(),
         cache: cache.clone(),
         layout: layout.clone(),
-        web: WebState::start(
-            feed,
-            cache.clone(),
-            pipeline.clone(),
-            layout.clone(),
-            follower,
-        )
-        .with_notifications(notifier.clone()),
+        web: status_tasks
+            .enter(|| {
+                WebState::start(
+                    feed,
+                    cache.clone(),
+                    pipeline.clone(),
+                    layout.clone(),
+                    follower,
+                )
+            })
+            .with_notifications(notifier.clone()),
         restart: reexec.is_some().then_some(restart_tx),
     };
     let view = opts
