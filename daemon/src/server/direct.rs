@@ -216,10 +216,11 @@ where
     L: Listener,
     L::Io: Lane,
 {
-    /// Starts the status thread (needs the runtime's context, to hand connections back).
-    pub fn new(inner: L, cache: StatusCache) -> DirectListener<L> {
+    /// Starts the status thread (needs the runtime's context, to hand connections
+    /// back); a connection silent for `idle` goes to the router ([`IDLE`]).
+    pub fn new(inner: L, cache: StatusCache, idle: Duration) -> DirectListener<L> {
         let (back_tx, back_rx) = mpsc::unbounded_channel();
-        let thread = StatusThread::<L>::start(cache, back_tx)
+        let thread = StatusThread::<L>::start(cache, back_tx, idle)
             .inspect_err(|e| {
                 tracing::warn!("no status thread ({e}): the router answers every request")
             })
@@ -328,6 +329,7 @@ where
     runtime: tokio::runtime::Handle,
     rx: std_mpsc::Receiver<ToThread<<L::Io as Lane>::Mio, L::Addr>>,
     held: Arc<AtomicUsize>,
+    idle: Duration,
     poll: mio::Poll,
     conns: HashMap<Token, Conn<<L::Io as Lane>::Mio, L::Addr>>,
     next_token: usize,
@@ -342,6 +344,7 @@ where
     fn start(
         cache: StatusCache,
         back: mpsc::UnboundedSender<Handed<L>>,
+        idle: Duration,
     ) -> io::Result<ThreadHandle<<L::Io as Lane>::Mio, L::Addr>> {
         let poll = mio::Poll::new()?;
         let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER)?);
@@ -353,6 +356,7 @@ where
             runtime: tokio::runtime::Handle::current(),
             rx,
             held: held.clone(),
+            idle,
             poll,
             conns: HashMap::new(),
             next_token: 0,
@@ -391,13 +395,13 @@ where
         }
     }
 
-    /// Lets go of the connections silent for [`IDLE`] (to the router, or closed if
+    /// Lets go of the connections silent for `idle` (to the router, or closed if
     /// they were closing); returns how long until the next one falls silent.
     fn expire_idle(&mut self, now: Instant) -> Option<Duration> {
         let mut idle = Vec::new();
         let mut next: Option<Instant> = None;
         for (token, c) in &self.conns {
-            let at = c.last_active + IDLE;
+            let at = c.last_active + self.idle;
             if now >= at {
                 idle.push((
                     *token,
@@ -819,7 +823,7 @@ mod tests {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut direct = DirectListener::new(listener, StatusCache::never_started());
+        let mut direct = DirectListener::new(listener, StatusCache::never_started(), IDLE);
         let other = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
         let client = std::thread::spawn(move || {
             let mut s = std::net::TcpStream::connect(addr).unwrap();
@@ -884,7 +888,7 @@ mod tests {
         const ASKED: usize = 3000;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut direct = DirectListener::new(listener, StatusCache::never_started());
+        let mut direct = DirectListener::new(listener, StatusCache::never_started(), IDLE);
         let other = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
         let s = std::net::TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -928,6 +932,52 @@ mod tests {
                 .all(|a| a.contains("\"schema_version\""))
         );
         assert!(answers[ASKED].ends_with("\r\n\r\nok"), "{}", answers[ASKED]);
+    }
+
+    /// A connection silent for the idle time goes to the router, which then gets
+    /// its next request, a status request too; not sooner than the idle time after
+    /// the last request.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_silent_for_the_idle_time_goes_to_the_router() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let idle = Duration::from_millis(200);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut direct = DirectListener::new(listener, StatusCache::never_started(), idle);
+        let status = "GET /status HTTP/1.1\r\nHost: x\r\n\r\n";
+        let asked = Instant::now();
+        let client = std::thread::spawn(move || {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s.write_all(status.as_bytes()).unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while complete_answers(&got).is_empty() {
+                let n = s.read(&mut buf).expect("the status thread answers");
+                assert!(n > 0, "closed");
+                got.extend_from_slice(&buf[..n]);
+            }
+            s
+        });
+        let (mut io, _) = tokio::time::timeout(Duration::from_secs(10), direct.accept())
+            .await
+            .expect("the silent connection comes to the router");
+        assert!(
+            asked.elapsed() >= idle,
+            "handed over after {:?}, before the idle time",
+            asked.elapsed()
+        );
+        let mut s = client.join().unwrap();
+        s.write_all(status.as_bytes()).unwrap();
+        let mut head = vec![0u8; status.len()];
+        io.read_exact(&mut head).await.unwrap();
+        assert_eq!(head, status.as_bytes(), "the router gets the next request");
+        io.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).unwrap();
+        assert!(buf[..n].ends_with(b"ok"));
     }
 
     #[tokio::test]

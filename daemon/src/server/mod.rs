@@ -143,8 +143,8 @@ pub async fn serve(
     let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
-    let tcp = direct::DirectListener::new(tcp, app.cache.clone());
-    let unix = direct::DirectListener::new(unix, app.cache.clone());
+    let tcp = direct::DirectListener::new(tcp, app.cache.clone(), direct::IDLE);
+    let unix = direct::DirectListener::new(unix, app.cache.clone(), direct::IDLE);
     let tcp_server = axum::serve(tcp, tcp_router).with_graceful_shutdown(wait(shutdown.clone()));
     let unix_server = axum::serve(
         unix,
