@@ -97,10 +97,16 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         pipeline.subscribe(),
         pipeline::retention::RetentionSettings::from_config(&settings.config),
     );
+    let follower = EventFollower::new(
+        notify_cfg.milestones.then_some(&notifier),
+        &layout.state_dir,
+        &layout.data_root,
+    );
+    // The refresher, the watchdog and the feed's publisher, on their own thread.
     let status_tasks =
         status::tasks::StatusTasks::start().context("start the thread of the status tasks")?;
-    let cache = status_tasks.enter(|| {
-        status::refresher::spawn(
+    let (cache, web) = status_tasks.enter(|| {
+        let cache = status::refresher::spawn(
             layout.clone(),
             &pipeline,
             StatusSettings::from_config(&settings.config),
@@ -111,31 +117,23 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
             },
             opts.status.clone(),
             Some(notifier.clone()),
-        )
+        );
+        status::watchdog::spawn(layout.clone(), cache.subscribe_refreshes(), alerts);
+        let web = WebState::start(
+            feed,
+            cache.clone(),
+            pipeline.clone(),
+            layout.clone(),
+            follower,
+        );
+        (cache, web)
     });
-    status_tasks
-        .enter(|| status::watchdog::spawn(layout.clone(), cache.subscribe_refreshes(), alerts));
-    let follower = EventFollower::new(
-        notify_cfg.milestones.then_some(&notifier),
-        &layout.state_dir,
-        &layout.data_root,
-    );
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let app = AppState {
         pipeline: pipeline.clone(),
         cache: cache.clone(),
         layout: layout.clone(),
-        web: status_tasks
-            .enter(|| {
-                WebState::start(
-                    feed,
-                    cache.clone(),
-                    pipeline.clone(),
-                    layout.clone(),
-                    follower,
-                )
-            })
-            .with_notifications(notifier.clone()),
+        web: web.with_notifications(notifier.clone()),
         restart: reexec.is_some().then_some(restart_tx),
     };
     let view = opts

@@ -48,10 +48,6 @@ impl Snapshot {
             events_mark: snap.events_mark,
         }
     }
-
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
-    }
 }
 
 /// The record's steps are in the order they run; before a first start only the

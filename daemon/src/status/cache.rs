@@ -270,10 +270,6 @@ impl StatusCache {
 mod tests {
     use super::*;
 
-    fn settings() -> StatusSettings {
-        test_settings()
-    }
-
     fn at(text: &str) -> DateTime<Utc> {
         started_at(text).expect("test time")
     }
@@ -282,7 +278,7 @@ mod tests {
         StatusSnapshot::compose(
             PipelineRecord::idle(),
             FileFacts::empty(),
-            settings(),
+            test_settings(),
             BTreeMap::from([("webhook".to_string(), ChannelCounts::default())]),
             now,
         )

@@ -13,7 +13,7 @@
 use std::io::ErrorKind;
 use std::path::Path;
 
-use inotify::{EventMask, Inotify, WatchMask};
+use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -31,50 +31,55 @@ fn mask() -> WatchMask {
         | WatchMask::ONLYDIR
 }
 
-/// One directory's inotify instance and the task that reads it.
+/// One inotify instance for the watcher's life, the task that reads it, and the
+/// watch on the directory followed now.
 pub(super) struct InotifyDir {
-    tx: mpsc::UnboundedSender<Change>,
-    reader: Option<JoinHandle<()>>,
+    watches: Watches,
+    watched: Option<WatchDescriptor>,
+    reader: JoinHandle<()>,
 }
 
 impl InotifyDir {
     /// Fails as the OS does (the instance limit: EMFILE), so the caller can fall
     /// back to polling. Must be called on a tokio runtime.
     pub(super) fn new(tx: mpsc::UnboundedSender<Change>) -> std::io::Result<InotifyDir> {
-        // An instance is made per watched directory; this one only proves the
-        // limit allows one.
-        Inotify::init()?;
-        Ok(InotifyDir { tx, reader: None })
+        let inotify = Inotify::init()?;
+        let watches = inotify.watches();
+        // SAFETY: `Inotify` owns its descriptor and closes it only when dropped (this
+        // code never calls `close`; `Watches` holds the same descriptor open), so it
+        // stays open, and the same, for as long as the `AsyncFd` holding it.
+        let fd = unsafe { AsyncFd::register(inotify) }?;
+        Ok(InotifyDir {
+            watches,
+            watched: None,
+            reader: tokio::spawn(read_changes(fd, tx)),
+        })
     }
 }
 
 impl DirWatch for InotifyDir {
     fn watch(&mut self, dir: &Path) -> notify::Result<()> {
         self.unwatch(dir);
-        let io = |e: std::io::Error| notify::Error::io(e).add_path(dir.to_path_buf());
-        let inotify = Inotify::init().map_err(io)?;
-        inotify.watches().add(dir, mask()).map_err(io)?;
-        // SAFETY: `Inotify` owns its descriptor and closes it only when dropped (this
-        // code never calls `close`), so it stays open, and the same, for as long
-        // as the `AsyncFd` holding it.
-        let fd = unsafe { AsyncFd::register(inotify) }.map_err(|e| io(e.into()))?;
-        self.reader = Some(tokio::spawn(read_changes(fd, self.tx.clone())));
+        let wd = self
+            .watches
+            .add(dir, mask())
+            .map_err(|e| notify::Error::io(e).add_path(dir.to_path_buf()))?;
+        self.watched = Some(wd);
         Ok(())
     }
 
+    /// The removed watch's last event (IGNORED) asks for one full read more.
     fn unwatch(&mut self, _dir: &Path) {
-        // Dropping the task drops the instance, which removes its watch.
-        if let Some(reader) = self.reader.take() {
-            reader.abort();
+        if let Some(wd) = self.watched.take() {
+            let _ = self.watches.remove(wd);
         }
     }
 }
 
 impl Drop for InotifyDir {
     fn drop(&mut self) {
-        if let Some(reader) = self.reader.take() {
-            reader.abort();
-        }
+        // The task holds the instance: ending it closes the descriptor.
+        self.reader.abort();
     }
 }
 
@@ -99,6 +104,7 @@ async fn read_changes(mut fd: AsyncFd<Inotify>, tx: mpsc::UnboundedSender<Change
                 ready.clear_ready();
                 continue;
             }
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) => {
                 tracing::warn!("reading the run directory's file events failed: {e}");
                 let _ = tx.send(Change::Other);

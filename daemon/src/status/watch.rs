@@ -459,6 +459,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_new_run_directory_is_followed_and_the_old_one_no_longer() {
+        let (old, new) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (mut w, mut rx) = native_watcher(false);
+        w.watch(Some(old.path()));
+        w.watch(Some(new.path()));
+        // What the switch itself reports is not the point here.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        while rx.try_recv().is_ok() {}
+        lavender::atomic::write_file(&lavender::heartbeat::path(old.path()), b"{}").unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(rx.try_recv().is_err(), "the old directory still reports");
+        let seen = changes_after(&mut rx, || {
+            lavender::atomic::write_file(&lavender::heartbeat::path(new.path()), b"{}").unwrap();
+        })
+        .await;
+        assert!(seen.contains(&Change::Heartbeat), "{seen:?}");
+    }
+
+    #[tokio::test]
     async fn a_refused_native_watch_falls_back_to_polling_that_reports_changes() {
         let (mut w, mut rx) = native_watcher(true);
         reports_what_changed(&mut w, &mut rx).await;

@@ -80,7 +80,8 @@ impl Reader {
         for item in &recent[skip..] {
             self.pending.push_back(self.event(item));
         }
-        let snapshot = self.web.snapshot().to_json().to_string();
+        let snapshot =
+            serde_json::to_string(&self.web.snapshot()).unwrap_or_else(|_| "null".into());
         self.pending
             .push_back(Event::default().event("status").data(snapshot));
     }
