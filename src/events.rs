@@ -30,6 +30,9 @@ pub mod kind {
     pub const FINAL_SAVED: &str = "final_saved";
     pub const RETENTION: &str = "retention";
     pub const ERROR: &str = "error";
+    /// The worker is ending without finishing; `failure: {kind, message, …}`
+    /// (`lavender::failure::Failure`) says why.
+    pub const FAILED: &str = "failed";
 
     /// Every kind above, in the order a run emits them.
     pub const ALL: &[&str] = &[
@@ -45,6 +48,7 @@ pub mod kind {
         FINAL_SAVED,
         RETENTION,
         ERROR,
+        FAILED,
     ];
 }
 

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, IoContext, Result};
+use crate::failure::Failure;
 
 /// File name of the heartbeat inside a run directory.
 pub const FILE: &str = "heartbeat.json";
@@ -16,8 +17,13 @@ pub const FILE: &str = "heartbeat.json";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkerState {
+    /// Started, no step trained yet (the start-up allowance applies).
     Starting,
+    /// Loading a checkpoint or data (its own allowance applies).
+    Loading,
     Training,
+    /// Evaluating on held-out data (its own allowance applies).
+    Evaluating,
     Saving,
     Stopping,
     Finished,
@@ -29,7 +35,9 @@ impl WorkerState {
     pub fn as_str(self) -> &'static str {
         match self {
             WorkerState::Starting => "starting",
+            WorkerState::Loading => "loading",
             WorkerState::Training => "training",
+            WorkerState::Evaluating => "evaluating",
             WorkerState::Saving => "saving",
             WorkerState::Stopping => "stopping",
             WorkerState::Finished => "finished",
@@ -46,7 +54,11 @@ impl WorkerState {
     pub fn expects_heartbeats(self) -> bool {
         matches!(
             self,
-            WorkerState::Starting | WorkerState::Training | WorkerState::Saving
+            WorkerState::Starting
+                | WorkerState::Loading
+                | WorkerState::Training
+                | WorkerState::Evaluating
+                | WorkerState::Saving
         )
     }
 }
@@ -77,6 +89,9 @@ pub struct Heartbeat {
     pub pid: u32,
     pub state: WorkerState,
     pub latest_checkpoint: Option<String>,
+    /// Why the worker is ending without finishing (state `failed`), when it knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
 }
 
 impl Heartbeat {
@@ -151,6 +166,7 @@ mod tests {
             pid: 13584,
             state: WorkerState::Training,
             latest_checkpoint: Some("pretrain-19-10-00-0005".into()),
+            failure: None,
         }
     }
 

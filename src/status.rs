@@ -510,6 +510,7 @@ mod tests {
             pid: 13584,
             state,
             latest_checkpoint: Some("pretrain-19-10-00-0005".into()),
+            failure: None,
         }
     }
 

@@ -53,6 +53,7 @@ fn heartbeat(state: WorkerState, age_s: i64) -> Heartbeat {
         pid: 13584,
         state,
         latest_checkpoint: Some("pretrain-19-10-00-0005".into()),
+        failure: None,
     }
 }
 

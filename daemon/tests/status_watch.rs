@@ -45,6 +45,7 @@ fn write_heartbeat(run: &std::path::Path, step: u64) {
         pid: std::process::id(),
         state: WorkerState::Training,
         latest_checkpoint: None,
+        failure: None,
     };
     heartbeat::write(run, &hb).unwrap();
 }

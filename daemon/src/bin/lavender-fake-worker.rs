@@ -289,6 +289,7 @@ impl<'a> Trainer<'a> {
                 pid: std::process::id(),
                 state,
                 latest_checkpoint: self.latest.clone(),
+                failure: None,
             },
         )?;
         Ok(())

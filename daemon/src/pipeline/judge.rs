@@ -86,6 +86,7 @@ mod tests {
                 pid: 1,
                 state,
                 latest_checkpoint: None,
+                failure: None,
             },
         )
         .unwrap();

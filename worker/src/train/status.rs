@@ -43,6 +43,7 @@ impl Reporter {
                 pid: std::process::id(),
                 state: WorkerState::Starting,
                 latest_checkpoint: None,
+                failure: None,
             },
         }
     }

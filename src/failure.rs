@@ -1,0 +1,144 @@
+//! Why a worker ended without finishing: the `failure` field of its last heartbeat
+//! and of its `failed` event, and the exit code that says the same when neither
+//! could be written. The daemon's restart policy is chosen by the kind: a failure
+//! that will repeat (a bad config, an incompatible checkpoint, missing data) is not
+//! retried, a divergence is rolled back, anything else is restarted.
+
+use serde::{Deserialize, Serialize};
+
+/// The closed set of reasons a worker gives for ending without finishing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// A non-finite loss or gradient, or a loss spike that lasted
+    /// `training.spike.patience` steps.
+    Diverged,
+    /// The device (or host) ran out of memory.
+    OutOfMemory,
+    /// The worker rejects its config or arguments.
+    Config,
+    /// The checkpoint to resume from does not fit: shapes, tokenizer or vocabulary.
+    IncompatibleCheckpoint,
+    /// Inputs are missing or corrupt.
+    Data,
+    /// Anything else, a signal included.
+    Crash,
+}
+
+impl FailureKind {
+    pub const ALL: [FailureKind; 6] = [
+        FailureKind::Diverged,
+        FailureKind::OutOfMemory,
+        FailureKind::Config,
+        FailureKind::IncompatibleCheckpoint,
+        FailureKind::Data,
+        FailureKind::Crash,
+    ];
+
+    /// The wire name (`"diverged"`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Diverged => "diverged",
+            FailureKind::OutOfMemory => "out_of_memory",
+            FailureKind::Config => "config",
+            FailureKind::IncompatibleCheckpoint => "incompatible_checkpoint",
+            FailureKind::Data => "data",
+            FailureKind::Crash => "crash",
+        }
+    }
+
+    /// The exit code a worker uses for this kind. `crash` is any non-zero code
+    /// without a meaning of its own; 1 is what an uncaught error gives.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            FailureKind::Crash => 1,
+            FailureKind::Data => 65,
+            FailureKind::Config => 78,
+            FailureKind::IncompatibleCheckpoint => 79,
+            FailureKind::Diverged => 80,
+            FailureKind::OutOfMemory => 81,
+        }
+    }
+
+    /// The kind an exit code says, for a worker that could write neither heartbeat
+    /// nor event. Codes without a meaning here are a `crash`.
+    pub fn from_exit_code(code: i32) -> FailureKind {
+        FailureKind::ALL
+            .into_iter()
+            .find(|k| k.exit_code() == code)
+            .unwrap_or(FailureKind::Crash)
+    }
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `failure: {kind, message, step?, since_step?}` in the last heartbeat and in the
+/// `failed` event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    pub kind: FailureKind,
+    /// One line for a person: what happened and, where known, what to do.
+    pub message: String,
+    /// The global step at which the failure was detected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+    /// For `diverged`: the first step of the divergence (where a spike began); a
+    /// rollback goes to a checkpoint saved before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_step: Option<u64>,
+}
+
+impl Failure {
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Failure {
+        Failure {
+            kind,
+            message: message.into(),
+            step: None,
+            since_step: None,
+        }
+    }
+
+    /// Reads the `failure` value of a heartbeat or event. A value that does not
+    /// parse is a `crash` carrying the raw JSON, so the reader can log it.
+    pub fn from_value(value: &serde_json::Value) -> Failure {
+        serde_json::from_value(value.clone()).unwrap_or_else(|_| {
+            Failure::new(
+                FailureKind::Crash,
+                format!("unreadable failure record: {value}"),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_names_and_exit_codes_round_trip() {
+        for kind in FailureKind::ALL {
+            let json = serde_json::to_value(kind).unwrap();
+            assert_eq!(json, kind.as_str());
+            assert_eq!(FailureKind::from_exit_code(kind.exit_code()), kind);
+        }
+        assert_eq!(FailureKind::from_exit_code(2), FailureKind::Crash);
+        assert_eq!(FailureKind::from_exit_code(137), FailureKind::Crash);
+    }
+
+    #[test]
+    fn an_unreadable_record_is_a_crash_naming_the_raw_value() {
+        let v = serde_json::json!({"kind": "meteor", "message": "x"});
+        let f = Failure::from_value(&v);
+        assert_eq!(f.kind, FailureKind::Crash);
+        assert!(f.message.contains("meteor"), "{}", f.message);
+        let ok = Failure::from_value(&serde_json::json!({
+            "kind": "diverged", "message": "loss is NaN", "step": 40, "since_step": 38
+        }));
+        assert_eq!(ok.kind, FailureKind::Diverged);
+        assert_eq!((ok.step, ok.since_step), (Some(40), Some(38)));
+    }
+}
