@@ -29,8 +29,8 @@ pub use notify::{BarkConfig, NotifyConfig, NtfyConfig, WebhookConfig, WebhookFor
 pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{
     Config, DataConfig, DedupConfig, Device, FilterConfig, HardExamplesConfig, ModelConfig,
-    OptimizerConfig, PipelineStep, Retention, SaveOptimizerState, ShardsConfig, StageConfig,
-    SupervisorConfig, TokenizerConfig, TrainingConfig, Watcher, WorkerConfig,
+    OptimizerConfig, PipelineStep, Retention, SaveOptimizerState, ShardsConfig, SpikeConfig,
+    StageConfig, SupervisorConfig, TokenizerConfig, TrainingConfig, Watcher, WorkerConfig,
 };
 pub use source::{DataSource, EmbeddedCorpus};
 
