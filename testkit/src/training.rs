@@ -119,6 +119,33 @@ pub fn write_tokens(data_root: &Path) {
     .unwrap();
 }
 
+/// Replaces the held-out pretraining split of `write_tokens`'s data with `tokens`
+/// tokens of the same noisy cycle (a larger split makes evaluating take longer).
+pub fn write_validation(data_root: &Path, tokens: usize) {
+    let dir = data_root.join("tokens");
+    let succ = |t: u32| (5 * t + 3) % 61 + 1;
+    let mut rng = 0x9e37_79b9u64;
+    let mut t = 1;
+    let toks: Vec<u32> = (0..tokens)
+        .map(|_| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            t = if rng.is_multiple_of(10) {
+                1 + ((rng >> 8) % 62) as u32
+            } else {
+                succ(t)
+            };
+            t
+        })
+        .collect();
+    write_u16(&dir.join("pretrain/validation.bin"), &toks);
+    let index_path = dir.join("index.json");
+    let mut index: Value = serde_json::from_slice(&fs::read(&index_path).unwrap()).unwrap();
+    index["pretrain"]["validation"]["tokens"] = json!(tokens);
+    fs::write(&index_path, serde_json::to_vec_pretty(&index).unwrap()).unwrap();
+}
+
 fn write_u16(path: &Path, toks: &[u32]) {
     let bytes: Vec<u8> = toks
         .iter()

@@ -2,6 +2,7 @@
 
 mod cli;
 mod data;
+mod failure;
 mod generate;
 mod hard_examples;
 mod logits;
@@ -12,7 +13,10 @@ mod progress;
 mod tokens;
 mod train;
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
+use lavender::failure::FailureKind;
 
 use cli::StepArgs;
 
@@ -50,8 +54,35 @@ enum Command {
     Logits(logits::LogitsArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// Exits with the code of the failure's kind (`lavender::failure`): a rejected
+/// argument is `config` (78), an error the code who made it classified has its
+/// kind's code, anything else 1.
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                exit_code(FailureKind::Config)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            exit_code(failure::failure_of(&e).kind)
+        }
+    }
+}
+
+fn exit_code(kind: FailureKind) -> ExitCode {
+    ExitCode::from(u8::try_from(kind.exit_code()).unwrap_or(1))
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Downloads(a) => data::run(data::DataStep::Downloads, &a),
         Command::Dedup(a) => data::run(data::DataStep::Dedup, &a),

@@ -9,6 +9,8 @@ use crate::cli::StepArgs;
 use crate::model::GptConfig;
 use crate::optim::AdamWConfig;
 
+use super::divergence::SpikeRule;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StageKind {
     Pretrain,
@@ -57,6 +59,8 @@ pub struct Settings {
     pub save_optimizer_state: SaveOptimizerState,
     pub stages: Vec<Stage>,
     pub chunk: u8,
+    /// When a run counts as diverged (`training.spike`).
+    pub spike: SpikeRule,
 }
 
 impl Settings {
@@ -127,6 +131,7 @@ impl Settings {
             keep_checkpoints: t.keep_checkpoints.max(1) as usize,
             save_optimizer_state: t.save_optimizer_state,
             chunk: config.chunk.clamp(1, 255) as u8,
+            spike: SpikeRule::from(&t.spike),
             stages,
             config,
         })
