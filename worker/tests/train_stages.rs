@@ -120,7 +120,7 @@ fn a_diverging_run_stops_with_diverged_and_saves_nothing_after_it() {
         .arg("--run-dir")
         .arg(&run_dir)
         .args(small_run_args(200, 2, 2, 2))
-        .args(["--set", "training.stages[0].lr=1.0e3"])
+        .args(diverging_run_args())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -538,5 +538,73 @@ fn checkpoint_saved_events_keep_the_shape_the_milestone_fixture_recorded() {
             .iter()
             .any(|e| e["epoch"].as_f64().unwrap().fract() != 0.0),
         "the epoch is fractional progress, as recorded: {written:?}"
+    );
+}
+
+/// A corrupted passage of the corpus, drawn at steps 61 and 62, spikes the loss at
+/// exactly those steps (the model has learnt the rest by then): the worker stops
+/// with `diverged` since step 61, saving nothing after. Rolled back by hand as
+/// lavenderd does (resume from the checkpoint before step 61 with the range
+/// recorded in skipped.json), the run skips those batches and finishes.
+#[test]
+fn a_corrupt_passage_spikes_at_its_steps_and_skipping_its_batches_cures_the_run() {
+    let root = tempfile::tempdir().unwrap();
+    write_tokens(root.path());
+    // seed 1337 (the default), seq_len 16, batch_size 4 × grad_accum 1.
+    assert_eq!(
+        poison_pretraining_steps(root.path(), 1337, 16, 4, 61..=62),
+        8
+    );
+    let run_dir = root.path().join("checkpoints/run-2026-01-01_00-00-00");
+    let train = || {
+        let mut c = cpu_train(root.path());
+        c.arg("--run-dir")
+            .arg(&run_dir)
+            .args(small_run_args(80, 2, 2, 10))
+            .args(spiking_run_args());
+        c
+    };
+    let out = train().output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(80), "{stderr}");
+    let failure = read_json(&run_dir.join("heartbeat.json"))["failure"].clone();
+    assert_eq!(
+        (
+            failure["kind"].as_str(),
+            failure["step"].as_u64(),
+            failure["since_step"].as_u64()
+        ),
+        (Some("diverged"), Some(62), Some(61)),
+        "{failure}"
+    );
+    // The spike is the passage's: the steps before it are well below it.
+    let losses: Vec<f64> = fs::read_to_string(run_dir.join("log_history.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["loss"].as_f64())
+        .collect();
+    assert_eq!(losses.len(), 62);
+    let calm = losses[40..60].iter().cloned().fold(0.0, f64::max);
+    assert!(losses[60] > 3.0 * calm, "{losses:?}");
+    let before = checkpoints(&run_dir).pop().unwrap();
+    let state = read_json(&before.join("trainer_state.json"));
+    assert_eq!(state["step"], 60, "{state}");
+
+    lavender::skips::append(
+        &run_dir,
+        lavender::skips::SkipRange {
+            from_step: 60,
+            to_step: 62,
+            checkpoint: before.file_name().unwrap().to_string_lossy().into_owned(),
+            reason: failure["message"].as_str().unwrap().to_string(),
+            at: "2026-01-01T00:00:00Z".into(),
+        },
+    )
+    .unwrap();
+    let out = run_ok(train().arg("--resume").arg(&before));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("training finished at step 84"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
     );
 }
