@@ -6,7 +6,7 @@ use lavender::status::{PipelineState, StepState};
 use tokio::time::Instant;
 
 use super::{Actor, WorkerExit};
-use crate::pipeline::alert::Alert;
+use crate::alert::Alert;
 use crate::pipeline::judge::{Verdict, judge};
 use crate::pipeline::markers;
 use crate::pipeline::stop::StopReport;

@@ -6,7 +6,7 @@ use lavender::status::PipelineState;
 use tokio::time::Instant;
 
 use super::{Actor, LiveWorker, Stopping, WorkerExit};
-use crate::pipeline::alert::Alert;
+use crate::alert::Alert;
 use crate::pipeline::stop::StopMark;
 use crate::process::ExitOutcome;
 
