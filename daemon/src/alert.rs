@@ -10,7 +10,7 @@ use std::time::Duration;
 use lavender::config::PipelineStep;
 use tokio::sync::mpsc;
 
-use crate::process::ExitOutcome;
+use crate::exit::ExitOutcome;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Alert {

@@ -5,6 +5,7 @@ pub mod alert;
 pub mod backoff;
 pub mod cli;
 pub(crate) mod daemon;
+pub mod exit;
 pub(crate) mod feed;
 pub(crate) mod inventory;
 pub(crate) mod layout;

@@ -182,7 +182,7 @@ pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::ExitOutcome;
+    use crate::exit::ExitOutcome;
     use lavender::config::PipelineStep;
 
     const P: &str = "[lavender] ";

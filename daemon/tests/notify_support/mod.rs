@@ -8,8 +8,8 @@ use tokio::time::Instant;
 use lavender::config::PipelineStep;
 use lavenderd::alert::Alert;
 use lavenderd::backoff::Backoff;
+use lavenderd::exit::ExitOutcome;
 use lavenderd::notify::{Notification, Notifier, Options, Timings, pushes};
-use lavenderd::process::ExitOutcome;
 
 pub fn fast() -> Options {
     Options {

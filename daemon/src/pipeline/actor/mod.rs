@@ -21,8 +21,9 @@ use super::record::{PipelineRecord, WorkerRecord};
 use super::restart::Timings;
 use super::stop::{StopMark, StopReport};
 use crate::alert::{Alert, AlertSender};
+use crate::exit::ExitOutcome;
 use crate::layout::Layout;
-use crate::process::{Backend, ExitOutcome, JobUpdate, WorkerHandle};
+use crate::process::{Backend, JobUpdate, WorkerHandle};
 
 struct LiveWorker {
     generation: u64,
