@@ -17,6 +17,3 @@ pub mod service;
 pub(crate) mod settings;
 pub(crate) mod status;
 pub(crate) mod web;
-
-/// Connections on a listener's status thread at once (`server/direct.rs`).
-pub use server::direct::MAX_CONNECTIONS as STATUS_CONNECTIONS;

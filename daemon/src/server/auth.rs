@@ -9,7 +9,6 @@ use axum::response::{IntoResponse, Response};
 use axum::serve::IncomingStream;
 use tokio::net::UnixListener;
 
-use super::direct::DirectListener;
 use super::error::ApiError;
 
 #[derive(Clone)]
@@ -24,12 +23,10 @@ pub struct UdsPeer {
     pub uid: Option<u32>,
 }
 
-impl axum::extract::connect_info::Connected<IncomingStream<'_, DirectListener<UnixListener>>>
-    for UdsPeer
-{
-    fn connect_info(stream: IncomingStream<'_, DirectListener<UnixListener>>) -> Self {
+impl axum::extract::connect_info::Connected<IncomingStream<'_, UnixListener>> for UdsPeer {
+    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
         UdsPeer {
-            uid: stream.io().get_ref().peer_cred().ok().map(|c| c.uid()),
+            uid: stream.io().peer_cred().ok().map(|c| c.uid()),
         }
     }
 }

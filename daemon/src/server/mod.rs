@@ -1,10 +1,12 @@
-//! The HTTP API: one axum router served on TCP (loopback by default) and on the
-//! Unix socket `<state_dir>/lavenderd.sock` (0600), with auth per transport.
-//! `GET /status` is answered first on a thread per connection (`direct.rs`), which
-//! hands everything else to the router.
+//! The HTTP API: one axum router, served by axum on TCP (loopback by default,
+//! `TCP_NODELAY`) and on the Unix socket `<state_dir>/lavenderd.sock` (0600), with
+//! auth per transport (`auth.rs`). `GET /status` and `GET /healthz` are answered
+//! from memory without a layer: the status body is composed ahead by the refresher
+//! (`status/cache.rs`), so a request writes the timestamp in front of it. Shutdown
+//! is axum's graceful one: the listeners close, open requests finish, and event
+//! streams end when the feed closes.
 
 pub mod auth;
-pub mod direct;
 pub mod error;
 pub mod routes;
 pub mod strict_json;
@@ -19,6 +21,7 @@ use anyhow::{Context, Result, bail};
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt as _;
 use tokio::net::{TcpListener, UnixListener};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -143,8 +146,12 @@ pub async fn serve(
     let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
-    let tcp = direct::DirectListener::new(tcp, app.cache.clone(), direct::IDLE);
-    let unix = direct::DirectListener::new(unix, app.cache.clone(), direct::IDLE);
+    // Answers go out at once, not held back to be coalesced with a next write.
+    let tcp = tcp.tap_io(|stream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY on a connection: {e}");
+        }
+    });
     let tcp_server = axum::serve(tcp, tcp_router).with_graceful_shutdown(wait(shutdown.clone()));
     let unix_server = axum::serve(
         unix,
