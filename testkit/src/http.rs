@@ -28,10 +28,22 @@ impl Http {
 
 /// One request over TCP to `addr` (`host:port`); panics when nothing listens or answers.
 pub fn tcp(addr: &str, method: &str, path: &str, body: Option<&str>, token: Option<&str>) -> Http {
+    tcp_as(addr, addr, method, path, body, token)
+}
+
+/// [`tcp`] with `host` in the `Host` header (a browser sends the name in its URL).
+pub fn tcp_as(
+    addr: &str,
+    host: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    token: Option<&str>,
+) -> Http {
     let mut s = std::net::TcpStream::connect(addr)
         .unwrap_or_else(|e| panic!("connect to {addr} for {method} {path}: {e}"));
     s.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
-    exchange(&mut s, addr, method, path, body, token)
+    exchange(&mut s, host, method, path, body, token)
         .unwrap_or_else(|e| panic!("no HTTP answer to {method} {path} from {addr}: {e}"))
 }
 

@@ -75,7 +75,10 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
 
     let sup = &settings.config.supervisor;
     let listen = opts.listen.unwrap_or(sup.listen);
-    let tcp = server::bind_tcp(listen, opts.allow_non_loopback || sup.allow_non_loopback).await?;
+    let allow_non_loopback = opts.allow_non_loopback || sup.allow_non_loopback;
+    let tcp = server::bind_tcp(listen, allow_non_loopback).await?;
+    let access =
+        server::auth::TcpAccess::new(token, settings.config.api.clone(), allow_non_loopback);
     let unix = server::bind_unix(&layout.socket())?;
     let addr = tcp.local_addr().context("read the bound address")?;
     // Lets clients (and tests using port 0) find the TCP address.
@@ -139,7 +142,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
     let view = opts
         .foreground
         .then(|| crate::cli::foreground::ForegroundView::start(app.web.feed.clone()));
-    let server_task = tokio::spawn(server::serve(app, tcp, unix, token, shutdown_rx));
+    let server_task = tokio::spawn(server::serve(app, tcp, unix, access, shutdown_rx));
     tracing::info!(
         "lavenderd {} (pid {}) serving http://{addr} and {} for data root {}",
         env!("CARGO_PKG_VERSION"),
