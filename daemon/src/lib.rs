@@ -3,6 +3,7 @@
 
 pub mod backoff;
 pub mod cli;
+pub(crate) mod client;
 pub(crate) mod daemon;
 pub(crate) mod feed;
 pub(crate) mod inventory;

@@ -3,7 +3,6 @@
 //! service`. Commands that change the pipeline talk to the daemon over its Unix socket;
 //! read-only ones work from the files, daemon or not.
 
-pub(crate) mod client;
 pub mod commands;
 pub(crate) mod foreground;
 pub(crate) mod watch;
