@@ -317,6 +317,9 @@ impl Daemon {
             Err(e) => tracing::error!("server task: {e}"),
             Ok(Ok(())) => {}
         }
+        // A launch still in flight (a slow `sbatch`) returns, and its worker is
+        // cancelled, before the daemon exits.
+        self.pipeline.detach().await;
         self.remove_addresses();
         exit
     }
