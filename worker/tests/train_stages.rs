@@ -159,6 +159,59 @@ fn cuda_without_a_gpu_is_refused_with_what_to_do() {
     );
 }
 
+/// The worker is one process on one device: several Slurm tasks in its config, or a
+/// WORLD_SIZE above 1 (torchrun), make it refuse to start with the `config` exit code,
+/// naming the multi-GPU path, before it writes anything.
+#[test]
+fn several_processes_are_refused_with_the_config_exit_code() {
+    let root = tempfile::tempdir().unwrap();
+    write_tokens(root.path());
+    let refused = |cmd: &mut std::process::Command, what: &str| {
+        let out = cmd.args(small_run_args(2, 1, 1, 100)).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(lavender::failure::FailureKind::Config.exit_code()),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(what)
+                && stderr.contains("one process on one device")
+                && stderr.contains("torchrun")
+                && stderr.contains("docs/PYTHON.md"),
+            "{stderr}"
+        );
+    };
+    refused(
+        cpu_train(root.path()).args(["--set", "launch.slurm.ntasks=2"]),
+        "launch.slurm.ntasks",
+    );
+    // Started by a wrapper the config check cannot see through: still refused.
+    refused(
+        cpu_train(root.path()).args([
+            "--set",
+            "launch.slurm.ntasks=2",
+            "--set",
+            "worker.command=[torchrun, train.py]",
+        ]),
+        "launch.slurm.ntasks",
+    );
+    refused(
+        cpu_train(root.path()).env("WORLD_SIZE", "2"),
+        "WORLD_SIZE: 2 processes",
+    );
+    assert!(
+        !root.path().join("checkpoints").exists(),
+        "nothing written before refusing"
+    );
+    // WORLD_SIZE=1 is one process.
+    run_ok(
+        cpu_train(root.path())
+            .env("WORLD_SIZE", "1")
+            .args(small_run_args(2, 1, 1, 100)),
+    );
+}
+
 /// Retention keeps each stage's best checkpoint by its `val_loss`, so that loss must
 /// be an evaluation of the checkpoint itself: every save, in every stage (the stop's
 /// and the final one too), records the evaluation made at its own step, even when
