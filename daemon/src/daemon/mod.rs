@@ -17,8 +17,8 @@ use lavender::status::PipelineState;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::feed::{self, Feed};
-use crate::notify::{EventFollower, Notifier};
-use crate::pipeline::{self, StartRequest, alert};
+use crate::notify::{self, EventFollower, Notifier};
+use crate::pipeline::{self, StartRequest};
 use crate::server::{self, AppState};
 use crate::settings::{GlobalArgs, Settings};
 use crate::status::{self, StatusSettings};
@@ -89,7 +89,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
     let notifier = Notifier::start(notify_cfg, &layout.state_dir);
     let alerts = feed::alerts::tee(
         feed.clone(),
-        alert::spawn_sink(Some(notifier.clone()), notify_cfg.log_lines),
+        notify::spawn_sink(Some(notifier.clone()), notify_cfg.log_lines),
     );
     let pipeline = pipeline::actor::spawn(layout.clone(), settings.config.clone(), alerts.clone())?;
     let retention = pipeline::retention::spawn(
