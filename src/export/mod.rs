@@ -28,8 +28,8 @@ mod torch_save;
 
 pub use error::ExportError;
 pub use exporter::{
-    EXPORT_DIR, EXPORT_MARKER, ExportOptions, ExportReport, ExportStatus, ExportedCheckpoint,
-    Selection, export, locate_run,
+    EXPORT_DIR, EXPORT_EMA_DIR, EXPORT_MARKER, ExportOptions, ExportReport, ExportStatus,
+    ExportedCheckpoint, Selection, export, locate_run,
 };
 pub use hf_config::{ModelDims, SpecialTokens, model_dims};
 pub use history::{LogHistory, for_hf_readers};
@@ -40,6 +40,6 @@ pub use resolve::{
 pub use run_config::RunConfig;
 pub use segments::{Segment, terminal_velocity_factor};
 pub use step::{checkpoint_step, step_from_name};
-pub use tensors::{OPTIMIZER_PT, hf_parameter_order};
+pub use tensors::{EMA_FILE, OPTIMIZER_PT, hf_parameter_order};
 
 pub type Result<T, E = ExportError> = std::result::Result<T, E>;

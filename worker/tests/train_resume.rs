@@ -198,6 +198,58 @@ fn fp16_loss_scale_round_trips_through_checkpoints() {
     );
 }
 
+/// With `training.ema`, every checkpoint carries the moving average, a resume
+/// continues it exactly, and each evaluation reports both losses.
+#[test]
+fn ema_stop_and_resume_reproduces_a_straight_run_bit_for_bit() {
+    let (run_a, run_b, _dirs) =
+        assert_stop_and_resume_is_exact(&["--set", "training.ema={decay: 0.8, every: 2}"]);
+    let last = |run: &Path| checkpoints(run).pop().unwrap();
+    let ema = |run: &Path| std::fs::read(last(run).join("ema.safetensors")).unwrap();
+    assert!(ema(&run_a) == ema(&run_b), "resumed moving average differs");
+    assert!(
+        ema(&run_b) != std::fs::read(last(&run_b).join("model.safetensors")).unwrap(),
+        "the average is not the weights"
+    );
+    for c in checkpoints(&run_b) {
+        assert!(c.join("ema.safetensors").is_file(), "{}", c.display());
+    }
+    // Both validation losses, in the history, the checkpoint and the stage's end.
+    let history = read_json(&run_b.join("log_history.json"));
+    let evals: Vec<&serde_json::Value> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.get("eval_loss").is_some())
+        .collect();
+    assert!(!evals.is_empty());
+    for e in &evals {
+        assert!(e["eval_ema_loss"].as_f64().unwrap().is_finite(), "{e}");
+    }
+    assert!(
+        evals.iter().any(|e| e["eval_ema_loss"] != e["eval_loss"]),
+        "the average evaluated as the weights"
+    );
+    let state = final_state(&run_b);
+    assert!(state["eval"]["ema_loss"].as_f64().is_some(), "{state}");
+    let finished: Vec<serde_json::Value> = events(&run_b)
+        .into_iter()
+        .filter(|e| e["kind"] == "stage_finished")
+        .collect();
+    assert_eq!(finished.len(), 3);
+    assert!(
+        finished
+            .iter()
+            .all(|e| e["ema_eval_loss"].as_f64().is_some())
+    );
+    assert!(
+        events(&run_b)
+            .iter()
+            .filter(|e| e["kind"] == "checkpoint_saved")
+            .all(|e| e["ema_eval_loss"].as_f64().is_some())
+    );
+}
+
 fn wait_for_step(run_dir: &Path, child: &mut Child, step: u64) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

@@ -13,7 +13,7 @@ use lavender::config::EmaConfig;
 
 use crate::model::{self, Gpt, tensor_file::FileImage};
 
-pub const EMA_FILE: &str = "ema.safetensors";
+pub use lavender::export::EMA_FILE;
 
 pub struct Ema {
     cfg: EmaConfig,
