@@ -136,25 +136,59 @@ fn a_diverging_run_ends_failed_with_an_error_event_and_a_clear_message() {
     assert!(err["message"].as_str().unwrap().contains("loss became"));
 }
 
+/// A GPU the machine does not have is refused, saying what to do, whether the
+/// machine has CUDA devices (then it counts them) or none.
 #[test]
-fn cuda_without_a_gpu_is_refused_with_what_to_do() {
+fn a_cuda_device_that_is_not_there_is_refused_with_what_to_do() {
     let root = tempfile::tempdir().unwrap();
     write_tokens(root.path());
     let out = worker()
         .arg("train")
         .arg("--data-root")
         .arg(root.path())
-        .args(["--device", "cuda"])
+        .args(["--device", "cuda:99"])
         .args(small_run_args(2, 1, 1, 100))
         .output()
         .unwrap();
-    if out.status.success() {
-        // A machine with a GPU trains on it; nothing to refuse.
-        return;
-    }
+    assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("--device cuda") && stderr.contains("--device auto or cpu"),
+        stderr.contains("--device cuda:99")
+            && (stderr.contains("--device auto or cpu")
+                || stderr.contains("CUDA device(s), numbered")),
+        "{stderr}"
+    );
+    let out = worker()
+        .arg("train")
+        .arg("--data-root")
+        .arg(root.path())
+        .args(["--device", "gpu"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("`gpu` is not a device")
+            && stderr.contains("cuda:N"),
+        "{stderr}"
+    );
+}
+
+/// `make test-gpu` is for machines with a GPU: where CUDA sees none (here, hidden
+/// by CUDA_VISIBLE_DEVICES on any machine) it fails at once and says why.
+#[test]
+fn make_test_gpu_fails_clearly_without_a_cuda_device() {
+    let out = std::process::Command::new("bash")
+        .arg(lavender_testkit::repo().join("scripts/test-gpu.sh"))
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("make test-gpu: no CUDA device here")
+            && stderr.contains("CUDA_VISIBLE_DEVICES=''")
+            && stderr.contains("run it on a machine with one"),
         "{stderr}"
     );
 }
