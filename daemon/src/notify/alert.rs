@@ -5,7 +5,9 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::Duration;
 
-use super::format::{bytes, duration, thousands};
+use lavender::time::duration;
+
+use super::format::{bytes, thousands};
 use super::message::Notification;
 use crate::alert::Alert;
 
