@@ -8,6 +8,7 @@ mod hard_examples;
 mod logits;
 mod mine_hard;
 mod model;
+mod native;
 mod optim;
 mod progress;
 mod tokens;

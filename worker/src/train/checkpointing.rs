@@ -3,8 +3,9 @@
 //!
 //! A checkpoint directory holds `model.safetensors` (Hugging Face names),
 //! `optimizer.safetensors` (`<param>.exp_avg` / `<param>.exp_avg_sq`, metadata step,
-//! betas, eps, weight_decay; per `training.save_optimizer_state`), and
-//! `trainer_state.json`, written last. The DPO reference model is kept once per run
+//! betas, eps, weight_decay; per `training.save_optimizer_state`), `ema.safetensors`
+//! (the weights' moving average, with `training.ema`), and `trainer_state.json`,
+//! written last (with fp16's loss scale under `loss_scaler`). The DPO reference model is kept once per run
 //! as `dpo-reference.safetensors`, not in every checkpoint. Saving is the Trainer's
 //! ([`super::trainer`]).
 
@@ -16,6 +17,7 @@ use serde_json::Value;
 
 use super::data::Cursor;
 use super::divergence::DetectorState;
+use super::precision::{LOSS_SCALER_KEY, LossScaler};
 use super::settings::{Settings, StageKind};
 use crate::model::{self, Gpt, MODEL_FILE};
 use crate::optim::AdamW;
@@ -64,6 +66,8 @@ pub struct Progress {
     pub skip_steps: u64,
     /// How many ranges of `<run>/skipped.json` the data cursor includes.
     pub skips_applied: usize,
+    /// fp16's loss scale (none in other precisions).
+    pub loss_scaler: Option<LossScaler>,
 }
 
 /// What loading a checkpoint gives besides the weights and moments it loaded.
@@ -137,6 +141,12 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
     }
     let st = &ck.state;
     let ck_chunk = chunk_of(ck);
+    let loss_scaler = st
+        .extra
+        .get(LOSS_SCALER_KEY)
+        .map(LossScaler::from_json)
+        .transpose()
+        .with_context(|| format!("checkpoint {} has a bad loss scale", ck.path.display()))?;
     let mut r = Resumed {
         progress: Progress {
             step: st.step,
@@ -153,6 +163,7 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
                 .and_then(Value::as_u64)
                 .unwrap_or(0),
             skips_applied: lavender::skips::applied(st),
+            loss_scaler,
         },
         reference: None,
         reference_step: None,

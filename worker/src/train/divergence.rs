@@ -109,6 +109,12 @@ impl Detector {
         self.seen
     }
 
+    /// A step with nothing to judge (fp16 skipped it: its gradient overflowed and
+    /// the loss scale shrinks); judged through it all the same.
+    pub fn pass(&mut self, step: u64) {
+        self.seen = step;
+    }
+
     /// The median of the window; none before the stage's first step.
     fn median(&self) -> Option<f64> {
         if self.recent.is_empty() {
