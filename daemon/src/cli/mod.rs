@@ -65,7 +65,8 @@ pub struct PipelineFlags {
     /// tiny | small | medium | large (default: the config's scale).
     #[arg(long)]
     pub scale: Option<Scale>,
-    /// Resume from a checkpoint directory, a run directory, or `latest`.
+    /// Resume from a checkpoint directory, a run directory (its newest checkpoint), a
+    /// file inside a checkpoint (e.g. its model.safetensors), or `latest`.
     #[arg(long, value_name = "PATH|latest")]
     pub resume: Option<String>,
     /// Training chunk 1..4; chunks 2-4 continue from the previous chunk's latest checkpoint.

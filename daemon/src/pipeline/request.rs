@@ -12,7 +12,7 @@ pub struct StartRequest {
     /// tiny | small | medium | large; the config's `scale` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<Scale>,
-    /// A checkpoint path, a run directory, or `latest`.
+    /// A checkpoint path, a run directory, a file inside a checkpoint, or `latest`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<String>,
     /// 1..=4; the config's `chunk` when absent.
