@@ -184,9 +184,29 @@ fn runs_checkpoints_logs_and_prune() {
 
     let out = env.run(&["checkpoints", "--run", &oldest]);
     assert_eq!(stdout(&out).lines().count(), 4, "{}", stdout(&out));
+    // Deleting asks first. Without a terminal it needs --yes: one line, nothing deleted.
     let out = env.run(&["prune", "--keep-runs", "1"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains(&oldest), "{}", stdout(&out));
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--yes") && err.contains(&oldest), "{err}");
+    let oldest_dir = env.data_root.join("checkpoints").join(&oldest);
+    assert!(oldest_dir.is_dir());
+    // On a terminal it names what it would delete and waits: "n" keeps everything.
+    let prune = || {
+        let mut c = env.cmd();
+        c.args(["prune", "--keep-runs", "1"]);
+        c
+    };
+    let no = run_on_terminal(&mut prune(), "[y/N]", "n", Duration::from_secs(30));
+    assert!(!no.status.success(), "{}", no.output);
+    assert!(no.output.contains(&oldest), "{}", no.output);
+    assert!(no.output.contains("nothing was changed"), "{}", no.output);
+    assert!(oldest_dir.is_dir());
+    let yes = run_on_terminal(&mut prune(), "[y/N]", "y", Duration::from_secs(30));
+    assert!(yes.status.success(), "{}", yes.output);
+    assert!(yes.output.contains("removed"), "{}", yes.output);
+    assert!(!oldest_dir.exists());
     let out = env.run(&["runs"]);
     assert!(
         stdout(&out).contains(&newest) && !stdout(&out).contains(&oldest),

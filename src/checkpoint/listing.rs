@@ -348,7 +348,10 @@ pub(crate) mod tests {
         save(&run, "pretrain", 2, None);
         let weights = first.join("model.safetensors");
         let c = resolve_resume(weights.to_str().unwrap(), root.path()).unwrap();
-        assert_eq!(c.path, first, "the file's own checkpoint, not the run's newest");
+        assert_eq!(
+            c.path, first,
+            "the file's own checkpoint, not the run's newest"
+        );
 
         let stray = run.join("notes.txt");
         fs::write(&stray, "x").unwrap();

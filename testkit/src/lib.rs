@@ -20,6 +20,7 @@ pub mod python;
 mod run_dir;
 mod schema;
 pub mod sse;
+mod terminal;
 pub mod training;
 mod wait;
 
@@ -35,6 +36,7 @@ pub use process::{
 };
 pub use run_dir::{events, read_json};
 pub use schema::{assert_valid, schema, schema_path};
+pub use terminal::{TerminalRun, run_on_terminal};
 pub use wait::wait_until;
 
 /// The repository's root: this checkout.

@@ -5,6 +5,7 @@
 
 pub(crate) mod client;
 pub mod commands;
+pub(crate) mod confirm;
 pub(crate) mod foreground;
 pub(crate) mod watch;
 
@@ -169,9 +170,13 @@ pub enum Command {
         json: bool,
     },
     /// Delete old run directories, keeping the newest N (never the active run).
+    /// Asks first on a terminal; without one it needs --yes.
     Prune {
         #[arg(long, value_name = "N")]
         keep_runs: usize,
+        /// Delete without asking (needed when there is no terminal to ask on).
+        #[arg(long)]
+        yes: bool,
     },
     /// Export a run's checkpoints for Hugging Face / attribution tools (no libtorch).
     Export {

@@ -85,7 +85,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Logs { follow, lines } => logs::run(&settings, follow, lines).await,
         Command::Runs { json } => listing::runs(&settings, json),
         Command::Checkpoints { run, json } => listing::checkpoints(&settings, run.as_deref(), json),
-        Command::Prune { keep_runs } => prune::run(&settings, keep_runs),
+        Command::Prune { keep_runs, yes } => prune::run(&settings, keep_runs, yes),
         Command::Service { action } => crate::service::run(&settings, action).await,
         Command::Export {
             run,
