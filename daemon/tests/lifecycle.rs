@@ -382,3 +382,163 @@ fn config_check_names_a_bad_key() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("supervisor:"), "{}", stdout(&out));
 }
+
+/// The operator's contract for `start`: a start without `--resume` never walks away
+/// from an unfinished run silently (the CLI and the API refuse it with the command
+/// that resumes and the flag that starts over); `--fresh` asks first on a terminal
+/// and needs `--yes` without one; `--resume` takes a checkpoint's weights file.
+#[test]
+fn start_refuses_to_walk_away_from_a_resumable_run() {
+    let mut env = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "10",
+            "--checkpoint-every",
+            "5",
+        ],
+        "",
+        "[downloads, train]",
+    );
+    env.serve();
+    env.start(&[]);
+    env.wait_checkpoints(1, Duration::from_secs(20));
+    env.stop_saved();
+    let first_run = env.run_dir();
+    let trains = env.train_calls().len();
+
+    let out = env.run(&["start"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let err = stderr(&out);
+    println!("$ lavenderd start\n{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let run_name = first_run.file_name().unwrap().to_string_lossy().to_string();
+    assert!(
+        err.contains(&run_name)
+            && err.contains("`lavenderd start --resume latest`")
+            && err.contains("`lavenderd start --fresh`"),
+        "{err}"
+    );
+    let r = env.uds("POST", "/pipeline/start", Some("{}")).unwrap();
+    assert_eq!(r.status, 409, "{}", r.body);
+    let body = r.json();
+    assert_eq!(body["resume_command"], "lavenderd start --resume latest");
+    assert_eq!(body["fresh_command"], "lavenderd start --fresh");
+    assert_eq!(
+        format!("lavenderd: {}", body["error"].as_str().unwrap()),
+        err.trim()
+    );
+    assert_eq!(env.train_calls().len(), trains, "nothing was started");
+    assert_eq!(env.pipeline_json()["state"], "stopped");
+
+    // Starting over walks away from that run: without a terminal it needs --yes.
+    let out = env.run(&["start", "--fresh"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--yes") && err.contains(&run_name), "{err}");
+    assert_eq!(env.train_calls().len(), trains);
+    // On a terminal it asks; "y" starts a new run from step 0.
+    let fresh = run_on_terminal(
+        env.cmd().args(["start", "--fresh"]),
+        "[y/N]",
+        "y",
+        Duration::from_secs(30),
+    );
+    assert!(fresh.status.success(), "{}", fresh.output);
+    assert!(fresh.output.contains(&run_name), "{}", fresh.output);
+    let call = env.train_calls().last().unwrap().clone();
+    assert!(!call.iter().any(|a| a == "--resume"), "{call:?}");
+    assert_ne!(env.run_dir(), first_run);
+    env.wait_checkpoints(1, Duration::from_secs(20));
+    env.stop_saved();
+
+    // --resume with a weights file continues from the checkpoint that holds it.
+    let ckpt = lavender::checkpoint::latest_complete(&first_run)
+        .unwrap()
+        .unwrap()
+        .path;
+    let weights = ckpt.join("model.safetensors");
+    env.start(&["--resume", weights.to_str().unwrap()]);
+    let call = env.train_calls().last().unwrap().clone();
+    let at = call.iter().position(|a| a == "--resume").unwrap();
+    assert_eq!(call[at + 1], ckpt.display().to_string());
+    env.stop_saved();
+    // A file outside any checkpoint: one line, nothing started.
+    let stray = env.dir.path().join("notes.txt");
+    std::fs::write(&stray, "x").unwrap();
+    let before = env.train_calls().len();
+    let out = env.run(&["start", "--resume", stray.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("notes.txt"), "{err}");
+    assert_eq!(env.train_calls().len(), before);
+}
+
+/// `start --force --from-step STEP` runs a finished chunk's steps again from STEP; a
+/// finished step whose inputs changed (a config key it reads) runs again by itself
+/// with every step after it; `start` says which and why.
+#[test]
+fn finished_steps_run_again_when_forced_or_when_their_inputs_changed() {
+    let mut env = Env::new(
+        &["--total-steps", "10", "--step-ms", "5"],
+        "",
+        "[downloads, train]",
+    );
+    let daemon = env.serve();
+    env.start(&[]);
+    env.wait_state("finished", Duration::from_secs(20));
+    let count = |step: &str| {
+        env.calls()
+            .iter()
+            .filter(|a| a.iter().any(|x| x == step))
+            .count()
+    };
+    assert_eq!((count("downloads"), count("train")), (1, 1));
+
+    let out = env.run(&["start", "--force", "--from-step", "trian"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("trian") && err.contains("downloads, train"),
+        "{err}"
+    );
+
+    let out = env.start(&["--force", "--from-step", "train"]);
+    let said = stdout(&out);
+    println!("$ lavenderd start --force --from-step train\n{said}");
+    assert!(
+        said.contains(
+            "--force: the steps from train on run again; finished steps run again: train"
+        ),
+        "{said}"
+    );
+    env.wait_state("finished", Duration::from_secs(20));
+    assert_eq!((count("downloads"), count("train")), (1, 2));
+
+    // Nothing changed: a start finds everything done and runs nothing.
+    env.start(&[]);
+    env.wait_state("finished", Duration::from_secs(20));
+    assert_eq!((count("downloads"), count("train")), (1, 2));
+
+    // The seed is an input of training, not of downloads.
+    let text = std::fs::read_to_string(&env.config).unwrap();
+    std::fs::write(&env.config, format!("{text}seed: 7\n")).unwrap();
+    send_signal(daemon as i32, 1);
+    wait_until(Duration::from_secs(10), "the config reloaded", || {
+        std::fs::read_to_string(env.daemon_log())
+            .unwrap_or_default()
+            .contains("config reloaded")
+    });
+    let out = env.start(&[]);
+    let said = stdout(&out);
+    assert!(
+        said.contains("train runs again: seed changed since it ran at"),
+        "{said}"
+    );
+    env.wait_state("finished", Duration::from_secs(20));
+    assert_eq!((count("downloads"), count("train")), (1, 3));
+}

@@ -84,6 +84,56 @@ impl PipelineStep {
             .unwrap_or(PipelineStep::ALL.len())
     }
 
+    /// The config keys (dotted paths; `<scale>` stands for the config's `scale`) whose
+    /// values the step's outputs depend on: a change to any of them makes a finished
+    /// step run again at the next `lavenderd start` (its done-marker records them).
+    /// Keys that change only how a step reports or where it runs (`training.log_every`,
+    /// `device`, `threads`, `training.keep_checkpoints`) are left out.
+    pub fn config_keys(self) -> &'static [&'static str] {
+        match self {
+            PipelineStep::Downloads => &["data.sources", "data.document_separator"],
+            PipelineStep::Dedup => &["data.dedup", "data.document_separator"],
+            PipelineStep::Filter => &["data.filter"],
+            PipelineStep::BuildShards => &["data.shards"],
+            PipelineStep::Precompute => &[
+                "data.tokenizer",
+                "data.sft_jsonl",
+                "data.dpo_jsonl",
+                "data.heldout_fraction",
+                "seed",
+            ],
+            PipelineStep::Train => &[
+                "seed",
+                "scale",
+                "scales.<scale>",
+                "model",
+                "optimizer",
+                "training.batch_size",
+                "training.seq_len",
+                "training.grad_accum",
+                "training.stages",
+            ],
+            PipelineStep::MineHard => &[
+                "scale",
+                "scales.<scale>.shards",
+                "training.seq_len",
+                "data.hard_examples",
+            ],
+        }
+    }
+
+    /// The steps whose outputs (their manifests) this step reads.
+    pub fn reads_outputs_of(self) -> &'static [PipelineStep] {
+        match self {
+            PipelineStep::Downloads => &[],
+            PipelineStep::Dedup => &[PipelineStep::Downloads],
+            PipelineStep::Filter => &[PipelineStep::Dedup],
+            PipelineStep::BuildShards => &[PipelineStep::Filter],
+            PipelineStep::Precompute => &[PipelineStep::BuildShards, PipelineStep::Filter],
+            PipelineStep::Train | PipelineStep::MineHard => &[PipelineStep::Precompute],
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             PipelineStep::Downloads => "downloads",

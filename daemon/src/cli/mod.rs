@@ -76,10 +76,29 @@ pub struct PipelineFlags {
     /// Run the data steps only (skip train and what follows it).
     #[arg(long)]
     pub skip_train: bool,
+    /// Train from step 0 in a new run although an unfinished run could be resumed
+    /// (without --resume or --fresh such a start is refused). Asks first on a terminal.
+    #[arg(long, conflicts_with = "resume")]
+    pub fresh: bool,
+    /// Run this chunk's steps again, finished or not, from --from-step (default: the first).
+    #[arg(long)]
+    pub force: bool,
+    /// With --force: the step to run again from (it and every step after it).
+    #[arg(long, value_name = "STEP", requires = "force")]
+    pub from_step: Option<String>,
+    /// Start over (--fresh) without asking (needed when there is no terminal to ask on).
+    #[arg(long)]
+    pub yes: bool,
 }
 
 impl PipelineFlags {
-    pub fn request(&self, data_root: Option<PathBuf>) -> StartRequest {
+    /// The request these flags make; a `--from-step` that is not one of `config`'s
+    /// steps is a one-line error listing them.
+    pub fn request(
+        &self,
+        data_root: Option<PathBuf>,
+        config: &lavender::config::Config,
+    ) -> anyhow::Result<StartRequest> {
         let resume = self.resume.as_ref().map(|r| {
             if r == "latest" {
                 r.clone()
@@ -89,13 +108,28 @@ impl PipelineFlags {
                     .unwrap_or_else(|_| r.clone())
             }
         });
-        StartRequest {
+        let from_step = self
+            .from_step
+            .as_deref()
+            .map(|name| {
+                config
+                    .steps
+                    .iter()
+                    .copied()
+                    .find(|s| s.as_str() == name)
+                    .ok_or_else(|| anyhow::anyhow!(crate::pipeline::plan::not_a_step(name, config)))
+            })
+            .transpose()?;
+        Ok(StartRequest {
             scale: self.scale,
             resume,
             chunk: self.chunk,
             skip_train: self.skip_train,
+            fresh: self.fresh,
+            force: self.force,
+            from_step,
             data_root,
-        }
+        })
     }
 }
 

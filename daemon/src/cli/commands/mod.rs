@@ -46,7 +46,8 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             foreground: true,
             listen,
         } => {
-            let req = flags.request(cli.global.data_root.clone());
+            let req = flags.request(cli.global.data_root.clone(), &settings.config)?;
+            start::confirm_fresh(&settings, &flags)?;
             crate::logging::to_file(&settings.layout.daemon_log())?;
             eprintln!(
                 "lavenderd: daemon log {} (warnings and errors also show here)",

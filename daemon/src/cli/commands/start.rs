@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use crate::cli::client::Client;
+use crate::cli::confirm::confirm;
 use crate::cli::{ListenArgs, PipelineFlags};
-use crate::pipeline::StartReply;
+use crate::pipeline::resumable;
+use crate::pipeline::{PipelineRecord, StartReply};
 use crate::settings::{GlobalArgs, Settings};
 
 const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -21,6 +23,11 @@ pub async fn run(
     listen: &ListenArgs,
 ) -> Result<ExitCode> {
     let layout = &settings.layout;
+    let req = flags.request(
+        global.data_root.as_ref().map(|_| layout.data_root.clone()),
+        &settings.config,
+    )?;
+    confirm_fresh(settings, flags)?;
     let client = Client::new(&layout.socket());
     if !client.is_up().await {
         spawn_daemon(settings, listen)?;
@@ -37,7 +44,6 @@ pub async fn run(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let req = flags.request(global.data_root.as_ref().map(|_| layout.data_root.clone()));
     let body = serde_json::to_value(&req)?;
     let resp = client
         .request("POST", "/pipeline/start", Some(&body))
@@ -73,6 +79,28 @@ pub async fn run(
         }
         _ => bail!("{}", resp.error_text()),
     }
+}
+
+/// `--fresh` over an unfinished run walks away from its training: asked first on a
+/// terminal, `--yes` without one. Nothing to walk away from, nothing to ask.
+pub fn confirm_fresh(settings: &Settings, flags: &PipelineFlags) -> Result<()> {
+    if !flags.fresh {
+        return Ok(());
+    }
+    let layout = &settings.layout;
+    let chunk = flags.chunk.unwrap_or(settings.config.chunk);
+    let record = PipelineRecord::load(layout)?;
+    let Some(run) = resumable::find(layout, &record, chunk) else {
+        return Ok(());
+    };
+    confirm(
+        &format!(
+            "start chunk {chunk} over from step 0 in a new run, leaving {} unfinished at step {} (its checkpoints stay on disk)",
+            layout.to_recorded(&run.run_dir).display(),
+            run.step
+        ),
+        flags.yes,
+    )
 }
 
 fn spawn_daemon(settings: &Settings, listen: &ListenArgs) -> Result<()> {

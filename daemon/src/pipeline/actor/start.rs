@@ -26,7 +26,7 @@ impl Actor {
             chunk,
             scale,
             notices,
-        } = plan::prepare(&self.layout, &self.config, req)?;
+        } = plan::prepare(&self.layout, &self.config, &self.record, req)?;
         self.record = record;
         self.advance();
         if self.record.state == PipelineState::Failed {
