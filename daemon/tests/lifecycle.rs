@@ -542,3 +542,44 @@ fn finished_steps_run_again_when_forced_or_when_their_inputs_changed() {
     env.wait_state("finished", Duration::from_secs(20));
     assert_eq!((count("downloads"), count("train")), (1, 3));
 }
+
+/// `lavenderd daemon stop` ends a daemon `lavenderd start` left in the background, as
+/// SIGTERM does: the worker saves first, then both are gone.
+#[test]
+fn daemon_stop_ends_a_detached_daemon_after_the_worker_saved() {
+    let env = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "10",
+            "--checkpoint-every",
+            "1000",
+        ],
+        "",
+        "[train]",
+    );
+    env.start(&[]);
+    env.wait_step(3, Duration::from_secs(20));
+    let daemon: i32 = std::fs::read_to_string(env.state_dir().join("lavenderd.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let worker = env.worker_pid().unwrap();
+    assert!(alive(daemon) && alive(worker));
+
+    let out = env.run(&["daemon", "stop"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let said = stdout(&out);
+    assert!(said.contains("lavenderd stopped"), "{said}");
+    assert!(!alive(daemon) && !alive(worker));
+    let saved = events(&env.run_dir())
+        .into_iter()
+        .any(|e| e["kind"] == "final_saved");
+    assert!(saved, "the worker saved before the daemon exited");
+    assert!(said.contains("newest checkpoint"), "{said}");
+
+    let out = env.run(&["daemon", "stop"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+}

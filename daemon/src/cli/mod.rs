@@ -329,6 +329,10 @@ pub enum DaemonAction {
     /// place and re-adopts the worker, which keeps training. (`systemctl restart`
     /// and SIGTERM stop the pipeline with a save.)
     Restart,
+    /// End the daemon (one started in the background by `lavenderd start`) as SIGTERM
+    /// or a service stop does: the pipeline stops with a save first, then the daemon
+    /// exits. Exit code 4 when no daemon runs.
+    Stop,
 }
 
 #[derive(Subcommand, Debug)]

@@ -2,6 +2,7 @@
 
 pub mod attribute;
 pub mod config;
+pub mod daemon_stop;
 pub mod listing;
 pub mod logs;
 pub mod notify;
@@ -77,6 +78,9 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Daemon {
             action: DaemonAction::Restart,
         } => restart::run(&settings).await,
+        Command::Daemon {
+            action: DaemonAction::Stop,
+        } => daemon_stop::run(&settings).await,
         Command::Status {
             watch: true,
             interval,
