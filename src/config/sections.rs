@@ -10,6 +10,7 @@ use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::launch::LaunchConfig;
+use super::logging::LoggingConfig;
 use super::notify::NotifyConfig;
 use super::scale::{Scale, ScalesConfig};
 use super::source::DataSource;
@@ -40,6 +41,9 @@ pub struct Config {
     /// of a resolved config when it is the default, so such configs read as before.
     #[serde(default, skip_serializing_if = "LaunchConfig::is_default")]
     pub launch: LaunchConfig,
+    /// Log rotation; absent = the defaults, and left out of a resolved config then.
+    #[serde(default, skip_serializing_if = "LoggingConfig::is_default")]
+    pub logging: LoggingConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

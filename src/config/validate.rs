@@ -89,6 +89,7 @@ pub(crate) fn validate(c: &Config) -> Check {
     validate_training(c)?;
     validate_supervisor(c)?;
     super::launch::validate(&c.launch)?;
+    super::logging::validate(&c.logging)?;
     super::notify::validate(&c.notify)
 }
 
