@@ -583,3 +583,227 @@ fn daemon_stop_ends_a_detached_daemon_after_the_worker_saved() {
     let out = env.run(&["daemon", "stop"]);
     assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
 }
+
+/// Lines of the fake worker's chatter in `text`, as (step, line) numbers.
+fn chatter(text: &str) -> Vec<(u64, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("fake-worker: chatter step ")?;
+            let (step, line) = rest.split_once(" line ")?;
+            Some((step.parse().ok()?, line.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The relay processes writing `log`, by pid.
+fn relays_of(log: &std::path::Path) -> Vec<i32> {
+    let log = log.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|&pid| {
+            let argv = cmdline(pid);
+            argv.iter().any(|a| a == "log-relay") && argv.iter().any(|a| *a == log)
+        })
+        .filter(|&pid| alive(pid))
+        .collect()
+}
+
+/// A chatty worker's log rotates by size (`logging.max_bytes`, `logging.keep`) while
+/// `lavenderd logs -f` follows it: the follower shows every line once, in order,
+/// across the rotations; `logs -n` reaches back into the rotated files.
+#[test]
+fn logs_follow_reads_across_rotations_of_the_pipeline_log() {
+    let env = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "20",
+            "--chatter",
+            "4",
+            "--checkpoint-every",
+            "1000",
+        ],
+        "logging:\n  max_bytes: 4096\n  keep: 10",
+        "[train]",
+    );
+    env.start(&[]);
+    let log = std::path::PathBuf::from(env.pipeline_json()["log_file"].as_str().unwrap());
+    wait_until(Duration::from_secs(20), "the worker's first lines", || {
+        chatter(&std::fs::read_to_string(&log).unwrap_or_default()).len() > 10
+    });
+    let out_path = env.dir.path().join("follow.txt");
+    let mut follower = env
+        .cmd()
+        .args(["logs", "-f", "-n", "5"])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rotated = |k: u32| std::path::PathBuf::from(format!("{}.{k}", log.display()));
+    // Each file holds about 90 lines (two seconds of them): wait for five rotations.
+    wait_until(Duration::from_secs(60), "five rotations", || {
+        rotated(5).exists()
+    });
+    env.stop_saved();
+    // What the worker wrote last, from the files themselves.
+    let last = *chatter(&std::fs::read_to_string(&log).unwrap())
+        .last()
+        .or(chatter(&std::fs::read_to_string(rotated(1)).unwrap()).last())
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the follower to catch up", || {
+        chatter(&std::fs::read_to_string(&out_path).unwrap_or_default()).last() == Some(&last)
+    });
+    let _ = follower.kill();
+    let _ = follower.wait();
+
+    let seen = chatter(&std::fs::read_to_string(&out_path).unwrap());
+    let expected: Vec<(u64, u64)> = (seen[0].0..=last.0)
+        .flat_map(|s| (0..4).map(move |i| (s, i)))
+        .skip_while(|p| *p != seen[0])
+        .collect();
+    assert_eq!(seen, expected, "every line once, in order");
+    assert!(rotated(5).exists() && !rotated(11).exists(), "keep 10");
+    for k in 1..=5 {
+        let size = std::fs::metadata(rotated(k)).unwrap().len();
+        assert!(
+            size <= 4096 + 64,
+            "{} is {size} bytes",
+            rotated(k).display()
+        );
+    }
+    // `logs -n` takes from the rotated files when the current one has fewer lines.
+    let current = std::fs::read_to_string(&log).unwrap().lines().count();
+    let n = current + 20;
+    let out = env.run(&["logs", "-n", &n.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), n);
+    wait_until(
+        Duration::from_secs(10),
+        "the relay to end with the worker",
+        || relays_of(&log).is_empty(),
+    );
+}
+
+/// The worker's output goes through a relay of its own, outside the daemon: a
+/// daemon killed mid-run leaves the worker logging, and rotating, into the same log;
+/// the relay ends when the worker does.
+#[test]
+fn a_worker_that_outlives_the_daemon_keeps_logging_through_its_relay() {
+    let mut env = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "5",
+            "--chatter",
+            "4",
+            "--checkpoint-every",
+            "1000",
+        ],
+        "logging:\n  max_bytes: 4096\n  keep: 2",
+        "[train]",
+    );
+    env.serve();
+    env.start(&[]);
+    let log = std::path::PathBuf::from(env.pipeline_json()["log_file"].as_str().unwrap());
+    let worker = env.worker_pid().unwrap();
+    wait_until(Duration::from_secs(20), "the relay", || {
+        relays_of(&log).len() == 1
+    });
+    let relay = relays_of(&log)[0];
+    assert_ne!(relay, worker);
+    env.kill_daemons();
+    let newest = |log: &std::path::Path| {
+        chatter(&std::fs::read_to_string(log).unwrap_or_default())
+            .last()
+            .map(|p| p.0)
+            .unwrap_or(0)
+    };
+    let at_kill = newest(&log);
+    let rotated = std::path::PathBuf::from(format!("{}.1", log.display()));
+    let before = std::fs::metadata(&rotated)
+        .ok()
+        .map(|m| m.modified().unwrap());
+    wait_until(
+        Duration::from_secs(20),
+        "the worker to go on logging",
+        || {
+            newest(&log) > at_kill + 200
+                && std::fs::metadata(&rotated)
+                    .ok()
+                    .map(|m| m.modified().unwrap())
+                    != before
+        },
+    );
+    assert!(alive(worker) && alive(relay));
+    send_signal(-worker, 9);
+    wait_until(
+        Duration::from_secs(10),
+        "the relay to end with the worker",
+        || !alive(relay),
+    );
+}
+
+/// The daemon's own log, when it writes it (a daemon `start` left in the background),
+/// rotates too; afterwards its stderr is the new file, so nothing printed outside
+/// the log lines goes to a rotated one.
+#[test]
+fn the_daemon_log_rotates_and_its_stderr_follows() {
+    let env = Env::new(
+        &["--total-steps", "100000", "--step-ms", "20"],
+        "logging:\n  max_bytes: 1024\n  keep: 5",
+        "[train]",
+    );
+    env.start(&[]);
+    let daemon: i32 = std::fs::read_to_string(env.state_dir().join("lavenderd.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let log = env.state_dir().join("lavenderd.log");
+    let reloads = || -> usize {
+        (0..=5)
+            .map(|k| {
+                let p = if k == 0 {
+                    log.clone()
+                } else {
+                    std::path::PathBuf::from(format!("{}.{k}", log.display()))
+                };
+                std::fs::read_to_string(p)
+                    .unwrap_or_default()
+                    .matches("config reloaded")
+                    .count()
+            })
+            .sum()
+    };
+    for n in 1..=25 {
+        send_signal(daemon, 1);
+        wait_until(Duration::from_secs(10), "the reload's line", || {
+            reloads() == n
+        });
+    }
+    let first = std::path::PathBuf::from(format!("{}.1", log.display()));
+    assert!(first.exists(), "the daemon log rotated");
+    for k in 1..=5 {
+        let p = std::path::PathBuf::from(format!("{}.{k}", log.display()));
+        if let Ok(m) = std::fs::metadata(&p) {
+            assert!(
+                m.len() <= 1024 + 256,
+                "{} is {} bytes",
+                p.display(),
+                m.len()
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{daemon}/fd/2")).unwrap(),
+        std::fs::canonicalize(&log).unwrap(),
+        "stderr is the current log"
+    );
+    let out = env.run(&["daemon", "stop"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

@@ -302,9 +302,38 @@ pub enum Command {
         #[command(subcommand)]
         action: crate::service::ServiceAction,
     },
+    /// The relay between a worker's output and its rotating log (started by the
+    /// daemon for each worker; not for people).
+    #[command(hide = true)]
+    LogRelay {
+        #[arg(long, value_name = "PATH")]
+        file: PathBuf,
+        #[arg(long, value_name = "BYTES")]
+        max_bytes: u64,
+        #[arg(long, value_name = "N")]
+        keep: u32,
+    },
 }
 
 impl Command {
+    /// `log-relay`: runs before anything else (it forks, so no thread may exist yet);
+    /// the process's exit code when this command was it.
+    pub fn run_relay(&self) -> Option<std::process::ExitCode> {
+        let Command::LogRelay {
+            file,
+            max_bytes,
+            keep,
+        } = self
+        else {
+            return None;
+        };
+        let limits = lavender::config::LoggingConfig {
+            max_bytes: *max_bytes,
+            keep: *keep,
+        };
+        Some(crate::logs::relay::run(file, limits))
+    }
+
     /// `start --foreground`: the daemon runs in this terminal with its view.
     pub fn is_foreground(&self) -> bool {
         matches!(

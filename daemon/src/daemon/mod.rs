@@ -62,6 +62,7 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
         .ensure_state_dir()
         .with_context(|| format!("create state directory {}", layout.state_dir.display()))?;
     let _lock = lock::acquire(&layout)?;
+    crate::logging::rotate_own_log(&layout.daemon_log(), settings.config.logging)?;
     reexec::started_at();
     // A daemon in a terminal (`start --foreground`) ends with its pipeline; only a
     // serving daemon restarts alone.
@@ -184,6 +185,9 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
             Some(()) = restart_rx.recv() => break LoopEnd::Restart,
             _ = hup.recv() => match Settings::load(&opts.args) {
                 Ok(new) => {
+                    if let Err(e) = crate::logging::rotate_own_log(&layout.daemon_log(), new.config.logging) {
+                        tracing::warn!("{e:#}");
+                    }
                     cache.set_settings(StatusSettings::from_config(&new.config));
                     retention.set(pipeline::retention::RetentionSettings::from_config(&new.config));
                     pipeline.reload(new.config).await;

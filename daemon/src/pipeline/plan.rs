@@ -316,6 +316,7 @@ pub fn spawn_spec(
             .log_file
             .clone()
             .unwrap_or_else(|| layout.logs_dir().join("pipeline.log")),
+        log_rotation: config.logging,
     }
 }
 

@@ -49,7 +49,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         } => {
             let req = flags.request(cli.global.data_root.clone(), &settings.config)?;
             start::confirm_fresh(&settings, &flags)?;
-            crate::logging::to_file(&settings.layout.daemon_log())?;
+            crate::logging::to_file(&settings.layout.daemon_log(), settings.config.logging)?;
             eprintln!(
                 "lavenderd: daemon log {} (warnings and errors also show here)",
                 settings.layout.daemon_log().display()
@@ -202,5 +202,6 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             action: NotifyAction::Test { channel },
         } => notify::test(&settings, channel.as_deref()).await,
         Command::Config { .. } => unreachable!("handled above"),
+        Command::LogRelay { .. } => unreachable!("main runs it before the runtime starts"),
     }
 }
