@@ -11,6 +11,7 @@ pub mod export;
 pub mod failure;
 pub mod hard_examples;
 pub mod heartbeat;
+pub mod log_history;
 pub mod manifest;
 pub mod run;
 pub mod skips;

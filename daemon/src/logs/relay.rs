@@ -79,7 +79,7 @@ pub fn relay(input: &mut impl Read, file: &Path, limits: LoggingConfig) {
 /// The daemon's side: starts a relay from `output` (the read end of the worker's
 /// pipe) to `log_file`; returns once the relay has left the daemon's process tree.
 pub fn start(log_file: &Path, limits: LoggingConfig, output: io::PipeReader) -> Result<()> {
-    let exe = crate::daemon::reexec::invoked_exe()?;
+    let exe = crate::exe::invoked_exe()?;
     let status = Command::new(&exe)
         .arg("log-relay")
         .arg("--file")

@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 
 use super::spec::ServiceSpec;
 use super::{Scope, ServiceOs, launchd, render, systemd};
-use crate::cli::client::Client;
+use crate::client::Client;
 use crate::settings::Settings;
 
 /// Install or uninstall could not finish; the commands left were printed.
@@ -261,7 +261,7 @@ pub fn uninstall(spec: &ServiceSpec, yes: bool) -> Result<ExitCode> {
         println!("no unit at {}: nothing to uninstall", path.display());
         return Ok(ExitCode::from(EXIT_NOT_INSTALLED));
     }
-    crate::cli::confirm::confirm(
+    crate::confirm::confirm(
         &format!(
             "uninstall the lavenderd service: stop it (the pipeline stops with a save), disable it and remove {}; the data root {} stays",
             path.display(),

@@ -19,7 +19,7 @@ pub async fn run(settings: &Settings, follow: bool, lines: usize) -> Result<Exit
     let layout = &settings.layout;
     let keep = settings.config.logging.keep;
     let record = PipelineRecord::load(layout)?;
-    let Some(path) = crate::logs::current_log(layout, &record) else {
+    let Some(path) = crate::logs::current_log(layout, record.log_file.as_deref()) else {
         bail!("no pipeline log yet in {}", layout.logs_dir().display());
     };
     // The tail and the following share one open file and one offset (the end of its
@@ -52,7 +52,7 @@ pub async fn run(settings: &Settings, follow: bool, lines: usize) -> Result<Exit
             .with_context(|| format!("read {}", follower.path().display()))?;
         // A new pipeline start opens a new log: follow it, from its start.
         let record = PipelineRecord::load(layout).unwrap_or_else(|_| PipelineRecord::idle());
-        if let Some(newer) = crate::logs::current_log(layout, &record)
+        if let Some(newer) = crate::logs::current_log(layout, record.log_file.as_deref())
             && newer != follower.path()
             && let Ok(next) = Follower::from_start(&newer, keep)
         {

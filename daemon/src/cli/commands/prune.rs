@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use crate::cli::confirm::confirm;
+use crate::confirm::confirm;
 use crate::pipeline::PipelineRecord;
 use crate::settings::Settings;
 

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::cli::client::Client;
-use crate::cli::confirm::confirm;
 use crate::cli::{ListenArgs, PipelineFlags};
+use crate::client::Client;
+use crate::confirm::confirm;
 use crate::pipeline::resumable;
 use crate::pipeline::{PipelineRecord, StartReply};
 use crate::settings::{GlobalArgs, Settings};
@@ -115,7 +115,7 @@ fn spawn_daemon(settings: &Settings, listen: &ListenArgs) -> Result<()> {
         .with_context(|| format!("open {}", layout.daemon_log().display()))?;
     // Started by the path this command was run by, so a restart alone after an
     // upgrade runs what is installed there then.
-    let exe = crate::daemon::reexec::invoked_exe()?;
+    let exe = crate::exe::invoked_exe()?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(settings.to_args()).arg("serve");
     if let Some(addr) = listen.listen {

@@ -6,12 +6,12 @@ use lavender::status::{PipelineState, StepState};
 use tokio::time::Instant;
 
 use super::{Actor, WorkerExit};
-use crate::pipeline::alert::Alert;
+use crate::alert::Alert;
+use crate::exit::ExitOutcome;
 use crate::pipeline::inputs::StepInputs;
 use crate::pipeline::judge::{Verdict, judge};
 use crate::pipeline::stop::StopReport;
 use crate::pipeline::{markers, plan};
-use crate::process::ExitOutcome;
 
 impl Actor {
     pub(super) fn on_exit(&mut self, exit: WorkerExit) {
