@@ -11,7 +11,6 @@ pub(crate) mod record;
 pub(crate) mod request;
 pub(crate) mod restart;
 pub(crate) mod resumable;
-pub(crate) mod retention;
 pub(crate) mod stop;
 
 pub use handle::{PipelineHandle, StartError, StartReply};
