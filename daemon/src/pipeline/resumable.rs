@@ -129,7 +129,7 @@ fn flags(req: &StartRequest) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lavender::atomic::CheckpointBuilder;
+    use lavender::checkpoint::CheckpointBuilder;
     use lavender::checkpoint::CheckpointName;
     use lavender::trainer_state::TrainerState;
 
