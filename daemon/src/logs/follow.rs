@@ -78,6 +78,9 @@ impl Follower {
         // Rotated: the held file was renamed away before the new one began, so it is
         // final. What came after it is in newer rotated files, then in `current`.
         self.file.read_to_end(out)?;
+        // The rotated files, newest first, each once. `current` is among them when it
+        // was rotated in the meantime; whatever is newer than it (listed before it)
+        // is for a later poll.
         let mut rotated_files: Vec<(File, Identity)> = Vec::new();
         let mut k = 1;
         loop {
@@ -86,7 +89,7 @@ impl Follower {
                 Ok(f) => {
                     let id = identity(&f)?;
                     // A file can move up a name while this looks: take each once.
-                    if id != current_id && !rotated_files.iter().any(|(_, seen)| *seen == id) {
+                    if !rotated_files.iter().any(|(_, seen)| *seen == id) {
                         rotated_files.push((f, id));
                     }
                 }
@@ -96,9 +99,14 @@ impl Follower {
             }
             k += 1;
         }
-        // Newest first: the ones before the held file are newer than it.
-        let newer: Vec<File> = match rotated_files.iter().position(|(_, id)| *id == self.id) {
-            Some(at) => rotated_files.drain(..at).rev().map(|(f, _)| f).collect(),
+        let older_than_current = rotated_files
+            .iter()
+            .position(|(_, id)| *id == current_id)
+            .map_or(0, |at| at + 1);
+        let between: Vec<(File, Identity)> = rotated_files.drain(older_than_current..).collect();
+        // Between `current` and the held file: what was written after the held one.
+        let newer: Vec<File> = match between.iter().position(|(_, id)| *id == self.id) {
+            Some(at) => between.into_iter().take(at).rev().map(|(f, _)| f).collect(),
             None if self.missing_polls < LOST_AFTER_POLLS => {
                 self.missing_polls += 1;
                 return Ok(());
@@ -111,7 +119,7 @@ impl Follower {
                     )
                     .as_bytes(),
                 );
-                rotated_files.into_iter().rev().map(|(f, _)| f).collect()
+                between.into_iter().rev().map(|(f, _)| f).collect()
             }
         };
         self.missing_polls = 0;
@@ -177,7 +185,14 @@ mod tests {
             "{} lines of {}; first difference at {first_difference:?}: {:?}",
             got.len(),
             want.len(),
-            first_difference.map(|i| &got[i.saturating_sub(2)..(i + 3).min(got.len())])
+            first_difference.map(|i| {
+                let again = got.iter().rposition(|l| *l == want[i]).unwrap_or(0);
+                (
+                    got[i.saturating_sub(2)..(i + 3).min(got.len())].to_vec(),
+                    again,
+                    got[again.saturating_sub(3)..(again + 3).min(got.len())].to_vec(),
+                )
+            })
         );
     }
 
