@@ -28,8 +28,11 @@ pub struct RotatingFile {
     limits: LoggingConfig,
     /// Called with the new file after each rotation (the daemon points its own
     /// stdout and stderr at it).
-    on_rotate: Option<Box<dyn Fn(&File) + Send>>,
+    on_rotate: Option<OnRotate>,
 }
+
+/// What a rotation calls with the new file.
+type OnRotate = Box<dyn Fn(&File) + Send>;
 
 impl RotatingFile {
     /// Opens `path` for appending (creating it and its directory), continuing a log
