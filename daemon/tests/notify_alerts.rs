@@ -1,7 +1,7 @@
 //! The daemon's own alerts, end to end: the real daemon and fake worker pushing
 //! to a JSON webhook on loopback. A crash restart whose heartbeat resumes is
 //! "recovered"; a heartbeat that stops advancing is "stalled" (short injected
-//! stale_after_s and start-up grace), and a restart after it is "recovered" too; free space under the
+//! stale_after_s and start-up grace, `on_stall: alert`), and a restart after it is "recovered" too; free space under the
 //! configured floor is "disk low". `status --json` prints the push counts that
 //! `GET /status` serves.
 
@@ -77,7 +77,7 @@ async fn a_heartbeat_that_stops_advancing_is_stalled_and_a_restart_recovers() {
             "1000",
         ],
         &format!(
-            "  stale_after_s: 1\n  startup_grace_s: 1\n{}",
+            "  stale_after_s: 1\n  startup_grace_s: 1\n  on_stall: alert\n{}",
             hook.webhook_yaml("")
         ),
         "[train]",

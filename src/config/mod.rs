@@ -13,6 +13,7 @@ mod notify;
 mod scale;
 mod sections;
 mod source;
+mod supervision;
 mod tree;
 mod validate;
 
@@ -33,6 +34,7 @@ pub use sections::{
     SupervisorConfig, TokenizerConfig, TrainingConfig, Watcher, WorkerConfig,
 };
 pub use source::{DataSource, EmbeddedCorpus};
+pub use supervision::{FailureAction, OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto};
 
 use tree::Node;
 

@@ -118,7 +118,12 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
             opts.status.clone(),
             Some(notifier.clone()),
         );
-        status::watchdog::spawn(layout.clone(), cache.subscribe_refreshes(), alerts);
+        status::watchdog::spawn(
+            layout.clone(),
+            cache.subscribe_refreshes(),
+            alerts,
+            pipeline.clone(),
+        );
         let web = WebState::start(
             feed,
             cache.clone(),
@@ -235,8 +240,15 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
     if exit == DaemonExit::Signalled {
         tracing::info!("shutting down: stopping the pipeline gracefully");
         let summary = || progress::line(&cache.status());
+        // In a terminal, Ctrl-C is the operator's stop; a service's SIGTERM (a
+        // restart, a shutdown) interrupts the pipeline, which the next start resumes.
+        let cause = if opts.foreground {
+            pipeline::StopCause::Operator
+        } else {
+            pipeline::StopCause::DaemonExit
+        };
         let said = match service
-            .during(&pipeline, summary, pipeline.stop(None))
+            .during(&pipeline, summary, pipeline.stop_for(cause, None))
             .await
         {
             Ok(report) if report.was_running => {

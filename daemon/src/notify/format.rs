@@ -24,7 +24,7 @@ pub(super) fn thousands(n: u64) -> String {
 }
 
 /// `372 s` → `6m 12s`; the two largest units.
-pub(super) fn duration(d: Duration) -> String {
+pub(crate) fn duration(d: Duration) -> String {
     let s = d.as_secs();
     let (days, hours, mins, secs) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
     match () {

@@ -56,6 +56,7 @@ mod webhook;
 
 pub use alert::{disk_low_need, log_tail, pushes};
 pub use follower::{EventFollower, Followed};
+pub(crate) use format::duration;
 pub use format::{milestone, milestone_text};
 pub use message::{Level, Notification};
 pub use notifier::{ChannelCounts, Notifier, Options, Timings};

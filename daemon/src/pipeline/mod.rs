@@ -7,6 +7,7 @@ pub(crate) mod handle;
 pub(crate) mod judge;
 pub(crate) mod markers;
 pub(crate) mod plan;
+pub(crate) mod policy;
 pub(crate) mod record;
 pub(crate) mod request;
 pub(crate) mod restart;
@@ -14,7 +15,7 @@ pub(crate) mod retention;
 pub(crate) mod stop;
 
 pub use alert::Alert;
-pub use handle::{PipelineHandle, StartError, StartReply};
-pub use record::PipelineRecord;
+pub use handle::{HungReport, PipelineHandle, StartError, StartReply};
+pub use record::{PipelineRecord, StopCause};
 pub use request::StartRequest;
 pub use stop::StopReport;

@@ -31,13 +31,14 @@ impl HeartbeatWatch {
     }
 
     /// After a refresh: the alerts due. `heartbeat_at`: when the heartbeat on disk
-    /// was written, if there is one.
+    /// was written, if there is one; `allowance_s`: the allowance of the phase the
+    /// worker is in (`status/stall.rs`).
     pub fn observe(
         &mut self,
         record: &PipelineRecord,
         status: &Status,
         heartbeat_at: Option<DateTime<Utc>>,
-        stale_after_s: u64,
+        allowance_s: u64,
     ) -> Option<Alert> {
         // A crash: the record says so, or restarts went up in between two looks.
         if (record.state == PipelineState::Crashed || record.restarts > self.restarts_seen)
@@ -68,7 +69,7 @@ impl HeartbeatWatch {
             return status.active_step.map(|step| Alert::Stale {
                 step,
                 age_s: status.training.heartbeat_age_s,
-                stale_after_s,
+                stale_after_s: allowance_s,
                 training_step,
             });
         }

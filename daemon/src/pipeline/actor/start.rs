@@ -1,6 +1,8 @@
 //! A start and what follows it: the run prepared (see `plan::prepare`), each step
 //! launched in turn, the "finished" alert and old runs pruned at the end.
 
+use std::path::PathBuf;
+
 use anyhow::Result;
 use lavender::config::PipelineStep;
 use lavender::status::{PipelineState, StepState};
@@ -73,11 +75,10 @@ impl Actor {
                 self.alert(self.finished_alert());
                 self.prune_old_runs();
             }
-            Some(step) => {
-                if let Err(e) = self.spawn_step(step, false) {
-                    self.fail(step, format!("{e:#}"));
-                }
-            }
+            Some(step) => match self.launch_step(step, false) {
+                Ok(_) => self.commit(),
+                Err(e) => self.fail(step, format!("{e:#}")),
+            },
         }
     }
 
@@ -122,8 +123,21 @@ impl Actor {
         }
     }
 
-    pub(super) fn spawn_step(&mut self, step: PipelineStep, after_crash: bool) -> Result<()> {
-        let spec = plan::spawn_spec(&self.layout, &self.config, &self.record, step, after_crash);
+    /// Launches `step` (after a failure or an interruption, `resume_latest`: from
+    /// the run's newest complete checkpoint) and records it running; the caller
+    /// commits. Returns the checkpoint the worker resumes from.
+    pub(super) fn launch_step(
+        &mut self,
+        step: PipelineStep,
+        resume_latest: bool,
+    ) -> Result<Option<PathBuf>> {
+        let spec = plan::spawn_spec(
+            &self.layout,
+            &self.config,
+            &self.record,
+            step,
+            resume_latest,
+        );
         self.generation += 1;
         let generation = self.generation;
         let jobs = self.jobs_tx.clone();
@@ -133,12 +147,21 @@ impl Actor {
                 let _ = jobs.send(JobChange { generation, update });
             }),
         )?;
-        tracing::info!(%step, worker = %launched.handle, after_crash, "worker started");
+        tracing::info!(%step, worker = %launched.handle, resume_latest, "worker started");
         let started_at = lavender::time::now_utc();
+        // A training worker brought back by the daemon: the step its checkpoint was
+        // saved at (0 without one). Ending without training past it is no progress.
+        let resumed_from_step = (resume_latest && step == PipelineStep::Train).then(|| {
+            spec.resume
+                .as_deref()
+                .and_then(|p| lavender::trainer_state::read(p).ok())
+                .map_or(0, |s| s.step)
+        });
         self.record.worker = Some(WorkerRecord {
             handle: launched.handle.clone(),
             step,
             started_at: lavender::time::rfc3339_z(started_at),
+            resumed_from_step,
         });
         self.worker = Some(LiveWorker {
             generation,
@@ -147,13 +170,14 @@ impl Actor {
             started: Instant::now(),
             started_at: Some(started_at),
             own_child: true,
+            resumed_from_step,
         });
         self.record.state = PipelineState::Running;
         self.record.active_step = Some(step);
         self.record.restart_pending = false;
+        self.record.stop_cause = None;
         self.last_exit = None;
         self.record.set_step(step, StepState::Running);
-        self.commit();
         let exits = self.exits_tx.clone();
         let exit = launched.exit;
         tokio::spawn(async move {
@@ -163,6 +187,6 @@ impl Actor {
                 outcome,
             });
         });
-        Ok(())
+        Ok(spec.resume)
     }
 }
