@@ -1,9 +1,11 @@
 //! lavenderd: the supervisor daemon of the lavender training pipeline and its CLI.
 //! The daemon is a library so tests and `start --foreground` can run it in-process.
 
+pub mod alert;
 pub mod backoff;
 pub mod cli;
 pub(crate) mod daemon;
+pub mod exit;
 pub(crate) mod feed;
 pub(crate) mod inventory;
 pub(crate) mod layout;

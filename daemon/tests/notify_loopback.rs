@@ -12,9 +12,9 @@ use lavender::config::{PipelineStep, WebhookFormat};
 use lavender::events;
 use lavender::failure::{Failure, FailureKind};
 use lavender_testkit::notify::*;
+use lavenderd::alert::Alert;
+use lavenderd::exit::ExitOutcome;
 use lavenderd::notify::{EventFollower, Level, Notification, Notifier, Options, milestone, pushes};
-use lavenderd::pipeline::Alert;
-use lavenderd::process::ExitOutcome;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 

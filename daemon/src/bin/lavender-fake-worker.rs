@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use lavender::atomic::CheckpointBuilder;
+use lavender::checkpoint::CheckpointBuilder;
 use lavender::checkpoint::{self, CheckpointName};
 use lavender::events::{self, Event, kind};
 use lavender::failure::{Failure, FailureKind};

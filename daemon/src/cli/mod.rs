@@ -5,7 +5,6 @@
 
 pub(crate) mod client;
 pub mod commands;
-pub(crate) mod foreground;
 pub(crate) mod watch;
 
 use std::net::SocketAddr;

@@ -5,9 +5,11 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::Duration;
 
-use super::format::{bytes, duration, thousands};
+use lavender::time::duration;
+
+use super::format::{bytes, thousands};
 use super::message::Notification;
-use crate::pipeline::Alert;
+use crate::alert::Alert;
 use lavender::failure::FailureKind;
 
 fn step_text(step: Option<u64>) -> String {
@@ -198,7 +200,7 @@ pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::ExitOutcome;
+    use crate::exit::ExitOutcome;
     use lavender::config::PipelineStep;
     use lavender::failure::Failure;
 

@@ -12,7 +12,7 @@ use lavender::failure::{Failure, FailureKind};
 use lavender::heartbeat::{self, WorkerState};
 use serde_json::Value;
 
-use crate::process::ExitOutcome;
+use crate::exit::ExitOutcome;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {

@@ -2,7 +2,6 @@
 //! state machine (idle → running(step) → stopping → stopped | finished | crashed | failed).
 
 pub(crate) mod actor;
-pub(crate) mod alert;
 pub(crate) mod handle;
 pub(crate) mod judge;
 pub(crate) mod markers;
@@ -14,7 +13,6 @@ pub(crate) mod restart;
 pub(crate) mod retention;
 pub(crate) mod stop;
 
-pub use alert::Alert;
 pub use handle::{HungReport, PipelineHandle, StartError, StartReply};
 pub use record::{PipelineRecord, StopCause};
 pub use request::StartRequest;

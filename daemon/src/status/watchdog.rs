@@ -18,10 +18,10 @@ use super::cache::StatusSnapshot;
 use super::compose::stall_watch;
 use super::health::HeartbeatWatch;
 use super::stall::{Beat, IntervalLearner, Watch, allowance_key};
+use crate::alert::{Alert, AlertSender};
 use crate::layout::Layout;
 use crate::notify::disk_low_need;
-use crate::pipeline::alert::AlertSender;
-use crate::pipeline::{Alert, HungReport, PipelineHandle};
+use crate::pipeline::{HungReport, PipelineHandle};
 
 pub fn spawn(
     layout: Layout,

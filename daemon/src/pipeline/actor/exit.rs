@@ -5,7 +5,7 @@
 use lavender::status::{PipelineState, StepState};
 
 use super::{Actor, PendingRestart, WorkerExit};
-use crate::pipeline::alert::Alert;
+use crate::alert::Alert;
 use crate::pipeline::judge::{Verdict, judge};
 use crate::pipeline::markers;
 use crate::pipeline::record::StopCause;

@@ -59,7 +59,7 @@ impl Actor {
 /// "hung at step 40 for 5m 0s", "hung at step 40 while saving for 31m 2s", "hung
 /// while starting for 10m 0s".
 pub(super) fn hung_text(report: &HungReport) -> String {
-    let how_long = crate::notify::duration(round_up(report.stalled_for));
+    let how_long = lavender::time::duration(round_up(report.stalled_for));
     match (report.step, report.phase) {
         (Some(step), lavender::heartbeat::WorkerState::Training) => {
             format!("hung at step {step} for {how_long}")

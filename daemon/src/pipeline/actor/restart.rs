@@ -11,9 +11,9 @@ use tokio::time::Instant;
 
 use super::hung::hung_text;
 use super::{Actor, LiveWorker, PendingRestart};
-use crate::pipeline::alert::Alert;
+use crate::alert::Alert;
+use crate::exit::ExitOutcome;
 use crate::pipeline::policy::{self, Cause, Decision, Streak};
-use crate::process::ExitOutcome;
 
 impl Actor {
     /// `worker` ended (`why`); `last_step`: the training step it last reported.

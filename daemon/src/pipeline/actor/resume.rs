@@ -8,7 +8,7 @@ use lavender::status::{PipelineState, RecoveryReason, StepState};
 
 use super::Actor;
 use super::restart::{checkpoint_text, recovery};
-use crate::pipeline::alert::Alert;
+use crate::alert::Alert;
 use crate::pipeline::record::StopCause;
 
 impl Actor {
