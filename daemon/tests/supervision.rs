@@ -486,34 +486,157 @@ fn restarts_that_make_no_progress_fail_saying_so() {
     );
 }
 
-#[test]
-fn sigterm_to_the_daemon_stops_the_pipeline_gracefully_and_exits_zero() {
-    let env = Env::new(
-        &["--total-steps", "100000", "--step-ms", "10"],
+/// A fake run long enough to be interrupted, short enough to finish.
+fn interruptible() -> Env {
+    Env::new(
+        &[
+            "--total-steps",
+            "60",
+            "--step-ms",
+            "20",
+            "--checkpoint-every",
+            "10",
+        ],
         "",
-        "[train]",
-    );
-    let log = std::fs::File::create(env.daemon_log()).unwrap();
-    let mut daemon = env
-        .cmd()
-        .arg("serve")
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    wait_until(Duration::from_secs(10), "the daemon", || {
-        env.uds("GET", "/healthz", None).is_some()
-    });
+        "[train, mine_hard]",
+    )
+}
+
+/// The checkpoint the last `final_saved` event of `run_dir` names.
+fn final_saved(run_dir: &Path) -> String {
+    events(run_dir)
+        .into_iter()
+        .rfind(|e| e["kind"] == "final_saved")
+        .expect("a final_saved event")["path"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// SIGTERM to the daemon (`systemctl restart`, a shutdown): the worker saves and
+/// the daemon exits 0, the pipeline interrupted; the next `serve` on the same data
+/// root resumes the run from what the stop saved, by itself, and it finishes.
+#[test]
+fn sigterm_to_the_daemon_interrupts_the_run_and_the_next_daemon_resumes_it() {
+    let mut env = interruptible();
+    env.serve();
     env.start(&[]);
-    env.wait_step(3, Duration::from_secs(10));
+    env.wait_step(15, Duration::from_secs(10));
     let worker = env.worker_pid().unwrap();
-    send_signal(daemon.id() as i32, 15);
-    let status = daemon.wait().unwrap();
-    assert!(status.success(), "{status:?}");
+    let exits = env.terminate_daemons();
+    assert!(exits.iter().all(|s| s.success()), "{exits:?}");
     assert!(!alive(worker));
-    assert_eq!(env.pipeline_json()["state"], "stopped");
+    let record = env.pipeline_json();
+    assert_eq!(record["state"], "stopped");
+    assert_eq!(record["stop_cause"], "daemon_exit");
     let log = std::fs::read_to_string(env.daemon_log()).unwrap();
     assert!(log.contains("the stop saved"), "{log}");
+    let saved = final_saved(&env.run_dir());
+
+    env.serve(); // no `start`
+    let st = env.wait_state("finished", Duration::from_secs(30));
+    let calls = env.train_calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(resume_arg(&calls[1]).as_deref(), Some(saved.as_str()));
+    assert_eq!(st["steps"]["train"], "done");
+    assert_eq!(st["steps"]["mine_hard"], "done");
+    assert_eq!(st["pipeline"]["restarts"], 0);
+    let recovery = &st["pipeline"]["recovery"];
+    assert_eq!(recovery["reason"], "daemon_exit", "{st:#}");
+    let name = Path::new(&saved).file_name().unwrap().to_str().unwrap();
+    assert_eq!(recovery["checkpoint"], name);
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    assert!(
+        log.contains(&format!(
+            "interrupted by the daemon's exit (SIGTERM/SIGINT); resumed from {name}"
+        )),
+        "{log}"
+    );
+}
+
+/// The daemon and the worker gone without a word (a power loss; here SIGKILL to
+/// both): the record still says running; the next daemon resumes the run from its
+/// latest complete checkpoint.
+#[test]
+fn a_power_loss_is_resumed_from_the_latest_checkpoint_by_the_next_daemon() {
+    let mut env = interruptible();
+    env.serve();
+    env.start(&[]);
+    env.wait_checkpoints(2, Duration::from_secs(10));
+    let worker = env.worker_pid().unwrap();
+    env.kill_daemons();
+    send_signal(-worker, 9);
+    wait_until(Duration::from_secs(5), "the worker to be gone", || {
+        !alive(worker)
+    });
+    assert_eq!(env.pipeline_json()["state"], "running");
+    let newest = lavender_newest(&env.run_dir());
+
+    env.serve();
+    let st = env.wait_state("finished", Duration::from_secs(30));
+    let calls = env.train_calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(resume_arg(&calls[1]).as_deref(), Some(newest.as_str()));
+    assert_eq!(st["pipeline"]["recovery"]["reason"], "power_loss", "{st:#}");
+    assert_eq!(st["pipeline"]["restarts"], 0, "not a crash restart");
+    assert_eq!(st["steps"]["mine_hard"], "done");
+}
+
+/// An operator's stop is not an interruption: the next daemon leaves it stopped.
+#[test]
+fn an_operators_stop_stays_stopped_across_a_daemon_restart() {
+    let mut env = interruptible();
+    env.serve();
+    env.start(&[]);
+    env.wait_step(5, Duration::from_secs(10));
+    env.stop_saved();
+    assert_eq!(env.pipeline_json()["stop_cause"], "operator");
+    env.terminate_daemons();
+    env.serve();
+    wait_until(Duration::from_secs(5), "the daemon to say so", || {
+        std::fs::read_to_string(env.daemon_log())
+            .unwrap()
+            .contains("the pipeline was stopped by the operator; it stays stopped")
+    });
+    assert_eq!(env.status()["pipeline"]["state"], "stopped");
+    assert_eq!(env.train_calls().len(), 1);
+}
+
+/// `resume_on_start: false`: an interrupted run stays stopped, and the daemon says
+/// so and how to continue; `start` (which starts a daemon of its own) starts what
+/// it is asked, here the run resumed from the latest checkpoint.
+#[test]
+fn with_resume_on_start_off_an_interrupted_run_stays_stopped_and_the_log_says_so() {
+    let mut env = Env::new(
+        &[
+            "--total-steps",
+            "60",
+            "--step-ms",
+            "20",
+            "--checkpoint-every",
+            "10",
+        ],
+        "  resume_on_start: false",
+        "[train]",
+    );
+    env.serve();
+    env.start(&[]);
+    env.wait_step(5, Duration::from_secs(10));
+    env.terminate_daemons();
+    env.serve();
+    wait_until(Duration::from_secs(5), "the daemon to say so", || {
+        std::fs::read_to_string(env.daemon_log()).unwrap().contains(
+            "resume on start is off (supervisor.resume_on_start), so it stays stopped: `lavenderd start --resume latest` continues it",
+        )
+    });
+    assert_eq!(env.status()["pipeline"]["state"], "stopped");
+    assert_eq!(env.train_calls().len(), 1);
+    env.terminate_daemons();
+
+    // No daemon: `start` starts one, which does not resume first.
+    env.start(&["--resume", "latest"]);
+    env.wait_state("finished", Duration::from_secs(30));
+    assert_eq!(env.train_calls().len(), 2);
 }
 
 fn started_at(env: &Env) -> String {
