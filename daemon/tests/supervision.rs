@@ -365,6 +365,42 @@ fn a_hung_worker_is_killed_and_restarted_and_the_run_finishes() {
     );
 }
 
+/// `stale_after_s: auto`: the allowance is learned from the run's own heartbeats
+/// and kept in its record, so a hang is caught after factor × the longest interval
+/// seen (within the floor), long before the ceiling.
+#[test]
+fn an_auto_allowance_is_learned_from_the_run_and_catches_a_hang() {
+    let mut env = Env::new(
+        &[
+            "--hang-after",
+            "40",
+            "--hang-times",
+            "1",
+            "--ignore-sigterm",
+            "--step-ms",
+            "20",
+            "--total-steps",
+            "60",
+            "--checkpoint-every",
+            "10",
+        ],
+        "  stale_after_s: auto\n  stale_auto: {factor: 5, floor_s: 1, ceiling_s: 600}\n  stall_kill_grace_s: 0.5",
+        "[train]",
+    );
+    env.serve();
+    env.start(&[]);
+    env.wait_step(40, Duration::from_secs(10));
+    let learned = env.pipeline_json()["heartbeat_interval_s"].as_f64();
+    assert!(
+        learned.is_some_and(|s| s > 0.0 && s < 1.0),
+        "learned {learned:?} s between two steps of 20 ms"
+    );
+    // Caught after the 1 s floor: the 600 s ceiling would time this out.
+    let st = env.wait_state("finished", Duration::from_secs(60));
+    assert_eq!(st["pipeline"]["recovery"]["reason"], "hung", "{st:#}");
+    assert_eq!(env.train_calls().len(), 2);
+}
+
 /// A save that takes longer than `stale_after_s` is a save (`saving_grace_s`), and
 /// a worker silent until its first heartbeat is starting (`startup_grace_s`): not
 /// hangs.
