@@ -4,6 +4,7 @@
 pub mod alert;
 pub mod backoff;
 pub mod cli;
+pub(crate) mod client;
 pub(crate) mod daemon;
 pub mod exit;
 pub(crate) mod feed;
@@ -19,6 +20,3 @@ pub mod service;
 pub(crate) mod settings;
 pub(crate) mod status;
 pub(crate) mod web;
-
-/// Connections on a listener's status thread at once (`server/direct.rs`).
-pub use server::direct::MAX_CONNECTIONS as STATUS_CONNECTIONS;

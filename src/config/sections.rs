@@ -10,6 +10,7 @@ use super::supervision::{OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto};
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::api::ApiConfig;
 use super::launch::LaunchConfig;
 use super::notify::NotifyConfig;
 use super::scale::{Scale, ScalesConfig};
@@ -34,6 +35,10 @@ pub struct Config {
     pub optimizer: OptimizerConfig,
     pub training: TrainingConfig,
     pub supervisor: SupervisorConfig,
+    /// Whom the HTTP API answers over TCP. Absent in configs older than the section:
+    /// defaults apply; left out of a resolved config when it is the default.
+    #[serde(default, skip_serializing_if = "ApiConfig::is_default")]
+    pub api: ApiConfig,
     /// Absent in configs older than the section: defaults apply.
     #[serde(default)]
     pub notify: NotifyConfig,

@@ -139,7 +139,11 @@ impl Daemon {
         };
         let (restart_tx, restarts) = mpsc::channel(1);
         let token = server::token::load_or_create(&layout.token())?;
-        let (tcp, unix) = listen(&settings, opts.listen, opts.allow_non_loopback).await?;
+        let allow_non_loopback =
+            opts.allow_non_loopback || settings.config.supervisor.allow_non_loopback;
+        let (tcp, unix) = listen(&settings, opts.listen, allow_non_loopback).await?;
+        let access =
+            server::auth::TcpAccess::new(token, settings.config.api.clone(), allow_non_loopback);
 
         let feed = Feed::new(feed::bus::DEFAULT_CAPACITY);
         let notify_cfg = &settings.config.notify;
@@ -167,7 +171,7 @@ impl Daemon {
         let view = opts
             .foreground
             .then(|| ForegroundView::start(app.web.feed.clone()));
-        let server = tokio::spawn(server::serve(app, tcp, unix, token, shutdown_rx));
+        let server = tokio::spawn(server::serve(app, tcp, unix, access, shutdown_rx));
         let mut service = ServiceNotifier::from_env();
         service.ready(progress::line(&cache.status()));
         Ok(Daemon {
@@ -369,7 +373,6 @@ async fn listen(
     allow_non_loopback: bool,
 ) -> Result<(TcpListener, UnixListener)> {
     let (layout, sup) = (&settings.layout, &settings.config.supervisor);
-    let allow_non_loopback = allow_non_loopback || sup.allow_non_loopback;
     let tcp = server::bind_tcp(listen.unwrap_or(sup.listen), allow_non_loopback).await?;
     let unix = server::bind_unix(&layout.socket())?;
     let addr = tcp.local_addr().context("read the bound address")?;
