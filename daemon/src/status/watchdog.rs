@@ -21,7 +21,7 @@ use super::stall::{Beat, IntervalLearner, Watch, allowance_key};
 use crate::alert::{Alert, AlertSender};
 use crate::layout::Layout;
 use crate::notify::disk_low_need;
-use crate::pipeline::{HungReport, PipelineHandle};
+use crate::pipeline::{HungReport, PipelineHandle, PipelineRecord};
 
 pub fn spawn(
     layout: Layout,
@@ -47,7 +47,14 @@ async fn run(
         let heartbeat_at = snap.facts.heartbeat_time();
         let watch = stall_watch(&snap.record, &snap.facts, &snap.settings, true);
         let allowance_s = watch.map_or(0, |w| w.allowance.as_secs());
-        if let Some(alert) = health.observe(&snap.record, &snap.status, heartbeat_at, allowance_s) {
+        let being_killed = hangs.reported_now(&snap.record);
+        if let Some(alert) = health.observe(
+            &snap.record,
+            &snap.status,
+            heartbeat_at,
+            allowance_s,
+            being_killed,
+        ) {
             // With `on_stall: restart` the actor tells of the hang once it restarted it.
             let told_by_actor = matches!(alert, Alert::Stale { .. })
                 && snap.settings.stall.on_stall == OnStall::Restart;
@@ -77,6 +84,14 @@ struct HangWatch {
 }
 
 impl HangWatch {
+    /// Whether the worker running now is the one reported hung.
+    fn reported_now(&self, record: &PipelineRecord) -> bool {
+        record
+            .worker
+            .as_ref()
+            .is_some_and(|w| self.reported.as_ref() == Some(&w.started_at))
+    }
+
     fn observe(
         &mut self,
         snap: &StatusSnapshot,
