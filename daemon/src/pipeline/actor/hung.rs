@@ -18,7 +18,8 @@ impl Actor {
             return;
         };
         // A report about a worker that already ended, or one being stopped or killed.
-        if worker.handle != report.worker || self.stopping.is_some() || self.hung.is_some() {
+        if !worker.handle.same_as(&report.worker) || self.stopping.is_some() || self.hung.is_some()
+        {
             return;
         }
         let grace = self.timings.stall_kill_grace;
