@@ -22,10 +22,6 @@ pub enum StaleAfter {
     Seconds(f64),
 }
 
-impl StaleAfter {
-    const NAMES: &'static [&'static str] = &["auto", "a number of seconds"];
-}
-
 impl fmt::Display for StaleAfter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -69,7 +65,9 @@ impl<'de> Deserialize<'de> for StaleAfter {
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
                 match v {
                     "auto" => Ok(StaleAfter::Auto),
-                    other => Err(E::unknown_variant(other, StaleAfter::NAMES)),
+                    other => Err(E::custom(format!(
+                        "`{other}` is neither `auto` nor a number of seconds; give one of them (e.g. auto, or 300)"
+                    ))),
                 }
             }
         }
