@@ -32,10 +32,12 @@ pub use notify::{BarkConfig, NotifyConfig, NtfyConfig, WebhookConfig, WebhookFor
 pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{
     Config, DataConfig, DedupConfig, Device, FilterConfig, HardExamplesConfig, ModelConfig,
-    OptimizerConfig, PipelineStep, Retention, SaveOptimizerState, ShardsConfig, StageConfig,
-    SupervisorConfig, TokenizerConfig, TrainingConfig, Watcher, WorkerConfig,
+    OnBadRecord, OptimizerConfig, PipelineStep, Retention, SaveOptimizerState, ShardsConfig,
+    StageConfig, SupervisorConfig, TokenizerConfig, TrainingConfig, Watcher, WorkerConfig,
 };
-pub use source::{DataSource, EmbeddedCorpus};
+pub use source::{
+    Compression, DEFAULT_TEXT_KEY, DataSource, EmbeddedCorpus, PathSource, SourceFormat,
+};
 pub use supervision::{FailureAction, OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto};
 
 use tree::Node;

@@ -149,6 +149,30 @@ pub struct DataConfig {
     pub dpo_jsonl: Option<PathBuf>,
     pub heldout_fraction: f64,
     pub hard_examples: HardExamplesConfig,
+    /// What `downloads` does with a record (a JSONL line, a Parquet or Arrow row) it
+    /// cannot read. Absent in configs older than the key: `fail`.
+    #[serde(default)]
+    pub on_bad_record: OnBadRecord,
+}
+
+/// `data.on_bad_record`: stop at a malformed record, or skip it and count it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBadRecord {
+    /// The step fails, naming the file, the record's place and what was expected.
+    #[default]
+    Fail,
+    /// The record is skipped; the step's manifest and the status count it.
+    Skip,
+}
+
+impl OnBadRecord {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnBadRecord::Fail => "fail",
+            OnBadRecord::Skip => "skip",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -199,6 +223,11 @@ pub struct ModelConfig {
     pub n_positions: Option<u32>,
     pub dropout: f64,
     pub layer_norm_epsilon: f64,
+    /// A Hugging Face GPT-2 checkpoint directory (`config.json`, weights,
+    /// `tokenizer.json`) training starts from: its shape, tokenizer and weights.
+    /// Absent in configs older than the key: none.
+    #[serde(default)]
+    pub init_from: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -92,7 +92,15 @@ fn to_yaml_round_trips() {
     config
         .data
         .sources
-        .push(DataSource::Path("corpus/extra.txt".into()));
+        .push(DataSource::Path(PathSource::text("corpus/extra.txt")));
+    config.data.sources.push(DataSource::Path(PathSource {
+        format: SourceFormat::Jsonl,
+        compression: Compression::Zstd,
+        field: Some("content".into()),
+        ..PathSource::text("dumps/*.jsonl.zst")
+    }));
+    config.data.on_bad_record = OnBadRecord::Skip;
+    config.model.init_from = Some("models/gpt2".into());
     config.data.sources.push(DataSource::Url {
         url: "https://example.org/a.txt".into(),
         sha256: "a".repeat(64),
@@ -560,6 +568,70 @@ fn bad_source_items() {
     let e = err("data:\n  sources:\n    - {url: https://example.org/a.txt, sha256: abc}\n");
     assert_eq!(e.path(), Some("data.sources[0].sha256"));
     assert_eq!(file_origin(&e), ("configs/my.yaml".into(), 3, 48));
+}
+
+#[test]
+fn local_sources_take_a_format_and_the_keys_it_reads() {
+    let c = Config::from_yaml_str(
+        "data:\n  sources:\n    - {path: a.txt}\n    - {path: d/*.jsonl.gz, format: jsonl, field: body}\n    - {path: hub/, format: parquet, column: content}\n    - {path: saved, format: datasets, split: validation}\n  on_bad_record: skip\n",
+        "s.yaml",
+    )
+    .unwrap();
+    let p = |i: usize| match &c.data.sources[i] {
+        DataSource::Path(p) => p.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(p(0), PathSource::text("a.txt"));
+    assert_eq!(
+        (p(1).format, p(1).text_key()),
+        (SourceFormat::Jsonl, "body")
+    );
+    assert_eq!(
+        (p(2).format, p(2).text_key()),
+        (SourceFormat::Parquet, "content")
+    );
+    assert_eq!(p(3).text_key(), DEFAULT_TEXT_KEY);
+    assert_eq!(p(3).split.as_deref(), Some("validation"));
+    assert_eq!(c.data.on_bad_record, OnBadRecord::Skip);
+    // A plain path item writes back as it was read, so its manifests' hashes hold.
+    let yaml = c.to_yaml();
+    assert!(yaml.contains("- path: a.txt\n"), "{yaml}");
+
+    let e = err("data:\n  sources:\n    - {path: a.csv, format: csv}\n");
+    assert_eq!(e.path(), Some("data.sources[0].format"));
+    assert!(
+        e.to_string().contains("unknown value `csv`") && e.to_string().contains("jsonl"),
+        "{e}"
+    );
+    let e = err("data:\n  sources:\n    - {path: a.parquet, format: parquet, field: body}\n");
+    assert_eq!(e.path(), Some("data.sources[0].field"));
+    assert!(e.to_string().contains("names its text `column:`"), "{e}");
+    assert_eq!(file_origin(&e).1, 3);
+    let e = err("data:\n  sources:\n    - {path: a.parquet, format: parquet, compression: gzip}\n");
+    assert!(e.to_string().contains("compressed inside the file"), "{e}");
+    let e = err("data:\n  sources:\n    - {path: a.txt, field: body}\n");
+    assert!(
+        e.to_string().contains("format text does not read `field`"),
+        "{e}"
+    );
+    let e = err("data:\n  sources:\n    - {embedded: tinyshakespeare, format: jsonl}\n");
+    assert!(e.to_string().contains("add `path: PATH`"), "{e}");
+    let e = err("data:\n  on_bad_record: ignore\n");
+    assert!(e.to_string().contains("unknown value `ignore`"), "{e}");
+}
+
+#[test]
+fn init_from_takes_the_context_length_from_the_checkpoint() {
+    // The preset's n_positions (128 at tiny) does not bound seq_len: the checkpoint's does,
+    // which the worker reads.
+    let c = Config::from_yaml_str(
+        "model: {init_from: gpt2}\ntraining: {seq_len: 1024}\n",
+        "i.yaml",
+    )
+    .unwrap();
+    assert_eq!(c.model.init_from.as_deref(), Some(Path::new("gpt2")));
+    let e = err("training: {seq_len: 1024}\n");
+    assert_eq!(e.path(), Some("training.seq_len"));
 }
 
 #[test]

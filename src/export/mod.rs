@@ -24,6 +24,7 @@ mod segments;
 mod staging;
 mod step;
 mod tensors;
+mod torch_load;
 mod torch_save;
 
 pub use crate::checkpoint::EXPORT_MARKER;
@@ -42,5 +43,7 @@ pub use run_config::RunConfig;
 pub use segments::{Segment, terminal_velocity_factor};
 pub use step::{checkpoint_step, step_from_name};
 pub use tensors::{OPTIMIZER_PT, hf_parameter_order};
+pub use torch_load::{LoadedTensor, load_state_dict};
+pub use torch_save::Dtype as TorchDtype;
 
 pub type Result<T, E = ExportError> = std::result::Result<T, E>;

@@ -10,7 +10,6 @@ pub(crate) mod policy;
 pub(crate) mod record;
 pub(crate) mod request;
 pub(crate) mod restart;
-pub(crate) mod retention;
 pub(crate) mod stop;
 
 pub use handle::{HungReport, PipelineHandle, StartError, StartReply};

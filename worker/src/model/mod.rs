@@ -3,6 +3,7 @@
 pub mod gpt2;
 mod inference;
 pub mod params;
+pub mod pretrained;
 pub mod tensor_file;
 
 use std::collections::BTreeMap;
@@ -51,9 +52,20 @@ pub fn save_weights_with(
 /// Returns the file's metadata.
 pub fn load_weights(model: &mut Gpt, path: &Path) -> Result<BTreeMap<String, String>> {
     let file = TensorFile::read(path)?;
-    let metadata = file.metadata;
+    load_named(model, file.tensors, path)?;
+    Ok(file.metadata)
+}
+
+/// Copies named tensors (Hugging Face names, `transformer.` prefix optional) from
+/// `path` into `model`; attention-mask buffers and a tied `lm_head.weight` are ignored.
+/// A tensor missing, extra or of another shape is an error naming the first one.
+fn load_named(
+    model: &mut Gpt,
+    tensors: impl IntoIterator<Item = (String, tch::Tensor)>,
+    path: &Path,
+) -> Result<()> {
     let mut found: BTreeMap<String, tch::Tensor> = BTreeMap::new();
-    for (name, t) in file.tensors {
+    for (name, t) in tensors {
         if is_buffer(&name) || name == "lm_head.weight" {
             continue;
         }
@@ -90,7 +102,7 @@ pub fn load_weights(model: &mut Gpt, path: &Path) -> Result<BTreeMap<String, Str
             path.display()
         );
     }
-    Ok(metadata)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -128,6 +128,16 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
             tokenizer.display()
         )
     })?;
+    if let Some(p) = &s.pretrained {
+        let theirs = std::fs::read(&p.tokenizer)
+            .with_context(|| format!("could not read {}", p.tokenizer.display()))?;
+        anyhow::ensure!(
+            theirs == tok_bytes,
+            "the tokens under {} were made with another tokenizer than model.init_from's ({}); rerun `lavender-worker precompute`",
+            tokens_dir.display(),
+            p.tokenizer.display()
+        );
+    }
     lavender::atomic::write_file(&run_dir.join(crate::tokens::TOKENIZER_FILE), &tok_bytes)?;
 
     let total_steps = s.total_steps();
@@ -140,22 +150,32 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
 
     let size = s.config.model_size();
     tch::manual_seed(s.seed as i64);
-    let mut model = Gpt::new(s.model(tokens.index.vocab_size), device)?;
+    let mut model = Gpt::new(s.model(tokens.index.vocab_size)?, device)?;
+    // A resume loads its checkpoint's weights instead.
+    if let (Some(p), None) = (&s.pretrained, &resume) {
+        p.load_into(&mut model)?;
+    }
     model.params.init_grads();
     let mut opt = AdamW::new(s.adamw, &model.params);
+    let init_from = s.pretrained.as_ref().map(|p| p.dir.display().to_string());
     reporter.event(
         Event::new(
             kinds::RUN_STARTED,
             format!(
-                "training started on {} ({} threads), chunk {}, scale {}: {} layers x {} wide, {total_steps} steps",
+                "training started on {} ({} threads), chunk {}, scale {}: {} layers x {} wide, {total_steps} steps{}",
                 device::name(device),
                 s.threads,
                 s.chunk,
                 s.config.scale,
                 size.n_layer,
-                size.n_embd
+                size.n_embd,
+                init_from
+                    .as_ref()
+                    .filter(|_| resume.is_none())
+                    .map_or(String::new(), |d| format!(", from {d}"))
             ),
         )
+        .with("init_from", &init_from)
         .with("device", device::name(device))
         .with("threads", s.threads)
         .with("chunk", s.chunk)

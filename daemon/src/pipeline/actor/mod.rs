@@ -4,6 +4,10 @@
 //! `exit`, `restart` (a failed or hung worker restarted, or the pipeline failed),
 //! `hung` (a worker that stopped beating killed), `stop`, `recover` (after a daemon
 //! restart) and `resume` (an interrupted pipeline resumed at daemon start).
+//!
+//! The actor never blocks: what may take seconds (`sbatch`, `scontrol`, `scancel`,
+//! deleting old runs) runs on the blocking pool, and a launch reports back with a
+//! [`LaunchDone`], so a status, a stop or the watchdog's ping is answered meanwhile.
 
 mod exit;
 mod hung;
@@ -15,20 +19,22 @@ mod stop;
 #[cfg(test)]
 mod tests;
 
+use std::path::PathBuf;
+
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use lavender::config::{Config, PipelineStep};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::handle::{Command, HungReport, PipelineHandle};
-use super::record::{PipelineRecord, WorkerRecord};
+use super::handle::{Command, HungReport, PipelineHandle, StartError, StartReply};
+use super::record::{PipelineRecord, StopCause, WorkerRecord};
 use super::restart::Timings;
 use super::stop::{StopMark, StopReport};
 use crate::alert::{Alert, AlertSender};
 use crate::exit::ExitOutcome;
 use crate::layout::Layout;
-use crate::process::{Backend, JobUpdate, WorkerHandle};
+use crate::process::{Backend, JobUpdate, Launched, WorkerHandle};
 
 struct LiveWorker {
     generation: u64,
@@ -51,6 +57,41 @@ struct WorkerExit {
 struct JobChange {
     generation: u64,
     update: JobUpdate,
+}
+
+/// The step being launched off the actor (see [`Actor::spawn_step`]).
+struct Launching {
+    generation: u64,
+    step: PipelineStep,
+    after_crash: bool,
+    /// The checkpoint it resumes from, and that checkpoint's step when the daemon
+    /// brings a training worker back (a restart, a resume).
+    resume: Option<PathBuf>,
+    resumed_from_step: Option<u64>,
+    /// Why the daemon launches it again, for what it says once it runs.
+    relaunch: Option<Relaunch>,
+}
+
+/// A step launched again by the daemon itself.
+enum Relaunch {
+    /// After a failure or a hang (`None`: decided by a daemon before this one).
+    Restart(Option<PendingRestart>),
+    /// At daemon start, a pipeline interrupted by the daemon's exit or a power loss.
+    Resume(StopCause),
+}
+
+/// How a launch went, reported back to the actor.
+struct LaunchDone {
+    generation: u64,
+    result: Result<Launched>,
+}
+
+/// A start whose reply waits for its first step's launch.
+struct PendingStart {
+    reply: oneshot::Sender<Result<StartReply, StartError>>,
+    chunk: u32,
+    scale: String,
+    notices: Vec<String>,
 }
 
 struct Stopping {
@@ -86,6 +127,7 @@ struct Actor {
     snapshot: watch::Sender<PipelineRecord>,
     exits_tx: mpsc::UnboundedSender<WorkerExit>,
     jobs_tx: mpsc::UnboundedSender<JobChange>,
+    launches_tx: mpsc::UnboundedSender<LaunchDone>,
     backend: Backend,
     worker: Option<LiveWorker>,
     generation: u64,
@@ -97,6 +139,14 @@ struct Actor {
     pending: Option<PendingRestart>,
     stopping: Option<Stopping>,
     hung: Option<HungKill>,
+    /// The launch whose worker the pipeline waits for; a stop abandons it.
+    launching: Option<Launching>,
+    /// Launches not reported back yet, abandoned ones included.
+    launches_in_flight: usize,
+    pending_start: Option<PendingStart>,
+    /// A detach waits for the launches in flight: the record must name the worker
+    /// it leaves running, and an abandoned launch's worker must be cancelled.
+    detaching: Option<oneshot::Sender<()>>,
     alerts: AlertSender,
 }
 
@@ -119,10 +169,12 @@ fn spawn_with(
     let (cmds, cmds_rx) = mpsc::channel(32);
     let (exits_tx, exits_rx) = mpsc::unbounded_channel();
     let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
+    let (launches_tx, launches_rx) = mpsc::unbounded_channel();
     let mut actor = Actor {
         timings: Timings::from_config(&config.supervisor),
         backend,
         jobs_tx,
+        launches_tx,
         layout,
         config,
         record,
@@ -135,10 +187,14 @@ fn spawn_with(
         pending: None,
         stopping: None,
         hung: None,
+        launching: None,
+        launches_in_flight: 0,
+        pending_start: None,
+        detaching: None,
         alerts,
     };
     actor.recover();
-    tokio::spawn(actor.run(cmds_rx, exits_rx, jobs_rx));
+    tokio::spawn(actor.run(cmds_rx, exits_rx, jobs_rx, launches_rx));
     Ok(PipelineHandle {
         cmds,
         snapshot: snapshot_rx,
@@ -162,6 +218,7 @@ impl Actor {
         mut cmds: mpsc::Receiver<Command>,
         mut exits: mpsc::UnboundedReceiver<WorkerExit>,
         mut jobs: mpsc::UnboundedReceiver<JobChange>,
+        mut launches: mpsc::UnboundedReceiver<LaunchDone>,
     ) {
         loop {
             let stop_kill_at = self
@@ -176,14 +233,11 @@ impl Actor {
             };
             tokio::select! {
                 cmd = cmds.recv() => match cmd {
-                    Some(Command::Detach { reply }) => {
-                        tracing::info!("pipeline actor detached; the worker is left running");
-                        let _ = reply.send(());
-                        break;
-                    }
+                    Some(Command::Detach { reply }) => self.detaching = Some(reply),
                     Some(cmd) => self.on_command(cmd),
                     None => break,
                 },
+                Some(done) = launches.recv() => self.on_launched(done),
                 Some(exit) = exits.recv() => self.on_exit(exit),
                 Some(change) = jobs.recv() => self.on_job_change(change),
                 _ = sleep_until_opt(self.restart_at) => self.on_restart_due(),
@@ -191,6 +245,13 @@ impl Actor {
                     self.escalate();
                     self.escalate_hung();
                 }
+            }
+            if self.launches_in_flight == 0
+                && let Some(reply) = self.detaching.take()
+            {
+                tracing::info!("pipeline actor detached; the worker is left running");
+                let _ = reply.send(());
+                break;
             }
         }
     }
@@ -210,10 +271,7 @@ impl Actor {
 
     fn on_command(&mut self, cmd: Command) {
         match cmd {
-            Command::Start { req, reply } => {
-                let result = self.start(req);
-                let _ = reply.send(result);
-            }
+            Command::Start { req, reply } => self.start(req, reply),
             Command::Stop {
                 timeout,
                 cause,

@@ -10,7 +10,8 @@ use lavender::status::{PipelineState, Recovery, RecoveryReason, StepState};
 use tokio::time::Instant;
 
 use super::hung::hung_text;
-use super::{Actor, LiveWorker, PendingRestart};
+use super::resume::resume_reason;
+use super::{Actor, LiveWorker, PendingRestart, Relaunch};
 use crate::alert::Alert;
 use crate::exit::ExitOutcome;
 use crate::pipeline::policy::{self, Cause, Decision, Streak};
@@ -91,41 +92,55 @@ impl Actor {
             return;
         };
         let why = self.pending.take();
-        match self.launch_step(step, true) {
-            Ok(from) => {
-                let (reason, said) = match &why {
-                    Some(PendingRestart::Hung(report)) => (RecoveryReason::Hung, hung_text(report)),
-                    Some(PendingRestart::Failed(f)) => {
-                        (RecoveryReason::Failed, format!("{}: {}", f.kind, f.message))
-                    }
-                    // Decided by a daemon before this one.
-                    None => (
-                        RecoveryReason::Failed,
-                        self.record
-                            .last_error
-                            .clone()
-                            .unwrap_or_else(|| "the worker failed".into()),
-                    ),
-                };
-                let message = format!(
-                    "{said}; restarted from {}",
-                    checkpoint_text(from.as_deref())
-                );
-                tracing::info!("{message}");
-                self.record.recovery = Some(recovery(reason, &message, from.as_deref()));
-                self.commit();
-                if reason == RecoveryReason::Hung {
-                    self.alert(Alert::HungRestarted { step, message });
-                }
+        self.spawn_step(step, true, Some(Relaunch::Restart(why)));
+    }
+
+    /// A worker the daemon launched again by itself runs: `pipeline.recovery` says
+    /// why and from which checkpoint; the alert to raise, if any.
+    pub(super) fn relaunched(
+        &mut self,
+        step: PipelineStep,
+        why: Relaunch,
+        from: Option<&Path>,
+    ) -> Option<Alert> {
+        let from_text = checkpoint_text(from);
+        let (reason, message) = match &why {
+            Relaunch::Restart(Some(PendingRestart::Hung(report))) => (
+                RecoveryReason::Hung,
+                format!("{}; restarted from {from_text}", hung_text(report)),
+            ),
+            Relaunch::Restart(Some(PendingRestart::Failed(f))) => (
+                RecoveryReason::Failed,
+                format!("{}: {}; restarted from {from_text}", f.kind, f.message),
+            ),
+            // Decided by a daemon before this one.
+            Relaunch::Restart(None) => (
+                RecoveryReason::Failed,
+                format!(
+                    "{}; restarted from {from_text}",
+                    self.record
+                        .last_error
+                        .as_deref()
+                        .unwrap_or("the worker failed")
+                ),
+            ),
+            Relaunch::Resume(cause) => {
+                let (reason, said) = resume_reason(*cause);
+                (reason, format!("{said}; resumed from {from_text}"))
             }
-            Err(e) => {
-                let last_exit = self.last_exit.take();
-                let failure = match why {
-                    Some(PendingRestart::Failed(f)) => Some(f),
-                    _ => None,
-                };
-                self.fail_after(step, format!("{e:#}"), last_exit, failure);
+        };
+        tracing::info!(%step, "{message}");
+        self.record.recovery = Some(recovery(reason, &message, from));
+        match why {
+            Relaunch::Restart(Some(PendingRestart::Hung(_))) => {
+                Some(Alert::HungRestarted { step, message })
             }
+            Relaunch::Resume(_) => Some(Alert::Resumed {
+                step,
+                reason,
+                message,
+            }),
+            Relaunch::Restart(_) => None,
         }
     }
 

@@ -6,23 +6,11 @@
 
 use lavender::status::{PipelineState, RecoveryReason, StepState};
 
-use super::Actor;
-use super::restart::{checkpoint_text, recovery};
-use crate::alert::Alert;
+use super::{Actor, Relaunch};
 use crate::pipeline::record::StopCause;
 
 impl Actor {
     pub(super) fn resume_at_start(&mut self, cause: StopCause) {
-        let (reason, why) = match cause {
-            StopCause::DaemonExit => (
-                RecoveryReason::DaemonExit,
-                "interrupted by the daemon's exit (SIGTERM/SIGINT)",
-            ),
-            _ => (
-                RecoveryReason::PowerLoss,
-                "the daemon and the worker were gone without a word (a power loss, a reboot, or both killed)",
-            ),
-        };
         let next = self
             .record
             .steps
@@ -33,6 +21,7 @@ impl Actor {
             return;
         };
         if !self.config.supervisor.resume_on_start {
+            let (_, why) = resume_reason(cause);
             self.record.state = PipelineState::Stopped;
             self.record.stop_cause = Some(cause);
             self.record.set_step(step, StepState::Pending);
@@ -43,19 +32,21 @@ impl Actor {
             );
             return;
         }
-        match self.launch_step(step, true) {
-            Ok(from) => {
-                let message = format!("{why}; resumed from {}", checkpoint_text(from.as_deref()));
-                tracing::info!(%step, "{message}");
-                self.record.recovery = Some(recovery(reason, &message, from.as_deref()));
-                self.commit();
-                self.alert(Alert::Resumed {
-                    step,
-                    reason,
-                    message,
-                });
-            }
-            Err(e) => self.fail(step, format!("{e:#}")),
-        }
+        // `relaunched` (restart.rs) says so once the worker runs.
+        self.spawn_step(step, true, Some(Relaunch::Resume(cause)));
+    }
+}
+
+/// Why an interrupted pipeline resumes, for the status and in words.
+pub(super) fn resume_reason(cause: StopCause) -> (RecoveryReason, &'static str) {
+    match cause {
+        StopCause::DaemonExit => (
+            RecoveryReason::DaemonExit,
+            "interrupted by the daemon's exit (SIGTERM/SIGINT)",
+        ),
+        _ => (
+            RecoveryReason::PowerLoss,
+            "the daemon and the worker were gone without a word (a power loss, a reboot, or both killed)",
+        ),
     }
 }
