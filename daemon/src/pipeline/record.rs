@@ -8,7 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use lavender::config::PipelineStep;
+use chrono::{DateTime, Utc};
+use lavender::config::{PipelineStep, Scale};
 use lavender::failure::Failure;
 use lavender::status::{PipelineState, Recovery, StepState};
 use serde::{Deserialize, Serialize};
@@ -29,8 +30,9 @@ pub struct WorkerRecord {
     #[serde(flatten)]
     pub handle: WorkerHandle,
     pub step: PipelineStep,
-    /// RFC 3339 UTC; the start-up grace for heartbeats counts from here.
-    pub started_at: String,
+    /// The start-up grace for heartbeats counts from here (RFC 3339 UTC on disk).
+    #[serde(with = "lavender::time::rfc3339")]
+    pub started_at: DateTime<Utc>,
     /// The training step of the checkpoint it resumed from (a restart or a resume):
     /// a worker that ends without training past it made no progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -60,7 +62,7 @@ pub struct PipelineRecord {
     #[serde(default)]
     pub request: Option<StartRequest>,
     pub chunk: Option<u32>,
-    pub scale: Option<String>,
+    pub scale: Option<Scale>,
     #[serde(default)]
     pub steps: Vec<StepEntry>,
     pub active_step: Option<PipelineStep>,
@@ -288,7 +290,7 @@ mod tests {
                 },
             },
             step: PipelineStep::Train,
-            started_at: "2026-01-01T00:00:00Z".into(),
+            started_at: "2026-01-01T00:00:00Z".parse().unwrap(),
             resumed_from_step: Some(40),
         });
         r.save(&p).unwrap();

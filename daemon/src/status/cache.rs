@@ -222,7 +222,7 @@ fn test_settings() -> StatusSettings {
     supervisor.startup_grace_s = 60;
     StatusSettings {
         stall: super::stall::StallSettings::from_config(&supervisor),
-        default_scale: "tiny".into(),
+        default_scale: lavender::config::Scale::Tiny,
         default_chunk: 1,
         steps: Vec::new(),
         disk_floor_mib: 0,
@@ -235,7 +235,7 @@ mod tests {
     use super::*;
 
     fn at(text: &str) -> DateTime<Utc> {
-        super::super::compose::started_at(text).expect("test time")
+        text.parse().expect("test time")
     }
 
     fn snapshot_at(now: DateTime<Utc>) -> StatusSnapshot {

@@ -16,7 +16,7 @@ use crate::pipeline::PipelineRecord;
 pub struct StatusSettings {
     /// The allowances of a worker's phases, and what a hang gets.
     pub stall: StallSettings,
-    pub default_scale: String,
+    pub default_scale: Scale,
     pub default_chunk: u32,
     pub steps: Vec<PipelineStep>,
     /// `notify.disk_floor_mib`: the floor of the disk-low alert.
@@ -29,20 +29,13 @@ impl StatusSettings {
     pub fn from_config(config: &Config) -> StatusSettings {
         StatusSettings {
             stall: StallSettings::from_config(&config.supervisor),
-            default_scale: config.scale.to_string(),
+            default_scale: config.scale,
             default_chunk: config.chunk,
             steps: config.steps.clone(),
             disk_floor_mib: config.notify.disk_floor_mib,
             scales: config.scales,
         }
     }
-}
-
-/// When the worker was started, as the record says.
-pub fn started_at(text: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(text)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
 }
 
 /// The watch on the worker `record` names, when it counts as alive (see [`compose`]).
@@ -111,22 +104,16 @@ pub fn compose(
         facts.checkpoints,
         facts.latest_checkpoint.clone(),
     );
-    let scale = record
-        .scale
-        .clone()
-        .unwrap_or_else(|| settings.default_scale.clone());
+    let scale = record.scale.unwrap_or(settings.default_scale);
     let mut data = DataStatus::from_counts(facts.data_counts.clone(), facts.checkpoints);
-    let notices = scale
-        .parse::<Scale>()
-        .ok()
-        .and_then(|s| data.note_shards_wanted(s, settings.scales.get(s).shards.into()));
+    let notices = data.note_shards_wanted(scale, settings.scales.get(scale).shards.into());
     Status {
         timestamp: lavender::time::rfc3339_z(now),
         pipeline: PipelineStatus {
             running: alive,
             pid: worker.and_then(|w| w.handle.pid()),
             chunk: Some(record.chunk.unwrap_or(settings.default_chunk).to_string()),
-            scale: Some(scale),
+            scale: Some(scale.to_string()),
             state,
             restarts: record.restarts,
             slurm: worker.and_then(|w| w.handle.slurm_job()).map(|j| {

@@ -178,7 +178,7 @@ pub fn assess(
     learned_s: Option<f64>,
 ) -> Option<Watch> {
     let worker = worker.filter(|w| w.step == PipelineStep::Train)?;
-    let started = super::compose::started_at(&worker.started_at)?;
+    let started = worker.started_at;
     let beat = heartbeat.and_then(|hb| hb.as_ref().ok()).and_then(Beat::of);
     watch(started, beat.as_ref(), &settings.allowances(learned_s))
 }

@@ -77,7 +77,7 @@ async fn run(
 #[derive(Default)]
 struct HangWatch {
     /// The worker last reported hung (its recorded start).
-    reported: Option<String>,
+    reported: Option<DateTime<Utc>>,
     /// The run whose intervals `learner` holds.
     run: Option<PathBuf>,
     learner: IntervalLearner,
@@ -89,7 +89,7 @@ impl HangWatch {
         record
             .worker
             .as_ref()
-            .is_some_and(|w| self.reported.as_ref() == Some(&w.started_at))
+            .is_some_and(|w| self.reported == Some(w.started_at))
     }
 
     fn observe(
@@ -107,22 +107,21 @@ impl HangWatch {
             self.run = record.run_dir.clone();
             self.learner = IntervalLearner::new(record.heartbeat_interval_s);
         }
-        if let (Some(run), Some(started), Some(beat)) = (
+        if let (Some(run), Some(beat)) = (
             &record.run_dir,
-            super::compose::started_at(&worker.started_at),
             snap.facts
                 .heartbeat
                 .as_ref()
                 .and_then(|hb| hb.as_ref().ok())
                 .and_then(Beat::of),
-        ) && let Some(longest) = self.learner.observe(started, &beat)
+        ) && let Some(longest) = self.learner.observe(worker.started_at, &beat)
             // Kept in the record when it grew by a tenth or more: a few writes a run.
             && record.heartbeat_interval_s.is_none_or(|known| longest > known * 1.1)
         {
             pipeline.report_interval(run.clone(), longest);
         }
         if snap.settings.stall.on_stall != OnStall::Restart
-            || self.reported.as_ref() == Some(&worker.started_at)
+            || self.reported == Some(worker.started_at)
         {
             return;
         }
@@ -139,7 +138,7 @@ impl HangWatch {
                 allowance_key: allowance_key(watch.phase),
             })
         {
-            self.reported = Some(worker.started_at.clone());
+            self.reported = Some(worker.started_at);
         }
     }
 }

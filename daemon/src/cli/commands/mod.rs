@@ -102,6 +102,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             all,
             out,
             force,
+            ema,
             json,
         } => {
             use lavender::export::{self, ExportOptions, Selection};
@@ -118,6 +119,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 selection,
                 out,
                 force,
+                ema,
             })?;
             print!(
                 "{}",

@@ -56,7 +56,7 @@ impl Actor {
             exit.outcome,
             self.record.run_dir.as_deref(),
             &self.layout.data_root,
-            worker.started_at,
+            Some(worker.started_at),
         );
         match judged.verdict {
             Verdict::Success => {

@@ -3,7 +3,7 @@
 //! pipeline the previous daemon's exit interrupted, or that a power loss took
 //! down with its worker, resumes (`resume.rs`).
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use lavender::status::PipelineState;
 use tokio::time::Instant;
 
@@ -25,9 +25,7 @@ impl Actor {
         );
         if let Some(w) = self.record.worker.clone() {
             if w.handle.is_alive() {
-                let elapsed = parse_time(&w.started_at)
-                    .map(|t| (Utc::now() - t).to_std().unwrap_or_default())
-                    .unwrap_or_default();
+                let elapsed = (Utc::now() - w.started_at).to_std().unwrap_or_default();
                 let started = Instant::now()
                     .checked_sub(elapsed)
                     .unwrap_or_else(Instant::now);
@@ -37,7 +35,7 @@ impl Actor {
                     handle: w.handle.clone(),
                     step: w.step,
                     started,
-                    started_at: parse_time(&w.started_at),
+                    started_at: w.started_at,
                     own_child: false,
                     resumed_from_step: w.resumed_from_step,
                 });
@@ -74,7 +72,7 @@ impl Actor {
                     ExitOutcome::Unknown,
                     self.record.run_dir.as_deref(),
                     &self.layout.data_root,
-                    parse_time(&w.started_at),
+                    Some(w.started_at),
                 );
                 if let Verdict::Failed { said: false, .. } = judged.verdict {
                     // Gone without a word, and the daemon with it: a power loss, a
@@ -87,7 +85,7 @@ impl Actor {
             self.generation += 1;
             self.worker = Some(LiveWorker {
                 generation: self.generation,
-                started_at: parse_time(&w.started_at),
+                started_at: w.started_at,
                 handle: w.handle,
                 step: w.step,
                 started: Instant::now(),
@@ -143,10 +141,4 @@ impl Actor {
             }
         }
     }
-}
-
-fn parse_time(s: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
 }

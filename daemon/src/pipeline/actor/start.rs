@@ -243,7 +243,7 @@ impl Actor {
         self.record.worker = Some(WorkerRecord {
             handle: launched.handle.clone(),
             step,
-            started_at: lavender::time::rfc3339_z(started_at),
+            started_at,
             resumed_from_step,
         });
         self.worker = Some(LiveWorker {
@@ -251,7 +251,7 @@ impl Actor {
             handle: launched.handle,
             step,
             started: Instant::now(),
-            started_at: Some(started_at),
+            started_at,
             own_child: true,
             resumed_from_step,
         });

@@ -423,7 +423,7 @@ fn left_behind(state: PipelineState, cause: Option<StopCause>) -> PipelineRecord
     PipelineRecord {
         state,
         chunk: Some(1),
-        scale: Some("tiny".into()),
+        scale: Some(lavender::config::Scale::Tiny),
         steps: vec![StepEntry {
             name: PipelineStep::Train,
             state: StepState::Pending,
@@ -468,7 +468,7 @@ async fn a_worker_gone_with_the_daemon_is_a_power_loss_and_resumes() {
             start_time: "1".into(),
         }),
         step: PipelineStep::Train,
-        started_at: "2026-01-01T00:00:00Z".into(),
+        started_at: "2026-01-01T00:00:00Z".parse().unwrap(),
         resumed_from_step: None,
     });
     let mut h = harness_after(Some(record), |_| {});
