@@ -21,6 +21,10 @@ use crate::error::{Error, IoContext, Result};
 /// File name of the record inside a run directory.
 pub const FILE: &str = "skipped.json";
 
+/// A checkpoint saved after a divergence began is renamed `<prefix><name>` in its
+/// run when the run rolls back: hidden, so nothing lists or resumes it again.
+pub const SET_ASIDE_PREFIX: &str = ".diverged-";
+
 /// The `trainer_state.json` key counting the ranges a checkpoint's cursor includes.
 pub const APPLIED_KEY: &str = "skips_applied";
 

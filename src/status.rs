@@ -16,6 +16,7 @@ use serde_json::Number;
 use crate::config::{PipelineStep, Scale, ShardShortfall};
 use crate::failure::Failure;
 use crate::heartbeat::Heartbeat;
+use crate::skips::SkipRange;
 
 /// Version of the status document; bumped when a key is added.
 pub const SCHEMA_VERSION: u32 = 4;
@@ -94,6 +95,15 @@ pub struct PipelineStatus {
     /// null when none failed.
     #[serde(default)]
     pub failure: Option<Failure>,
+    /// The run's rollbacks after a divergence, oldest first: each the checkpoint it
+    /// went back to (`from_step`), the step the divergence was detected at
+    /// (`to_step`; the data in between is skipped), why and when. Empty when none.
+    #[serde(default)]
+    pub rollbacks: Vec<SkipRange>,
+    /// Why the pipeline last crashed or failed, as the daemon said it (e.g. "…;
+    /// gave up after 2 rollback(s) (supervisor.max_rollbacks)"); null otherwise.
+    #[serde(default)]
+    pub last_error: Option<String>,
 }
 
 /// Why the daemon brought a run back by itself.
@@ -110,6 +120,9 @@ pub enum RecoveryReason {
     /// The daemon and the worker were gone without a word (a power loss, a reboot,
     /// both killed); the next start resumed the run.
     PowerLoss,
+    /// The loss diverged: the run went back to the checkpoint before the
+    /// divergence, skipping the data that led to it (`on_diverged: rollback`).
+    RolledBack,
 }
 
 impl RecoveryReason {
@@ -119,6 +132,7 @@ impl RecoveryReason {
             RecoveryReason::Failed => "failed",
             RecoveryReason::DaemonExit => "daemon_exit",
             RecoveryReason::PowerLoss => "power_loss",
+            RecoveryReason::RolledBack => "rolled_back",
         }
     }
 }
@@ -393,6 +407,8 @@ impl Status {
                 slurm: None,
                 recovery: None,
                 failure: None,
+                rollbacks: Vec::new(),
+                last_error: None,
             },
             active_step: None,
             steps: BTreeMap::new(),

@@ -42,6 +42,15 @@ pub enum Alert {
     /// A worker that stopped beating was killed and restarted (`on_stall: restart`).
     /// `message`: "hung at step N for M; restarted from <checkpoint>".
     HungRestarted { step: PipelineStep, message: String },
+    /// The loss diverged and the run went back to the checkpoint before it,
+    /// skipping the data that led to it (`on_diverged: rollback`). `message`:
+    /// "diverged at step N (…): rolled back to <checkpoint> (step C), skipping …".
+    RolledBack {
+        step: PipelineStep,
+        message: String,
+        rollback: usize,
+        max_rollbacks: u32,
+    },
     /// The daemon's start resumed a pipeline interrupted by its previous exit or a
     /// power loss (`supervisor.resume_on_start`).
     Resumed {
@@ -88,6 +97,7 @@ impl Alert {
             Alert::Crashed { .. } => "crashed",
             Alert::Failed { .. } => "failed",
             Alert::HungRestarted { .. } => "hung",
+            Alert::RolledBack { .. } => "rolled_back",
             Alert::Resumed { .. } => "resumed",
             Alert::Stale { .. } => "stalled",
             Alert::Recovered { .. } => "recovered",
@@ -104,6 +114,7 @@ impl Alert {
             Alert::Crashed { step, .. }
             | Alert::Failed { step, .. }
             | Alert::HungRestarted { step, .. }
+            | Alert::RolledBack { step, .. }
             | Alert::Resumed { step, .. }
             | Alert::Stale { step, .. }
             | Alert::Recovered { step, .. }
@@ -149,6 +160,7 @@ impl std::fmt::Display for Alert {
                 None => write!(f, "step {step}: no heartbeat yet after the start-up grace"),
             },
             Alert::HungRestarted { step, message } => write!(f, "step {step}: {message}"),
+            Alert::RolledBack { step, message, .. } => write!(f, "step {step}: {message}"),
             Alert::Resumed { step, message, .. } => write!(f, "step {step}: {message}"),
             Alert::Adopted { step, worker } => {
                 write!(f, "re-adopted the running worker of step {step} ({worker})")

@@ -231,6 +231,7 @@ const PAGE_STATE: &str = r#"!document.getElementById('losschart') ? 'null' : JSO
   notice: document.getElementById('notice').textContent,
   tokenForm: getComputedStyle(document.getElementById('tokenform')).display,
   recovery: document.getElementById('recovery').textContent,
+  rollbacks: [...document.querySelectorAll('#rollbacks li')].map((e) => e.textContent),
   alerts: [...document.querySelectorAll('#events li.alert')].map((e) => e.textContent),
 })"#;
 
@@ -388,6 +389,71 @@ fn the_dashboard_shows_a_hung_worker_restarted() {
     let recovery = p["recovery"].as_str().unwrap();
     assert!(recovery.contains("restarted from pretrain-"), "{p}");
     cdp.screenshot(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard-hung.png"));
+    assert!(
+        cdp.exceptions.is_empty(),
+        "page errors: {:?}",
+        cdp.exceptions
+    );
+    drop(browser);
+}
+
+/// A divergence rolled back (the fake worker reports `diverged` at step 12): the
+/// dashboard lists the rollback, says what the daemon did, and shows the push.
+#[test]
+fn the_dashboard_shows_a_divergence_rolled_back() {
+    let mut env = Env::new(
+        &[
+            "--crash-after",
+            "12",
+            "--crash-times",
+            "1",
+            "--crash-kind",
+            "diverged",
+            "--step-ms",
+            "40",
+            "--checkpoint-every",
+            "5",
+            "--total-steps",
+            "100000",
+        ],
+        "",
+        "[train]",
+    );
+    env.serve();
+    let r = env.uds("POST", "/pipeline/start", Some("{}")).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let addr = env.addr();
+    let profile = env.dir.path().join("chromium-profile");
+    let browser = Browser::launch(&profile);
+    let mut cdp = browser.page_socket();
+    cdp.call("Runtime.enable", json!({}));
+    cdp.call("Page.enable", json!({}));
+    cdp.call("Page.navigate", json!({"url": format!("http://{addr}/")}));
+    let p = wait_page(&mut cdp, "the rollback on the page", |p| {
+        p["rollbacks"].as_array().is_some_and(|r| r.len() == 1)
+            && p["recovery"]
+                .as_str()
+                .unwrap_or("")
+                .contains("restarted from")
+            && p["alerts"].as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|e| e.as_str().unwrap().contains("rolled back to"))
+            })
+    });
+    let line = p["rollbacks"][0].as_str().unwrap();
+    assert!(
+        line.starts_with("rolled back to step 10 (pretrain-")
+            && line.contains("skipped to step 12"),
+        "{p}"
+    );
+    assert!(
+        p["recovery"]
+            .as_str()
+            .unwrap()
+            .contains("diverged at step 12"),
+        "{p}"
+    );
+    cdp.screenshot(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard-rollback.png"));
     assert!(
         cdp.exceptions.is_empty(),
         "page errors: {:?}",

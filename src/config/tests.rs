@@ -854,6 +854,9 @@ fn spike_rules_default_and_bad_values_name_key_and_location() {
     assert!(!old.contains("spike"), "{old}");
     let c: Config = serde_saphyr::from_str(&old).unwrap();
     assert_eq!(c.training.spike, SpikeConfig::default());
+}
+
+#[test]
 fn supervision_defaults() {
     let s = Config::default().supervisor;
     assert_eq!(s.stale_after_s, StaleAfter::Auto);

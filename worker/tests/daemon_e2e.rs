@@ -395,3 +395,223 @@ fn a_worker_frozen_with_sigstop_is_killed_and_restarted_and_the_run_finishes() {
         "the restarted run's final weights differ from the untouched run's"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Divergence rolled back: a spike at a known step, a learning rate that always
+// diverges, and exact resume after a rollback.
+
+/// A pipeline of the train step alone over `write_tokens`' data, which the test
+/// writes first: a model that learns the data's cycle within 60 steps, a save every
+/// 10 steps, the divergence rule over 20 steps with a patience of 2 (the testkit's
+/// `spiking_run_args`), and `lr` for pretraining.
+fn rollback_config(lr: &str) -> String {
+    format!(
+        r#"steps: [train]
+device: cpu
+threads: 1
+seed: 1337
+worker:
+  command: ["{WORKER}"]
+model: {{n_layer: 1, n_head: 2, n_embd: 32, n_positions: 32, dropout: 0.0, layer_norm_epsilon: 1.0e-5}}
+optimizer: {{warmup_steps: 2}}
+training:
+  batch_size: 4
+  seq_len: 16
+  log_every: 1
+  eval_every: 50
+  eval_batches: 1
+  keep_checkpoints: 3
+  spike: {{factor: 3.0, window: 20, patience: 2}}
+  stages:
+    - {{name: pretrain, steps: 80, lr: {lr}, checkpoint_every: 10}}
+    - {{name: sft, steps: 40, lr: 1.0e-3, checkpoint_every: 1000}}
+    - {{name: dpo, steps: 2, lr: 5.0e-4, checkpoint_every: 1000, beta: 0.1}}
+supervisor:
+  listen: 127.0.0.1:0
+  poll_interval_ms: 50
+  stop_timeout_s: 60
+notify:
+  desktop: false
+"#
+    )
+}
+
+/// Serves `config` over `write_tokens`' data with a corrupted passage at pretraining
+/// steps 61 and 62, starts, and returns the daemon.
+fn spiking_daemon(dir: &Path, config: &str) -> Lavenderd {
+    let mut d = Lavenderd::with_real_worker(dir, config);
+    lavender_testkit::training::write_tokens(&d.data_root);
+    lavender_testkit::training::poison_pretraining_steps(&d.data_root, 1337, 16, 4, 61..=62);
+    d.serve();
+    d.start(&[]);
+    d
+}
+
+/// A loss spike at a known step (a corrupted passage drawn at steps 61 and 62): the
+/// worker stops with `diverged` since step 61, the daemon rolls the run back to
+/// the checkpoint of step 60, records the range (60, 62] in the run's
+/// skipped.json, restarts the worker, which skips those batches, and the run
+/// finishes. The status and the push say so.
+#[test]
+fn a_spike_is_rolled_back_to_the_checkpoint_before_it_and_the_run_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = spiking_daemon(dir.path(), &rollback_config("1.0e-2"));
+    let log = d.daemon_log();
+    let show_log = move || std::fs::read_to_string(&log).unwrap_or_default();
+    let mut st = Value::Null;
+    wait_until(Duration::from_secs(180), "the run to finish", || {
+        st = d.status();
+        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}\n{}", show_log());
+        st["pipeline"]["state"] == "finished"
+    });
+    let run = d.run_dir();
+    let skips = lavender::skips::read(&run).unwrap();
+    assert_eq!(skips.ranges.len(), 1, "{skips:?}");
+    let range = &skips.ranges[0];
+    assert_eq!((range.from_step, range.to_step), (60, 62), "{range:?}");
+    assert!(range.reason.contains("since step 61"), "{range:?}");
+    // The worker failed once with `diverged`, then loaded the checkpoint of step 60
+    // (retention has dropped it since), skipped the data and went on.
+    let events: Vec<Value> = std::fs::read_to_string(run.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    let failed = kinds
+        .iter()
+        .position(|k| *k == "failed")
+        .expect("a failed event");
+    assert_eq!(events[failed]["failure"]["kind"], "diverged");
+    let loaded = &events[kinds
+        .iter()
+        .rposition(|k| *k == "checkpoint_loaded")
+        .unwrap()];
+    assert!(
+        loaded["path"]
+            .as_str()
+            .unwrap()
+            .ends_with(&range.checkpoint),
+        "{loaded}"
+    );
+    assert_eq!(loaded["step"], 60, "{loaded}");
+    let skipped = kinds
+        .iter()
+        .position(|k| *k == "data_skipped")
+        .expect("a data_skipped event");
+    assert!(
+        skipped > failed && events[skipped]["steps"] == 2,
+        "{kinds:?}"
+    );
+    // The status shows the rollback.
+    let rollbacks = st["pipeline"]["rollbacks"]
+        .as_array()
+        .expect("pipeline.rollbacks");
+    assert_eq!(rollbacks.len(), 1, "{st:#}");
+    assert_eq!(rollbacks[0]["from_step"], 60);
+    assert_eq!(rollbacks[0]["to_step"], 62);
+    assert_eq!(st["training"]["step"], 80 + 40 + 2, "{st:#}");
+    let log = show_log();
+    assert!(log.contains("rolled back"), "{log}");
+}
+
+/// A learning rate so high that every attempt diverges: rolled back
+/// `max_rollbacks` (2) times, then the pipeline fails, naming the divergence.
+#[test]
+fn a_divergence_that_every_attempt_repeats_fails_after_max_rollbacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Lavenderd::with_real_worker(dir.path(), &rollback_config("1.0e3"));
+    lavender_testkit::training::write_tokens(&d.data_root);
+    d.serve();
+    d.start(&[]);
+    let st = d.wait_state("failed", Duration::from_secs(180));
+    assert_eq!(st["pipeline"]["failure"]["kind"], "diverged", "{st:#}");
+    let error = st["pipeline"]["last_error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        error.contains("diverged") && error.contains("supervisor.max_rollbacks"),
+        "{st:#}"
+    );
+    assert_eq!(
+        st["pipeline"]["rollbacks"].as_array().map(Vec::len),
+        Some(2),
+        "{st:#}"
+    );
+    let run = d.run_dir();
+    assert_eq!(lavender::skips::read(&run).unwrap().ranges.len(), 2);
+    let failures = std::fs::read_to_string(run.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"failed\""))
+        .count();
+    assert_eq!(failures, 3, "three attempts, three divergences");
+}
+
+/// A run rolled back, then stopped and resumed (`start --resume latest`, a new run
+/// directory), ends with the same weights as the same rolled-back run left alone:
+/// the checkpoints carry the skip, so the data order replays exactly.
+#[test]
+fn stop_and_resume_after_a_rollback_is_byte_identical_to_the_run_without_the_stop() {
+    let straight_dir = tempfile::tempdir().unwrap();
+    let straight = spiking_daemon(straight_dir.path(), &rollback_config("1.0e-2"));
+    straight.wait_state("finished", Duration::from_secs(180));
+    let expected = final_weights(&straight);
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = spiking_daemon(dir.path(), &rollback_config("1.0e-2"));
+    // Once the rolled-back worker has trained past the spike, it is frozen (its
+    // process group, SIGSTOP) so that the stop lands before it finishes, whatever
+    // the machine's speed; the stop's SIGTERM waits for the SIGCONT.
+    let mut pid = 0;
+    wait_until(
+        Duration::from_secs(180),
+        "training past the rollback",
+        || {
+            let st = d.status();
+            assert_ne!(
+                st["pipeline"]["state"], "finished",
+                "the run ended before the stop"
+            );
+            let past = st["pipeline"]["rollbacks"]
+                .as_array()
+                .is_some_and(|r| r.len() == 1)
+                && st["pipeline"]["state"] == "running"
+                && st["training"]["step"].as_u64().is_some_and(|s| s >= 63);
+            if past && let Some(p) = d.worker_pid() {
+                lavender_testkit::send_signal(-p, libc::SIGSTOP);
+                pid = p;
+                return true;
+            }
+            false
+        },
+    );
+    let hb: Value =
+        serde_json::from_slice(&std::fs::read(d.run_dir().join("heartbeat.json")).unwrap())
+            .unwrap();
+    assert!(
+        hb["step"].as_u64().unwrap() < 122 && hb["state"] != "finished",
+        "{hb}"
+    );
+    let stop = d
+        .cmd()
+        .arg("stop")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(T, "the daemon to begin stopping", || {
+        d.status()["pipeline"]["state"] == "stopping"
+    });
+    lavender_testkit::send_signal(-pid, libc::SIGCONT);
+    let out = stop.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "the stop did not save");
+    let first_run = d.run_dir();
+    d.start(&["--resume", "latest"]);
+    d.wait_state("finished", Duration::from_secs(180));
+    assert_ne!(first_run, d.run_dir());
+    assert!(
+        final_weights(&d) == expected,
+        "the stop and resume after the rollback changed the weights"
+    );
+}

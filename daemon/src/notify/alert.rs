@@ -93,6 +93,15 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             "hung: the worker was restarted".to_string(),
             message.clone(),
         )],
+        Alert::RolledBack {
+            message,
+            rollback,
+            max_rollbacks,
+            ..
+        } => vec![push(
+            format!("diverged: rolled back ({rollback}/{max_rollbacks})"),
+            message.clone(),
+        )],
         Alert::Resumed { message, .. } => {
             vec![push("resumed by itself".to_string(), message.clone())]
         }
@@ -269,6 +278,20 @@ mod tests {
         assert!(
             n.body
                 .starts_with("hung at step 40 for 5m 0s; restarted from")
+        );
+
+        let n = one(Alert::RolledBack {
+            step: PipelineStep::Train,
+            message: "diverged at step 62 (since step 61): rolled back to pretrain-10-00-00-0006 (step 60), skipping the data of steps 61..=62".into(),
+            rollback: 1,
+            max_rollbacks: 2,
+        });
+        assert_eq!(n.kind, "rolled_back");
+        assert_eq!(n.title, "[lavender] diverged: rolled back (1/2)");
+        assert!(
+            n.body.contains("rolled back to pretrain-10-00-00-0006"),
+            "{}",
+            n.body
         );
 
         let n = one(Alert::Stale {

@@ -12,6 +12,7 @@ pub(crate) mod record;
 pub(crate) mod request;
 pub(crate) mod restart;
 pub(crate) mod resumable;
+pub(crate) mod rollback;
 pub(crate) mod stop;
 
 pub use handle::{HungReport, PipelineHandle, StartError, StartReply};

@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use lavender::config::{PipelineStep, Scale};
 use lavender::failure::Failure;
+use lavender::skips::SkipRange;
 use lavender::status::{PipelineState, Recovery, StepState};
 use serde::{Deserialize, Serialize};
 
@@ -94,6 +95,10 @@ pub struct PipelineRecord {
     /// Why the last worker failed (status `pipeline.failure`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
+    /// This run's rollbacks after a divergence, as appended to its
+    /// `skipped.json` (status `pipeline.rollbacks`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rollbacks: Vec<SkipRange>,
     pub updated_at: String,
 }
 
@@ -118,6 +123,7 @@ impl PipelineRecord {
             heartbeat_interval_s: None,
             recovery: None,
             failure: None,
+            rollbacks: Vec::new(),
             updated_at: lavender::time::rfc3339_z(lavender::time::now_utc()),
         }
     }

@@ -126,6 +126,10 @@ pub fn compose(
             }),
             recovery: record.recovery.clone(),
             failure: record.failure.clone(),
+            rollbacks: record.rollbacks.clone(),
+            last_error: matches!(state, PipelineState::Failed | PipelineState::Crashed)
+                .then(|| record.last_error.clone())
+                .flatten(),
         },
         active_step,
         steps,

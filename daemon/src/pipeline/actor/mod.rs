@@ -14,6 +14,7 @@ mod hung;
 mod recover;
 mod restart;
 mod resume;
+mod rollback;
 mod start;
 mod stop;
 #[cfg(test)]
@@ -117,6 +118,11 @@ struct HungKill {
 enum PendingRestart {
     Hung(HungReport),
     Failed(lavender::failure::Failure),
+    /// A divergence rolled back (`rollback.rs`); `message` says to what.
+    RolledBack {
+        failure: lavender::failure::Failure,
+        message: String,
+    },
 }
 
 struct Actor {

@@ -42,23 +42,27 @@ impl Actor {
         };
         let cause = match &why {
             PendingRestart::Hung(_) => Cause::Hung,
-            PendingRestart::Failed(failure) => Cause::Failed(failure),
+            PendingRestart::Failed(failure) | PendingRestart::RolledBack { failure, .. } => {
+                Cause::Failed(failure)
+            }
         };
         let failure = match &why {
-            PendingRestart::Failed(failure) => Some(failure.clone()),
+            PendingRestart::Failed(failure) | PendingRestart::RolledBack { failure, .. } => {
+                Some(failure.clone())
+            }
             PendingRestart::Hung(_) => None,
         };
         match policy::decide(&cause, streak, &self.config.supervisor, &self.timings) {
             Decision::Fail { reason } => self.fail_after(step, reason, Some(outcome), failure),
-            Decision::Rollback => {
-                // `on_diverged: rollback` is the rollback transition's to take; until
-                // it exists, a divergence fails as `on_diverged: fail` says.
-                let reason = failure
-                    .as_ref()
-                    .map(policy::cause_and_fix)
-                    .unwrap_or_default();
-                self.fail_after(step, reason, Some(outcome), failure);
-            }
+            Decision::Rollback => match failure {
+                Some(failure) => self.roll_back(step, failure, outcome, last_step),
+                None => self.fail_after(
+                    step,
+                    "a rollback without a divergence".into(),
+                    Some(outcome),
+                    None,
+                ),
+            },
             Decision::Restart { restart, delay } => {
                 self.record.restarts = restart;
                 self.record.state = PipelineState::Crashed;
@@ -68,6 +72,7 @@ impl Actor {
                 self.record.last_error = Some(match &why {
                     PendingRestart::Hung(report) => hung_text(report),
                     PendingRestart::Failed(f) => f.message.clone(),
+                    PendingRestart::RolledBack { message, .. } => message.clone(),
                 });
                 self.pending = Some(why);
                 self.commit();
@@ -112,6 +117,10 @@ impl Actor {
             Relaunch::Restart(Some(PendingRestart::Failed(f))) => (
                 RecoveryReason::Failed,
                 format!("{}: {}; restarted from {from_text}", f.kind, f.message),
+            ),
+            Relaunch::Restart(Some(PendingRestart::RolledBack { message, .. })) => (
+                RecoveryReason::RolledBack,
+                format!("{message}; restarted from {from_text}"),
             ),
             // Decided by a daemon before this one.
             Relaunch::Restart(None) => (

@@ -224,7 +224,9 @@ impl Actor {
             Err(e) if launching.after_crash => {
                 let last_exit = self.last_exit.take();
                 let failure = match launching.relaunch {
-                    Some(Relaunch::Restart(Some(PendingRestart::Failed(f)))) => Some(f),
+                    Some(Relaunch::Restart(Some(
+                        PendingRestart::Failed(f) | PendingRestart::RolledBack { failure: f, .. },
+                    ))) => Some(f),
                     _ => None,
                 };
                 self.fail_after(step, format!("{e:#}"), last_exit, failure);

@@ -262,11 +262,132 @@ async fn a_failure_that_will_repeat_fails_at_once_with_the_cause_and_the_fix() {
     }
 }
 
-/// Until the rollback transition exists, `on_diverged: rollback` fails as `fail`.
+/// A complete checkpoint of `step` in `run`.
+fn save_checkpoint(run: &std::path::Path, name: &str, step: u64) {
+    let dir = run.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = lavender::trainer_state::TrainerState::new("pretrain", step);
+    lavender::trainer_state::write(&dir, &state).unwrap();
+}
+
+/// The worker's last heartbeat: diverged at `step`, since `since`.
+fn diverged_at(run: &std::path::Path, step: u64, since: u64) {
+    let mut failure = lavender::failure::Failure::new(FailureKind::Diverged, "loss spiked");
+    failure.step = Some(step);
+    failure.since_step = Some(since);
+    let hb = lavender::heartbeat::Heartbeat {
+        step,
+        total_steps: 100,
+        stage: "pretrain".into(),
+        epoch: None,
+        epochs: None,
+        loss: None,
+        loss_smooth: None,
+        lr: None,
+        grad_norm: None,
+        steps_per_sec: None,
+        eta_seconds: None,
+        timestamp: lavender::time::rfc3339_z(lavender::time::now_utc()),
+        pid: 1,
+        state: WorkerState::Failed,
+        latest_checkpoint: None,
+        failure: Some(failure),
+    };
+    lavender::heartbeat::write(run, &hb).unwrap();
+}
+
+/// `on_diverged: rollback` (the default): the run goes back to its newest
+/// checkpoint before the divergence, the later ones set aside, the range recorded,
+/// the worker restarted at once from there; after `max_rollbacks` the pipeline
+/// fails, naming the divergence.
 #[tokio::test(start_paused = true)]
-async fn a_divergence_is_not_retried_blindly() {
-    let mut h = harness(|_| {});
+async fn a_divergence_rolls_back_at_once_then_fails_after_max_rollbacks() {
+    let mut h = harness(|s| s.max_rollbacks = 2);
     h.start().await;
+    let run = h.pipeline.record().run_dir.expect("a run directory");
+    save_checkpoint(&run, "pretrain-00-00-01-0001", 10);
+    save_checkpoint(&run, "pretrain-00-00-02-0002", 20);
+    save_checkpoint(&run, "pretrain-00-00-03-0003", 30);
+    diverged_at(&run, 34, 25);
+    h.fake
+        .exit(0, ExitOutcome::Code(FailureKind::Diverged.exit_code()));
+    match h.alert().await {
+        Alert::RolledBack {
+            rollback, message, ..
+        } => {
+            assert_eq!(rollback, 1);
+            assert!(
+                message.contains("rolled back to pretrain-00-00-02-0002 (step 20)")
+                    && message.contains("steps 21..=34")
+                    && message.contains("1 checkpoint(s)"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let record = h
+        .wait_for(|r| r.state == PipelineState::Running && h.fake.launched().len() == 2)
+        .await;
+    assert_eq!(record.restarts, 0, "a rollback is not a crash restart");
+    let ranges: Vec<(u64, u64)> = record
+        .rollbacks
+        .iter()
+        .map(|r| (r.from_step, r.to_step))
+        .collect();
+    assert_eq!(ranges, [(20, 34)]);
+    assert_eq!(
+        lavender::skips::read(&run).unwrap().ranges,
+        record.rollbacks
+    );
+    let recovery = record.recovery.expect("pipeline.recovery");
+    assert_eq!(recovery.reason, RecoveryReason::RolledBack);
+    assert_eq!(
+        recovery.checkpoint.as_deref(),
+        Some("pretrain-00-00-02-0002")
+    );
+    assert!(!run.join("pretrain-00-00-03-0003").exists());
+    assert!(run.join(".diverged-pretrain-00-00-03-0003").is_dir());
+
+    // Diverging again before a new save: back to the same checkpoint.
+    diverged_at(&run, 23, 21);
+    h.fake
+        .exit(1, ExitOutcome::Code(FailureKind::Diverged.exit_code()));
+    assert!(matches!(
+        h.alert().await,
+        Alert::RolledBack { rollback: 2, .. }
+    ));
+    h.wait_for(|r| r.state == PipelineState::Running && h.fake.launched().len() == 3)
+        .await;
+    // A third time: max_rollbacks is reached.
+    diverged_at(&run, 22, 21);
+    h.fake
+        .exit(2, ExitOutcome::Code(FailureKind::Diverged.exit_code()));
+    let record = h.wait_state(PipelineState::Failed).await;
+    match h.alert().await {
+        Alert::Failed {
+            reason, failure, ..
+        } => {
+            assert!(
+                reason.contains("loss spiked") && reason.contains("supervisor.max_rollbacks"),
+                "{reason}"
+            );
+            assert_eq!(failure.map(|f| f.kind), Some(FailureKind::Diverged));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(record.rollbacks.len(), 2);
+    tokio::time::sleep(secs(600.0)).await;
+    assert_eq!(h.fake.launched().len(), 3, "no restart after failing");
+}
+
+/// `on_diverged: fail`: no rollback; the pipeline fails at once naming it.
+#[tokio::test(start_paused = true)]
+async fn on_diverged_fail_fails_at_once() {
+    let mut h = harness(|s| s.on_diverged = lavender::config::OnDiverged::Fail);
+    h.start().await;
+    let run = h.pipeline.record().run_dir.expect("a run directory");
+    save_checkpoint(&run, "pretrain-00-00-01-0001", 10);
+    diverged_at(&run, 14, 12);
     h.fake
         .exit(0, ExitOutcome::Code(FailureKind::Diverged.exit_code()));
     h.wait_state(PipelineState::Failed).await;
@@ -275,6 +396,7 @@ async fn a_divergence_is_not_retried_blindly() {
         other => panic!("{other:?}"),
     }
     assert_eq!(h.fake.launched().len(), 1);
+    assert_eq!(lavender::skips::read(&run).unwrap().ranges, []);
 }
 
 #[tokio::test(start_paused = true)]
