@@ -183,7 +183,7 @@ mod tests {
         let c70 = save(run, "pretrain-00-00-03-0003", 70, 1);
         let rb = plan(run, 1, None, &diverged(74, 70), 74, 2, AT).unwrap();
         assert_eq!(rb.target.as_deref(), Some(c60.as_path()));
-        assert_eq!(rb.set_aside, [c70.clone()]);
+        assert_eq!(rb.set_aside, std::slice::from_ref(&c70));
         assert_eq!(
             (rb.range.from_step, rb.range.to_step, rb.number),
             (60, 74, 1)
@@ -194,7 +194,7 @@ mod tests {
         // The newest complete checkpoint, where a restart resumes, is the target.
         let latest = checkpoint::latest_complete(run).unwrap().unwrap();
         assert_eq!(latest.path, c60);
-        assert_eq!(skips::read(run).unwrap().ranges, [rb.range.clone()]);
+        assert_eq!(skips::read(run).unwrap().ranges, std::slice::from_ref(&rb.range));
 
         // Diverging again before any new save: the same checkpoint, a second range.
         let rb = plan(run, 1, None, &diverged(63, 61), 63, 2, AT).unwrap();
