@@ -1,10 +1,12 @@
 //! lavenderd: the supervisor daemon of the lavender training pipeline and its CLI.
 //! The daemon is a library so tests and `start --foreground` can run it in-process.
 
+pub mod alert;
 pub mod backoff;
 pub mod cli;
 pub(crate) mod client;
 pub(crate) mod daemon;
+pub mod exit;
 pub(crate) mod feed;
 pub(crate) mod inventory;
 pub(crate) mod layout;
@@ -13,6 +15,7 @@ pub(crate) mod logs;
 pub mod notify;
 pub mod pipeline;
 pub mod process;
+pub(crate) mod retention;
 pub(crate) mod server;
 pub mod service;
 pub(crate) mod settings;

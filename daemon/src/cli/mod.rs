@@ -4,7 +4,6 @@
 //! read-only ones work from the files, daemon or not.
 
 pub mod commands;
-pub(crate) mod foreground;
 pub(crate) mod watch;
 
 use std::net::SocketAddr;
@@ -184,6 +183,10 @@ pub enum Command {
         out: Option<PathBuf>,
         #[arg(long)]
         force: bool,
+        /// Export the weights' moving average (training.ema) instead of the weights,
+        /// into <run>/exported-ema/ unless --out says otherwise.
+        #[arg(long)]
+        ema: bool,
         #[arg(long)]
         json: bool,
     },

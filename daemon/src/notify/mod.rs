@@ -20,7 +20,8 @@
 //! milestone(&Event, prefix) -> Option<Notification>          // level: Milestone (Alert for `error` events)
 //!
 //! EventFollower::new(Some(&notifier), &state_dir, &data_root) // push offsets from <state_dir>/notify-offsets.json
-//! follower.poll(&run_dir) -> Result<Followed { events, pushed }>  // the one reader of events.jsonl: new events
+//!     .with_retention(retention)                             // also tells the daemon's retention (retention.rs)
+//! follower.poll(&run_dir) -> Result<Followed { events, pushed }>  // the one follower of events.jsonl: new events
 //!                                                            // for the feed; persists the offset, pushes new milestones
 //! ```
 //!
@@ -52,6 +53,7 @@ mod ntfy;
 mod offsets;
 mod queue;
 mod rate;
+mod sink;
 mod webhook;
 
 pub use alert::{disk_low_need, log_tail, pushes};
@@ -59,3 +61,4 @@ pub use follower::{EventFollower, Followed};
 pub use format::{milestone, milestone_text};
 pub use message::{Level, Notification};
 pub use notifier::{ChannelCounts, Notifier, Options, Timings};
+pub use sink::spawn_sink;

@@ -49,8 +49,14 @@ pub struct AppState {
     pub web: WebState,
     /// Restarts the daemon alone (`POST /daemon/restart`); `None` for a daemon in a
     /// terminal (`start --foreground`).
-    pub restart: Option<crate::daemon::reexec::RestartRequests>,
+    pub restart: Option<RestartRequests>,
+    /// When this daemon image started serving (RFC 3339 UTC, milliseconds): the pid
+    /// survives a restart alone, this tells the old image from the new one.
+    pub started_at: Arc<str>,
 }
+
+/// Asks the daemon's serving loop to restart the daemon alone.
+pub type RestartRequests = tokio::sync::mpsc::Sender<()>;
 
 /// The status route extracts the cache alone: extracting the whole state would clone
 /// it (paths included) for every request.

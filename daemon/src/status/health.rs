@@ -8,7 +8,8 @@ use chrono::{DateTime, Utc};
 use lavender::config::PipelineStep;
 use lavender::status::{PipelineState, Status};
 
-use crate::pipeline::{Alert, PipelineRecord};
+use crate::alert::Alert;
+use crate::pipeline::PipelineRecord;
 
 pub struct HeartbeatWatch {
     /// When the heartbeat went stale (the stall alert was sent).
@@ -82,7 +83,7 @@ impl HeartbeatWatch {
         let from_current_worker = record
             .worker
             .as_ref()
-            .and_then(|w| DateTime::parse_from_rfc3339(&w.started_at).ok())
+            .map(|w| w.started_at)
             .zip(heartbeat_at)
             .is_some_and(|(started, at)| at >= started);
         if status.pipeline.running && from_current_worker {

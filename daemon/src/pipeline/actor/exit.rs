@@ -6,11 +6,11 @@ use lavender::status::{PipelineState, StepState};
 use tokio::time::Instant;
 
 use super::{Actor, WorkerExit};
-use crate::pipeline::alert::Alert;
+use crate::alert::Alert;
+use crate::exit::ExitOutcome;
 use crate::pipeline::judge::{Verdict, judge};
 use crate::pipeline::markers;
 use crate::pipeline::stop::StopReport;
-use crate::process::ExitOutcome;
 
 impl Actor {
     pub(super) fn on_exit(&mut self, exit: WorkerExit) {
@@ -43,7 +43,7 @@ impl Actor {
             exit.outcome,
             self.record.run_dir.as_deref(),
             &self.layout.data_root,
-            worker.started_at,
+            Some(worker.started_at),
         ) {
             Verdict::Success => {
                 let chunk = self.record.chunk.unwrap_or(self.config.chunk);
@@ -111,10 +111,7 @@ impl Actor {
         let Some(step) = self.record.active_step else {
             return;
         };
-        if let Err(e) = self.spawn_step(step, true) {
-            let last_exit = self.last_exit.take();
-            self.fail_after(step, format!("{e:#}"), last_exit);
-        }
+        self.spawn_step(step, true);
     }
 
     pub(super) fn fail(&mut self, step: PipelineStep, reason: String) {
