@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use lavender::config::{Config, PipelineStep};
+use lavender::config::{Config, PipelineStep, Scale};
 use lavender::status::PipelineState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -18,7 +18,7 @@ use super::stop::StopReport;
 pub struct StartReply {
     pub state: PipelineState,
     pub chunk: u32,
-    pub scale: String,
+    pub scale: Scale,
     pub active_step: Option<PipelineStep>,
     pub pid: Option<u32>,
     pub run_dir: Option<PathBuf>,
@@ -39,6 +39,14 @@ pub enum StartError {
     AlreadyRunning {
         state: PipelineState,
         pid: Option<u32>,
+    },
+    /// A start without `--resume` while an unfinished run could be resumed.
+    #[error("{message}")]
+    Resumable {
+        message: String,
+        run_dir: PathBuf,
+        resume_command: String,
+        fresh_command: String,
     },
     #[error("{0}")]
     Invalid(String),

@@ -36,7 +36,7 @@ impl Actor {
             chunk,
             scale,
             notices,
-        } = match plan::prepare(&self.layout, &self.config, req) {
+        } = match plan::prepare(&self.layout, &self.config, &self.record, req) {
             Ok(prepared) => prepared,
             Err(e) => {
                 let _ = reply.send(Err(e));
@@ -217,14 +217,14 @@ impl Actor {
         self.record.worker = Some(WorkerRecord {
             handle: launched.handle.clone(),
             step,
-            started_at: lavender::time::rfc3339_z(started_at),
+            started_at,
         });
         self.worker = Some(LiveWorker {
             generation,
             handle: launched.handle,
             step,
             started: Instant::now(),
-            started_at: Some(started_at),
+            started_at,
             own_child: true,
         });
         self.record.state = PipelineState::Running;
