@@ -164,6 +164,14 @@ pub fn plan_steps(
     let mut steps = Vec::new();
     for &name in &config.steps {
         past_train |= name == PipelineStep::Train;
+        if skip_train && past_train {
+            // A skipped step does not run, whatever changed since it ran.
+            steps.push(StepEntry {
+                name,
+                state: StepState::Skipped,
+            });
+            continue;
+        }
         if force_from == Some(name) && !rerun {
             rerun = true;
             notices.push(format!("--force: the steps from {name} on run again"));
@@ -181,9 +189,7 @@ pub fn plan_steps(
                 ));
             }
         }
-        let state = if skip_train && past_train {
-            StepState::Skipped
-        } else if marker.is_some() && !rerun {
+        let state = if marker.is_some() && !rerun {
             StepState::Done
         } else {
             if marker.is_some() {
