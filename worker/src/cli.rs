@@ -7,6 +7,9 @@ use anyhow::{Context, Result};
 use clap::Args;
 use lavender::config::{Config, LoadOptions};
 
+/// How many processes torchrun (and other launchers) started together.
+const WORLD_SIZE: &str = "WORLD_SIZE";
+
 #[derive(Args, Debug, Clone)]
 pub struct StepArgs {
     /// The pipeline config (YAML). Defaults to the embedded configs/default.yaml.
@@ -24,8 +27,9 @@ pub struct StepArgs {
     /// Training chunk 1..=4 (overrides the config).
     #[arg(long)]
     pub chunk: Option<u8>,
-    /// Rerun the step even when its manifest says its inputs have not changed.
-    #[arg(long)]
+    /// Rerun the step even when its manifest says its inputs have not changed
+    /// (`lavenderd start --force` sets LAVENDER_FORCE=1 for the steps it runs again).
+    #[arg(long, env = "LAVENDER_FORCE")]
     pub force: bool,
     /// Config overrides, `key.path=value`, applied last.
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -64,6 +68,8 @@ impl StepArgs {
                 .push((key.trim().to_string(), value.to_string()));
         }
         let config = Config::load(&opts)?;
+        // One process on one device, whatever launched it.
+        config.check_one_process(std::env::var(WORLD_SIZE).ok().as_deref())?;
         let cwd = std::env::current_dir().context("could not read the current directory")?;
         let data_root = config.resolve_data_root(
             self.data_root.as_deref(),

@@ -1,20 +1,25 @@
 //! lavender-worker: the pipeline's steps and the libtorch trainer. A library with one
-//! entry, [`run`], so the package's tests can build it with the `test-hooks` feature
-//! (a dev-dependency on itself); `main.rs` parses the command line and calls it.
+//! entry, [`main`], so the package's tests can build it with the `test-hooks` feature
+//! (a dev-dependency on itself); the binary's `main.rs` only calls it.
 
 mod cli;
 mod data;
+mod failure;
 mod generate;
 mod hard_examples;
 mod logits;
 mod mine_hard;
 mod model;
+mod native;
 mod optim;
 mod progress;
 mod tokens;
 mod train;
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
+use lavender::failure::FailureKind;
 
 use cli::StepArgs;
 
@@ -24,7 +29,7 @@ use cli::StepArgs;
     version,
     about = "lavender's training worker: data steps, trainer, generation"
 )]
-pub struct Cli {
+struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -53,8 +58,35 @@ enum Command {
     Logits(logits::LogitsArgs),
 }
 
-/// Runs the step `cli` names.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+/// The worker's command line: parses it and runs the step it names. Exits with the
+/// code of the failure's kind (`lavender::failure`): a rejected argument is `config`
+/// (78), an error the code who made it classified has its kind's code, anything else 1.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                exit_code(FailureKind::Config)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            exit_code(failure::failure_of(&e).kind)
+        }
+    }
+}
+
+fn exit_code(kind: FailureKind) -> ExitCode {
+    ExitCode::from(u8::try_from(kind.exit_code()).unwrap_or(1))
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Downloads(a) => data::run(data::DataStep::Downloads, &a),
         Command::Dedup(a) => data::run(data::DataStep::Dedup, &a),

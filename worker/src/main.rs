@@ -1,5 +1,5 @@
-use clap::Parser as _;
+use std::process::ExitCode;
 
-fn main() -> anyhow::Result<()> {
-    lavender_worker::run(lavender_worker::Cli::parse())
+fn main() -> ExitCode {
+    lavender_worker::main()
 }

@@ -12,17 +12,23 @@ use anyhow::{Context, Result};
 use lavender::checkpoint::Checkpoint;
 use lavender::config::SaveOptimizerState;
 use lavender::events::{Event, kind as kinds};
+use lavender::failure::FailureKind;
 use lavender::heartbeat::WorkerState;
 use serde_json::json;
-use tch::Device;
+use tch::{Device, Tensor};
 
 use super::checkpointing::{Position, Progress, REFERENCE_FILE, REFERENCE_STEP, Resumed};
 use super::data::{DpoData, PretrainData, Sampler, SftData, validation_batches};
+use super::divergence::Detector;
+use super::ema::{EMA_FILE, Ema};
 use super::history::History;
 use super::objective::{Eval, Objective};
+use super::precision::Precision;
 use super::rng::seed_torch;
 use super::settings::{Settings, Stage, StageKind};
+use super::staging::BatchStager;
 use super::status::Reporter;
+use crate::failure::{self, KindExt};
 use crate::hard_examples;
 use crate::model::Gpt;
 use crate::optim::{AdamW, LrSchedule, clip_grad_norm};
@@ -41,6 +47,8 @@ pub enum Outcome {
 pub struct Parts {
     pub s: Settings,
     pub device: Device,
+    /// `training.precision` resolved for `device`.
+    pub precision: Precision,
     pub run_dir: PathBuf,
     pub tokens: Tokens,
     pub shards: Vec<String>,
@@ -66,11 +74,32 @@ struct StepEval {
     step: u64,
     stage_index: usize,
     eval: Eval,
+    /// The EMA weights' evaluation on the same batches (`training.ema`).
+    ema: Option<Eval>,
+}
+
+/// An optimizer step whose loss and gradient norm are still on the device: they are
+/// read, with those of the steps before, at the next log step, evaluation or save.
+struct PendingStep {
+    step: u64,
+    stage: String,
+    epoch: f64,
+    lr: f64,
+    /// `[loss, grad_norm]`, f64, on the device.
+    values: Tensor,
+    /// fp16: the loss scale of the step, and whether its gradient overflowed (the
+    /// optimizer skipped it).
+    loss_scale: Option<(f64, bool)>,
 }
 
 pub struct Trainer {
     s: Settings,
     device: Device,
+    precision: Precision,
+    /// The weights' moving average (`training.ema`).
+    ema: Option<Ema>,
+    /// Steps whose values are still on the device, oldest first.
+    pending_steps: Vec<PendingStep>,
     run_dir: PathBuf,
     tokens: Tokens,
     shards: Vec<String>,
@@ -97,19 +126,33 @@ pub struct Trainer {
     reference: Option<Gpt>,
     /// The global step at which the current DPO reference was taken.
     reference_step: Option<u64>,
+    /// Judges every step's loss and gradient norm (`training.spike`).
+    divergence: Detector,
+    /// Steps' worth of batches to skip from where a resume stands, in its stage.
+    skip_here: u64,
 }
 
 impl Trainer {
     /// A trainer at step 0 of the first stage; [`Trainer::resume_from`] moves it to
     /// where a checkpoint left off.
     pub fn new(p: Parts) -> Trainer {
+        let ema = p.s.config.training.ema.map(|cfg| Ema::new(cfg, &p.model));
         let save_buffers = SaveBuffers::prepare(
             p.model.params.numel(),
             p.s.save_optimizer_state != SaveOptimizerState::None,
+            ema.is_some(),
         );
+        let divergence = Detector::new(p.s.spike, 0);
+        let progress = Progress {
+            loss_scaler: p.precision.loss_scaler(),
+            ..Progress::default()
+        };
         Trainer {
             s: p.s,
             device: p.device,
+            precision: p.precision,
+            ema,
+            pending_steps: Vec::new(),
             run_dir: p.run_dir,
             tokens: p.tokens,
             shards: p.shards,
@@ -122,13 +165,15 @@ impl Trainer {
             #[cfg(feature = "test-hooks")]
             hold_save: p.hold_save,
             started: p.started,
-            progress: Progress::default(),
+            progress,
             last_eval: None,
             pending_save: None,
             save_buffers,
             saves_started: 0,
             reference: None,
             reference_step: None,
+            divergence,
+            skip_here: 0,
         }
     }
 
@@ -136,6 +181,36 @@ impl Trainer {
     /// its progress and DPO reference and reports the load (`checkpoint_loaded`).
     pub fn resume_from(&mut self, ck: &Checkpoint, r: Resumed) -> Result<()> {
         self.progress = r.progress;
+        // Mid-stage, the steps after the checkpoint are judged as they were before.
+        self.divergence = match r.divergence {
+            Some(state) => Detector::restore(self.s.spike, state, self.progress.step),
+            None => Detector::new(self.s.spike, self.progress.step),
+        };
+        // fp16 continues the checkpoint's loss scale (a fresh one if it trained in
+        // another precision); other precisions have none.
+        self.progress.loss_scaler = match self.precision.loss_scaler() {
+            Some(fresh) => Some(self.progress.loss_scaler.unwrap_or(fresh)),
+            None => None,
+        };
+        if let Some(ema) = &mut self.ema {
+            let file = ck.path.join(EMA_FILE);
+            if file.is_file() {
+                ema.load(&file).with_context(|| {
+                    format!(
+                        "could not load the EMA weights of checkpoint {}",
+                        ck.path.display()
+                    )
+                })?;
+            } else {
+                ema.reset(&self.model);
+                if self.progress.pos.stage_step > 0 {
+                    eprintln!(
+                        "warning: checkpoint {} has no {EMA_FILE}; the moving average starts again from its weights",
+                        ck.path.display()
+                    );
+                }
+            }
+        }
         self.reporter.hb.latest_checkpoint = Some(ck.name.clone());
         self.reporter.resumed_at(self.progress.step);
         if let Some(reference) = r.reference {
@@ -181,6 +256,34 @@ impl Trainer {
         self.progress.latest_checkpoint.as_deref()
     }
 
+    /// Leaves the phase (`loading`, `evaluating`, `saving`) the heartbeat says.
+    pub fn end_phase(&mut self) -> Result<()> {
+        self.reporter.end_phase()
+    }
+
+    /// Judges a step's loss and gradient norm (in step order, once they reach the
+    /// host, and always before a save): a divergence ends training with a
+    /// `diverged` error, before anything of this state is saved.
+    fn judge_step(&mut self, step: u64, loss: f64, grad_norm: f64) -> Result<()> {
+        match self.divergence.observe(step, loss, grad_norm) {
+            None => Ok(()),
+            Some(d) => {
+                eprintln!(
+                    "diverged: {}; nothing saved since step {:?} (lavenderd rolls back to a checkpoint before step {})",
+                    d.message, self.progress.saved_step, d.since_step
+                );
+                Err(failure::diverged(
+                    format!(
+                        "training diverged: {}; resume from a checkpoint before step {}, or lower the stage's lr",
+                        d.message, d.since_step
+                    ),
+                    d.step,
+                    d.since_step,
+                ))
+            }
+        }
+    }
+
     fn stop_requested(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
@@ -193,6 +296,11 @@ impl Trainer {
     /// before this returns, whatever the outcome.
     pub fn run(&mut self) -> Result<Outcome> {
         let outcome = self.run_stages();
+        if outcome.is_err() && self.pending_save.is_some() {
+            // A save of an earlier state still completes (a divergence's is pre-spike
+            // or judged by the daemon); best effort, the error is what matters.
+            let _ = self.reporter.phase(WorkerState::Saving);
+        }
         let saved = self.finish_save();
         let outcome = outcome?;
         saved?;
@@ -235,20 +343,27 @@ impl Trainer {
                     .shards
                     .iter()
                     .map(|s| self.tokens.pretrain_shard(s))
-                    .collect::<Result<Vec<_>>>()?;
-                let mut data = PretrainData::new(arrays, seq)?;
-                if let Some(hard) = self.hard_examples()? {
+                    .collect::<Result<Vec<_>>>()
+                    .kind(FailureKind::Data)?;
+                let mut data = PretrainData::new(arrays, seq).kind(FailureKind::Data)?;
+                if let Some(hard) = self.hard_examples().kind(FailureKind::Data)? {
                     data.add_windows(hard);
                 }
-                let val = self.tokens.pretrain_validation()?;
+                let val = self.tokens.pretrain_validation().kind(FailureKind::Data)?;
                 Objective::Pretrain {
-                    eval: validation_batches(&val, seq, bs, nb, dev)?,
+                    eval: validation_batches(&val, seq, bs, nb, dev).kind(FailureKind::Data)?,
                     data,
                 }
             }
             StageKind::Sft => {
-                let data = SftData::new(self.tokens.sft(Split::Train)?, seq, "training")?;
-                let held = SftData::new(self.tokens.sft(Split::Heldout)?, seq, "held-out")?;
+                let sets = (
+                    self.tokens.sft(Split::Train),
+                    self.tokens.sft(Split::Heldout),
+                );
+                let data = SftData::new(sets.0.kind(FailureKind::Data)?, seq, "training")
+                    .kind(FailureKind::Data)?;
+                let held = SftData::new(sets.1.kind(FailureKind::Data)?, seq, "held-out")
+                    .kind(FailureKind::Data)?;
                 let n = held.len().min(bs * nb);
                 let idx: Vec<usize> = (0..n).collect();
                 Objective::Sft {
@@ -257,8 +372,14 @@ impl Trainer {
                 }
             }
             StageKind::Dpo => {
-                let data = DpoData::new(self.tokens.dpo(Split::Train)?, seq, "training")?;
-                let held = DpoData::new(self.tokens.dpo(Split::Heldout)?, seq, "held-out")?;
+                let sets = (
+                    self.tokens.dpo(Split::Train),
+                    self.tokens.dpo(Split::Heldout),
+                );
+                let data = DpoData::new(sets.0.kind(FailureKind::Data)?, seq, "training")
+                    .kind(FailureKind::Data)?;
+                let held = DpoData::new(sets.1.kind(FailureKind::Data)?, seq, "held-out")
+                    .kind(FailureKind::Data)?;
                 let n = held.len().min(bs * nb);
                 let idx: Vec<usize> = (0..n).collect();
                 let reference = match self.reference.take() {
@@ -280,6 +401,7 @@ impl Trainer {
     }
 
     fn run_stage(&mut self, stage: &Stage, last_stage: bool) -> Result<Outcome> {
+        self.reporter.phase(WorkerState::Loading)?;
         let objective = self.objective(stage)?;
         let mut sampler = Sampler::new(
             objective.len(),
@@ -288,6 +410,7 @@ impl Trainer {
             self.progress.pos.cursor,
         );
         let per_step = self.s.batch_size as u64 * self.s.grad_accum;
+        self.skip_batches(stage, &mut sampler, per_step);
         let epochs = (stage.steps * per_step)
             .div_ceil(objective.len() as u64)
             .max(1) as u32;
@@ -300,8 +423,14 @@ impl Trainer {
         self.reporter.hb.stage = stage.name.clone();
         self.reporter.hb.epochs = Some(epochs);
         self.reporter.hb.epoch = Some(sampler.epoch_progress());
+        let mut stager = BatchStager::new(
+            self.device,
+            objective.rows_per_batch(self.s.batch_size) * self.s.seq_len,
+        )?;
 
         if self.progress.pos.stage_step == 0 {
+            // Another stage's loss is on another scale: its spikes are judged afresh.
+            self.divergence.reset();
             self.reporter.event(
                 Event::new(
                     kinds::STAGE_STARTED,
@@ -313,9 +442,12 @@ impl Trainer {
                 .with("hard_examples", objective.hard_windows())
                 .with("epochs", epochs),
             )?;
-            let eval = objective.evaluate(&self.model);
-            self.record_eval(stage, &eval, sampler.epoch_progress())?;
+            if let Some(ema) = &mut self.ema {
+                ema.reset(&self.model);
+            }
+            self.evaluate(stage, &objective, sampler.epoch_progress())?;
         }
+        self.reporter.end_phase()?;
 
         while self.progress.pos.stage_step < stage.steps {
             self.poll_save()?;
@@ -324,56 +456,68 @@ impl Trainer {
             }
             let lr = sched.lr(self.progress.pos.stage_step);
             self.model.params.zero_grad();
-            let mut loss_sum = 0.0;
             let mut epoch_ended = false;
-            for micro in 0..self.s.grad_accum {
-                let idx: Vec<usize> = (0..self.s.batch_size)
-                    .map(|_| {
-                        let (i, ended) = sampler.next_index();
-                        epoch_ended |= ended;
-                        i
-                    })
-                    .collect();
-                seed_torch(self.s.seed, self.progress.step, micro);
-                loss_sum += objective.backward(
-                    &self.model,
-                    &idx,
-                    self.device,
-                    1.0 / self.s.grad_accum as f64,
-                );
-            }
-            let loss = loss_sum / self.s.grad_accum as f64;
-            if !loss.is_finite() {
-                anyhow::bail!(
-                    "the {} loss became {loss} at step {}; lower the stage's lr or optimizer.grad_clip and resume from the last checkpoint",
-                    stage.name,
-                    self.progress.step + 1
-                );
-            }
+            let accum = self.s.grad_accum;
+            // fp16 computes the gradient of scale × loss, so small ones do not underflow.
+            let loss_scale = self.progress.loss_scaler.map(|l| l.scale());
+            let grad_factor = loss_scale.unwrap_or(1.0) / accum as f64;
+            let loss = {
+                let _autocast = self.precision.autocast(self.device)?;
+                let mut sum: Option<Tensor> = None;
+                for micro in 0..accum {
+                    let idx: Vec<usize> = (0..self.s.batch_size)
+                        .map(|_| {
+                            let (i, ended) = sampler.next_index();
+                            epoch_ended |= ended;
+                            i
+                        })
+                        .collect();
+                    seed_torch(self.s.seed, self.progress.step, micro);
+                    let batch = stager.stage(&objective.rows(&idx))?;
+                    let loss = objective.backward(&self.model, &batch, grad_factor);
+                    sum = Some(match sum {
+                        Some(s) => s + loss,
+                        None => loss,
+                    });
+                }
+                sum.expect("training.grad_accum is at least 1") / accum as f64
+            };
             let mut grad = self.model.params.flat_grad();
+            if let Some(scale) = loss_scale {
+                let _ = grad.g_mul_scalar_(1.0 / scale);
+            }
             let grad_norm = clip_grad_norm(&mut grad, self.s.grad_clip);
-            self.opt.step(&self.model.params, &grad, lr);
+            // fp16 skips a step whose gradient overflowed; knowing that takes a read
+            // from the device, as torch.amp.GradScaler's step does.
+            let applied = match &mut self.progress.loss_scaler {
+                Some(scaler) => scaler.update(grad_norm.isfinite().int64_value(&[]) != 0),
+                None => true,
+            };
+            if applied {
+                self.opt.step(&self.model.params, &grad, lr);
+            }
             self.progress.step += 1;
             self.progress.pos.stage_step += 1;
             self.progress.pos.cursor = sampler.cursor();
-            self.progress.last_loss = Some(loss);
             self.progress.last_lr = lr;
+            if let Some(ema) = &mut self.ema {
+                ema.after_step(&self.model, self.progress.pos.stage_step);
+            }
             let epoch = sampler.epoch_progress();
-
-            self.history.append(&json!({
-                "step": self.progress.step,
-                "epoch": epoch,
-                "learning_rate": lr,
-                "loss": loss,
-                "grad_norm": grad_norm,
-                "stage": stage.name,
-            }))?;
-            self.reporter
-                .step_done(self.progress.step, loss, lr, grad_norm);
+            self.pending_steps.push(PendingStep {
+                step: self.progress.step,
+                stage: stage.name.clone(),
+                epoch,
+                lr,
+                values: Tensor::stack(&[loss, grad_norm], 0),
+                loss_scale: loss_scale.map(|s| (s, !applied)),
+            });
             self.reporter.hb.epoch = Some(epoch);
             if self.reporter.hb.state != WorkerState::Training {
+                self.flush_steps()?;
                 self.reporter.set_state(WorkerState::Training)?;
             } else if self.progress.step.is_multiple_of(self.s.log_every) {
+                self.flush_steps()?;
                 self.history.flush()?;
                 self.reporter.write()?;
             }
@@ -389,16 +533,15 @@ impl Trainer {
             let save_now = (due || stage_done) && !(stage_done && last_stage);
             // A save is evaluated at its own step, whatever eval_every says: retention
             // keeps the best checkpoint by the validation loss it records.
-            if self
+            let evaluate_now = self
                 .progress
                 .pos
                 .stage_step
                 .is_multiple_of(self.s.eval_every)
                 || stage_done
-                || save_now
-            {
-                let eval = objective.evaluate(&self.model);
-                self.record_eval(stage, &eval, epoch)?;
+                || save_now;
+            if evaluate_now {
+                self.evaluate(stage, &objective, epoch)?;
             }
             if self.stop_at_step == Some(self.progress.step) {
                 self.stop.store(true, Ordering::SeqCst);
@@ -406,8 +549,13 @@ impl Trainer {
             if save_now {
                 self.save(&stage.name, Some(stage.kind))?;
             }
+            // A stop goes on saving, then stopping.
+            if (evaluate_now || save_now) && !self.stop_requested() {
+                self.reporter.end_phase()?;
+            }
         }
 
+        self.flush_steps()?;
         let mut ev = Event::new(
             kinds::STAGE_FINISHED,
             format!(
@@ -418,10 +566,13 @@ impl Trainer {
         .with("stage", &stage.name)
         .with("step", self.progress.step)
         .with(stage.kind.loss_key(), self.progress.last_loss);
-        if let Some(StepEval { eval, .. }) = &self.last_eval {
+        if let Some(StepEval { eval, ema, .. }) = &self.last_eval {
             ev = ev.with("eval_loss", eval.loss);
             for (k, v) in &eval.metrics {
                 ev = ev.with(k, v);
+            }
+            if let Some(ema) = ema {
+                ev = ev.with("ema_eval_loss", ema.loss);
             }
         }
         self.reporter.event(ev)?;
@@ -432,8 +583,7 @@ impl Trainer {
         // Nothing trained since the last save or load (or at all): nothing to save.
         if self.progress.step > 0 && self.progress.saved_step != Some(self.progress.step) {
             if self.evaluation_now().is_none() {
-                let eval = objective.evaluate(&self.model);
-                self.record_eval(stage, &eval, epoch)?;
+                self.evaluate(stage, objective, epoch)?;
             }
             self.save(&stage.name, Some(stage.kind))?;
         }
@@ -444,7 +594,128 @@ impl Trainer {
         Ok(Outcome::Stopped)
     }
 
-    fn record_eval(&mut self, stage: &Stage, eval: &Eval, epoch: f64) -> Result<()> {
+    /// Reads `<run>/skipped.json` when training starts or resumes: the ranges that
+    /// apply to where it stands (`lavender::skips`) add to the batches to skip.
+    pub fn plan_skips(&mut self) -> Result<()> {
+        let skips = lavender::skips::read(&self.run_dir).kind(FailureKind::Data)?;
+        let ranges: Vec<_> = skips
+            .to_apply(self.progress.step, self.progress.skips_applied)
+            .collect();
+        let steps: u64 = ranges.iter().map(|r| r.steps()).sum();
+        if !ranges.is_empty() {
+            let message = format!(
+                "skipping the data of {steps} step(s) after step {} ({} rollback range(s) in {})",
+                self.progress.step,
+                ranges.len(),
+                lavender::skips::FILE
+            );
+            eprintln!("{message}");
+            self.reporter.event(
+                Event::new(kinds::DATA_SKIPPED, message)
+                    .with("step", self.progress.step)
+                    .with("steps", steps)
+                    .with("ranges", &ranges),
+            )?;
+        }
+        // The batches of this stage's remaining steps first, the rest at the next
+        // stage's start (a resume at a stage's start skips it all there).
+        let pos = self.progress.pos;
+        let remaining = match self.s.stages.get(pos.stage_index) {
+            Some(stage) if !pos.finished && pos.stage_step > 0 => {
+                stage.steps.saturating_sub(pos.stage_step)
+            }
+            _ => 0,
+        };
+        self.skip_here = steps.min(remaining);
+        self.progress.skip_steps += steps - self.skip_here;
+        // Every range of the record is now either in the cursor or another line's.
+        self.progress.skips_applied = skips.ranges.len();
+        Ok(())
+    }
+
+    /// Passes `sampler` over the batches to skip in this stage: at its start, those
+    /// carried over from the previous one; on a resume, those after where it stands.
+    fn skip_batches(&mut self, stage: &Stage, sampler: &mut Sampler, per_step: u64) {
+        let mut steps = std::mem::take(&mut self.skip_here);
+        if self.progress.pos.stage_step == 0 {
+            let carried = self.progress.skip_steps.min(stage.steps);
+            self.progress.skip_steps -= carried;
+            steps += carried;
+        }
+        if steps > 0 {
+            sampler.skip(steps * per_step);
+            self.progress.pos.cursor = sampler.cursor();
+        }
+    }
+
+    /// Reads the losses and gradient norms of the steps since the last read from the
+    /// device, all in one copy, and records them (log_history, the heartbeat's
+    /// values). Called at log steps and before every evaluation, save and stage end,
+    /// so each step's values reach the host, late but all of them, before anything
+    /// that depends on them is written.
+    fn flush_steps(&mut self) -> Result<()> {
+        if self.pending_steps.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending_steps);
+        let stacked = Tensor::stack(&pending.iter().map(|p| &p.values).collect::<Vec<_>>(), 0);
+        let values = Vec::<f64>::try_from(stacked.to_device(Device::Cpu).view([-1]))
+            .context("could not read the steps' losses from the device")?;
+        for (p, v) in pending.iter().zip(values.chunks_exact(2)) {
+            let (loss, grad_norm) = (v[0], v[1]);
+            let skipped = p.loss_scale.is_some_and(|(_, skipped)| skipped);
+            let mut entry = json!({
+                "step": p.step,
+                "epoch": p.epoch,
+                "learning_rate": p.lr,
+                "loss": loss,
+                "grad_norm": grad_norm,
+                "stage": p.stage,
+            });
+            if let Some((scale, skipped)) = p.loss_scale {
+                entry["loss_scale"] = json!(scale);
+                if skipped {
+                    entry["skipped"] = json!(true);
+                }
+            }
+            self.history.append(&entry)?;
+            self.reporter.step_done(p.step, loss, p.lr, grad_norm);
+            self.progress.last_loss = Some(loss);
+            if skipped {
+                // fp16 skipped the step (its gradient overflowed): the loss scale's
+                // business, not a divergence.
+                self.divergence.pass(p.step);
+            } else {
+                self.judge_step(p.step, loss, grad_norm)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Evaluates the weights (and their moving average) at this step, under the
+    /// training's autocast, and records it.
+    fn evaluate(&mut self, stage: &Stage, objective: &Objective, epoch: f64) -> Result<()> {
+        // The steps before it come first in log_history.
+        self.flush_steps()?;
+        self.reporter.phase(WorkerState::Evaluating)?;
+        let (eval, ema) = {
+            let _autocast = self.precision.autocast(self.device)?;
+            let eval = objective.evaluate(&self.model);
+            (
+                eval,
+                self.ema.as_ref().map(|e| objective.evaluate(e.model())),
+            )
+        };
+        self.record_eval(stage, &eval, ema, epoch)
+    }
+
+    fn record_eval(
+        &mut self,
+        stage: &Stage,
+        eval: &Eval,
+        ema: Option<Eval>,
+        epoch: f64,
+    ) -> Result<()> {
         let mut entry = json!({
             "step": self.progress.step,
             "epoch": epoch,
@@ -453,6 +724,12 @@ impl Trainer {
         });
         for (k, v) in &eval.metrics {
             entry[format!("eval_{k}")] = json!(v);
+        }
+        if let Some(ema) = &ema {
+            entry["eval_ema_loss"] = json!(ema.loss);
+            for (k, v) in &ema.metrics {
+                entry[format!("eval_ema_{k}")] = json!(v);
+            }
         }
         self.history.append(&entry)?;
         if stage.kind == StageKind::Pretrain
@@ -465,18 +742,20 @@ impl Trainer {
             step: self.progress.step,
             stage_index: self.progress.pos.stage_index,
             eval: eval.clone(),
+            ema,
         });
         Ok(())
     }
 
     /// The evaluation made at this step in this stage, if there was one.
     fn evaluation_now(&self) -> Option<&Eval> {
-        self.last_eval
-            .as_ref()
-            .filter(|e| {
-                e.step == self.progress.step && e.stage_index == self.progress.pos.stage_index
-            })
-            .map(|e| &e.eval)
+        self.step_evaluation_now().map(|e| &e.eval)
+    }
+
+    fn step_evaluation_now(&self) -> Option<&StepEval> {
+        self.last_eval.as_ref().filter(|e| {
+            e.step == self.progress.step && e.stage_index == self.progress.pos.stage_index
+        })
     }
 
     /// The hard examples this run's pretraining mixes in. Decided when pretraining
@@ -485,19 +764,17 @@ impl Trainer {
     fn hard_examples(&mut self) -> Result<Option<crate::tokens::TokenArray>> {
         if self.progress.pos.stage_step == 0 {
             let choice = hard_examples::choose(&self.s.data_root, self.s.chunk, self.s.seq_len)?;
-            let from = match &choice {
-                hard_examples::Choice::Use { path, .. } => Some(path.as_path()),
-                hard_examples::Choice::Skip(_) => None,
-            };
-            hard_examples::take(&self.run_dir, from)?;
-            match choice {
-                hard_examples::Choice::Use { chunk, .. } => {
-                    eprintln!("pretrain: mixing in the hard examples mined on chunk {chunk}")
-                }
-                hard_examples::Choice::Skip(Some(why)) => {
-                    eprintln!("pretrain: no hard examples mixed in: {why}")
-                }
-                hard_examples::Choice::Skip(None) => {}
+            let from: Vec<PathBuf> = choice.used.iter().map(|(p, _)| p.clone()).collect();
+            hard_examples::take(&self.run_dir, &from)?;
+            if !choice.used.is_empty() {
+                let chunks: Vec<String> = choice.used.iter().map(|(_, c)| c.to_string()).collect();
+                eprintln!(
+                    "pretrain: mixing in the hard examples mined on chunk(s) {}",
+                    chunks.join(", ")
+                );
+            }
+            for why in &choice.skipped {
+                eprintln!("pretrain: hard examples not mixed in: {why}");
             }
         }
         hard_examples::open(&self.run_dir, self.tokens.index.dtype)

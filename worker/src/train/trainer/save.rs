@@ -22,7 +22,9 @@ use super::Trainer;
 use crate::model::tensor_file::FileImage;
 use crate::model::{self, MODEL_FILE};
 use crate::optim::adamw::OPTIMIZER_FILE;
-use crate::train::checkpointing::{FINAL_STAGE, REFERENCE_STEP};
+use crate::train::checkpointing::{DIVERGENCE, FINAL_STAGE, REFERENCE_STEP, SKIP_STEPS};
+use crate::train::ema::EMA_FILE;
+use crate::train::precision::LOSS_SCALER_KEY;
 use crate::train::settings::StageKind;
 
 const RNG_SCHEME: &str = "stateless: data order from (seed, stage, epoch), dropout reseeded from (seed, step, micro-batch)";
@@ -33,13 +35,14 @@ const RNG_SCHEME: &str = "stateless: data order from (seed, stage, epoch), dropo
 pub struct SaveBuffers {
     weights: FileImage,
     moments: FileImage,
+    ema: FileImage,
 }
 
 impl SaveBuffers {
     /// Buffers for checkpoints of `params` parameters (`with_moments`: and their
     /// two optimizer moments), their pages faulted in on a background thread while
     /// training starts, so that not even the first save stalls training for that.
-    pub fn prepare(params: i64, with_moments: bool) -> NextBuffers {
+    pub fn prepare(params: i64, with_moments: bool, with_ema: bool) -> NextBuffers {
         let bytes = usize::try_from(params).unwrap_or(0) * std::mem::size_of::<f32>();
         let thread = std::thread::Builder::new()
             .name("checkpoint-buffers".into())
@@ -47,6 +50,11 @@ impl SaveBuffers {
                 weights: FileImage::with_pages_for(bytes),
                 moments: if with_moments {
                     FileImage::with_pages_for(2 * bytes)
+                } else {
+                    FileImage::default()
+                },
+                ema: if with_ema {
+                    FileImage::with_pages_for(bytes)
                 } else {
                     FileImage::default()
                 },
@@ -98,6 +106,8 @@ pub struct PendingSave {
     kind: Option<StageKind>,
     step: u64,
     loss: Option<f64>,
+    /// The EMA weights' validation loss at this step (`training.ema`).
+    ema_eval_loss: Option<f64>,
     epoch: f64,
     epochs: Option<u32>,
     remaining_hours: Option<f64>,
@@ -126,11 +136,22 @@ impl Trainer {
     /// retention to a background thread. Training may go on as soon as this returns:
     /// the writer reads only its copy. [`Trainer::finish_save`] reports the save
     /// once it is durable.
+    /// The heartbeat says `saving` from the start (waiting for the previous save
+    /// holds training too) until the caller ends the phase.
     pub fn save(&mut self, stage: &str, kind: Option<StageKind>) -> Result<()> {
         let entered = Instant::now();
+        // Every step's values reach the host (and the divergence detector) before a
+        // checkpoint of them is made: a diverged state is never saved.
+        self.flush_steps()?;
+        anyhow::ensure!(
+            self.divergence.seen_through() >= self.progress.step,
+            "internal: step {} would be saved before its loss was judged (judged through step {})",
+            self.progress.step,
+            self.divergence.seen_through()
+        );
+        self.reporter.phase(WorkerState::Saving)?;
         self.finish_save()?;
         let waited = entered.elapsed();
-        self.reporter.set_state(WorkerState::Saving)?;
         let at = lavender::time::now_utc();
         let counter = checkpoint::next_counter(&self.run_dir)?;
         let name = CheckpointName::new(stage, at.time(), counter)?;
@@ -142,6 +163,10 @@ impl Trainer {
         if with_optimizer {
             self.opt
                 .snapshot(&self.model.params, &mut buffers.moments)?;
+        }
+        let with_ema = self.ema.is_some();
+        if let Some(ema) = &self.ema {
+            ema.snapshot(&mut buffers.ema)?;
         }
         let copy = began.elapsed();
         // Complete before the checkpoint it belongs to becomes visible.
@@ -167,6 +192,9 @@ impl Trainer {
                     let weights = s.spawn(|| buffers.weights.write_unsynced(&dir.join(MODEL_FILE)));
                     if with_optimizer {
                         buffers.moments.write_unsynced(&dir.join(OPTIMIZER_FILE))?;
+                    }
+                    if with_ema {
+                        buffers.ema.write_unsynced(&dir.join(EMA_FILE))?;
                     }
                     weights
                         .join()
@@ -209,6 +237,10 @@ impl Trainer {
             kind,
             step: self.progress.step,
             loss: self.progress.last_loss,
+            ema_eval_loss: self
+                .step_evaluation_now()
+                .and_then(|e| e.ema.as_ref())
+                .map(|e| e.loss),
             epoch,
             epochs: self.reporter.hb.epochs,
             remaining_hours: self.reporter.remaining_hours(),
@@ -218,9 +250,6 @@ impl Trainer {
             waited,
             copy,
         };
-        if !self.stop_requested() {
-            self.reporter.set_state(WorkerState::Training)?;
-        }
         pending.stall = entered.elapsed();
         self.pending_save = Some(pending);
         Ok(())
@@ -295,6 +324,9 @@ impl Trainer {
         if let Some(k) = p.kind {
             ev = ev.with(k.loss_key(), p.loss);
         }
+        if let Some(l) = p.ema_eval_loss {
+            ev = ev.with("ema_eval_loss", l);
+        }
         self.reporter.event(ev)?;
         Ok(Some(path))
     }
@@ -343,6 +375,9 @@ impl Trainer {
             "chunk": self.s.chunk,
             "shards": self.shards,
         });
+        if self.progress.skip_steps > 0 {
+            st.data_cursor[SKIP_STEPS] = json!(self.progress.skip_steps);
+        }
         st.rng_state = json!({ "seed": self.s.seed, "scheme": RNG_SCHEME });
         st.wall_time_s = self.wall_time_s();
         st.saved_at = lavender::time::rfc3339_z(lavender::time::now_utc());
@@ -351,6 +386,17 @@ impl Trainer {
             .insert("optimizer_state".into(), json!(with_optimizer));
         st.extra
             .insert("optimizer_step".into(), json!(self.opt.step));
+        st.extra.insert(
+            lavender::skips::APPLIED_KEY.into(),
+            json!(self.progress.skips_applied),
+        );
+        st.extra
+            .insert(DIVERGENCE.into(), json!(self.divergence.state()));
+        st.extra
+            .insert("precision".into(), json!(self.precision.as_str()));
+        if let Some(scaler) = self.progress.loss_scaler {
+            st.extra.insert(LOSS_SCALER_KEY.into(), scaler.to_json());
+        }
         if let Some(r) = self.reference_step {
             st.extra.insert(REFERENCE_STEP.into(), json!(r));
         }
@@ -359,6 +405,10 @@ impl Trainer {
             m.insert("loss".into(), json!(eval.loss));
             for (k, v) in &eval.metrics {
                 m.insert((*k).into(), json!(v));
+            }
+            let ema = self.step_evaluation_now().and_then(|e| e.ema.as_ref());
+            if let Some(ema) = ema {
+                m.insert("ema_loss".into(), json!(ema.loss));
             }
             st.extra.insert("eval".into(), Value::Object(m));
         }
