@@ -3,12 +3,14 @@
 
 pub(crate) mod actor;
 pub(crate) mod handle;
+pub(crate) mod inputs;
 pub(crate) mod judge;
 pub(crate) mod markers;
 pub(crate) mod plan;
 pub(crate) mod record;
 pub(crate) mod request;
 pub(crate) mod restart;
+pub(crate) mod resumable;
 pub(crate) mod stop;
 
 pub use handle::{PipelineHandle, StartError, StartReply};

@@ -8,9 +8,10 @@ use tokio::time::Instant;
 use super::{Actor, WorkerExit};
 use crate::alert::Alert;
 use crate::exit::ExitOutcome;
+use crate::pipeline::inputs::StepInputs;
 use crate::pipeline::judge::{Verdict, judge};
-use crate::pipeline::markers;
 use crate::pipeline::stop::StopReport;
+use crate::pipeline::{markers, plan};
 
 impl Actor {
     pub(super) fn on_exit(&mut self, exit: WorkerExit) {
@@ -47,9 +48,15 @@ impl Actor {
         ) {
             Verdict::Success => {
                 let chunk = self.record.chunk.unwrap_or(self.config.chunk);
-                if let Err(e) =
-                    markers::write(&self.layout, chunk, step, self.record.run_dir.as_deref())
-                {
+                let ran_with = plan::worker_config(&self.layout, &self.config);
+                let inputs = StepInputs::of(step, &ran_with, &self.layout.data_root, chunk);
+                if let Err(e) = markers::write(
+                    &self.layout,
+                    chunk,
+                    step,
+                    self.record.run_dir.as_deref(),
+                    Some(inputs),
+                ) {
                     tracing::error!("{e:#}");
                 }
                 self.record.set_step(step, StepState::Done);
