@@ -440,6 +440,12 @@ fn start_refuses_to_walk_away_from_a_resumable_run() {
     assert!(err.contains("--yes") && err.contains(&run_name), "{err}");
     assert_eq!(env.train_calls().len(), trains);
     // On a terminal it asks; "y" starts a new run from step 0.
+    let next_train_call = |before: usize| {
+        wait_until(Duration::from_secs(20), "the worker to start", || {
+            env.train_calls().len() > before
+        });
+        env.train_calls().last().unwrap().clone()
+    };
     let fresh = run_on_terminal(
         env.cmd().args(["start", "--fresh"]),
         "[y/N]",
@@ -448,7 +454,7 @@ fn start_refuses_to_walk_away_from_a_resumable_run() {
     );
     assert!(fresh.status.success(), "{}", fresh.output);
     assert!(fresh.output.contains(&run_name), "{}", fresh.output);
-    let call = env.train_calls().last().unwrap().clone();
+    let call = next_train_call(trains);
     assert!(!call.iter().any(|a| a == "--resume"), "{call:?}");
     assert_ne!(env.run_dir(), first_run);
     env.wait_checkpoints(1, Duration::from_secs(20));
@@ -460,8 +466,9 @@ fn start_refuses_to_walk_away_from_a_resumable_run() {
         .unwrap()
         .path;
     let weights = ckpt.join("model.safetensors");
+    let before = env.train_calls().len();
     env.start(&["--resume", weights.to_str().unwrap()]);
-    let call = env.train_calls().last().unwrap().clone();
+    let call = next_train_call(before);
     let at = call.iter().position(|a| a == "--resume").unwrap();
     assert_eq!(call[at + 1], ckpt.display().to_string());
     env.stop_saved();
