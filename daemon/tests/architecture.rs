@@ -2,14 +2,9 @@
 //! ("Daemon layers") holds for every `crate::` path in `daemon/src`, and every
 //! top-level module is placed in it.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const DOC: &str = include_str!("../../docs/ARCHITECTURE.md");
-
-/// Back-edges being removed by a change under way elsewhere: (importing module,
-/// imported path prefix). Each must still exist, so the entry goes with the edge.
-const ALLOWED: &[(&str, &str)] = &[];
 
 /// Where a top-level module stands: its rank in the order (0 = top), or a leaf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,14 +278,9 @@ struct Violation {
     to: String,
 }
 
-/// Every import in `files` (path, source) that runs up `layers`, and the allowed
-/// back-edges seen.
-fn upward_imports(
-    layers: &Layers,
-    files: &[(String, String, String)],
-) -> (Vec<Violation>, BTreeMap<(String, String), usize>) {
+/// Every import in `files` (path, module, source) that runs up `layers`.
+fn upward_imports(layers: &Layers, files: &[(String, String, String)]) -> Vec<Violation> {
     let mut found = Vec::new();
-    let mut allowed_seen = BTreeMap::new();
     for (file, module, src) in files {
         let code = code_only(src);
         let root = if module == "main" {
@@ -312,15 +302,6 @@ fn upward_imports(
             if layers.allows(from, to) {
                 continue;
             }
-            if let Some((m, p)) = ALLOWED
-                .iter()
-                .find(|(m, p)| m == module && (path == *p || path.starts_with(&format!("{p}::"))))
-            {
-                *allowed_seen
-                    .entry((m.to_string(), p.to_string()))
-                    .or_default() += 1;
-                continue;
-            }
             found.push(Violation {
                 file: file.clone(),
                 path: format!("{root}::{path}"),
@@ -329,7 +310,7 @@ fn upward_imports(
             });
         }
     }
-    (found, allowed_seen)
+    found
 }
 
 /// The top-level modules `lib.rs` declares.
@@ -377,7 +358,7 @@ fn no_import_runs_up_the_daemon_layers() {
             (shown, module_of(&src, p), text)
         })
         .collect();
-    let (found, allowed_seen) = upward_imports(&layers, &files);
+    let found = upward_imports(&layers, &files);
     let report: Vec<String> = found
         .iter()
         .map(|v| {
@@ -392,12 +373,6 @@ fn no_import_runs_up_the_daemon_layers() {
         "imports that run up the daemon's layers (docs/ARCHITECTURE.md, \"Daemon layers\"); move what both need below both:\n{}",
         report.join("\n")
     );
-    for (module, path) in ALLOWED {
-        assert!(
-            allowed_seen.contains_key(&(module.to_string(), path.to_string())),
-            "the allowed back-edge {module} → {path} is gone: remove it from ALLOWED"
-        );
-    }
 }
 
 #[test]
@@ -430,7 +405,7 @@ fn the_layer_check_reads_grouped_paths_and_ignores_comments_and_strings() {
     let file = |name: &str, module: &str, src: &str| {
         (name.to_string(), module.to_string(), src.to_string())
     };
-    let (found, _) = upward_imports(
+    let found = upward_imports(
         &layers,
         &[
             file("notify/a.rs", "notify", "use crate::pipeline::Record;"),

@@ -91,6 +91,10 @@ pub(crate) fn validate(c: &Config) -> Check {
     super::api::validate(&c.api)?;
     super::launch::validate(&c.launch)?;
     super::logging::validate(&c.logging)?;
+    // A torchrun script may run several processes; lavender-worker never does.
+    if c.runs_lavender_worker() {
+        c.check_one_process(None)?;
+    }
     super::notify::validate(&c.notify)
 }
 
@@ -346,6 +350,17 @@ fn validate_training(c: &Config) -> Check {
     at_least("training.eval_every", t.eval_every, 1)?;
     at_least("training.eval_batches", t.eval_batches, 1)?;
     at_least("training.keep_checkpoints", t.keep_checkpoints, 1)?;
+    if let Some(ema) = &t.ema {
+        let ok = ema.decay > 0.0 && ema.decay < 1.0;
+        if !ok {
+            return Err(out_of_range(
+                "training.ema.decay",
+                ema.decay,
+                "between 0 and 1, both excluded (e.g. 0.999)",
+            ));
+        }
+        at_least("training.ema.every", ema.every, 1)?;
+    }
     if t.stages.is_empty() {
         return Err(invalid(
             "training.stages",

@@ -30,8 +30,8 @@ mod torch_save;
 pub use crate::checkpoint::EXPORT_MARKER;
 pub use error::ExportError;
 pub use exporter::{
-    EXPORT_DIR, ExportOptions, ExportReport, ExportStatus, ExportedCheckpoint, Selection, export,
-    locate_run,
+    EXPORT_DIR, EXPORT_EMA_DIR, ExportOptions, ExportReport, ExportStatus, ExportedCheckpoint,
+    Selection, export, locate_run,
 };
 pub use hf_config::{ModelDims, SpecialTokens, model_dims};
 pub use history::{LogHistory, for_hf_readers};
@@ -42,7 +42,7 @@ pub use resolve::{
 pub use run_config::RunConfig;
 pub use segments::{Segment, terminal_velocity_factor};
 pub use step::{checkpoint_step, step_from_name};
-pub use tensors::{OPTIMIZER_PT, hf_parameter_order};
+pub use tensors::{EMA_FILE, OPTIMIZER_PT, hf_parameter_order};
 pub use torch_load::{LoadedTensor, load_state_dict};
 pub use torch_save::Dtype as TorchDtype;
 

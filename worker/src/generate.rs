@@ -32,7 +32,7 @@ pub struct GenerateArgs {
     /// Sampling seed (default: the config's seed).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// auto|cpu|cuda|mps.
+    /// auto|cpu|cuda|cuda:N|mps.
     #[arg(long)]
     pub device: Option<String>,
 }

@@ -34,7 +34,7 @@ pub struct MineHardArgs {
     /// How many windows to keep (default: data.hard_examples.top_k).
     #[arg(long)]
     pub top_k: Option<usize>,
-    /// auto|cpu|cuda|mps.
+    /// auto|cpu|cuda|cuda:N|mps.
     #[arg(long)]
     pub device: Option<String>,
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use lavender::config::{Config, PipelineStep};
+use lavender::config::{Config, PipelineStep, Scale};
 use lavender::status::PipelineState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -18,7 +18,7 @@ use super::stop::StopReport;
 pub struct StartReply {
     pub state: PipelineState,
     pub chunk: u32,
-    pub scale: String,
+    pub scale: Scale,
     pub active_step: Option<PipelineStep>,
     pub pid: Option<u32>,
     pub run_dir: Option<PathBuf>,

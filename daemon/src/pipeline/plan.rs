@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use lavender::config::{Config, PipelineStep};
+use lavender::config::{Config, PipelineStep, Scale};
 use lavender::status::{PipelineState, StepState};
 
 use super::handle::StartError;
@@ -21,7 +21,7 @@ pub struct Prepared {
     /// The new pipeline's record: running, no step active yet.
     pub record: PipelineRecord,
     pub chunk: u32,
-    pub scale: String,
+    pub scale: Scale,
     /// Lines for the operator (see [`StartReply::notices`](super::StartReply)).
     pub notices: Vec<String>,
 }
@@ -119,7 +119,7 @@ pub fn prepare(
         state: PipelineState::Running,
         request: Some(req),
         chunk: Some(chunk),
-        scale: Some(scale.to_string()),
+        scale: Some(scale),
         steps,
         active_step: None,
         run_dir,
@@ -134,7 +134,7 @@ pub fn prepare(
     Ok(Prepared {
         record,
         chunk,
-        scale: scale.to_string(),
+        scale,
         notices,
     })
 }
@@ -305,10 +305,6 @@ pub fn spawn_spec(
         config: layout.worker_config(),
         data_root: layout.data_root.clone(),
         run_dir: record.run_dir.clone(),
-        scale: record
-            .scale
-            .clone()
-            .unwrap_or_else(|| config.scale.to_string()),
         chunk: record.chunk.unwrap_or(config.chunk),
         resume,
         env,
@@ -472,6 +468,39 @@ mod tests {
         assert!(err.contains("latest"), "{err}");
     }
 
+    /// The scale travels in one channel: the record says it, the worker's config
+    /// file carries it, the argv does not.
+    #[test]
+    fn the_requested_scale_reaches_the_worker_through_its_config_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = layout(dir.path());
+        l.ensure_state_dir().unwrap();
+        let config = Config {
+            steps: vec![PipelineStep::Train],
+            ..Config::default()
+        };
+        assert_ne!(config.scale, Scale::Small);
+        let req = StartRequest {
+            scale: Some(Scale::Small),
+            ..StartRequest::default()
+        };
+        let prepared = prepare(&l, &config, req).unwrap();
+        assert_eq!(prepared.scale, Scale::Small);
+        assert_eq!(prepared.record.scale, Some(Scale::Small));
+        let given = Config::load(&lavender::config::LoadOptions {
+            file: Some(l.worker_config()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(given.scale, Scale::Small);
+        let spec = spawn_spec(&l, &config, &prepared.record, PipelineStep::Train, false);
+        assert!(
+            !spec.argv().iter().any(|a| a == "--scale"),
+            "{:?}",
+            spec.argv()
+        );
+    }
+
     #[test]
     fn a_launch_carries_the_record_and_the_config() {
         let dir = tempfile::tempdir().unwrap();
@@ -480,12 +509,12 @@ mod tests {
         config.worker.command = vec!["python".into(), "train.py".into()];
         let mut record = PipelineRecord::idle();
         record.run_dir = Some(dir.path().join("checkpoints/run-x"));
-        record.scale = Some("small".into());
+        record.scale = Some(Scale::Small);
         record.chunk = Some(2);
         record.resume_from = Some(PathBuf::from("/ck/a"));
         let spec = spawn_spec(&l, &config, &record, PipelineStep::Train, false);
         assert_eq!(spec.command, ["python", "train.py"]);
-        assert_eq!((spec.scale.as_str(), spec.chunk), ("small", 2));
+        assert_eq!(spec.chunk, 2);
         assert_eq!(spec.run_dir, record.run_dir);
         assert_eq!(spec.config, l.worker_config());
         assert_eq!(spec.resume.as_deref(), Some(Path::new("/ck/a")));

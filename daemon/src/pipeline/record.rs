@@ -8,7 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use lavender::config::PipelineStep;
+use chrono::{DateTime, Utc};
+use lavender::config::{PipelineStep, Scale};
 use lavender::status::{PipelineState, StepState};
 use serde::{Deserialize, Serialize};
 
@@ -28,8 +29,9 @@ pub struct WorkerRecord {
     #[serde(flatten)]
     pub handle: WorkerHandle,
     pub step: PipelineStep,
-    /// RFC 3339 UTC; the start-up grace for heartbeats counts from here.
-    pub started_at: String,
+    /// The start-up grace for heartbeats counts from here (RFC 3339 UTC on disk).
+    #[serde(with = "lavender::time::rfc3339")]
+    pub started_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,7 +40,7 @@ pub struct PipelineRecord {
     #[serde(default)]
     pub request: Option<StartRequest>,
     pub chunk: Option<u32>,
-    pub scale: Option<String>,
+    pub scale: Option<Scale>,
     #[serde(default)]
     pub steps: Vec<StepEntry>,
     pub active_step: Option<PipelineStep>,
@@ -245,7 +247,7 @@ mod tests {
                 },
             },
             step: PipelineStep::Train,
-            started_at: "2026-01-01T00:00:00Z".into(),
+            started_at: "2026-01-01T00:00:00Z".parse().unwrap(),
         });
         r.save(&p).unwrap();
         let back = PipelineRecord::load(&p).unwrap();

@@ -18,7 +18,7 @@ use chrono::{DateTime, Datelike as _, Timelike as _, Utc};
 use lavender::status::Status;
 use tokio::sync::watch;
 
-use super::compose::{in_startup_grace, started_at};
+use super::compose::in_startup_grace;
 use super::{FileFacts, StatusSettings, compose};
 use crate::notify::ChannelCounts;
 use crate::pipeline::PipelineRecord;
@@ -55,10 +55,7 @@ impl StatusSnapshot {
     ) -> StatusSnapshot {
         let status = compose(&record, &facts, &settings, now, true);
         let heartbeat_at = facts.heartbeat_time();
-        let worker_started = record
-            .worker
-            .as_ref()
-            .and_then(|w| started_at(&w.started_at));
+        let worker_started = record.worker.as_ref().map(|w| w.started_at);
         let body = body_json(&status, &counts);
         // The timestamp is the struct's first field; the rest starts at its closing quote.
         let rest = body
@@ -229,7 +226,7 @@ fn test_settings() -> StatusSettings {
     StatusSettings {
         stale_after_s: 300,
         startup_grace_s: 60,
-        default_scale: "tiny".into(),
+        default_scale: lavender::config::Scale::Tiny,
         default_chunk: 1,
         steps: Vec::new(),
         disk_floor_mib: 0,
@@ -242,7 +239,7 @@ mod tests {
     use super::*;
 
     fn at(text: &str) -> DateTime<Utc> {
-        started_at(text).expect("test time")
+        text.parse().expect("test time")
     }
 
     fn snapshot_at(now: DateTime<Utc>) -> StatusSnapshot {

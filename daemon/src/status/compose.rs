@@ -15,7 +15,7 @@ use crate::pipeline::PipelineRecord;
 pub struct StatusSettings {
     pub stale_after_s: u64,
     pub startup_grace_s: u64,
-    pub default_scale: String,
+    pub default_scale: Scale,
     pub default_chunk: u32,
     pub steps: Vec<PipelineStep>,
     /// `notify.disk_floor_mib`: the floor of the disk-low alert.
@@ -29,20 +29,13 @@ impl StatusSettings {
         StatusSettings {
             stale_after_s: config.supervisor.stale_after_s,
             startup_grace_s: config.supervisor.startup_grace_s,
-            default_scale: config.scale.to_string(),
+            default_scale: config.scale,
             default_chunk: config.chunk,
             steps: config.steps.clone(),
             disk_floor_mib: config.notify.disk_floor_mib,
             scales: config.scales,
         }
     }
-}
-
-/// When the worker was started, as the record says.
-pub fn started_at(text: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(text)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
 }
 
 /// Whether a worker started at `started` is still in its start-up grace at `now`.
@@ -96,7 +89,7 @@ pub fn compose(
             .collect()
     };
     let in_grace = worker
-        .and_then(|w| started_at(&w.started_at))
+        .map(|w| w.started_at)
         .is_some_and(|t| in_startup_grace(t, now, settings));
     let training_alive = worker.is_some_and(|w| w.step == PipelineStep::Train);
     let training = TrainingStatus::from_heartbeat(
@@ -108,22 +101,16 @@ pub fn compose(
         facts.checkpoints,
         facts.latest_checkpoint.clone(),
     );
-    let scale = record
-        .scale
-        .clone()
-        .unwrap_or_else(|| settings.default_scale.clone());
+    let scale = record.scale.unwrap_or(settings.default_scale);
     let mut data = DataStatus::from_counts(facts.data_counts.clone(), facts.checkpoints);
-    let notices = scale
-        .parse::<Scale>()
-        .ok()
-        .and_then(|s| data.note_shards_wanted(s, settings.scales.get(s).shards.into()));
+    let notices = data.note_shards_wanted(scale, settings.scales.get(scale).shards.into());
     Status {
         timestamp: lavender::time::rfc3339_z(now),
         pipeline: PipelineStatus {
             running: alive,
             pid: worker.and_then(|w| w.handle.pid()),
             chunk: Some(record.chunk.unwrap_or(settings.default_chunk).to_string()),
-            scale: Some(scale),
+            scale: Some(scale.to_string()),
             state,
             restarts: record.restarts,
             slurm: worker.and_then(|w| w.handle.slurm_job()).map(|j| {

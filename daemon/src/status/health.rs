@@ -83,7 +83,7 @@ impl HeartbeatWatch {
         let from_current_worker = record
             .worker
             .as_ref()
-            .and_then(|w| DateTime::parse_from_rfc3339(&w.started_at).ok())
+            .map(|w| w.started_at)
             .zip(heartbeat_at)
             .is_some_and(|(started, at)| at >= started);
         if status.pipeline.running && from_current_worker {

@@ -98,6 +98,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             all,
             out,
             force,
+            ema,
             json,
         } => {
             use lavender::export::{self, ExportOptions, Selection};
@@ -114,6 +115,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 selection,
                 out,
                 force,
+                ema,
             })?;
             print!(
                 "{}",

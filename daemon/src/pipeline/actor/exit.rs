@@ -44,7 +44,7 @@ impl Actor {
             exit.outcome,
             self.record.run_dir.as_deref(),
             &self.layout.data_root,
-            worker.started_at,
+            Some(worker.started_at),
         ) {
             Verdict::Success => {
                 let chunk = self.record.chunk.unwrap_or(self.config.chunk);

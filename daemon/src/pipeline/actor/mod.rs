@@ -34,7 +34,7 @@ struct LiveWorker {
     handle: WorkerHandle,
     step: PipelineStep,
     started: Instant,
-    started_at: Option<DateTime<Utc>>,
+    started_at: DateTime<Utc>,
     /// Spawned by this daemon (not re-adopted): its exit is reaped by us.
     own_child: bool,
 }
@@ -67,7 +67,7 @@ struct LaunchDone {
 struct PendingStart {
     reply: oneshot::Sender<Result<StartReply, StartError>>,
     chunk: u32,
-    scale: String,
+    scale: lavender::config::Scale,
     notices: Vec<String>,
 }
 

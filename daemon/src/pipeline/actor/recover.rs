@@ -1,7 +1,7 @@
 //! After a daemon restart: the worker of `pipeline.json` re-adopted if it lives,
 //! judged from its files if it ended unwatched, or a pending restart resumed.
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use lavender::status::PipelineState;
 use tokio::time::Instant;
 
@@ -16,9 +16,7 @@ impl Actor {
     pub(super) fn recover(&mut self) {
         if let Some(w) = self.record.worker.clone() {
             if w.handle.is_alive() {
-                let elapsed = parse_time(&w.started_at)
-                    .map(|t| (Utc::now() - t).to_std().unwrap_or_default())
-                    .unwrap_or_default();
+                let elapsed = (Utc::now() - w.started_at).to_std().unwrap_or_default();
                 let started = Instant::now()
                     .checked_sub(elapsed)
                     .unwrap_or_else(Instant::now);
@@ -28,7 +26,7 @@ impl Actor {
                     handle: w.handle.clone(),
                     step: w.step,
                     started,
-                    started_at: parse_time(&w.started_at),
+                    started_at: w.started_at,
                     own_child: false,
                 });
                 self.watch_adopted(self.generation, w.handle.clone());
@@ -60,7 +58,7 @@ impl Actor {
             self.generation += 1;
             self.worker = Some(LiveWorker {
                 generation: self.generation,
-                started_at: parse_time(&w.started_at),
+                started_at: w.started_at,
                 handle: w.handle,
                 step: w.step,
                 started: Instant::now(),
@@ -96,10 +94,4 @@ impl Actor {
             self.commit();
         }
     }
-}
-
-fn parse_time(s: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
 }

@@ -217,14 +217,14 @@ impl Actor {
         self.record.worker = Some(WorkerRecord {
             handle: launched.handle.clone(),
             step,
-            started_at: lavender::time::rfc3339_z(started_at),
+            started_at,
         });
         self.worker = Some(LiveWorker {
             generation,
             handle: launched.handle,
             step,
             started: Instant::now(),
-            started_at: Some(started_at),
+            started_at,
             own_child: true,
         });
         self.record.state = PipelineState::Running;
