@@ -484,7 +484,7 @@ mod tests {
             scale: Some(Scale::Small),
             ..StartRequest::default()
         };
-        let prepared = prepare(&l, &config, req).unwrap();
+        let prepared = prepare(&l, &config, &PipelineRecord::idle(), req).unwrap();
         assert_eq!(prepared.scale, Scale::Small);
         assert_eq!(prepared.record.scale, Some(Scale::Small));
         let given = Config::load(&lavender::config::LoadOptions {
