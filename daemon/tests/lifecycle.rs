@@ -525,6 +525,17 @@ fn finished_steps_run_again_when_forced_or_when_their_inputs_changed() {
     );
     env.wait_state("finished", Duration::from_secs(20));
     assert_eq!((count("downloads"), count("train")), (1, 2));
+    // The step run again is told to rebuild even what is up to date.
+    let forced: Vec<serde_json::Value> = env
+        .call_records()
+        .into_iter()
+        .filter(|c| c["argv"].as_array().unwrap().iter().any(|a| a == "train"))
+        .map(|c| c["force"].clone())
+        .collect();
+    assert_eq!(
+        forced,
+        [serde_json::Value::Null, serde_json::Value::from("true")]
+    );
 
     // Nothing changed: a start finds everything done and runs nothing.
     env.start(&[]);
