@@ -90,13 +90,15 @@ pub fn rotate_own_log(path: &Path, limits: LoggingConfig) -> Result<()> {
 fn stderr_is(path: &Path) -> bool {
     use std::os::fd::AsFd as _;
     use std::os::unix::fs::MetadataExt as _;
-    let (Ok(fd), Ok(file)) = (
-        nix::sys::stat::fstat(std::io::stderr().as_fd()),
-        std::fs::metadata(path),
-    ) else {
+    let stderr = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .and_then(|f| f.metadata());
+    let (Ok(fd), Ok(file)) = (stderr, std::fs::metadata(path)) else {
         return false;
     };
-    fd.st_dev as u64 == file.dev() && fd.st_ino as u64 == file.ino()
+    fd.dev() == file.dev() && fd.ino() == file.ino()
 }
 
 fn lock(log: &'static Mutex<RotatingFile>) -> MutexGuard<'static, RotatingFile> {

@@ -622,7 +622,7 @@ fn relays_of(log: &std::path::Path) -> Vec<i32> {
         .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
         .filter(|&pid| {
             let argv = cmdline(pid);
-            argv.iter().any(|a| a == "log-relay") && argv.iter().any(|a| *a == log)
+            argv.iter().any(|a| a == "log-relay") && argv.contains(&log)
         })
         .filter(|&pid| alive(pid))
         .collect()

@@ -26,10 +26,12 @@ pub struct RotatingFile {
     /// The last byte written ended a line (or nothing is written yet).
     at_line_start: bool,
     limits: LoggingConfig,
-    /// Called with the new file after each rotation (the daemon points its own
-    /// stdout and stderr at it).
-    on_rotate: Option<Box<dyn Fn(&File) + Send>>,
+    on_rotate: Option<OnRotate>,
 }
+
+/// Called with the new file after each rotation (the daemon points its own stdout
+/// and stderr at it).
+type OnRotate = Box<dyn Fn(&File) + Send>;
 
 impl RotatingFile {
     /// Opens `path` for appending (creating it and its directory), continuing a log
