@@ -4,6 +4,7 @@
 pub mod atomic;
 pub mod checkpoint;
 pub mod config;
+pub mod data_order;
 pub mod data_root;
 pub mod error;
 pub mod events;

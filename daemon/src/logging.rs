@@ -90,12 +90,10 @@ pub fn rotate_own_log(path: &Path, limits: LoggingConfig) -> Result<()> {
 fn stderr_is(path: &Path) -> bool {
     use std::os::fd::AsFd as _;
     use std::os::unix::fs::MetadataExt as _;
-    let stderr = std::io::stderr()
-        .as_fd()
-        .try_clone_to_owned()
-        .map(std::fs::File::from)
-        .and_then(|f| f.metadata());
-    let (Ok(fd), Ok(file)) = (stderr, std::fs::metadata(path)) else {
+    let Ok(fd) = std::io::stderr().as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    let (Ok(fd), Ok(file)) = (std::fs::File::from(fd).metadata(), std::fs::metadata(path)) else {
         return false;
     };
     fd.dev() == file.dev() && fd.ino() == file.ino()

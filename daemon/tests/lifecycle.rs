@@ -383,6 +383,36 @@ fn config_check_names_a_bad_key() {
     assert!(stdout(&out).contains("supervisor:"), "{}", stdout(&out));
 }
 
+/// lavender-worker is one process on one device: `config check` refuses several
+/// Slurm tasks of it, naming the multi-GPU path, and accepts them for a torchrun script.
+#[test]
+fn config_check_refuses_several_tasks_of_lavender_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let slurm = "launch:\n  backend: slurm\n  slurm:\n    ntasks: 4\n    nodes: 1\n";
+    let daemon = Lavenderd::in_dir(
+        dir.path(),
+        &format!("worker:\n  command: [lavender-worker]\n{slurm}"),
+        "lavender-worker",
+    );
+    let out = daemon.run(&["config", "check"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("lavender.yaml:6:13: launch.slurm.ntasks: 4 tasks would start 4 copies of lavender-worker")
+            && err.contains("torchrun")
+            && err.contains("docs/PYTHON.md"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let torchrun = Lavenderd::in_dir(
+        dir.path(),
+        &format!("worker:\n  command: [torchrun, --nproc-per-node=4, train.py]\n{slurm}"),
+        "train.py",
+    );
+    let out = torchrun.run(&["config", "check"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 /// The operator's contract for `start`: a start without `--resume` never walks away
 /// from an unfinished run silently (the CLI and the API refuse it with the command
 /// that resumes and the flag that starts over); `--fresh` asks first on a terminal
@@ -823,35 +853,5 @@ fn the_daemon_log_rotates_and_its_stderr_follows() {
         "stderr is the current log"
     );
     let out = env.run(&["daemon", "stop"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-}
-
-/// lavender-worker is one process on one device: `config check` refuses several
-/// Slurm tasks of it, naming the multi-GPU path, and accepts them for a torchrun script.
-#[test]
-fn config_check_refuses_several_tasks_of_lavender_worker() {
-    let dir = tempfile::tempdir().unwrap();
-    let slurm = "launch:\n  backend: slurm\n  slurm:\n    ntasks: 4\n    nodes: 1\n";
-    let daemon = Lavenderd::in_dir(
-        dir.path(),
-        &format!("worker:\n  command: [lavender-worker]\n{slurm}"),
-        "lavender-worker",
-    );
-    let out = daemon.run(&["config", "check"]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert!(
-        err.contains("lavender.yaml:6:13: launch.slurm.ntasks: 4 tasks would start 4 copies of lavender-worker")
-            && err.contains("torchrun")
-            && err.contains("docs/PYTHON.md"),
-        "{err}"
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let torchrun = Lavenderd::in_dir(
-        dir.path(),
-        &format!("worker:\n  command: [torchrun, --nproc-per-node=4, train.py]\n{slurm}"),
-        "train.py",
-    );
-    let out = torchrun.run(&["config", "check"]);
     assert!(out.status.success(), "{}", stderr(&out));
 }

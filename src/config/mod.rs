@@ -34,7 +34,7 @@ pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{
     Config, DataConfig, DedupConfig, Device, EmaConfig, FilterConfig, HardExamplesConfig,
     ModelConfig, OnBadRecord, OptimizerConfig, PipelineStep, Precision, Retention,
-    SaveOptimizerState, ShardsConfig, StageConfig, SupervisorConfig, TokenizerConfig,
+    SaveOptimizerState, ShardsConfig, SpikeConfig, StageConfig, SupervisorConfig, TokenizerConfig,
     TrainingConfig, Watcher, WorkerConfig,
 };
 pub use source::{

@@ -378,6 +378,31 @@ pub struct TrainingConfig {
     #[serde(default)]
     pub ema: Option<EmaConfig>,
     pub stages: Vec<StageConfig>,
+    /// When the worker judges a run diverged. Absent in configs older than the key:
+    /// the defaults.
+    #[serde(default)]
+    pub spike: SpikeConfig,
+}
+
+/// `training.spike`: a loss above `factor` × the median of the last `window` steps,
+/// for `patience` steps in a row, is a divergence (as is a non-finite loss or
+/// gradient, always).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpikeConfig {
+    pub factor: f64,
+    pub window: u32,
+    pub patience: u32,
+}
+
+impl Default for SpikeConfig {
+    fn default() -> Self {
+        SpikeConfig {
+            factor: 3.0,
+            window: 100,
+            patience: 3,
+        }
+    }
 }
 
 /// `training.precision`: the arithmetic of forward and backward under autocast.

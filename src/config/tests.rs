@@ -823,6 +823,40 @@ fn retention_is_the_daemons_unless_set_to_worker() {
 }
 
 #[test]
+fn spike_rules_default_and_bad_values_name_key_and_location() {
+    let c = Config::default();
+    assert_eq!(
+        (
+            c.training.spike.factor,
+            c.training.spike.window,
+            c.training.spike.patience
+        ),
+        (3.0, 100, 3)
+    );
+    let e = err("training:\n  spike: {factor: 0.5, window: 10, patience: 2}\n");
+    assert_eq!(e.path(), Some("training.spike.factor"));
+    assert_eq!(file_origin(&e), ("configs/my.yaml".into(), 2, 19));
+    assert!(e.to_string().contains("greater than 1"), "{e}");
+    let e = err("training:\n  spike:\n    window: 0\n");
+    assert_eq!(
+        e.to_string(),
+        "configs/my.yaml:3:13: training.spike.window: 0 is out of range (1..)"
+    );
+    let e = err("training:\n  spike:\n    patience: -1\n");
+    assert_eq!(file_origin(&e).1, 3, "{e}");
+    let e = err("training:\n  spike:\n    factr: 2\n");
+    assert!(e.to_string().contains("did you mean `factor`"), "{e}");
+    // A config written before the key (a run's config.yaml) still reads.
+    let old = Config::default().to_yaml().replace(
+        "  spike:\n    factor: 3.0\n    window: 100\n    patience: 3\n",
+        "",
+    );
+    assert!(!old.contains("spike"), "{old}");
+    let c: Config = serde_saphyr::from_str(&old).unwrap();
+    assert_eq!(c.training.spike, SpikeConfig::default());
+}
+
+#[test]
 fn precision_tf32_and_ema_load_and_bad_values_are_located() {
     let d = Config::default();
     assert_eq!(d.training.precision, Precision::Auto);

@@ -406,7 +406,16 @@ fn validate_training(c: &Config) -> Check {
             positive(&format!("{path}.beta"), beta)?;
         }
     }
-    Ok(())
+    let spike = &t.spike;
+    if !(spike.factor > 1.0 && spike.factor.is_finite()) {
+        return Err(out_of_range(
+            "training.spike.factor",
+            spike.factor,
+            "greater than 1 (e.g. 3.0: a loss above 3 × the recent median)",
+        ));
+    }
+    at_least("training.spike.window", spike.window, 1)?;
+    at_least("training.spike.patience", spike.patience, 1)
 }
 
 fn validate_supervisor(c: &Config) -> Check {

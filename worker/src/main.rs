@@ -2,6 +2,7 @@
 
 mod cli;
 mod data;
+mod failure;
 mod generate;
 mod hard_examples;
 mod logits;
@@ -12,6 +13,8 @@ mod optim;
 mod progress;
 mod tokens;
 mod train;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use lavender::failure::FailureKind;
@@ -52,25 +55,32 @@ enum Command {
     Logits(logits::LogitsArgs),
 }
 
-fn main() -> std::process::ExitCode {
-    match run(Cli::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+/// Exits with the code of the failure's kind (`lavender::failure`): a rejected
+/// argument is `config` (78), an error the code who made it classified has its
+/// kind's code, anything else 1.
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                exit_code(FailureKind::Config)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("Error: {e:?}");
-            std::process::ExitCode::from(exit_code(&e))
+            exit_code(failure::failure_of(&e).kind)
         }
     }
 }
 
-/// A rejected config says so in the exit code too (the daemon does not retry it),
-/// for when neither heartbeat nor event could be written.
-fn exit_code(e: &anyhow::Error) -> u8 {
-    let kind = if e.chain().any(|c| c.is::<lavender::config::ConfigError>()) {
-        FailureKind::Config
-    } else {
-        FailureKind::Crash
-    };
-    u8::try_from(kind.exit_code()).unwrap_or(1)
+fn exit_code(kind: FailureKind) -> ExitCode {
+    ExitCode::from(u8::try_from(kind.exit_code()).unwrap_or(1))
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

@@ -26,11 +26,12 @@ pub struct RotatingFile {
     /// The last byte written ended a line (or nothing is written yet).
     at_line_start: bool,
     limits: LoggingConfig,
+    /// Called with the new file after each rotation (the daemon points its own
+    /// stdout and stderr at it).
     on_rotate: Option<OnRotate>,
 }
 
-/// Called with the new file after each rotation (the daemon points its own stdout
-/// and stderr at it).
+/// What a rotation calls with the new file.
 type OnRotate = Box<dyn Fn(&File) + Send>;
 
 impl RotatingFile {
