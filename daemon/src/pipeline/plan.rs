@@ -303,7 +303,7 @@ pub fn spawn_spec(
     let mut env = config.worker.env.clone();
     if forced(config, record, step) {
         // The worker's data steps rebuild their outputs even when up to date.
-        env.insert(FORCE_VAR.to_string(), "1".to_string());
+        env.insert(FORCE_VAR.to_string(), "true".to_string());
     }
     SpawnSpec {
         command: config.worker.command.clone(),
@@ -322,7 +322,7 @@ pub fn spawn_spec(
     }
 }
 
-/// Set (to `1`) in the environment of a step `start --force` runs again:
+/// Set (to `true`) in the environment of a step `start --force` runs again:
 /// `lavender-worker` then rebuilds the step's outputs even when they are up to date.
 pub const FORCE_VAR: &str = "LAVENDER_FORCE";
 
