@@ -353,7 +353,14 @@ fn sigterm_to_the_daemon_stops_the_pipeline_gracefully_and_exits_zero() {
 #[test]
 fn sigterm_answers_open_requests_and_closes_connections_before_exiting() {
     let env = Env::new(
-        &["--total-steps", "100000", "--step-ms", "10", "--save-ms", "800"],
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "10",
+            "--save-ms",
+            "800",
+        ],
         "",
         "[train]",
     );
@@ -378,18 +385,31 @@ fn sigterm_answers_open_requests_and_closes_connections_before_exiting() {
     let mut events = sse::SseClient::connect(&addr, None);
     let (stop_addr, token) = (addr.clone(), env.token());
     let stop = std::thread::spawn(move || {
-        http::tcp(&stop_addr, "POST", "/pipeline/stop", Some("{}"), Some(&token))
+        http::tcp(
+            &stop_addr,
+            "POST",
+            "/pipeline/stop",
+            Some("{}"),
+            Some(&token),
+        )
     });
     env.wait_state("stopping", Duration::from_secs(10));
     send_signal(daemon.id() as i32, 15);
 
     let answer = stop.join().unwrap();
     assert_eq!(answer.status, 200, "{}", answer.body);
-    assert!(answer.json()["saved_checkpoint"].is_string(), "{}", answer.body);
+    assert!(
+        answer.json()["saved_checkpoint"].is_string(),
+        "{}",
+        answer.body
+    );
     let status = daemon.wait().unwrap();
     assert!(status.success(), "{status:?}");
     assert!(idle.closed_by_server(), "the idle TCP connection is closed");
-    assert!(unix_idle.closed_by_server(), "the idle socket connection is closed");
+    assert!(
+        unix_idle.closed_by_server(),
+        "the idle socket connection is closed"
+    );
     // The stream ends (its last events, then the end), rather than hanging.
     while events.next(Duration::from_secs(10)).is_some() {}
 }

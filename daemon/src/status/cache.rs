@@ -197,7 +197,6 @@ impl StatusCache {
         self.snapshots.borrow().status_at(lavender::time::now_utc())
     }
 
-
     /// Changes with every snapshot published.
     pub fn subscribe_refreshes(&self) -> watch::Receiver<Arc<StatusSnapshot>> {
         self.snapshots.clone()

@@ -59,7 +59,9 @@ mod tests {
     use super::*;
 
     fn at(text: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(text).unwrap().with_timezone(&Utc)
+        DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .with_timezone(&Utc)
     }
 
     #[test]
@@ -69,7 +71,11 @@ mod tests {
         let first = body(&cache, t);
         assert_eq!(first, cache.snapshot().body_at(t));
         let same_ms = body(&cache, at("2026-11-30T10:00:00.000900Z"));
-        assert_eq!(same_ms.as_ptr(), first.as_ptr(), "the same bytes, not a copy");
+        assert_eq!(
+            same_ms.as_ptr(),
+            first.as_ptr(),
+            "the same bytes, not a copy"
+        );
 
         let next_ms = at("2026-11-30T10:00:00.001Z");
         let later = body(&cache, next_ms);
