@@ -23,10 +23,13 @@ build: libtorch
 	@$(TORCH_ENV) cargo build --release --workspace
 
 # The demo's data (corpus, shards, tokens, checkpoints, logs) goes to ./data-root.
+# Run again after Ctrl-C, it resumes from the newest checkpoint (`start` refuses to
+# start over silently while a run could be resumed).
 DEMO_ROOT := $(CURDIR)/data-root
 
 run: build
-	@./target/release/lavenderd start --scale tiny --foreground --data-root "$(DEMO_ROOT)"
+	@./target/release/lavenderd start --scale tiny --foreground --data-root "$(DEMO_ROOT)" \
+		$(if $(wildcard $(DEMO_ROOT)/checkpoints/run-*/*/trainer_state.json),--resume latest)
 	@echo "--- a sample from the trained model:"
 	@./target/release/lavender-worker generate --data-root "$(DEMO_ROOT)" --checkpoint latest --prompt "ROMEO:"
 

@@ -9,6 +9,7 @@ pub mod error;
 pub mod events;
 pub mod export;
 pub mod failure;
+pub mod hard_examples;
 pub mod heartbeat;
 pub mod log_history;
 pub mod manifest;

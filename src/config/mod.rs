@@ -10,6 +10,7 @@ mod de;
 mod error;
 mod launch;
 mod layers;
+mod logging;
 mod notify;
 mod scale;
 mod sections;
@@ -28,6 +29,7 @@ pub use api::{ApiConfig, HostPort};
 pub use error::{ConfigError, ConfigErrorKind, Origin};
 pub use launch::{LaunchBackend, LaunchConfig, SlurmConfig};
 pub use layers::{DATA_ROOT_VAR, LoadOptions};
+pub use logging::{LoggingConfig, MIN_MAX_BYTES};
 pub use notify::{BarkConfig, NotifyConfig, NtfyConfig, WebhookConfig, WebhookFormat};
 pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{

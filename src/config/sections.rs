@@ -12,6 +12,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::api::ApiConfig;
 use super::launch::LaunchConfig;
+use super::logging::LoggingConfig;
 use super::notify::NotifyConfig;
 use super::scale::{Scale, ScalesConfig};
 use super::source::DataSource;
@@ -46,6 +47,9 @@ pub struct Config {
     /// of a resolved config when it is the default, so such configs read as before.
     #[serde(default, skip_serializing_if = "LaunchConfig::is_default")]
     pub launch: LaunchConfig,
+    /// Log rotation; absent = the defaults, and left out of a resolved config then.
+    #[serde(default, skip_serializing_if = "LoggingConfig::is_default")]
+    pub logging: LoggingConfig,
 }
 
 /// The worker's compute device: `auto`, `cpu`, `cuda` (the first GPU), `cuda:N`
@@ -90,6 +94,61 @@ impl PipelineStep {
             .iter()
             .position(|s| s.as_str() == name)
             .unwrap_or(PipelineStep::ALL.len())
+    }
+
+    /// The config keys (dotted paths; `<scale>` stands for the config's `scale`) whose
+    /// values the step's outputs depend on: a change to any of them makes a finished
+    /// step run again at the next `lavenderd start` (its done-marker records them).
+    /// Keys that change only how a step reports or where it runs (`training.log_every`,
+    /// `device`, `threads`, `training.keep_checkpoints`) are left out.
+    pub fn config_keys(self) -> &'static [&'static str] {
+        match self {
+            PipelineStep::Downloads => &[
+                "data.sources",
+                "data.document_separator",
+                "data.on_bad_record",
+            ],
+            PipelineStep::Dedup => &["data.dedup", "data.document_separator"],
+            PipelineStep::Filter => &["data.filter"],
+            PipelineStep::BuildShards => &["data.shards"],
+            PipelineStep::Precompute => &[
+                "data.tokenizer",
+                "data.sft_jsonl",
+                "data.dpo_jsonl",
+                "data.heldout_fraction",
+                "model.init_from",
+                "seed",
+            ],
+            PipelineStep::Train => &[
+                "seed",
+                "scale",
+                "scales.<scale>",
+                "model",
+                "optimizer",
+                "training.batch_size",
+                "training.seq_len",
+                "training.grad_accum",
+                "training.stages",
+            ],
+            PipelineStep::MineHard => &[
+                "scale",
+                "scales.<scale>.shards",
+                "training.seq_len",
+                "data.hard_examples",
+            ],
+        }
+    }
+
+    /// The steps whose outputs (their manifests) this step reads.
+    pub fn reads_outputs_of(self) -> &'static [PipelineStep] {
+        match self {
+            PipelineStep::Downloads => &[],
+            PipelineStep::Dedup => &[PipelineStep::Downloads],
+            PipelineStep::Filter => &[PipelineStep::Dedup],
+            PipelineStep::BuildShards => &[PipelineStep::Filter],
+            PipelineStep::Precompute => &[PipelineStep::BuildShards, PipelineStep::Filter],
+            PipelineStep::Train | PipelineStep::MineHard => &[PipelineStep::Precompute],
+        }
     }
 
     pub fn as_str(self) -> &'static str {

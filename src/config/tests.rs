@@ -1086,3 +1086,28 @@ fn api_section_defaults_round_trips_and_locates_bad_hosts() {
     };
     assert!(Config::load(&opts).unwrap().api.public_reads);
 }
+
+#[test]
+fn logging_rotation_keys_are_checked_with_their_location() {
+    let c = Config::from_yaml_str("logging:\n  max_bytes: 4096\n  keep: 2\n", "my.yaml").unwrap();
+    assert_eq!((c.logging.max_bytes, c.logging.keep), (4096, 2));
+    assert_eq!(Config::default().logging, LoggingConfig::default());
+    let e = err("seed: 1\nlogging:\n  max_bytes: 10\n");
+    assert_eq!(
+        e.to_string(),
+        "configs/my.yaml:3:14: logging.max_bytes: 10 is out of range (1024..)"
+    );
+    let e = err("logging:\n  keep: 0\n");
+    assert!(
+        e.to_string()
+            .starts_with("configs/my.yaml:2:9: logging.keep: "),
+        "{e}"
+    );
+    let e = err("logging:\n  max_byte: 4096\n");
+    assert!(
+        e.to_string().starts_with(
+            "configs/my.yaml:2:3: unknown key `logging.max_byte` — did you mean `max_bytes`?"
+        ),
+        "{e}"
+    );
+}

@@ -90,6 +90,7 @@ pub(crate) fn validate(c: &Config) -> Check {
     validate_supervisor(c)?;
     super::api::validate(&c.api)?;
     super::launch::validate(&c.launch)?;
+    super::logging::validate(&c.logging)?;
     // A torchrun script may run several processes; lavender-worker never does.
     if c.runs_lavender_worker() {
         c.check_one_process(None)?;

@@ -101,6 +101,10 @@ struct Args {
     /// Make this data step fail with exit code 1.
     #[arg(long, env = "FAKE_FAIL_STEP")]
     fail_step: Option<String>,
+    /// Print this many numbered lines to stdout each training step (a chatty trainer,
+    /// for the log's rotation).
+    #[arg(long, env = "FAKE_CHATTER", default_value_t = 0)]
+    chatter: u32,
     /// Leave retention to the daemon. By default it declares in `run_started`, like
     /// `lavender-worker`, that it prunes its own checkpoints (it keeps them all).
     #[arg(long, env = "FAKE_DAEMON_RETENTION")]
@@ -484,6 +488,17 @@ impl<'a> Trainer<'a> {
             std::thread::sleep(Duration::from_millis(self.args.step_ms));
             self.step += 1;
             done_here += 1;
+            if self.args.chatter > 0 {
+                let mut out = std::io::stdout().lock();
+                for i in 0..self.args.chatter {
+                    writeln!(
+                        out,
+                        "fake-worker: chatter step {:06} line {i:03}",
+                        self.step
+                    )?;
+                }
+                out.flush()?;
+            }
             self.log_history()?;
             self.heartbeat(WorkerState::Training)?;
             if self.step.is_multiple_of(self.args.checkpoint_every)

@@ -130,6 +130,7 @@ impl Daemon {
             .ensure_state_dir()
             .with_context(|| format!("create state directory {}", layout.state_dir.display()))?;
         let lock = lock::acquire(&layout)?;
+        crate::logging::rotate_own_log(&layout.daemon_log(), settings.config.logging)?;
         let started_at: Arc<str> = lavender::time::rfc3339_z(lavender::time::now_utc()).into();
         // A daemon in a terminal (`start --foreground`) ends with its pipeline; only a
         // serving daemon restarts alone.
@@ -265,6 +266,11 @@ impl Daemon {
     async fn reload(&self) {
         match Settings::load(&self.args) {
             Ok(new) => {
+                if let Err(e) =
+                    crate::logging::rotate_own_log(&self.layout.daemon_log(), new.config.logging)
+                {
+                    tracing::warn!("{e:#}");
+                }
                 self.cache
                     .set_settings(StatusSettings::from_config(&new.config));
                 self.retention

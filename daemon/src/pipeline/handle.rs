@@ -42,6 +42,14 @@ pub enum StartError {
         state: PipelineState,
         pid: Option<u32>,
     },
+    /// A start without `--resume` while an unfinished run could be resumed.
+    #[error("{message}")]
+    Resumable {
+        message: String,
+        run_dir: PathBuf,
+        resume_command: String,
+        fresh_command: String,
+    },
     #[error("{0}")]
     Invalid(String),
     #[error("{0}")]

@@ -3,6 +3,7 @@
 
 pub(crate) mod actor;
 pub(crate) mod handle;
+pub(crate) mod inputs;
 pub(crate) mod judge;
 pub(crate) mod markers;
 pub(crate) mod plan;
@@ -10,6 +11,7 @@ pub(crate) mod policy;
 pub(crate) mod record;
 pub(crate) mod request;
 pub(crate) mod restart;
+pub(crate) mod resumable;
 pub(crate) mod stop;
 
 pub use handle::{HungReport, PipelineHandle, StartError, StartReply};

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use lavender::config::PipelineStep;
+use lavender::config::{LoggingConfig, PipelineStep};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpawnSpec {
@@ -25,6 +25,9 @@ pub struct SpawnSpec {
     pub env: BTreeMap<String, String>,
     /// Where the worker's stdout and stderr are appended.
     pub log_file: PathBuf,
+    /// How that log rotates (`logging`; a Slurm job's output file, written by Slurm,
+    /// does not).
+    pub log_rotation: LoggingConfig,
 }
 
 impl SpawnSpec {
@@ -85,6 +88,7 @@ pub(crate) mod tests {
             resume: Some(PathBuf::from("/ck/a")),
             env: BTreeMap::from([("A".to_string(), "x y".to_string())]),
             log_file: PathBuf::from("/logs/p.log"),
+            log_rotation: LoggingConfig::default(),
         }
     }
 

@@ -6,10 +6,11 @@ use lavender::status::{PipelineState, StepState};
 
 use super::{Actor, PendingRestart, WorkerExit};
 use crate::alert::Alert;
+use crate::pipeline::inputs::StepInputs;
 use crate::pipeline::judge::{Verdict, judge};
-use crate::pipeline::markers;
 use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::StopReport;
+use crate::pipeline::{markers, plan};
 
 impl Actor {
     pub(super) fn on_exit(&mut self, exit: WorkerExit) {
@@ -61,9 +62,15 @@ impl Actor {
         match judged.verdict {
             Verdict::Success => {
                 let chunk = self.record.chunk.unwrap_or(self.config.chunk);
-                if let Err(e) =
-                    markers::write(&self.layout, chunk, step, self.record.run_dir.as_deref())
-                {
+                let ran_with = plan::worker_config(&self.layout, &self.config);
+                let inputs = StepInputs::of(step, &ran_with, &self.layout.data_root, chunk);
+                if let Err(e) = markers::write(
+                    &self.layout,
+                    chunk,
+                    step,
+                    self.record.run_dir.as_deref(),
+                    Some(inputs),
+                ) {
                     tracing::error!("{e:#}");
                 }
                 self.record.set_step(step, StepState::Done);

@@ -39,7 +39,7 @@ impl Actor {
             chunk,
             scale,
             notices,
-        } = match plan::prepare(&self.layout, &self.config, req) {
+        } = match plan::prepare(&self.layout, &self.config, &self.record, req) {
             Ok(prepared) => prepared,
             Err(e) => {
                 let _ = reply.send(Err(e));

@@ -636,19 +636,17 @@ impl Trainer {
     fn hard_examples(&mut self) -> Result<Option<crate::tokens::TokenArray>> {
         if self.progress.pos.stage_step == 0 {
             let choice = hard_examples::choose(&self.s.data_root, self.s.chunk, self.s.seq_len)?;
-            let from = match &choice {
-                hard_examples::Choice::Use { path, .. } => Some(path.as_path()),
-                hard_examples::Choice::Skip(_) => None,
-            };
-            hard_examples::take(&self.run_dir, from)?;
-            match choice {
-                hard_examples::Choice::Use { chunk, .. } => {
-                    eprintln!("pretrain: mixing in the hard examples mined on chunk {chunk}")
-                }
-                hard_examples::Choice::Skip(Some(why)) => {
-                    eprintln!("pretrain: no hard examples mixed in: {why}")
-                }
-                hard_examples::Choice::Skip(None) => {}
+            let from: Vec<PathBuf> = choice.used.iter().map(|(p, _)| p.clone()).collect();
+            hard_examples::take(&self.run_dir, &from)?;
+            if !choice.used.is_empty() {
+                let chunks: Vec<String> = choice.used.iter().map(|(_, c)| c.to_string()).collect();
+                eprintln!(
+                    "pretrain: mixing in the hard examples mined on chunk(s) {}",
+                    chunks.join(", ")
+                );
+            }
+            for why in &choice.skipped {
+                eprintln!("pretrain: hard examples not mixed in: {why}");
             }
         }
         hard_examples::open(&self.run_dir, self.tokens.index.dtype)
