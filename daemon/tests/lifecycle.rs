@@ -18,7 +18,7 @@ fn sighup_reloads_the_config_without_touching_the_worker() {
             "--total-steps",
             "1000",
         ],
-        "  stale_after_s: 300\n  startup_grace_s: 0",
+        "  stale_after_s: 300\n  startup_grace_s: 1\n  on_stall: alert",
         "[train]",
     );
     let daemon = env.serve();

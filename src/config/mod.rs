@@ -15,6 +15,7 @@ mod notify;
 mod scale;
 mod sections;
 mod source;
+mod supervision;
 mod tree;
 mod validate;
 
@@ -40,6 +41,7 @@ pub use sections::{
 pub use source::{
     Compression, DEFAULT_TEXT_KEY, DataSource, EmbeddedCorpus, PathSource, SourceFormat,
 };
+pub use supervision::{FailureAction, OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto};
 
 use tree::Node;
 

@@ -6,6 +6,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use super::supervision::{OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto};
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -546,11 +547,38 @@ pub struct SupervisorConfig {
     #[serde(deserialize_with = "socket_addr")]
     pub listen: SocketAddr,
     pub allow_non_loopback: bool,
-    pub stale_after_s: u64,
+    /// How long a training worker may go without a heartbeat before it counts as hung.
+    pub stale_after_s: StaleAfter,
+    /// How `stale_after_s: auto` learns the allowance.
+    pub stale_auto: StaleAuto,
+    /// Until the first heartbeat after a (re)start, and while it says `starting`.
     pub startup_grace_s: u64,
+    /// While the heartbeat says `loading` (a checkpoint or the data).
+    pub loading_grace_s: u64,
+    /// While the heartbeat says `evaluating`.
+    pub evaluating_grace_s: u64,
+    /// While the heartbeat says `saving`.
+    pub saving_grace_s: u64,
+    /// What a hung worker gets.
+    pub on_stall: OnStall,
+    /// Seconds between SIGTERM and SIGKILL when a hung worker is killed; fractions allowed.
+    pub stall_kill_grace_s: f64,
     pub max_restarts: u32,
-    /// Seconds; fractions allowed (`[0.5, 2, 10]`).
+    /// The wait before the 2nd, 3rd, … restart in a row (the first is immediate);
+    /// the last value repeats. Seconds; fractions allowed (`[0.5, 2, 10]`).
     pub restart_backoff_s: Vec<f64>,
+    /// Restarts in a row that did not train past the step they resumed from, after
+    /// which the pipeline fails.
+    pub max_no_progress_restarts: u32,
+    /// The action per failure kind the worker reports.
+    pub on_failure: OnFailure,
+    /// What a worker that stopped with `diverged` gets.
+    pub on_diverged: OnDiverged,
+    /// Rollbacks per run before a divergence fails the pipeline.
+    pub max_rollbacks: u32,
+    /// At daemon start, resume a pipeline interrupted by the daemon's own exit or by
+    /// a power loss (an operator's stop stays stopped).
+    pub resume_on_start: bool,
     pub restart_reset_after_s: u64,
     pub stop_timeout_s: u64,
     pub keep_runs: Option<u32>,

@@ -857,6 +857,130 @@ fn spike_rules_default_and_bad_values_name_key_and_location() {
 }
 
 #[test]
+fn supervision_defaults() {
+    let s = Config::default().supervisor;
+    assert_eq!(s.stale_after_s, StaleAfter::Auto);
+    assert_eq!(s.on_stall, OnStall::Restart);
+    assert_eq!(s.on_diverged, OnDiverged::Rollback);
+    assert_eq!(s.max_no_progress_restarts, 3);
+    assert_eq!(s.max_rollbacks, 2);
+    assert!(s.resume_on_start);
+    assert_eq!(s.on_failure.config, FailureAction::Fail);
+    assert_eq!(s.on_failure.incompatible_checkpoint, FailureAction::Fail);
+    assert_eq!(s.on_failure.data, FailureAction::Fail);
+    assert_eq!(s.on_failure.crash, FailureAction::Restart);
+    let c = Config::from_yaml_str(
+        "supervisor:\n  stale_after_s: 2.5\n  on_stall: alert\n  on_failure: {out_of_memory: fail}\n",
+        "my.yaml",
+    )
+    .unwrap();
+    assert_eq!(c.supervisor.stale_after_s, StaleAfter::Seconds(2.5));
+    assert_eq!(c.supervisor.on_stall, OnStall::Alert);
+    assert_eq!(c.supervisor.on_failure.out_of_memory, FailureAction::Fail);
+    // The other kinds keep their defaults.
+    assert_eq!(c.supervisor.on_failure.crash, FailureAction::Restart);
+    let back = Config::from_yaml_str(&c.to_yaml(), "resolved.yaml").unwrap();
+    assert_eq!(back.supervisor, c.supervisor);
+}
+
+/// Each bad supervision value: the key, where it was written and what is allowed.
+#[test]
+fn bad_supervision_values_name_the_key_the_place_and_the_allowed_values() {
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "  on_stall: kill\n",
+            "supervisor.on_stall",
+            &["restart", "alert"],
+        ),
+        (
+            "  on_diverged: ignore\n",
+            "supervisor.on_diverged",
+            &["rollback", "fail"],
+        ),
+        (
+            "  on_failure:\n    crash: retry\n",
+            "supervisor.on_failure.crash",
+            &["fail", "restart"],
+        ),
+        (
+            "  stale_after_s: soon\n",
+            "supervisor.stale_after_s",
+            &["auto", "seconds"],
+        ),
+        (
+            "  stale_after_s: 0\n",
+            "supervisor.stale_after_s",
+            &["auto"],
+        ),
+        (
+            "  stale_after_s: -5\n",
+            "supervisor.stale_after_s",
+            &["auto"],
+        ),
+        (
+            "  startup_grace_s: 0\n",
+            "supervisor.startup_grace_s",
+            &["1"],
+        ),
+        (
+            "  saving_grace_s: -1\n",
+            "supervisor.saving_grace_s",
+            &["0.."],
+        ),
+        (
+            "  loading_grace_s: 0\n",
+            "supervisor.loading_grace_s",
+            &["1"],
+        ),
+        (
+            "  evaluating_grace_s: 0\n",
+            "supervisor.evaluating_grace_s",
+            &["1"],
+        ),
+        (
+            "  stall_kill_grace_s: 0\n",
+            "supervisor.stall_kill_grace_s",
+            &["greater than 0"],
+        ),
+        (
+            "  max_rollbacks: -1\n",
+            "supervisor.max_rollbacks",
+            &["0.."],
+        ),
+        (
+            "  max_no_progress_restarts: 0\n",
+            "supervisor.max_no_progress_restarts",
+            &["at least 1"],
+        ),
+        (
+            "  stale_auto: {factor: 0.5}\n",
+            "supervisor.stale_auto.factor",
+            &["1 or more"],
+        ),
+        (
+            "  stale_auto: {floor_s: 100, ceiling_s: 50}\n",
+            "supervisor.stale_auto.ceiling_s",
+            &["floor"],
+        ),
+    ];
+    for (yaml, key, allowed) in cases {
+        let e = err(&format!("supervisor:\n{yaml}"));
+        let text = e.to_string();
+        assert!(text.contains(key), "{yaml}: {text}");
+        let (file, line, _) = file_origin(&e);
+        assert_eq!(file, "configs/my.yaml", "{yaml}: {text}");
+        assert!(line >= 2, "{yaml}: {text}");
+        assert!(
+            text.starts_with(&format!("configs/my.yaml:{line}:")),
+            "{yaml}: {text}"
+        );
+        for word in *allowed {
+            assert!(text.contains(word), "{yaml}: `{word}` not in {text}");
+        }
+    }
+}
+
+#[test]
 fn precision_tf32_and_ema_load_and_bad_values_are_located() {
     let d = Config::default();
     assert_eq!(d.training.precision, Precision::Auto);

@@ -429,7 +429,6 @@ fn validate_supervisor(c: &Config) -> Check {
             ),
         ));
     }
-    at_least("supervisor.stale_after_s", s.stale_after_s, 1)?;
     if s.max_restarts > 0 && s.restart_backoff_s.is_empty() {
         return Err(invalid(
             "supervisor.restart_backoff_s",
@@ -452,5 +451,6 @@ fn validate_supervisor(c: &Config) -> Check {
     if let Some(keep) = s.keep_runs {
         at_least("supervisor.keep_runs", keep, 1)?;
     }
-    at_least("supervisor.poll_interval_ms", s.poll_interval_ms, 10)
+    at_least("supervisor.poll_interval_ms", s.poll_interval_ms, 10)?;
+    super::supervision::validate(s)
 }

@@ -143,6 +143,11 @@ pub enum Command {
         listen: ListenArgs,
         #[command(flatten)]
         tuning: TuningArgs,
+        /// Leave a pipeline interrupted by the previous daemon's exit stopped (as
+        /// `supervisor.resume_on_start: false`); `start` passes it to the daemon it
+        /// starts, since its own request says what to run.
+        #[arg(long, hide = true)]
+        no_resume: bool,
     },
     /// Start the pipeline (starting a background daemon if none runs).
     Start {

@@ -26,7 +26,7 @@ use crate::alert::AlertSender;
 use crate::feed::{self, Feed};
 use crate::layout::Layout;
 use crate::notify::{self, EventFollower, Notifier};
-use crate::pipeline::{self, PipelineHandle, StartRequest};
+use crate::pipeline::{self, PipelineHandle, StartRequest, StopCause};
 use crate::retention::{Retention, RetentionHandle, RetentionSettings};
 use crate::server::{self, AppState};
 use crate::settings::{GlobalArgs, Settings};
@@ -340,11 +340,17 @@ impl Daemon {
 
     async fn stop_pipeline(&mut self) {
         tracing::info!("shutting down: stopping the pipeline gracefully");
+        // In a terminal, Ctrl-C is the operator's stop; a service's SIGTERM (a
+        // restart, a shutdown) interrupts the pipeline, which the next start resumes.
+        let cause = match self.view {
+            Some(_) => StopCause::Operator,
+            None => StopCause::DaemonExit,
+        };
         let cache = &self.cache;
         let summary = || progress::line(&cache.status());
         let said = match self
             .service
-            .during(&self.pipeline, summary, self.pipeline.stop(None))
+            .during(&self.pipeline, summary, self.pipeline.stop_for(cause, None))
             .await
         {
             Ok(report) if report.was_running => {
@@ -441,7 +447,12 @@ fn status_tasks(
             refresh.clone(),
             Some(notifier.clone()),
         );
-        status::watchdog::spawn(layout.clone(), cache.subscribe_refreshes(), alerts);
+        status::watchdog::spawn(
+            layout.clone(),
+            cache.subscribe_refreshes(),
+            alerts,
+            pipeline.clone(),
+        );
         let web = WebState::start(
             feed,
             cache.clone(),

@@ -124,12 +124,8 @@ pub fn prepare(
         active_step: None,
         run_dir,
         log_file: Some(log_file),
-        worker: None,
-        restarts: 0,
         resume_from,
-        restart_pending: false,
-        last_error: None,
-        updated_at: String::new(),
+        ..PipelineRecord::idle()
     };
     Ok(Prepared {
         record,

@@ -8,13 +8,14 @@ use lavender::status::{
 };
 
 use super::FileFacts;
+use super::stall::{self, StallSettings, Watch};
 use crate::pipeline::PipelineRecord;
 
 /// The config values the status needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusSettings {
-    pub stale_after_s: u64,
-    pub startup_grace_s: u64,
+    /// The allowances of a worker's phases, and what a hang gets.
+    pub stall: StallSettings,
     pub default_scale: Scale,
     pub default_chunk: u32,
     pub steps: Vec<PipelineStep>,
@@ -27,8 +28,7 @@ pub struct StatusSettings {
 impl StatusSettings {
     pub fn from_config(config: &Config) -> StatusSettings {
         StatusSettings {
-            stale_after_s: config.supervisor.stale_after_s,
-            startup_grace_s: config.supervisor.startup_grace_s,
+            stall: StallSettings::from_config(&config.supervisor),
             default_scale: config.scale,
             default_chunk: config.chunk,
             steps: config.steps.clone(),
@@ -38,13 +38,19 @@ impl StatusSettings {
     }
 }
 
-/// Whether a worker started at `started` is still in its start-up grace at `now`.
-pub fn in_startup_grace(
-    started: DateTime<Utc>,
-    now: DateTime<Utc>,
+/// The watch on the worker `record` names, when it counts as alive (see [`compose`]).
+pub fn stall_watch(
+    record: &PipelineRecord,
+    facts: &FileFacts,
     settings: &StatusSettings,
-) -> bool {
-    (now - started).num_seconds() < settings.startup_grace_s as i64
+    worker_alive: bool,
+) -> Option<Watch> {
+    stall::assess(
+        record.worker.as_ref().filter(|_| worker_alive),
+        facts.heartbeat.as_ref(),
+        &settings.stall,
+        record.heartbeat_interval_s,
+    )
 }
 
 /// `daemon_running`: false when computed by the CLI from files; then a record that
@@ -88,15 +94,12 @@ pub fn compose(
             .map(|s| (s.name.to_string(), s.state))
             .collect()
     };
-    let in_grace = worker
-        .map(|w| w.started_at)
-        .is_some_and(|t| in_startup_grace(t, now, settings));
+    let stale = stall_watch(record, facts, settings, alive).is_some_and(|w| w.overdue(now));
     let training_alive = worker.is_some_and(|w| w.step == PipelineStep::Train);
     let training = TrainingStatus::from_heartbeat(
         facts.heartbeat.clone(),
         now,
-        settings.stale_after_s,
-        in_grace,
+        stale,
         training_alive,
         facts.checkpoints,
         facts.latest_checkpoint.clone(),
@@ -121,6 +124,8 @@ pub fn compose(
                     reason: j.reason.clone(),
                 }
             }),
+            recovery: record.recovery.clone(),
+            failure: record.failure.clone(),
         },
         active_step,
         steps,

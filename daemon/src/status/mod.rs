@@ -13,6 +13,7 @@ pub mod health;
 #[cfg(target_os = "linux")]
 mod inotify;
 pub mod refresher;
+pub mod stall;
 pub mod tasks;
 pub mod watch;
 pub mod watchdog;

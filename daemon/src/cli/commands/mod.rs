@@ -27,9 +27,16 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
     {
         return config::check(&cli.global);
     }
-    let settings = Settings::load(&cli.global)?;
+    let mut settings = Settings::load(&cli.global)?;
     match cli.command {
-        Command::Serve { listen, tuning } => {
+        Command::Serve {
+            listen,
+            tuning,
+            no_resume,
+        } => {
+            if no_resume {
+                settings.config.supervisor.resume_on_start = false;
+            }
             daemon::run(ServeOptions {
                 args: cli.global.clone(),
                 settings,
@@ -49,6 +56,8 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         } => {
             let req = flags.request(cli.global.data_root.clone(), &settings.config)?;
             start::confirm_fresh(&settings, &flags)?;
+            // The start says what to run: an interrupted pipeline is not resumed first.
+            settings.config.supervisor.resume_on_start = false;
             crate::logging::to_file(&settings.layout.daemon_log(), settings.config.logging)?;
             eprintln!(
                 "lavenderd: daemon log {} (warnings and errors also show here)",

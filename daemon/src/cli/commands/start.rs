@@ -117,7 +117,8 @@ fn spawn_daemon(settings: &Settings, listen: &ListenArgs) -> Result<()> {
     // upgrade runs what is installed there then.
     let exe = crate::exe::invoked_exe()?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(settings.to_args()).arg("serve");
+    // The request that follows says what to run: no resume of an interrupted pipeline first.
+    cmd.args(settings.to_args()).args(["serve", "--no-resume"]);
     if let Some(addr) = listen.listen {
         cmd.args(["--listen", &addr.to_string()]);
     }

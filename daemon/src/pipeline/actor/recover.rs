@@ -1,5 +1,7 @@
 //! After a daemon restart: the worker of `pipeline.json` re-adopted if it lives,
-//! judged from its files if it ended unwatched, or a pending restart resumed.
+//! judged from its files if it ended unwatched, or a pending restart resumed. A
+//! pipeline the previous daemon's exit interrupted, or that a power loss took
+//! down with its worker, resumes (`resume.rs`).
 
 use chrono::Utc;
 use lavender::status::PipelineState;
@@ -8,12 +10,19 @@ use tokio::time::Instant;
 use super::{Actor, LiveWorker, Stopping, WorkerExit};
 use crate::alert::Alert;
 use crate::exit::ExitOutcome;
+use crate::pipeline::judge::{Verdict, judge};
+use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::StopMark;
 
 impl Actor {
     /// After a daemon restart: adopt a live worker, or account for one that ended
-    /// while no daemon was watching, or resume a pending restart.
+    /// while no daemon was watching, or resume a pending restart or an interrupted
+    /// pipeline.
     pub(super) fn recover(&mut self) {
+        let interrupted = matches!(
+            self.record.stop_cause,
+            Some(StopCause::DaemonExit | StopCause::PowerLoss)
+        );
         if let Some(w) = self.record.worker.clone() {
             if w.handle.is_alive() {
                 let elapsed = (Utc::now() - w.started_at).to_std().unwrap_or_default();
@@ -28,6 +37,7 @@ impl Actor {
                     started,
                     started_at: w.started_at,
                     own_child: false,
+                    resumed_from_step: w.resumed_from_step,
                 });
                 self.watch_adopted(self.generation, w.handle.clone());
                 if self.record.state == PipelineState::Stopping {
@@ -41,6 +51,7 @@ impl Actor {
                             &self.layout.checkpoints_root(),
                         ),
                         step: w.step,
+                        resume_after: interrupted,
                     });
                 } else {
                     self.record.state = PipelineState::Running;
@@ -55,6 +66,22 @@ impl Actor {
             }
             // It ended while no daemon watched: judge it from the files.
             let was_stopping = self.record.state == PipelineState::Stopping;
+            if !was_stopping {
+                let judged = judge(
+                    w.step,
+                    ExitOutcome::Unknown,
+                    self.record.run_dir.as_deref(),
+                    &self.layout.data_root,
+                    Some(w.started_at),
+                );
+                if let Verdict::Failed { said: false, .. } = judged.verdict {
+                    // Gone without a word, and the daemon with it: a power loss, a
+                    // reboot, or both killed. Not the worker's failure: resume.
+                    self.record.worker = None;
+                    self.resume_at_start(StopCause::PowerLoss);
+                    return;
+                }
+            }
             self.generation += 1;
             self.worker = Some(LiveWorker {
                 generation: self.generation,
@@ -63,6 +90,7 @@ impl Actor {
                 step: w.step,
                 started: Instant::now(),
                 own_child: false,
+                resumed_from_step: w.resumed_from_step,
             });
             if was_stopping {
                 self.stopping = Some(Stopping {
@@ -75,6 +103,7 @@ impl Actor {
                         newest_before: None,
                     },
                     step: w.step,
+                    resume_after: interrupted,
                 });
             }
             self.on_exit(WorkerExit {
@@ -85,13 +114,31 @@ impl Actor {
         }
         if self.record.restart_pending {
             self.restart_at =
-                Some(Instant::now() + self.timings.backoff.before(self.record.restarts));
+                Some(Instant::now() + self.timings.restart_delay(self.record.restarts));
         } else if self.record.state == PipelineState::Running {
             // The daemon died between two steps.
             self.advance();
         } else if self.record.state == PipelineState::Stopping {
             self.record.state = PipelineState::Stopped;
             self.commit();
+            if interrupted {
+                self.resume_at_start(StopCause::DaemonExit);
+            }
+        } else if self.record.state == PipelineState::Stopped {
+            match self.record.stop_cause {
+                Some(cause @ (StopCause::DaemonExit | StopCause::PowerLoss)) => {
+                    self.resume_at_start(cause)
+                }
+                Some(StopCause::Operator | StopCause::External) => tracing::info!(
+                    "the pipeline was stopped by {}; it stays stopped until `lavenderd start`",
+                    if self.record.stop_cause == Some(StopCause::Operator) {
+                        "the operator"
+                    } else {
+                        "a SIGTERM from outside lavenderd"
+                    }
+                ),
+                None => {}
+            }
         }
     }
 }
