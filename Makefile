@@ -19,6 +19,11 @@ libtorch:
 setup: libtorch
 	@bash scripts/python-setup.sh
 
+# Release binaries carry no test switch: the `test-hooks` cargo feature (worker
+# `train --hold-save`, `LAVENDER_PROGRESS_INTERVAL_MS`; `lavenderd serve
+# --simulate-inotify-exhausted`) is on only where a package's tests are built, through
+# its dev-dependency on itself (daemon/Cargo.toml, worker/Cargo.toml): test-build,
+# test-run and a plain `cargo test -p <pkg>` have it, build and install do not.
 build: libtorch
 	@$(TORCH_ENV) cargo build --release --workspace
 

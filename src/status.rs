@@ -424,12 +424,6 @@ impl Status {
         }
     }
 
-    /// Pretty JSON, as `lavenderd status --json` prints it.
-    pub fn to_json_pretty(&self) -> String {
-        // A tree of strings, numbers and maps with string keys always serializes.
-        serde_json::to_string_pretty(self).unwrap_or_default()
-    }
-
     /// The human-readable view of `lavenderd status`.
     pub fn to_text(&self) -> String {
         let p = &self.pipeline;

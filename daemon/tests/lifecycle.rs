@@ -470,6 +470,12 @@ fn start_refuses_to_walk_away_from_a_resumable_run() {
     assert!(err.contains("--yes") && err.contains(&run_name), "{err}");
     assert_eq!(env.train_calls().len(), trains);
     // On a terminal it asks; "y" starts a new run from step 0.
+    let next_train_call = |before: usize| {
+        wait_until(Duration::from_secs(20), "the worker to start", || {
+            env.train_calls().len() > before
+        });
+        env.train_calls().last().unwrap().clone()
+    };
     let fresh = run_on_terminal(
         env.cmd().args(["start", "--fresh"]),
         "[y/N]",
@@ -478,7 +484,7 @@ fn start_refuses_to_walk_away_from_a_resumable_run() {
     );
     assert!(fresh.status.success(), "{}", fresh.output);
     assert!(fresh.output.contains(&run_name), "{}", fresh.output);
-    let call = env.train_calls().last().unwrap().clone();
+    let call = next_train_call(trains);
     assert!(!call.iter().any(|a| a == "--resume"), "{call:?}");
     assert_ne!(env.run_dir(), first_run);
     env.wait_checkpoints(1, Duration::from_secs(20));
@@ -490,8 +496,9 @@ fn start_refuses_to_walk_away_from_a_resumable_run() {
         .unwrap()
         .path;
     let weights = ckpt.join("model.safetensors");
+    let before = env.train_calls().len();
     env.start(&["--resume", weights.to_str().unwrap()]);
-    let call = env.train_calls().last().unwrap().clone();
+    let call = next_train_call(before);
     let at = call.iter().position(|a| a == "--resume").unwrap();
     assert_eq!(call[at + 1], ckpt.display().to_string());
     env.stop_saved();
@@ -548,6 +555,17 @@ fn finished_steps_run_again_when_forced_or_when_their_inputs_changed() {
     );
     env.wait_state("finished", Duration::from_secs(20));
     assert_eq!((count("downloads"), count("train")), (1, 2));
+    // The step run again is told to rebuild even what is up to date.
+    let forced: Vec<serde_json::Value> = env
+        .call_records()
+        .into_iter()
+        .filter(|c| c["argv"].as_array().unwrap().iter().any(|a| a == "train"))
+        .map(|c| c["force"].clone())
+        .collect();
+    assert_eq!(
+        forced,
+        [serde_json::Value::Null, serde_json::Value::from("true")]
+    );
 
     // Nothing changed: a start finds everything done and runs nothing.
     env.start(&[]);

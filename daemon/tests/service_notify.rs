@@ -394,11 +394,14 @@ fn a_wedged_pipeline_actor_withholds_the_watchdog_ping() {
 
 /// `launch.backend: slurm` with an `sbatch` that takes 5 s (a slow controller): the
 /// launch runs off the pipeline actor, so `GET /status`, a stop and the watchdog's
-/// ping are each answered within 100 ms meanwhile; the job sbatch returns is then
-/// cancelled, since the pipeline was stopped before it existed.
+/// ping are each answered meanwhile; the job sbatch returns is then cancelled, since
+/// the pipeline was stopped before it existed. The figures are printed (on an idle
+/// machine each is well under 100 ms); the bound is a fifth of sbatch's 5 s, so it
+/// tells an actor that waited for sbatch from one that did not on a machine several
+/// times slower or busier too.
 #[test]
 fn a_slow_sbatch_delays_neither_the_status_nor_a_stop_nor_the_watchdog() {
-    const SLACK: Duration = Duration::from_millis(100);
+    const SLACK: Duration = Duration::from_millis(1000);
     const PING_PERIOD: Duration = Duration::from_millis(200);
     let mut env = Env::new(
         &["--total-steps", "100000", "--step-ms", "10"],

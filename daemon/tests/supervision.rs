@@ -675,6 +675,73 @@ fn with_resume_on_start_off_an_interrupted_run_stays_stopped_and_the_log_says_so
     assert_eq!(env.train_calls().len(), 2);
 }
 
+/// SIGTERM with connections open: a stop request in flight gets its answer, the
+/// event stream ends, a kept-alive idle connection is closed, and the daemon exits
+/// 0 (axum's graceful shutdown drains every connection of both listeners).
+#[test]
+fn sigterm_answers_open_requests_and_closes_connections_before_exiting() {
+    let env = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "10",
+            "--save-ms",
+            "800",
+        ],
+        "",
+        "[train]",
+    );
+    let log = std::fs::File::create(env.daemon_log()).unwrap();
+    let mut daemon = env
+        .cmd()
+        .arg("serve")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the daemon", || {
+        env.uds("GET", "/healthz", None).is_some()
+    });
+    env.start(&[]);
+    env.wait_step(3, Duration::from_secs(10));
+    let addr = env.addr();
+    let mut idle = KeepAlive::tcp(&addr);
+    assert_eq!(idle.send("GET", "/status", None, None).status, 200);
+    let mut unix_idle = KeepAlive::uds(&env.state_dir().join("lavenderd.sock"));
+    assert_eq!(unix_idle.send("GET", "/healthz", None, None).status, 200);
+    let mut events = sse::SseClient::connect(&addr, None);
+    let (stop_addr, token) = (addr.clone(), env.token());
+    let stop = std::thread::spawn(move || {
+        http::tcp(
+            &stop_addr,
+            "POST",
+            "/pipeline/stop",
+            Some("{}"),
+            Some(&token),
+        )
+    });
+    env.wait_state("stopping", Duration::from_secs(10));
+    send_signal(daemon.id() as i32, 15);
+
+    let answer = stop.join().unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(
+        answer.json()["saved_checkpoint"].is_string(),
+        "{}",
+        answer.body
+    );
+    let status = daemon.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(idle.closed_by_server(), "the idle TCP connection is closed");
+    assert!(
+        unix_idle.closed_by_server(),
+        "the idle socket connection is closed"
+    );
+    // The stream ends (its last events, then the end), rather than hanging.
+    while events.next(Duration::from_secs(10)).is_some() {}
+}
+
 fn started_at(env: &Env) -> String {
     let h = env
         .uds("GET", "/healthz", None)

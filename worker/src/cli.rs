@@ -28,7 +28,7 @@ pub struct StepArgs {
     #[arg(long)]
     pub chunk: Option<u8>,
     /// Rerun the step even when its manifest says its inputs have not changed
-    /// (`lavenderd start --force` sets LAVENDER_FORCE=1 for the steps it runs again).
+    /// (`lavenderd start --force` sets LAVENDER_FORCE=true for the steps it runs again).
     #[arg(long, env = "LAVENDER_FORCE")]
     pub force: bool,
     /// Config overrides, `key.path=value`, applied last.

@@ -185,6 +185,7 @@ fn record_call(data_root: &Path) -> Result<()> {
         "pid": std::process::id(),
         "rank": rank(),
         "argv": std::env::args().collect::<Vec<_>>(),
+        "force": std::env::var("LAVENDER_FORCE").ok(),
     });
     let mut f = std::fs::OpenOptions::new()
         .create(true)

@@ -44,6 +44,7 @@ pub struct TuningArgs {
     #[arg(long, hide = true, value_name = "MS")]
     pub status_safety_refresh_ms: Option<u64>,
     /// Make the native file watcher fail as if the inotify limit were reached.
+    #[cfg(feature = "test-hooks")]
     #[arg(long, hide = true)]
     pub simulate_inotify_exhausted: bool,
 }
@@ -54,7 +55,10 @@ impl TuningArgs {
         if let Some(ms) = self.status_safety_refresh_ms {
             opts.safety_refresh = std::time::Duration::from_millis(ms.max(1));
         }
-        opts.simulate_inotify_exhausted = self.simulate_inotify_exhausted;
+        #[cfg(feature = "test-hooks")]
+        {
+            opts.simulate_inotify_exhausted = self.simulate_inotify_exhausted;
+        }
         opts
     }
 }

@@ -160,6 +160,14 @@ pub fn plan_steps(
     let mut steps = Vec::new();
     for &name in &config.steps {
         past_train |= name == PipelineStep::Train;
+        if skip_train && past_train {
+            // A skipped step does not run, whatever changed since it ran.
+            steps.push(StepEntry {
+                name,
+                state: StepState::Skipped,
+            });
+            continue;
+        }
         if force_from == Some(name) && !rerun {
             rerun = true;
             notices.push(format!("--force: the steps from {name} on run again"));
@@ -177,9 +185,7 @@ pub fn plan_steps(
                 ));
             }
         }
-        let state = if skip_train && past_train {
-            StepState::Skipped
-        } else if marker.is_some() && !rerun {
+        let state = if marker.is_some() && !rerun {
             StepState::Done
         } else {
             if marker.is_some() {
@@ -293,7 +299,7 @@ pub fn spawn_spec(
     let mut env = config.worker.env.clone();
     if forced(config, record, step) {
         // The worker's data steps rebuild their outputs even when up to date.
-        env.insert(FORCE_VAR.to_string(), "1".to_string());
+        env.insert(FORCE_VAR.to_string(), "true".to_string());
     }
     SpawnSpec {
         command: config.worker.command.clone(),
@@ -312,7 +318,7 @@ pub fn spawn_spec(
     }
 }
 
-/// Set (to `1`) in the environment of a step `start --force` runs again:
+/// Set (to `true`) in the environment of a step `start --force` runs again:
 /// `lavender-worker` then rebuilds the step's outputs even when they are up to date.
 pub const FORCE_VAR: &str = "LAVENDER_FORCE";
 

@@ -4,7 +4,8 @@
 //!
 //! A snapshot holds the `GET /status` body already serialized, split around its
 //! timestamp. A request writes the current timestamp in front of the rest and
-//! answers: no file I/O, no lock of ours, one allocation (the response). The rest
+//! answers: no file I/O, no lock of ours, one allocation (the response; the route
+//! serves the same bytes for the rest of that millisecond). The rest
 //! stays exactly what composing afresh would give until a time-dependent value
 //! changes (the heartbeat's age in whole seconds, the end of the start-up grace);
 //! the refresher publishes a new snapshot at that moment, and a request that comes
@@ -190,11 +191,6 @@ impl StatusCache {
         self.snapshots.borrow().status_at(lavender::time::now_utc())
     }
 
-    /// The body served by `GET /status` (see the module docs).
-    pub fn status_body(&self) -> String {
-        self.snapshots.borrow().body_at(lavender::time::now_utc())
-    }
-
     /// Changes with every snapshot published.
     pub fn subscribe_refreshes(&self) -> watch::Receiver<Arc<StatusSnapshot>> {
         self.snapshots.clone()
@@ -227,6 +223,27 @@ fn test_settings() -> StatusSettings {
         steps: Vec::new(),
         disk_floor_mib: 0,
         scales: lavender::config::Config::default().scales,
+    }
+}
+
+/// A never-started pipeline's snapshot, and a cache holding it with the sender
+/// that publishes the next ones, for tests of the cache's readers.
+#[cfg(test)]
+impl StatusCache {
+    pub(crate) fn never_started(
+        now: DateTime<Utc>,
+    ) -> (StatusCache, watch::Sender<Arc<StatusSnapshot>>) {
+        let settings = test_settings();
+        let snapshot = StatusSnapshot::compose(
+            PipelineRecord::idle(),
+            FileFacts::empty(),
+            settings.clone(),
+            BTreeMap::new(),
+            now,
+        );
+        let (publish, snapshots) = watch::channel(Arc::new(snapshot));
+        let cache = StatusCache::new(snapshots, Arc::new(watch::Sender::new(settings)));
+        (cache, publish)
     }
 }
 

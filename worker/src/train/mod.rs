@@ -57,6 +57,7 @@ pub struct TrainArgs {
     /// them, so a save stays in flight while training goes on. The process then
     /// never exits on its own (its next save or its end waits for that one): the
     /// test kills it.
+    #[cfg(feature = "test-hooks")]
     #[arg(long, value_name = "N", hide = true)]
     pub hold_save: Option<u32>,
 }
@@ -248,6 +249,7 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         reporter,
         stop,
         stop_at_step: args.stop_at_step,
+        #[cfg(feature = "test-hooks")]
         hold_save: args.hold_save,
         started,
     });

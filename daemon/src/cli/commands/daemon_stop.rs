@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use lavender::status::PipelineState;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -54,9 +55,14 @@ pub async fn run(settings: &Settings) -> Result<ExitCode> {
         .run_dir
         .as_deref()
         .and_then(|d| lavender::checkpoint::latest_complete(d).ok().flatten());
+    let hint = if record.state == PipelineState::Finished {
+        ""
+    } else {
+        "; `lavenderd start --resume latest` continues it"
+    };
     match newest {
         Some(c) => println!(
-            "lavenderd stopped; pipeline {}, newest checkpoint {} (step {}); `lavenderd start --resume latest` continues it",
+            "lavenderd stopped; pipeline {}, newest checkpoint {} (step {}){hint}",
             record.state, c.name, c.state.step
         ),
         None => println!("lavenderd stopped; pipeline {}", record.state),

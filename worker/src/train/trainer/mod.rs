@@ -61,6 +61,7 @@ pub struct Parts {
     /// Test hook: behave as if SIGTERM arrived once this global step is done.
     pub stop_at_step: Option<u64>,
     /// Test hook: the writer of this save (1-based) never commits it.
+    #[cfg(feature = "test-hooks")]
     pub hold_save: Option<u32>,
     /// When this process started, for the run's wall time.
     pub started: Instant,
@@ -108,6 +109,7 @@ pub struct Trainer {
     reporter: Reporter,
     stop: Arc<AtomicBool>,
     stop_at_step: Option<u64>,
+    #[cfg(feature = "test-hooks")]
     hold_save: Option<u32>,
     started: Instant,
     /// What a checkpoint restores: step, position, losses, wall time, latest save.
@@ -160,6 +162,7 @@ impl Trainer {
             reporter: p.reporter,
             stop: p.stop,
             stop_at_step: p.stop_at_step,
+            #[cfg(feature = "test-hooks")]
             hold_save: p.hold_save,
             started: p.started,
             progress,

@@ -173,6 +173,7 @@ impl Trainer {
         self.history.materialize()?;
         let state = self.trainer_state(stage, with_optimizer);
         self.saves_started += 1;
+        #[cfg(feature = "test-hooks")]
         let hold = self.hold_save == Some(self.saves_started);
         let (run_dir, keep, only_last) = (
             self.run_dir.clone(),
@@ -200,6 +201,7 @@ impl Trainer {
                         .map_err(|_| anyhow::anyhow!("the weights writer thread panicked"))??;
                     Ok(())
                 })?;
+                #[cfg(feature = "test-hooks")]
                 if hold {
                     // Test hook (`--hold-save`): the files are written, the commit never
                     // comes; the process must be killed.
