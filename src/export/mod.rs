@@ -28,8 +28,8 @@ mod torch_save;
 
 pub use error::ExportError;
 pub use exporter::{
-    EXPORT_DIR, EXPORT_MARKER, ExportOptions, ExportReport, ExportStatus, ExportedCheckpoint,
-    Selection, export, locate_run,
+    Carried, EXPORT_DIR, EXPORT_MARKER, ExportOptions, ExportReport, ExportStatus,
+    ExportedCheckpoint, Selection, export, locate_run,
 };
 pub use hf_config::{ModelDims, SpecialTokens, model_dims};
 pub use history::{LogHistory, for_hf_readers};
