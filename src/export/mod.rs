@@ -37,7 +37,7 @@ pub use output::{export_json, export_text, resolve_json, resolve_yaml, yaml_floa
 pub use resolve::{
     Field, ResolveOptions, Resolved, ResolvedCheckpoint, Sources, parse_list, resolve,
 };
-pub use run_config::RunConfig;
+pub use run_config::{RunConfig, run_config_yaml};
 pub use segments::{Segment, terminal_velocity_factor};
 pub use step::{checkpoint_step, step_from_name};
 pub use tensors::{OPTIMIZER_PT, hf_parameter_order};
