@@ -2,8 +2,12 @@
 //! the real worker, exported and resolved by the real `lavenderd`, then
 //! - `optimizer.pt` checked with torch (weights_only load, named_parameters order,
 //!   the same moments as `optimizer.safetensors`, loadable into torch.optim.AdamW);
+//! - bergson's own run reader on the run directory: the run's `config.yaml` read as
+//!   bergson's training config (AdamW, the model path), its `log_history.json` as
+//!   the worker wrote it (no export rewrites it);
 //! - `lavenderd resolve`'s fragment compared with what bergson's own `resolve()`
-//!   and lr×steps derive for the same checkpoints (AdamW: momentum 0.0);
+//!   and lr×steps derive for the same checkpoints (AdamW: momentum 0.0 derived from
+//!   the run, the same model path, lr×steps within 1e-12);
 //! - SOURCE's plain variant run by `python -m bergson` on a config made of that
 //!   fragment with no value typed by hand, and the Adam variant by
 //!   `lavenderd attribute`, both exiting 0 and writing scores;
@@ -362,22 +366,27 @@ fn source_runs_on_a_lavender_export_as_is() {
     train(&data_root, &corpus_file, &run_dir);
     println!("trained in {:.1?}", started.elapsed());
 
-    // The worker logs its evaluations as entries of their own, without a rate.
+    // The worker writes its history as HF readers and SOURCE take it: every entry
+    // with a learning_rate, evaluations on their step's training entry (step 0's,
+    // before any update, at 0.0).
     let read_history = || -> Vec<Value> {
         serde_json::from_slice(&fs::read(run_dir.join("log_history.json")).unwrap()).unwrap()
     };
+    let history_as_written = fs::read(run_dir.join("log_history.json")).unwrap();
     let history = read_history();
     let evals = history
         .iter()
         .filter(|e| e.get("eval_loss").is_some())
         .count();
     assert!(evals >= 5, "{history:?}");
+    for e in &history {
+        assert!(e["learning_rate"].is_number(), "{e}");
+    }
+    // bergson's reader takes the run's config.yaml as its own training config.
+    let config_yaml = fs::read_to_string(run_dir.join("config.yaml")).unwrap();
     assert!(
-        history
-            .iter()
-            .filter(|e| e.get("eval_loss").is_some())
-            .all(|e| e.get("learning_rate").is_none()),
-        "{history:?}"
+        config_yaml.starts_with("# lavender") && config_yaml.contains("\ntrain:\n  run_path: "),
+        "{config_yaml}"
     );
 
     let export: Value = serde_json::from_str(&lavenderd_ok(
@@ -403,13 +412,14 @@ fn source_runs_on_a_lavender_export_as_is() {
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names, ["checkpoint-4", "checkpoint-8"]);
-    // The export rewrote the run's history (SOURCE reads it for these exports):
-    // every entry has a rate, evaluations on their step's training entry except
-    // step 0's, which precedes every update.
+    // The export had nothing to rewrite: the history is read as the worker wrote
+    // it. One entry per step, evaluations on theirs, step 0's of its own.
+    assert_eq!(
+        fs::read(run_dir.join("log_history.json")).unwrap(),
+        history_as_written,
+        "the export rewrote log_history.json"
+    );
     let history = read_history();
-    for e in &history {
-        assert!(e["learning_rate"].is_number(), "{e}");
-    }
     assert_eq!(
         history
             .iter()
@@ -484,9 +494,30 @@ fn source_runs_on_a_lavender_export_as_is() {
         assert_eq!(o["params"], serde_json::json!((0..n).collect::<Vec<_>>()));
     }
 
-    // resolve vs bergson's own resolve(): the same lr×steps per segment, momentum
-    // 0.0 for AdamW. bergson cannot read lavender's config.yaml as a training
-    // config, so it leaves use_adam_preconditioner off; lavender sets it (AdamW).
+    // bergson's own reader on the run directory: its training config is the
+    // run's `train:` section (AdamW, the final checkpoint's export as the model),
+    // its learning-rate history the run's log_history.json as the worker wrote it.
+    let run_abs = fs::canonicalize(&run_dir).unwrap();
+    let read = &v["bergson_run"];
+    println!("bergson's load_training_config(run) and lr_history_path: {read}");
+    assert_eq!(read["optimizer"], "adamw", "{read}");
+    assert_eq!(read["adam_beta1"], 0.9, "{read}");
+    assert_eq!(read["adam_beta2"], 0.95, "{read}");
+    assert_eq!(
+        read["run_path"].as_str().map(PathBuf::from),
+        Some(run_abs.clone())
+    );
+    assert_eq!(
+        read["model"].as_str().map(PathBuf::from),
+        Some(run_abs.join("exported/checkpoint-8"))
+    );
+    assert_eq!(
+        read["lr_history"].as_str().map(PathBuf::from),
+        Some(run_abs.join("log_history.json"))
+    );
+
+    // lavender's resolve vs bergson's own resolve(): the same lr×steps per segment,
+    // momentum 0.0 derived from the run (AdamW), the same model path.
     let f = &v["fragment"];
     assert_eq!(
         f["momentum"], 0.0,
@@ -496,10 +527,48 @@ fn source_runs_on_a_lavender_export_as_is() {
     assert_eq!(f["segments"], 2);
     assert_eq!(f["step_size_list"], serde_json::json!([4, 4]));
     let own = &v["bergson_own"];
+    let own_adam = &v["bergson_own_adam"];
     let given = &v["bergson_given"];
-    assert_eq!(own["momentum"], 0.0);
-    assert_eq!(given["momentum"], 0.0);
+    println!("bergson's own resolve() (checkpoints, segments): {own}");
+    println!("bergson's own resolve() (…, use_adam_preconditioner: true): {own_adam}");
+    let log = |x: &Value| -> Vec<String> {
+        x["log"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m.as_str().unwrap().to_string())
+            .collect()
+    };
+    for r in [own, own_adam] {
+        assert_eq!(r["momentum"], 0.0, "{r}");
+        assert_eq!(r["model_path"], f["model_path"], "{r}");
+        // Derived from the run's optimizer, not bergson's fallback for runs it
+        // cannot read ("Ignoring … as a trainer run").
+        assert!(
+            log(r)
+                .iter()
+                .any(|m| m.contains("Filled from run") && m.contains("momentum=0.0")),
+            "{r}"
+        );
+        assert!(!log(r).iter().any(|m| m.contains("Ignoring")), "{r}");
+    }
+    // bergson 2.5.1's resolve() never turns the preconditioner on itself; reading
+    // `optimizer: adamw` it warns when the caller left it off, and not otherwise.
     assert_eq!(own["use_adam_preconditioner"], false);
+    assert!(
+        log(own)
+            .iter()
+            .any(|m| m.contains("trained with adamw but use_adam_preconditioner is not set")),
+        "{own}"
+    );
+    assert_eq!(own_adam["use_adam_preconditioner"], true);
+    assert!(
+        !log(own_adam)
+            .iter()
+            .any(|m| m.contains("use_adam_preconditioner")),
+        "{own_adam}"
+    );
+    assert_eq!(given["momentum"], 0.0);
     assert_eq!(given["use_adam_preconditioner"], true);
     let list = |x: &Value| -> Vec<f64> {
         x.as_array()
@@ -508,7 +577,6 @@ fn source_runs_on_a_lavender_export_as_is() {
             .map(|n| n.as_f64().unwrap())
             .collect()
     };
-    let own_lts = list(&own["lr_times_steps"]);
     let given_lts = list(&given["lr_times_steps"]);
     let lrs = list(&f["lr_list"]);
     let ours: Vec<f64> = lrs.iter().map(|lr| lr * 4.0 * 1.0).collect();
@@ -516,13 +584,17 @@ fn source_runs_on_a_lavender_export_as_is() {
         given_lts, ours,
         "bergson computes lr×steps from the fragment as lavender does"
     );
-    for (a, b) in own_lts.iter().zip(&ours) {
-        assert!(
-            close(*a, *b),
-            "bergson's own lr×steps {own_lts:?} vs lavender's {ours:?}"
-        );
+    for r in [own, own_adam] {
+        let lts = list(&r["lr_times_steps"]);
+        assert_eq!(lts.len(), ours.len());
+        for (a, b) in lts.iter().zip(&ours) {
+            assert!(
+                close(*a, *b),
+                "bergson's own lr×steps {lts:?} vs lavender's {ours:?}"
+            );
+        }
+        assert!(lts.iter().all(|x| *x > 0.0), "{lts:?}");
     }
-    assert!(own_lts.iter().all(|x| *x > 0.0), "{own_lts:?}");
 
     // SOURCE, plain variant: lavender's fragment with the Adam preconditioner
     // explicitly off (an explicit value wins), run by bergson's own CLI.
