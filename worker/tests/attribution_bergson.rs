@@ -675,38 +675,12 @@ fn source_runs_on_a_lavender_export_as_is() {
         "{info}"
     );
 
-    // SOURCE, Adam variant, through `lavenderd attribute` on the run's own text.
-    let t = Instant::now();
-    let result_file = tmp.path().join("attribution.json");
-    let text = lavenderd_ok(
-        &data_root,
-        &[
-            os("attribute"),
-            os("--run"),
-            run_dir.as_os_str(),
-            os("--queries"),
-            query_file.as_os_str(),
-            os("--from-run"),
-            os("--top"),
-            os("5"),
-            os("--python"),
-            python().as_os_str(),
-            os("--out"),
-            result_file.as_os_str(),
-        ],
-    );
-    println!(
-        "lavenderd attribute (Adam variant) in {:.1?}:\n{text}",
-        t.elapsed()
-    );
-    let r: Value = serde_json::from_slice(&fs::read(&result_file).unwrap()).unwrap();
-    assert_eq!(r["train_documents"].as_u64(), Some(DOCS as u64));
-    let config_text = fs::read_to_string(r["config"].as_str().unwrap()).unwrap();
-    assert!(
-        config_text.contains("use_adam_preconditioner: true"),
-        "{config_text}"
-    );
-    let filtered: Vec<String> = fs::read_to_string(&train_file)
+    // SOURCE, Adam variant, through `lavenderd attribute` on the run's training
+    // data as it saw it: the chunk's shard (no validation document), cut into the
+    // trainer's windows of seq_len + 1 = 17 tokens. The queries are two of its
+    // documents, verbatim.
+    let shard = data_root.join("shards/shard-00000.jsonl");
+    let shard_docs: Vec<String> = fs::read_to_string(&shard)
         .unwrap()
         .lines()
         .map(|l| {
@@ -716,32 +690,91 @@ fn source_runs_on_a_lavender_export_as_is() {
                 .to_string()
         })
         .collect();
-    for (q, &i) in r["queries"].as_array().unwrap().iter().zip(&ASKED) {
+    assert!(shard_docs.len() < DOCS, "validation documents are held out");
+    let asked_lines = [shard_docs.len() / 5, shard_docs.len() * 4 / 5];
+    let run_queries = tmp.path().join("run-queries.jsonl");
+    let asked: Vec<String> = asked_lines
+        .iter()
+        .map(|&i| serde_json::json!({ "text": shard_docs[i] }).to_string())
+        .collect();
+    fs::write(&run_queries, asked.join("\n") + "\n").unwrap();
+    let index: Value =
+        serde_json::from_slice(&fs::read(data_root.join("tokens/index.json")).unwrap()).unwrap();
+    let shard_tokens = index["pretrain"]["shards"][0]["tokens"].as_u64().unwrap();
+    // The trainer's windows: 16 apart while a whole 17-token window fits.
+    let want_windows = (shard_tokens - 1) / 16 - u64::from((shard_tokens - 1) % 16 == 0);
+    let t = Instant::now();
+    let result_file = tmp.path().join("attribution.json");
+    let out = run_ok(
+        Command::new(lavenderd())
+            .arg("--data-root")
+            .arg(&data_root)
+            .arg("attribute")
+            .arg("--run")
+            .arg(&run_dir)
+            .arg("--queries")
+            .arg(&run_queries)
+            .args(["--from-run", "--top", "5", "--python"])
+            .arg(python())
+            .arg("--out")
+            .arg(&result_file)
+            .env_remove("LAVENDER_CONFIG")
+            .env_remove("LAVENDER_DATA_ROOT"),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!(
+        "lavenderd attribute (Adam variant) in {:.1?}:\n{stderr}{text}",
+        t.elapsed()
+    );
+    // Only lavenderd's own lines reach the terminal; the libraries' go to the log.
+    for line in stderr.lines() {
+        assert!(line.starts_with("attribute: "), "{line:?} in\n{stderr}");
+    }
+    assert!(!text.to_lowercase().contains("warn"), "{text}");
+    let r: Value = serde_json::from_slice(&fs::read(&result_file).unwrap()).unwrap();
+    assert_eq!(r["train_documents"].as_u64(), Some(shard_docs.len() as u64));
+    assert_eq!(r["train_windows"]["count"].as_u64(), Some(want_windows), "{r}");
+    assert_eq!(r["train_windows"]["tokens"], 17);
+    assert_eq!(r["train_windows"]["shards"], serde_json::json!(["shard-00000"]));
+    assert!(text.contains("a document's score is its best window's"), "{text}");
+    let config_text = fs::read_to_string(r["config"].as_str().unwrap()).unwrap();
+    assert!(
+        config_text.contains("use_adam_preconditioner: true"),
+        "{config_text}"
+    );
+    for (q, &line) in r["queries"].as_array().unwrap().iter().zip(&asked_lines) {
         let top = q["top"].as_array().unwrap();
         assert_eq!(top.len(), 5);
         assert!(
             top.iter()
                 .all(|t| t["score"].as_f64().is_some_and(f64::is_finite))
         );
-        let want = filtered
-            .iter()
-            .position(|d| d.trim() == docs[i].trim())
-            .unwrap();
-        let rank = top
-            .iter()
-            .find(|t| t["index"].as_u64() == Some(want as u64))
-            .map(|t| t["rank"].as_u64().unwrap());
         println!(
-            "query = training document {want}: ranked {rank:?} of {DOCS}; top scores {:?}",
+            "query = shard-00000.jsonl:{}: top {:?}",
+            line + 1,
             top.iter()
-                .map(|t| (t["index"].as_u64().unwrap(), t["score"].as_f64().unwrap()))
+                .map(|t| (t["document"]["line"].as_u64().unwrap(), t["score"].as_f64().unwrap()))
                 .collect::<Vec<_>>()
         );
+        let first = &top[0];
         assert_eq!(
-            rank,
-            Some(1),
+            (
+                first["document"]["file"]
+                    .as_str()
+                    .map(|f| Path::new(f).ends_with("shards/shard-00000.jsonl")),
+                first["document"]["line"].as_u64()
+            ),
+            (Some(true), Some(line as u64 + 1)),
             "the verbatim training document should rank first: {q}"
         );
+        // Its winning window holds part of it, with its text and offsets.
+        let w = &first["window"];
+        let [from, to] = [&w["document_chars"][0], &w["document_chars"][1]]
+            .map(|v| v.as_u64().unwrap() as usize);
+        assert!(from < to, "{w}");
+        let part: String = shard_docs[line].chars().skip(from).take(to - from).collect();
+        assert!(w["text"].as_str().unwrap().contains(&part), "{w}");
     }
     println!("whole test: {:.1?}", started.elapsed());
 }
