@@ -8,9 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::checkpoint::CheckpointName;
 use crate::error::{Error, IoContext, Result};
-use crate::trainer_state::{self, TrainerState};
 
 /// Prefix of every temporary file or directory lavender creates; listing skips them.
 pub const TMP_PREFIX: &str = ".tmp-";
@@ -87,7 +85,7 @@ pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
 /// A directory built under a hidden temporary name beside its target
 /// (`.tmp-<name>-<pid>-<n>`) and renamed into place once complete: a reader sees the
 /// previous directory (or none) or the new one, never half of one. Dropped without
-/// `commit`, it removes what it built. Checkpoints (through [`CheckpointBuilder`]),
+/// `commit`, it removes what it built. Checkpoints (through `checkpoint::CheckpointBuilder`),
 /// exports and the worker's step outputs (through [`StagedDir::begin_exclusive`])
 /// are all built this way.
 #[derive(Debug)]
@@ -261,45 +259,6 @@ fn sync_tree(dir: &Path, whole_filesystem: bool) -> Result<()> {
 #[cfg(target_os = "linux")]
 unsafe extern "C" {
     fn syncfs(fd: std::os::raw::c_int) -> std::os::raw::c_int;
-}
-
-/// A checkpoint directory under construction: a [`StagedDir`] whose `commit` writes
-/// `trainer_state.json` last, the marker that makes it complete.
-#[derive(Debug)]
-pub struct CheckpointBuilder {
-    staged: StagedDir,
-}
-
-impl CheckpointBuilder {
-    pub fn begin(run_dir: &Path, name: &CheckpointName) -> Result<Self> {
-        let target = run_dir.join(name.to_string());
-        if target.exists() {
-            return Err(Error::Malformed {
-                path: target,
-                reason: "a checkpoint with this name already exists; counters must not be reused"
-                    .into(),
-            });
-        }
-        Ok(CheckpointBuilder {
-            staged: StagedDir::begin(&target)?,
-        })
-    }
-
-    /// The directory to write the checkpoint's files into.
-    pub fn dir(&self) -> &Path {
-        self.staged.dir()
-    }
-
-    /// The path the checkpoint will have once committed.
-    pub fn target(&self) -> &Path {
-        self.staged.target()
-    }
-
-    /// Every payload file durable, then the marker, then the rename.
-    pub fn commit(self, state: &TrainerState) -> Result<PathBuf> {
-        self.staged
-            .commit_with(|dir| trainer_state::write(dir, state))
-    }
 }
 
 #[cfg(test)]

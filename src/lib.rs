@@ -10,6 +10,7 @@ pub mod events;
 pub mod export;
 pub mod failure;
 pub mod heartbeat;
+pub mod log_history;
 pub mod manifest;
 pub mod run;
 pub mod skips;

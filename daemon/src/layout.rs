@@ -39,6 +39,11 @@ impl Layout {
         self.state_dir.join("lavenderd.sock")
     }
 
+    /// The serving daemon's TCP address, for clients (and tests listening on port 0).
+    pub fn addr_file(&self) -> PathBuf {
+        self.state_dir.join("lavenderd.addr")
+    }
+
     pub fn token(&self) -> PathBuf {
         self.state_dir.join("token")
     }

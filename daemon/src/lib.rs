@@ -1,9 +1,12 @@
 //! lavenderd: the supervisor daemon of the lavender training pipeline and its CLI.
 //! The daemon is a library so tests and `start --foreground` can run it in-process.
 
+pub mod alert;
 pub mod backoff;
 pub mod cli;
+pub(crate) mod client;
 pub(crate) mod daemon;
+pub mod exit;
 pub(crate) mod feed;
 pub(crate) mod inventory;
 pub(crate) mod layout;
@@ -17,6 +20,3 @@ pub mod service;
 pub(crate) mod settings;
 pub(crate) mod status;
 pub(crate) mod web;
-
-/// Connections on a listener's status thread at once (`server/direct.rs`).
-pub use server::direct::MAX_CONNECTIONS as STATUS_CONNECTIONS;

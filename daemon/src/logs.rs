@@ -4,14 +4,13 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use crate::layout::Layout;
-use crate::pipeline::PipelineRecord;
 
-/// The current pipeline's log, else the newest one in `logs/`.
-pub fn current_log(layout: &Layout, record: &PipelineRecord) -> Option<PathBuf> {
-    record
-        .log_file
-        .clone()
+/// The current pipeline's log (`recorded`, the pipeline record's), else the newest
+/// one in `logs/`.
+pub fn current_log(layout: &Layout, recorded: Option<&Path>) -> Option<PathBuf> {
+    recorded
         .filter(|p| p.is_file())
+        .map(Path::to_path_buf)
         .or_else(|| newest_log(&layout.logs_dir()))
 }
 

@@ -3,6 +3,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 
+use lavender_testkit::http::tcp_as;
 use lavender_testkit::*;
 
 const TRAIN_ONLY: &str = "[train]";
@@ -149,9 +150,8 @@ fn chunk_two_without_a_previous_checkpoint_is_a_clear_error() {
     );
 }
 
-/// `GET /status` is answered on the status thread; the first request of any other
-/// kind takes the connection to the router, which serves it from then on. Either way
-/// the client sees one HTTP server.
+/// One kept-alive connection carries the status, the other routes and pipelined
+/// requests, over TCP and the Unix socket, as one HTTP server.
 #[test]
 fn status_and_the_other_routes_share_a_kept_alive_connection() {
     let mut env = Env::new(&["--total-steps", "100", "--step-ms", "20"], "", TRAIN_ONLY);
@@ -180,10 +180,10 @@ fn status_and_the_other_routes_share_a_kept_alive_connection() {
     std::thread::sleep(std::time::Duration::from_millis(50));
     c.write(b.as_bytes());
     check(&c.answer());
-    // A mutation goes to the router (and its auth) ...
+    // A mutation on the same connection meets the auth ...
     let r = c.send("POST", "/pipeline/start", Some(r#"{"scale":"tiny"}"#), None);
     assert_eq!(r.status, 401, "{}", r.body);
-    // ... which answers the status from then on, with the same document.
+    // ... and the status that follows is the same document.
     let routed = c.send("GET", "/status", None, None);
     check(&routed);
     let keys = |r: &Http| {
@@ -197,7 +197,7 @@ fn status_and_the_other_routes_share_a_kept_alive_connection() {
 
     // `Connection: close` is honoured.
     let mut d = KeepAlive::tcp(&addr);
-    d.write(b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    d.write(b"GET /status HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
     let r = d.answer();
     check(&r);
     assert!(r.head.contains("connection: close"), "{}", r.head);
@@ -215,14 +215,212 @@ fn status_and_the_other_routes_share_a_kept_alive_connection() {
     );
     assert_eq!(r.status, 400, "{}", r.body);
 
-    // More connections at once than the status thread takes: every one is answered.
-    let mut many: Vec<_> = (0..lavenderd::STATUS_CONNECTIONS + 8)
-        .map(|_| KeepAlive::tcp(&addr))
+    // Many connections open at once: every one is answered, twice.
+    let mut many: Vec<_> = (0..300).map(|_| KeepAlive::tcp(&addr)).collect();
+    for c in &mut many {
+        check(&c.send("GET", "/status", None, None));
+    }
+    for c in &mut many {
+        check(&c.send("GET", "/status", None, None));
+    }
+}
+
+const ROUTER: &str = include_str!("../src/server/mod.rs");
+
+/// Every route the router's source declares, as (method, a path it serves), so a
+/// route added later is covered too.
+fn every_route() -> Vec<(String, String)> {
+    let routes: Vec<(String, String)> = router_routes(ROUTER)
+        .iter()
+        .map(|r| {
+            let (method, path) = r.split_once(' ').unwrap();
+            (method.to_string(), path.replace("{id}", "current"))
+        })
         .collect();
-    for c in &mut many {
-        check(&c.send("GET", "/status", None, None));
+    for known in ["GET /status", "GET /events", "POST /pipeline/stop"] {
+        assert!(
+            routes.iter().any(|(m, p)| format!("{m} {p}") == known),
+            "{known} not among the router's routes {routes:?}"
+        );
     }
-    for c in &mut many {
-        check(&c.send("GET", "/status", None, None));
+    routes
+}
+
+/// One raw request over `c` and its answer.
+fn raw<S: std::io::Read + std::io::Write>(c: &mut KeepAlive<S>, text: &str) -> Http {
+    c.write(text.as_bytes());
+    c.answer()
+}
+
+/// DNS rebinding: a web page whose own name now resolves to 127.0.0.1 sends that
+/// name in `Host`. Every route of the router, and a path it lacks, answers 421 with
+/// a one-line reason, with the token or without; loopback names and addresses are
+/// served with or without a port; the Unix socket is exempt.
+#[test]
+fn a_request_naming_another_host_gets_421_on_every_route() {
+    let mut env = Env::new(
+        &["--total-steps", "100000", "--step-ms", "20"],
+        "",
+        TRAIN_ONLY,
+    );
+    env.serve();
+    let addr = env.addr();
+    let token = env.token();
+    let mut targets = every_route();
+    targets.push(("GET".into(), "/no-such-route".into()));
+    for (method, path) in &targets {
+        let body = (method == "POST").then_some("{}");
+        for host in [
+            "evil.example",
+            "evil.example:7070",
+            "127.0.0.1.evil.example",
+        ] {
+            for t in [None, Some(token.as_str())] {
+                let r = tcp_as(&addr, host, method, path, body, t);
+                assert_eq!(r.status, 421, "{method} {path}, Host {host}: {}", r.body);
+                let reason = r.json()["error"].as_str().unwrap().to_string();
+                assert!(
+                    reason.contains(host) && reason.contains("api.allowed_hosts"),
+                    "{reason}"
+                );
+                assert!(!reason.contains('\n'), "one line: {reason}");
+            }
+        }
     }
+    assert_eq!(env.status()["pipeline"]["state"], "idle", "nothing ran");
+
+    let mut c = KeepAlive::tcp(&addr);
+    // An absolute-form target names the host that counts, whatever `Host` says.
+    let r = raw(
+        &mut c,
+        "GET http://evil.example/status HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    );
+    assert_eq!(r.status, 421, "{}", r.body);
+    // No `Host` at all: 400, for HTTP/1.1 and 1.0 alike.
+    for version in ["1.1", "1.0"] {
+        let mut c = KeepAlive::tcp(&addr);
+        let r = raw(&mut c, &format!("GET /status HTTP/{version}\r\n\r\n"));
+        assert_eq!(r.status, 400, "HTTP/{version}: {}", r.body);
+        assert!(r.body.contains("Host header"), "{}", r.body);
+    }
+    let r = raw(
+        &mut c,
+        "GET /status HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n",
+    );
+    assert_eq!(r.status, 400, "two Host headers: {}", r.body);
+
+    for host in [
+        "localhost:7070",
+        "127.0.0.1:7070",
+        "[::1]:7070",
+        "localhost",
+        "127.0.0.1",
+        "[::1]",
+        "LOCALHOST:1",
+        addr.as_str(),
+    ] {
+        let r = tcp_as(&addr, host, "GET", "/status", None, None);
+        assert_eq!(r.status, 200, "Host {host}: {}", r.body);
+        assert_valid(&r.json());
+        assert_eq!(
+            tcp_as(&addr, host, "GET", "/healthz", None, None).status,
+            200
+        );
+    }
+    let r = tcp_as(
+        &addr,
+        "[::1]:7070",
+        "POST",
+        "/pipeline/start",
+        Some("{}"),
+        None,
+    );
+    assert_eq!(
+        r.status, 401,
+        "a loopback Host still needs the token to change things"
+    );
+
+    let mut u = KeepAlive::uds(&env.state_dir().join("lavenderd.sock"));
+    let r = raw(&mut u, "GET /status HTTP/1.1\r\nHost: evil.example\r\n\r\n");
+    assert_eq!(r.status, 200, "the Unix socket is exempt: {}", r.body);
+    assert_valid(&r.json());
+}
+
+#[test]
+fn allowed_hosts_are_served_by_name_and_their_port() {
+    let mut env = Env::new(
+        &[],
+        "api:\n  allowed_hosts: [gpu-box.lan, '10.9.8.7:7070']",
+        TRAIN_ONLY,
+    );
+    env.serve();
+    let addr = env.addr();
+    for host in [
+        "gpu-box.lan",
+        "GPU-Box.lan:7070",
+        "10.9.8.7:7070",
+        "localhost:7070",
+    ] {
+        let r = tcp_as(&addr, host, "GET", "/status", None, None);
+        assert_eq!(r.status, 200, "Host {host}: {}", r.body);
+    }
+    for host in [
+        "10.9.8.7:7071",
+        "10.9.8.7",
+        "other.lan",
+        "gpu-box.lan.evil.example",
+    ] {
+        let r = tcp_as(&addr, host, "GET", "/status", None, None);
+        assert_eq!(r.status, 421, "Host {host}: {}", r.body);
+    }
+}
+
+/// A daemon allowed beyond loopback answers reads only with the token, unless
+/// `api.public_reads`; the CLI (over the Unix socket) works either way.
+#[test]
+fn beyond_loopback_reads_need_the_token_unless_public_reads() {
+    let mut env = Env::new(&[], "", TRAIN_ONLY);
+    env.serve_args.push("--allow-non-loopback".into());
+    env.serve();
+    let addr = env.addr();
+    let token = env.token();
+    for (method, path) in every_route() {
+        let body = (method == "POST").then_some("{}");
+        let r = tcp_as(&addr, "localhost", &method, &path, body, None);
+        assert_eq!(
+            r.status, 401,
+            "{method} {path} without the token: {}",
+            r.body
+        );
+        if method == "GET" {
+            assert!(r.body.contains("api.public_reads"), "{}", r.body);
+        }
+    }
+    let r = tcp_as(&addr, "localhost", "GET", "/status", None, Some(&token));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_valid(&r.json());
+    let r = tcp_as(&addr, "evil.example", "GET", "/status", None, Some(&token));
+    assert_eq!(r.status, 421, "the token does not lift the Host check");
+    let out = env.run(&["status", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_valid(&serde_json::from_str(&stdout(&out)).unwrap());
+
+    let mut public = Env::new(
+        &[],
+        "  allow_non_loopback: true\napi:\n  public_reads: true",
+        TRAIN_ONLY,
+    );
+    public.serve();
+    let addr = public.addr();
+    let r = tcp_as(&addr, "localhost", "GET", "/status", None, None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = tcp_as(
+        &addr,
+        "localhost",
+        "POST",
+        "/pipeline/start",
+        Some("{}"),
+        None,
+    );
+    assert_eq!(r.status, 401, "changes still need the token: {}", r.body);
 }

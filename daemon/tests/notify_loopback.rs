@@ -11,9 +11,9 @@ use crate::notify_support::*;
 use lavender::config::{PipelineStep, WebhookFormat};
 use lavender::events;
 use lavender_testkit::notify::*;
+use lavenderd::alert::Alert;
+use lavenderd::exit::ExitOutcome;
 use lavenderd::notify::{EventFollower, Level, Notification, Notifier, Options, milestone, pushes};
-use lavenderd::pipeline::Alert;
-use lavenderd::process::ExitOutcome;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 

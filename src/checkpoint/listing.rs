@@ -12,6 +12,11 @@ use crate::run;
 use crate::trainer_state::{self, TrainerState};
 use crate::trainlog;
 
+/// Inside each export (`lavender::export`): where it came from, and lavender's own
+/// trainer state. A directory holding it is a copy in Hugging Face's layout, not a
+/// save of the training, so listing skips it.
+pub const EXPORT_MARKER: &str = "lavender_export.json";
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
     pub path: PathBuf,
@@ -81,7 +86,7 @@ pub fn list_run_checkpoints(dir: &Path) -> Result<Vec<Checkpoint>> {
         }
         // An export written into the run is a copy in Hugging Face's layout, not a save
         // of the training: never listed, resumed from or retained.
-        if entry.path().join(crate::export::EXPORT_MARKER).is_file() {
+        if entry.path().join(EXPORT_MARKER).is_file() {
             continue;
         }
         // Incomplete, vanished (retention racing us) or unreadable: not a checkpoint.
@@ -170,7 +175,7 @@ pub fn resolve_resume(spec: &str, checkpoints_root: &Path) -> Result<Checkpoint>
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::atomic::CheckpointBuilder;
+    use crate::checkpoint::CheckpointBuilder;
     use chrono::NaiveTime;
     use std::time::Duration;
 

@@ -1,14 +1,16 @@
 //! Checkpoints: `<run>/<stage>-<HH-MM-SS>-<NNNN>/` directories, complete once their
 //! `trainer_state.json` exists and parses. Naming, listing, retention, run pruning.
 
+mod builder;
 mod listing;
 mod name;
 mod prune;
 mod retention;
 
+pub use builder::CheckpointBuilder;
 pub use listing::{
-    Checkpoint, is_complete, latest_complete, list_checkpoints, list_run_checkpoints, next_counter,
-    resolve_resume,
+    Checkpoint, EXPORT_MARKER, is_complete, latest_complete, list_checkpoints,
+    list_run_checkpoints, next_counter, resolve_resume,
 };
 pub use name::{CheckpointName, valid_stage_name};
 pub use prune::{PruneReport, dir_size, prune_runs};

@@ -123,7 +123,7 @@ fn clear_stale_temporaries(run_dir: &Path, grace: Duration) -> Result<()> {
 mod tests {
     use super::super::listing::tests::{save, set_mtime};
     use super::*;
-    use crate::atomic::CheckpointBuilder;
+    use crate::checkpoint::CheckpointBuilder;
     use crate::checkpoint::CheckpointName;
 
     fn run_dir() -> (tempfile::TempDir, PathBuf) {

@@ -5,6 +5,7 @@
 //! says where the bad value came from (`file:line:col`, the environment variable, or
 //! the override), its key path, and what to do.
 
+mod api;
 mod de;
 mod error;
 mod launch;
@@ -22,6 +23,7 @@ mod tests;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
+pub use api::{ApiConfig, HostPort};
 pub use error::{ConfigError, ConfigErrorKind, Origin};
 pub use launch::{LaunchBackend, LaunchConfig, SlurmConfig};
 pub use layers::{DATA_ROOT_VAR, LoadOptions};

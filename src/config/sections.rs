@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::api::ApiConfig;
 use super::launch::LaunchConfig;
 use super::notify::NotifyConfig;
 use super::scale::{Scale, ScalesConfig};
@@ -33,6 +34,10 @@ pub struct Config {
     pub optimizer: OptimizerConfig,
     pub training: TrainingConfig,
     pub supervisor: SupervisorConfig,
+    /// Whom the HTTP API answers over TCP. Absent in configs older than the section:
+    /// defaults apply; left out of a resolved config when it is the default.
+    #[serde(default, skip_serializing_if = "ApiConfig::is_default")]
+    pub api: ApiConfig,
     /// Absent in configs older than the section: defaults apply.
     #[serde(default)]
     pub notify: NotifyConfig,

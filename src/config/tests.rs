@@ -749,3 +749,33 @@ fn retention_is_the_daemons_unless_set_to_worker() {
         "{e}"
     );
 }
+
+#[test]
+fn api_section_defaults_round_trips_and_locates_bad_hosts() {
+    let c = Config::default();
+    assert!(c.api.allowed_hosts.is_empty() && !c.api.public_reads);
+    // Left out of a resolved config when it is the default, so older readers load it.
+    assert!(!c.to_yaml().contains("api:"), "{}", c.to_yaml());
+
+    let c = Config::from_yaml_str(
+        "api:\n  allowed_hosts: [gpu-box.lan, '10.0.0.5:7070', '[fd00::5]']\n  public_reads: true\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(c.api.allowed_hosts.len(), 3);
+    assert!(c.api.public_reads);
+    assert_eq!(Config::from_yaml_str(&c.to_yaml(), "t").unwrap(), c);
+
+    let e = err("api:\n  allowed_hosts:\n    - gpu-box.lan\n    - http://gpu-box.lan\n");
+    assert_eq!(e.path(), Some("api.allowed_hosts[1]"));
+    assert_eq!(file_origin(&e), ("configs/my.yaml".into(), 4, 7));
+    assert!(e.to_string().contains("`http://gpu-box.lan`"), "{e}");
+    let e = err("api:\n  public_read: true\n");
+    assert!(e.to_string().contains("did you mean `public_reads`"), "{e}");
+
+    let opts = LoadOptions {
+        env: vec![("LAVENDER__API__PUBLIC_READS".into(), "true".into())],
+        ..Default::default()
+    };
+    assert!(Config::load(&opts).unwrap().api.public_reads);
+}

@@ -88,6 +88,7 @@ pub(crate) fn validate(c: &Config) -> Check {
     validate_model(c)?;
     validate_training(c)?;
     validate_supervisor(c)?;
+    super::api::validate(&c.api)?;
     super::launch::validate(&c.launch)?;
     super::notify::validate(&c.notify)
 }

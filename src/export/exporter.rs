@@ -19,14 +19,12 @@ use super::staging;
 use super::tensors::{self, MODEL_FILE, OPTIMIZER_FILE, OPTIMIZER_PT};
 use super::{ExportError, Result};
 use crate::atomic::StagedDir;
-use crate::checkpoint::{self, Checkpoint};
+use crate::checkpoint::{self, Checkpoint, EXPORT_MARKER};
 use crate::error::IoContext;
 use crate::{run, trainer_state};
 
 /// Default export directory inside a run: `<run>/exported/checkpoint-<step>/`.
 pub const EXPORT_DIR: &str = "exported";
-/// Inside each export: where it came from, and lavender's own trainer state.
-pub const EXPORT_MARKER: &str = "lavender_export.json";
 /// Bumped when the export's content changes, so older exports are rebuilt.
 /// 2: `optimizer.pt` beside `optimizer.safetensors`; every `log_history` entry has
 /// a `learning_rate` (evaluations on their step's training entry).

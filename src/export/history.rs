@@ -8,8 +8,7 @@ use serde_json::{Map, Value};
 
 use super::{ExportError, Result};
 use crate::error::IoContext;
-
-pub const HISTORY_FILE: &str = "log_history.json";
+use crate::log_history::FILE as HISTORY_FILE;
 
 /// The history as Hugging Face readers take it, every entry with a `learning_rate`
 /// (SOURCE builds `{step: learning_rate}` over every entry of the history it

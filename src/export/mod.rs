@@ -26,10 +26,11 @@ mod step;
 mod tensors;
 mod torch_save;
 
+pub use crate::checkpoint::EXPORT_MARKER;
 pub use error::ExportError;
 pub use exporter::{
-    Carried, EXPORT_DIR, EXPORT_MARKER, ExportOptions, ExportReport, ExportStatus,
-    ExportedCheckpoint, Selection, export, locate_run,
+    Carried, EXPORT_DIR, ExportOptions, ExportReport, ExportStatus, ExportedCheckpoint,
+    Selection, export, locate_run,
 };
 pub use hf_config::{ModelDims, SpecialTokens, model_dims};
 pub use history::{LogHistory, for_hf_readers};

@@ -12,12 +12,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::exporter::{EXPORT_DIR, EXPORT_MARKER};
+use super::exporter::EXPORT_DIR;
 use super::history::LogHistory;
 use super::run_config::{CONFIG_FILE, RunConfig};
 use super::segments::{self, Segment};
 use super::step::{checkpoint_step, dir_name};
 use super::{ExportError, Result};
+use crate::checkpoint::EXPORT_MARKER;
 use crate::error::IoContext;
 
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use chrono::NaiveTime;
-use lavender::atomic::CheckpointBuilder;
+use lavender::checkpoint::CheckpointBuilder;
 use lavender::checkpoint::CheckpointName;
 use lavender::config::Config;
 use lavender::trainer_state::TrainerState;

@@ -17,6 +17,7 @@ pub mod http;
 pub mod notify;
 mod process;
 pub mod python;
+mod routes;
 mod run_dir;
 mod schema;
 pub mod sse;
@@ -33,6 +34,7 @@ pub use http::{Http, KeepAlive};
 pub use process::{
     alive, children, cmdline, send_signal, service_shims, stderr, stdout, write_executable,
 };
+pub use routes::router_routes;
 pub use run_dir::{events, read_json};
 pub use schema::{assert_valid, schema, schema_path};
 pub use wait::wait_until;

@@ -1,13 +1,11 @@
-//! A reader of the daemon's Server-Sent Events (`GET /events`) over a plain TCP
-//! socket, decoding the chunked body as it arrives.
+//! A reader of the daemon's Server-Sent Events (`GET /events`) over TCP, through
+//! the one HTTP/1.1 client, its chunked body decoded as it arrives.
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::TcpStream;
+use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
+use lavender_client::{Connection, Request, Stream, Target};
 use serde_json::Value;
-
-use crate::http::{dechunk, find, request};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SseEvent {
@@ -28,66 +26,60 @@ impl SseEvent {
 }
 
 pub struct SseClient {
-    stream: TcpStream,
+    conn: Connection<Stream>,
     /// Decoded body bytes not yet split into events.
     body: Vec<u8>,
-    /// Raw bytes not yet decoded (a chunk in progress).
-    raw: Vec<u8>,
     eof: bool,
 }
 
 impl SseClient {
     pub fn connect(addr: &str, last_event_id: Option<&str>) -> SseClient {
-        let mut stream = TcpStream::connect(addr).unwrap();
-        let last = last_event_id
-            .map(|id| format!("Last-Event-ID: {id}\r\n"))
-            .unwrap_or_default();
-        let headers = format!("Accept: text/event-stream\r\n{last}");
-        stream
-            .write_all(request(addr, "GET", "/events", &headers, None).as_bytes())
-            .unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
-        let mut client = SseClient {
-            stream,
-            body: Vec::new(),
-            raw: Vec::new(),
-            eof: false,
-        };
-        // Headers.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(end) = find(&client.raw, b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&client.raw[..end]).to_ascii_lowercase();
-                assert!(head.starts_with("http/1.1 200"), "{head}");
-                assert!(head.contains("content-type: text/event-stream"), "{head}");
-                assert!(head.contains("transfer-encoding: chunked"), "{head}");
-                client.raw.drain(..end + 4);
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no response headers from /events"
-            );
-            client.fill();
+        let mut request = Request::get("/events")
+            .host(addr)
+            .header("Accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            request = request.header("Last-Event-ID", id);
         }
-        client
+        let stream = Target::Tcp(addr.into())
+            .connect()
+            .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+        // Short reads, so `next` can give up at its deadline.
+        stream
+            .set_timeouts(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut conn = Connection::new(stream);
+        conn.write_all(request.render().bytes()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let head = loop {
+            match conn.read_head(false) {
+                Ok(head) => break head,
+                Err(e) if timed_out(&e) && Instant::now() < deadline => {}
+                Err(e) => panic!("no response headers from /events: {e}"),
+            }
+        };
+        let text = head.text.to_ascii_lowercase();
+        assert!(text.starts_with("http/1.1 200"), "{text}");
+        assert!(text.contains("content-type: text/event-stream"), "{text}");
+        assert!(text.contains("transfer-encoding: chunked"), "{text}");
+        SseClient {
+            conn,
+            body: Vec::new(),
+            eof: false,
+        }
     }
 
-    /// Reads more from the socket; false on EOF or timeout.
+    /// Decodes one more chunk into `body`; false on a timeout or the stream's end.
     fn fill(&mut self) -> bool {
-        let mut buf = [0u8; 16384];
-        match self.stream.read(&mut buf) {
-            Ok(0) => {
+        match self.conn.next_chunk() {
+            Ok(Some(piece)) => {
+                self.body.extend_from_slice(&piece);
+                true
+            }
+            Ok(None) => {
                 self.eof = true;
                 false
             }
-            Ok(n) => {
-                self.raw.extend_from_slice(&buf[..n]);
-                true
-            }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => false,
+            Err(e) if timed_out(&e) => false,
             Err(e) => {
                 self.eof = true;
                 eprintln!("events stream: {e}");
@@ -101,7 +93,6 @@ impl SseClient {
     pub fn next(&mut self, timeout: Duration) -> Option<SseEvent> {
         let deadline = Instant::now() + timeout;
         loop {
-            let finished = dechunk(&mut self.raw, &mut self.body);
             while let Some(end) = find(&self.body, b"\n\n") {
                 let block = String::from_utf8(self.body[..end].to_vec()).unwrap();
                 self.body.drain(..end + 2);
@@ -109,7 +100,7 @@ impl SseClient {
                     return Some(e);
                 }
             }
-            if finished || self.eof {
+            if self.eof {
                 return None;
             }
             assert!(Instant::now() < deadline, "no event within {timeout:?}");
@@ -162,4 +153,12 @@ fn parse_block(block: &str) -> Option<SseEvent> {
         event: event.unwrap_or_else(|| "message".into()),
         data: data.join("\n"),
     })
+}
+
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use crate::http::Target;
+use lavender_client::Target;
 
 pub struct Args {
     values: BTreeMap<String, Vec<String>>,

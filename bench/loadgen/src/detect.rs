@@ -13,11 +13,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use lavender_client::{Client, Request};
 use serde_json::{Value, json};
 
 use crate::args::Args;
 use crate::hook;
-use crate::http::Client;
 use crate::stats::{Latencies, ms};
 
 unsafe extern "C" {
@@ -37,9 +37,13 @@ fn process_alive(pid: i64) -> bool {
 }
 
 fn status(client: &mut Client) -> Result<Value, String> {
-    client
-        .get_json("/status")
-        .map_err(|e| format!("GET /status: {e}"))
+    let r = client
+        .request(&Request::get("/status").render())
+        .map_err(|e| format!("GET /status: {e}"))?;
+    if r.status != 200 {
+        return Err(format!("GET /status: HTTP {}: {}", r.status, r.text()));
+    }
+    serde_json::from_slice(&r.body).map_err(|e| format!("GET /status: not JSON: {e}"))
 }
 
 /// Polls the status until `pick` returns something, or fails after `timeout`.

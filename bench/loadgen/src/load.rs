@@ -8,10 +8,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lavender_client::{Client, Request};
 use serde_json::json;
 
 use crate::args::Args;
-use crate::http::{Client, render};
 use crate::stats::{Latencies, ms};
 
 struct ThreadResult {
@@ -37,7 +37,17 @@ pub fn run(args: &Args) -> Result<(), String> {
     if rate.is_some_and(|r| r <= 0.0) {
         return Err("--rate must be positive".into());
     }
-    let request = Arc::new(render(&method, &path, &headers, &body));
+    let mut request = Request::new(&method, &path);
+    for h in &headers {
+        let (name, value) = h
+            .split_once(':')
+            .ok_or_else(|| format!("--header {h:?}: write it as 'Name: value'"))?;
+        request = request.header(name.trim(), value.trim());
+    }
+    if !body.is_empty() {
+        request = request.body(body.as_bytes());
+    }
+    let request = Arc::new(request.render());
 
     // Every connection answers once before the clock starts.
     for _ in 0..connections {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use lavender::atomic::CheckpointBuilder;
+use lavender::checkpoint::CheckpointBuilder;
 use lavender::checkpoint::{self, CheckpointName};
 use lavender::events::{self, Event, kind};
 use lavender::heartbeat::{self, Heartbeat, WorkerState};

@@ -3,9 +3,7 @@
 //! service`. Commands that change the pipeline talk to the daemon over its Unix socket;
 //! read-only ones work from the files, daemon or not.
 
-pub(crate) mod client;
 pub mod commands;
-pub(crate) mod foreground;
 pub(crate) mod watch;
 
 use std::net::SocketAddr;
@@ -32,7 +30,8 @@ pub struct ListenArgs {
     /// HTTP address (default: supervisor.listen, 127.0.0.1:7070).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
-    /// Allow a non-loopback --listen address (changes still need the token).
+    /// Allow a non-loopback --listen address (every route then needs the token, reads
+    /// too unless api.public_reads; clients must use a name in api.allowed_hosts).
     #[arg(long)]
     pub allow_non_loopback: bool,
 }

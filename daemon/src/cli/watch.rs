@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use lavender::status::{Status, StepState};
+use lavender::time::duration;
 
 use crate::cli::commands::status::fetch;
 use crate::feed::snapshot::ordered_steps;
@@ -81,12 +82,14 @@ pub fn view(s: &Status, clock: &str) -> String {
         t.lr.map(|v| format!("{v:.2e}"))
             .unwrap_or_else(|| "-".into()),
         num(t.steps_per_sec, 2),
-        t.eta_seconds.map(duration).unwrap_or_else(|| "-".into()),
+        t.eta_seconds
+            .map(|s| duration(Duration::from_secs(s)))
+            .unwrap_or_else(|| "-".into()),
     ));
     out.push_str(&format!(
         "heartbeat {}{}  checkpoints {}{}  disk {}\n",
         t.heartbeat_age_s
-            .map(|a| format!("{} ago", duration(a)))
+            .map(|a| format!("{} ago", duration(Duration::from_secs(a))))
             .unwrap_or_else(|| "-".into()),
         if t.heartbeat_stale { " STALE" } else { "" },
         t.checkpoints,
@@ -126,17 +129,6 @@ fn num(v: Option<f64>, digits: usize) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-pub fn duration(secs: u64) -> String {
-    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
-    if h > 0 {
-        format!("{h}h{m:02}m")
-    } else if m > 0 {
-        format!("{m}m{s:02}s")
-    } else {
-        format!("{s}s")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,7 +165,7 @@ mod tests {
             "{v}"
         );
         assert!(
-            v.contains("loss 2.5000 (smooth 2.7500)  lr 3.00e-4  12.50 it/s  ETA 1h02m"),
+            v.contains("loss 2.5000 (smooth 2.7500)  lr 3.00e-4  12.50 it/s  ETA 1h 2m"),
             "{v}"
         );
         assert!(v.contains("heartbeat 3s ago  checkpoints 2 (latest pretrain-16-08-47-0002)  disk 44.2 GiB free"), "{v}");

@@ -5,24 +5,35 @@
 //! the worker training (`reexec`). A SIGKILLed daemon leaves the worker running for
 //! the next one to adopt.
 
+pub mod foreground;
 pub mod lock;
 pub mod progress;
 pub mod reexec;
 pub mod sd_notify;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use lavender::status::PipelineState;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
+use crate::alert::AlertSender;
 use crate::feed::{self, Feed};
-use crate::notify::{EventFollower, Notifier};
-use crate::pipeline::{self, StartRequest, alert};
+use crate::layout::Layout;
+use crate::notify::{self, EventFollower, Notifier};
+use crate::pipeline::retention::{RetentionHandle, RetentionSettings};
+use crate::pipeline::{self, PipelineHandle, StartRequest};
 use crate::server::{self, AppState};
 use crate::settings::{GlobalArgs, Settings};
-use crate::status::{self, StatusSettings};
+use crate::status::{self, StatusCache, StatusSettings};
 use crate::web::WebState;
+use foreground::ForegroundView;
+use sd_notify::ServiceNotifier;
 
 pub struct ServeOptions {
     pub args: GlobalArgs,
@@ -53,190 +64,274 @@ enum LoopEnd {
 }
 
 /// How long a restart alone waits for open requests to finish before it re-executes.
-const RESTART_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+const RESTART_DRAIN: Duration = Duration::from_secs(5);
+/// How often the foreground view redraws its progress bar.
+const VIEW_REFRESH: Duration = Duration::from_millis(250);
 
-pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
-    let settings = opts.settings;
-    let layout = settings.layout.clone();
-    layout
-        .ensure_state_dir()
-        .with_context(|| format!("create state directory {}", layout.state_dir.display()))?;
-    let _lock = lock::acquire(&layout)?;
-    reexec::started_at();
-    // A daemon in a terminal (`start --foreground`) ends with its pipeline; only a
-    // serving daemon restarts alone.
-    let reexec = if opts.foreground {
-        None
-    } else {
-        Some(reexec::Reexec::capture()?)
-    };
-    let (restart_tx, mut restart_rx) = tokio::sync::mpsc::channel(1);
-    let token = server::token::load_or_create(&layout.token())?;
+pub async fn run(mut opts: ServeOptions) -> Result<DaemonExit> {
+    let start = opts.start.take();
+    let mut daemon = Daemon::build(opts).await?;
+    if let Some(req) = start {
+        daemon.start_pipeline(req).await?;
+    }
+    match daemon.signal_loop().await? {
+        LoopEnd::Exit(exit) => Ok(daemon.shut_down(exit).await),
+        LoopEnd::Restart => Err(daemon.restart_alone().await),
+    }
+}
 
-    let sup = &settings.config.supervisor;
-    let listen = opts.listen.unwrap_or(sup.listen);
-    let tcp = server::bind_tcp(listen, opts.allow_non_loopback || sup.allow_non_loopback).await?;
-    let unix = server::bind_unix(&layout.socket())?;
-    let addr = tcp.local_addr().context("read the bound address")?;
-    // Lets clients (and tests using port 0) find the TCP address.
-    lavender::atomic::write_file(
-        &layout.state_dir.join("lavenderd.addr"),
-        addr.to_string().as_bytes(),
-    )?;
+/// The parts a running daemon holds until it ends.
+struct Daemon {
+    args: GlobalArgs,
+    layout: Layout,
+    pipeline: PipelineHandle,
+    cache: StatusCache,
+    retention: RetentionHandle,
+    /// The terminal's view (`start --foreground`); such a daemon ends with its pipeline.
+    view: Option<ForegroundView>,
+    service: ServiceNotifier,
+    /// How to execute this daemon again; `None` in a terminal, where it never restarts alone.
+    reexec: Option<reexec::Reexec>,
+    restarts: mpsc::Receiver<()>,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<Result<()>>,
+    _lock: lock::InstanceLock,
+}
 
-    let feed = Feed::new(feed::bus::DEFAULT_CAPACITY);
-    let notify_cfg = &settings.config.notify;
-    let notifier = Notifier::start(notify_cfg, &layout.state_dir);
-    let alerts = feed::alerts::tee(
-        feed.clone(),
-        alert::spawn_sink(Some(notifier.clone()), notify_cfg.log_lines),
-    );
-    let pipeline = pipeline::actor::spawn(layout.clone(), settings.config.clone(), alerts.clone())?;
-    let retention = pipeline::retention::spawn(
-        layout.clone(),
-        pipeline.subscribe(),
-        pipeline::retention::RetentionSettings::from_config(&settings.config),
-    );
-    let follower = EventFollower::new(
-        notify_cfg.milestones.then_some(&notifier),
-        &layout.state_dir,
-        &layout.data_root,
-    );
-    // The refresher, the watchdog and the feed's publisher, on their own thread.
-    let status_tasks =
-        status::tasks::StatusTasks::start().context("start the thread of the status tasks")?;
-    let (cache, web) = status_tasks.enter(|| {
-        let cache = status::refresher::spawn(
+/// The signals the serving loop answers.
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+    usr2: Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals> {
+        let one = |kind: SignalKind, name: &str| {
+            signal(kind).with_context(|| format!("install the {name} handler"))
+        };
+        Ok(Signals {
+            term: one(SignalKind::terminate(), "SIGTERM")?,
+            int: one(SignalKind::interrupt(), "SIGINT")?,
+            hup: one(SignalKind::hangup(), "SIGHUP")?,
+            usr2: one(SignalKind::user_defined2(), "SIGUSR2")?,
+        })
+    }
+}
+
+impl Daemon {
+    /// The composition root: the instance lock and the listeners, then each part
+    /// wired to the next; the API serves once they all run.
+    async fn build(opts: ServeOptions) -> Result<Daemon> {
+        let ServeOptions { args, settings, .. } = opts;
+        let layout = settings.layout.clone();
+        layout
+            .ensure_state_dir()
+            .with_context(|| format!("create state directory {}", layout.state_dir.display()))?;
+        let lock = lock::acquire(&layout)?;
+        let started_at: Arc<str> = lavender::time::rfc3339_z(lavender::time::now_utc()).into();
+        // A daemon in a terminal (`start --foreground`) ends with its pipeline; only a
+        // serving daemon restarts alone.
+        let reexec = match opts.foreground {
+            true => None,
+            false => Some(reexec::Reexec::capture()?),
+        };
+        let (restart_tx, restarts) = mpsc::channel(1);
+        let token = server::token::load_or_create(&layout.token())?;
+        let allow_non_loopback =
+            opts.allow_non_loopback || settings.config.supervisor.allow_non_loopback;
+        let (tcp, unix) = listen(&settings, opts.listen, allow_non_loopback).await?;
+        let access =
+            server::auth::TcpAccess::new(token, settings.config.api.clone(), allow_non_loopback);
+
+        let feed = Feed::new(feed::bus::DEFAULT_CAPACITY);
+        let notify_cfg = &settings.config.notify;
+        let notifier = Notifier::start(notify_cfg, &layout.state_dir);
+        let sink = notify::spawn_sink(Some(notifier.clone()), notify_cfg.log_lines);
+        let alerts = feed::alerts::tee(feed.clone(), sink);
+        let pipeline =
+            pipeline::actor::spawn(layout.clone(), settings.config.clone(), alerts.clone())?;
+        let retention = pipeline::retention::spawn(
             layout.clone(),
-            &pipeline,
-            StatusSettings::from_config(&settings.config),
-            status::watch::WatchOptions {
-                kind: sup.watcher,
-                poll_interval: std::time::Duration::from_millis(sup.poll_interval_ms),
-                simulate_exhausted: false,
-            },
-            opts.status.clone(),
-            Some(notifier.clone()),
+            pipeline.subscribe(),
+            RetentionSettings::from_config(&settings.config),
         );
-        status::watchdog::spawn(layout.clone(), cache.subscribe_refreshes(), alerts);
-        let web = WebState::start(
-            feed,
-            cache.clone(),
-            pipeline.clone(),
-            layout.clone(),
-            follower,
-        );
-        (cache, web)
-    });
-    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let app = AppState {
-        pipeline: pipeline.clone(),
-        cache: cache.clone(),
-        layout: layout.clone(),
-        web: web.with_notifications(notifier.clone()),
-        restart: reexec.is_some().then_some(restart_tx),
-    };
-    let view = opts
-        .foreground
-        .then(|| crate::cli::foreground::ForegroundView::start(app.web.feed.clone()));
-    let server_task = tokio::spawn(server::serve(app, tcp, unix, token, shutdown_rx));
-    tracing::info!(
-        "lavenderd {} (pid {}) serving http://{addr} and {} for data root {}",
-        env!("CARGO_PKG_VERSION"),
-        std::process::id(),
-        layout.socket().display(),
-        layout.data_root.display()
-    );
-    let mut service = sd_notify::ServiceNotifier::from_env();
-    service.ready(progress::line(&cache.status()));
+        let (cache, web) =
+            status_tasks(&settings, &opts.status, &pipeline, feed, &notifier, alerts)?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let app = AppState {
+            pipeline: pipeline.clone(),
+            cache: cache.clone(),
+            layout: layout.clone(),
+            web: web.with_notifications(notifier),
+            restart: reexec.is_some().then_some(restart_tx),
+            started_at,
+        };
+        let view = opts
+            .foreground
+            .then(|| ForegroundView::start(app.web.feed.clone()));
+        let server = tokio::spawn(server::serve(app, tcp, unix, access, shutdown_rx));
+        let mut service = ServiceNotifier::from_env();
+        service.ready(progress::line(&cache.status()));
+        Ok(Daemon {
+            args,
+            layout,
+            pipeline,
+            cache,
+            retention,
+            view,
+            service,
+            reexec,
+            restarts,
+            shutdown,
+            server,
+            _lock: lock,
+        })
+    }
 
-    if let Some(req) = opts.start {
-        match pipeline.start(req).await {
-            Ok(reply) => tracing::info!(
-                "pipeline started: chunk {}, scale {}, step {}",
-                reply.chunk,
-                reply.scale,
-                reply.active_step.map_or("-", |s| s.as_str())
-            ),
+    /// `start --foreground`: the pipeline starts with the daemon, or the daemon ends.
+    async fn start_pipeline(&mut self, req: StartRequest) -> Result<()> {
+        match self.pipeline.start(req).await {
+            Ok(reply) => {
+                tracing::info!(
+                    "pipeline started: chunk {}, scale {}, step {}",
+                    reply.chunk,
+                    reply.scale,
+                    reply.active_step.map_or("-", |s| s.as_str())
+                );
+                Ok(())
+            }
             Err(e) => {
-                let _ = shutdown_tx.send(true);
-                let _ = server_task.await;
-                return Err(anyhow::anyhow!("cannot start the pipeline: {e}"));
+                let _ = self.shutdown.send(true);
+                let _ = (&mut self.server).await;
+                Err(anyhow::anyhow!("cannot start the pipeline: {e}"))
             }
         }
     }
 
-    let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
-    let mut hup = signal(SignalKind::hangup()).context("install SIGHUP handler")?;
-    let mut usr2 = signal(SignalKind::user_defined2()).context("install SIGUSR2 handler")?;
-    let mut records = pipeline.subscribe();
-    let mut progress = tokio::time::interval(std::time::Duration::from_millis(250));
-    let end = loop {
-        tokio::select! {
-            _ = term.recv() => break LoopEnd::Exit(DaemonExit::Signalled),
-            _ = int.recv() => break LoopEnd::Exit(DaemonExit::Signalled),
-            _ = usr2.recv() => match (&reexec, pipeline.record().state) {
-                (None, _) => tracing::warn!("SIGUSR2: a daemon in a terminal (start --foreground) does not restart alone"),
-                (Some(_), PipelineState::Stopping) => tracing::warn!("SIGUSR2: a stop is under way; restart the daemon once it has finished"),
-                (Some(_), _) => break LoopEnd::Restart,
-            },
-            Some(()) = restart_rx.recv() => break LoopEnd::Restart,
-            _ = hup.recv() => match Settings::load(&opts.args) {
-                Ok(new) => {
-                    cache.set_settings(StatusSettings::from_config(&new.config));
-                    retention.set(pipeline::retention::RetentionSettings::from_config(&new.config));
-                    pipeline.reload(new.config).await;
+    /// Serves until a signal, a restart request or (in a terminal) the pipeline's end.
+    async fn signal_loop(&mut self) -> Result<LoopEnd> {
+        let mut signals = Signals::install()?;
+        let mut records = self.pipeline.subscribe();
+        let mut redraw = tokio::time::interval(VIEW_REFRESH);
+        let in_view = self.view.is_some();
+        loop {
+            tokio::select! {
+                _ = signals.term.recv() => return Ok(LoopEnd::Exit(DaemonExit::Signalled)),
+                _ = signals.int.recv() => return Ok(LoopEnd::Exit(DaemonExit::Signalled)),
+                _ = signals.usr2.recv() => if self.may_restart_alone() {
+                    return Ok(LoopEnd::Restart);
+                },
+                Some(()) = self.restarts.recv() => return Ok(LoopEnd::Restart),
+                _ = signals.hup.recv() => self.reload().await,
+                _ = redraw.tick(), if in_view => self.redraw(),
+                tick = self.service.next() => {
+                    let cache = &self.cache;
+                    self.service.on_tick(tick, &self.pipeline, || progress::line(&cache.status())).await;
                 }
-                Err(e) => tracing::error!("SIGHUP: config not reloaded: {e:#}"),
-            },
-            _ = progress.tick(), if view.is_some() => {
-                if let Some(view) = &view {
-                    view.update(&cache.status());
-                }
-            }
-            tick = service.next() => service.on_tick(tick, &pipeline, || progress::line(&cache.status())).await,
-            changed = records.changed(), if opts.foreground => {
-                let record = records.borrow_and_update().clone();
-                let state = record.state;
-                if changed.is_err() || matches!(state, PipelineState::Finished | PipelineState::Failed | PipelineState::Stopped) {
-                    if let Some(view) = &view {
-                        cache.caught_up(&record).await;
-                        view.finish(&cache.status()).await;
+                changed = records.changed(), if in_view => {
+                    let state = records.borrow_and_update().state;
+                    let ended = matches!(state, PipelineState::Finished | PipelineState::Failed | PipelineState::Stopped);
+                    if changed.is_err() || ended {
+                        self.finish_view().await;
+                        return Ok(LoopEnd::Exit(DaemonExit::PipelineEnded(state)));
                     }
-                    break LoopEnd::Exit(DaemonExit::PipelineEnded(state));
                 }
             }
         }
-    };
-    let exit = match (end, &reexec) {
-        (LoopEnd::Exit(exit), _) => exit,
-        (LoopEnd::Restart, None) => DaemonExit::Signalled,
-        (LoopEnd::Restart, Some(reexec)) => {
-            // The worker is left alone: no STOPPING=1, no stop.
-            tracing::info!("restarting the daemon alone; the worker keeps training");
-            service.reloading("restarting the daemon; the worker keeps training");
-            let _ = shutdown_tx.send(true);
-            if tokio::time::timeout(RESTART_DRAIN, server_task)
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    "requests still open after {RESTART_DRAIN:?}; restarting all the same"
-                );
-            }
-            pipeline.detach().await;
-            let _ = std::fs::remove_file(layout.socket());
-            let _ = std::fs::remove_file(layout.state_dir.join("lavenderd.addr"));
-            return Err(reexec.exec());
+    }
+
+    /// SIGUSR2: whether the daemon may restart alone now; says why not otherwise.
+    fn may_restart_alone(&self) -> bool {
+        match (&self.reexec, self.pipeline.record().state) {
+            (None, _) => tracing::warn!(
+                "SIGUSR2: a daemon in a terminal (start --foreground) does not restart alone"
+            ),
+            (Some(_), PipelineState::Stopping) => tracing::warn!(
+                "SIGUSR2: a stop is under way; restart the daemon once it has finished"
+            ),
+            (Some(_), _) => return true,
         }
-    };
-    service.stopping("shutting down: stopping the pipeline gracefully");
-    if exit == DaemonExit::Signalled {
+        false
+    }
+
+    /// SIGHUP: the config again, for the status, retention and the pipeline; the
+    /// worker is left alone.
+    async fn reload(&self) {
+        match Settings::load(&self.args) {
+            Ok(new) => {
+                self.cache
+                    .set_settings(StatusSettings::from_config(&new.config));
+                self.retention
+                    .set(RetentionSettings::from_config(&new.config));
+                self.pipeline.reload(new.config).await;
+            }
+            Err(e) => tracing::error!("SIGHUP: config not reloaded: {e:#}"),
+        }
+    }
+
+    fn redraw(&self) {
+        if let Some(view) = &self.view {
+            view.update(&self.cache.status());
+        }
+    }
+
+    /// The foreground view's last lines, from a status that shows the pipeline's end.
+    async fn finish_view(&self) {
+        if let Some(view) = &self.view {
+            self.cache.caught_up(&self.pipeline.record()).await;
+            view.finish(&self.cache.status()).await;
+        }
+    }
+
+    /// Stops serving, lets the actor finish its transition and re-executes the
+    /// binary in place; the worker keeps training (no STOPPING=1, no stop).
+    /// Returns only the error of an exec that failed.
+    async fn restart_alone(mut self) -> anyhow::Error {
+        let Some(reexec) = self.reexec.take() else {
+            return anyhow::anyhow!("a daemon in a terminal does not restart alone");
+        };
+        tracing::info!("restarting the daemon alone; the worker keeps training");
+        self.service
+            .reloading("restarting the daemon; the worker keeps training");
+        let _ = self.shutdown.send(true);
+        if tokio::time::timeout(RESTART_DRAIN, &mut self.server)
+            .await
+            .is_err()
+        {
+            tracing::warn!("requests still open after {RESTART_DRAIN:?}; restarting all the same");
+        }
+        self.pipeline.detach().await;
+        self.remove_addresses();
+        reexec.exec()
+    }
+
+    /// On a signal the pipeline is stopped gracefully (the worker saves); then the
+    /// API drains and the daemon's addresses are removed.
+    async fn shut_down(mut self, exit: DaemonExit) -> DaemonExit {
+        self.service
+            .stopping("shutting down: stopping the pipeline gracefully");
+        if exit == DaemonExit::Signalled {
+            self.stop_pipeline().await;
+        }
+        let _ = self.shutdown.send(true);
+        match (&mut self.server).await {
+            Ok(Err(e)) => tracing::error!("{e:#}"),
+            Err(e) => tracing::error!("server task: {e}"),
+            Ok(Ok(())) => {}
+        }
+        self.remove_addresses();
+        exit
+    }
+
+    async fn stop_pipeline(&mut self) {
         tracing::info!("shutting down: stopping the pipeline gracefully");
+        let cache = &self.cache;
         let summary = || progress::line(&cache.status());
-        let said = match service
-            .during(&pipeline, summary, pipeline.stop(None))
+        let said = match self
+            .service
+            .during(&self.pipeline, summary, self.pipeline.stop(None))
             .await
         {
             Ok(report) if report.was_running => {
@@ -249,22 +344,83 @@ pub async fn run(opts: ServeOptions) -> Result<DaemonExit> {
                 None
             }
         };
-        if let Some(view) = &view {
-            cache.caught_up(&pipeline.record()).await;
-            view.finish(&cache.status()).await;
+        if self.view.is_some() {
+            self.finish_view().await;
             // Ctrl-C in the terminal: say there what the stop saved.
             if let Some(said) = said {
                 eprintln!("{said}");
             }
         }
     }
-    let _ = shutdown_tx.send(true);
-    match server_task.await {
-        Ok(Err(e)) => tracing::error!("{e:#}"),
-        Err(e) => tracing::error!("server task: {e}"),
-        Ok(Ok(())) => {}
+
+    fn remove_addresses(&self) {
+        let _ = std::fs::remove_file(self.layout.socket());
+        let _ = std::fs::remove_file(self.layout.addr_file());
     }
-    let _ = std::fs::remove_file(layout.socket());
-    let _ = std::fs::remove_file(layout.state_dir.join("lavenderd.addr"));
-    Ok(exit)
+}
+
+/// Binds the API's TCP address (`--listen`, else `supervisor.listen`) and the Unix
+/// socket, and records the TCP address for clients (and tests listening on port 0).
+async fn listen(
+    settings: &Settings,
+    listen: Option<SocketAddr>,
+    allow_non_loopback: bool,
+) -> Result<(TcpListener, UnixListener)> {
+    let (layout, sup) = (&settings.layout, &settings.config.supervisor);
+    let tcp = server::bind_tcp(listen.unwrap_or(sup.listen), allow_non_loopback).await?;
+    let unix = server::bind_unix(&layout.socket())?;
+    let addr = tcp.local_addr().context("read the bound address")?;
+    lavender::atomic::write_file(&layout.addr_file(), addr.to_string().as_bytes())?;
+    tracing::info!(
+        "lavenderd {} (pid {}) serving http://{addr} and {} for data root {}",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        layout.socket().display(),
+        layout.data_root.display()
+    );
+    Ok((tcp, unix))
+}
+
+/// The refresher, the watchdog and the feed's publisher, started on their own thread
+/// (`status/tasks.rs`); returns the status cache and the web views over it.
+fn status_tasks(
+    settings: &Settings,
+    refresh: &status::RefreshOptions,
+    pipeline: &PipelineHandle,
+    feed: Feed,
+    notifier: &Notifier,
+    alerts: AlertSender,
+) -> Result<(StatusCache, WebState)> {
+    let follower = EventFollower::new(
+        settings.config.notify.milestones.then_some(notifier),
+        &settings.layout.state_dir,
+        &settings.layout.data_root,
+    );
+    let tasks =
+        status::tasks::StatusTasks::start().context("start the thread of the status tasks")?;
+    let layout = &settings.layout;
+    let sup = &settings.config.supervisor;
+    Ok(tasks.enter(|| {
+        let cache = status::refresher::spawn(
+            layout.clone(),
+            pipeline,
+            StatusSettings::from_config(&settings.config),
+            status::watch::WatchOptions {
+                kind: sup.watcher,
+                poll_interval: Duration::from_millis(sup.poll_interval_ms),
+                simulate_exhausted: false,
+            },
+            refresh.clone(),
+            Some(notifier.clone()),
+        );
+        status::watchdog::spawn(layout.clone(), cache.subscribe_refreshes(), alerts);
+        let web = WebState::start(
+            feed,
+            cache.clone(),
+            pipeline.clone(),
+            layout.clone(),
+            follower,
+        );
+        (cache, web)
+    }))
 }

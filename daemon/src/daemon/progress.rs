@@ -1,9 +1,11 @@
 //! The one-line summary of a status: the foreground view's closing line, the stop's
 //! progress and systemd's STATUS=.
 
+use std::time::Duration;
+
 use lavender::status::Status;
 
-use crate::cli::watch::duration;
+use lavender::time::duration;
 
 /// The one-line summary: state, step, progress and [`numbers`].
 pub fn line(s: &Status) -> String {
@@ -35,7 +37,7 @@ pub fn numbers(s: &Status) -> String {
         parts.push(format!("{sps:.2} it/s"));
     }
     if let Some(eta) = t.eta_seconds {
-        parts.push(format!("ETA {}", duration(eta)));
+        parts.push(format!("ETA {}", duration(Duration::from_secs(eta))));
     }
     if s.pipeline.restarts > 0 {
         parts.push(format!("restarts {}", s.pipeline.restarts));

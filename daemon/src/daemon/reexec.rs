@@ -9,20 +9,8 @@
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use anyhow::{Context, Result, anyhow};
-
-/// Asks the serving loop to restart the daemon alone (held by the API).
-pub type RestartRequests = tokio::sync::mpsc::Sender<()>;
-
-static STARTED_AT: OnceLock<String> = OnceLock::new();
-
-/// When this daemon image started serving (RFC 3339 UTC, milliseconds): the pid
-/// survives a restart alone, this tells the old image from the new one.
-pub fn started_at() -> &'static str {
-    STARTED_AT.get_or_init(|| lavender::time::rfc3339_z(lavender::time::now_utc()))
-}
 
 /// What to execute again: taken at start-up, before an upgrade can replace the file.
 #[derive(Debug, Clone)]

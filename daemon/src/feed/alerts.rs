@@ -5,8 +5,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::{Feed, Kind};
-use crate::pipeline::Alert;
-use crate::pipeline::alert::AlertSender;
+use crate::alert::{Alert, AlertSender};
 
 /// Returns a sender that publishes each alert to `feed`, then passes it to `next`.
 pub fn tee(feed: Feed, next: AlertSender) -> AlertSender {

@@ -5,9 +5,11 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::Duration;
 
-use super::format::{bytes, duration, thousands};
+use lavender::time::duration;
+
+use super::format::{bytes, thousands};
 use super::message::Notification;
-use crate::pipeline::Alert;
+use crate::alert::Alert;
 
 fn step_text(step: Option<u64>) -> String {
     step.map(|s| format!("; last step {}", thousands(s)))
@@ -182,7 +184,7 @@ pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::ExitOutcome;
+    use crate::exit::ExitOutcome;
     use lavender::config::PipelineStep;
 
     const P: &str = "[lavender] ";

@@ -3,8 +3,6 @@
 //! formatting alerts share. Tolerant: a field that is missing or of an unexpected
 //! type falls back to the event's own `message`.
 
-use std::time::Duration;
-
 use lavender::events::{Event, kind};
 use serde_json::Value;
 
@@ -21,18 +19,6 @@ pub(super) fn thousands(n: u64) -> String {
         out.push(ch);
     }
     out
-}
-
-/// `372 s` → `6m 12s`; the two largest units.
-pub(super) fn duration(d: Duration) -> String {
-    let s = d.as_secs();
-    let (days, hours, mins, secs) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
-    match () {
-        _ if days > 0 => format!("{days}d {hours}h"),
-        _ if hours > 0 => format!("{hours}h {mins}m"),
-        _ if mins > 0 => format!("{mins}m {secs}s"),
-        _ => format!("{secs}s"),
-    }
 }
 
 /// `1288490188` → `1.2 GiB`; MiB below one GiB.
@@ -417,13 +403,6 @@ mod tests {
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1000), "1,000");
         assert_eq!(thousands(1123456), "1,123,456");
-        assert_eq!(duration(Duration::from_secs(45)), "45s");
-        assert_eq!(duration(Duration::from_secs(372)), "6m 12s");
-        assert_eq!(
-            duration(Duration::from_secs(3 * 3600 + 12 * 60 + 5)),
-            "3h 12m"
-        );
-        assert_eq!(duration(Duration::from_secs(90_000)), "1d 1h");
         assert_eq!(bytes(1288490189), "1.2 GiB");
         assert_eq!(bytes(300 * 1024 * 1024), "300 MiB");
     }

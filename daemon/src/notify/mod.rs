@@ -52,6 +52,7 @@ mod ntfy;
 mod offsets;
 mod queue;
 mod rate;
+mod sink;
 mod webhook;
 
 pub use alert::{disk_low_need, log_tail, pushes};
@@ -59,3 +60,4 @@ pub use follower::{EventFollower, Followed};
 pub use format::{milestone, milestone_text};
 pub use message::{Level, Notification};
 pub use notifier::{ChannelCounts, Notifier, Options, Timings};
+pub use sink::spawn_sink;

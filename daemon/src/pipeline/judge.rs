@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use lavender::config::PipelineStep;
 use lavender::heartbeat::{self, WorkerState};
 
-use crate::process::ExitOutcome;
+use crate::exit::ExitOutcome;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {

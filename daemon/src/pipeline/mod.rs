@@ -2,7 +2,6 @@
 //! state machine (idle → running(step) → stopping → stopped | finished | crashed | failed).
 
 pub(crate) mod actor;
-pub(crate) mod alert;
 pub(crate) mod handle;
 pub(crate) mod judge;
 pub(crate) mod markers;
@@ -13,7 +12,6 @@ pub(crate) mod restart;
 pub(crate) mod retention;
 pub(crate) mod stop;
 
-pub use alert::Alert;
 pub use handle::{PipelineHandle, StartError, StartReply};
 pub use record::PipelineRecord;
 pub use request::StartRequest;

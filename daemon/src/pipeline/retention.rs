@@ -198,7 +198,7 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lavender::atomic::CheckpointBuilder;
+    use lavender::checkpoint::CheckpointBuilder;
     use lavender::checkpoint::{CheckpointName, list_run_checkpoints};
     use lavender::trainer_state::TrainerState;
 

@@ -13,7 +13,8 @@ use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 
 use super::slurm::{self, SlurmJob};
-use super::{ExitOutcome, ProcessIdentity, SpawnSpec};
+use super::{ProcessIdentity, SpawnSpec};
+use crate::exit::ExitOutcome;
 
 pub type ExitFuture = Pin<Box<dyn Future<Output = ExitOutcome> + Send>>;
 

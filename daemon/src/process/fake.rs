@@ -10,7 +10,8 @@ use nix::sys::signal::Signal;
 use tokio::sync::oneshot;
 
 use super::backend::Launched;
-use super::{ExitOutcome, ProcessIdentity, WorkerHandle};
+use super::{ProcessIdentity, WorkerHandle};
+use crate::exit::ExitOutcome;
 
 /// Above Linux's largest `pid_max` (2^22) and macOS's: never a real process.
 const FAKE_PID_BASE: u32 = 1 << 30;

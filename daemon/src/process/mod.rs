@@ -3,7 +3,6 @@
 //! time, signalling its group) and a Slurm batch job (`slurm`).
 
 pub(crate) mod backend;
-pub(crate) mod exit;
 #[cfg(test)]
 pub mod fake;
 pub(crate) mod identity;
@@ -13,9 +12,7 @@ pub(crate) mod slurm;
 pub(crate) mod spawn;
 pub(crate) mod spec;
 
-// Only the exit outcome is seen outside the crate (alert tests build alerts); the
-// rest is crate-private so rustc reports what nothing uses.
+// Crate-private so rustc reports what nothing uses.
 pub(crate) use backend::{Backend, JobUpdate, WorkerHandle};
-pub use exit::ExitOutcome;
 pub(crate) use identity::ProcessIdentity;
 pub(crate) use spec::SpawnSpec;

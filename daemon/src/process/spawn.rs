@@ -8,7 +8,8 @@ use std::process::Stdio;
 use anyhow::{Context, Result};
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessSession};
 
-use super::{ExitOutcome, ProcessIdentity, SpawnSpec};
+use super::{ProcessIdentity, SpawnSpec};
+use crate::exit::ExitOutcome;
 
 /// Variables that belong to the daemon's service manager, not to the worker.
 pub(crate) const SCRUBBED_ENV: &[&str] = &[

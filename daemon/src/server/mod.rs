@@ -1,10 +1,13 @@
-//! The HTTP API: one axum router served on TCP (loopback by default) and on the
-//! Unix socket `<state_dir>/lavenderd.sock` (0600), with auth per transport.
-//! `GET /status` is answered first on a thread per connection (`direct.rs`), which
-//! hands everything else to the router.
+//! The HTTP API: one axum router, served by axum on TCP (loopback by default,
+//! `TCP_NODELAY`) and on the Unix socket `<state_dir>/lavenderd.sock` (0600). Each
+//! listener's router sits behind one guard (`auth.rs`): over TCP the `Host` must name
+//! this daemon (421 otherwise) and changes need the token; on the socket, our uid.
+//! `GET /status` and `GET /healthz` are answered from memory with no layer of their
+//! own: the status body is composed ahead by the refresher (`status/cache.rs`), so a
+//! request writes the timestamp in front of it. Shutdown is axum's graceful one: the
+//! listeners close, open requests finish, and event streams end when the feed closes.
 
 pub mod auth;
-pub mod direct;
 pub mod error;
 pub mod routes;
 pub mod strict_json;
@@ -13,12 +16,14 @@ pub mod token;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt as _;
+use axum::{Router, ServiceExt as _};
 use tokio::net::{TcpListener, UnixListener};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -27,7 +32,7 @@ use crate::layout::Layout;
 use crate::pipeline::PipelineHandle;
 use crate::status::StatusCache;
 use crate::web::WebState;
-use auth::{Transport, UdsPeer};
+use auth::{Guarded, TcpAccess, Transport, UdsPeer};
 
 /// Request bodies are tiny JSON objects.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -44,8 +49,14 @@ pub struct AppState {
     pub web: WebState,
     /// Restarts the daemon alone (`POST /daemon/restart`); `None` for a daemon in a
     /// terminal (`start --foreground`).
-    pub restart: Option<crate::daemon::reexec::RestartRequests>,
+    pub restart: Option<RestartRequests>,
+    /// When this daemon image started serving (RFC 3339 UTC, milliseconds): the pid
+    /// survives a restart alone, this tells the old image from the new one.
+    pub started_at: Arc<str>,
 }
+
+/// Asks the daemon's serving loop to restart the daemon alone.
+pub type RestartRequests = tokio::sync::mpsc::Sender<()>;
 
 /// The status route extracts the cache alone: extracting the whole state would clone
 /// it (paths included) for every request.
@@ -55,11 +66,12 @@ impl axum::extract::FromRef<AppState> for crate::status::StatusCache {
     }
 }
 
-pub fn router(app: AppState, transport: Transport) -> Router {
-    // Answered from memory, without a layer: they cannot hang (no timeout to arm), take
-    // no body (no limit) and change nothing (no authorization: reads are open). Any
-    // other method on them is 405 before a handler runs. The status route is the one
-    // clients poll, so every per-request cost here is paid thousands of times a second.
+/// Every route; `serve` puts the guard of each transport around it.
+pub fn router(app: AppState) -> Router {
+    // Answered from memory, with no layer of their own: they cannot hang (no timeout to arm) and
+    // take no body (no limit). Any other method on them is 405 before a handler runs.
+    // The status route is the one clients poll, so every per-request cost here is
+    // paid thousands of times a second.
     let hot = Router::new()
         .route("/status", get(routes::status::get))
         .route("/healthz", get(routes::healthz::get));
@@ -87,10 +99,6 @@ pub fn router(app: AppState, transport: Transport) -> Router {
     let rest = quick
         .merge(slow)
         .merge(streams)
-        .layer(axum::middleware::from_fn_with_state(
-            transport,
-            auth::require_auth,
-        ))
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT));
     hot.merge(rest).with_state(app)
 }
@@ -99,7 +107,7 @@ pub fn router(app: AppState, transport: Transport) -> Router {
 pub async fn bind_tcp(addr: SocketAddr, allow_non_loopback: bool) -> Result<TcpListener> {
     if !addr.ip().is_loopback() && !allow_non_loopback {
         bail!(
-            "refusing to listen on {addr}: not a loopback address. Pass --allow-non-loopback (or set supervisor.allow_non_loopback: true) to expose the read-only routes; changes still need the token"
+            "refusing to listen on {addr}: not a loopback address. Pass --allow-non-loopback (or set supervisor.allow_non_loopback: true) to expose the API; every route then needs the token (reads too, unless api.public_reads) and a Host named in api.allowed_hosts"
         );
     }
     TcpListener::bind(addr)
@@ -127,7 +135,7 @@ pub async fn serve(
     app: AppState,
     tcp: TcpListener,
     unix: UnixListener,
-    token: String,
+    access: TcpAccess,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
     let uid = nix::unistd::getuid().as_raw();
@@ -138,17 +146,25 @@ pub async fn serve(
         let _ = closing.wait_for(|v| *v).await;
         feed.close();
     });
-    let tcp_router = router(app.clone(), Transport::Tcp { token });
-    let unix_router = router(app.clone(), Transport::Unix { uid });
+    if let Ok(addr) = tcp.local_addr() {
+        access.warn_if_unnamed(addr);
+    }
+    let tcp_service = Guarded::new(router(app.clone()), Transport::Tcp(Arc::new(access)));
+    let unix_service = Guarded::new(router(app), Transport::Unix { uid });
     let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
-    let tcp = direct::DirectListener::new(tcp, app.cache.clone(), direct::IDLE);
-    let unix = direct::DirectListener::new(unix, app.cache.clone(), direct::IDLE);
-    let tcp_server = axum::serve(tcp, tcp_router).with_graceful_shutdown(wait(shutdown.clone()));
+    // Answers go out at once, not held back to be coalesced with a next write.
+    let tcp = tcp.tap_io(|stream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY on a connection: {e}");
+        }
+    });
+    let tcp_server = axum::serve(tcp, tcp_service.into_make_service())
+        .with_graceful_shutdown(wait(shutdown.clone()));
     let unix_server = axum::serve(
         unix,
-        unix_router.into_make_service_with_connect_info::<UdsPeer>(),
+        unix_service.into_make_service_with_connect_info::<UdsPeer>(),
     )
     .with_graceful_shutdown(wait(shutdown));
     let (a, b) = tokio::join!(tcp_server, unix_server);

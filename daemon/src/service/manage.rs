@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 
 use super::spec::ServiceSpec;
 use super::{Scope, ServiceOs, launchd, render, systemd};
-use crate::cli::client::Client;
+use crate::client::Client;
 use crate::settings::Settings;
 
 /// Install or uninstall could not finish; the commands left were printed.

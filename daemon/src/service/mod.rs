@@ -121,7 +121,7 @@ async fn warn_if_a_daemon_runs_outside(spec: &ServiceSpec, settings: &Settings) 
     if spec.os != ServiceOs::host() || manage::unit_path(spec).exists() {
         return;
     }
-    let client = crate::cli::client::Client::new(&settings.layout.socket());
+    let client = crate::client::Client::new(&settings.layout.socket());
     let Ok(resp) = client.request("GET", "/healthz", None).await else {
         return;
     };

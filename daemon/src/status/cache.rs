@@ -126,21 +126,15 @@ impl StatusSnapshot {
     /// The `GET /status` body at `now`: the contract plus
     /// `notifications: {channel: {sent, failed, dropped}}` (an extra key the schema allows).
     pub fn body_at(&self, now: DateTime<Utc>) -> String {
-        let mut out = String::with_capacity(self.rest.len() + 40);
-        self.push_body_at(now, &mut out);
-        out
-    }
-
-    /// [`StatusSnapshot::body_at`], appended to `out` (a buffer reused across requests).
-    pub fn push_body_at(&self, now: DateTime<Utc>, out: &mut String) {
         if !self.still_valid(now) {
             let status = compose(&self.record, &self.facts, &self.settings, now, true);
-            out.push_str(&body_json(&status, &self.counts));
-            return;
+            return body_json(&status, &self.counts);
         }
+        let mut out = String::with_capacity(self.rest.len() + 40);
         out.push_str("{\"timestamp\":\"");
-        push_timestamp(out, now);
+        push_timestamp(&mut out, now);
         out.push_str(&self.rest);
+        out
     }
 }
 
@@ -210,11 +204,6 @@ impl StatusCache {
         self.snapshots.borrow().body_at(lavender::time::now_utc())
     }
 
-    /// [`StatusCache::status_body`] at `now`, appended to `out`.
-    pub fn push_status_body(&self, now: DateTime<Utc>, out: &mut String) {
-        self.snapshots.borrow().push_body_at(now, out)
-    }
-
     /// Changes with every snapshot published.
     pub fn subscribe_refreshes(&self) -> watch::Receiver<Arc<StatusSnapshot>> {
         self.snapshots.clone()
@@ -245,24 +234,6 @@ fn test_settings() -> StatusSettings {
         steps: Vec::new(),
         disk_floor_mib: 0,
         scales: lavender::config::Config::default().scales,
-    }
-}
-
-/// A cache holding the status of a pipeline never started, for tests of its readers.
-#[cfg(test)]
-impl StatusCache {
-    pub(crate) fn never_started() -> StatusCache {
-        let settings = test_settings();
-        let snapshot = StatusSnapshot::compose(
-            PipelineRecord::idle(),
-            FileFacts::empty(),
-            settings.clone(),
-            BTreeMap::new(),
-            lavender::time::now_utc(),
-        );
-        // The sender may go: readers keep borrowing the last value.
-        let (_, snapshots) = watch::channel(Arc::new(snapshot));
-        StatusCache::new(snapshots, Arc::new(watch::Sender::new(settings)))
     }
 }
 

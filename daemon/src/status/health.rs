@@ -8,7 +8,8 @@ use chrono::{DateTime, Utc};
 use lavender::config::PipelineStep;
 use lavender::status::{PipelineState, Status};
 
-use crate::pipeline::{Alert, PipelineRecord};
+use crate::alert::Alert;
+use crate::pipeline::PipelineRecord;
 
 pub struct HeartbeatWatch {
     /// When the heartbeat went stale (the stall alert was sent).

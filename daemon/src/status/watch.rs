@@ -20,11 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use lavender::config::Watcher as WatcherKind;
+use lavender::log_history::{FILE as ARRAY, SIDECAR};
 #[cfg(not(target_os = "linux"))]
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
-
-use crate::web::history::cache::{ARRAY, SIDECAR};
 
 #[derive(Debug, Clone)]
 pub struct WatchOptions {

@@ -10,10 +10,10 @@ use tokio::sync::watch;
 
 use super::cache::StatusSnapshot;
 use super::health::HeartbeatWatch;
+use crate::alert::Alert;
+use crate::alert::AlertSender;
 use crate::layout::Layout;
 use crate::notify::disk_low_need;
-use crate::pipeline::Alert;
-use crate::pipeline::alert::AlertSender;
 
 pub fn spawn(layout: Layout, snapshots: watch::Receiver<Arc<StatusSnapshot>>, alerts: AlertSender) {
     tokio::spawn(run(layout, snapshots, alerts));

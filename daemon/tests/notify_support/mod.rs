@@ -6,10 +6,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use lavender::config::PipelineStep;
+use lavenderd::alert::Alert;
 use lavenderd::backoff::Backoff;
+use lavenderd::exit::ExitOutcome;
 use lavenderd::notify::{Notification, Notifier, Options, Timings, pushes};
-use lavenderd::pipeline::Alert;
-use lavenderd::process::ExitOutcome;
 
 pub fn fast() -> Options {
     Options {

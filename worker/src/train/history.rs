@@ -16,8 +16,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-pub const FILE: &str = "log_history.json";
-pub const SIDECAR: &str = "log_history.jsonl";
+use lavender::log_history::{FILE, SIDECAR};
 
 pub struct History {
     sidecar: PathBuf,

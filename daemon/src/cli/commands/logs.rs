@@ -12,7 +12,7 @@ use crate::settings::Settings;
 pub async fn run(settings: &Settings, follow: bool, lines: usize) -> Result<ExitCode> {
     let layout = &settings.layout;
     let record = PipelineRecord::load(layout)?;
-    let Some(mut path) = crate::logs::current_log(layout, &record) else {
+    let Some(mut path) = crate::logs::current_log(layout, record.log_file.as_deref()) else {
         bail!("no pipeline log yet in {}", layout.logs_dir().display());
     };
     let text =
@@ -28,7 +28,7 @@ pub async fn run(settings: &Settings, follow: bool, lines: usize) -> Result<Exit
         tokio::time::sleep(Duration::from_millis(250)).await;
         // A new pipeline start opens a new log: follow it.
         let record = PipelineRecord::load(layout).unwrap_or_else(|_| PipelineRecord::idle());
-        if let Some(newer) = crate::logs::current_log(layout, &record)
+        if let Some(newer) = crate::logs::current_log(layout, record.log_file.as_deref())
             && newer != path
         {
             println!("==> {} <==", newer.display());

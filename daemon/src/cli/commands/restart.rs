@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use serde_json::Value;
 
-use crate::cli::client::Client;
+use crate::client::Client;
 use crate::settings::Settings;
 
 /// How long the new daemon may take to answer.

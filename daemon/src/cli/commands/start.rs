@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::cli::client::Client;
 use crate::cli::{ListenArgs, PipelineFlags};
+use crate::client::Client;
 use crate::pipeline::StartReply;
 use crate::settings::{GlobalArgs, Settings};
 

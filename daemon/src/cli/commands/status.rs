@@ -6,7 +6,7 @@ use anyhow::Result;
 use lavender::status::Status;
 use serde::{Deserialize, Serialize};
 
-use crate::cli::client::Client;
+use crate::client::Client;
 use crate::settings::Settings;
 use crate::status::StatusSettings;
 

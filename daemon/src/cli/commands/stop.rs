@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
-use crate::cli::client::Client;
+use crate::client::Client;
 use crate::pipeline::StopReport;
 use crate::settings::Settings;
 

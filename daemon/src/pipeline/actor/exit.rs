@@ -6,11 +6,11 @@ use lavender::status::{PipelineState, StepState};
 use tokio::time::Instant;
 
 use super::{Actor, WorkerExit};
-use crate::pipeline::alert::Alert;
+use crate::alert::Alert;
+use crate::exit::ExitOutcome;
 use crate::pipeline::judge::{Verdict, judge};
 use crate::pipeline::markers;
 use crate::pipeline::stop::StopReport;
-use crate::process::ExitOutcome;
 
 impl Actor {
     pub(super) fn on_exit(&mut self, exit: WorkerExit) {

@@ -16,13 +16,14 @@ use lavender::config::{Config, PipelineStep};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::alert::{Alert, AlertSender};
 use super::handle::{Command, PipelineHandle};
 use super::record::{PipelineRecord, WorkerRecord};
 use super::restart::Timings;
 use super::stop::{StopMark, StopReport};
+use crate::alert::{Alert, AlertSender};
+use crate::exit::ExitOutcome;
 use crate::layout::Layout;
-use crate::process::{Backend, ExitOutcome, JobUpdate, WorkerHandle};
+use crate::process::{Backend, JobUpdate, WorkerHandle};
 
 struct LiveWorker {
     generation: u64,

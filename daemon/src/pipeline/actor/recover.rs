@@ -6,9 +6,9 @@ use lavender::status::PipelineState;
 use tokio::time::Instant;
 
 use super::{Actor, LiveWorker, Stopping, WorkerExit};
-use crate::pipeline::alert::Alert;
+use crate::alert::Alert;
+use crate::exit::ExitOutcome;
 use crate::pipeline::stop::StopMark;
-use crate::process::ExitOutcome;
 
 impl Actor {
     /// After a daemon restart: adopt a live worker, or account for one that ended

@@ -7,7 +7,7 @@ use lavender::status::{PipelineState, StepState};
 use tokio::time::Instant;
 
 use super::{Actor, JobChange, LiveWorker, WorkerExit};
-use crate::pipeline::alert::Alert;
+use crate::alert::Alert;
 use crate::pipeline::handle::{StartError, StartReply};
 use crate::pipeline::plan;
 use crate::pipeline::record::WorkerRecord;

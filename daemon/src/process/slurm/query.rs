@@ -3,7 +3,7 @@
 //! only `sacct` does, and only where accounting (slurmdbd) is set up. Without
 //! either the exit status is unknown and the heartbeat decides (see pipeline/judge).
 
-use crate::process::ExitOutcome;
+use crate::exit::ExitOutcome;
 
 /// One look at a job.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::query::{self, JobInfo};
-use crate::process::ExitOutcome;
+use crate::exit::ExitOutcome;
 use crate::process::backend::{ExitFuture, JobUpdate, JobUpdates};
 
 pub fn until_done(job_id: String, every: Duration, updates: JobUpdates) -> ExitFuture {

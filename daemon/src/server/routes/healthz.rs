@@ -12,7 +12,7 @@ pub async fn get(State(app): State<AppState>) -> Json<Value> {
         "ok": true,
         "pid": std::process::id(),
         "version": env!("CARGO_PKG_VERSION"),
-        "started_at": crate::daemon::reexec::started_at(),
+        "started_at": &*app.started_at,
         "data_root": app.layout.data_root,
         "state": record.state,
     }))

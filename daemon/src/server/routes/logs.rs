@@ -22,7 +22,7 @@ pub async fn get(
 ) -> Result<impl IntoResponse, ApiError> {
     let n = params.lines.unwrap_or(DEFAULT_LINES).min(MAX_LINES);
     let record = app.pipeline.record();
-    let Some(path) = crate::logs::current_log(&app.layout, &record) else {
+    let Some(path) = crate::logs::current_log(&app.layout, record.log_file.as_deref()) else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no pipeline log yet in {}", app.layout.logs_dir().display()),

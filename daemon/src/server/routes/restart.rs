@@ -8,7 +8,7 @@ use crate::server::AppState;
 use crate::server::error::ApiError;
 
 /// `POST /daemon/restart`: restart the daemon alone (it re-executes its binary in
-/// place, see `daemon::reexec`); the worker keeps training and is re-adopted.
+/// place); the worker keeps training and is re-adopted.
 /// Answers at once with what restarts; `GET /healthz` shows a new `started_at`
 /// once the new daemon serves.
 pub async fn post(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
@@ -30,7 +30,7 @@ pub async fn post(State(app): State<AppState>) -> Result<Json<Value>, ApiError> 
     let _ = restart.try_send(());
     Ok(Json(json!({
         "pid": std::process::id(),
-        "started_at": crate::daemon::reexec::started_at(),
+        "started_at": &*app.started_at,
         "state": record.state,
         "worker": worker.map(|w| w.handle.to_string()),
         "worker_pid": worker.and_then(|w| w.handle.pid()),

@@ -9,12 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use lavender::log_history::{FILE as ARRAY, SIDECAR};
+
 use super::Series;
 
-/// The per-step sidecar, appended as training goes (the freshest source).
-pub const SIDECAR: &str = "log_history.jsonl";
-/// The array materialized at each checkpoint.
-pub const ARRAY: &str = "log_history.json";
 /// Runs whose parsed history is kept.
 const KEEP: usize = 8;
 

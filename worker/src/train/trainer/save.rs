@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use lavender::atomic::CheckpointBuilder;
+use lavender::checkpoint::CheckpointBuilder;
 use lavender::checkpoint::{self, CheckpointName};
 use lavender::config::SaveOptimizerState;
 use lavender::events::{Event, kind as kinds};

@@ -1,5 +1,5 @@
 //! How a worker ended: the one type the backends report, the pipeline judges, the
-//! alerts carry and the pushes spell out.
+//! alerts carry and the pushes spell out. A leaf, below the backends and the alerts.
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;

@@ -11,7 +11,7 @@ use lavender::status::Status;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::daemon::progress;
+use super::progress;
 use crate::feed::{Feed, Kind};
 
 /// How long the end waits for the feed to print the last lines.

@@ -1,7 +1,8 @@
 //! Alerts: what an operator must hear about, raised by the pipeline actor (crash,
 //! failure, finish) and the status watchdog (stall, recovery, disk low). One type
-//! from detection to delivery: the sink logs each one and queues its pushes
-//! (`notify::pushes` renders them) on the configured channels.
+//! from detection to delivery: the sink (`notify/sink.rs`) logs each one and queues
+//! its pushes (`notify::pushes` renders them) on the configured channels. A leaf:
+//! every layer that raises, streams or delivers alerts imports it from here.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,8 +10,7 @@ use std::time::Duration;
 use lavender::config::PipelineStep;
 use tokio::sync::mpsc;
 
-use crate::notify::{Notifier, pushes};
-use crate::process::ExitOutcome;
+use crate::exit::ExitOutcome;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Alert {
@@ -150,25 +150,5 @@ impl Alert {
     }
 }
 
+/// Where alerts are sent: the sink, or a tee in front of it.
 pub type AlertSender = mpsc::UnboundedSender<Alert>;
-
-/// The sink: one `ALERT` log line per alert, and its pushes (if any) queued on
-/// `notifier`. `log_lines`: lines of the worker log quoted in a crash push.
-pub fn spawn_sink(notifier: Option<Notifier>, log_lines: usize) -> AlertSender {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Alert>();
-    tokio::spawn(async move {
-        while let Some(alert) = rx.recv().await {
-            if alert.is_bad_news() {
-                tracing::warn!(target: crate::logging::ALERT_TARGET, "ALERT {alert}");
-            } else {
-                tracing::info!(target: crate::logging::ALERT_TARGET, "{alert}");
-            }
-            if let Some(n) = &notifier {
-                for push in pushes(&alert, n.prefix(), log_lines) {
-                    n.send(push);
-                }
-            }
-        }
-    });
-    tx
-}

@@ -1,0 +1,91 @@
+//! The daemon's client over its Unix socket, for the CLI and the service commands:
+//! one request per connection through the workspace's one HTTP/1.1 client
+//! (`lavender-client`), on a blocking thread. A leaf: it imports nothing of the
+//! daemon, so every layer may use it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use lavender_client::{Connection, Request, Target};
+
+pub struct Client {
+    socket: PathBuf,
+}
+
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub body: String,
+}
+
+impl Response {
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_str(&self.body)
+            .with_context(|| format!("unexpected answer from the daemon: {}", self.body))
+    }
+
+    /// The `error` of a `{"error": ...}` body, else the body.
+    pub fn error_text(&self) -> String {
+        serde_json::from_str::<serde_json::Value>(&self.body)
+            .ok()
+            .and_then(|v| v.get("error")?.as_str().map(str::to_string))
+            .unwrap_or_else(|| self.body.trim().to_string())
+    }
+}
+
+impl Client {
+    pub fn new(socket: &Path) -> Client {
+        Client {
+            socket: socket.to_path_buf(),
+        }
+    }
+
+    /// True when a daemon answers on the socket within 2 s.
+    pub async fn is_up(&self) -> bool {
+        let asked = self.send("GET", "/healthz", None, Some(Duration::from_secs(2)));
+        matches!(asked.await, Ok(r) if r.status == 200)
+    }
+
+    /// `method path` with a JSON body; waits as long as the daemon takes (a stop
+    /// waits for the worker's save).
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<Response> {
+        self.send(method, path, body, None).await
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        timeout: Option<Duration>,
+    ) -> Result<Response> {
+        let mut request = Request::new(method, path).close();
+        if let Some(body) = body {
+            request = request.json(body.to_string());
+        }
+        let request = request.render();
+        let socket = self.socket.clone();
+        let what = format!("{method} {path}");
+        tokio::task::spawn_blocking(move || {
+            let stream = Target::Unix(socket.clone())
+                .connect()
+                .with_context(|| format!("connect to the daemon at {}", socket.display()))?;
+            stream.set_timeouts(timeout)?;
+            let answer = Connection::new(stream)
+                .exchange(&request)
+                .with_context(|| format!("read the daemon's answer to {what}"))?;
+            Ok(Response {
+                status: answer.status,
+                body: answer.text().into_owned(),
+            })
+        })
+        .await
+        .context("the request's thread ended early")?
+    }
+}
