@@ -29,8 +29,8 @@ mod torch_save;
 pub use crate::checkpoint::EXPORT_MARKER;
 pub use error::ExportError;
 pub use exporter::{
-    Carried, EXPORT_DIR, ExportOptions, ExportReport, ExportStatus, ExportedCheckpoint,
-    Selection, export, locate_run,
+    Carried, EXPORT_DIR, ExportOptions, ExportReport, ExportStatus, ExportedCheckpoint, Selection,
+    export, locate_run,
 };
 pub use hf_config::{ModelDims, SpecialTokens, model_dims};
 pub use history::{LogHistory, for_hf_readers};

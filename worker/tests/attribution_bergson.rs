@@ -702,7 +702,7 @@ fn source_runs_on_a_lavender_export_as_is() {
         serde_json::from_slice(&fs::read(data_root.join("tokens/index.json")).unwrap()).unwrap();
     let shard_tokens = index["pretrain"]["shards"][0]["tokens"].as_u64().unwrap();
     // The trainer's windows: 16 apart while a whole 17-token window fits.
-    let want_windows = (shard_tokens - 1) / 16 - u64::from((shard_tokens - 1) % 16 == 0);
+    let want_windows = (shard_tokens - 1) / 16;
     let t = Instant::now();
     let result_file = tmp.path().join("attribution.json");
     let out = run_ok(
@@ -734,10 +734,20 @@ fn source_runs_on_a_lavender_export_as_is() {
     assert!(!text.to_lowercase().contains("warn"), "{text}");
     let r: Value = serde_json::from_slice(&fs::read(&result_file).unwrap()).unwrap();
     assert_eq!(r["train_documents"].as_u64(), Some(shard_docs.len() as u64));
-    assert_eq!(r["train_windows"]["count"].as_u64(), Some(want_windows), "{r}");
+    assert_eq!(
+        r["train_windows"]["count"].as_u64(),
+        Some(want_windows),
+        "{r}"
+    );
     assert_eq!(r["train_windows"]["tokens"], 17);
-    assert_eq!(r["train_windows"]["shards"], serde_json::json!(["shard-00000"]));
-    assert!(text.contains("a document's score is its best window's"), "{text}");
+    assert_eq!(
+        r["train_windows"]["shards"],
+        serde_json::json!(["shard-00000"])
+    );
+    assert!(
+        text.contains("a document's score is its best window's"),
+        "{text}"
+    );
     let config_text = fs::read_to_string(r["config"].as_str().unwrap()).unwrap();
     assert!(
         config_text.contains("use_adam_preconditioner: true"),
@@ -754,7 +764,10 @@ fn source_runs_on_a_lavender_export_as_is() {
             "query = shard-00000.jsonl:{}: top {:?}",
             line + 1,
             top.iter()
-                .map(|t| (t["document"]["line"].as_u64().unwrap(), t["score"].as_f64().unwrap()))
+                .map(|t| (
+                    t["document"]["line"].as_u64().unwrap(),
+                    t["score"].as_f64().unwrap()
+                ))
                 .collect::<Vec<_>>()
         );
         let first = &top[0];
@@ -773,7 +786,11 @@ fn source_runs_on_a_lavender_export_as_is() {
         let [from, to] = [&w["document_chars"][0], &w["document_chars"][1]]
             .map(|v| v.as_u64().unwrap() as usize);
         assert!(from < to, "{w}");
-        let part: String = shard_docs[line].chars().skip(from).take(to - from).collect();
+        let part: String = shard_docs[line]
+            .chars()
+            .skip(from)
+            .take(to - from)
+            .collect();
         assert!(w["text"].as_str().unwrap().contains(&part), "{w}");
     }
     println!("whole test: {:.1?}", started.elapsed());
