@@ -9,7 +9,7 @@ TORCH_ENV = LIBTORCH="$${LIBTORCH:-$$(cat .venv/lib/torch-path)}"
 # Where `make install` puts lavenderd and lavender-worker (PREFIX/bin).
 PREFIX ?= $(HOME)/.local
 
-.PHONY: run test test-run lint fmt clippy test-build prebuild libtorch setup build install uninstall bench
+.PHONY: run test test-run test-gpu lint fmt clippy test-build prebuild libtorch setup build install uninstall bench
 
 # libtorch is all a build needs; the Python tools (lavender-protocol, pytest,
 # transformers) are for the tests.
@@ -64,6 +64,12 @@ test: setup fmt test-build test-run
 # pytest, then the Rust suite with Slurm's end-to-end test beside it (scripts/test-run.sh).
 test-run: setup
 	@$(TORCH_ENV) $(LINTED) bash scripts/test-run.sh
+
+# Training on a CUDA GPU (scripts/test-gpu.sh, worker/tests/gpu.rs): bf16 steps, a
+# resume within CUDA's rounding, steps/s beside PyTorch. Not part of `make test`;
+# fails at once on a machine without a usable CUDA device.
+test-gpu: setup
+	@$(TORCH_ENV) bash scripts/test-gpu.sh
 
 # Benchmarks (not tests): status API, daemon overhead, detection latency, checkpoint
 # I/O, trainer and interference; docs/BENCHMARKS.md records the results.

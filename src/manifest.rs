@@ -169,6 +169,8 @@ const DATA_KEYS: &[(&str, &[(&str, &str)])] = &[
     ("sft_samples", &[("precompute", "sft_samples")]),
     ("dpo_pairs", &[("precompute", "dpo_pairs")]),
     ("hard_examples", &[("mine_hard", "hard_examples")]),
+    // Records `downloads` skipped under `data.on_bad_record: skip`.
+    ("skipped_records", &[("downloads", "skipped_records")]),
     ("shards_used", &[("precompute", "shards_used")]),
     (
         "shards_available",
@@ -274,7 +276,10 @@ mod tests {
 
         write(
             root,
-            &manifest("downloads", &[("documents", 1000), ("bytes", 5)]),
+            &manifest(
+                "downloads",
+                &[("documents", 1000), ("bytes", 5), ("skipped_records", 3)],
+            ),
         )
         .unwrap();
         write(root, &manifest("filter", &[("documents", 950)])).unwrap();
@@ -311,6 +316,7 @@ mod tests {
         assert_eq!(get("sft_samples"), None);
         assert_eq!(get("dpo_pairs"), None);
         assert_eq!(get("hard_examples"), None);
+        assert_eq!(get("skipped_records"), Some(3));
     }
 
     #[test]

@@ -557,3 +557,86 @@ fn the_run_history_is_rewritten_as_hf_readers_take_it() {
     assert!(again.warnings.is_empty(), "{:?}", again.warnings);
     assert_eq!(fs::read(run.join("log_history.json")).unwrap(), bytes);
 }
+
+/// `--ema` exports each checkpoint's moving-average weights (`ema.safetensors`) as
+/// the model, without the weights' optimizer moments, beside the plain exports.
+#[test]
+fn ema_exports_the_moving_average_weights() {
+    let root = tempfile::tempdir().unwrap();
+    let run = make_run(root.path(), &RunSpec::default());
+    let ckpts = checkpoints(&run);
+    // Before any checkpoint has an average: an error naming the file and the key.
+    let err = export::export(&ExportOptions {
+        ema: true,
+        ..ExportOptions::new(&run)
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("ema.safetensors")
+            && err.contains("training.ema")
+            && err.contains("without --ema"),
+        "{err}"
+    );
+    for c in &ckpts {
+        write_tensors(
+            &c.join(export::EMA_FILE),
+            model_tensors(77),
+            Default::default(),
+        );
+    }
+    let plain = export_all(&run);
+    let report = export::export(&ExportOptions {
+        selection: Selection::All,
+        ema: true,
+        ..ExportOptions::new(&run)
+    })
+    .unwrap();
+    assert_eq!(report.out, run.join("exported-ema"));
+    assert!(
+        report
+            .checkpoints
+            .iter()
+            .all(|c| c.status == ExportStatus::Written && !c.optimizer)
+    );
+    let dir = run.join("exported-ema/checkpoint-4");
+    assert!(
+        !dir.join("optimizer.safetensors").exists(),
+        "the moments are the weights'"
+    );
+    let tensors = |path: &Path| -> Vec<(String, Vec<u8>)> {
+        let bytes = fs::read(path).unwrap();
+        let st = SafeTensors::deserialize(&bytes).unwrap();
+        let mut v: Vec<(String, Vec<u8>)> = st
+            .tensors()
+            .into_iter()
+            .map(|(n, t)| (n, t.data().to_vec()))
+            .collect();
+        v.sort();
+        v
+    };
+    let ema = tensors(&dir.join("model.safetensors"));
+    assert_eq!(ema, tensors(&ckpts[1].join(export::EMA_FILE)));
+    assert_ne!(
+        ema,
+        tensors(&run.join("exported/checkpoint-4/model.safetensors"))
+    );
+    assert_eq!(
+        read_json(&dir.join("lavender_export.json"))["source"]["weights"],
+        "ema"
+    );
+    // The plain exports stay as they were, and each kind is reused by a rerun of it.
+    assert!(plain.checkpoints.iter().all(|c| c.optimizer));
+    let again = export::export(&ExportOptions {
+        selection: Selection::All,
+        ema: true,
+        ..ExportOptions::new(&run)
+    })
+    .unwrap();
+    assert!(
+        again
+            .checkpoints
+            .iter()
+            .all(|c| c.status == ExportStatus::Reused)
+    );
+}

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Training speed of lavender-worker against PyTorch eager (the .venv's torch) on the
-# same GPT-2 model, batch, sequence length and thread count. Not a test: prints
-# steps/sec of both and their ratio (worker / PyTorch), in ROUNDS alternating rounds;
-# the target is the median ratio ≥ 1.05 against PyTorch as it comes.
+# same GPT-2 model, batch, sequence length, thread count and precision. Not a test:
+# prints steps/sec of both and their ratio (worker / PyTorch), in ROUNDS alternating
+# rounds; the target is the median ratio ≥ 1.05 against PyTorch as it comes in fp32,
+# ≥ 1.0 in bf16 (the worker's `training.precision: bf16` against torch.autocast on
+# the CPU with bfloat16).
 #
-#   bash bench/trainer/run.sh     # two default models, 2 threads: tiny (2 layers,
-#                                 # 2 heads, n_embd 64, seq 64) and small (4 layers,
-#                                 # 4 heads, n_embd 128, seq 128), batch 16
+#   bash bench/trainer/run.sh     # two default models, 2 threads, fp32 and bf16:
+#                                 # tiny (2 layers, 2 heads, n_embd 64, seq 64) and
+#                                 # small (4 layers, 4 heads, n_embd 128, seq 128), batch 16
 #   THREADS=4 N_EMBD=256 N_LAYER=4 bash bench/trainer/run.sh   # one model of your choice
+#   PRECISIONS=bf16 bash bench/trainer/run.sh                  # one precision
 #
 # The worker's speed is (N2 − N1) / (t(N2) − t(N1)) over two runs, so start-up, the
 # first evaluation and the final save cancel out. It needs a release build
@@ -24,6 +27,7 @@ BATCH="${BATCH:-16}"
 N1="${N1:-20}"
 N2="${N2:-120}"
 ROUNDS="${ROUNDS:-3}"
+PRECISIONS="${PRECISIONS:-fp32 bf16}"
 # "layers heads n_embd seq_len" per model; any of N_LAYER/N_HEAD/N_EMBD/SEQ_LEN set
 # makes it one model (the tiny default filling in the rest).
 if [ -n "${N_LAYER:-}${N_HEAD:-}${N_EMBD:-}${SEQ_LEN:-}" ]; then
@@ -54,7 +58,7 @@ worker_seconds() {
   local t0 t1
   t0="$(date +%s.%N)"
   "$WORKER" train --data-root "$data" --device cpu \
-    --set "threads=$THREADS" \
+    --set "threads=$THREADS" --set "training.precision=$PRECISION" \
     --set "model.n_layer=$N_LAYER" --set "model.n_head=$N_HEAD" --set "model.n_embd=$N_EMBD" \
     --set "model.n_positions=$N_POSITIONS" --set "model.dropout=0.0" \
     --set "training.batch_size=$BATCH" --set "training.seq_len=$SEQ_LEN" \
@@ -70,7 +74,7 @@ torch_sps() {
   local json
   json="$(env "$@" "$PYTHON" "$root/bench/trainer/torch_gpt2.py" --vocab "$VOCAB" --n-layer "$N_LAYER" \
     --n-head "$N_HEAD" --n-embd "$N_EMBD" --n-positions "$N_POSITIONS" --batch "$BATCH" \
-    --seq-len "$SEQ_LEN" --threads "$THREADS" --steps "$((N2 - N1))")"
+    --seq-len "$SEQ_LEN" --threads "$THREADS" --precision "$PRECISION" --steps "$((N2 - N1))")"
   "$PYTHON" -c 'import json,sys; print(json.loads(sys.argv[1])["steps_per_sec"])' "$json"
 }
 
@@ -79,8 +83,8 @@ torch_sps() {
 # spread between rounds instead of passing for a difference; the verdict is the
 # median of the rounds' ratios.
 bench_model() {
-  printf 'model: %s layers, %s heads, n_embd %s, vocab %s; batch %s x %s tokens; %s threads; %s rounds\n' \
-    "$N_LAYER" "$N_HEAD" "$N_EMBD" "$VOCAB" "$BATCH" "$SEQ_LEN" "$THREADS" "$ROUNDS"
+  printf 'model: %s layers, %s heads, n_embd %s, vocab %s; batch %s x %s tokens; %s threads; %s; %s rounds\n' \
+    "$N_LAYER" "$N_HEAD" "$N_EMBD" "$VOCAB" "$BATCH" "$SEQ_LEN" "$THREADS" "$PRECISION" "$ROUNDS"
   local ratios=() passive_ratios=() round s1 s2 worker_sps torch_default torch_passive
   for round in $(seq "$ROUNDS"); do
     s1="$(worker_seconds "$N1")"
@@ -97,20 +101,32 @@ bench_model() {
     printf 'round %s: lavender-worker %.2f steps/s, pytorch eager %.2f (default OpenMP waiting), %.2f (OMP_WAIT_POLICY=PASSIVE): %.2fx, %.2fx\n' \
       "$round" "$worker_sps" "$torch_default" "$torch_passive" "${ratios[-1]}" "${passive_ratios[-1]}"
   done
-  "$PYTHON" - "${ratios[*]}" "${passive_ratios[*]}" <<'PY'
+  local target=1.05
+  [ "$PRECISION" = fp32 ] || target=1.0
+  "$PYTHON" - "${ratios[*]}" "${passive_ratios[*]}" "$target" "$N_LAYER x $N_EMBD" "$PRECISION" "$summary" <<'PY'
 import statistics, sys
 default, passive = ([float(x) for x in a.split()] for a in sys.argv[1:3])
+target, model, precision, summary = float(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
 m = statistics.median(default)
-print(f"ratio vs default pytorch: median {m:.2f}x (rounds {min(default):.2f}..{max(default):.2f}) -> target >= 1.05: {'met' if m >= 1.05 else 'MISSED'}")
+verdict = 'met' if m >= target else 'MISSED'
+print(f"ratio vs default pytorch: median {m:.2f}x (rounds {min(default):.2f}..{max(default):.2f}) -> target >= {target}: {verdict}")
 print(f"ratio vs passive pytorch: median {statistics.median(passive):.2f}x (rounds {min(passive):.2f}..{max(passive):.2f})")
+with open(summary, "a") as f:
+    f.write(f"| {model} | {precision} | {m:.2f}x ({min(default):.2f}-{max(default):.2f}) | {statistics.median(passive):.2f}x | {target} | {verdict} |\n")
 PY
 }
 
 uptime_load() { cut -d' ' -f1-3 /proc/loadavg; }
+summary="$tmp/summary.md"
 for model in "${MODELS[@]}"; do
   read -r N_LAYER N_HEAD N_EMBD SEQ_LEN <<<"$model"
-  echo "load average before: $(uptime_load)"
-  bench_model
-  echo "load average after: $(uptime_load)"
-  echo
+  for PRECISION in $PRECISIONS; do
+    echo "load average before: $(uptime_load)"
+    bench_model
+    echo "load average after: $(uptime_load)"
+    echo
+  done
 done
+echo "| model (layers x width) | precision | worker / PyTorch as it comes (median, rounds) | / PyTorch passive | target | verdict |"
+echo "|---|---|---:|---:|---:|---|"
+cat "$summary"

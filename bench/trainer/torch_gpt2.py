@@ -2,7 +2,9 @@
 
 Hugging Face layout (Conv1D weights [in, out], tanh GELU, causal SDPA, lm_head tied to
 wte), torch.optim.AdamW with PyTorch's defaults for the device, weight decay on the
-projection matrices only, global grad-norm clipping. Prints steps/sec as JSON.
+projection matrices only, global grad-norm clipping. `--precision bf16` (or fp16, with
+torch.amp.GradScaler) runs forward and loss under torch.autocast, as PyTorch's mixed
+precision recipe does; `--device cuda` trains on the GPU. Prints steps/sec as JSON.
 
 Also writes the synthetic token arrays that the worker benchmark trains on
 (`--write-tokens DIR`), in the precompute format of worker/src/tokens.rs.
@@ -156,6 +158,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
+    ap.add_argument("--device", default="cpu")
     ap.add_argument("--write-tokens", metavar="DIR")
     ap.add_argument("--greedy", metavar="MODEL_SAFETENSORS")
     ap.add_argument("--prompt-ids", default="")
@@ -171,8 +175,11 @@ def main():
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = GPT2(a.vocab, a.n_positions, a.n_embd, a.n_layer, a.n_head, a.dropout)
+    device = torch.device(a.device)
+    model = GPT2(a.vocab, a.n_positions, a.n_embd, a.n_layer, a.n_head, a.dropout).to(device)
     model.train()
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
+    scaler = torch.amp.GradScaler(device.type, enabled=a.precision == "fp16")
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and "wte" not in n and "wpe" not in n]
     rest = [p for n, p in model.named_parameters() if not (p.dim() == 2 and "wte" not in n and "wpe" not in n)]
     opt = torch.optim.AdamW(
@@ -180,26 +187,37 @@ def main():
         lr=3e-3, betas=(0.9, 0.95), eps=1e-8,
     )
     data = torch.randint(1, a.vocab, (200_000,))
+    pin = device.type == "cuda"
 
     def step():
         starts = torch.randint(0, data.numel() - a.seq_len - 1, (a.batch,))
         rows = torch.stack([data[s : s + a.seq_len + 1] for s in starts.tolist()])
+        if pin:
+            rows = rows.pin_memory()
+        rows = rows.to(device, non_blocking=True)
         x, y = rows[:, :-1], rows[:, 1:]
         opt.zero_grad(set_to_none=True)
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        loss.backward()
+        with torch.autocast(device.type, dtype=half, enabled=half is not None):
+            logits = model(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        return loss.item()
+        scaler.step(opt)
+        scaler.update()
+        return loss.detach()
 
     for _ in range(a.warmup):
         step()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
     t0 = time.perf_counter()
-    for _ in range(a.steps):
-        step()
+    losses = [step() for _ in range(a.steps)]
+    last = float(losses[-1])
+    sync()
     dt = time.perf_counter() - t0
-    print(json.dumps({"steps_per_sec": a.steps / dt, "steps": a.steps, "seconds": dt}))
+    print(json.dumps({"steps_per_sec": a.steps / dt, "steps": a.steps, "seconds": dt,
+                      "precision": a.precision, "device": a.device, "last_loss": last}))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ pub(crate) mod logs;
 pub mod notify;
 pub mod pipeline;
 pub mod process;
+pub(crate) mod retention;
 pub(crate) mod server;
 pub mod service;
 pub(crate) mod settings;

@@ -362,3 +362,33 @@ fn config_check_names_a_bad_key() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("supervisor:"), "{}", stdout(&out));
 }
+
+/// lavender-worker is one process on one device: `config check` refuses several
+/// Slurm tasks of it, naming the multi-GPU path, and accepts them for a torchrun script.
+#[test]
+fn config_check_refuses_several_tasks_of_lavender_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let slurm = "launch:\n  backend: slurm\n  slurm:\n    ntasks: 4\n    nodes: 1\n";
+    let daemon = Lavenderd::in_dir(
+        dir.path(),
+        &format!("worker:\n  command: [lavender-worker]\n{slurm}"),
+        "lavender-worker",
+    );
+    let out = daemon.run(&["config", "check"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("lavender.yaml:6:13: launch.slurm.ntasks: 4 tasks would start 4 copies of lavender-worker")
+            && err.contains("torchrun")
+            && err.contains("docs/PYTHON.md"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let torchrun = Lavenderd::in_dir(
+        dir.path(),
+        &format!("worker:\n  command: [torchrun, --nproc-per-node=4, train.py]\n{slurm}"),
+        "train.py",
+    );
+    let out = torchrun.run(&["config", "check"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

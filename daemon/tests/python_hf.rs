@@ -131,14 +131,23 @@ fn hf_trainer_stop_resume_kill_restart_finish_with_daemon_retention() {
     assert_eq!(last.map(|e| step_of(&e)), Some(MAX_STEPS));
     say(format!("hf: finished at step {MAX_STEPS}"));
 
-    // 6. The daemon's retention: at most keep + best complete checkpoints, logged.
+    // 6. The daemon's retention: at most keep + best complete checkpoints, logged in
+    // the daemon's log; nothing of it written into the run (its logs are the worker's).
     let left = complete(&run);
-    let log = std::fs::read_to_string(run.join("train.log")).unwrap();
-    let retain_lines: Vec<&str> = log.lines().filter(|l| l.starts_with("RETAIN ")).collect();
-    assert!(!retain_lines.is_empty(), "{log}");
     wait_until(Duration::from_secs(10), "the last retention pass", || {
         complete(&run).len() <= KEEP + 1
     });
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    let retain_lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("RETAIN dropped"))
+        .collect();
+    assert!(!retain_lines.is_empty(), "{log}");
+    let by_daemon: Vec<serde_json::Value> = events(&run)
+        .into_iter()
+        .filter(|e| e["kind"] == "retention")
+        .collect();
+    assert!(by_daemon.is_empty(), "{by_daemon:?}");
     let left_after = complete(&run);
     assert!(left_after.len() <= KEEP + 1, "{left:?}");
     assert!(
@@ -156,7 +165,7 @@ fn hf_trainer_stop_resume_kill_restart_finish_with_daemon_retention() {
         "nothing half-deleted is left: {hidden:?}"
     );
     say(format!(
-        "hf: retention kept {} complete checkpoint(s) {:?} (keep {KEEP} + best); train.log: {}",
+        "hf: retention kept {} complete checkpoint(s) {:?} (keep {KEEP} + best); daemon log: {}",
         left_after.len(),
         left_after,
         retain_lines.join(" | ")

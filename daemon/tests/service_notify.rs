@@ -325,9 +325,10 @@ fn a_restart_alone_says_reloading_then_ready_and_feeds_the_watchdog() {
     assert!(!alive(worker), "the stop ended the worker");
 }
 
-/// The pipeline actor blocks (its log file is a FIFO nobody reads, like a hung
-/// network mount): the pings stop though the daemon's other tasks still run, and
-/// resume once it unblocks. A free-running timer would have kept pinging.
+/// The pipeline actor blocks (a stop looks for the run's newest checkpoint, and one
+/// checkpoint's `trainer_state.json` is a FIFO nobody writes, like a hung network
+/// mount): the pings stop though the daemon's other tasks still run, and resume once
+/// it unblocks. A free-running timer would have kept pinging.
 #[test]
 fn a_wedged_pipeline_actor_withholds_the_watchdog_ping() {
     let env = Env::new(
@@ -335,28 +336,22 @@ fn a_wedged_pipeline_actor_withholds_the_watchdog_ping() {
         "",
         "[train]",
     );
-    let logs = env.data_root.join("logs");
-    std::fs::create_dir_all(&logs).unwrap();
     let (notify, _daemon) = serve_under_systemd(&env, "400000");
+    let out = env.run(&["start"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    env.wait_step(5, Duration::from_secs(10));
     wait_until(Duration::from_secs(5), "pings", || {
         notify.count("WATCHDOG") >= 3
     });
 
-    // The log the next start opens is named after the second it starts in.
-    let now = chrono::Utc::now();
-    let fifos: Vec<PathBuf> = (-1..12)
-        .map(|s| {
-            let t = now + chrono::Duration::seconds(s);
-            logs.join(format!("pipeline_chunk1_{}.log", t.format("%Y%m%d_%H%M%S")))
-        })
-        .collect();
-    for f in &fifos {
-        let c = std::ffi::CString::new(f.to_str().unwrap()).unwrap();
-        assert_eq!(unsafe { mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {f:?}");
-    }
-    let mut start = env
+    let hung = env.run_dir().join("train-00-00-00-9999");
+    std::fs::create_dir(&hung).unwrap();
+    let fifo = hung.join("trainer_state.json");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {fifo:?}");
+    let mut stop = env
         .cmd()
-        .arg("start")
+        .arg("stop")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -377,31 +372,169 @@ fn a_wedged_pipeline_actor_withholds_the_watchdog_ping() {
         "the daemon itself still answers; only the actor is stuck"
     );
 
-    // Unblock: read the FIFOs (and keep reading, so the worker's output has a reader).
-    for f in fifos {
-        std::thread::spawn(move || {
-            use std::io::Read as _;
-            use std::os::unix::fs::OpenOptionsExt as _;
-            if let Ok(mut r) = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(0o4000) // O_NONBLOCK: do not wait for a writer
-                .open(&f)
-            {
-                let mut buf = [0u8; 4096];
-                loop {
-                    match r.read(&mut buf) {
-                        Ok(_) | Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                    }
-                }
+    // Unblock: every reader of the FIFO gets a line that is no trainer state.
+    std::thread::spawn(move || {
+        loop {
+            if let Ok(mut w) = std::fs::OpenOptions::new().write(true).open(&fifo) {
+                use std::io::Write as _;
+                let _ = w.write_all(b"not a trainer state\n");
             }
-        });
-    }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
     wait_until(Duration::from_secs(5), "pings to resume", || {
         notify.count("WATCHDOG") >= wedged_at + 3
     });
-    let _ = start.wait();
-    let out = env.run(&["stop"]);
-    assert!(out.status.success(), "{}", stdout(&out));
+    let status = stop.wait().unwrap();
+    assert!(
+        status.success(),
+        "the stop ends once the actor is free: {status:?}"
+    );
+}
+
+/// `launch.backend: slurm` with an `sbatch` that takes 5 s (a slow controller): the
+/// launch runs off the pipeline actor, so `GET /status`, a stop and the watchdog's
+/// ping are each answered within 100 ms meanwhile; the job sbatch returns is then
+/// cancelled, since the pipeline was stopped before it existed.
+#[test]
+fn a_slow_sbatch_delays_neither_the_status_nor_a_stop_nor_the_watchdog() {
+    const SLACK: Duration = Duration::from_millis(100);
+    const PING_PERIOD: Duration = Duration::from_millis(200);
+    let mut env = Env::new(
+        &["--total-steps", "100000", "--step-ms", "10"],
+        "launch:\n  backend: slurm\n  slurm:\n    poll_interval_s: 1\n",
+        "[train]",
+    );
+    let shims = env.dir.path().join("slurm-shims");
+    std::fs::create_dir_all(&shims).unwrap();
+    let calls = env.dir.path().join("slurm-calls.txt");
+    let log = |name: &str| format!("echo \"{name} $*\" >> '{}'\n", calls.display());
+    write_executable(
+        &shims.join("sbatch"),
+        &format!(
+            "#!/bin/sh\n{}sleep 5\n{}echo 4242\n",
+            log("sbatch"),
+            log("sbatch-returned")
+        ),
+    );
+    write_executable(
+        &shims.join("scancel"),
+        &format!("#!/bin/sh\n{}", log("scancel")),
+    );
+    for name in ["scontrol", "sacct"] {
+        write_executable(
+            &shims.join(name),
+            &format!("#!/bin/sh\n{}exit 1\n", log(name)),
+        );
+    }
+    let path = format!(
+        "{}:{}",
+        shims.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    env.env.push(("PATH".into(), path));
+    let called = |what: &str| {
+        std::fs::read_to_string(&calls)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.starts_with(what))
+    };
+
+    let (notify, _daemon) = serve_under_systemd(&env, "400000");
+    let mut start = env
+        .cmd()
+        .arg("start")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "sbatch to be called", || {
+        called("sbatch ")
+    });
+    let blocked_from = Instant::now();
+
+    let addr = env.addr();
+    let mut slowest_status = Duration::ZERO;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let r = http::get(&addr, "/status");
+        slowest_status = slowest_status.max(t.elapsed());
+        assert_eq!(r.status, 200, "{}", r.body);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let t = Instant::now();
+    let stop = env
+        .uds("POST", "/pipeline/stop", Some("{}"))
+        .expect("the socket answers");
+    let stop_took = t.elapsed();
+    // A few more pings, still within the blocked sbatch.
+    std::thread::sleep(Duration::from_millis(500));
+    let window_end = Instant::now();
+    assert!(
+        !called("sbatch-returned"),
+        "everything above ran while sbatch was blocked"
+    );
+
+    assert_eq!(stop.status, 200, "{}", stop.body);
+    let report = stop.json();
+    assert!(
+        report["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("being launched"),
+        "{report:#}"
+    );
+    let pings: Vec<Instant> = notify
+        .values("WATCHDOG")
+        .into_iter()
+        .map(|(at, _)| at)
+        .collect();
+    let first = pings
+        .iter()
+        .rposition(|at| *at <= blocked_from)
+        .expect("a ping before sbatch was called");
+    let last = pings
+        .iter()
+        .position(|at| *at >= window_end)
+        .unwrap_or(pings.len() - 1);
+    let longest_gap = pings[first..=last]
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default()
+        .max(window_end.saturating_duration_since(pings[last]));
+    eprintln!(
+        "while sbatch was blocked: GET /status at most {slowest_status:?}, the stop {stop_took:?}, \
+         the longest gap between pings {longest_gap:?} (every {PING_PERIOD:?})"
+    );
+    assert!(
+        slowest_status <= SLACK,
+        "GET /status took {slowest_status:?}"
+    );
+    assert!(stop_took <= SLACK, "the stop took {stop_took:?}");
+    assert!(
+        longest_gap <= PING_PERIOD + SLACK,
+        "pings {:?} apart",
+        longest_gap
+    );
+
+    // sbatch returns: the job it submitted is cancelled; the pipeline stays stopped.
+    wait_until(
+        Duration::from_secs(15),
+        "the submitted job cancelled",
+        || {
+            std::fs::read_to_string(&calls)
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.starts_with("scancel") && l.contains("4242"))
+        },
+    );
+    assert_eq!(env.status()["pipeline"]["state"], "stopped");
+    assert_eq!(env.pipeline_json()["worker"], serde_json::Value::Null);
+    wait_until(Duration::from_secs(10), "lavenderd start to return", || {
+        start.try_wait().unwrap().is_some()
+    });
 }
 
 unsafe extern "C" {

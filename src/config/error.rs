@@ -97,7 +97,7 @@ pub enum ConfigErrorKind {
         found: String,
     },
     /// A string that is not one of the allowed values.
-    #[error("{path}: unknown value `{found}` — {}", hint(suggestion.as_deref(), valid, "values"))]
+    #[error("{path}: unknown value `{found}` — {}", value_hint(suggestion.as_deref(), valid))]
     UnknownValue {
         path: String,
         found: String,
@@ -145,6 +145,21 @@ fn hint(suggestion: Option<&str>, valid: &[String], noun: &str) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
+    }
+}
+
+/// A value comes from a short closed set: name all of it, after the likely typo.
+fn value_hint(suggestion: Option<&str>, valid: &[String]) -> String {
+    match suggestion {
+        Some(s) if !valid.is_empty() => format!(
+            "did you mean `{s}`? (valid values: {})",
+            valid
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        _ => hint(suggestion, valid, "values"),
     }
 }
 

@@ -30,16 +30,25 @@ pub use layers::{DATA_ROOT_VAR, LoadOptions};
 pub use notify::{BarkConfig, NotifyConfig, NtfyConfig, WebhookConfig, WebhookFormat};
 pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{
-    Config, DataConfig, DedupConfig, Device, FilterConfig, HardExamplesConfig, ModelConfig,
-    OptimizerConfig, PipelineStep, Retention, SaveOptimizerState, ShardsConfig, StageConfig,
-    SupervisorConfig, TokenizerConfig, TrainingConfig, Watcher, WorkerConfig,
+    Config, DataConfig, DedupConfig, Device, EmaConfig, FilterConfig, HardExamplesConfig,
+    ModelConfig, OnBadRecord, OptimizerConfig, PipelineStep, Precision, Retention,
+    SaveOptimizerState, ShardsConfig, StageConfig, SupervisorConfig, TokenizerConfig,
+    TrainingConfig, Watcher, WorkerConfig,
 };
-pub use source::{DataSource, EmbeddedCorpus};
+pub use source::{
+    Compression, DEFAULT_TEXT_KEY, DataSource, EmbeddedCorpus, PathSource, SourceFormat,
+};
 
 use tree::Node;
 
 /// The built-in defaults: every key, with a comment saying what it does.
 pub const DEFAULT_YAML: &str = include_str!("../../configs/default.yaml");
+
+/// The worker program this project builds.
+pub const LAVENDER_WORKER: &str = "lavender-worker";
+
+/// Where the multi-GPU path (a lavender-protocol script under torchrun) is described.
+pub const MULTI_GPU_DOC: &str = "docs/PYTHON.md";
 
 /// How errors in the built-in defaults name them.
 const DEFAULT_ORIGIN: &str = "configs/default.yaml";
@@ -180,6 +189,42 @@ impl Config {
         (0..self.training.stages.len())
             .map(|i| self.stage_steps(i))
             .sum()
+    }
+
+    /// Whether `worker.command` runs lavender-worker (its program's file name), which
+    /// trains in one process on one device.
+    pub fn runs_lavender_worker(&self) -> bool {
+        self.worker.command.first().is_some_and(|program| {
+            Path::new(program)
+                .file_name()
+                .is_some_and(|name| name == LAVENDER_WORKER)
+        })
+    }
+
+    /// lavender-worker is one process on one device: a launch of several tasks
+    /// (`launch.slurm.ntasks > 1`), or a `WORLD_SIZE` above 1 in its environment
+    /// (`world_size`, as torchrun sets it), would start copies that do not coordinate
+    /// and write the same run directory. The error names the multi-GPU path.
+    pub fn check_one_process(&self, world_size: Option<&str>) -> Result<(), ConfigError> {
+        let ntasks = self.launch.slurm.ntasks;
+        if ntasks > 1 {
+            return Err(ConfigError::new(ConfigErrorKind::Invalid {
+                path: "launch.slurm.ntasks".into(),
+                message: format!(
+                    "{ntasks} tasks would start {ntasks} copies of lavender-worker, which trains in one process on one device; set it to 1 (and pick the GPU with device: cuda:N), or for several GPUs make worker.command a lavender-protocol script under torchrun ({MULTI_GPU_DOC})"
+                ),
+            }));
+        }
+        let world = world_size.and_then(|w| w.trim().parse::<u64>().ok());
+        if let Some(n) = world.filter(|&n| n > 1) {
+            return Err(ConfigError::new(ConfigErrorKind::Invalid {
+                path: "WORLD_SIZE".into(),
+                message: format!(
+                    "{n} processes were started (as torchrun does), but lavender-worker trains in one process on one device; start it alone, or for several GPUs make worker.command a lavender-protocol script under torchrun ({MULTI_GPU_DOC})"
+                ),
+            }));
+        }
+        Ok(())
     }
 
     /// The stage named `name`, with its index.

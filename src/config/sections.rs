@@ -47,12 +47,14 @@ pub struct Config {
     pub launch: LaunchConfig,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// The worker's compute device: `auto`, `cpu`, `cuda` (the first GPU), `cuda:N`
+/// (the GPU of index N) or `mps`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Device {
     Auto,
     Cpu,
-    Cuda,
+    /// `cuda` (None: the first GPU) or `cuda:N`.
+    Cuda(Option<u32>),
     Mps,
 }
 
@@ -109,19 +111,74 @@ impl fmt::Display for PipelineStep {
 }
 
 impl Device {
-    pub fn as_str(self) -> &'static str {
+    /// What the config and `--device` accept, for error messages.
+    pub const NAMES: &'static [&'static str] = &["auto", "cpu", "cuda", "cuda:N", "mps"];
+
+    /// The GPU index of `cuda` / `cuda:N`.
+    pub fn cuda_index(self) -> Option<u32> {
         match self {
-            Device::Auto => "auto",
-            Device::Cpu => "cpu",
-            Device::Cuda => "cuda",
-            Device::Mps => "mps",
+            Device::Cuda(n) => Some(n.unwrap_or(0)),
+            _ => None,
         }
     }
 }
 
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        match self {
+            Device::Auto => f.write_str("auto"),
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(None) => f.write_str("cuda"),
+            Device::Cuda(Some(n)) => write!(f, "cuda:{n}"),
+            Device::Mps => f.write_str("mps"),
+        }
+    }
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+
+    /// `auto`, `cpu`, `cuda`, `cuda:N` or `mps`; the error says what is accepted.
+    fn from_str(s: &str) -> Result<Device, String> {
+        Ok(match s {
+            "auto" => Device::Auto,
+            "cpu" => Device::Cpu,
+            "cuda" => Device::Cuda(None),
+            "mps" => Device::Mps,
+            other => match other.strip_prefix("cuda:").map(str::parse::<u32>) {
+                Some(Ok(n)) => Device::Cuda(Some(n)),
+                _ => {
+                    return Err(format!(
+                        "`{other}` is not a device; use one of {} (N = the GPU's index, as nvidia-smi numbers them)",
+                        Device::NAMES.join(", ")
+                    ));
+                }
+            },
+        })
+    }
+}
+
+impl Serialize for Device {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Device {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct DeviceVisitor;
+        impl Visitor<'_> for DeviceVisitor {
+            type Value = Device;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("one of `auto`, `cpu`, `cuda`, `cuda:N`, `mps`")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                v.parse().map_err(|_| E::unknown_variant(v, Device::NAMES))
+            }
+        }
+        d.deserialize_str(DeviceVisitor)
     }
 }
 
@@ -148,6 +205,30 @@ pub struct DataConfig {
     pub dpo_jsonl: Option<PathBuf>,
     pub heldout_fraction: f64,
     pub hard_examples: HardExamplesConfig,
+    /// What `downloads` does with a record (a JSONL line, a Parquet or Arrow row) it
+    /// cannot read. Absent in configs older than the key: `fail`.
+    #[serde(default)]
+    pub on_bad_record: OnBadRecord,
+}
+
+/// `data.on_bad_record`: stop at a malformed record, or skip it and count it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBadRecord {
+    /// The step fails, naming the file, the record's place and what was expected.
+    #[default]
+    Fail,
+    /// The record is skipped; the step's manifest and the status count it.
+    Skip,
+}
+
+impl OnBadRecord {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnBadRecord::Fail => "fail",
+            OnBadRecord::Skip => "skip",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -198,6 +279,11 @@ pub struct ModelConfig {
     pub n_positions: Option<u32>,
     pub dropout: f64,
     pub layer_norm_epsilon: f64,
+    /// A Hugging Face GPT-2 checkpoint directory (`config.json`, weights,
+    /// `tokenizer.json`) training starts from: its shape, tokenizer and weights.
+    /// Absent in configs older than the key: none.
+    #[serde(default)]
+    pub init_from: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -222,7 +308,65 @@ pub struct TrainingConfig {
     pub eval_batches: u32,
     pub keep_checkpoints: u32,
     pub save_optimizer_state: SaveOptimizerState,
+    /// Arithmetic of forward and backward (weights, optimizer state and checkpoints
+    /// stay fp32). Absent in configs older than the key: `auto`.
+    #[serde(default)]
+    pub precision: Precision,
+    /// TF32 matrix products on CUDA (fp32 matmuls with a 10-bit mantissa).
+    #[serde(default)]
+    pub tf32: bool,
+    /// An exponential moving average of the weights; `None` (the default): off.
+    #[serde(default)]
+    pub ema: Option<EmaConfig>,
     pub stages: Vec<StageConfig>,
+}
+
+/// `training.precision`: the arithmetic of forward and backward under autocast.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// bf16 on a CUDA device that computes it natively (compute capability 8.0 or
+    /// newer), fp32 on the CPU and everywhere else.
+    #[default]
+    Auto,
+    Fp32,
+    Bf16,
+    /// fp16 with a dynamic loss scale.
+    Fp16,
+}
+
+impl Precision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::Auto => "auto",
+            Precision::Fp32 => "fp32",
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `training.ema`: the weights' exponential moving average, `ema ← decay·ema +
+/// (1 − decay)·weights` every `every` optimizer steps, restarted from the weights
+/// when each stage starts.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmaConfig {
+    /// In (0, 1), e.g. 0.999.
+    pub decay: f64,
+    /// Optimizer steps between two updates.
+    #[serde(default = "default_ema_every")]
+    pub every: u64,
+}
+
+fn default_ema_every() -> u64 {
+    1
 }
 
 /// Which checkpoints carry `optimizer.safetensors`. YAML `true` means `last`, `false`

@@ -92,7 +92,15 @@ fn to_yaml_round_trips() {
     config
         .data
         .sources
-        .push(DataSource::Path("corpus/extra.txt".into()));
+        .push(DataSource::Path(PathSource::text("corpus/extra.txt")));
+    config.data.sources.push(DataSource::Path(PathSource {
+        format: SourceFormat::Jsonl,
+        compression: Compression::Zstd,
+        field: Some("content".into()),
+        ..PathSource::text("dumps/*.jsonl.zst")
+    }));
+    config.data.on_bad_record = OnBadRecord::Skip;
+    config.model.init_from = Some("models/gpt2".into());
     config.data.sources.push(DataSource::Url {
         url: "https://example.org/a.txt".into(),
         sha256: "a".repeat(64),
@@ -528,7 +536,7 @@ fn save_optimizer_state_accepts_booleans() {
     let e = state("al").unwrap_err();
     assert_eq!(
         e.to_string(),
-        "t.yaml:2:25: training.save_optimizer_state: unknown value `al` — did you mean `all`?"
+        "t.yaml:2:25: training.save_optimizer_state: unknown value `al` — did you mean `all`? (valid values: `none`, `last`, `all`)"
     );
 }
 
@@ -560,6 +568,70 @@ fn bad_source_items() {
     let e = err("data:\n  sources:\n    - {url: https://example.org/a.txt, sha256: abc}\n");
     assert_eq!(e.path(), Some("data.sources[0].sha256"));
     assert_eq!(file_origin(&e), ("configs/my.yaml".into(), 3, 48));
+}
+
+#[test]
+fn local_sources_take_a_format_and_the_keys_it_reads() {
+    let c = Config::from_yaml_str(
+        "data:\n  sources:\n    - {path: a.txt}\n    - {path: d/*.jsonl.gz, format: jsonl, field: body}\n    - {path: hub/, format: parquet, column: content}\n    - {path: saved, format: datasets, split: validation}\n  on_bad_record: skip\n",
+        "s.yaml",
+    )
+    .unwrap();
+    let p = |i: usize| match &c.data.sources[i] {
+        DataSource::Path(p) => p.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(p(0), PathSource::text("a.txt"));
+    assert_eq!(
+        (p(1).format, p(1).text_key()),
+        (SourceFormat::Jsonl, "body")
+    );
+    assert_eq!(
+        (p(2).format, p(2).text_key()),
+        (SourceFormat::Parquet, "content")
+    );
+    assert_eq!(p(3).text_key(), DEFAULT_TEXT_KEY);
+    assert_eq!(p(3).split.as_deref(), Some("validation"));
+    assert_eq!(c.data.on_bad_record, OnBadRecord::Skip);
+    // A plain path item writes back as it was read, so its manifests' hashes hold.
+    let yaml = c.to_yaml();
+    assert!(yaml.contains("- path: a.txt\n"), "{yaml}");
+
+    let e = err("data:\n  sources:\n    - {path: a.csv, format: csv}\n");
+    assert_eq!(e.path(), Some("data.sources[0].format"));
+    assert!(
+        e.to_string().contains("unknown value `csv`") && e.to_string().contains("jsonl"),
+        "{e}"
+    );
+    let e = err("data:\n  sources:\n    - {path: a.parquet, format: parquet, field: body}\n");
+    assert_eq!(e.path(), Some("data.sources[0].field"));
+    assert!(e.to_string().contains("names its text `column:`"), "{e}");
+    assert_eq!(file_origin(&e).1, 3);
+    let e = err("data:\n  sources:\n    - {path: a.parquet, format: parquet, compression: gzip}\n");
+    assert!(e.to_string().contains("compressed inside the file"), "{e}");
+    let e = err("data:\n  sources:\n    - {path: a.txt, field: body}\n");
+    assert!(
+        e.to_string().contains("format text does not read `field`"),
+        "{e}"
+    );
+    let e = err("data:\n  sources:\n    - {embedded: tinyshakespeare, format: jsonl}\n");
+    assert!(e.to_string().contains("add `path: PATH`"), "{e}");
+    let e = err("data:\n  on_bad_record: ignore\n");
+    assert!(e.to_string().contains("unknown value `ignore`"), "{e}");
+}
+
+#[test]
+fn init_from_takes_the_context_length_from_the_checkpoint() {
+    // The preset's n_positions (128 at tiny) does not bound seq_len: the checkpoint's does,
+    // which the worker reads.
+    let c = Config::from_yaml_str(
+        "model: {init_from: gpt2}\ntraining: {seq_len: 1024}\n",
+        "i.yaml",
+    )
+    .unwrap();
+    assert_eq!(c.model.init_from.as_deref(), Some(Path::new("gpt2")));
+    let e = err("training: {seq_len: 1024}\n");
+    assert_eq!(e.path(), Some("training.seq_len"));
 }
 
 #[test]
@@ -746,6 +818,117 @@ fn retention_is_the_daemons_unless_set_to_worker() {
     let e = err("supervisor:\n  retention: deamon\n").to_string();
     assert!(
         e.contains("supervisor.retention") && e.contains("daemon"),
+        "{e}"
+    );
+}
+
+#[test]
+fn precision_tf32_and_ema_load_and_bad_values_are_located() {
+    let d = Config::default();
+    assert_eq!(d.training.precision, Precision::Auto);
+    assert!(!d.training.tf32);
+    assert_eq!(d.training.ema, None);
+    let c = Config::from_yaml_str(
+        "training:\n  precision: bf16\n  tf32: true\n  ema: {decay: 0.999}\n",
+        "my.yaml",
+    )
+    .unwrap();
+    assert_eq!(c.training.precision, Precision::Bf16);
+    assert!(c.training.tf32);
+    assert_eq!(
+        c.training.ema,
+        Some(EmaConfig {
+            decay: 0.999,
+            every: 1
+        })
+    );
+    let back = Config::from_yaml_str(&c.to_yaml(), "run/config.yaml").unwrap();
+    assert_eq!(back, c);
+
+    let e = err("training:\n  precision: fp8\n");
+    assert_eq!(
+        e.to_string(),
+        "configs/my.yaml:2:14: training.precision: unknown value `fp8` — did you mean `fp32`? (valid values: `auto`, `fp32`, `bf16`, `fp16`)"
+    );
+    for decay in ["1.0", "0", "-0.5", "1.5"] {
+        let e = err(&format!("training:\n  ema:\n    decay: {decay}\n"));
+        let text = e.to_string();
+        assert!(
+            text.starts_with("configs/my.yaml:3:12: training.ema.decay:")
+                && text.contains("between 0 and 1"),
+            "{decay}: {text}"
+        );
+    }
+    let e = err("training:\n  ema: {decay: 0.9, every: 0}\n");
+    assert_eq!(e.path(), Some("training.ema.every"));
+    let e = err("training:\n  ema: {decay: 0.9, evry: 2}\n");
+    assert!(e.to_string().contains("did you mean `every`?"), "{e}");
+}
+
+#[test]
+fn devices_name_a_gpu_by_index() {
+    for (text, device) in [
+        ("auto", Device::Auto),
+        ("cpu", Device::Cpu),
+        ("cuda", Device::Cuda(None)),
+        ("cuda:0", Device::Cuda(Some(0))),
+        ("cuda:3", Device::Cuda(Some(3))),
+        ("mps", Device::Mps),
+    ] {
+        let c = Config::from_yaml_str(&format!("device: {text}\n"), "my.yaml").unwrap();
+        assert_eq!(c.device, device, "{text}");
+        assert_eq!(device.to_string(), text);
+        assert_eq!(Config::from_yaml_str(&c.to_yaml(), "x").unwrap(), c);
+    }
+    assert_eq!(Device::Cuda(None).cuda_index(), Some(0));
+    assert_eq!(Device::Cuda(Some(2)).cuda_index(), Some(2));
+    assert_eq!(Device::Cpu.cuda_index(), None);
+    for bad in ["cuda:", "cuda:x", "cuda:-1", "gpu:0"] {
+        let e = err(&format!("device: \"{bad}\"\n")).to_string();
+        assert!(
+            e.starts_with(&format!(
+                "configs/my.yaml:1:9: device: unknown value `{bad}`"
+            )) && e.contains("`cuda:N`"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn lavender_worker_is_one_process_and_config_check_says_so() {
+    // Several Slurm tasks of lavender-worker: refused, naming the torchrun path.
+    let e = err("launch:\n  backend: slurm\n  slurm:\n    ntasks: 4\n    nodes: 1\n");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("configs/my.yaml:4:13: launch.slurm.ntasks: 4 tasks would start 4 copies of lavender-worker")
+            && text.contains("torchrun")
+            && text.contains("docs/PYTHON.md"),
+        "{text}"
+    );
+    // By its path too.
+    let e =
+        err("worker:\n  command: [/opt/bin/lavender-worker]\nlaunch:\n  slurm:\n    ntasks: 2\n");
+    assert_eq!(e.path(), Some("launch.slurm.ntasks"));
+    // A torchrun script may run one task per GPU.
+    let c = Config::from_yaml_str(
+        "worker:\n  command: [torchrun, --nproc-per-node=4, train.py]\nlaunch:\n  backend: slurm\n  slurm:\n    ntasks: 4\n",
+        "my.yaml",
+    )
+    .unwrap();
+    assert!(!c.runs_lavender_worker());
+    // ... but lavender-worker itself, started by such a wrapper, still refuses.
+    let e = c.check_one_process(None).unwrap_err();
+    assert_eq!(e.path(), Some("launch.slurm.ntasks"));
+
+    let one = Config::default();
+    assert!(one.runs_lavender_worker());
+    one.check_one_process(None).unwrap();
+    one.check_one_process(Some("1")).unwrap();
+    let e = one.check_one_process(Some("8")).unwrap_err().to_string();
+    assert!(
+        e.starts_with("WORLD_SIZE: 8 processes were started")
+            && e.contains("one process on one device")
+            && e.contains("docs/PYTHON.md"),
         "{e}"
     );
 }

@@ -7,7 +7,7 @@ use std::fmt::Display;
 use super::error::{ConfigError, ConfigErrorKind};
 use super::scale::Scale;
 use super::sections::Config;
-use super::source::DataSource;
+use super::source::{Compression, DataSource, PathSource, SourceFormat};
 
 type Check = Result<(), ConfigError>;
 
@@ -90,6 +90,10 @@ pub(crate) fn validate(c: &Config) -> Check {
     validate_supervisor(c)?;
     super::api::validate(&c.api)?;
     super::launch::validate(&c.launch)?;
+    // A torchrun script may run several processes; lavender-worker never does.
+    if c.runs_lavender_worker() {
+        c.check_one_process(None)?;
+    }
     super::notify::validate(&c.notify)
 }
 
@@ -102,6 +106,9 @@ fn validate_data(c: &Config) -> Check {
         ));
     }
     for (i, source) in d.sources.iter().enumerate() {
+        if let DataSource::Path(p) = source {
+            validate_path_source(i, p)?;
+        }
         if let DataSource::Url { url, sha256 } = source {
             if !(url.starts_with("https://") || url.starts_with("http://")) {
                 return Err(invalid(
@@ -171,6 +178,60 @@ fn validate_data(c: &Config) -> Check {
     at_least("data.tokenizer.min_frequency", d.tokenizer.min_frequency, 1)?;
     fraction("data.heldout_fraction", d.heldout_fraction, 0.0, 1.0, true)?;
     at_least("data.hard_examples.upsample", d.hard_examples.upsample, 1)
+}
+
+/// The keys of a local source that its format reads, and no others.
+fn validate_path_source(i: usize, p: &PathSource) -> Check {
+    let key = |name: &str| format!("data.sources[{i}].{name}");
+    if p.path.as_os_str().is_empty() {
+        return Err(invalid(&key("path"), "give a file, a directory or a glob"));
+    }
+    let (format, reads) = (p.format, |k: &str| match p.format {
+        SourceFormat::Text => false,
+        SourceFormat::Jsonl => k == "field" || k == "compression",
+        SourceFormat::Parquet => k == "column",
+        SourceFormat::Datasets => k == "field" || k == "split",
+    });
+    let set = [
+        (
+            "compression",
+            p.compression != Compression::Auto && format != SourceFormat::Text,
+        ),
+        ("field", p.field.is_some()),
+        ("column", p.column.is_some()),
+        ("split", p.split.is_some()),
+    ];
+    for (name, is_set) in set {
+        if is_set && !reads(name) {
+            let hint = match (format, name) {
+                (SourceFormat::Parquet, "field") => "; a Parquet source names its text `column:`",
+                (SourceFormat::Jsonl | SourceFormat::Datasets, "column") => {
+                    "; this format names its text `field:`"
+                }
+                (SourceFormat::Parquet | SourceFormat::Datasets, "compression") => {
+                    "; its pages are compressed inside the file (snappy, gzip, zstd) and read as they are"
+                }
+                _ => "",
+            };
+            return Err(invalid(
+                &key(name),
+                format!("format {format} does not read `{name}`; remove it{hint}"),
+            ));
+        }
+    }
+    for (name, value) in [
+        ("field", &p.field),
+        ("column", &p.column),
+        ("split", &p.split),
+    ] {
+        if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(invalid(
+                &key(name),
+                "must not be empty; leave it out for the default",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Each preset on its own, so a bad preset is found whatever scale runs.
@@ -244,6 +305,15 @@ fn validate_model(c: &Config) -> Check {
     }
     at_least(&model_key(c, "n_positions"), m.n_positions, 1)?;
     let m = &c.model;
+    if m.init_from
+        .as_ref()
+        .is_some_and(|p| p.as_os_str().is_empty())
+    {
+        return Err(invalid(
+            "model.init_from",
+            "give a Hugging Face GPT-2 checkpoint directory, or null",
+        ));
+    }
     fraction("model.dropout", m.dropout, 0.0, 1.0, true)?;
     positive("model.layer_norm_epsilon", m.layer_norm_epsilon)?;
 
@@ -261,7 +331,9 @@ fn validate_training(c: &Config) -> Check {
     at_least("training.batch_size", t.batch_size, 1)?;
     at_least("training.seq_len", t.seq_len, 1)?;
     let n_positions = c.model_size().n_positions;
-    if t.seq_len > n_positions {
+    // With model.init_from the context length is the checkpoint's (its config.json),
+    // which the worker checks when it reads it.
+    if c.model.init_from.is_none() && t.seq_len > n_positions {
         return Err(out_of_range(
             "training.seq_len",
             t.seq_len,
@@ -277,6 +349,17 @@ fn validate_training(c: &Config) -> Check {
     at_least("training.eval_every", t.eval_every, 1)?;
     at_least("training.eval_batches", t.eval_batches, 1)?;
     at_least("training.keep_checkpoints", t.keep_checkpoints, 1)?;
+    if let Some(ema) = &t.ema {
+        let ok = ema.decay > 0.0 && ema.decay < 1.0;
+        if !ok {
+            return Err(out_of_range(
+                "training.ema.decay",
+                ema.decay,
+                "between 0 and 1, both excluded (e.g. 0.999)",
+            ));
+        }
+        at_least("training.ema.every", ema.every, 1)?;
+    }
     if t.stages.is_empty() {
         return Err(invalid(
             "training.stages",

@@ -16,7 +16,7 @@ use super::hf_state::{HfState, sorted};
 use super::history::LogHistory;
 use super::run_config::RunConfig;
 use super::staging;
-use super::tensors::{self, MODEL_FILE, OPTIMIZER_FILE, OPTIMIZER_PT};
+use super::tensors::{self, EMA_FILE, MODEL_FILE, OPTIMIZER_FILE, OPTIMIZER_PT};
 use super::{ExportError, Result};
 use crate::atomic::StagedDir;
 use crate::checkpoint::{self, Checkpoint, EXPORT_MARKER};
@@ -25,6 +25,8 @@ use crate::{run, trainer_state};
 
 /// Default export directory inside a run: `<run>/exported/checkpoint-<step>/`.
 pub const EXPORT_DIR: &str = "exported";
+/// Default directory of the moving-average weights' exports (`--ema`).
+pub const EXPORT_EMA_DIR: &str = "exported-ema";
 /// Bumped when the export's content changes, so older exports are rebuilt.
 /// 2: `optimizer.pt` beside `optimizer.safetensors`; every `log_history` entry has
 /// a `learning_rate` (evaluations on their step's training entry).
@@ -50,6 +52,10 @@ pub struct ExportOptions {
     pub out: Option<PathBuf>,
     /// Rebuild exports even when they are complete and current.
     pub force: bool,
+    /// Export the weights' moving average (`ema.safetensors`, `training.ema`)
+    /// instead of the weights, without optimizer moments (they are the weights');
+    /// default directory `<run>/exported-ema/`.
+    pub ema: bool,
 }
 
 impl ExportOptions {
@@ -59,6 +65,7 @@ impl ExportOptions {
             selection: Selection::Latest,
             out: None,
             force: false,
+            ema: false,
         }
     }
 }
@@ -220,7 +227,11 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport> {
         newest_at.insert(c.state.step, i);
     }
 
-    let out = opts.out.clone().unwrap_or_else(|| run_dir.join(EXPORT_DIR));
+    let default_dir = if opts.ema { EXPORT_EMA_DIR } else { EXPORT_DIR };
+    let out = opts
+        .out
+        .clone()
+        .unwrap_or_else(|| run_dir.join(default_dir));
     fs::create_dir_all(&out).ctx("create the export directory", &out)?;
     staging::sweep_leftovers(&out);
 
@@ -251,7 +262,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport> {
             });
             continue;
         }
-        let done = export_one(c, &files, &out, opts.force, &mut report.warnings)?;
+        let done = export_one(c, &files, &out, opts, &mut report.warnings)?;
         report.checkpoints.push(done);
     }
     Ok(report)
@@ -287,9 +298,10 @@ fn select(all: &[Checkpoint], selection: &Selection, run_dir: &Path) -> Result<V
     })
 }
 
-/// The part of [`EXPORT_MARKER`] that says which checkpoint an export was made from.
-fn provenance(c: &Checkpoint, run: &Path, with_optimizer: bool) -> Value {
-    json!({
+/// The part of [`EXPORT_MARKER`] that says which checkpoint (and which of its
+/// weights) an export was made from.
+fn provenance(c: &Checkpoint, run: &Path, with_optimizer: bool, ema: bool) -> Value {
+    let mut v = json!({
         "format": EXPORT_FORMAT,
         "run": run.file_name().map(|n| n.to_string_lossy().into_owned()),
         "checkpoint": c.name,
@@ -297,7 +309,11 @@ fn provenance(c: &Checkpoint, run: &Path, with_optimizer: bool) -> Value {
         "stage": c.state.stage,
         "saved_at": c.state.saved_at,
         "optimizer": with_optimizer,
-    })
+    });
+    if ema {
+        v["weights"] = json!("ema");
+    }
+    v
 }
 
 /// An export at `target` is reused when its marker names the same checkpoint and
@@ -378,20 +394,29 @@ fn export_one(
     c: &Checkpoint,
     run: &RunFiles,
     out: &Path,
-    force: bool,
+    opts: &ExportOptions,
     warnings: &mut Vec<String>,
 ) -> Result<ExportedCheckpoint> {
     let step = c.state.step;
     let target = out.join(format!("checkpoint-{step}"));
+    let model_src = c.path.join(if opts.ema { EMA_FILE } else { MODEL_FILE });
+    if opts.ema && !model_src.is_file() {
+        return Err(ExportError::missing(
+            "the weights' moving average",
+            &model_src,
+            "the run trained without training.ema (e.g. {decay: 0.999}); export without --ema",
+        ));
+    }
     let opt_src = c.path.join(OPTIMIZER_FILE);
-    let with_optimizer = opt_src.is_file();
-    if !with_optimizer {
+    // The moments are the weights', not their average's.
+    let with_optimizer = !opts.ema && opt_src.is_file();
+    if !opts.ema && !with_optimizer {
         warnings.push(format!(
             "{} has no {OPTIMIZER_FILE} (training.save_optimizer_state was none or last); checkpoint-{step} carries no moments",
             c.path.display()
         ));
     }
-    let source = provenance(c, &run.dir, with_optimizer);
+    let source = provenance(c, &run.dir, with_optimizer, opts.ema);
     let mut done = ExportedCheckpoint {
         source: c.path.clone(),
         name: c.name.clone(),
@@ -402,7 +427,7 @@ fn export_one(
         optimizer: with_optimizer,
         optimizer_file: None,
     };
-    if !force && is_current(&target, &source) {
+    if !opts.force && is_current(&target, &source) {
         if with_optimizer {
             done.optimizer_file = Some(if same_file(&opt_src, &target.join(OPTIMIZER_FILE)) {
                 Carried::Linked
@@ -415,7 +440,6 @@ fn export_one(
 
     let staging = StagedDir::begin(&target)?;
     let dir = staging.dir();
-    let model_src = c.path.join(MODEL_FILE);
     let weights = tensors::write_hf_model(&model_src, &dir.join(MODEL_FILE))?;
     let dims = ModelDims::from_run(&run.config, &weights, &model_src)?;
 

@@ -24,13 +24,14 @@ mod segments;
 mod staging;
 mod step;
 mod tensors;
+mod torch_load;
 mod torch_save;
 
 pub use crate::checkpoint::EXPORT_MARKER;
 pub use error::ExportError;
 pub use exporter::{
-    Carried, EXPORT_DIR, ExportOptions, ExportReport, ExportStatus, ExportedCheckpoint, Selection,
-    export, locate_run,
+    Carried, EXPORT_DIR, EXPORT_EMA_DIR, ExportOptions, ExportReport, ExportStatus,
+    ExportedCheckpoint, Selection, export, locate_run,
 };
 pub use hf_config::{ModelDims, SpecialTokens, model_dims};
 pub use history::{LogHistory, for_hf_readers};
@@ -41,6 +42,8 @@ pub use resolve::{
 pub use run_config::{RunConfig, run_config_yaml};
 pub use segments::{Segment, terminal_velocity_factor};
 pub use step::{checkpoint_step, step_from_name};
-pub use tensors::{OPTIMIZER_PT, hf_parameter_order};
+pub use tensors::{EMA_FILE, OPTIMIZER_PT, hf_parameter_order};
+pub use torch_load::{LoadedTensor, load_state_dict};
+pub use torch_save::Dtype as TorchDtype;
 
 pub type Result<T, E = ExportError> = std::result::Result<T, E>;

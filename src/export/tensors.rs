@@ -11,6 +11,9 @@ use crate::error::IoContext;
 
 pub const MODEL_FILE: &str = "model.safetensors";
 pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+/// The weights' moving average (`training.ema`): the same names and layout as the
+/// weights, so it exports as a model.
+pub const EMA_FILE: &str = "ema.safetensors";
 /// Tied to `transformer.wte.weight`; Hugging Face re-ties it on load.
 const LM_HEAD: &str = "lm_head.weight";
 const WTE: &str = "transformer.wte.weight";

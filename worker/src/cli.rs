@@ -7,6 +7,9 @@ use anyhow::{Context, Result};
 use clap::Args;
 use lavender::config::{Config, LoadOptions};
 
+/// How many processes torchrun (and other launchers) started together.
+const WORLD_SIZE: &str = "WORLD_SIZE";
+
 #[derive(Args, Debug, Clone)]
 pub struct StepArgs {
     /// The pipeline config (YAML). Defaults to the embedded configs/default.yaml.
@@ -64,6 +67,8 @@ impl StepArgs {
                 .push((key.trim().to_string(), value.to_string()));
         }
         let config = Config::load(&opts)?;
+        // One process on one device, whatever launched it.
+        config.check_one_process(std::env::var(WORLD_SIZE).ok().as_deref())?;
         let cwd = std::env::current_dir().context("could not read the current directory")?;
         let data_root = config.resolve_data_root(
             self.data_root.as_deref(),

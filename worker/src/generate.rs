@@ -32,7 +32,7 @@ pub struct GenerateArgs {
     /// Sampling seed (default: the config's seed).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// auto|cpu|cuda|mps.
+    /// auto|cpu|cuda|cuda:N|mps.
     #[arg(long)]
     pub device: Option<String>,
 }
@@ -48,7 +48,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     tch::set_num_threads(s.threads as i32);
     let device = crate::train::device::from_flag(args.device.as_deref(), s.config.device)?;
     let (model, ck) =
-        load_for_inference(&s.checkpoints_root(), &args.checkpoint, s.model(0), device)?;
+        load_for_inference(&s.checkpoints_root(), &args.checkpoint, s.model(0)?, device)?;
     // The run's own tokenizer is the encoding its weights were trained with.
     let run_tok = ck
         .path

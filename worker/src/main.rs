@@ -7,12 +7,14 @@ mod hard_examples;
 mod logits;
 mod mine_hard;
 mod model;
+mod native;
 mod optim;
 mod progress;
 mod tokens;
 mod train;
 
 use clap::{Parser, Subcommand};
+use lavender::failure::FailureKind;
 
 use cli::StepArgs;
 
@@ -50,8 +52,28 @@ enum Command {
     Logits(logits::LogitsArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            std::process::ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+/// A rejected config says so in the exit code too (the daemon does not retry it),
+/// for when neither heartbeat nor event could be written.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    let kind = if e.chain().any(|c| c.is::<lavender::config::ConfigError>()) {
+        FailureKind::Config
+    } else {
+        FailureKind::Crash
+    };
+    u8::try_from(kind.exit_code()).unwrap_or(1)
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Downloads(a) => data::run(data::DataStep::Downloads, &a),
         Command::Dedup(a) => data::run(data::DataStep::Dedup, &a),

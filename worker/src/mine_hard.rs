@@ -32,7 +32,7 @@ pub struct MineHardArgs {
     /// How many windows to keep (default: data.hard_examples.top_k).
     #[arg(long)]
     pub top_k: Option<usize>,
-    /// auto|cpu|cuda|mps.
+    /// auto|cpu|cuda|cuda:N|mps.
     #[arg(long)]
     pub device: Option<String>,
 }
@@ -43,7 +43,7 @@ pub fn run(args: MineHardArgs) -> Result<()> {
     tch::set_num_threads(s.threads as i32);
     let device = crate::train::device::from_flag(args.device.as_deref(), s.config.device)?;
     let (model, ck) =
-        load_for_inference(&s.checkpoints_root(), &args.checkpoint, s.model(0), device)?;
+        load_for_inference(&s.checkpoints_root(), &args.checkpoint, s.model(0)?, device)?;
     let tokens = Tokens::open(&s.data_root.join(lavender::data_root::TOKENS))?;
     let shards = tokens.select_shards(s.chunk, s.config.preset().shards)?;
     let arrays = shards

@@ -340,3 +340,210 @@ fn an_exported_checkpoint_loads_in_transformers_with_the_same_logits() {
         assert!((s.lr_x_steps - sum).abs() <= 1e-12 * sum, "{s:?} vs {sum}");
     }
 }
+
+/// A GPT-2 and its tokenizer as a user brings them: a byte-level BPE trained by
+/// `tokenizers` on the corpus, a `GPT2LMHeadModel` (vocabulary padded past the
+/// tokenizer's) saved with `save_pretrained` into `gpt2/`, and the same model as a
+/// `torch.save` state dict (`pytorch_model.bin`) in `gpt2-bin/`.
+const MAKE_GPT2: &str = r#"
+import os, sys, torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GPT2Config, GPT2LMHeadModel
+out, corpus = sys.argv[1], sys.argv[2]
+tok = Tokenizer(models.BPE())
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+tok.train([corpus], trainers.BpeTrainer(vocab_size=350, special_tokens=["<|endoftext|>"],
+                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+torch.manual_seed(0)
+eos = tok.token_to_id("<|endoftext|>")
+cfg = GPT2Config(vocab_size=tok.get_vocab_size() + 6, n_positions=64, n_embd=32, n_layer=2,
+                 n_head=2, bos_token_id=eos, eos_token_id=eos)
+model = GPT2LMHeadModel(cfg)
+for sub in ["gpt2", "gpt2-bin"]:
+    d = os.path.join(out, sub)
+    model.save_pretrained(d)
+    tok.save(os.path.join(d, "tokenizer.json"))
+os.remove(os.path.join(out, "gpt2-bin", "model.safetensors"))
+torch.save(model.state_dict(), os.path.join(out, "gpt2-bin", "pytorch_model.bin"))
+print(tok.get_vocab_size())
+"#;
+
+/// One tensor of a safetensors file, as f32 values.
+fn tensor_values(path: &Path, name: &str) -> Vec<f32> {
+    let bytes = fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let t = st.tensor(name).unwrap();
+    assert_eq!(t.dtype(), safetensors::Dtype::F32, "{name}");
+    t.data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_pretrained_gpt2_continues_through_sft_and_exports_with_the_same_logits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data_root = tmp.path().join("data");
+    let corpus = tmp.path().join("corpus.txt");
+    write_corpus(&corpus);
+    lavender_testkit::python::require_modules(&["transformers", "tokenizers", "torch"]);
+    let out = run_ok(
+        Command::new(python())
+            .arg("-c")
+            .arg(MAKE_GPT2)
+            .arg(tmp.path())
+            .arg(&corpus)
+            .env("HF_HUB_OFFLINE", "1")
+            .env("TRANSFORMERS_OFFLINE", "1"),
+    );
+    let tokenizer_size: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let gpt2 = tmp.path().join("gpt2");
+    let init = |dir: &Path| format!("model.init_from={}", dir.display());
+
+    // The tokenizer step takes the checkpoint's tokenizer as it is.
+    for step in ["downloads", "dedup", "filter", "build_shards", "precompute"] {
+        run_ok(step_cmd(step, &data_root, &corpus).args(["--set", &init(&gpt2)]));
+    }
+    assert_eq!(
+        fs::read(data_root.join("tokens/tokenizer.json")).unwrap(),
+        fs::read(gpt2.join("tokenizer.json")).unwrap()
+    );
+    let m = read_json(&data_root.join("tokens/manifest.json"));
+    assert_eq!(m["counts"]["vocab_size"], tokenizer_size);
+
+    // SFT from its weights, once from model.safetensors and once from pytorch_model.bin.
+    let sft = |from: &Path, run: &str| -> PathBuf {
+        let run_dir = data_root.join("checkpoints").join(run);
+        let mut c = step_cmd("train", &data_root, &corpus);
+        c.arg("--run-dir").arg(&run_dir).args(["--device", "cpu"]);
+        for set in [
+            init(from).as_str(),
+            "training.stages=[{name: sft, steps: 4, lr: 1.0e-3, checkpoint_every: 2}]",
+            "training.batch_size=4",
+            "training.seq_len=32",
+            "training.eval_every=2",
+            "training.eval_batches=1",
+            "threads=1",
+        ] {
+            c.arg("--set").arg(set);
+        }
+        run_ok(&mut c);
+        run_dir
+    };
+    let run = sft(&gpt2, "run-2026-01-01_00-00-00");
+    let run_bin = sft(&tmp.path().join("gpt2-bin"), "run-2026-01-01_00-00-01");
+    let started = lavender_testkit::events(&run)
+        .into_iter()
+        .find(|e| e["kind"] == "run_started")
+        .unwrap();
+    assert_eq!(started["init_from"], gpt2.display().to_string());
+    assert_eq!(
+        started["model"]["n_positions"], 64,
+        "the checkpoint's shape"
+    );
+    let last = |run: &Path| {
+        let cks = lavender::checkpoint::list_run_checkpoints(run).unwrap();
+        assert_eq!(cks.last().unwrap().state.step, 4);
+        cks.last().unwrap().path.clone()
+    };
+    let (ck, ck_bin) = (last(&run), last(&run_bin));
+    assert_eq!(
+        logits_of(&ck),
+        logits_of(&ck_bin),
+        "both files hold the same weights"
+    );
+    // Training moved the checkpoint's weights a little (4 AdamW steps of 1e-3), where a
+    // fresh initialisation would be unrelated to them.
+    let name = "transformer.h.0.mlp.c_fc.weight";
+    let before = tensor_values(&gpt2.join("model.safetensors"), name);
+    let after = tensor_values(&ck.join("model.safetensors"), name);
+    let moved = before
+        .iter()
+        .zip(&after)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(moved > 0.0 && moved < 0.01, "max change {moved}");
+
+    // `lavenderd export`, then transformers loads it: same logits as the worker's.
+    let export: Value = serde_json::from_slice(
+        &run_ok(
+            Command::new(lavender_testkit::lavenderd())
+                .arg("--data-root")
+                .arg(&data_root)
+                .args(["export", "--run"])
+                .arg(&run)
+                .args(["--all", "--json"])
+                .env_remove("LAVENDER_CONFIG")
+                .env_remove("LAVENDER_DATA_ROOT"),
+        )
+        .stdout,
+    )
+    .unwrap();
+    let exported = export["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "written")
+        .map(|c| PathBuf::from(c["path"].as_str().unwrap()))
+        .next_back()
+        .expect("an exported checkpoint");
+    let ids: Vec<String> = IDS.iter().map(i64::to_string).collect();
+    let out = run_ok(
+        Command::new(python())
+            .arg(repo().join("scripts/hf_check.py"))
+            .arg("--model")
+            .arg(&exported)
+            .arg("--ids")
+            .arg(ids.join(","))
+            .arg("--text")
+            .arg(PROMPT)
+            .env("HF_HUB_OFFLINE", "1")
+            .env("TRANSFORMERS_OFFLINE", "1"),
+    );
+    let hf: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tch_logits = logits_of(&ck);
+    let diff = max_abs_diff(&tch_logits, &matrix(&hf["logits"]));
+    println!("init_from -> sft -> export: max |logits(worker) - logits(transformers)| = {diff:e}");
+    assert!(diff <= 1e-4, "logits differ by {diff}");
+    assert_eq!(
+        tch_logits[0].len() as u64,
+        tokenizer_size + 6,
+        "the checkpoint's vocabulary"
+    );
+    assert_eq!(hf["lm_head_tied"], true);
+
+    // A checkpoint whose config.json does not fit its weights names the tensor; a
+    // directory without a tokenizer says so.
+    let bad = tmp.path().join("gpt2-bad");
+    fs::create_dir_all(&bad).unwrap();
+    for f in ["model.safetensors", "tokenizer.json"] {
+        fs::copy(gpt2.join(f), bad.join(f)).unwrap();
+    }
+    let config = fs::read_to_string(gpt2.join("config.json")).unwrap();
+    fs::write(
+        bad.join("config.json"),
+        config.replace("\"n_positions\": 64", "\"n_positions\": 128"),
+    )
+    .unwrap();
+    let mut c = step_cmd("train", &data_root, &corpus);
+    c.args(["--device", "cpu", "--set", &init(&bad)]);
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("transformer.wpe.weight has shape [64, 32], this model expects [128, 32]"),
+        "{err}"
+    );
+    fs::remove_file(bad.join("tokenizer.json")).unwrap();
+    let out = step_cmd("precompute", &data_root, &corpus)
+        .args(["--force", "--set", &init(&bad)])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("is not a Hugging Face GPT-2 checkpoint: tokenizer.json is missing"),
+        "{err}"
+    );
+}

@@ -49,32 +49,33 @@ fn final_model(run_dir: &Path) -> Vec<u8> {
     std::fs::read(last.join("model.safetensors")).unwrap()
 }
 
-#[test]
-fn stop_and_resume_reproduces_a_straight_run_bit_for_bit() {
+/// Trains straight through, then again stopped mid-pretrain and mid-DPO and
+/// resumed, both with `extra` arguments; asserts the final weights are byte for
+/// byte the same and the histories step for step. Returns both runs' directories.
+fn assert_stop_and_resume_is_exact(extra: &[&str]) -> (PathBuf, PathBuf, Vec<tempfile::TempDir>) {
     let straight = tempfile::tempdir().unwrap();
     write_tokens(straight.path());
     let run_a = straight.path().join("checkpoints/run-2026-01-01_00-00-01");
-    run_ok(&mut train_cmd(straight.path(), Some(&run_a), &[]));
+    run_ok(train_cmd(straight.path(), Some(&run_a), &[]).args(extra));
 
     let resumed = tempfile::tempdir().unwrap();
     write_tokens(resumed.path());
     let run_b = resumed.path().join("checkpoints/run-2026-01-01_00-00-02");
     // Stop mid-pretrain (step 5), then mid-DPO (step 14), then run to the end.
-    let out = run_ok(&mut train_cmd(
-        resumed.path(),
-        Some(&run_b),
-        &["--stop-at-step", "5"],
-    ));
+    let out = run_ok(train_cmd(resumed.path(), Some(&run_b), &["--stop-at-step", "5"]).args(extra));
     assert!(String::from_utf8_lossy(&out.stdout).contains("stopped at step 5"));
     assert_eq!(
         read_json(&run_b.join("heartbeat.json"))["state"],
         "stopping"
     );
-    run_ok(&mut train_cmd(
-        resumed.path(),
-        None,
-        &["--resume", "latest", "--stop-at-step", "14"],
-    ));
+    run_ok(
+        train_cmd(
+            resumed.path(),
+            None,
+            &["--resume", "latest", "--stop-at-step", "14"],
+        )
+        .args(extra),
+    );
     let state = read_json(
         &checkpoints(&run_b)
             .pop()
@@ -85,11 +86,7 @@ fn stop_and_resume_reproduces_a_straight_run_bit_for_bit() {
         (state["stage"].as_str(), state["step"].as_u64()),
         (Some("dpo"), Some(14))
     );
-    run_ok(&mut train_cmd(
-        resumed.path(),
-        None,
-        &["--resume", "latest"],
-    ));
+    run_ok(train_cmd(resumed.path(), None, &["--resume", "latest"]).args(extra));
 
     assert!(
         final_model(&run_a) == final_model(&run_b),
@@ -106,6 +103,151 @@ fn stop_and_resume_reproduces_a_straight_run_bit_for_bit() {
             .collect()
     };
     assert_eq!(lr(&run_a), lr(&run_b));
+    assert_eq!(lr(&run_a).len(), 16, "every step's values were recorded");
+    (run_a, run_b, vec![straight, resumed])
+}
+
+fn final_state(run_dir: &Path) -> serde_json::Value {
+    read_json(
+        &checkpoints(run_dir)
+            .pop()
+            .unwrap()
+            .join("trainer_state.json"),
+    )
+}
+
+/// The dtype of every tensor in a .safetensors file.
+fn dtypes(path: &Path) -> Vec<String> {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .map(|(_, v)| v["dtype"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn stop_and_resume_reproduces_a_straight_run_bit_for_bit() {
+    let (run_a, _, _dirs) = assert_stop_and_resume_is_exact(&[]);
+    assert_eq!(
+        final_state(&run_a)["precision"],
+        "fp32",
+        "auto is fp32 on the CPU"
+    );
+}
+
+/// bf16 autocast on the CPU: still exact across a stop and a resume, and the
+/// checkpoints stay fp32.
+#[test]
+fn bf16_stop_and_resume_reproduces_a_straight_run_bit_for_bit() {
+    let (run_a, run_b, _dirs) =
+        assert_stop_and_resume_is_exact(&["--set", "training.precision=bf16"]);
+    assert_eq!(final_state(&run_b)["precision"], "bf16");
+    let started = events(&run_a)
+        .into_iter()
+        .find(|e| e["kind"] == "run_started")
+        .unwrap();
+    assert_eq!(started["precision"], "bf16");
+    let last = checkpoints(&run_b).pop().unwrap();
+    for file in ["model.safetensors", "optimizer.safetensors"] {
+        let kinds = dtypes(&last.join(file));
+        assert!(
+            !kinds.is_empty() && kinds.iter().all(|k| k == "F32"),
+            "{file}: {kinds:?}"
+        );
+    }
+    // It trained in another arithmetic than fp32: the losses differ from an fp32 run's.
+    let fp32 = tempfile::tempdir().unwrap();
+    write_tokens(fp32.path());
+    let run_c = fp32.path().join("run");
+    run_ok(&mut train_cmd(fp32.path(), Some(&run_c), &[]));
+    assert!(
+        final_model(&run_c) != final_model(&run_a),
+        "bf16 trained exactly as fp32"
+    );
+}
+
+/// fp16's dynamic loss scale is part of the checkpoint: a resumed run scales as the
+/// straight one did (its step count since the last change included), and ends with
+/// the same weights.
+#[test]
+fn fp16_loss_scale_round_trips_through_checkpoints() {
+    let (run_a, run_b, _dirs) =
+        assert_stop_and_resume_is_exact(&["--set", "training.precision=fp16"]);
+    let (a, b) = (final_state(&run_a), final_state(&run_b));
+    assert_eq!(b["precision"], "fp16");
+    let scaler = &b["loss_scaler"];
+    assert!(scaler["scale"].as_f64().unwrap() > 0.0, "{b}");
+    // Every step was finite here, so the tracker counts all 16 since training began:
+    // a resume that lost it would have counted from its own start (step 14).
+    assert_eq!(scaler["growth_tracker"], 16, "{b}");
+    assert_eq!(a["loss_scaler"], b["loss_scaler"]);
+    let history = read_json(&run_b.join("log_history.json"));
+    assert!(
+        history
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e.get("learning_rate").is_some())
+            .all(|e| e["loss_scale"].as_f64() == Some(65536.0)),
+        "each step records its loss scale"
+    );
+}
+
+/// With `training.ema`, every checkpoint carries the moving average, a resume
+/// continues it exactly, and each evaluation reports both losses.
+#[test]
+fn ema_stop_and_resume_reproduces_a_straight_run_bit_for_bit() {
+    let (run_a, run_b, _dirs) =
+        assert_stop_and_resume_is_exact(&["--set", "training.ema={decay: 0.8, every: 2}"]);
+    let last = |run: &Path| checkpoints(run).pop().unwrap();
+    let ema = |run: &Path| std::fs::read(last(run).join("ema.safetensors")).unwrap();
+    assert!(ema(&run_a) == ema(&run_b), "resumed moving average differs");
+    assert!(
+        ema(&run_b) != std::fs::read(last(&run_b).join("model.safetensors")).unwrap(),
+        "the average is not the weights"
+    );
+    for c in checkpoints(&run_b) {
+        assert!(c.join("ema.safetensors").is_file(), "{}", c.display());
+    }
+    // Both validation losses, in the history, the checkpoint and the stage's end.
+    let history = read_json(&run_b.join("log_history.json"));
+    let evals: Vec<&serde_json::Value> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.get("eval_loss").is_some())
+        .collect();
+    assert!(!evals.is_empty());
+    for e in &evals {
+        assert!(e["eval_ema_loss"].as_f64().unwrap().is_finite(), "{e}");
+    }
+    assert!(
+        evals.iter().any(|e| e["eval_ema_loss"] != e["eval_loss"]),
+        "the average evaluated as the weights"
+    );
+    let state = final_state(&run_b);
+    assert!(state["eval"]["ema_loss"].as_f64().is_some(), "{state}");
+    let finished: Vec<serde_json::Value> = events(&run_b)
+        .into_iter()
+        .filter(|e| e["kind"] == "stage_finished")
+        .collect();
+    assert_eq!(finished.len(), 3);
+    assert!(
+        finished
+            .iter()
+            .all(|e| e["ema_eval_loss"].as_f64().is_some())
+    );
+    assert!(
+        events(&run_b)
+            .iter()
+            .filter(|e| e["kind"] == "checkpoint_saved")
+            .all(|e| e["ema_eval_loss"].as_f64().is_some())
+    );
 }
 
 fn wait_for_step(run_dir: &Path, child: &mut Child, step: u64) {

@@ -136,26 +136,113 @@ fn a_diverging_run_ends_failed_with_an_error_event_and_a_clear_message() {
     assert!(err["message"].as_str().unwrap().contains("loss became"));
 }
 
+/// A GPU the machine does not have is refused, saying what to do, whether the
+/// machine has CUDA devices (then it counts them) or none.
 #[test]
-fn cuda_without_a_gpu_is_refused_with_what_to_do() {
+fn a_cuda_device_that_is_not_there_is_refused_with_what_to_do() {
     let root = tempfile::tempdir().unwrap();
     write_tokens(root.path());
     let out = worker()
         .arg("train")
         .arg("--data-root")
         .arg(root.path())
-        .args(["--device", "cuda"])
+        .args(["--device", "cuda:99"])
         .args(small_run_args(2, 1, 1, 100))
         .output()
         .unwrap();
-    if out.status.success() {
-        // A machine with a GPU trains on it; nothing to refuse.
-        return;
-    }
+    assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("--device cuda") && stderr.contains("--device auto or cpu"),
+        stderr.contains("--device cuda:99")
+            && (stderr.contains("--device auto or cpu")
+                || stderr.contains("CUDA device(s), numbered")),
         "{stderr}"
+    );
+    let out = worker()
+        .arg("train")
+        .arg("--data-root")
+        .arg(root.path())
+        .args(["--device", "gpu"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("`gpu` is not a device")
+            && stderr.contains("cuda:N"),
+        "{stderr}"
+    );
+}
+
+/// `make test-gpu` is for machines with a GPU: where CUDA sees none (here, hidden
+/// by CUDA_VISIBLE_DEVICES on any machine) it fails at once and says why.
+#[test]
+fn make_test_gpu_fails_clearly_without_a_cuda_device() {
+    let out = std::process::Command::new("bash")
+        .arg(lavender_testkit::repo().join("scripts/test-gpu.sh"))
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("make test-gpu: no CUDA device here")
+            && stderr.contains("CUDA_VISIBLE_DEVICES=''")
+            && stderr.contains("run it on a machine with one"),
+        "{stderr}"
+    );
+}
+
+/// The worker is one process on one device: several Slurm tasks in its config, or a
+/// WORLD_SIZE above 1 (torchrun), make it refuse to start with the `config` exit code,
+/// naming the multi-GPU path, before it writes anything.
+#[test]
+fn several_processes_are_refused_with_the_config_exit_code() {
+    let root = tempfile::tempdir().unwrap();
+    write_tokens(root.path());
+    let refused = |cmd: &mut std::process::Command, what: &str| {
+        let out = cmd.args(small_run_args(2, 1, 1, 100)).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(lavender::failure::FailureKind::Config.exit_code()),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(what)
+                && stderr.contains("one process on one device")
+                && stderr.contains("torchrun")
+                && stderr.contains("docs/PYTHON.md"),
+            "{stderr}"
+        );
+    };
+    refused(
+        cpu_train(root.path()).args(["--set", "launch.slurm.ntasks=2"]),
+        "launch.slurm.ntasks",
+    );
+    // Started by a wrapper the config check cannot see through: still refused.
+    refused(
+        cpu_train(root.path()).args([
+            "--set",
+            "launch.slurm.ntasks=2",
+            "--set",
+            "worker.command=[torchrun, train.py]",
+        ]),
+        "launch.slurm.ntasks",
+    );
+    refused(
+        cpu_train(root.path()).env("WORLD_SIZE", "2"),
+        "WORLD_SIZE: 2 processes",
+    );
+    assert!(
+        !root.path().join("checkpoints").exists(),
+        "nothing written before refusing"
+    );
+    // WORLD_SIZE=1 is one process.
+    run_ok(
+        cpu_train(root.path())
+            .env("WORLD_SIZE", "1")
+            .args(small_run_args(2, 1, 1, 100)),
     );
 }
 

@@ -183,6 +183,10 @@ pub enum Command {
         out: Option<PathBuf>,
         #[arg(long)]
         force: bool,
+        /// Export the weights' moving average (training.ema) instead of the weights,
+        /// into <run>/exported-ema/ unless --out says otherwise.
+        #[arg(long)]
+        ema: bool,
         #[arg(long)]
         json: bool,
     },

@@ -26,8 +26,8 @@ use crate::alert::AlertSender;
 use crate::feed::{self, Feed};
 use crate::layout::Layout;
 use crate::notify::{self, EventFollower, Notifier};
-use crate::pipeline::retention::{RetentionHandle, RetentionSettings};
 use crate::pipeline::{self, PipelineHandle, StartRequest};
+use crate::retention::{Retention, RetentionHandle, RetentionSettings};
 use crate::server::{self, AppState};
 use crate::settings::{GlobalArgs, Settings};
 use crate::status::{self, StatusCache, StatusSettings};
@@ -152,13 +152,17 @@ impl Daemon {
         let alerts = feed::alerts::tee(feed.clone(), sink);
         let pipeline =
             pipeline::actor::spawn(layout.clone(), settings.config.clone(), alerts.clone())?;
-        let retention = pipeline::retention::spawn(
-            layout.clone(),
-            pipeline.subscribe(),
+        let (pruner, retention) = Retention::start(
             RetentionSettings::from_config(&settings.config),
+            layout.checkpoints_root(),
         );
-        let (cache, web) =
-            status_tasks(&settings, &opts.status, &pipeline, feed, &notifier, alerts)?;
+        let parts = StatusParts {
+            feed,
+            notifier: notifier.clone(),
+            alerts,
+            pruner,
+        };
+        let (cache, web) = status_tasks(&settings, &opts.status, &pipeline, parts)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let app = AppState {
             pipeline: pipeline.clone(),
@@ -321,6 +325,9 @@ impl Daemon {
             Err(e) => tracing::error!("server task: {e}"),
             Ok(Ok(())) => {}
         }
+        // A launch still in flight (a slow `sbatch`) returns, and its worker is
+        // cancelled, before the daemon exits.
+        self.pipeline.detach().await;
         self.remove_addresses();
         exit
     }
@@ -381,21 +388,36 @@ async fn listen(
     Ok((tcp, unix))
 }
 
-/// The refresher, the watchdog and the feed's publisher, started on their own thread
-/// (`status/tasks.rs`); returns the status cache and the web views over it.
+/// What the status tasks are wired to.
+struct StatusParts {
+    feed: Feed,
+    notifier: Notifier,
+    alerts: AlertSender,
+    /// The daemon's checkpoint retention, fed by the one follower of `events.jsonl`.
+    pruner: Retention,
+}
+
+/// The refresher, the watchdog and the feed's publisher (with the one follower of
+/// `events.jsonl`), started on their own thread (`status/tasks.rs`); returns the
+/// status cache and the web views over it.
 fn status_tasks(
     settings: &Settings,
     refresh: &status::RefreshOptions,
     pipeline: &PipelineHandle,
-    feed: Feed,
-    notifier: &Notifier,
-    alerts: AlertSender,
+    parts: StatusParts,
 ) -> Result<(StatusCache, WebState)> {
+    let StatusParts {
+        feed,
+        notifier,
+        alerts,
+        pruner,
+    } = parts;
     let follower = EventFollower::new(
-        settings.config.notify.milestones.then_some(notifier),
+        settings.config.notify.milestones.then_some(&notifier),
         &settings.layout.state_dir,
         &settings.layout.data_root,
-    );
+    )
+    .with_retention(pruner);
     let tasks =
         status::tasks::StatusTasks::start().context("start the thread of the status tasks")?;
     let layout = &settings.layout;

@@ -1,9 +1,11 @@
 //! The one follower of a run's `events.jsonl`. Each poll reads what was appended
-//! and hands it to both readers: the live feed (every event, from the run's first
-//! line on; the caller publishes them) and the notifier (a push per milestone, at
+//! and hands it to its three readers: the live feed (every event, from the run's
+//! first line on; the caller publishes them), the daemon's checkpoint retention (a
+//! pass after each save, `retention.rs`) and the notifier (a push per milestone, at
 //! most once: its offset is persisted, so a daemon restart sends nothing twice).
-//! Both usually stand at the same offset and share one read; they differ only
-//! right after a daemon restart, when the feed catches up on what was pushed.
+//! The feed and the pushes usually stand at the same offset and share one read;
+//! they differ only right after a daemon restart, when the feed catches up on what
+//! was pushed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,6 +16,7 @@ use super::format::milestone;
 use super::notifier::Notifier;
 use super::offsets;
 use crate::layout::Layout;
+use crate::retention::Retention;
 
 pub struct EventFollower {
     /// Milestone pushes; none when `notify.milestones` is off.
@@ -21,6 +24,8 @@ pub struct EventFollower {
     /// The events file the feed is reading, and how far.
     feed_file: Option<PathBuf>,
     feed_offset: u64,
+    /// The daemon's retention, told of every event the feed gets.
+    retention: Option<Retention>,
 }
 
 struct Pushes {
@@ -57,7 +62,14 @@ impl EventFollower {
             }),
             feed_file: None,
             feed_offset: 0,
+            retention: None,
         }
+    }
+
+    /// Also hands every new event to `retention`, which prunes after saves.
+    pub fn with_retention(mut self, retention: Retention) -> EventFollower {
+        self.retention = Some(retention);
+        self
     }
 
     /// Where the next push of `run_dir`'s milestones starts reading.
@@ -93,6 +105,9 @@ impl EventFollower {
             };
         }
         self.feed_offset = batch.next_offset;
+        if let Some(retention) = self.retention.as_mut() {
+            retention.observe(run_dir, &batch.events);
+        }
         Ok(Followed {
             events: batch.events,
             pushed,

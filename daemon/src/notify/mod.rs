@@ -20,7 +20,8 @@
 //! milestone(&Event, prefix) -> Option<Notification>          // level: Milestone (Alert for `error` events)
 //!
 //! EventFollower::new(Some(&notifier), &state_dir, &data_root) // push offsets from <state_dir>/notify-offsets.json
-//! follower.poll(&run_dir) -> Result<Followed { events, pushed }>  // the one reader of events.jsonl: new events
+//!     .with_retention(retention)                             // also tells the daemon's retention (retention.rs)
+//! follower.poll(&run_dir) -> Result<Followed { events, pushed }>  // the one follower of events.jsonl: new events
 //!                                                            // for the feed; persists the offset, pushes new milestones
 //! ```
 //!

@@ -9,7 +9,6 @@ pub(crate) mod plan;
 pub(crate) mod record;
 pub(crate) mod request;
 pub(crate) mod restart;
-pub(crate) mod retention;
 pub(crate) mod stop;
 
 pub use handle::{PipelineHandle, StartError, StartReply};

@@ -114,6 +114,30 @@ impl StopReport {
         }
     }
 
+    /// A stop that came while the step's worker was being launched: nothing trained
+    /// yet, so nothing was saved; the worker is cancelled once it exists.
+    pub fn during_launch(
+        step: PipelineStep,
+        checkpoints_root: &Path,
+        run_dir: Option<&Path>,
+    ) -> StopReport {
+        let latest = newest_complete(run_dir, checkpoints_root);
+        let newest = match &latest {
+            Some(p) => format!("newest complete checkpoint: {}", p.display()),
+            None => "there is no complete checkpoint".into(),
+        };
+        StopReport {
+            was_running: true,
+            step: Some(step),
+            saved_checkpoint: None,
+            message: format!(
+                "step {step} was stopped while its worker was being launched (nothing trained yet, nothing saved); {newest}"
+            ),
+            latest_checkpoint: latest,
+            killed: false,
+        }
+    }
+
     pub fn after_exit(
         step: PipelineStep,
         mark: &StopMark,

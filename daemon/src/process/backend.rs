@@ -138,13 +138,24 @@ impl Backend {
         }
     }
 
-    /// Sends `signal` to a worker (see [`WorkerHandle::signal`]).
-    pub fn signal(&self, handle: &WorkerHandle, signal: Signal, own_child: bool) -> bool {
+    /// Sends `signal` to a worker (see [`WorkerHandle::signal`]) without waiting:
+    /// a local group at once, a Slurm job through `scontrol` and `scancel` on the
+    /// blocking pool, which say themselves when they fail.
+    pub fn signal(&self, handle: &WorkerHandle, signal: Signal, own_child: bool) {
         #[cfg(test)]
         if let Some(fake) = &self.fake {
-            return fake.signal(handle, signal);
+            fake.signal(handle, signal);
+            return;
         }
-        handle.signal(signal, own_child)
+        match handle {
+            WorkerHandle::Local(_) => {
+                handle.signal(signal, own_child);
+            }
+            WorkerHandle::Slurm { .. } => {
+                let handle = handle.clone();
+                tokio::task::spawn_blocking(move || handle.signal(signal, own_child));
+            }
+        }
     }
 
     /// Starts a step. `updates` hears of a Slurm job's state changes.

@@ -3,7 +3,7 @@
 //! one exits and sees the signals it got. Their pids are beyond any real pid, and
 //! their signals never reach the kernel.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use lavender::config::PipelineStep;
 use nix::sys::signal::Signal;
@@ -19,6 +19,8 @@ const FAKE_PID_BASE: u32 = 1 << 30;
 #[derive(Debug, Clone, Default)]
 pub struct FakeBackend {
     state: Arc<Mutex<State>>,
+    /// Wakes launches held by [`FakeBackend::hold_launches`].
+    released: Arc<Condvar>,
 }
 
 #[derive(Debug, Default)]
@@ -28,6 +30,10 @@ struct State {
     ignore_sigterm: bool,
     /// Launches fail from now on (the worker program vanished, sbatch refuses).
     refuse_launches: bool,
+    /// Launches wait until released, as behind a slow `sbatch`.
+    hold_launches: bool,
+    /// Launches waiting now.
+    held: usize,
 }
 
 #[derive(Debug)]
@@ -45,6 +51,11 @@ impl FakeBackend {
     pub fn launch(&self, step: PipelineStep) -> anyhow::Result<Launched> {
         let (tx, rx) = oneshot::channel();
         let mut st = self.state();
+        st.held += 1;
+        while st.hold_launches {
+            st = self.released.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.held -= 1;
         if st.refuse_launches {
             anyhow::bail!("fake worker of step {step}: launches are refused");
         }
@@ -114,5 +125,20 @@ impl FakeBackend {
 
     pub fn refuse_launches(&self) {
         self.state().refuse_launches = true;
+    }
+
+    /// Launches wait from now on until [`FakeBackend::release_launches`].
+    pub fn hold_launches(&self) {
+        self.state().hold_launches = true;
+    }
+
+    pub fn release_launches(&self) {
+        self.state().hold_launches = false;
+        self.released.notify_all();
+    }
+
+    /// How many launches are waiting to be released.
+    pub fn held_launches(&self) -> usize {
+        self.state().held
     }
 }

@@ -1,17 +1,27 @@
 //! `downloads`: gathers the corpus into `corpus/raw/` from the configured sources — the
-//! embedded default, local files and directories, and verified URLs. Files that are not
-//! UTF-8 are skipped and counted.
+//! embedded default, local files, directories and globs, and verified URLs. Text files
+//! are copied (decompressed when gzip or zstd) and split into documents by dedup; text
+//! files that are not UTF-8 are skipped and counted. Record sources (JSONL, Parquet, a
+//! `datasets` folder) are converted here, one document per record, into JSONL document
+//! files, which the manifest lists under `document_files`; a record that cannot be read
+//! fails the step or, with `data.on_bad_record: skip`, is counted (`skipped_records`).
 
+use std::cell::Cell;
+use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use anyhow::{Context, Result, bail, ensure};
-use lavender::config::{DataSource, EmbeddedCorpus};
-use serde_json::json;
+use lavender::config::{
+    Compression, DataSource, EmbeddedCorpus, OnBadRecord, PathSource, SourceFormat,
+};
+use serde_json::{Value, json};
 
-use super::documents::{Splitter, sha256_file};
+use super::documents::{DocWriter, Splitter, sha256_file};
 use super::http;
-use super::manifest::{InputFingerprint, fingerprint};
+use super::manifest::{InputFingerprint, StepManifest, fingerprint};
+use super::records::{self, Place, Record, RecordFile, RecordFormat, compressed};
 use super::stage;
 use super::step::{self, Ctx};
 use crate::progress::{Progress, group};
@@ -26,11 +36,73 @@ const TINYSHAKESPEARE_GZ: &[u8] = include_bytes!(concat!(
     "/../data/tinyshakespeare.txt.gz"
 ));
 
+/// The manifest's list of outputs that are JSONL document files (one document a
+/// line, from record sources) rather than text to split.
+pub const DOCUMENT_FILES: &str = "document_files";
+/// Skipped bad records the manifest keeps, with their places (the count is complete).
+const SKIPPED_SHOWN: usize = 20;
+
 /// One file of the corpus-to-be and where it comes from.
 enum Item {
-    Embedded { name: String, gz: &'static [u8] },
-    File { src: PathBuf },
-    Url { url: String, sha256: String },
+    Embedded {
+        name: String,
+        gz: &'static [u8],
+    },
+    /// A text file, decompressed when it is compressed.
+    File {
+        src: PathBuf,
+        compression: Compression,
+    },
+    /// A file of records, converted to a JSONL document file; `source` is its index in
+    /// `data.sources`.
+    Records {
+        source: usize,
+        file: RecordFile,
+    },
+    Url {
+        url: String,
+        sha256: String,
+    },
+}
+
+/// The outputs of a downloads manifest that are JSONL document files.
+pub fn document_files(m: &StepManifest) -> HashSet<String> {
+    m.extra
+        .get(DOCUMENT_FILES)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Bad records met so far, and what `data.on_bad_record` says to do with them.
+struct BadRecords {
+    policy: OnBadRecord,
+    count: u64,
+    shown: Vec<Value>,
+}
+
+impl BadRecords {
+    fn record(&mut self, source: usize, file: &Path, at: Place, reason: &str) -> Result<()> {
+        let place = at.in_file(file);
+        match self.policy {
+            OnBadRecord::Fail => bail!(
+                "data.sources[{source}]: {place}: {reason}; fix or remove that record, or set data.on_bad_record: skip to skip such records"
+            ),
+            OnBadRecord::Skip => {
+                self.count += 1;
+                if self.shown.len() < SKIPPED_SHOWN {
+                    self.shown
+                        .push(json!({"source": source, "at": place, "reason": reason}));
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 struct Planned {
@@ -46,10 +118,15 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         "data.sources is empty: list at least one source, e.g. `- embedded: tinyshakespeare`"
     );
     let (plan, inputs) = plan(ctx, sources)?;
-    let slice = json!({
+    let mut slice = json!({
         "sources": sources,
         "document_separator": ctx.settings.data.document_separator,
     });
+    let policy = ctx.settings.data.on_bad_record;
+    // Only record sources have records to skip; text-only configs keep their hash.
+    if plan.iter().any(|p| matches!(p.item, Item::Records { .. })) {
+        slice["on_bad_record"] = json!(policy.as_str());
+    }
     let config_hash = step::config_hash(STEP, VERSION, &slice);
     if let Some(m) = step::fresh_manifest(ctx, STEP, &config_hash, &inputs)? {
         step::say_skipped(STEP, &m);
@@ -72,6 +149,12 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let sep = &ctx.settings.data.document_separator;
     let (mut documents, mut bytes, mut skipped) = (0u64, 0u64, Vec::new());
     let mut outputs = Vec::new();
+    let mut document_outputs = Vec::new();
+    let mut bad = BadRecords {
+        policy,
+        count: 0,
+        shown: Vec::new(),
+    };
     for p in &plan {
         let dest = staged.dir().join(&p.dest);
         if let Some(parent) = dest.parent() {
@@ -83,10 +166,16 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                 let mut r = flate2::read::GzDecoder::new(*gz);
                 copy_text(&mut r, Path::new(name), &dest, sep, &mut progress)?
             }
-            Item::File { src } => {
-                let mut r = std::fs::File::open(src)
+            Item::File { src, compression } => {
+                let read = Rc::new(Cell::new(0));
+                let mut r = compressed::open(src, *compression, read)
                     .with_context(|| format!("could not open source file {}", src.display()))?;
                 copy_text(&mut r, src, &dest, sep, &mut progress)?
+            }
+            Item::Records { source, file } => {
+                let docs = convert_records(*source, file, &dest, &mut bad, &mut progress)?;
+                document_outputs.push(format!("raw/{}", p.dest));
+                Some(docs)
             }
             Item::Url { url, sha256 } => {
                 let file = previous_copy(&raw.join(&p.dest), sha256)
@@ -129,13 +218,27 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     m.counts
         .insert("skipped_non_utf8".into(), skipped.len() as u64);
     m.extra.insert("skipped_non_utf8".into(), json!(skipped));
+    m.counts.insert("skipped_records".into(), bad.count);
+    if bad.count > 0 {
+        m.extra.insert("skipped_records".into(), json!(bad.shown));
+        eprintln!(
+            "downloads: skipped {} bad record(s) (data.on_bad_record: skip); the first: {}: {}",
+            group(bad.count),
+            bad.shown[0]["at"].as_str().unwrap_or_default(),
+            bad.shown[0]["reason"].as_str().unwrap_or_default()
+        );
+    }
+    if !document_outputs.is_empty() {
+        m.extra
+            .insert(DOCUMENT_FILES.into(), json!(document_outputs));
+    }
     m.outputs = outputs;
     step::commit(ctx, staged, m)?;
     ctx.event(
         Event::new(
             "data_loaded",
             format!(
-                "data loaded: {} docs from {} sources ({:.1} MB{})",
+                "data loaded: {} docs from {} sources ({:.1} MB{}{})",
                 group(documents),
                 sources.len(),
                 bytes as f64 / 1e6,
@@ -143,13 +246,19 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     String::new()
                 } else {
                     format!(", {} non-UTF-8 file(s) skipped", skipped.len())
+                },
+                if bad.count == 0 {
+                    String::new()
+                } else {
+                    format!(", {} bad record(s) skipped", group(bad.count))
                 }
             ),
         )
         .with("documents", documents)
         .with("sources", sources.len())
         .with("bytes", bytes)
-        .with("skipped_non_utf8", skipped.len()),
+        .with("skipped_non_utf8", skipped.len())
+        .with("skipped_records", bad.count),
     )
 }
 
@@ -180,36 +289,25 @@ fn plan(ctx: &Ctx, sources: &[DataSource]) -> Result<(Vec<Planned>, Vec<InputFin
                     dest: format!("{i:03}-{embedded}.txt"),
                 });
             }
-            DataSource::Path(path) => {
-                let src = ctx.settings.config_path(path);
-                let meta = std::fs::metadata(&src).with_context(|| {
-                    format!(
-                        "data.sources[{i}]: source path {} does not exist or cannot be read",
-                        src.display()
-                    )
-                })?;
-                let name = src
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "source".into());
-                if meta.is_dir() {
-                    let mut files = Vec::new();
-                    walk(&src, &mut files)?;
-                    files.sort();
-                    for f in files {
-                        let rel = f.strip_prefix(&src).expect("walked under src");
-                        inputs.push(fingerprint(&f)?);
-                        plan.push(Planned {
-                            dest: format!("{i:03}-{name}/{}", rel.to_string_lossy()),
-                            item: Item::File { src: f },
-                        });
-                    }
-                } else {
+            DataSource::Path(source) => {
+                for (src, dest) in local_files(ctx, i, source)? {
                     inputs.push(fingerprint(&src)?);
-                    plan.push(Planned {
-                        item: Item::File { src },
-                        dest: format!("{i:03}-{name}"),
-                    });
+                    let item = match RecordFormat::of(source.format) {
+                        None => Item::File {
+                            src,
+                            compression: source.compression,
+                        },
+                        Some(format) => Item::Records {
+                            source: i,
+                            file: RecordFile {
+                                path: src,
+                                format,
+                                compression: source.compression,
+                                key: source.text_key().to_string(),
+                            },
+                        },
+                    };
+                    plan.push(Planned { item, dest });
                 }
             }
             DataSource::Url { url, sha256 } => {
@@ -243,7 +341,197 @@ fn plan(ctx: &Ctx, sources: &[DataSource]) -> Result<(Vec<Planned>, Vec<InputFin
             }
         }
     }
+    let mut dests = HashSet::new();
+    for p in &plan {
+        if !dests.insert(p.dest.as_str()) {
+            bail!(
+                "two source files would both be corpus/raw/{} (a file and its compressed copy?); keep one of them",
+                p.dest
+            );
+        }
+    }
     Ok((plan, inputs))
+}
+
+/// The files of local source `i` with their names under corpus/raw/: the file itself,
+/// the files of a directory (recursively) or of a glob's matches, or the Arrow files of
+/// a `datasets` folder. Directories give the files of the source's format (all files for
+/// text). Compressed names lose their compression extension; record files are named
+/// `*.jsonl`, the document files they become.
+fn local_files(ctx: &Ctx, i: usize, source: &PathSource) -> Result<Vec<(PathBuf, String)>> {
+    let path = ctx.settings.config_path(&source.path);
+    let shown = path.display();
+    let pattern = path.to_string_lossy().into_owned();
+    let is_glob = pattern.contains(['*', '?', '[']);
+    // (file, its path relative to `base`); `base` names the source under corpus/raw/.
+    let (base, files): (PathBuf, Vec<PathBuf>) = if source.format == SourceFormat::Datasets {
+        ensure!(
+            path.is_dir(),
+            "data.sources[{i}]: {shown} is not a directory; a datasets source is the folder save_to_disk wrote"
+        );
+        let files = records::datasets::data_files(&path, source.split.as_deref())
+            .with_context(|| format!("data.sources[{i}]"))?;
+        (path.clone(), files)
+    } else if is_glob {
+        let matches = glob::glob(&pattern)
+            .with_context(|| format!("data.sources[{i}]: {pattern} is not a valid glob"))?;
+        let mut files = Vec::new();
+        for m in matches {
+            let m = m.with_context(|| {
+                format!("data.sources[{i}]: could not read a match of {pattern}")
+            })?;
+            if m.is_dir() {
+                walk_format(&m, source, &mut files)?;
+            } else if m.is_file() {
+                files.push(m);
+            }
+        }
+        ensure!(
+            !files.is_empty(),
+            "data.sources[{i}]: no file matches {pattern}; check the path (relative paths start at the config file's directory)"
+        );
+        (glob_base(&path), files)
+    } else {
+        let meta = std::fs::metadata(&path).with_context(|| {
+            format!("data.sources[{i}]: source path {shown} does not exist or cannot be read")
+        })?;
+        if meta.is_dir() {
+            let mut files = Vec::new();
+            walk_format(&path, source, &mut files)?;
+            ensure!(
+                !files.is_empty() || source.format == SourceFormat::Text,
+                "data.sources[{i}]: {shown} has no {} files; give the files' directory, a glob, or the format they have",
+                format_extensions(source.format).join(" or ")
+            );
+            (path.clone(), files)
+        } else {
+            (
+                path.parent().map(Path::to_path_buf).unwrap_or_default(),
+                vec![path.clone()],
+            )
+        }
+    };
+    let single = !is_glob && source.format != SourceFormat::Datasets && path.is_file();
+    let name = |p: &Path| {
+        p.file_name()
+            .map_or_else(|| "source".into(), |n| n.to_string_lossy().into_owned())
+    };
+    let mut files = files;
+    // A datasets folder's files keep the order its state.json gives them.
+    if source.format != SourceFormat::Datasets {
+        files.sort();
+        files.dedup();
+    }
+    Ok(files
+        .into_iter()
+        .map(|f| {
+            let rel = if single {
+                name(&f)
+            } else {
+                let rel = f
+                    .strip_prefix(&base)
+                    .unwrap_or(&f)
+                    .to_string_lossy()
+                    .into_owned();
+                format!("{}/{rel}", name(&base))
+            };
+            let compression = compressed::resolve(&f, source.compression);
+            let mut dest = match source.format {
+                SourceFormat::Parquet | SourceFormat::Datasets => rel.clone(),
+                _ => compressed::stem(&rel, compression).to_string(),
+            };
+            if source.format.is_records() && !dest.ends_with(".jsonl") {
+                dest.push_str(".jsonl");
+            }
+            (f, format!("{i:03}-{dest}"))
+        })
+        .collect())
+}
+
+/// The directory part of a glob before its first wildcard (`dumps/2024/*.gz` → `dumps/2024`).
+fn glob_base(pattern: &Path) -> PathBuf {
+    let mut base = PathBuf::new();
+    for c in pattern.components() {
+        if c.as_os_str().to_string_lossy().contains(['*', '?', '[']) {
+            break;
+        }
+        base.push(c);
+    }
+    base
+}
+
+/// The file names a directory source of `format` takes (text: every file).
+fn format_extensions(format: SourceFormat) -> &'static [&'static str] {
+    match format {
+        SourceFormat::Text => &[],
+        SourceFormat::Jsonl => &["*.jsonl", "*.ndjson"],
+        SourceFormat::Parquet => &["*.parquet"],
+        SourceFormat::Datasets => &["*.arrow"],
+    }
+}
+
+/// The files under `dir` a source of its format reads: every regular file for text,
+/// else those with the format's extensions (after a compression extension).
+fn walk_format(dir: &Path, source: &PathSource, out: &mut Vec<PathBuf>) -> Result<()> {
+    let mut all = Vec::new();
+    walk(dir, &mut all)?;
+    let exts = format_extensions(source.format);
+    out.extend(all.into_iter().filter(|f| {
+        exts.is_empty() || {
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let name = compressed::stem(&name, compressed::resolve(f, source.compression));
+            exts.iter().any(|e| name.ends_with(&e[1..]))
+        }
+    }));
+    Ok(())
+}
+
+/// Converts one record file into a JSONL document file at `dest`; returns its documents.
+fn convert_records(
+    source: usize,
+    file: &RecordFile,
+    dest: &Path,
+    bad: &mut BadRecords,
+    progress: &mut Progress,
+) -> Result<u64> {
+    let mut out = DocWriter::create(dest)?;
+    let read = Rc::new(Cell::new(0u64));
+    let (mut reported, mut bad_here) = (0u64, 0u64);
+    let mut first_bad = None;
+    file.read(&read, &mut |record| {
+        let done = match record {
+            Record::Text("") => 0,
+            Record::Text(text) => {
+                out.write(text)?;
+                1
+            }
+            Record::Bad { at, reason } => {
+                bad_here += 1;
+                if first_bad.is_none() {
+                    first_bad = Some(format!("{}: {reason}", at.in_file(&file.path)));
+                }
+                bad.record(source, &file.path, at, &reason)?;
+                0
+            }
+        };
+        let now = read.get();
+        progress.advance(now - reported, done);
+        reported = now;
+        Ok(())
+    })?;
+    let (docs, _, _) = out.finish()?;
+    if docs == 0
+        && let Some(first) = first_bad
+    {
+        bail!(
+            "data.sources[{source}]: none of the {bad_here} record(s) of {} could be read (the first: {first}); check the source's format and field",
+            file.path.display()
+        );
+    }
+    Ok(docs)
 }
 
 /// Regular files under `dir`, recursively; hidden entries are skipped.

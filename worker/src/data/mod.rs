@@ -9,6 +9,7 @@ pub mod filter;
 mod http;
 pub mod manifest;
 pub mod precompute;
+pub mod records;
 pub mod settings;
 pub mod shards;
 pub mod stage;

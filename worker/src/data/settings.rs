@@ -19,6 +19,9 @@ pub struct Settings {
     pub data_root: PathBuf,
     pub run_dir: Option<PathBuf>,
     pub force: bool,
+    /// `model.init_from`, taken from the config file's directory: precompute uses its
+    /// tokenizer instead of training one.
+    pub init_from: Option<PathBuf>,
     /// Relative paths in `data` (sources, JSONL files) are taken from here: the config
     /// file's directory, or the working directory without a file.
     pub config_dir: PathBuf,
@@ -35,6 +38,11 @@ impl Settings {
             // The config validates 1..=4.
             chunk: u8::try_from(config.chunk).unwrap_or(1),
             seed: config.seed,
+            init_from: config
+                .model
+                .init_from
+                .as_ref()
+                .map(|p| loaded.config_dir.join(p)),
             data: config.data,
             data_root: loaded.data_root,
             run_dir: args.run_dir.clone(),

@@ -226,8 +226,9 @@ impl Gpt {
 
     /// Trains on next-token cross-entropy: runs the model on `idx`, accumulates into
     /// every parameter's gradient `scale` × the gradient of the mean cross-entropy of
-    /// `targets` (positions equal to `ignore` left out), and returns that mean (NaN
-    /// when every position is ignored: nothing is accumulated then).
+    /// `targets` (positions equal to `ignore` left out), and returns that mean as a
+    /// scalar f64 tensor on the model's device, not read back (NaN when every
+    /// position is ignored: nothing is accumulated then).
     ///
     /// The same value and gradient as `cross_entropy(&self.forward(idx, true), …)`
     /// followed by `backward`, computed with fewer passes over the `[tokens, vocab]`
@@ -237,7 +238,17 @@ impl Gpt {
     /// tensor for the backward of log-softmax. The head's two backward matrix
     /// products are then run directly, and autograd carries the hidden states'
     /// gradient through the rest of the model.
-    pub fn train_next_token(&self, idx: &Tensor, targets: &Tensor, ignore: i64, scale: f64) -> f64 {
+    ///
+    /// Under autocast the head's three matrix products run in the reduced precision
+    /// and the softmax in fp32 (the logits are widened first), as autocast computes
+    /// `cross_entropy` of reduced-precision logits.
+    pub fn train_next_token(
+        &self,
+        idx: &Tensor,
+        targets: &Tensor,
+        ignore: i64,
+        scale: f64,
+    ) -> Tensor {
         let hidden = self.hidden(idx, true);
         let e = self.cfg.n_embd;
         let (grad_hidden, grad_wte, loss) = {
@@ -245,26 +256,27 @@ impl Gpt {
             let h = hidden.detach().reshape([-1, e]);
             let y = targets.reshape([-1, 1]);
             let valid = y.ne(ignore);
-            let counted = valid.sum(Kind::Int64).int64_value(&[]);
-            if counted == 0 {
-                return f64::NAN;
-            }
+            let weight = valid.to_kind(Kind::Float);
+            // Kept on the device: the count of labelled positions divides there.
+            let counted = weight.sum(Kind::Double);
             let y = y.where_scalarother(&valid, 0);
             // probs: logits − row max, their exp, then ÷ row sum (the softmax).
             let mut probs = h.matmul(&self.wte.tr());
+            if probs.kind() != Kind::Float {
+                probs = probs.to_kind(Kind::Float);
+            }
             let _ = probs.g_sub_(&probs.amax([1], true));
             let target_logit = probs.gather(1, &y, false);
             let _ = probs.exp_();
             let sums = probs.sum_dim_intlist(1, true, Kind::Float);
             let _ = probs.g_div_(&sums);
-            let weight = valid.to_kind(Kind::Float);
-            let loss = ((sums.log() - target_logit) * &weight)
-                .sum(Kind::Double)
-                .double_value(&[])
-                / counted as f64;
-            // d(mean loss)/d(logits) = (softmax − one_hot) / counted, on counted rows.
+            // 0 / 0 = NaN when nothing is labelled, as the mean over no positions is.
+            let loss = ((sums.log() - target_logit) * &weight).sum(Kind::Double) / &counted;
+            // d(mean loss)/d(logits) = (softmax − one_hot) / counted, on counted rows;
+            // all zero when nothing is labelled.
             let _ = probs.scatter_add_(1, &y, &weight.neg());
-            let _ = probs.g_mul_(&(weight * (scale / counted as f64)));
+            let per_row = weight * (counted.clamp_min(1.0).reciprocal() * scale);
+            let _ = probs.g_mul_(&per_row);
             (probs.matmul(&self.wte), probs.tr().matmul(&h), loss)
         };
         // The two gradients reach autograd as those of a dot product with them.

@@ -42,6 +42,7 @@ pub fn load_for_inference(
         cfg.n_head = size(m.n_head);
         cfg.n_embd = size(m.n_embd);
         cfg.n_positions = size(m.n_positions);
+        cfg.layer_norm_epsilon = m.layer_norm_epsilon;
     }
     let mut m = Gpt::new(cfg, device)?;
     load_weights(&mut m, &weights)?;

@@ -3,6 +3,7 @@
 pub mod gpt2;
 mod inference;
 pub mod params;
+pub mod pretrained;
 pub mod tensor_file;
 
 use std::collections::BTreeMap;
@@ -51,9 +52,20 @@ pub fn save_weights_with(
 /// Returns the file's metadata.
 pub fn load_weights(model: &mut Gpt, path: &Path) -> Result<BTreeMap<String, String>> {
     let file = TensorFile::read(path)?;
-    let metadata = file.metadata;
+    load_named(model, file.tensors, path)?;
+    Ok(file.metadata)
+}
+
+/// Copies named tensors (Hugging Face names, `transformer.` prefix optional) from
+/// `path` into `model`; attention-mask buffers and a tied `lm_head.weight` are ignored.
+/// A tensor missing, extra or of another shape is an error naming the first one.
+fn load_named(
+    model: &mut Gpt,
+    tensors: impl IntoIterator<Item = (String, tch::Tensor)>,
+    path: &Path,
+) -> Result<()> {
     let mut found: BTreeMap<String, tch::Tensor> = BTreeMap::new();
-    for (name, t) in file.tensors {
+    for (name, t) in tensors {
         if is_buffer(&name) || name == "lm_head.weight" {
             continue;
         }
@@ -90,7 +102,7 @@ pub fn load_weights(model: &mut Gpt, path: &Path) -> Result<BTreeMap<String, Str
             path.display()
         );
     }
-    Ok(metadata)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -193,7 +205,7 @@ mod tests {
     fn grads_after(train: impl FnOnce(&Gpt) -> f64) -> (f64, Tensor) {
         tch::manual_seed(5);
         let mut m = Gpt::new(tiny_config(), Device::Cpu).unwrap();
-        m.params.init_grads();
+        m.params.init_grads().unwrap();
         let loss = train(&m);
         (loss, m.params.flat_grad())
     }
@@ -208,7 +220,10 @@ mod tests {
             (&loss * 0.5).backward();
             loss.double_value(&[])
         });
-        let (loss, grads) = grads_after(|m| m.train_next_token(&idx, &targets, -100, 0.5));
+        let (loss, grads) = grads_after(|m| {
+            m.train_next_token(&idx, &targets, -100, 0.5)
+                .double_value(&[])
+        });
         assert!(
             (loss - expected_loss).abs() < 1e-6,
             "{loss} vs {expected_loss}"
@@ -220,7 +235,8 @@ mod tests {
 
         // Nothing to learn from: NaN, as the mean over no positions is, and no gradient.
         let none = Tensor::full([2, 4], -100, (Kind::Int64, Device::Cpu));
-        let (loss, grads) = grads_after(|m| m.train_next_token(&idx, &none, -100, 1.0));
+        let (loss, grads) =
+            grads_after(|m| m.train_next_token(&idx, &none, -100, 1.0).double_value(&[]));
         assert!(loss.is_nan());
         assert_eq!(grads.abs().max().double_value(&[]), 0.0);
     }

@@ -3,7 +3,9 @@
 //! Every parameter is a view into a single contiguous `f32` tensor, ordered with the
 //! weight-decayed matrices first. The optimizer then updates the whole model with a
 //! handful of large kernels instead of a loop over ~12 tensors per layer, and weight
-//! decay is a single `narrow(0, 0, decay_numel)`.
+//! decay is a single `narrow(0, 0, decay_numel)`. Their gradients are views into one
+//! flat buffer too, so clipping and the optimizer read them where backward wrote
+//! them, with no copy.
 
 use tch::{Device, Kind, Tensor};
 
@@ -40,6 +42,8 @@ pub struct ParamSet {
     pub params: Vec<Param>,
     flat: Tensor,
     decay_numel: i64,
+    /// Every parameter's gradient, a view each (from [`ParamSet::init_grads`]).
+    grad: Option<Tensor>,
 }
 
 impl ParamSet {
@@ -91,6 +95,7 @@ impl ParamSet {
             params,
             flat,
             decay_numel,
+            grad: None,
         }
     }
 
@@ -112,40 +117,34 @@ impl ParamSet {
         self.params.iter().find(|p| p.name == name)
     }
 
-    /// The gradients gathered into one flat tensor (zeros where a parameter got none).
+    /// The gradients as one flat tensor, in the order of [`Self::flat`]: the buffer
+    /// backward accumulates into (shared, not a copy; zeros before the first backward).
+    ///
+    /// # Panics
+    /// Before [`Self::init_grads`].
     pub fn flat_grad(&self) -> Tensor {
-        let parts: Vec<Tensor> = self
-            .params
-            .iter()
-            .map(|p| {
-                let g = p.tensor.grad();
-                if g.defined() {
-                    g.reshape([-1])
-                } else {
-                    Tensor::zeros([p.numel], (Kind::Float, self.flat.device()))
-                }
-            })
-            .collect();
-        Tensor::cat(&parts, 0)
+        self.grad
+            .as_ref()
+            .expect("init_grads gives the parameters their gradient buffer")
+            .shallow_clone()
     }
 
-    /// Gives every parameter a zero gradient, so the first backward of a fresh and
-    /// of a resumed process accumulate the same way (exact resume).
-    pub fn init_grads(&mut self) {
-        let total = self
-            .params
-            .iter()
-            .map(|p| p.tensor.sum(Kind::Float) * 0.0)
-            .reduce(|a, b| a + b);
-        if let Some(t) = total {
-            t.backward();
+    /// Gives every parameter a zero gradient that is a view of one flat buffer, so
+    /// every backward accumulates there in place, a fresh and a resumed process alike
+    /// (exact resume).
+    pub fn init_grads(&mut self) -> anyhow::Result<()> {
+        let grad = self.flat.zeros_like();
+        for p in &mut self.params {
+            let view = grad.narrow(0, p.offset, p.numel).view(p.shape.as_slice());
+            crate::native::set_grad(&mut p.tensor, &view)?;
         }
-        self.zero_grad();
+        self.grad = Some(grad);
+        Ok(())
     }
 
     pub fn zero_grad(&mut self) {
-        for p in &mut self.params {
-            p.tensor.zero_grad();
+        if let Some(g) = &mut self.grad {
+            let _ = g.zero_();
         }
     }
 
@@ -172,6 +171,7 @@ impl ParamSet {
             params,
             flat,
             decay_numel: self.decay_numel,
+            grad: None,
         }
     }
 }

@@ -189,15 +189,15 @@ impl AdamW {
 }
 
 /// Scales `grad` in place so its global L2 norm is at most `max_norm` (≤ 0: off);
-/// returns the norm before clipping.
-pub fn clip_grad_norm(grad: &mut Tensor, max_norm: f64) -> f64 {
+/// returns the norm before clipping, a scalar f64 tensor on the gradient's device.
+/// The factor `min(1, max_norm / (norm + 1e-6))` is computed there too, so nothing
+/// waits for the device (as `torch.nn.utils.clip_grad_norm_` does it).
+pub fn clip_grad_norm(grad: &mut Tensor, max_norm: f64) -> Tensor {
     let _guard = tch::no_grad_guard();
-    let norm = grad.norm().to_kind(Kind::Double).double_value(&[]);
-    if max_norm > 0.0 && norm.is_finite() {
-        let coef = max_norm / (norm + 1e-6);
-        if coef < 1.0 {
-            let _ = grad.g_mul_scalar_(coef);
-        }
+    let norm = grad.norm().to_kind(Kind::Double);
+    if max_norm > 0.0 {
+        let coef = ((&norm + 1e-6).reciprocal() * max_norm).clamp_max(1.0);
+        let _ = grad.g_mul_(&coef);
     }
     norm
 }
@@ -332,13 +332,15 @@ mod tests {
     fn clipping_bounds_the_global_norm() {
         let mut g = Tensor::from_slice(&[3.0f32, 4.0]);
         let norm = clip_grad_norm(&mut g, 1.0);
-        assert!((norm - 5.0).abs() < 1e-6);
+        assert_eq!(norm.kind(), Kind::Double);
+        assert!((norm.double_value(&[]) - 5.0).abs() < 1e-6);
         assert!((g.norm().double_value(&[]) - 1.0).abs() < 1e-5);
         let mut small = Tensor::from_slice(&[0.3f32, 0.4]);
-        clip_grad_norm(&mut small, 1.0);
-        assert!(
-            (small.double_value(&[0]) - 0.3).abs() < 1e-7,
-            "below the limit: untouched"
-        );
+        let before = small.copy();
+        let _ = clip_grad_norm(&mut small, 1.0);
+        assert!(small.equal(&before), "below the limit: untouched");
+        let mut off = Tensor::from_slice(&[30.0f32, 40.0]);
+        let _ = clip_grad_norm(&mut off, 0.0);
+        assert_eq!(off.double_value(&[1]), 40.0, "max_norm 0: no clipping");
     }
 }

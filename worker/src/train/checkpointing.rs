@@ -3,8 +3,9 @@
 //!
 //! A checkpoint directory holds `model.safetensors` (Hugging Face names),
 //! `optimizer.safetensors` (`<param>.exp_avg` / `<param>.exp_avg_sq`, metadata step,
-//! betas, eps, weight_decay; per `training.save_optimizer_state`), and
-//! `trainer_state.json`, written last. The DPO reference model is kept once per run
+//! betas, eps, weight_decay; per `training.save_optimizer_state`), `ema.safetensors`
+//! (the weights' moving average, with `training.ema`), and `trainer_state.json`,
+//! written last (with fp16's loss scale under `loss_scaler`). The DPO reference model is kept once per run
 //! as `dpo-reference.safetensors`, not in every checkpoint. Saving is the Trainer's
 //! ([`super::trainer`]).
 
@@ -15,6 +16,7 @@ use lavender::checkpoint::Checkpoint;
 use serde_json::Value;
 
 use super::data::Cursor;
+use super::precision::{LOSS_SCALER_KEY, LossScaler};
 use super::settings::{Settings, StageKind};
 use crate::model::{self, Gpt, MODEL_FILE};
 use crate::optim::AdamW;
@@ -53,6 +55,8 @@ pub struct Progress {
     pub saved_step: Option<u64>,
     /// The name of the newest checkpoint written or loaded.
     pub latest_checkpoint: Option<String>,
+    /// fp16's loss scale (none in other precisions).
+    pub loss_scaler: Option<LossScaler>,
 }
 
 /// What loading a checkpoint gives besides the weights and moments it loaded.
@@ -90,6 +94,12 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
     }
     let st = &ck.state;
     let ck_chunk = chunk_of(ck);
+    let loss_scaler = st
+        .extra
+        .get(LOSS_SCALER_KEY)
+        .map(LossScaler::from_json)
+        .transpose()
+        .with_context(|| format!("checkpoint {} has a bad loss scale", ck.path.display()))?;
     let mut r = Resumed {
         progress: Progress {
             step: st.step,
@@ -100,6 +110,7 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
             wall_before: st.wall_time_s,
             saved_step: Some(st.step),
             latest_checkpoint: Some(ck.name.clone()),
+            loss_scaler,
         },
         reference: None,
         reference_step: None,

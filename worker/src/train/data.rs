@@ -64,6 +64,7 @@ impl Sampler {
 }
 
 /// A language-modelling batch: inputs `[B, T]` and labels `[B, T]`.
+#[derive(Debug)]
 pub struct LmBatch {
     pub input: Tensor,
     pub labels: Tensor,
@@ -133,9 +134,15 @@ impl PretrainData {
         (a as usize, s)
     }
 
+    pub fn rows(&self, indices: &[usize]) -> Rows {
+        Rows {
+            tokens: indices.iter().map(|&i| self.window(i)).collect(),
+            prompts: None,
+        }
+    }
+
     pub fn batch(&self, indices: &[usize], device: Device) -> LmBatch {
-        let rows: Vec<Vec<i64>> = indices.iter().map(|&i| self.window(i)).collect();
-        lm_batch(&rows, None, device)
+        lm_batch(&self.rows(indices), device)
     }
 }
 
@@ -161,38 +168,67 @@ pub fn validation_batches(
         .collect();
     Ok(rows
         .chunks(batch_size)
-        .map(|c| lm_batch(c, None, device))
+        .map(|c| {
+            let rows = Rows {
+                tokens: c.to_vec(),
+                prompts: None,
+            };
+            lm_batch(&rows, device)
+        })
         .collect())
 }
 
-/// Rows of `len + 1` tokens → inputs and next-token labels, right-padded with `pad`.
-/// `prompt_lens[i]` labels the first tokens of row `i` as [`IGNORE`].
-fn lm_batch(rows: &[Vec<i64>], prompt_lens: Option<&[usize]>, device: Device) -> LmBatch {
-    let t = rows.iter().map(|r| r.len() - 1).max().unwrap_or(1);
-    let mut input = Vec::with_capacity(rows.len() * t);
-    let mut labels = Vec::with_capacity(rows.len() * t);
-    for (i, r) in rows.iter().enumerate() {
-        let n = r.len() - 1;
-        let prompt = prompt_lens.map_or(0, |p| p[i]);
-        for j in 0..t {
-            if j < n {
-                input.push(r[j]);
-                // Label j predicts token j + 1; prompt tokens are not trained on.
-                labels.push(if j + 1 < prompt { IGNORE } else { r[j + 1] });
-            } else {
-                input.push(0);
-                labels.push(IGNORE);
+/// A batch before it becomes tensors: rows of `len + 1` tokens, and for each row how
+/// many of its first tokens are prompt (not trained on; none when `prompts` is None).
+pub struct Rows {
+    pub tokens: Vec<Vec<i64>>,
+    pub prompts: Option<Vec<usize>>,
+}
+
+impl Rows {
+    /// Rows and time steps of the batch's tensors: every row padded to the longest.
+    pub fn shape(&self) -> (usize, usize) {
+        let t = self.tokens.iter().map(|r| r.len() - 1).max().unwrap_or(1);
+        (self.tokens.len(), t)
+    }
+
+    /// Writes inputs and next-token labels, row after row, right-padded with token 0
+    /// and labelled [`IGNORE`] there and on prompt tokens, into the first `b × t`
+    /// elements of `input` and `labels` (see [`Rows::shape`]).
+    pub fn write(&self, input: &mut [i64], labels: &mut [i64]) {
+        let (_, t) = self.shape();
+        for (i, r) in self.tokens.iter().enumerate() {
+            let n = r.len() - 1;
+            let prompt = self.prompts.as_ref().map_or(0, |p| p[i]);
+            let (inp, lab) = (
+                &mut input[i * t..(i + 1) * t],
+                &mut labels[i * t..(i + 1) * t],
+            );
+            for j in 0..t {
+                if j < n {
+                    inp[j] = r[j];
+                    // Label j predicts token j + 1; prompt tokens are not trained on.
+                    lab[j] = if j + 1 < prompt { IGNORE } else { r[j + 1] };
+                } else {
+                    inp[j] = 0;
+                    lab[j] = IGNORE;
+                }
             }
         }
     }
-    let b = rows.len() as i64;
+}
+
+/// `rows` as new tensors on `device` (evaluation and scoring; training stages its
+/// batches into reused buffers, see `staging`).
+fn lm_batch(rows: &Rows, device: Device) -> LmBatch {
+    let (b, t) = rows.shape();
+    let mut input = vec![0i64; b * t];
+    let mut labels = vec![0i64; b * t];
+    rows.write(&mut input, &mut labels);
+    let shape = [b as i64, t as i64];
     LmBatch {
-        input: Tensor::from_slice(&input)
-            .view([b, t as i64])
-            .to_device(device),
-        labels: Tensor::from_slice(&labels)
-            .view([b, t as i64])
-            .to_device(device),
+        input: Tensor::from_slice(&input).view(shape).to_device(device),
+        labels: Tensor::from_slice(&labels).view(shape).to_device(device),
     }
 }
 
@@ -229,16 +265,23 @@ impl SftData {
         self.set.len()
     }
 
-    pub fn batch(&self, indices: &[usize], device: Device) -> LmBatch {
-        let mut rows = Vec::new();
+    pub fn rows(&self, indices: &[usize]) -> Rows {
+        let mut tokens = Vec::new();
         let mut prompts = Vec::new();
         for &i in indices {
             let SftSample { prompt, response } = self.set.get(i);
             let (seq, p) = fit(&prompt, &response, self.seq_len + 1);
-            rows.push(seq);
+            tokens.push(seq);
             prompts.push(p);
         }
-        lm_batch(&rows, Some(&prompts), device)
+        Rows {
+            tokens,
+            prompts: Some(prompts),
+        }
+    }
+
+    pub fn batch(&self, indices: &[usize], device: Device) -> LmBatch {
+        lm_batch(&self.rows(indices), device)
     }
 }
 
@@ -263,6 +306,10 @@ impl DpoData {
     }
 
     pub fn batch(&self, indices: &[usize], device: Device) -> LmBatch {
+        lm_batch(&self.rows(indices), device)
+    }
+
+    pub fn rows(&self, indices: &[usize]) -> Rows {
         let mut chosen = (Vec::new(), Vec::new());
         let mut rejected = (Vec::new(), Vec::new());
         for &i in indices {
@@ -287,7 +334,10 @@ impl DpoData {
                 r.push(0);
             }
         }
-        lm_batch(&rows, Some(&prompts), device)
+        Rows {
+            tokens: rows,
+            prompts: Some(prompts),
+        }
     }
 }
 
@@ -314,7 +364,11 @@ mod tests {
 
     #[test]
     fn labels_skip_prompt_and_padding() {
-        let b = lm_batch(&[vec![1, 2, 3, 4], vec![5, 6]], Some(&[2, 1]), Device::Cpu);
+        let rows = Rows {
+            tokens: vec![vec![1, 2, 3, 4], vec![5, 6]],
+            prompts: Some(vec![2, 1]),
+        };
+        let b = lm_batch(&rows, Device::Cpu);
         let labels: Vec<i64> = Vec::try_from(b.labels.view([-1])).unwrap();
         // Row 0: prompt [1, 2] → label of position 0 (predicts 2, a prompt token) ignored.
         assert_eq!(labels, vec![IGNORE, 3, 4, 6, IGNORE, IGNORE]);

@@ -1,6 +1,7 @@
-//! Picking the compute device: `auto` takes CUDA, then MPS, then the CPU.
+//! Picking the compute device: `auto` takes CUDA, then MPS, then the CPU; `cuda:N`
+//! names a GPU. The worker is one process on one device.
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 use lavender::config::Device as Choice;
 use tch::Device;
 
@@ -8,13 +9,7 @@ use tch::Device;
 const LIBTORCH_LIB: &str = env!("LAVENDER_LIBTORCH_LIB");
 
 pub fn parse(s: &str) -> Result<Choice> {
-    Ok(match s {
-        "auto" => Choice::Auto,
-        "cpu" => Choice::Cpu,
-        "cuda" => Choice::Cuda,
-        "mps" => Choice::Mps,
-        other => bail!("--device {other:?} is not one of auto, cpu, cuda, mps"),
-    })
+    s.parse().map_err(|e| anyhow!("--device: {e}"))
 }
 
 /// The device a command runs on: its `--device` flag when given, else the config's.
@@ -28,14 +23,22 @@ pub fn from_flag(flag: Option<&str>, configured: Choice) -> Result<Device> {
 pub fn select(choice: Choice) -> Result<Device> {
     match choice {
         Choice::Cpu => Ok(Device::Cpu),
-        Choice::Cuda => {
-            if cuda_available() {
-                Ok(Device::Cuda(0))
-            } else {
+        Choice::Cuda(index) => {
+            let shown = choice.to_string();
+            if !cuda_available() {
                 bail!(
-                    "--device cuda: no usable CUDA device (driver, GPU, or a CUDA build of libtorch in {LIBTORCH_LIB} is missing); use --device auto or cpu"
+                    "--device {shown}: no usable CUDA device (driver, GPU, or a CUDA build of libtorch in {LIBTORCH_LIB} is missing); use --device auto or cpu"
                 )
             }
+            let n = index.unwrap_or(0) as usize;
+            let count = tch::Cuda::device_count().max(0) as usize;
+            if n >= count {
+                bail!(
+                    "--device {shown}: this machine has {count} CUDA device(s), numbered 0..{}; pick one of them (CUDA_VISIBLE_DEVICES renumbers them)",
+                    count.saturating_sub(1)
+                )
+            }
+            Ok(Device::Cuda(n))
         }
         Choice::Mps => {
             if tch::utils::has_mps() {
@@ -56,12 +59,13 @@ pub fn select(choice: Choice) -> Result<Device> {
     }
 }
 
-pub fn name(d: Device) -> &'static str {
+/// `cpu`, `cuda:N`, `mps`: the name events and messages give a device.
+pub fn name(d: Device) -> String {
     match d {
-        Device::Cpu => "cpu",
-        Device::Cuda(_) => "cuda",
-        Device::Mps => "mps",
-        Device::Vulkan => "vulkan",
+        Device::Cpu => "cpu".into(),
+        Device::Cuda(n) => format!("cuda:{n}"),
+        Device::Mps => "mps".into(),
+        Device::Vulkan => "vulkan".into(),
     }
 }
 
@@ -73,17 +77,58 @@ fn cuda_available() -> bool {
         return tch::Cuda::is_available();
     }
     let lib = std::path::Path::new(LIBTORCH_LIB).join("libtorch_cuda.so");
-    if !lib.exists() || !dlopen("libcuda.so.1") {
+    if !lib.exists() || dlopen("libcuda.so.1").is_null() {
         return false;
     }
-    dlopen(&lib.to_string_lossy()) && tch::Cuda::is_available()
+    !dlopen(&lib.to_string_lossy()).is_null() && tch::Cuda::is_available()
 }
 
-fn dlopen(name: &str) -> bool {
+fn dlopen(name: &str) -> *mut libc::c_void {
     let Ok(c) = std::ffi::CString::new(name) else {
-        return false;
+        return std::ptr::null_mut();
     };
     // SAFETY: dlopen with a valid C string; the handle is kept open for the
     // process's lifetime on purpose (libtorch registers its CUDA backend on load).
-    unsafe { !libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL).is_null() }
+    unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) }
+}
+
+/// The compute capability (major, minor) of CUDA device `index`, from the driver
+/// (libtorch does not expose device properties); `None` off CUDA or when the driver
+/// cannot say.
+pub fn cuda_capability(index: usize) -> Option<(i32, i32)> {
+    type Init = unsafe extern "C" fn(u32) -> i32;
+    type Get = unsafe extern "C" fn(*mut i32, i32) -> i32;
+    type Attribute = unsafe extern "C" fn(*mut i32, i32, i32) -> i32;
+    // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR.
+    const MAJOR: i32 = 75;
+    const MINOR: i32 = 76;
+    let lib = dlopen("libcuda.so.1");
+    if lib.is_null() {
+        return None;
+    }
+    let sym = |name: &str| {
+        let c = std::ffi::CString::new(name).ok()?;
+        // SAFETY: looking a symbol up in a library handle we hold open.
+        let p = unsafe { libc::dlsym(lib, c.as_ptr()) };
+        (!p.is_null()).then_some(p)
+    };
+    // SAFETY: the driver API's documented signatures (cuda.h): cuInit(unsigned),
+    // cuDeviceGet(CUdevice*, int), cuDeviceGetAttribute(int*, CUdevice_attribute, CUdevice).
+    unsafe {
+        let init: Init = std::mem::transmute(sym("cuInit")?);
+        let get: Get = std::mem::transmute(sym("cuDeviceGet")?);
+        let attribute: Attribute = std::mem::transmute(sym("cuDeviceGetAttribute")?);
+        if init(0) != 0 {
+            return None;
+        }
+        let mut device = 0;
+        if get(&mut device, i32::try_from(index).ok()?) != 0 {
+            return None;
+        }
+        let (mut major, mut minor) = (0, 0);
+        if attribute(&mut major, MAJOR, device) != 0 || attribute(&mut minor, MINOR, device) != 0 {
+            return None;
+        }
+        Some((major, minor))
+    }
 }

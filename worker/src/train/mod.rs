@@ -4,12 +4,15 @@
 pub mod checkpointing;
 pub mod data;
 pub mod device;
+pub mod ema;
 pub mod eta;
 pub mod history;
 pub mod objective;
+pub mod precision;
 pub mod rng;
 pub mod runtime;
 pub mod settings;
+pub mod staging;
 pub mod status;
 pub mod trainer;
 
@@ -29,6 +32,7 @@ use crate::cli::StepArgs;
 use crate::model::Gpt;
 use crate::optim::AdamW;
 use crate::tokens::Tokens;
+use precision::Precision;
 use settings::Settings;
 use status::Reporter;
 use trainer::{Outcome, Parts, Trainer};
@@ -40,7 +44,7 @@ pub struct TrainArgs {
     /// Resume from a checkpoint directory, a run directory (its newest checkpoint), or `latest`.
     #[arg(long, value_name = "PATH|latest")]
     pub resume: Option<String>,
-    /// Compute device: auto|cpu|cuda|mps (overrides the config's `device`).
+    /// Compute device: auto|cpu|cuda|cuda:N|mps (overrides the config's `device`).
     #[arg(long)]
     pub device: Option<String>,
     /// Stop once this global step is done, exactly as on SIGTERM (save, exit 0).
@@ -106,6 +110,11 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
     let s = Settings::load(&args.step)?;
     tch::set_num_threads(s.threads as i32);
     let device = device::from_flag(args.device.as_deref(), s.config.device)?;
+    let precision = Precision::resolve(s.config.training.precision, device);
+    let tf32 = s.config.training.tf32 && matches!(device, tch::Device::Cuda(_));
+    if tf32 {
+        crate::native::set_tf32(true)?;
+    }
     let tokens_dir = s.data_root.join(lavender::data_root::TOKENS);
     let tokens = Tokens::open(&tokens_dir)?;
     let checkpoints_root = s.checkpoints_root();
@@ -131,6 +140,16 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
             tokenizer.display()
         )
     })?;
+    if let Some(p) = &s.pretrained {
+        let theirs = std::fs::read(&p.tokenizer)
+            .with_context(|| format!("could not read {}", p.tokenizer.display()))?;
+        anyhow::ensure!(
+            theirs == tok_bytes,
+            "the tokens under {} were made with another tokenizer than model.init_from's ({}); rerun `lavender-worker precompute`",
+            tokens_dir.display(),
+            p.tokenizer.display()
+        );
+    }
     lavender::atomic::write_file(&run_dir.join(crate::tokens::TOKENIZER_FILE), &tok_bytes)?;
 
     let total_steps = s.total_steps();
@@ -143,23 +162,37 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
 
     let size = s.config.model_size();
     tch::manual_seed(s.seed as i64);
-    let mut model = Gpt::new(s.model(tokens.index.vocab_size), device)?;
-    model.params.init_grads();
+    let mut model = Gpt::new(s.model(tokens.index.vocab_size)?, device)?;
+    // A resume loads its checkpoint's weights instead.
+    if let (Some(p), None) = (&s.pretrained, &resume) {
+        p.load_into(&mut model)?;
+    }
+    model.params.init_grads()?;
     let mut opt = AdamW::new(s.adamw, &model.params);
+    let init_from = s.pretrained.as_ref().map(|p| p.dir.display().to_string());
     reporter.event(
         Event::new(
             kinds::RUN_STARTED,
             format!(
-                "training started on {} ({} threads), chunk {}, scale {}: {} layers x {} wide, {total_steps} steps",
+                "training started on {} in {} ({} threads), chunk {}, scale {}: {} layers x {} wide, {total_steps} steps{}",
                 device::name(device),
+                precision.as_str(),
                 s.threads,
                 s.chunk,
                 s.config.scale,
                 size.n_layer,
-                size.n_embd
+                size.n_embd,
+                init_from
+                    .as_ref()
+                    .filter(|_| resume.is_none())
+                    .map_or(String::new(), |d| format!(", from {d}"))
             ),
         )
+        .with("init_from", &init_from)
         .with("device", device::name(device))
+        .with("precision", precision.as_str())
+        .with("tf32", tf32)
+        .with("ema", s.config.training.ema)
         .with("threads", s.threads)
         .with("chunk", s.chunk)
         .with("scale", s.config.scale.as_str())
@@ -195,6 +228,7 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
     let mut t = Trainer::new(Parts {
         s,
         device,
+        precision,
         run_dir,
         tokens,
         shards,

@@ -1,8 +1,8 @@
 //! Each stage's loss and held-out evaluation.
 
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
-use super::data::{DpoData, IGNORE, LmBatch, PretrainData, SftData};
+use super::data::{DpoData, IGNORE, LmBatch, PretrainData, Rows, SftData};
 use crate::model::Gpt;
 use crate::model::gpt2::cross_entropy;
 
@@ -47,23 +47,38 @@ impl Objective {
         }
     }
 
-    /// Trains on one micro-batch: accumulates `scale` × the gradient of its loss into
-    /// the model's parameters and returns the loss.
-    pub fn backward(&self, model: &Gpt, indices: &[usize], device: Device, scale: f64) -> f64 {
-        let next_token = |b: LmBatch| model.train_next_token(&b.input, &b.labels, IGNORE, scale);
+    /// Rows of a training batch of `batch_size` samples, at most: DPO's hold a
+    /// chosen and a rejected row per sample.
+    pub fn rows_per_batch(&self, batch_size: usize) -> usize {
         match self {
-            Objective::Pretrain { data, .. } => next_token(data.batch(indices, device)),
-            Objective::Sft { data, .. } => next_token(data.batch(indices, device)),
+            Objective::Dpo { .. } => 2 * batch_size,
+            _ => batch_size,
+        }
+    }
+
+    /// The training batch of samples `indices`, before it becomes tensors.
+    pub fn rows(&self, indices: &[usize]) -> Rows {
+        match self {
+            Objective::Pretrain { data, .. } => data.rows(indices),
+            Objective::Sft { data, .. } => data.rows(indices),
+            Objective::Dpo { data, .. } => data.rows(indices),
+        }
+    }
+
+    /// Trains on one micro-batch: accumulates `scale` × the gradient of its loss into
+    /// the model's parameters and returns the loss, a scalar f64 tensor on the
+    /// device (not read back: the trainer reads losses at log steps).
+    pub fn backward(&self, model: &Gpt, batch: &LmBatch, scale: f64) -> Tensor {
+        match self {
+            Objective::Pretrain { .. } | Objective::Sft { .. } => {
+                model.train_next_token(&batch.input, &batch.labels, IGNORE, scale)
+            }
             Objective::Dpo {
-                data,
-                reference,
-                beta,
-                ..
+                reference, beta, ..
             } => {
-                let batch = data.batch(indices, device);
-                let loss = dpo_terms(model, reference, &batch, *beta, true).loss;
+                let loss = dpo_terms(model, reference, batch, *beta, true).loss;
                 (&loss * scale).backward();
-                loss.double_value(&[])
+                loss.detach().to_kind(Kind::Double)
             }
         }
     }

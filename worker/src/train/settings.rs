@@ -7,6 +7,7 @@ use lavender::config::{Config, SaveOptimizerState};
 
 use crate::cli::StepArgs;
 use crate::model::GptConfig;
+use crate::model::pretrained::Pretrained;
 use crate::optim::AdamWConfig;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +58,9 @@ pub struct Settings {
     pub save_optimizer_state: SaveOptimizerState,
     pub stages: Vec<Stage>,
     pub chunk: u8,
+    /// `model.init_from`, opened: the model's shape (already in `config`), vocabulary
+    /// and starting weights.
+    pub pretrained: Option<Pretrained>,
 }
 
 impl Settings {
@@ -66,9 +70,24 @@ impl Settings {
     }
 
     /// The layered config of `args` (see [`StepArgs::load`]).
+    /// With `model.init_from`, the checkpoint's shape replaces the scale's (see
+    /// [`Pretrained::shape_config`]) and the run's config records its absolute path.
     pub fn load(args: &StepArgs) -> Result<Settings> {
         let loaded = args.load()?;
-        Settings::from_config(loaded.config, loaded.data_root)
+        let mut config = loaded.config;
+        let pretrained = match config.model.init_from.take() {
+            Some(dir) => {
+                let dir = loaded.config_dir.join(dir);
+                let p = Pretrained::open(&dir)?;
+                p.shape_config(&mut config)?;
+                config.model.init_from = Some(dir);
+                Some(p)
+            }
+            None => None,
+        };
+        let mut s = Settings::from_config(config, loaded.data_root)?;
+        s.pretrained = pretrained;
+        Ok(s)
     }
 
     pub fn from_config(config: Config, data_root: PathBuf) -> Result<Settings> {
@@ -129,6 +148,7 @@ impl Settings {
             chunk: config.chunk.clamp(1, 255) as u8,
             stages,
             config,
+            pretrained: None,
         })
     }
 
@@ -136,13 +156,22 @@ impl Settings {
         self.stages.iter().map(|s| s.steps).sum()
     }
 
-    /// The model for a vocabulary of `vocab_size` tokens.
-    /// The model for a vocabulary of `vocab_size` tokens: the `model` keys that are
-    /// set, the scale preset's size for the rest.
-    pub fn model(&self, vocab_size: u32) -> GptConfig {
+    /// The model for a tokenizer of `vocab_size` tokens: the `model` keys that are
+    /// set, the scale preset's size for the rest; with `model.init_from`, the
+    /// checkpoint's shape and vocabulary (which holds the tokenizer's).
+    pub fn model(&self, vocab_size: u32) -> Result<GptConfig> {
         let size = self.config.model_size();
         let m = &self.config.model;
-        GptConfig {
+        let vocab_size = match &self.pretrained {
+            Some(p) if vocab_size > p.shape.vocab_size => bail!(
+                "the tokens' tokenizer has {vocab_size} tokens, more than model.init_from's vocab_size {} ({}); rerun `lavender-worker precompute` so it uses that checkpoint's tokenizer",
+                p.shape.vocab_size,
+                p.dir.display()
+            ),
+            Some(p) => p.shape.vocab_size,
+            None => vocab_size,
+        };
+        Ok(GptConfig {
             vocab_size: vocab_size as i64,
             n_positions: size.n_positions as i64,
             n_embd: size.n_embd as i64,
@@ -150,7 +179,7 @@ impl Settings {
             n_head: size.n_head as i64,
             dropout: m.dropout,
             layer_norm_epsilon: m.layer_norm_epsilon,
-        }
+        })
     }
 
     /// The run's `config.yaml` ([`lavender::export::run_config_yaml`]): bergson's
@@ -182,7 +211,7 @@ mod tests {
     #[test]
     fn the_model_is_the_scale_s_unless_set_and_the_run_config_records_it() {
         let shape = |s: &Settings| {
-            let m = s.model(2048);
+            let m = s.model(2048).unwrap();
             (m.n_layer, m.n_head, m.n_embd, m.n_positions)
         };
         assert_eq!(shape(&at("tiny", &[])), (2, 2, 64, 128));

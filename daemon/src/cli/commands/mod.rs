@@ -93,6 +93,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             all,
             out,
             force,
+            ema,
             json,
         } => {
             use lavender::export::{self, ExportOptions, Selection};
@@ -109,6 +110,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 selection,
                 out,
                 force,
+                ema,
             })?;
             print!(
                 "{}",

@@ -111,10 +111,7 @@ impl Actor {
         let Some(step) = self.record.active_step else {
             return;
         };
-        if let Err(e) = self.spawn_step(step, true) {
-            let last_exit = self.last_exit.take();
-            self.fail_after(step, format!("{e:#}"), last_exit);
-        }
+        self.spawn_step(step, true);
     }
 
     pub(super) fn fail(&mut self, step: PipelineStep, reason: String) {

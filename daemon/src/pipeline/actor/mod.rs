@@ -2,6 +2,10 @@
 //! else talks to it through the [`PipelineHandle`]'s commands and watches its
 //! published record. A file per transition: `start` (and the steps that follow),
 //! `exit`, `stop`, `recover` (after a daemon restart).
+//!
+//! The actor never blocks: what may take seconds (`sbatch`, `scontrol`, `scancel`,
+//! deleting old runs) runs on the blocking pool, and a launch reports back with a
+//! [`LaunchDone`], so a status, a stop or the watchdog's ping is answered meanwhile.
 
 mod exit;
 mod recover;
@@ -16,14 +20,14 @@ use lavender::config::{Config, PipelineStep};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::handle::{Command, PipelineHandle};
+use super::handle::{Command, PipelineHandle, StartError, StartReply};
 use super::record::{PipelineRecord, WorkerRecord};
 use super::restart::Timings;
 use super::stop::{StopMark, StopReport};
 use crate::alert::{Alert, AlertSender};
 use crate::exit::ExitOutcome;
 use crate::layout::Layout;
-use crate::process::{Backend, JobUpdate, WorkerHandle};
+use crate::process::{Backend, JobUpdate, Launched, WorkerHandle};
 
 struct LiveWorker {
     generation: u64,
@@ -46,6 +50,27 @@ struct JobChange {
     update: JobUpdate,
 }
 
+/// The step being launched off the actor (see [`Actor::spawn_step`]).
+struct Launching {
+    generation: u64,
+    step: PipelineStep,
+    after_crash: bool,
+}
+
+/// How a launch went, reported back to the actor.
+struct LaunchDone {
+    generation: u64,
+    result: Result<Launched>,
+}
+
+/// A start whose reply waits for its first step's launch.
+struct PendingStart {
+    reply: oneshot::Sender<Result<StartReply, StartError>>,
+    chunk: u32,
+    scale: String,
+    notices: Vec<String>,
+}
+
 struct Stopping {
     deadline: Instant,
     killed: bool,
@@ -62,6 +87,7 @@ struct Actor {
     snapshot: watch::Sender<PipelineRecord>,
     exits_tx: mpsc::UnboundedSender<WorkerExit>,
     jobs_tx: mpsc::UnboundedSender<JobChange>,
+    launches_tx: mpsc::UnboundedSender<LaunchDone>,
     backend: Backend,
     worker: Option<LiveWorker>,
     generation: u64,
@@ -70,6 +96,14 @@ struct Actor {
     /// when that restart cannot be started.
     last_exit: Option<ExitOutcome>,
     stopping: Option<Stopping>,
+    /// The launch whose worker the pipeline waits for; a stop abandons it.
+    launching: Option<Launching>,
+    /// Launches not reported back yet, abandoned ones included.
+    launches_in_flight: usize,
+    pending_start: Option<PendingStart>,
+    /// A detach waits for the launches in flight: the record must name the worker
+    /// it leaves running, and an abandoned launch's worker must be cancelled.
+    detaching: Option<oneshot::Sender<()>>,
     alerts: AlertSender,
 }
 
@@ -92,10 +126,12 @@ fn spawn_with(
     let (cmds, cmds_rx) = mpsc::channel(32);
     let (exits_tx, exits_rx) = mpsc::unbounded_channel();
     let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
+    let (launches_tx, launches_rx) = mpsc::unbounded_channel();
     let mut actor = Actor {
         timings: Timings::from_config(&config.supervisor),
         backend,
         jobs_tx,
+        launches_tx,
         layout,
         config,
         record,
@@ -106,10 +142,14 @@ fn spawn_with(
         restart_at: None,
         last_exit: None,
         stopping: None,
+        launching: None,
+        launches_in_flight: 0,
+        pending_start: None,
+        detaching: None,
         alerts,
     };
     actor.recover();
-    tokio::spawn(actor.run(cmds_rx, exits_rx, jobs_rx));
+    tokio::spawn(actor.run(cmds_rx, exits_rx, jobs_rx, launches_rx));
     Ok(PipelineHandle {
         cmds,
         snapshot: snapshot_rx,
@@ -133,6 +173,7 @@ impl Actor {
         mut cmds: mpsc::Receiver<Command>,
         mut exits: mpsc::UnboundedReceiver<WorkerExit>,
         mut jobs: mpsc::UnboundedReceiver<JobChange>,
+        mut launches: mpsc::UnboundedReceiver<LaunchDone>,
     ) {
         loop {
             let kill_at = self
@@ -142,18 +183,22 @@ impl Actor {
                 .map(|s| s.deadline);
             tokio::select! {
                 cmd = cmds.recv() => match cmd {
-                    Some(Command::Detach { reply }) => {
-                        tracing::info!("pipeline actor detached; the worker is left running");
-                        let _ = reply.send(());
-                        break;
-                    }
+                    Some(Command::Detach { reply }) => self.detaching = Some(reply),
                     Some(cmd) => self.on_command(cmd),
                     None => break,
                 },
+                Some(done) = launches.recv() => self.on_launched(done),
                 Some(exit) = exits.recv() => self.on_exit(exit),
                 Some(change) = jobs.recv() => self.on_job_change(change),
                 _ = sleep_until_opt(self.restart_at) => self.on_restart_due(),
                 _ = sleep_until_opt(kill_at) => self.escalate(),
+            }
+            if self.launches_in_flight == 0
+                && let Some(reply) = self.detaching.take()
+            {
+                tracing::info!("pipeline actor detached; the worker is left running");
+                let _ = reply.send(());
+                break;
             }
         }
     }
@@ -173,10 +218,7 @@ impl Actor {
 
     fn on_command(&mut self, cmd: Command) {
         match cmd {
-            Command::Start { req, reply } => {
-                let result = self.start(req);
-                let _ = reply.send(result);
-            }
+            Command::Start { req, reply } => self.start(req, reply),
             Command::Stop { timeout, reply } => self.stop(timeout, reply),
             Command::Reload { config } => {
                 self.timings = Timings::from_config(&config.supervisor);

@@ -1,58 +1,92 @@
 //! A start and what follows it: the run prepared (see `plan::prepare`), each step
-//! launched in turn, the "finished" alert and old runs pruned at the end.
+//! launched in turn (off the actor: `sbatch` may take seconds), the "finished"
+//! alert and old runs pruned at the end.
 
-use anyhow::Result;
 use lavender::config::PipelineStep;
 use lavender::status::{PipelineState, StepState};
+use nix::sys::signal::Signal;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{Actor, JobChange, LiveWorker, WorkerExit};
+use super::{Actor, JobChange, LaunchDone, Launching, LiveWorker, PendingStart, WorkerExit};
 use crate::alert::Alert;
 use crate::pipeline::handle::{StartError, StartReply};
 use crate::pipeline::plan;
 use crate::pipeline::record::WorkerRecord;
 use crate::pipeline::request::StartRequest;
+use crate::process::Launched;
 
 impl Actor {
-    pub(super) fn start(&mut self, req: StartRequest) -> Result<StartReply, StartError> {
-        if self.record.is_active() {
-            return Err(StartError::AlreadyRunning {
+    /// Prepares the run and launches its first step; `reply` is answered once that
+    /// launch has gone one way or the other.
+    pub(super) fn start(
+        &mut self,
+        req: StartRequest,
+        reply: oneshot::Sender<Result<StartReply, StartError>>,
+    ) {
+        if self.record.is_active() || self.launching.is_some() {
+            let _ = reply.send(Err(StartError::AlreadyRunning {
                 state: self.record.state,
                 pid: self.worker.as_ref().and_then(|w| w.handle.pid()),
-            });
+            }));
+            return;
         }
         let plan::Prepared {
             record,
             chunk,
             scale,
             notices,
-        } = plan::prepare(&self.layout, &self.config, req)?;
+        } = match plan::prepare(&self.layout, &self.config, req) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
         self.record = record;
+        self.pending_start = Some(PendingStart {
+            reply,
+            chunk,
+            scale,
+            notices,
+        });
         self.advance();
-        if self.record.state == PipelineState::Failed {
-            return Err(StartError::Spawn(
+        if self.launching.is_none() {
+            self.answer_start();
+        }
+    }
+
+    /// Answers the start waiting for its first step's launch, if one is.
+    pub(super) fn answer_start(&mut self) {
+        let Some(start) = self.pending_start.take() else {
+            return;
+        };
+        let reply = if self.record.state == PipelineState::Failed {
+            Err(StartError::Spawn(
                 self.record
                     .last_error
                     .clone()
                     .unwrap_or_else(|| "the first step could not be started".into()),
-            ));
-        }
-        Ok(StartReply {
-            state: self.record.state,
-            chunk,
-            scale,
-            active_step: self.record.active_step,
-            pid: self.worker.as_ref().and_then(|w| w.handle.pid()),
-            run_dir: self.record.run_dir.clone(),
-            log_file: self.record.log_file.clone(),
-            resume_from: self.record.resume_from.clone(),
-            slurm_job: self
-                .worker
-                .as_ref()
-                .and_then(|w| w.handle.slurm_job())
-                .map(|j| j.job_id.clone()),
-            notices,
-        })
+            ))
+        } else {
+            Ok(StartReply {
+                state: self.record.state,
+                chunk: start.chunk,
+                scale: start.scale,
+                active_step: self.record.active_step,
+                pid: self.worker.as_ref().and_then(|w| w.handle.pid()),
+                run_dir: self.record.run_dir.clone(),
+                log_file: self.record.log_file.clone(),
+                resume_from: self.record.resume_from.clone(),
+                slurm_job: self
+                    .worker
+                    .as_ref()
+                    .and_then(|w| w.handle.slurm_job())
+                    .map(|j| j.job_id.clone()),
+                notices: start.notices,
+            })
+        };
+        let _ = start.reply.send(reply);
     }
 
     /// Starts the next pending step, or finishes the pipeline.
@@ -73,11 +107,7 @@ impl Actor {
                 self.alert(self.finished_alert());
                 self.prune_old_runs();
             }
-            Some(step) => {
-                if let Err(e) = self.spawn_step(step, false) {
-                    self.fail(step, format!("{e:#}"));
-                }
-            }
+            Some(step) => self.spawn_step(step, false),
         }
     }
 
@@ -104,35 +134,84 @@ impl Actor {
     }
 
     /// `supervisor.keep_runs`: once a pipeline has finished (so its own run holds the
-    /// checkpoints it needs, not the run it resumed from), drop the oldest runs.
+    /// checkpoints it needs, not the run it resumed from), drop the oldest runs, on
+    /// the blocking pool (a run is gigabytes of files).
     pub(super) fn prune_old_runs(&self) {
         let Some(keep) = self.config.supervisor.keep_runs else {
             return;
         };
         let root = self.layout.checkpoints_root();
-        match lavender::checkpoint::prune_runs(&root, keep as usize, self.record.run_dir.as_deref())
-        {
-            Ok(report) if !report.removed.is_empty() => tracing::info!(
-                "keep_runs {keep}: removed {} old run(s), freed {} bytes",
-                report.removed.len(),
-                report.bytes_freed
-            ),
-            Ok(_) => {}
-            Err(e) => tracing::warn!("keep_runs {keep}: {e}"),
-        }
+        let current = self.record.run_dir.clone();
+        tokio::task::spawn_blocking(move || {
+            match lavender::checkpoint::prune_runs(&root, keep as usize, current.as_deref()) {
+                Ok(report) if !report.removed.is_empty() => tracing::info!(
+                    "keep_runs {keep}: removed {} old run(s), freed {} bytes",
+                    report.removed.len(),
+                    report.bytes_freed
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::warn!("keep_runs {keep}: {e}"),
+            }
+        });
     }
 
-    pub(super) fn spawn_step(&mut self, step: PipelineStep, after_crash: bool) -> Result<()> {
+    /// Launches `step` on the blocking pool (`sbatch` may take seconds; a local spawn
+    /// forks); [`Actor::on_launched`] takes the worker, or fails the step.
+    pub(super) fn spawn_step(&mut self, step: PipelineStep, after_crash: bool) {
         let spec = plan::spawn_spec(&self.layout, &self.config, &self.record, step, after_crash);
         self.generation += 1;
         let generation = self.generation;
+        self.launching = Some(Launching {
+            generation,
+            step,
+            after_crash,
+        });
+        self.launches_in_flight += 1;
         let jobs = self.jobs_tx.clone();
-        let launched = self.backend.launch(
-            &spec,
-            Box::new(move |update| {
-                let _ = jobs.send(JobChange { generation, update });
-            }),
-        )?;
+        let backend = self.backend.clone();
+        let done = self.launches_tx.clone();
+        tokio::spawn(async move {
+            let launch = tokio::task::spawn_blocking(move || {
+                let updates = Box::new(move |update| {
+                    let _ = jobs.send(JobChange { generation, update });
+                });
+                backend.launch(&spec, updates)
+            });
+            let result = launch
+                .await
+                .unwrap_or_else(|e| Err(anyhow::anyhow!("the launch of step {step} failed: {e}")));
+            let _ = done.send(LaunchDone { generation, result });
+        });
+    }
+
+    /// A launch ended: the worker is supervised from now on, or the step failed (after
+    /// a crash, with that crash's exit). The worker of a launch a stop abandoned is
+    /// cancelled: it has not trained yet.
+    pub(super) fn on_launched(&mut self, done: LaunchDone) {
+        self.launches_in_flight = self.launches_in_flight.saturating_sub(1);
+        let Some(launching) = self.launching.take_if(|l| l.generation == done.generation) else {
+            if let Ok(launched) = done.result {
+                tracing::info!(worker = %launched.handle, "the pipeline was stopped while this worker was launched; cancelling it");
+                self.backend.signal(&launched.handle, Signal::SIGKILL, true);
+                tokio::spawn(launched.exit);
+            }
+            return;
+        };
+        let step = launching.step;
+        match done.result {
+            Ok(launched) => self.install(&launching, launched),
+            Err(e) if launching.after_crash => {
+                let last_exit = self.last_exit.take();
+                self.fail_after(step, format!("{e:#}"), last_exit);
+            }
+            Err(e) => self.fail(step, format!("{e:#}")),
+        }
+        self.answer_start();
+    }
+
+    fn install(&mut self, launching: &Launching, launched: Launched) {
+        let (step, generation, after_crash) =
+            (launching.step, launching.generation, launching.after_crash);
         tracing::info!(%step, worker = %launched.handle, after_crash, "worker started");
         let started_at = lavender::time::now_utc();
         self.record.worker = Some(WorkerRecord {
@@ -163,6 +242,5 @@ impl Actor {
                 outcome,
             });
         });
-        Ok(())
     }
 }

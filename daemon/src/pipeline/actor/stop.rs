@@ -18,6 +18,20 @@ impl Actor {
             return;
         }
         let root = self.layout.checkpoints_root();
+        if let Some(launching) = self.launching.take() {
+            // No worker yet (`sbatch` may take seconds): the pipeline stops now, and the
+            // worker is cancelled when its launch returns (see `on_launched`).
+            self.restart_at = None;
+            self.last_exit = None;
+            self.record.restart_pending = false;
+            self.record.state = PipelineState::Stopped;
+            self.record.set_step(launching.step, StepState::Pending);
+            self.commit();
+            let run_dir = self.record.run_dir.as_deref();
+            let _ = reply.send(StopReport::during_launch(launching.step, &root, run_dir));
+            self.answer_start();
+            return;
+        }
         let Some(worker) = &self.worker else {
             let mut report = StopReport::nothing_running(&root, self.record.run_dir.as_deref());
             if self.record.restart_pending {

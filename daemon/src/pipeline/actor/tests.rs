@@ -228,3 +228,72 @@ async fn a_stop_during_the_backoff_cancels_the_restart() {
     assert_eq!(h.fake.launched().len(), 1, "restarted after the stop");
     assert_eq!(h.pipeline.record().state, PipelineState::Stopped);
 }
+
+/// Until `cond` holds, letting the actor and the blocking pool run.
+async fn until(mut cond: impl FnMut() -> bool) {
+    while !cond() {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_launch_leaves_the_actor_answering_and_a_stop_abandons_it() {
+    let h = harness(|_| {});
+    h.fake.hold_launches();
+    let pipeline = h.pipeline.clone();
+    let start = tokio::spawn(async move { pipeline.start(StartRequest::default()).await });
+    until(|| h.fake.held_launches() == 1).await;
+
+    // The launch is under way (a slow sbatch): the actor still answers.
+    assert!(h.pipeline.ping().await, "the watchdog's ping is answered");
+    let report = h.pipeline.stop(None).await.expect("a report");
+    assert!(
+        report.was_running && report.saved_checkpoint.is_none(),
+        "{report:?}"
+    );
+    assert!(report.message.contains("being launched"), "{report:?}");
+    assert_eq!(h.pipeline.record().state, PipelineState::Stopped);
+    let reply = start.await.unwrap().expect("the start is answered");
+    assert_eq!(reply.state, PipelineState::Stopped);
+
+    // The launch returns: its worker is cancelled, never supervised.
+    h.fake.release_launches();
+    until(|| h.fake.signals(0) == [Signal::SIGKILL]).await;
+    tokio::time::sleep(secs(1.0)).await;
+    let record = h.pipeline.record();
+    assert_eq!(record.state, PipelineState::Stopped);
+    assert!(record.worker.is_none(), "{record:?}");
+
+    // A new start launches afresh.
+    h.pipeline
+        .start(StartRequest::default())
+        .await
+        .expect("started again");
+    assert_eq!(
+        h.fake.launched(),
+        [PipelineStep::Train, PipelineStep::Train]
+    );
+    assert_eq!(h.pipeline.record().state, PipelineState::Running);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_detach_waits_for_the_launch_in_flight() {
+    let h = harness(|_| {});
+    h.fake.hold_launches();
+    let pipeline = h.pipeline.clone();
+    tokio::spawn(async move { pipeline.start(StartRequest::default()).await });
+    until(|| h.fake.held_launches() == 1).await;
+    let pipeline = h.pipeline.clone();
+    let detach = tokio::spawn(async move { pipeline.detach().await });
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!detach.is_finished(), "detached before the launch returned");
+    h.fake.release_launches();
+    detach.await.unwrap();
+    let record = h.pipeline.record();
+    assert!(
+        record.worker.is_some(),
+        "the record names the worker left running: {record:?}"
+    );
+}

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use anyhow::{Result, bail};
 use serde_json::json;
 
-use super::documents::{DocWriter, content_hash, for_each_document_in_file};
+use super::documents::{DocWriter, content_hash, for_each_document_in_file, read_docs};
 use super::stage;
 use super::step::{self, Ctx};
 use crate::progress::{Progress, group};
@@ -46,8 +46,11 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let (mut input_docs, mut removed, mut removed_paragraphs) = (0u64, 0u64, 0u64);
     let mut removed_near = 0u64;
     let mut kept_text = String::new();
-    for (path, _) in &files {
-        for_each_document_in_file(path, &ctx.settings.data.document_separator, |doc, bytes| {
+    // Text files split at the separator; record sources' document files are one
+    // document a line already.
+    let document_files = super::downloads::document_files(&up);
+    for ((path, _), name) in files.iter().zip(&up.outputs) {
+        let mut on_doc = |doc: &[u8], bytes: u64| -> Result<()> {
             if doc.is_empty() {
                 progress.advance(bytes, 0);
                 return Ok(());
@@ -89,7 +92,12 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             } else {
                 out.write(&kept_text)
             }
-        })?;
+        };
+        if document_files.contains(name) {
+            read_docs(path, |text, bytes| on_doc(text.as_bytes(), bytes))?;
+        } else {
+            for_each_document_in_file(path, &ctx.settings.data.document_separator, on_doc)?;
+        }
     }
     progress.finish();
     let (documents, bytes, _) = out.finish()?;

@@ -6,7 +6,7 @@ pub mod tokenizer;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use super::documents::{read_docs, unit_hash};
@@ -60,13 +60,23 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             inputs.push(fp);
         }
     }
-    let slice = json!({
+    let pretrained = s
+        .init_from
+        .as_deref()
+        .map(crate::model::pretrained::Pretrained::open)
+        .transpose()?;
+    let mut slice = json!({
         "tokenizer": s.data.tokenizer,
         "sft_jsonl": sft_jsonl,
         "dpo_jsonl": dpo_jsonl,
         "heldout_fraction": s.data.heldout_fraction,
         "seed": s.seed,
     });
+    // The checkpoint's tokenizer replaces the trained one: its file is an input.
+    if let Some(p) = &pretrained {
+        slice["tokenizer_from"] = json!(p.tokenizer);
+        inputs.push(fingerprint(&p.tokenizer)?);
+    }
     let config_hash = step::config_hash(STEP, VERSION, &slice);
     if let Some(mut m) = step::fresh_manifest(ctx, STEP, &config_hash, &inputs)? {
         record_selection(ctx, &mut m)?;
@@ -77,26 +87,46 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let staged = stage::begin(&ctx.root.join(lavender::data_root::TOKENS))?;
     let dir = staged.dir().to_path_buf();
 
-    // Tokenizer.
-    let train_files: Vec<PathBuf> = shard_list.iter().map(|e| shard_dir.join(&e.file)).collect();
-    eprintln!(
-        "precompute: training a byte-level BPE tokenizer (vocabulary {})",
-        s.data.tokenizer.vocab_size
-    );
-    let trained = tokenizer::train(&train_files, &s.data.tokenizer)?;
-    tokenizer::save(&trained, &dir.join(tokens::TOKENIZER_FILE))?;
+    // Tokenizer: the checkpoint's, copied as it is, or one trained on the shards.
+    let trained = match &pretrained {
+        Some(p) => {
+            let t = tokenizer::pretrained(p)?;
+            std::fs::copy(&p.tokenizer, dir.join(tokens::TOKENIZER_FILE))
+                .with_context(|| format!("could not copy {}", p.tokenizer.display()))?;
+            t
+        }
+        None => {
+            let train_files: Vec<PathBuf> =
+                shard_list.iter().map(|e| shard_dir.join(&e.file)).collect();
+            eprintln!(
+                "precompute: training a byte-level BPE tokenizer (vocabulary {})",
+                s.data.tokenizer.vocab_size
+            );
+            let trained = tokenizer::train(&train_files, &s.data.tokenizer)?;
+            tokenizer::save(&trained, &dir.join(tokens::TOKENIZER_FILE))?;
+            trained
+        }
+    };
     ctx.event(
         Event::new(
             "tokenizer_ready",
             format!(
-                "tokenizer ready: vocabulary {}",
-                group(trained.vocab_size as u64)
+                "tokenizer ready: vocabulary {}{}",
+                group(trained.vocab_size as u64),
+                pretrained.as_ref().map_or(String::new(), |p| format!(
+                    " (model.init_from's, {})",
+                    p.dir.display()
+                ))
             ),
         )
         .with("vocab_size", trained.vocab_size),
     )?;
     let dtype = Dtype::for_vocab(trained.vocab_size);
-    let tok = &tokenizer::Encoder::new(&trained.tokenizer)?;
+    let encoder = match pretrained {
+        Some(_) => tokenizer::Encoder::full_pipeline(&trained.tokenizer)?,
+        None => tokenizer::Encoder::new(&trained.tokenizer)?,
+    };
+    let tok = &encoder;
     let eos = trained.eos_id;
 
     // Pretrain arrays.

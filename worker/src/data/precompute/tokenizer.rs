@@ -80,6 +80,40 @@ pub fn train(files: &[PathBuf], cfg: &TokenizerConfig) -> Result<Trained> {
     finish(tokenizer)
 }
 
+/// A checkpoint's own tokenizer (`model.init_from`'s `tokenizer.json`), as is. Its end
+/// of text is `<|endoftext|>` (or `</s>`, `<eos>`); its pad token `<|pad|>` or `<pad>`
+/// when it has one, else the end of text.
+pub fn pretrained(p: &crate::model::pretrained::Pretrained) -> Result<Trained> {
+    let path = &p.tokenizer;
+    let tokenizer = Tokenizer::from_file(path).map_err(|e| {
+        anyhow!(
+            "{} is not a tokenizer.json the tokenizers library reads: {e}",
+            path.display()
+        )
+    })?;
+    let find = |names: &[&str]| names.iter().find_map(|n| tokenizer.token_to_id(n));
+    let eos_id = find(&[EOS, "</s>", "<eos>"]).with_context(|| {
+        format!(
+            "{} has no end-of-text token ({EOS}, </s> or <eos>); lavender ends every document with one: add it as a special token",
+            path.display()
+        )
+    })?;
+    let vocab_size = tokenizer.get_vocab_size(true) as u32;
+    anyhow::ensure!(
+        vocab_size <= p.shape.vocab_size,
+        "{} has {vocab_size} tokens, more than the model's vocab_size {} in {}; the tokenizer is not this model's",
+        path.display(),
+        p.shape.vocab_size,
+        p.dir.join(crate::model::pretrained::CONFIG_JSON).display()
+    );
+    Ok(Trained {
+        vocab_size,
+        eos_id,
+        pad_id: find(&[PAD, "<pad>"]).unwrap_or(eos_id),
+        tokenizer,
+    })
+}
+
 fn finish(tokenizer: Tokenizer) -> Result<Trained> {
     let id = |t: &str| {
         tokenizer
@@ -124,6 +158,9 @@ const WORD_CACHE: usize = 200_000;
 /// matches those first).
 pub struct Encoder<'t> {
     tok: &'t Tokenizer,
+    /// Through the tokenizer's own pipeline: a tokenizer lavender did not train (its
+    /// split and normalisation may differ from the fast path's).
+    full: bool,
     split: regex::Regex,
     byte_chars: [char; 256],
     specials: Vec<String>,
@@ -131,10 +168,21 @@ pub struct Encoder<'t> {
 }
 
 impl<'t> Encoder<'t> {
+    /// The fast path, for a tokenizer [`train`] made.
     pub fn new(tok: &'t Tokenizer) -> Result<Encoder<'t>> {
+        Encoder::with(tok, false)
+    }
+
+    /// Any tokenizer, through its own pipeline.
+    pub fn full_pipeline(tok: &'t Tokenizer) -> Result<Encoder<'t>> {
+        Encoder::with(tok, true)
+    }
+
+    fn with(tok: &'t Tokenizer, full: bool) -> Result<Encoder<'t>> {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         Ok(Encoder {
             tok,
+            full,
             split: regex::Regex::new(SPLIT)
                 .map_err(|e| anyhow!("the split pattern does not compile: {e}"))?,
             byte_chars: lavender::tokens::byte_alphabet(),
@@ -150,6 +198,9 @@ impl<'t> Encoder<'t> {
 
     /// Token ids of many texts, split over the threads; the same ids as [`encode_many`].
     pub fn encode_many(&self, texts: Vec<&str>) -> Result<Vec<Vec<u32>>> {
+        if self.full {
+            return encode_many(self.tok, texts);
+        }
         let per = texts.len().div_ceil(self.caches.len()).max(1);
         let parts: Vec<Result<Vec<Vec<u32>>>> = std::thread::scope(|scope| {
             let handles: Vec<_> = texts

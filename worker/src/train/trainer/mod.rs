@@ -8,20 +8,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use lavender::checkpoint::Checkpoint;
 use lavender::config::SaveOptimizerState;
 use lavender::events::{Event, kind as kinds};
 use lavender::heartbeat::WorkerState;
 use serde_json::json;
-use tch::Device;
+use tch::{Device, Tensor};
 
 use super::checkpointing::{Position, Progress, REFERENCE_FILE, REFERENCE_STEP, Resumed};
 use super::data::{DpoData, PretrainData, Sampler, SftData, validation_batches};
+use super::ema::{EMA_FILE, Ema};
 use super::history::History;
 use super::objective::{Eval, Objective};
+use super::precision::Precision;
 use super::rng::seed_torch;
 use super::settings::{Settings, Stage, StageKind};
+use super::staging::BatchStager;
 use super::status::Reporter;
 use crate::hard_examples;
 use crate::model::Gpt;
@@ -41,6 +44,8 @@ pub enum Outcome {
 pub struct Parts {
     pub s: Settings,
     pub device: Device,
+    /// `training.precision` resolved for `device`.
+    pub precision: Precision,
     pub run_dir: PathBuf,
     pub tokens: Tokens,
     pub shards: Vec<String>,
@@ -65,11 +70,32 @@ struct StepEval {
     step: u64,
     stage_index: usize,
     eval: Eval,
+    /// The EMA weights' evaluation on the same batches (`training.ema`).
+    ema: Option<Eval>,
+}
+
+/// An optimizer step whose loss and gradient norm are still on the device: they are
+/// read, with those of the steps before, at the next log step, evaluation or save.
+struct PendingStep {
+    step: u64,
+    stage: String,
+    epoch: f64,
+    lr: f64,
+    /// `[loss, grad_norm]`, f64, on the device.
+    values: Tensor,
+    /// fp16: the loss scale of the step, and whether its gradient overflowed (the
+    /// optimizer skipped it).
+    loss_scale: Option<(f64, bool)>,
 }
 
 pub struct Trainer {
     s: Settings,
     device: Device,
+    precision: Precision,
+    /// The weights' moving average (`training.ema`).
+    ema: Option<Ema>,
+    /// Steps whose values are still on the device, oldest first.
+    pending_steps: Vec<PendingStep>,
     run_dir: PathBuf,
     tokens: Tokens,
     shards: Vec<String>,
@@ -101,13 +127,22 @@ impl Trainer {
     /// A trainer at step 0 of the first stage; [`Trainer::resume_from`] moves it to
     /// where a checkpoint left off.
     pub fn new(p: Parts) -> Trainer {
+        let ema = p.s.config.training.ema.map(|cfg| Ema::new(cfg, &p.model));
         let save_buffers = SaveBuffers::prepare(
             p.model.params.numel(),
             p.s.save_optimizer_state != SaveOptimizerState::None,
+            ema.is_some(),
         );
+        let progress = Progress {
+            loss_scaler: p.precision.loss_scaler(),
+            ..Progress::default()
+        };
         Trainer {
             s: p.s,
             device: p.device,
+            precision: p.precision,
+            ema,
+            pending_steps: Vec::new(),
             run_dir: p.run_dir,
             tokens: p.tokens,
             shards: p.shards,
@@ -119,7 +154,7 @@ impl Trainer {
             stop_at_step: p.stop_at_step,
             hold_save: p.hold_save,
             started: p.started,
-            progress: Progress::default(),
+            progress,
             last_eval: None,
             pending_save: None,
             save_buffers,
@@ -133,6 +168,31 @@ impl Trainer {
     /// its progress and DPO reference and reports the load (`checkpoint_loaded`).
     pub fn resume_from(&mut self, ck: &Checkpoint, r: Resumed) -> Result<()> {
         self.progress = r.progress;
+        // fp16 continues the checkpoint's loss scale (a fresh one if it trained in
+        // another precision); other precisions have none.
+        self.progress.loss_scaler = match self.precision.loss_scaler() {
+            Some(fresh) => Some(self.progress.loss_scaler.unwrap_or(fresh)),
+            None => None,
+        };
+        if let Some(ema) = &mut self.ema {
+            let file = ck.path.join(EMA_FILE);
+            if file.is_file() {
+                ema.load(&file).with_context(|| {
+                    format!(
+                        "could not load the EMA weights of checkpoint {}",
+                        ck.path.display()
+                    )
+                })?;
+            } else {
+                ema.reset(&self.model);
+                if self.progress.pos.stage_step > 0 {
+                    eprintln!(
+                        "warning: checkpoint {} has no {EMA_FILE}; the moving average starts again from its weights",
+                        ck.path.display()
+                    );
+                }
+            }
+        }
         self.reporter.hb.latest_checkpoint = Some(ck.name.clone());
         self.reporter.resumed_at(self.progress.step);
         if let Some(reference) = r.reference {
@@ -297,6 +357,10 @@ impl Trainer {
         self.reporter.hb.stage = stage.name.clone();
         self.reporter.hb.epochs = Some(epochs);
         self.reporter.hb.epoch = Some(sampler.epoch_progress());
+        let mut stager = BatchStager::new(
+            self.device,
+            objective.rows_per_batch(self.s.batch_size) * self.s.seq_len,
+        )?;
 
         if self.progress.pos.stage_step == 0 {
             self.reporter.event(
@@ -310,8 +374,10 @@ impl Trainer {
                 .with("hard_examples", objective.hard_windows())
                 .with("epochs", epochs),
             )?;
-            let eval = objective.evaluate(&self.model);
-            self.record_eval(stage, &eval, sampler.epoch_progress())?;
+            if let Some(ema) = &mut self.ema {
+                ema.reset(&self.model);
+            }
+            self.evaluate(stage, &objective, sampler.epoch_progress())?;
         }
 
         while self.progress.pos.stage_step < stage.steps {
@@ -321,56 +387,68 @@ impl Trainer {
             }
             let lr = sched.lr(self.progress.pos.stage_step);
             self.model.params.zero_grad();
-            let mut loss_sum = 0.0;
             let mut epoch_ended = false;
-            for micro in 0..self.s.grad_accum {
-                let idx: Vec<usize> = (0..self.s.batch_size)
-                    .map(|_| {
-                        let (i, ended) = sampler.next_index();
-                        epoch_ended |= ended;
-                        i
-                    })
-                    .collect();
-                seed_torch(self.s.seed, self.progress.step, micro);
-                loss_sum += objective.backward(
-                    &self.model,
-                    &idx,
-                    self.device,
-                    1.0 / self.s.grad_accum as f64,
-                );
-            }
-            let loss = loss_sum / self.s.grad_accum as f64;
-            if !loss.is_finite() {
-                anyhow::bail!(
-                    "the {} loss became {loss} at step {}; lower the stage's lr or optimizer.grad_clip and resume from the last checkpoint",
-                    stage.name,
-                    self.progress.step + 1
-                );
-            }
+            let accum = self.s.grad_accum;
+            // fp16 computes the gradient of scale × loss, so small ones do not underflow.
+            let loss_scale = self.progress.loss_scaler.map(|l| l.scale());
+            let grad_factor = loss_scale.unwrap_or(1.0) / accum as f64;
+            let loss = {
+                let _autocast = self.precision.autocast(self.device)?;
+                let mut sum: Option<Tensor> = None;
+                for micro in 0..accum {
+                    let idx: Vec<usize> = (0..self.s.batch_size)
+                        .map(|_| {
+                            let (i, ended) = sampler.next_index();
+                            epoch_ended |= ended;
+                            i
+                        })
+                        .collect();
+                    seed_torch(self.s.seed, self.progress.step, micro);
+                    let batch = stager.stage(&objective.rows(&idx))?;
+                    let loss = objective.backward(&self.model, &batch, grad_factor);
+                    sum = Some(match sum {
+                        Some(s) => s + loss,
+                        None => loss,
+                    });
+                }
+                sum.expect("training.grad_accum is at least 1") / accum as f64
+            };
             let mut grad = self.model.params.flat_grad();
+            if let Some(scale) = loss_scale {
+                let _ = grad.g_mul_scalar_(1.0 / scale);
+            }
             let grad_norm = clip_grad_norm(&mut grad, self.s.grad_clip);
-            self.opt.step(&self.model.params, &grad, lr);
+            // fp16 skips a step whose gradient overflowed; knowing that takes a read
+            // from the device, as torch.amp.GradScaler's step does.
+            let applied = match &mut self.progress.loss_scaler {
+                Some(scaler) => scaler.update(grad_norm.isfinite().int64_value(&[]) != 0),
+                None => true,
+            };
+            if applied {
+                self.opt.step(&self.model.params, &grad, lr);
+            }
             self.progress.step += 1;
             self.progress.pos.stage_step += 1;
             self.progress.pos.cursor = sampler.cursor();
-            self.progress.last_loss = Some(loss);
             self.progress.last_lr = lr;
+            if let Some(ema) = &mut self.ema {
+                ema.after_step(&self.model, self.progress.pos.stage_step);
+            }
             let epoch = sampler.epoch_progress();
-
-            self.history.append(&json!({
-                "step": self.progress.step,
-                "epoch": epoch,
-                "learning_rate": lr,
-                "loss": loss,
-                "grad_norm": grad_norm,
-                "stage": stage.name,
-            }))?;
-            self.reporter
-                .step_done(self.progress.step, loss, lr, grad_norm);
+            self.pending_steps.push(PendingStep {
+                step: self.progress.step,
+                stage: stage.name.clone(),
+                epoch,
+                lr,
+                values: Tensor::stack(&[loss, grad_norm], 0),
+                loss_scale: loss_scale.map(|s| (s, !applied)),
+            });
             self.reporter.hb.epoch = Some(epoch);
             if self.reporter.hb.state != WorkerState::Training {
+                self.flush_steps()?;
                 self.reporter.set_state(WorkerState::Training)?;
             } else if self.progress.step.is_multiple_of(self.s.log_every) {
+                self.flush_steps()?;
                 self.history.flush()?;
                 self.reporter.write()?;
             }
@@ -394,8 +472,7 @@ impl Trainer {
                 || stage_done
                 || save_now
             {
-                let eval = objective.evaluate(&self.model);
-                self.record_eval(stage, &eval, epoch)?;
+                self.evaluate(stage, &objective, epoch)?;
             }
             if self.stop_at_step == Some(self.progress.step) {
                 self.stop.store(true, Ordering::SeqCst);
@@ -405,6 +482,7 @@ impl Trainer {
             }
         }
 
+        self.flush_steps()?;
         let mut ev = Event::new(
             kinds::STAGE_FINISHED,
             format!(
@@ -415,10 +493,13 @@ impl Trainer {
         .with("stage", &stage.name)
         .with("step", self.progress.step)
         .with(stage.kind.loss_key(), self.progress.last_loss);
-        if let Some(StepEval { eval, .. }) = &self.last_eval {
+        if let Some(StepEval { eval, ema, .. }) = &self.last_eval {
             ev = ev.with("eval_loss", eval.loss);
             for (k, v) in &eval.metrics {
                 ev = ev.with(k, v);
+            }
+            if let Some(ema) = ema {
+                ev = ev.with("ema_eval_loss", ema.loss);
             }
         }
         self.reporter.event(ev)?;
@@ -429,8 +510,7 @@ impl Trainer {
         // Nothing trained since the last save or load (or at all): nothing to save.
         if self.progress.step > 0 && self.progress.saved_step != Some(self.progress.step) {
             if self.evaluation_now().is_none() {
-                let eval = objective.evaluate(&self.model);
-                self.record_eval(stage, &eval, epoch)?;
+                self.evaluate(stage, objective, epoch)?;
             }
             self.save(&stage.name, Some(stage.kind))?;
         }
@@ -441,7 +521,73 @@ impl Trainer {
         Ok(Outcome::Stopped)
     }
 
-    fn record_eval(&mut self, stage: &Stage, eval: &Eval, epoch: f64) -> Result<()> {
+    /// Reads the losses and gradient norms of the steps since the last read from the
+    /// device, all in one copy, and records them (log_history, the heartbeat's
+    /// values). Called at log steps and before every evaluation, save and stage end,
+    /// so each step's values reach the host, late but all of them, before anything
+    /// that depends on them is written.
+    fn flush_steps(&mut self) -> Result<()> {
+        if self.pending_steps.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending_steps);
+        let stacked = Tensor::stack(&pending.iter().map(|p| &p.values).collect::<Vec<_>>(), 0);
+        let values = Vec::<f64>::try_from(stacked.to_device(Device::Cpu).view([-1]))
+            .context("could not read the steps' losses from the device")?;
+        for (p, v) in pending.iter().zip(values.chunks_exact(2)) {
+            let (loss, grad_norm) = (v[0], v[1]);
+            let skipped = p.loss_scale.is_some_and(|(_, skipped)| skipped);
+            if !loss.is_finite() && !skipped {
+                bail!(
+                    "the {} loss became {loss} at step {}; lower the stage's lr or optimizer.grad_clip and resume from the last checkpoint",
+                    p.stage,
+                    p.step
+                );
+            }
+            let mut entry = json!({
+                "step": p.step,
+                "epoch": p.epoch,
+                "learning_rate": p.lr,
+                "loss": loss,
+                "grad_norm": grad_norm,
+                "stage": p.stage,
+            });
+            if let Some((scale, skipped)) = p.loss_scale {
+                entry["loss_scale"] = json!(scale);
+                if skipped {
+                    entry["skipped"] = json!(true);
+                }
+            }
+            self.history.append(&entry)?;
+            self.reporter.step_done(p.step, loss, p.lr, grad_norm);
+            self.progress.last_loss = Some(loss);
+        }
+        Ok(())
+    }
+
+    /// Evaluates the weights (and their moving average) at this step, under the
+    /// training's autocast, and records it.
+    fn evaluate(&mut self, stage: &Stage, objective: &Objective, epoch: f64) -> Result<()> {
+        // The steps before it come first in log_history.
+        self.flush_steps()?;
+        let (eval, ema) = {
+            let _autocast = self.precision.autocast(self.device)?;
+            let eval = objective.evaluate(&self.model);
+            (
+                eval,
+                self.ema.as_ref().map(|e| objective.evaluate(e.model())),
+            )
+        };
+        self.record_eval(stage, &eval, ema, epoch)
+    }
+
+    fn record_eval(
+        &mut self,
+        stage: &Stage,
+        eval: &Eval,
+        ema: Option<Eval>,
+        epoch: f64,
+    ) -> Result<()> {
         let mut entry = json!({
             "step": self.progress.step,
             "epoch": epoch,
@@ -450,6 +596,12 @@ impl Trainer {
         });
         for (k, v) in &eval.metrics {
             entry[format!("eval_{k}")] = json!(v);
+        }
+        if let Some(ema) = &ema {
+            entry["eval_ema_loss"] = json!(ema.loss);
+            for (k, v) in &ema.metrics {
+                entry[format!("eval_ema_{k}")] = json!(v);
+            }
         }
         self.history.append(&entry)?;
         if stage.kind == StageKind::Pretrain
@@ -462,18 +614,20 @@ impl Trainer {
             step: self.progress.step,
             stage_index: self.progress.pos.stage_index,
             eval: eval.clone(),
+            ema,
         });
         Ok(())
     }
 
     /// The evaluation made at this step in this stage, if there was one.
     fn evaluation_now(&self) -> Option<&Eval> {
-        self.last_eval
-            .as_ref()
-            .filter(|e| {
-                e.step == self.progress.step && e.stage_index == self.progress.pos.stage_index
-            })
-            .map(|e| &e.eval)
+        self.step_evaluation_now().map(|e| &e.eval)
+    }
+
+    fn step_evaluation_now(&self) -> Option<&StepEval> {
+        self.last_eval.as_ref().filter(|e| {
+            e.step == self.progress.step && e.stage_index == self.progress.pos.stage_index
+        })
     }
 
     /// The hard examples this run's pretraining mixes in. Decided when pretraining

@@ -23,6 +23,8 @@ use crate::model::tensor_file::FileImage;
 use crate::model::{self, MODEL_FILE};
 use crate::optim::adamw::OPTIMIZER_FILE;
 use crate::train::checkpointing::{FINAL_STAGE, REFERENCE_STEP};
+use crate::train::ema::EMA_FILE;
+use crate::train::precision::LOSS_SCALER_KEY;
 use crate::train::settings::StageKind;
 
 const RNG_SCHEME: &str = "stateless: data order from (seed, stage, epoch), dropout reseeded from (seed, step, micro-batch)";
@@ -33,13 +35,14 @@ const RNG_SCHEME: &str = "stateless: data order from (seed, stage, epoch), dropo
 pub struct SaveBuffers {
     weights: FileImage,
     moments: FileImage,
+    ema: FileImage,
 }
 
 impl SaveBuffers {
     /// Buffers for checkpoints of `params` parameters (`with_moments`: and their
     /// two optimizer moments), their pages faulted in on a background thread while
     /// training starts, so that not even the first save stalls training for that.
-    pub fn prepare(params: i64, with_moments: bool) -> NextBuffers {
+    pub fn prepare(params: i64, with_moments: bool, with_ema: bool) -> NextBuffers {
         let bytes = usize::try_from(params).unwrap_or(0) * std::mem::size_of::<f32>();
         let thread = std::thread::Builder::new()
             .name("checkpoint-buffers".into())
@@ -47,6 +50,11 @@ impl SaveBuffers {
                 weights: FileImage::with_pages_for(bytes),
                 moments: if with_moments {
                     FileImage::with_pages_for(2 * bytes)
+                } else {
+                    FileImage::default()
+                },
+                ema: if with_ema {
+                    FileImage::with_pages_for(bytes)
                 } else {
                     FileImage::default()
                 },
@@ -98,6 +106,8 @@ pub struct PendingSave {
     kind: Option<StageKind>,
     step: u64,
     loss: Option<f64>,
+    /// The EMA weights' validation loss at this step (`training.ema`).
+    ema_eval_loss: Option<f64>,
     epoch: f64,
     epochs: Option<u32>,
     remaining_hours: Option<f64>,
@@ -128,6 +138,8 @@ impl Trainer {
     /// once it is durable.
     pub fn save(&mut self, stage: &str, kind: Option<StageKind>) -> Result<()> {
         let entered = Instant::now();
+        // Every step's values reach the host before a checkpoint of them is made.
+        self.flush_steps()?;
         self.finish_save()?;
         let waited = entered.elapsed();
         self.reporter.set_state(WorkerState::Saving)?;
@@ -142,6 +154,10 @@ impl Trainer {
         if with_optimizer {
             self.opt
                 .snapshot(&self.model.params, &mut buffers.moments)?;
+        }
+        let with_ema = self.ema.is_some();
+        if let Some(ema) = &self.ema {
+            ema.snapshot(&mut buffers.ema)?;
         }
         let copy = began.elapsed();
         // Complete before the checkpoint it belongs to becomes visible.
@@ -166,6 +182,9 @@ impl Trainer {
                     let weights = s.spawn(|| buffers.weights.write_unsynced(&dir.join(MODEL_FILE)));
                     if with_optimizer {
                         buffers.moments.write_unsynced(&dir.join(OPTIMIZER_FILE))?;
+                    }
+                    if with_ema {
+                        buffers.ema.write_unsynced(&dir.join(EMA_FILE))?;
                     }
                     weights
                         .join()
@@ -207,6 +226,10 @@ impl Trainer {
             kind,
             step: self.progress.step,
             loss: self.progress.last_loss,
+            ema_eval_loss: self
+                .step_evaluation_now()
+                .and_then(|e| e.ema.as_ref())
+                .map(|e| e.loss),
             epoch,
             epochs: self.reporter.hb.epochs,
             remaining_hours: self.reporter.remaining_hours(),
@@ -293,6 +316,9 @@ impl Trainer {
         if let Some(k) = p.kind {
             ev = ev.with(k.loss_key(), p.loss);
         }
+        if let Some(l) = p.ema_eval_loss {
+            ev = ev.with("ema_eval_loss", l);
+        }
         self.reporter.event(ev)?;
         Ok(Some(path))
     }
@@ -349,6 +375,11 @@ impl Trainer {
             .insert("optimizer_state".into(), json!(with_optimizer));
         st.extra
             .insert("optimizer_step".into(), json!(self.opt.step));
+        st.extra
+            .insert("precision".into(), json!(self.precision.as_str()));
+        if let Some(scaler) = self.progress.loss_scaler {
+            st.extra.insert(LOSS_SCALER_KEY.into(), scaler.to_json());
+        }
         if let Some(r) = self.reference_step {
             st.extra.insert(REFERENCE_STEP.into(), json!(r));
         }
@@ -357,6 +388,10 @@ impl Trainer {
             m.insert("loss".into(), json!(eval.loss));
             for (k, v) in &eval.metrics {
                 m.insert((*k).into(), json!(v));
+            }
+            let ema = self.step_evaluation_now().and_then(|e| e.ema.as_ref());
+            if let Some(ema) = ema {
+                m.insert("ema_loss".into(), json!(ema.loss));
             }
             st.extra.insert("eval".into(), Value::Object(m));
         }

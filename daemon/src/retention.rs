@@ -1,40 +1,34 @@
 //! Checkpoint retention enforced by the daemon (`supervisor.retention: daemon`).
 //!
-//! A follower tails the current run's `events.jsonl`; after a `checkpoint_saved` or
-//! `final_saved` event it applies the run's `training.keep_checkpoints` + newest +
-//! best-by-validation-loss rules with [`lavender::checkpoint::enforce_retention_with`],
-//! the same code `lavender-worker` runs, then logs `RETAIN dropped N old ckpt(s)` in
-//! the run's `train.log` and a `retention` event. It never touches:
+//! The one follower of `events.jsonl` (`notify::EventFollower`) hands each run's
+//! new events to [`Retention`]; after a `checkpoint_saved` or `final_saved` event it
+//! applies the run's `training.keep_checkpoints` + newest + best-by-validation-loss
+//! rules with [`lavender::checkpoint::enforce_retention_with`], the same code
+//! `lavender-worker` runs, on the blocking pool (a checkpoint is gigabytes), one
+//! pass at a time, and logs `RETAIN dropped N old ckpt(s)` in the daemon's log. It
+//! writes nothing into the run: `events.jsonl` and `train.log` are the worker's.
+//! It never touches:
 //! - a run whose worker declared in its `run_started` event that it prunes its own
 //!   (`"retention": "worker"`, as `lavender-worker` does);
 //! - a checkpoint being written (listing sees complete checkpoints only; temporary
 //!   `.tmp-*` entries are cleared only after the retention grace of an hour);
-//! - another run (only the pipeline's current run directory is pruned);
+//! - another run (only the run the follower follows, the pipeline's current one);
 //! - anything outside `<data_root>/checkpoints/` (a run directory elsewhere is left alone).
-//!
-//! Hook: [`spawn`] once with the pipeline's record channel; [`RetentionHandle::set`]
-//! on a config reload.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use lavender::checkpoint::{RetentionPolicy, enforce_retention_with};
-use lavender::config::{Config, Retention};
+use lavender::config::{Config, Retention as RetentionMode};
 use lavender::events::{self, Event, kind};
-use tokio::sync::watch;
+use tokio::sync::mpsc;
 
-use super::PipelineRecord;
-use crate::layout::Layout;
-
-/// What the follower needs from the config.
+/// What retention needs from the config.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetentionSettings {
-    pub mode: Retention,
+    pub mode: RetentionMode,
     /// `training.keep_checkpoints`.
     pub keep: usize,
-    /// How often the event log is read (`supervisor.poll_interval_ms`).
-    pub interval: Duration,
 }
 
 impl RetentionSettings {
@@ -42,107 +36,22 @@ impl RetentionSettings {
         RetentionSettings {
             mode: config.supervisor.retention,
             keep: config.training.keep_checkpoints as usize,
-            interval: Duration::from_millis(config.supervisor.poll_interval_ms.max(10)),
         }
     }
 }
 
-/// Follows one run's event log at a byte offset.
-#[derive(Debug, Default)]
-pub struct Follower {
+/// Decides from a run's events, as the follower reads them, when a pass is due, and
+/// hands it to the pass task.
+pub struct Retention {
+    settings: Arc<Mutex<RetentionSettings>>,
+    checkpoints_root: PathBuf,
     run_dir: Option<PathBuf>,
-    offset: u64,
     worker_prunes: bool,
     warned_outside: bool,
+    passes: Option<mpsc::UnboundedSender<Pass>>,
 }
 
-/// What one poll did.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Pass {
-    /// Checkpoint directories deleted.
-    pub dropped: Vec<PathBuf>,
-}
-
-impl Follower {
-    /// Reads the events appended to `<run_dir>/events.jsonl` since the last poll
-    /// and, when a checkpoint was saved and the daemon is the one to prune, runs one
-    /// retention pass. A new run directory starts from its first event.
-    pub fn poll(
-        &mut self,
-        run_dir: &Path,
-        checkpoints_root: &Path,
-        settings: &RetentionSettings,
-    ) -> lavender::Result<Option<Pass>> {
-        if self.run_dir.as_deref() != Some(run_dir) {
-            *self = Follower {
-                run_dir: Some(run_dir.to_path_buf()),
-                ..Follower::default()
-            };
-        }
-        let batch = match events::read_from(&events::path(run_dir), self.offset) {
-            Ok(batch) => batch,
-            Err(e) if e.is_not_found() => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        self.offset = batch.next_offset;
-        let mut saved = false;
-        for event in &batch.events {
-            if event.kind == kind::RUN_STARTED {
-                // Each (re)start of the worker says again what it does.
-                self.worker_prunes = events::declares_own_retention(event);
-            }
-            saved |= event.kind == kind::CHECKPOINT_SAVED || event.kind == kind::FINAL_SAVED;
-        }
-        if !saved || settings.mode == Retention::Worker || self.worker_prunes {
-            return Ok(None);
-        }
-        if !inside(run_dir, checkpoints_root) {
-            if !self.warned_outside {
-                self.warned_outside = true;
-                tracing::warn!(
-                    run_dir = %run_dir.display(),
-                    "retention: the run directory is not inside {}; its checkpoints are left alone",
-                    checkpoints_root.display()
-                );
-            }
-            return Ok(None);
-        }
-        let dropped = enforce_retention_with(run_dir, &RetentionPolicy::keep(settings.keep))?;
-        if !dropped.is_empty() {
-            lavender::trainlog::log_retain(run_dir, dropped.len())?;
-            let names: Vec<String> = dropped
-                .iter()
-                .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .collect();
-            tracing::info!(
-                run_dir = %run_dir.display(),
-                "RETAIN dropped {} old ckpt(s): {}",
-                names.len(),
-                names.join(", ")
-            );
-            events::append(
-                run_dir,
-                &Event::new(
-                    kind::RETENTION,
-                    format!("retention dropped {} old checkpoint(s)", names.len()),
-                )
-                .with("dropped", names)
-                .with("by", "lavenderd"),
-            )?;
-        }
-        Ok(Some(Pass { dropped }))
-    }
-}
-
-/// `dir` is a directory strictly below `root` (both resolved through symlinks).
-fn inside(dir: &Path, root: &Path) -> bool {
-    match (std::fs::canonicalize(dir), std::fs::canonicalize(root)) {
-        (Ok(dir), Ok(root)) => dir != root && dir.starts_with(&root),
-        _ => false,
-    }
-}
-
-/// Changes the settings of a running follower (config reload).
+/// Changes the settings of a running [`Retention`] (config reload).
 #[derive(Clone)]
 pub struct RetentionHandle {
     settings: Arc<Mutex<RetentionSettings>>,
@@ -156,43 +65,132 @@ impl RetentionHandle {
     }
 }
 
-/// Starts the follower on its own thread (file deletions never block the async
-/// runtime). It follows the pipeline's current run and ends with the pipeline actor.
-pub fn spawn(
-    layout: Layout,
-    mut records: watch::Receiver<PipelineRecord>,
-    settings: RetentionSettings,
-) -> RetentionHandle {
-    let shared = Arc::new(Mutex::new(settings));
-    let handle = RetentionHandle {
-        settings: shared.clone(),
-    };
-    let root = layout.checkpoints_root();
-    let spawned = std::thread::Builder::new()
-        .name("retention".into())
-        .spawn(move || {
-            let mut follower = Follower::default();
-            loop {
-                if records.has_changed().is_err() {
-                    return; // the pipeline actor is gone: the daemon is shutting down
+/// One retention pass over a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pass {
+    pub run_dir: PathBuf,
+    pub keep: usize,
+}
+
+impl Retention {
+    /// Decides only; [`Retention::start`] also runs the passes.
+    pub fn new(
+        settings: RetentionSettings,
+        checkpoints_root: PathBuf,
+    ) -> (Retention, RetentionHandle) {
+        let settings = Arc::new(Mutex::new(settings));
+        let handle = RetentionHandle {
+            settings: settings.clone(),
+        };
+        let retention = Retention {
+            settings,
+            checkpoints_root,
+            run_dir: None,
+            worker_prunes: false,
+            warned_outside: false,
+            passes: None,
+        };
+        (retention, handle)
+    }
+
+    /// Runs each due pass on the blocking pool, one at a time; passes asked for
+    /// while one runs are merged into the next (needs a tokio runtime).
+    pub fn start(
+        settings: RetentionSettings,
+        checkpoints_root: PathBuf,
+    ) -> (Retention, RetentionHandle) {
+        let (mut retention, handle) = Retention::new(settings, checkpoints_root);
+        let (tx, mut rx) = mpsc::unbounded_channel::<Pass>();
+        retention.passes = Some(tx);
+        tokio::spawn(async move {
+            while let Some(mut pass) = rx.recv().await {
+                while let Ok(later) = rx.try_recv() {
+                    pass = later;
                 }
-                let run_dir = records.borrow_and_update().run_dir.clone();
-                let settings = match shared.lock() {
-                    Ok(s) => s.clone(),
-                    Err(_) => return,
-                };
-                if let Some(run_dir) = run_dir
-                    && let Err(e) = follower.poll(&run_dir, &root, &settings)
-                {
-                    tracing::warn!("retention: {e}");
+                let run_dir = pass.run_dir.clone();
+                match tokio::task::spawn_blocking(move || pass.run()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::warn!("retention in {}: {e}", run_dir.display()),
+                    Err(e) => tracing::warn!("retention in {}: {e}", run_dir.display()),
                 }
-                std::thread::sleep(settings.interval);
             }
         });
-    if let Err(e) = spawned {
-        tracing::error!("retention: could not start its thread ({e}); checkpoints are not pruned");
+        (retention, handle)
     }
-    handle
+
+    /// `events`, the next ones of `run_dir`'s event log: a pass is due when one
+    /// says a checkpoint was saved and the daemon is the one to prune. A new run
+    /// directory starts afresh (its events from the first on).
+    pub fn due(&mut self, run_dir: &Path, events: &[Event]) -> Option<Pass> {
+        if self.run_dir.as_deref() != Some(run_dir) {
+            self.run_dir = Some(run_dir.to_path_buf());
+            self.worker_prunes = false;
+            self.warned_outside = false;
+        }
+        let mut saved = false;
+        for event in events {
+            if event.kind == kind::RUN_STARTED {
+                // Each (re)start of the worker says again what it does.
+                self.worker_prunes = events::declares_own_retention(event);
+            }
+            saved |= event.kind == kind::CHECKPOINT_SAVED || event.kind == kind::FINAL_SAVED;
+        }
+        let settings = self.settings.lock().ok()?.clone();
+        if !saved || settings.mode == RetentionMode::Worker || self.worker_prunes {
+            return None;
+        }
+        if !inside(run_dir, &self.checkpoints_root) {
+            if !self.warned_outside {
+                self.warned_outside = true;
+                tracing::warn!(
+                    run_dir = %run_dir.display(),
+                    "retention: the run directory is not inside {}; its checkpoints are left alone",
+                    self.checkpoints_root.display()
+                );
+            }
+            return None;
+        }
+        Some(Pass {
+            run_dir: run_dir.to_path_buf(),
+            keep: settings.keep,
+        })
+    }
+
+    /// [`Retention::due`], and the due pass handed to the pass task.
+    pub fn observe(&mut self, run_dir: &Path, events: &[Event]) {
+        if let (Some(pass), Some(passes)) = (self.due(run_dir, events), &self.passes) {
+            let _ = passes.send(pass);
+        }
+    }
+}
+
+impl Pass {
+    /// Deletes what the rules drop (blocking: run it off the async workers) and
+    /// says so in the daemon's log; returns the checkpoint directories deleted.
+    pub fn run(&self) -> lavender::Result<Vec<PathBuf>> {
+        let dropped = enforce_retention_with(&self.run_dir, &RetentionPolicy::keep(self.keep))?;
+        if !dropped.is_empty() {
+            let names: Vec<String> = dropped
+                .iter()
+                .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect();
+            tracing::info!(
+                run_dir = %self.run_dir.display(),
+                "RETAIN dropped {} old ckpt(s): {}",
+                names.len(),
+                names.join(", ")
+            );
+        }
+        Ok(dropped)
+    }
+}
+
+/// `dir` is a directory strictly below `root` (both resolved through symlinks).
+fn inside(dir: &Path, root: &Path) -> bool {
+    match (std::fs::canonicalize(dir), std::fs::canonicalize(root)) {
+        (Ok(dir), Ok(root)) => dir != root && dir.starts_with(&root),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -202,11 +200,38 @@ mod tests {
     use lavender::checkpoint::{CheckpointName, list_run_checkpoints};
     use lavender::trainer_state::TrainerState;
 
+    use std::time::Duration;
+
     fn settings(keep: usize) -> RetentionSettings {
         RetentionSettings {
-            mode: Retention::Daemon,
+            mode: RetentionMode::Daemon,
             keep,
-            interval: Duration::from_millis(10),
+        }
+    }
+
+    /// The follower's part: a run's new events handed to [`Retention::due`], and the
+    /// pass it makes due run here; the directories it deleted.
+    struct Follow {
+        retention: Retention,
+        handle: RetentionHandle,
+        offset: u64,
+    }
+
+    impl Follow {
+        fn new(checkpoints: &Path, settings: RetentionSettings) -> Follow {
+            let (retention, handle) = Retention::new(settings, checkpoints.to_path_buf());
+            Follow {
+                retention,
+                handle,
+                offset: 0,
+            }
+        }
+
+        fn poll(&mut self, run_dir: &Path) -> Option<Vec<PathBuf>> {
+            let batch = events::read_from(&events::path(run_dir), self.offset).unwrap();
+            self.offset = batch.next_offset;
+            let pass = self.retention.due(run_dir, &batch.events)?;
+            Some(pass.run().unwrap())
         }
     }
 
@@ -268,17 +293,14 @@ mod tests {
     fn keeps_keep_newest_and_best_and_logs_the_retain_line() {
         let r = run();
         events::append(&r.dir, &Event::new(kind::RUN_STARTED, "go")).unwrap();
-        let mut f = Follower::default();
+        let mut f = Follow::new(&r.checkpoints, settings(2));
         save(&r.dir, 1, Some(3.0));
         save(&r.dir, 2, Some(0.5));
         for c in 3..=6 {
             save(&r.dir, c, Some(4.0));
         }
-        let pass = f
-            .poll(&r.dir, &r.checkpoints, &settings(2))
-            .unwrap()
-            .unwrap();
-        assert_eq!(pass.dropped.len(), 3);
+        let events_before = std::fs::read(events::path(&r.dir)).unwrap();
+        assert_eq!(f.poll(&r.dir).unwrap().len(), 3);
         assert_eq!(
             names(&r.dir),
             [
@@ -287,10 +309,11 @@ mod tests {
                 "train-12-00-06-0006"
             ]
         );
-        let log = std::fs::read_to_string(r.dir.join("train.log")).unwrap();
-        assert_eq!(log.trim(), "RETAIN dropped 3 old ckpt(s)");
-        // Nothing new: nothing to do, and the retention event it wrote is no save.
-        assert_eq!(f.poll(&r.dir, &r.checkpoints, &settings(2)).unwrap(), None);
+        // Nothing is written into the run: its logs are the worker's.
+        assert_eq!(std::fs::read(events::path(&r.dir)).unwrap(), events_before);
+        assert!(!r.dir.join("train.log").exists());
+        // Nothing new: nothing to do.
+        assert_eq!(f.poll(&r.dir), None);
     }
 
     #[test]
@@ -305,25 +328,22 @@ mod tests {
         for c in 1..=5 {
             save(&r.dir, c, None);
         }
-        let mut f = Follower::default();
-        assert_eq!(f.poll(&r.dir, &r.checkpoints, &settings(1)).unwrap(), None);
+        let mut f = Follow::new(&r.checkpoints, settings(1));
+        assert_eq!(f.poll(&r.dir), None);
         assert_eq!(names(&r.dir).len(), 5);
 
         // A restart by a worker that does not declare it: the daemon prunes again.
         events::append(&r.dir, &Event::new(kind::RUN_STARTED, "again")).unwrap();
         save(&r.dir, 6, None);
-        let mode_worker = RetentionSettings {
-            mode: Retention::Worker,
+        f.handle.set(RetentionSettings {
+            mode: RetentionMode::Worker,
             ..settings(1)
-        };
-        assert_eq!(f.poll(&r.dir, &r.checkpoints, &mode_worker).unwrap(), None);
+        });
+        assert_eq!(f.poll(&r.dir), None);
         assert_eq!(names(&r.dir).len(), 6);
+        f.handle.set(settings(1));
         save(&r.dir, 7, None);
-        let pass = f
-            .poll(&r.dir, &r.checkpoints, &settings(1))
-            .unwrap()
-            .unwrap();
-        assert_eq!(pass.dropped.len(), 6);
+        assert_eq!(f.poll(&r.dir).unwrap().len(), 6);
         assert_eq!(names(&r.dir), ["train-12-00-07-0007"]);
     }
 
@@ -341,11 +361,10 @@ mod tests {
         let name: CheckpointName = "train-12-00-09-0009".parse().unwrap();
         let inflight = CheckpointBuilder::begin(&r.dir, &name).unwrap();
         std::fs::write(inflight.dir().join("model.pt"), b"half").unwrap();
-        let pass = Follower::default()
-            .poll(&r.dir, &r.checkpoints, &settings(1))
-            .unwrap()
+        let dropped = Follow::new(&r.checkpoints, settings(1))
+            .poll(&r.dir)
             .unwrap();
-        assert_eq!(pass.dropped.len(), 2);
+        assert_eq!(dropped.len(), 2);
         assert!(inflight.dir().exists(), "the save in flight survives");
         assert_eq!(names(&other).len(), 3, "another run is not touched");
     }
@@ -359,9 +378,7 @@ mod tests {
             save(&outside, c, None);
         }
         assert_eq!(
-            Follower::default()
-                .poll(&outside, &r.checkpoints, &settings(1))
-                .unwrap(),
+            Follow::new(&r.checkpoints, settings(1)).poll(&outside),
             None
         );
         assert_eq!(names(&outside).len(), 4);
@@ -370,9 +387,7 @@ mod tests {
             save(&r.checkpoints, c, None);
         }
         assert_eq!(
-            Follower::default()
-                .poll(&r.checkpoints, &r.checkpoints, &settings(1))
-                .unwrap(),
+            Follow::new(&r.checkpoints, settings(1)).poll(&r.checkpoints),
             None
         );
     }
