@@ -19,14 +19,22 @@ libtorch:
 setup: libtorch
 	@bash scripts/python-setup.sh
 
+# Release binaries carry no test switch: the `test-hooks` cargo feature (worker
+# `train --hold-save`, `LAVENDER_PROGRESS_INTERVAL_MS`; `lavenderd serve
+# --simulate-inotify-exhausted`) is on only where a package's tests are built, through
+# its dev-dependency on itself (daemon/Cargo.toml, worker/Cargo.toml): test-build,
+# test-run and a plain `cargo test -p <pkg>` have it, build and install do not.
 build: libtorch
 	@$(TORCH_ENV) cargo build --release --workspace
 
 # The demo's data (corpus, shards, tokens, checkpoints, logs) goes to ./data-root.
+# Run again after Ctrl-C, it resumes from the newest checkpoint (`start` refuses to
+# start over silently while a run could be resumed).
 DEMO_ROOT := $(CURDIR)/data-root
 
 run: build
-	@./target/release/lavenderd start --scale tiny --foreground --data-root "$(DEMO_ROOT)"
+	@./target/release/lavenderd start --scale tiny --foreground --data-root "$(DEMO_ROOT)" \
+		$(if $(wildcard $(DEMO_ROOT)/checkpoints/run-*/*/trainer_state.json),--resume latest)
 	@echo "--- a sample from the trained model:"
 	@./target/release/lavender-worker generate --data-root "$(DEMO_ROOT)" --checkpoint latest --prompt "ROMEO:"
 

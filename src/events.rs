@@ -26,6 +26,9 @@ pub mod kind {
     pub const STAGE_STARTED: &str = "stage_started";
     pub const CHECKPOINT_SAVED: &str = "checkpoint_saved";
     pub const CHECKPOINT_LOADED: &str = "checkpoint_loaded";
+    /// A start or resume skips data recorded in `<run>/skipped.json` after a
+    /// rollback (`lavender::skips`); `steps` says how many steps' worth.
+    pub const DATA_SKIPPED: &str = "data_skipped";
     pub const STAGE_FINISHED: &str = "stage_finished";
     pub const FINAL_SAVED: &str = "final_saved";
     pub const RETENTION: &str = "retention";
@@ -44,6 +47,7 @@ pub mod kind {
         STAGE_STARTED,
         CHECKPOINT_SAVED,
         CHECKPOINT_LOADED,
+        DATA_SKIPPED,
         STAGE_FINISHED,
         FINAL_SAVED,
         RETENTION,

@@ -4,11 +4,13 @@
 pub mod atomic;
 pub mod checkpoint;
 pub mod config;
+pub mod data_order;
 pub mod data_root;
 pub mod error;
 pub mod events;
 pub mod export;
 pub mod failure;
+pub mod hard_examples;
 pub mod heartbeat;
 pub mod log_history;
 pub mod manifest;

@@ -124,7 +124,13 @@ impl StepManifest {
 /// Read `step`'s manifest: `Ok(None)` when the step has not finished (no
 /// manifest), `Error::Empty`/`Error::Malformed` when the file is damaged.
 pub fn read(data_root: &Path, step: &str) -> Result<Option<StepManifest>> {
-    let path = manifest_path(data_root, step);
+    read_path(&manifest_path(data_root, step))
+}
+
+/// [`read`] of the manifest at `path` (a step's output kept in a directory of its
+/// own, such as one mining of the hard examples).
+pub fn read_path(path: &Path) -> Result<Option<StepManifest>> {
+    let path = path.to_path_buf();
     let bytes = match std::fs::read(&path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -144,11 +150,15 @@ pub fn read(data_root: &Path, step: &str) -> Result<Option<StepManifest>> {
 /// Write `manifest` atomically to its step's path, creating the directory if
 /// needed. Call it after every output is in place: its presence means "done".
 pub fn write(data_root: &Path, manifest: &StepManifest) -> Result<()> {
-    let path = manifest_path(data_root, &manifest.step);
+    write_path(&manifest_path(data_root, &manifest.step), manifest)
+}
+
+/// [`write`] to `path`.
+pub fn write_path(path: &Path, manifest: &StepManifest) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).ctx("create directory", dir)?;
     }
-    crate::atomic::write_json(&path, manifest)
+    crate::atomic::write_json(path, manifest)
 }
 
 /// Status `data` keys and where each comes from: the first manifest (step, count

@@ -21,6 +21,19 @@ use crate::error::{Error, IoContext, Result};
 /// File name of the record inside a run directory.
 pub const FILE: &str = "skipped.json";
 
+/// The `trainer_state.json` key counting the ranges a checkpoint's cursor includes.
+pub const APPLIED_KEY: &str = "skips_applied";
+
+/// How many ranges of the record the checkpoint whose state this is already
+/// includes (0 for a checkpoint that does not say: saved before any rollback).
+pub fn applied(state: &crate::trainer_state::TrainerState) -> usize {
+    state
+        .extra
+        .get(APPLIED_KEY)
+        .and_then(serde_json::Value::as_u64)
+        .map_or(0, |n| n as usize)
+}
+
 /// One rollback's skipped data.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SkipRange {

@@ -2,7 +2,8 @@
 //! [`Status`], which has exactly the keys of `shared/schemas/status.schema.json`
 //! plus the added keys `schema_version`, `pipeline.state`, `pipeline.restarts`,
 //! `pipeline.slurm` (version 2), `training.stage`, `training.epoch`,
-//! `training.heartbeat_error`, `notices` and `data.shards_wanted` (version 3).
+//! `training.heartbeat_error`, `notices` and `data.shards_wanted` (version 3),
+//! `pipeline.recovery` and `pipeline.failure` (version 4).
 //! A value that is not known is `null`, never a made-up number.
 
 use std::collections::BTreeMap;
@@ -13,10 +14,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Number;
 
 use crate::config::{PipelineStep, Scale, ShardShortfall};
+use crate::failure::Failure;
 use crate::heartbeat::Heartbeat;
 
 /// Version of the status document; bumped when a key is added.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The whole status document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,6 +85,55 @@ pub struct PipelineStatus {
     /// The Slurm job of the active step (`launch.backend: slurm`); null otherwise.
     #[serde(default)]
     pub slurm: Option<SlurmJobStatus>,
+    /// The last time the daemon brought this run back by itself (a hung or failed
+    /// worker restarted, a run resumed after the daemon's exit or a power loss);
+    /// null when it never had to.
+    #[serde(default)]
+    pub recovery: Option<Recovery>,
+    /// Why the last worker of this run failed, as it said (or its exit code said);
+    /// null when none failed.
+    #[serde(default)]
+    pub failure: Option<Failure>,
+}
+
+/// Why the daemon brought a run back by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecoveryReason {
+    /// The worker stopped beating: killed and restarted.
+    Hung,
+    /// The worker failed (crashed, ran out of memory, …): restarted.
+    Failed,
+    /// The daemon was told to exit (SIGTERM/SIGINT: a service restart, a shutdown);
+    /// its next start resumed the run.
+    DaemonExit,
+    /// The daemon and the worker were gone without a word (a power loss, a reboot,
+    /// both killed); the next start resumed the run.
+    PowerLoss,
+}
+
+impl RecoveryReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecoveryReason::Hung => "hung",
+            RecoveryReason::Failed => "failed",
+            RecoveryReason::DaemonExit => "daemon_exit",
+            RecoveryReason::PowerLoss => "power_loss",
+        }
+    }
+}
+
+/// `pipeline.recovery`: what the daemon did, when, and from which checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recovery {
+    pub reason: RecoveryReason,
+    /// One line for a person: "hung at step 40 for 2 min; restarted from pretrain-…".
+    pub message: String,
+    /// RFC 3339 UTC.
+    pub at: String,
+    /// The checkpoint the worker was restarted from (its directory name); null when
+    /// the run had none yet and started over.
+    pub checkpoint: Option<String>,
 }
 
 /// Where and how the active step's Slurm job is, as last seen by the daemon.
@@ -180,10 +231,8 @@ impl TrainingStatus {
     ///
     /// - `hb`: `None` when there is no heartbeat file, `Some(Err(text))` when it
     ///   exists but cannot be read (the text becomes `heartbeat_error`).
-    /// - `heartbeat_stale` is true when the heartbeat is older than
-    ///   `stale_after_s` while the worker is expected to write one (its last state
-    ///   is starting/training/saving), or when a live worker has no readable
-    ///   heartbeat at all; never during the start-up grace (`in_grace`).
+    /// - `heartbeat_stale`: the daemon's verdict (`stale`): the live worker has not
+    ///   written a heartbeat within the allowance of the phase it is in.
     /// - `running` is true when the worker process is alive and its last state is
     ///   not finished/failed.
     /// - `latest_checkpoint` (from the checkpoint listing) wins over the
@@ -191,8 +240,7 @@ impl TrainingStatus {
     pub fn from_heartbeat(
         hb: Option<Result<Heartbeat, String>>,
         now: DateTime<Utc>,
-        stale_after_s: u64,
-        in_grace: bool,
+        stale: bool,
         worker_alive: bool,
         checkpoints: u64,
         latest_checkpoint: Option<String>,
@@ -200,18 +248,17 @@ impl TrainingStatus {
         let mut t = TrainingStatus {
             checkpoints,
             latest_checkpoint,
+            heartbeat_stale: stale && worker_alive,
             ..TrainingStatus::unknown()
         };
         let hb = match hb {
             Some(Ok(hb)) => hb,
             Some(Err(error)) => {
                 t.heartbeat_error = Some(error);
-                t.heartbeat_stale = worker_alive && !in_grace;
                 t.running = worker_alive;
                 return t;
             }
             None => {
-                t.heartbeat_stale = worker_alive && !in_grace;
                 t.running = worker_alive;
                 return t;
             }
@@ -244,9 +291,6 @@ impl TrainingStatus {
                 hb.timestamp
             ));
         }
-        t.heartbeat_stale = !in_grace
-            && hb.state.expects_heartbeats()
-            && age.map_or(worker_alive, |age| age > stale_after_s);
         t.running = worker_alive && !hb.state.is_terminal();
         t
     }
@@ -347,6 +391,8 @@ impl Status {
                 state: PipelineState::Idle,
                 restarts: 0,
                 slurm: None,
+                recovery: None,
+                failure: None,
             },
             active_step: None,
             steps: BTreeMap::new(),
@@ -360,12 +406,6 @@ impl Status {
             schema_version: SCHEMA_VERSION,
             notices: Vec::new(),
         }
-    }
-
-    /// Pretty JSON, as `lavenderd status --json` prints it.
-    pub fn to_json_pretty(&self) -> String {
-        // A tree of strings, numbers and maps with string keys always serializes.
-        serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
     /// The human-readable view of `lavenderd status`.
@@ -387,6 +427,12 @@ impl Status {
             opt(&p.scale),
             p.restarts
         ));
+        if let Some(r) = &p.recovery {
+            line(format!("recovered:   {} (at {})", r.message, r.at));
+        }
+        if let Some(f) = &p.failure {
+            line(format!("failure:     {}: {}", f.kind, f.message));
+        }
         line(format!("active step: {}", opt(&self.active_step)));
         if !self.steps.is_empty() {
             let steps = ordered_steps(&self.steps)
@@ -514,12 +560,8 @@ mod tests {
         }
     }
 
-    fn training(
-        hb: Option<Result<Heartbeat, String>>,
-        in_grace: bool,
-        alive: bool,
-    ) -> TrainingStatus {
-        TrainingStatus::from_heartbeat(hb, now(), 300, in_grace, alive, 5, None)
+    fn training(hb: Option<Result<Heartbeat, String>>, stale: bool, alive: bool) -> TrainingStatus {
+        TrainingStatus::from_heartbeat(hb, now(), stale, alive, 5, None)
     }
 
     #[test]
@@ -554,23 +596,12 @@ mod tests {
     }
 
     #[test]
-    fn stale_only_outside_grace_and_while_heartbeats_are_expected() {
+    fn stale_is_the_daemons_verdict_on_a_live_worker() {
         let old = "2026-04-05T19:00:00Z";
-        assert!(training(Some(Ok(hb(WorkerState::Training, old))), false, true).heartbeat_stale);
-        assert!(!training(Some(Ok(hb(WorkerState::Training, old))), true, true).heartbeat_stale);
-        assert!(!training(Some(Ok(hb(WorkerState::Finished, old))), false, false).heartbeat_stale);
-        // Exactly at the threshold is not yet stale.
-        let t = TrainingStatus::from_heartbeat(
-            Some(Ok(hb(WorkerState::Training, "2026-04-05T19:11:27Z"))),
-            now(),
-            300,
-            false,
-            true,
-            0,
-            None,
-        );
-        assert_eq!(t.heartbeat_age_s, Some(300));
-        assert!(!t.heartbeat_stale);
+        assert!(training(Some(Ok(hb(WorkerState::Training, old))), true, true).heartbeat_stale);
+        assert!(!training(Some(Ok(hb(WorkerState::Training, old))), false, true).heartbeat_stale);
+        // No worker, nothing hung.
+        assert!(!training(Some(Ok(hb(WorkerState::Training, old))), true, false).heartbeat_stale);
     }
 
     #[test]
@@ -595,9 +626,9 @@ mod tests {
 
     #[test]
     fn no_or_bad_heartbeat() {
-        let t = training(None, true, true);
-        assert!(t.running && !t.heartbeat_stale && t.step.is_none());
         let t = training(None, false, true);
+        assert!(t.running && !t.heartbeat_stale && t.step.is_none());
+        let t = training(None, true, true);
         assert!(t.heartbeat_stale);
         let t = training(Some(Err("heartbeat.json is empty".into())), false, false);
         assert!(!t.running && !t.heartbeat_stale);
@@ -605,11 +636,7 @@ mod tests {
             t.heartbeat_error.as_deref(),
             Some("heartbeat.json is empty")
         );
-        let t = training(
-            Some(Ok(hb(WorkerState::Training, "yesterday"))),
-            false,
-            true,
-        );
+        let t = training(Some(Ok(hb(WorkerState::Training, "yesterday"))), true, true);
         assert_eq!(t.heartbeat_age_s, None);
         assert!(t.heartbeat_stale);
         assert!(t.heartbeat_error.unwrap().contains("yesterday"));
@@ -654,7 +681,7 @@ mod tests {
         s.steps.insert("downloads".into(), StepState::Done);
         s.training = training(
             Some(Ok(hb(WorkerState::Training, "2026-04-05T19:00:00Z"))),
-            false,
+            true,
             true,
         );
         s.disk = DiskStatus::from_bytes(Some("/dev/sda1".into()), 1307 << 30, 555 << 30);
@@ -670,5 +697,22 @@ mod tests {
             "{text}"
         );
         assert!(text.lines().count() >= 12, "{text}");
+        assert!(!text.contains("recovered:"), "{text}");
+        s.pipeline.recovery = Some(Recovery {
+            reason: RecoveryReason::Hung,
+            message: "hung at step 40 for 5m 0s; restarted from pretrain-19-10-00-0005".into(),
+            at: "2026-04-05T19:10:00.000Z".into(),
+            checkpoint: Some("pretrain-19-10-00-0005".into()),
+        });
+        s.pipeline.failure = Some(Failure::new(
+            crate::failure::FailureKind::Crash,
+            "exit code 1",
+        ));
+        let text = s.to_text();
+        assert!(
+            text.contains("recovered:   hung at step 40 for 5m 0s; restarted from pretrain-19-10-00-0005 (at 2026-04-05T19:10:00.000Z)"),
+            "{text}"
+        );
+        assert!(text.contains("failure:     crash: exit code 1"), "{text}");
     }
 }

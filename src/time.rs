@@ -25,6 +25,24 @@ pub fn duration(d: std::time::Duration) -> String {
     }
 }
 
+/// Serde for a `DateTime<Utc>` held as [`rfc3339_z`] text, as state files hold it:
+/// `#[serde(with = "lavender::time::rfc3339")]`.
+pub mod rfc3339 {
+    use chrono::{DateTime, Utc};
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+
+    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::rfc3339_z(*t))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        let text = String::deserialize(d)?;
+        DateTime::parse_from_rfc3339(&text)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|e| D::Error::custom(format!("{text:?} is not an RFC 3339 time: {e}")))
+    }
+}
+
 /// `HH:MM:SS`, the clock shown in `train.log` SAVE lines.
 pub fn clock(t: DateTime<Utc>) -> String {
     t.format("%H:%M:%S").to_string()
@@ -40,6 +58,27 @@ mod tests {
         let t = Utc.with_ymd_and_hms(2026, 4, 24, 16, 8, 45).unwrap();
         assert_eq!(rfc3339_z(t), "2026-04-24T16:08:45.000Z");
         assert_eq!(clock(t), "16:08:45");
+    }
+
+    #[test]
+    fn a_time_round_trips_through_its_rfc3339_text() {
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct At {
+            #[serde(with = "rfc3339")]
+            at: DateTime<Utc>,
+        }
+        let at = At {
+            at: Utc.with_ymd_and_hms(2026, 4, 24, 16, 8, 45).unwrap(),
+        };
+        let text = serde_json::to_string(&at).unwrap();
+        assert_eq!(text, r#"{"at":"2026-04-24T16:08:45.000Z"}"#);
+        assert_eq!(serde_json::from_str::<At>(&text).unwrap(), at);
+        let err = serde_json::from_str::<At>(r#"{"at":"yesterday"}"#).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("\"yesterday\" is not an RFC 3339 time"),
+            "{err}"
+        );
     }
 
     #[test]

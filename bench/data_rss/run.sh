@@ -4,7 +4,8 @@
 # 2048), to show that memory does not grow with the file. Each step runs under
 # /usr/bin/time -v; a step's input is deleted once the next step has read it, so the
 # scratch root (under $TMPDIR, removed at the end) holds about twice the source at most.
-#   bash bench/data_rss/run.sh [SIZE_MB ...]      (WORKER=… picks another worker binary)
+#   bash bench/data_rss/run.sh [SIZE_MB ...]      (WORKER=… picks another worker binary;
+#                                                 STEPS="downloads dedup" runs only those)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 bench_need worker /usr/bin/time
@@ -44,7 +45,7 @@ data:
   sources:
     - {path: source.jsonl, format: jsonl}
 YAML
-  for step in downloads dedup filter build_shards precompute; do
+  for step in ${STEPS:-downloads dedup filter build_shards precompute}; do
     start=$(date +%s.%N)
     /usr/bin/time -v -o "$dir/$step.time" "$WORKER" "$step" --config "$dir/config.yaml" \
       --data-root "$dir/root" >"$dir/$step.log" 2>&1 || {

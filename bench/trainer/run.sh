@@ -57,8 +57,12 @@ worker_seconds() {
   ln -s "$tmp/tokens" "$data/tokens"
   local t0 t1
   t0="$(date +%s.%N)"
+  # fp32 is what `auto` trains in on the CPU: left unset, a worker from before
+  # training.precision existed runs too (WORKER=… for a before/after comparison).
+  local precision=()
+  [ "$PRECISION" = fp32 ] || precision=(--set "training.precision=$PRECISION")
   "$WORKER" train --data-root "$data" --device cpu \
-    --set "threads=$THREADS" --set "training.precision=$PRECISION" \
+    --set "threads=$THREADS" "${precision[@]}" \
     --set "model.n_layer=$N_LAYER" --set "model.n_head=$N_HEAD" --set "model.n_embd=$N_EMBD" \
     --set "model.n_positions=$N_POSITIONS" --set "model.dropout=0.0" \
     --set "training.batch_size=$BATCH" --set "training.seq_len=$SEQ_LEN" \

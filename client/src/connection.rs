@@ -17,6 +17,8 @@ const READ_SIZE: usize = 16 * 1024;
 pub struct Connection<S> {
     stream: S,
     buf: Vec<u8>,
+    /// Where each `read` lands, allocated once (not zeroed again per read).
+    scratch: Box<[u8]>,
 }
 
 impl<S: Read + Write> Connection<S> {
@@ -24,6 +26,7 @@ impl<S: Read + Write> Connection<S> {
         Connection {
             stream,
             buf: Vec::with_capacity(READ_SIZE),
+            scratch: vec![0; READ_SIZE].into_boxed_slice(),
         }
     }
 
@@ -124,23 +127,22 @@ impl<S: Read + Write> Connection<S> {
 
     /// Reads more bytes; the end of the stream before a whole answer is an error.
     fn fill(&mut self) -> io::Result<()> {
-        let start = self.buf.len();
-        self.buf.resize(start + READ_SIZE, 0);
-        let read = self.stream.read(&mut self.buf[start..]);
-        self.buf.truncate(start + *read.as_ref().unwrap_or(&0));
-        match read? {
+        match self.stream.read(&mut self.scratch)? {
             0 => Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                if start == 0 {
+                if self.buf.is_empty() {
                     "the server closed the connection without answering".to_string()
                 } else {
                     format!(
                         "the server closed the connection in the middle of an answer: {:?}",
-                        String::from_utf8_lossy(&self.buf[..start.min(200)])
+                        String::from_utf8_lossy(&self.buf[..self.buf.len().min(200)])
                     )
                 },
             )),
-            _ => Ok(()),
+            n => {
+                self.buf.extend_from_slice(&self.scratch[..n]);
+                Ok(())
+            }
         }
     }
 }

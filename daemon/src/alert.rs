@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lavender::config::PipelineStep;
+use lavender::failure::{Failure, FailureKind};
+use lavender::status::RecoveryReason;
 use tokio::sync::mpsc;
 
 use crate::exit::ExitOutcome;
@@ -18,20 +20,37 @@ pub enum Alert {
     Crashed {
         step: PipelineStep,
         outcome: ExitOutcome,
+        /// Why, as the worker said (or its exit code did).
+        failure: Failure,
         restart: u32,
         max_restarts: u32,
         restart_in: Duration,
         /// The worker's log, quoted in the push.
         log_file: Option<PathBuf>,
     },
-    /// Restarts exhausted (or the worker cannot start): the pipeline stopped.
+    /// A failure that will repeat, restarts exhausted or without progress, or a
+    /// worker that cannot start: the pipeline stopped. `reason` names the cause
+    /// and, for a failure that will repeat, the fix.
     Failed {
         step: PipelineStep,
         reason: String,
         restarts: u32,
         last_exit: Option<ExitOutcome>,
+        /// The last worker's failure, when one ended the pipeline.
+        failure: Option<Failure>,
     },
-    /// The heartbeat is older than `stale_after_s`.
+    /// A worker that stopped beating was killed and restarted (`on_stall: restart`).
+    /// `message`: "hung at step N for M; restarted from <checkpoint>".
+    HungRestarted { step: PipelineStep, message: String },
+    /// The daemon's start resumed a pipeline interrupted by its previous exit or a
+    /// power loss (`supervisor.resume_on_start`).
+    Resumed {
+        step: PipelineStep,
+        reason: RecoveryReason,
+        message: String,
+    },
+    /// No heartbeat within the allowance of the worker's phase (`stale_after_s`
+    /// while training), and `supervisor.on_stall: alert`.
     Stale {
         step: PipelineStep,
         age_s: Option<u64>,
@@ -68,6 +87,8 @@ impl Alert {
         match self {
             Alert::Crashed { .. } => "crashed",
             Alert::Failed { .. } => "failed",
+            Alert::HungRestarted { .. } => "hung",
+            Alert::Resumed { .. } => "resumed",
             Alert::Stale { .. } => "stalled",
             Alert::Recovered { .. } => "recovered",
             Alert::Finished { .. } => "finished",
@@ -82,6 +103,8 @@ impl Alert {
         match self {
             Alert::Crashed { step, .. }
             | Alert::Failed { step, .. }
+            | Alert::HungRestarted { step, .. }
+            | Alert::Resumed { step, .. }
             | Alert::Stale { step, .. }
             | Alert::Recovered { step, .. }
             | Alert::Adopted { step, .. }
@@ -97,15 +120,27 @@ impl std::fmt::Display for Alert {
             Alert::Crashed {
                 step,
                 outcome,
+                failure,
                 restart,
                 max_restarts,
                 restart_in,
                 ..
-            } => write!(
-                f,
-                "step {step} crashed ({outcome}); restart {restart}/{max_restarts} from the latest checkpoint in {:.1}s",
-                restart_in.as_secs_f64()
-            ),
+            } => {
+                if failure.kind == FailureKind::Crash {
+                    write!(f, "step {step} crashed ({outcome})")?;
+                } else {
+                    write!(
+                        f,
+                        "step {step} failed ({}: {}; {outcome})",
+                        failure.kind, failure.message
+                    )?;
+                }
+                write!(
+                    f,
+                    "; restart {restart}/{max_restarts} from the latest checkpoint in {:.1}s",
+                    restart_in.as_secs_f64()
+                )
+            }
             Alert::Failed { step, reason, .. } => {
                 write!(f, "pipeline failed at step {step}: {reason}")
             }
@@ -113,6 +148,8 @@ impl std::fmt::Display for Alert {
                 Some(age) => write!(f, "step {step}: heartbeat is stale ({age}s old)"),
                 None => write!(f, "step {step}: no heartbeat yet after the start-up grace"),
             },
+            Alert::HungRestarted { step, message } => write!(f, "step {step}: {message}"),
+            Alert::Resumed { step, message, .. } => write!(f, "step {step}: {message}"),
             Alert::Adopted { step, worker } => {
                 write!(f, "re-adopted the running worker of step {step} ({worker})")
             }
@@ -145,7 +182,10 @@ impl Alert {
     pub fn is_bad_news(&self) -> bool {
         !matches!(
             self,
-            Alert::Finished { .. } | Alert::Recovered { .. } | Alert::Adopted { .. }
+            Alert::Finished { .. }
+                | Alert::Recovered { .. }
+                | Alert::Adopted { .. }
+                | Alert::Resumed { .. }
         )
     }
 }

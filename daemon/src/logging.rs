@@ -4,13 +4,19 @@
 //! lines go to `state/lavenderd.log` instead, and WARN/ERROR are also shown once in
 //! the view, in its own format. Alerts are logged under [`ALERT_TARGET`] and left out
 //! of the view: the feed shows them already.
+//!
+//! `state/lavenderd.log` rotates by size (`logging`) when the daemon writes it: in the
+//! foreground, and when its stderr is that file (a daemon `lavenderd start` left in
+//! the background, a LaunchAgent). The journal rotates itself.
 
-use std::fs::File;
 use std::io::Write;
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use anyhow::{Context, Result};
+use lavender::config::LoggingConfig;
+
+use crate::logs::rotating::RotatingFile;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::Layer;
@@ -23,8 +29,8 @@ pub const ALERT_TARGET: &str = "lavenderd::alert";
 /// Prints one line in the foreground view.
 pub type ViewPrinter = Box<dyn Fn(String) + Send + Sync>;
 
-/// Set once, when `start --foreground` has its data root: the log file.
-static LOG_FILE: OnceLock<File> = OnceLock::new();
+/// Set once, when the daemon writes its log file itself (see the module's doc).
+static LOG_FILE: OnceLock<Mutex<RotatingFile>> = OnceLock::new();
 /// Set once, when the foreground view starts.
 static VIEW: OnceLock<ViewPrinter> = OnceLock::new();
 
@@ -47,19 +53,55 @@ pub fn init(ansi: bool) {
         .init();
 }
 
-/// From now on, log lines are appended to `path` instead of stderr.
-pub fn to_file(path: &Path) -> Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
+/// From now on, log lines are appended to `path` (rotating) instead of stderr.
+pub fn to_file(path: &Path, limits: LoggingConfig) -> Result<()> {
+    let file = RotatingFile::open(path, limits)
         .with_context(|| format!("open the daemon log {}", path.display()))?;
     // A second foreground daemon in one process (tests) keeps the first file.
-    let _ = LOG_FILE.set(file);
+    let _ = LOG_FILE.set(Mutex::new(file));
     Ok(())
+}
+
+/// When this process's stderr is the log file at `path` (it was started with its
+/// output there), log lines go through a rotating writer of that file, and each
+/// rotation points stdout and stderr at the new file, so anything else printed (a
+/// panic) lands there too. A restart alone keeps the descriptors, so the new image
+/// finds its stderr is the log again. Otherwise (a terminal, the journal) nothing
+/// changes. Called again (a config reload), it takes the new limits.
+pub fn rotate_own_log(path: &Path, limits: LoggingConfig) -> Result<()> {
+    if let Some(log) = LOG_FILE.get() {
+        lock(log).set_limits(limits);
+        return Ok(());
+    }
+    if !stderr_is(path) {
+        return Ok(());
+    }
+    let file = RotatingFile::open(path, limits)
+        .with_context(|| format!("open the daemon log {}", path.display()))?
+        .on_rotate(|new| {
+            let _ = nix::unistd::dup2_stdout(new);
+            let _ = nix::unistd::dup2_stderr(new);
+        });
+    let _ = LOG_FILE.set(Mutex::new(file));
+    Ok(())
+}
+
+/// The stderr descriptor and `path` are the same file.
+fn stderr_is(path: &Path) -> bool {
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(fd) = std::io::stderr().as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    let (Ok(fd), Ok(file)) = (std::fs::File::from(fd).metadata(), std::fs::metadata(path)) else {
+        return false;
+    };
+    fd.dev() == file.dev() && fd.ino() == file.ino()
+}
+
+fn lock(log: &'static Mutex<RotatingFile>) -> MutexGuard<'static, RotatingFile> {
+    // A writer that panicked mid-line leaves the file usable.
+    log.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// From now on, WARN and ERROR lines are also printed by `printer`.
@@ -70,20 +112,20 @@ pub fn show_in_view(printer: ViewPrinter) {
 struct LogWriter;
 
 enum Sink {
-    File(&'static File),
+    File(MutexGuard<'static, RotatingFile>),
     Stderr(std::io::Stderr),
 }
 
 impl Write for Sink {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
-            Sink::File(f) => f.write(buf),
+            Sink::File(f) => f.append(buf).map(|()| buf.len()),
             Sink::Stderr(e) => e.write(buf),
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
-            Sink::File(f) => f.flush(),
+            Sink::File(_) => Ok(()),
             Sink::Stderr(e) => e.flush(),
         }
     }
@@ -93,7 +135,7 @@ impl<'a> MakeWriter<'a> for LogWriter {
     type Writer = Sink;
     fn make_writer(&'a self) -> Sink {
         match LOG_FILE.get() {
-            Some(f) => Sink::File(f),
+            Some(f) => Sink::File(lock(f)),
             None => Sink::Stderr(std::io::stderr()),
         }
     }

@@ -6,6 +6,9 @@ use lavenderd::cli::{Cli, commands};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(code) = cli.command.run_relay() {
+        return code;
+    }
     // In the foreground the lines go to the daemon log file, which wants no colours.
     lavenderd::logging::init(std::io::stderr().is_terminal() && !cli.command.is_foreground());
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -2,14 +2,9 @@
 //! ("Daemon layers") holds for every `crate::` path in `daemon/src`, and every
 //! top-level module is placed in it.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const DOC: &str = include_str!("../../docs/ARCHITECTURE.md");
-
-/// Back-edges being removed by a change under way elsewhere: (importing module,
-/// imported path prefix). Each must still exist, so the entry goes with the edge.
-const ALLOWED: &[(&str, &str)] = &[("service", "cli::client")];
 
 /// Where a top-level module stands: its rank in the order (0 = top), or a leaf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,14 +278,9 @@ struct Violation {
     to: String,
 }
 
-/// Every import in `files` (path, source) that runs up `layers`, and the allowed
-/// back-edges seen.
-fn upward_imports(
-    layers: &Layers,
-    files: &[(String, String, String)],
-) -> (Vec<Violation>, BTreeMap<(String, String), usize>) {
+/// Every import in `files` (path, module, source) that runs up `layers`.
+fn upward_imports(layers: &Layers, files: &[(String, String, String)]) -> Vec<Violation> {
     let mut found = Vec::new();
-    let mut allowed_seen = BTreeMap::new();
     for (file, module, src) in files {
         let code = code_only(src);
         let root = if module == "main" {
@@ -312,15 +302,6 @@ fn upward_imports(
             if layers.allows(from, to) {
                 continue;
             }
-            if let Some((m, p)) = ALLOWED
-                .iter()
-                .find(|(m, p)| m == module && (path == *p || path.starts_with(&format!("{p}::"))))
-            {
-                *allowed_seen
-                    .entry((m.to_string(), p.to_string()))
-                    .or_default() += 1;
-                continue;
-            }
             found.push(Violation {
                 file: file.clone(),
                 path: format!("{root}::{path}"),
@@ -329,7 +310,7 @@ fn upward_imports(
             });
         }
     }
-    (found, allowed_seen)
+    found
 }
 
 /// The top-level modules `lib.rs` declares.
@@ -377,7 +358,7 @@ fn no_import_runs_up_the_daemon_layers() {
             (shown, module_of(&src, p), text)
         })
         .collect();
-    let (found, allowed_seen) = upward_imports(&layers, &files);
+    let found = upward_imports(&layers, &files);
     let report: Vec<String> = found
         .iter()
         .map(|v| {
@@ -392,12 +373,6 @@ fn no_import_runs_up_the_daemon_layers() {
         "imports that run up the daemon's layers (docs/ARCHITECTURE.md, \"Daemon layers\"); move what both need below both:\n{}",
         report.join("\n")
     );
-    for (module, path) in ALLOWED {
-        assert!(
-            allowed_seen.contains_key(&(module.to_string(), path.to_string())),
-            "the allowed back-edge {module} → {path} is gone: remove it from ALLOWED"
-        );
-    }
 }
 
 #[test]
@@ -430,7 +405,7 @@ fn the_layer_check_reads_grouped_paths_and_ignores_comments_and_strings() {
     let file = |name: &str, module: &str, src: &str| {
         (name.to_string(), module.to_string(), src.to_string())
     };
-    let (found, _) = upward_imports(
+    let found = upward_imports(
         &layers,
         &[
             file("notify/a.rs", "notify", "use crate::pipeline::Record;"),
@@ -464,4 +439,289 @@ fn the_layer_check_reads_grouped_paths_and_ignores_comments_and_strings() {
             },
         ]
     );
+}
+
+/// A file or directory the repository holds, as paths relative to its root (a
+/// directory with a trailing `/`); build output, caches and the venv left out.
+fn repository_index(root: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if matches!(
+                name.as_str(),
+                "target" | ".git" | ".venv" | "node_modules" | "__pycache__" | "data-root"
+            ) {
+                continue;
+            }
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if path.is_dir() {
+                out.push(format!("{rel}/"));
+                walk(root, &path, out);
+            } else {
+                out.push(rel);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// `a/{b,c}.rs` → `a/b.rs`, `a/c.rs` (one pair of braces).
+fn expand_braces(span: &str) -> Vec<String> {
+    match (span.find('{'), span.find('}')) {
+        (Some(open), Some(close)) if open < close => span[open + 1..close]
+            .split(',')
+            .map(|alt| format!("{}{}{}", &span[..open], alt.trim(), &span[close + 1..]))
+            .collect(),
+        _ => vec![span.to_string()],
+    }
+}
+
+/// What the doc names, with the line it is on: paths and module paths.
+#[derive(Debug, Default)]
+struct Named {
+    paths: Vec<(usize, String)>,
+    modules: Vec<(usize, String)>,
+}
+
+/// The repository paths and module paths `doc` names: code spans outside fenced
+/// blocks, the first column of the repository layout, and the file and folder names
+/// in the diagrams. Paths inside the data root (the on-disk layout's first level:
+/// `state/`, `checkpoints/`, …), config keys, routes and addresses are not the
+/// repository's.
+fn named_in(doc: &str) -> Named {
+    let is_module = |s: &str| {
+        let mut parts = s.split("::");
+        let first = parts.next().unwrap_or_default();
+        s.contains("::")
+            && first.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            && first
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && parts.all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
+    };
+    let mut data_root: Vec<String> = Vec::new();
+    let mut named = Named::default();
+    let mut section = "";
+    let mut fence: Option<String> = None;
+    let mut candidates: Vec<(usize, String)> = Vec::new();
+    for (i, line) in doc.lines().enumerate() {
+        let n = i + 1;
+        if let Some(title) = line.strip_prefix("## ") {
+            section = title;
+        }
+        if let Some(lang) = line.trim_start().strip_prefix("```") {
+            fence = match fence {
+                Some(_) => None,
+                None => Some(lang.trim().to_string()),
+            };
+            continue;
+        }
+        match fence.as_deref() {
+            Some(_) if section.starts_with("On-disk layout") => {
+                if let Some(rest) = line.strip_prefix("  ")
+                    && !rest.starts_with(' ')
+                    && let Some((first, _)) = rest.split_once('/')
+                {
+                    data_root.push(first.to_string());
+                }
+            }
+            Some(_) if section.starts_with("Repository layout") => {
+                if let Some(first) = line.split_whitespace().next()
+                    && !line.starts_with(' ')
+                {
+                    candidates.push((n, first.to_string()));
+                }
+            }
+            Some(_) => {
+                for word in line.split(|c: char| {
+                    !(c.is_alphanumeric() || c == '_' || c == '/' || c == '.' || c == ':')
+                }) {
+                    let word = word.trim_matches(|c| c == '.' || c == ':');
+                    let dir = word.ends_with('/') && word.len() > 1 && !word.starts_with('/');
+                    if word.ends_with(".rs") || dir || is_module(word) {
+                        candidates.push((n, word.to_string()));
+                    }
+                }
+            }
+            None => {
+                for span in line.split('`').skip(1).step_by(2) {
+                    candidates.push((n, span.replace("\\|", "|")));
+                }
+            }
+        }
+    }
+    for (n, span) in candidates {
+        if is_module(&span) {
+            named.modules.push((n, span));
+            continue;
+        }
+        let pathlike = span.contains('/') || span.ends_with(".rs") || span.ends_with(".md");
+        let foreign = span.starts_with('/')
+            || span.contains(|c: char| c.is_whitespace() || "<>*…=@".contains(c))
+            || span.contains("::");
+        if !pathlike || foreign {
+            continue;
+        }
+        for path in expand_braces(&span) {
+            let components: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+            let first = components[0].trim_start_matches("./");
+            // A config key (`model.n_layer/…`), an address (`127.0.0.0/8`), the data root.
+            let not_a_folder = components[..components.len() - 1]
+                .iter()
+                .any(|c| c.contains('.') && !c.starts_with('.'));
+            let no_letter = !first.contains(|c: char| c.is_ascii_alphabetic());
+            if not_a_folder
+                || no_letter
+                || data_root.iter().any(|d| d == first)
+                || path.starts_with("./")
+            {
+                continue;
+            }
+            named.paths.push((n, path));
+        }
+    }
+    named
+}
+
+/// The module a path of segments names, resolved against the package sources:
+/// `lavender::…` the core, `lavenderd::…` the daemon, otherwise a module of that
+/// name anywhere in a package (`notify::pushes`). The last segment may be an item
+/// the module defines or re-exports.
+fn module_exists(index: &[String], root: &Path, module: &str) -> bool {
+    let segments: Vec<&str> = module.split("::").collect();
+    let crate_roots = [
+        ("lavender", "src/"),
+        ("lavenderd", "daemon/src/"),
+        ("lavender_worker", "worker/src/"),
+        ("lavender_client", "client/src/"),
+        ("lavender_testkit", "testkit/src/"),
+    ];
+    // (the module's file, the folder of its children)
+    let starts: Vec<(String, String)> = match crate_roots.iter().find(|(c, _)| *c == segments[0]) {
+        Some((_, dir)) => vec![(format!("{dir}lib.rs"), dir.to_string())],
+        None => index
+            .iter()
+            .filter(|p| p.contains("src/"))
+            .filter_map(|p| {
+                let own = format!("/{}.rs", segments[0]);
+                let folder = format!("/{}/mod.rs", segments[0]);
+                if p.ends_with(&own) {
+                    Some((p.clone(), format!("{}/", p.trim_end_matches(".rs"))))
+                } else if p.ends_with(&folder) {
+                    Some((p.clone(), p.trim_end_matches("mod.rs").to_string()))
+                } else {
+                    None
+                }
+            })
+            .collect(),
+    };
+    starts.into_iter().any(|(mut file, mut dir)| {
+        for (i, seg) in segments.iter().enumerate().skip(1) {
+            let own = format!("{dir}{seg}.rs");
+            let folder = format!("{dir}{seg}/mod.rs");
+            if index.contains(&own) {
+                (file, dir) = (own, format!("{dir}{seg}/"));
+            } else if index.contains(&folder) {
+                (file, dir) = (folder, format!("{dir}{seg}/"));
+            } else {
+                let text = std::fs::read_to_string(root.join(&file)).unwrap_or_default();
+                let word = |w: &str| w == *seg;
+                return i == segments.len() - 1
+                    && text
+                        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .any(word);
+            }
+        }
+        true
+    })
+}
+
+#[test]
+fn every_path_and_module_the_architecture_names_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let index = repository_index(&root);
+    let named = named_in(DOC);
+    assert!(
+        named.paths.len() > 40 && named.modules.len() > 4,
+        "the doc's paths were not found: {named:?}"
+    );
+    let mut missing = Vec::new();
+    for (line, path) in &named.paths {
+        let wanted = path.trim_start_matches("./");
+        let dir = wanted.ends_with('/');
+        let found = index.iter().any(|p| {
+            let p = if dir {
+                p.as_str()
+            } else {
+                p.trim_end_matches('/')
+            };
+            p == wanted || p.ends_with(&format!("/{wanted}"))
+        });
+        if !found {
+            missing.push(format!(
+                "docs/ARCHITECTURE.md:{line}: `{path}` is no file or folder of the repository"
+            ));
+        }
+    }
+    for (line, module) in &named.modules {
+        if !module_exists(&index, &root, module) {
+            missing.push(format!(
+                "docs/ARCHITECTURE.md:{line}: `{module}` is no module (or item of one) in the packages' sources"
+            ));
+        }
+    }
+    let layers = Layers::from_doc(DOC);
+    for module in layers.order.iter().chain(&layers.leaves) {
+        let file = format!("daemon/src/{module}.rs");
+        if !index.contains(&file) && !index.contains(&format!("daemon/src/{module}/")) {
+            missing.push(format!(
+                "docs/ARCHITECTURE.md (\"Daemon layers\") places `{module}`, which daemon/src does not have"
+            ));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/ARCHITECTURE.md names what is not there; fix the doc or the code:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_architecture_check_reads_paths_modules_and_skips_what_is_not_the_repositorys() {
+    let doc = "## Repository layout\n\n```\nsrc/   core\n  more text\n```\n\n\
+        ## On-disk layout (data root)\n\n```\n<data_root>/\n  state/   the daemon's\n```\n\n\
+        ## Map\n\nSee `pipeline/{judge,stop}.rs`, `state/pipeline.json`, `model.n_layer/n_head`,\n\
+        `GET /status`, `127.0.0.0/8`, `notify::pushes`, `Config::resolved`, `events.jsonl`.\n\n\
+        ```text\n box (status/refresher.rs) ── feed/ ── lavender::time::duration\n```\n";
+    let named = named_in(doc);
+    let paths: Vec<&str> = named.paths.iter().map(|(_, p)| p.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "src/",
+            "pipeline/judge.rs",
+            "pipeline/stop.rs",
+            "status/refresher.rs",
+            "feed/"
+        ]
+    );
+    let modules: Vec<&str> = named.modules.iter().map(|(_, m)| m.as_str()).collect();
+    assert_eq!(modules, ["notify::pushes", "lavender::time::duration"]);
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let index = repository_index(&root);
+    assert!(module_exists(&index, &root, "lavender::time::duration"));
+    assert!(module_exists(&index, &root, "notify::pushes"));
+    assert!(!module_exists(&index, &root, "notify::no_such_item"));
+    assert!(!module_exists(&index, &root, "lavender::no_such_module::x"));
 }

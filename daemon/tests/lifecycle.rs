@@ -18,7 +18,7 @@ fn sighup_reloads_the_config_without_touching_the_worker() {
             "--total-steps",
             "1000",
         ],
-        "  stale_after_s: 300\n  startup_grace_s: 0",
+        "  stale_after_s: 300\n  startup_grace_s: 1\n  on_stall: alert",
         "[train]",
     );
     let daemon = env.serve();
@@ -184,9 +184,29 @@ fn runs_checkpoints_logs_and_prune() {
 
     let out = env.run(&["checkpoints", "--run", &oldest]);
     assert_eq!(stdout(&out).lines().count(), 4, "{}", stdout(&out));
+    // Deleting asks first. Without a terminal it needs --yes: one line, nothing deleted.
     let out = env.run(&["prune", "--keep-runs", "1"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains(&oldest), "{}", stdout(&out));
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--yes") && err.contains(&oldest), "{err}");
+    let oldest_dir = env.data_root.join("checkpoints").join(&oldest);
+    assert!(oldest_dir.is_dir());
+    // On a terminal it names what it would delete and waits: "n" keeps everything.
+    let prune = || {
+        let mut c = env.cmd();
+        c.args(["prune", "--keep-runs", "1"]);
+        c
+    };
+    let no = run_on_terminal(&mut prune(), "[y/N]", "n", Duration::from_secs(30));
+    assert!(!no.status.success(), "{}", no.output);
+    assert!(no.output.contains(&oldest), "{}", no.output);
+    assert!(no.output.contains("nothing was changed"), "{}", no.output);
+    assert!(oldest_dir.is_dir());
+    let yes = run_on_terminal(&mut prune(), "[y/N]", "y", Duration::from_secs(30));
+    assert!(yes.status.success(), "{}", yes.output);
+    assert!(yes.output.contains("removed"), "{}", yes.output);
+    assert!(!oldest_dir.exists());
     let out = env.run(&["runs"]);
     assert!(
         stdout(&out).contains(&newest) && !stdout(&out).contains(&oldest),
@@ -390,5 +410,448 @@ fn config_check_refuses_several_tasks_of_lavender_worker() {
         "train.py",
     );
     let out = torchrun.run(&["config", "check"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// The operator's contract for `start`: a start without `--resume` never walks away
+/// from an unfinished run silently (the CLI and the API refuse it with the command
+/// that resumes and the flag that starts over); `--fresh` asks first on a terminal
+/// and needs `--yes` without one; `--resume` takes a checkpoint's weights file.
+#[test]
+fn start_refuses_to_walk_away_from_a_resumable_run() {
+    let mut env = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "10",
+            "--checkpoint-every",
+            "5",
+        ],
+        "",
+        "[downloads, train]",
+    );
+    env.serve();
+    env.start(&[]);
+    env.wait_checkpoints(1, Duration::from_secs(20));
+    env.stop_saved();
+    let first_run = env.run_dir();
+    let trains = env.train_calls().len();
+
+    let out = env.run(&["start"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let err = stderr(&out);
+    println!("$ lavenderd start\n{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let run_name = first_run.file_name().unwrap().to_string_lossy().to_string();
+    assert!(
+        err.contains(&run_name)
+            && err.contains("`lavenderd start --resume latest`")
+            && err.contains("`lavenderd start --fresh`"),
+        "{err}"
+    );
+    let r = env.uds("POST", "/pipeline/start", Some("{}")).unwrap();
+    assert_eq!(r.status, 409, "{}", r.body);
+    let body = r.json();
+    assert_eq!(body["resume_command"], "lavenderd start --resume latest");
+    assert_eq!(body["fresh_command"], "lavenderd start --fresh");
+    assert_eq!(
+        format!("lavenderd: {}", body["error"].as_str().unwrap()),
+        err.trim()
+    );
+    assert_eq!(env.train_calls().len(), trains, "nothing was started");
+    assert_eq!(env.pipeline_json()["state"], "stopped");
+
+    // Starting over walks away from that run: without a terminal it needs --yes.
+    let out = env.run(&["start", "--fresh"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--yes") && err.contains(&run_name), "{err}");
+    assert_eq!(env.train_calls().len(), trains);
+    // On a terminal it asks; "y" starts a new run from step 0.
+    let next_train_call = |before: usize| {
+        wait_until(Duration::from_secs(20), "the worker to start", || {
+            env.train_calls().len() > before
+        });
+        env.train_calls().last().unwrap().clone()
+    };
+    let fresh = run_on_terminal(
+        env.cmd().args(["start", "--fresh"]),
+        "[y/N]",
+        "y",
+        Duration::from_secs(30),
+    );
+    assert!(fresh.status.success(), "{}", fresh.output);
+    assert!(fresh.output.contains(&run_name), "{}", fresh.output);
+    let call = next_train_call(trains);
+    assert!(!call.iter().any(|a| a == "--resume"), "{call:?}");
+    assert_ne!(env.run_dir(), first_run);
+    env.wait_checkpoints(1, Duration::from_secs(20));
+    env.stop_saved();
+
+    // --resume with a weights file continues from the checkpoint that holds it.
+    let ckpt = lavender::checkpoint::latest_complete(&first_run)
+        .unwrap()
+        .unwrap()
+        .path;
+    let weights = ckpt.join("model.safetensors");
+    let before = env.train_calls().len();
+    env.start(&["--resume", weights.to_str().unwrap()]);
+    let call = next_train_call(before);
+    let at = call.iter().position(|a| a == "--resume").unwrap();
+    assert_eq!(call[at + 1], ckpt.display().to_string());
+    env.stop_saved();
+    // A file outside any checkpoint: one line, nothing started.
+    let stray = env.dir.path().join("notes.txt");
+    std::fs::write(&stray, "x").unwrap();
+    let before = env.train_calls().len();
+    let out = env.run(&["start", "--resume", stray.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("notes.txt"), "{err}");
+    assert_eq!(env.train_calls().len(), before);
+}
+
+/// `start --force --from-step STEP` runs a finished chunk's steps again from STEP; a
+/// finished step whose inputs changed (a config key it reads) runs again by itself
+/// with every step after it; `start` says which and why.
+#[test]
+fn finished_steps_run_again_when_forced_or_when_their_inputs_changed() {
+    let mut env = Env::new(
+        &["--total-steps", "10", "--step-ms", "5"],
+        "",
+        "[downloads, train]",
+    );
+    let daemon = env.serve();
+    env.start(&[]);
+    env.wait_state("finished", Duration::from_secs(20));
+    let count = |step: &str| {
+        env.calls()
+            .iter()
+            .filter(|a| a.iter().any(|x| x == step))
+            .count()
+    };
+    assert_eq!((count("downloads"), count("train")), (1, 1));
+
+    let out = env.run(&["start", "--force", "--from-step", "trian"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("trian") && err.contains("downloads, train"),
+        "{err}"
+    );
+
+    let out = env.start(&["--force", "--from-step", "train"]);
+    let said = stdout(&out);
+    println!("$ lavenderd start --force --from-step train\n{said}");
+    assert!(
+        said.contains(
+            "--force: the steps from train on run again; finished steps run again: train"
+        ),
+        "{said}"
+    );
+    env.wait_state("finished", Duration::from_secs(20));
+    assert_eq!((count("downloads"), count("train")), (1, 2));
+    // The step run again is told to rebuild even what is up to date.
+    let forced: Vec<serde_json::Value> = env
+        .call_records()
+        .into_iter()
+        .filter(|c| c["argv"].as_array().unwrap().iter().any(|a| a == "train"))
+        .map(|c| c["force"].clone())
+        .collect();
+    assert_eq!(
+        forced,
+        [serde_json::Value::Null, serde_json::Value::from("true")]
+    );
+
+    // Nothing changed: a start finds everything done and runs nothing.
+    env.start(&[]);
+    env.wait_state("finished", Duration::from_secs(20));
+    assert_eq!((count("downloads"), count("train")), (1, 2));
+
+    // The seed is an input of training, not of downloads.
+    let text = std::fs::read_to_string(&env.config).unwrap();
+    std::fs::write(&env.config, format!("{text}seed: 7\n")).unwrap();
+    send_signal(daemon as i32, 1);
+    wait_until(Duration::from_secs(10), "the config reloaded", || {
+        std::fs::read_to_string(env.daemon_log())
+            .unwrap_or_default()
+            .contains("config reloaded")
+    });
+    let out = env.start(&[]);
+    let said = stdout(&out);
+    assert!(
+        said.contains("train runs again: seed changed since it ran at"),
+        "{said}"
+    );
+    env.wait_state("finished", Duration::from_secs(20));
+    assert_eq!((count("downloads"), count("train")), (1, 3));
+}
+
+/// `lavenderd daemon stop` ends a daemon `lavenderd start` left in the background, as
+/// SIGTERM does: the worker saves first, then both are gone.
+#[test]
+fn daemon_stop_ends_a_detached_daemon_after_the_worker_saved() {
+    let env = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "10",
+            "--checkpoint-every",
+            "1000",
+        ],
+        "",
+        "[train]",
+    );
+    env.start(&[]);
+    env.wait_step(3, Duration::from_secs(20));
+    let daemon: i32 = std::fs::read_to_string(env.state_dir().join("lavenderd.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let worker = env.worker_pid().unwrap();
+    assert!(alive(daemon) && alive(worker));
+
+    let out = env.run(&["daemon", "stop"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let said = stdout(&out);
+    assert!(said.contains("lavenderd stopped"), "{said}");
+    assert!(!alive(daemon) && !alive(worker));
+    let saved = events(&env.run_dir())
+        .into_iter()
+        .any(|e| e["kind"] == "final_saved");
+    assert!(saved, "the worker saved before the daemon exited");
+    assert!(said.contains("newest checkpoint"), "{said}");
+
+    let out = env.run(&["daemon", "stop"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+}
+
+/// Lines of the fake worker's chatter in `text`, as (step, line) numbers.
+fn chatter(text: &str) -> Vec<(u64, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("fake-worker: chatter step ")?;
+            let (step, line) = rest.split_once(" line ")?;
+            Some((step.parse().ok()?, line.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The relay processes writing `log`, by pid.
+fn relays_of(log: &std::path::Path) -> Vec<i32> {
+    let log = log.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|&pid| {
+            let argv = cmdline(pid);
+            argv.iter().any(|a| a == "log-relay") && argv.contains(&log)
+        })
+        .filter(|&pid| alive(pid))
+        .collect()
+}
+
+/// A chatty worker's log rotates by size (`logging.max_bytes`, `logging.keep`) while
+/// `lavenderd logs -f` follows it: the follower shows every line once, in order,
+/// across the rotations; `logs -n` reaches back into the rotated files.
+#[test]
+fn logs_follow_reads_across_rotations_of_the_pipeline_log() {
+    let env = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "20",
+            "--chatter",
+            "4",
+            "--checkpoint-every",
+            "1000",
+        ],
+        "logging:\n  max_bytes: 4096\n  keep: 10",
+        "[train]",
+    );
+    env.start(&[]);
+    let log = std::path::PathBuf::from(env.pipeline_json()["log_file"].as_str().unwrap());
+    wait_until(Duration::from_secs(20), "the worker's first lines", || {
+        chatter(&std::fs::read_to_string(&log).unwrap_or_default()).len() > 10
+    });
+    let out_path = env.dir.path().join("follow.txt");
+    let mut follower = env
+        .cmd()
+        .args(["logs", "-f", "-n", "5"])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rotated = |k: u32| std::path::PathBuf::from(format!("{}.{k}", log.display()));
+    // Each file holds about 90 lines (two seconds of them): wait for five rotations.
+    wait_until(Duration::from_secs(60), "five rotations", || {
+        rotated(5).exists()
+    });
+    env.stop_saved();
+    // What the worker wrote last, from the files themselves.
+    let last = *chatter(&std::fs::read_to_string(&log).unwrap())
+        .last()
+        .or(chatter(&std::fs::read_to_string(rotated(1)).unwrap()).last())
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the follower to catch up", || {
+        chatter(&std::fs::read_to_string(&out_path).unwrap_or_default()).last() == Some(&last)
+    });
+    let _ = follower.kill();
+    let _ = follower.wait();
+
+    let seen = chatter(&std::fs::read_to_string(&out_path).unwrap());
+    let expected: Vec<(u64, u64)> = (seen[0].0..=last.0)
+        .flat_map(|s| (0..4).map(move |i| (s, i)))
+        .skip_while(|p| *p != seen[0])
+        .collect();
+    assert_eq!(seen, expected, "every line once, in order");
+    assert!(rotated(5).exists() && !rotated(11).exists(), "keep 10");
+    for k in 1..=5 {
+        let size = std::fs::metadata(rotated(k)).unwrap().len();
+        assert!(
+            size <= 4096 + 64,
+            "{} is {size} bytes",
+            rotated(k).display()
+        );
+    }
+    // `logs -n` takes from the rotated files when the current one has fewer lines.
+    let current = std::fs::read_to_string(&log).unwrap().lines().count();
+    let n = current + 20;
+    let out = env.run(&["logs", "-n", &n.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), n);
+    wait_until(
+        Duration::from_secs(10),
+        "the relay to end with the worker",
+        || relays_of(&log).is_empty(),
+    );
+}
+
+/// The worker's output goes through a relay of its own, outside the daemon: a
+/// daemon killed mid-run leaves the worker logging, and rotating, into the same log;
+/// the relay ends when the worker does.
+#[test]
+fn a_worker_that_outlives_the_daemon_keeps_logging_through_its_relay() {
+    let mut env = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "5",
+            "--chatter",
+            "4",
+            "--checkpoint-every",
+            "1000",
+        ],
+        "logging:\n  max_bytes: 4096\n  keep: 2",
+        "[train]",
+    );
+    env.serve();
+    env.start(&[]);
+    let log = std::path::PathBuf::from(env.pipeline_json()["log_file"].as_str().unwrap());
+    let worker = env.worker_pid().unwrap();
+    wait_until(Duration::from_secs(20), "the relay", || {
+        relays_of(&log).len() == 1
+    });
+    let relay = relays_of(&log)[0];
+    assert_ne!(relay, worker);
+    env.kill_daemons();
+    let newest = |log: &std::path::Path| {
+        chatter(&std::fs::read_to_string(log).unwrap_or_default())
+            .last()
+            .map(|p| p.0)
+            .unwrap_or(0)
+    };
+    let at_kill = newest(&log);
+    let rotated = std::path::PathBuf::from(format!("{}.1", log.display()));
+    let before = std::fs::metadata(&rotated)
+        .ok()
+        .map(|m| m.modified().unwrap());
+    wait_until(
+        Duration::from_secs(20),
+        "the worker to go on logging",
+        || {
+            newest(&log) > at_kill + 200
+                && std::fs::metadata(&rotated)
+                    .ok()
+                    .map(|m| m.modified().unwrap())
+                    != before
+        },
+    );
+    assert!(alive(worker) && alive(relay));
+    send_signal(-worker, 9);
+    wait_until(
+        Duration::from_secs(10),
+        "the relay to end with the worker",
+        || !alive(relay),
+    );
+}
+
+/// The daemon's own log, when it writes it (a daemon `start` left in the background),
+/// rotates too; afterwards its stderr is the new file, so nothing printed outside
+/// the log lines goes to a rotated one.
+#[test]
+fn the_daemon_log_rotates_and_its_stderr_follows() {
+    let env = Env::new(
+        &["--total-steps", "100000", "--step-ms", "20"],
+        "logging:\n  max_bytes: 1024\n  keep: 5",
+        "[train]",
+    );
+    env.start(&[]);
+    let daemon: i32 = std::fs::read_to_string(env.state_dir().join("lavenderd.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let log = env.state_dir().join("lavenderd.log");
+    let reloads = || -> usize {
+        (0..=5)
+            .map(|k| {
+                let p = if k == 0 {
+                    log.clone()
+                } else {
+                    std::path::PathBuf::from(format!("{}.{k}", log.display()))
+                };
+                std::fs::read_to_string(p)
+                    .unwrap_or_default()
+                    .matches("config reloaded")
+                    .count()
+            })
+            .sum()
+    };
+    for n in 1..=25 {
+        send_signal(daemon, 1);
+        wait_until(Duration::from_secs(10), "the reload's line", || {
+            reloads() == n
+        });
+    }
+    let first = std::path::PathBuf::from(format!("{}.1", log.display()));
+    assert!(first.exists(), "the daemon log rotated");
+    for k in 1..=5 {
+        let p = std::path::PathBuf::from(format!("{}.{k}", log.display()));
+        if let Ok(m) = std::fs::metadata(&p) {
+            assert!(
+                m.len() <= 1024 + 256,
+                "{} is {} bytes",
+                p.display(),
+                m.len()
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{daemon}/fd/2")).unwrap(),
+        std::fs::canonicalize(&log).unwrap(),
+        "stderr is the current log"
+    );
+    let out = env.run(&["daemon", "stop"]);
     assert!(out.status.success(), "{}", stderr(&out));
 }

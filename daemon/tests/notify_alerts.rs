@@ -1,7 +1,7 @@
 //! The daemon's own alerts, end to end: the real daemon and fake worker pushing
 //! to a JSON webhook on loopback. A crash restart whose heartbeat resumes is
 //! "recovered"; a heartbeat that stops advancing is "stalled" (short injected
-//! stale_after_s and start-up grace), and a restart after it is "recovered" too; free space under the
+//! stale_after_s and start-up grace, `on_stall: alert`), and a restart after it is "recovered" too; free space under the
 //! configured floor is "disk low". `status --json` prints the push counts that
 //! `GET /status` serves.
 
@@ -77,7 +77,7 @@ async fn a_heartbeat_that_stops_advancing_is_stalled_and_a_restart_recovers() {
             "1000",
         ],
         &format!(
-            "  stale_after_s: 1\n  startup_grace_s: 1\n{}",
+            "  stale_after_s: 1\n  startup_grace_s: 1\n  on_stall: alert\n{}",
             hook.webhook_yaml("")
         ),
         "[train]",
@@ -119,6 +119,65 @@ async fn a_heartbeat_that_stops_advancing_is_stalled_and_a_restart_recovers() {
     let body = recovered["body"].as_str().unwrap();
     assert!(body.starts_with("stalled for "), "{body}");
     assert_ne!(env.worker_pid(), Some(worker));
+}
+
+/// `on_stall: restart`: the hung worker's restart is pushed ("hung", saying at which
+/// step and from which checkpoint), then "recovered"; a run the next daemon resumes
+/// after a service restart is pushed as "resumed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_worker_restarted_and_a_resumed_run_are_pushed() {
+    let hook = Recorder::start().await;
+    let mut env = Env::new(
+        &[
+            "--hang-after",
+            "5",
+            "--hang-times",
+            "1",
+            "--step-ms",
+            "20",
+            "--checkpoint-every",
+            "5",
+            "--total-steps",
+            "400",
+        ],
+        &format!(
+            "  stale_after_s: 1\n  stall_kill_grace_s: 0.5\n{}",
+            hook.webhook_yaml("")
+        ),
+        "[train]",
+    );
+    env.serve();
+    env.start(&[]);
+    wait_until(T, "the hung and recovered pushes", || {
+        let kinds = hook.kinds();
+        kinds.contains(&"hung".to_string()) && kinds.contains(&"recovered".to_string())
+    });
+    let kinds = hook.kinds();
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    assert!(
+        position(&kinds, "hung") < position(&kinds, "recovered"),
+        "{kinds:?}\n{log}"
+    );
+    assert_eq!(hook.of_kind("stalled").len(), 0, "{kinds:?}");
+    let hung = &hook.of_kind("hung")[0];
+    assert_eq!(hung["title"], "[lavender] hung: the worker was restarted");
+    let body = hung["body"].as_str().unwrap();
+    assert!(
+        body.starts_with("hung at step 5 for ") && body.contains("; restarted from pretrain-"),
+        "{body}"
+    );
+
+    env.terminate_daemons();
+    env.serve();
+    wait_until(T, "the resumed push", || {
+        hook.kinds().contains(&"resumed".to_string())
+    });
+    let resumed = &hook.of_kind("resumed")[0];
+    let body = resumed["body"].as_str().unwrap();
+    assert!(
+        body.starts_with("interrupted by the daemon's exit (SIGTERM/SIGINT); resumed from "),
+        "{body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

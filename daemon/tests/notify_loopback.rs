@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::notify_support::*;
 use lavender::config::{PipelineStep, WebhookFormat};
 use lavender::events;
+use lavender::failure::{Failure, FailureKind};
 use lavender_testkit::notify::*;
 use lavenderd::alert::Alert;
 use lavenderd::exit::ExitOutcome;
@@ -184,6 +185,7 @@ async fn alert_texts_for_faults_and_the_end() {
         Alert::Crashed {
             step: PipelineStep::Train,
             outcome: ExitOutcome::Signal(9),
+            failure: Failure::new(FailureKind::Crash, "killed by SIGKILL (signal 9)"),
             restart: 1,
             max_restarts: 3,
             restart_in: Duration::from_secs(10),
@@ -194,6 +196,7 @@ async fn alert_texts_for_faults_and_the_end() {
             reason: "exit code 1".into(),
             restarts: 3,
             last_exit: Some(ExitOutcome::Code(1)),
+            failure: None,
         },
         Alert::DiskLow {
             path: "/data".into(),

@@ -180,7 +180,11 @@ fn a_python_worker_that_never_heartbeats_is_flagged_stale_after_the_grace() {
         "import time; from lavender_protocol import Worker; Worker.from_argv(); time.sleep(600)"
             .into(),
     ];
-    let mut env = Env::python(&command, "  stale_after_s: 1\n  startup_grace_s: 3", "");
+    let mut env = Env::python(
+        &command,
+        "  stale_after_s: 1\n  startup_grace_s: 3\n  on_stall: alert",
+        "",
+    );
     env.serve();
     let started = std::time::Instant::now();
     env.start(&[]);

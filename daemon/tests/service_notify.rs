@@ -394,11 +394,14 @@ fn a_wedged_pipeline_actor_withholds_the_watchdog_ping() {
 
 /// `launch.backend: slurm` with an `sbatch` that takes 5 s (a slow controller): the
 /// launch runs off the pipeline actor, so `GET /status`, a stop and the watchdog's
-/// ping are each answered within 100 ms meanwhile; the job sbatch returns is then
-/// cancelled, since the pipeline was stopped before it existed.
+/// ping are each answered meanwhile; the job sbatch returns is then cancelled, since
+/// the pipeline was stopped before it existed. The figures are printed (on an idle
+/// machine each is well under 100 ms); the bound is a fifth of sbatch's 5 s, so it
+/// tells an actor that waited for sbatch from one that did not on a machine several
+/// times slower or busier too.
 #[test]
 fn a_slow_sbatch_delays_neither_the_status_nor_a_stop_nor_the_watchdog() {
-    const SLACK: Duration = Duration::from_millis(100);
+    const SLACK: Duration = Duration::from_millis(1000);
     const PING_PERIOD: Duration = Duration::from_millis(200);
     let mut env = Env::new(
         &["--total-steps", "100000", "--step-ms", "10"],
@@ -539,4 +542,41 @@ fn a_slow_sbatch_delays_neither_the_status_nor_a_stop_nor_the_watchdog() {
 
 unsafe extern "C" {
     fn mkfifo(path: *const std::ffi::c_char, mode: u32) -> i32;
+}
+
+/// `systemctl restart lavenderd` mid-run, as the manager does it: SIGTERM (the
+/// daemon says STOPPING=1, the worker saves, exit 0), then a new `serve` with the
+/// manager's variables: READY=1, and the run resumes by itself and finishes. No
+/// `start` is typed after the restart.
+#[test]
+fn a_service_restart_mid_run_ends_in_a_finished_run() {
+    let env = Env::new(
+        &[
+            "--total-steps",
+            "60",
+            "--step-ms",
+            "20",
+            "--checkpoint-every",
+            "10",
+        ],
+        "",
+        "[train]",
+    );
+    let (notify, mut daemon) = serve_under_systemd(&env, "400000");
+    env.start(&[]);
+    env.wait_step(10, Duration::from_secs(10));
+    send_signal(daemon.child.id() as i32, 15);
+    let exit = daemon.child.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    assert!(notify.count("STOPPING") > 0, "{:?}", notify.all());
+    assert_eq!(env.pipeline_json()["stop_cause"], "daemon_exit");
+
+    std::fs::remove_file(&notify.path).unwrap();
+    let (_notify, _daemon) = serve_under_systemd(&env, "400000");
+    let st = env.wait_state("finished", Duration::from_secs(30));
+    assert_eq!(
+        st["pipeline"]["recovery"]["reason"], "daemon_exit",
+        "{st:#}"
+    );
+    assert_eq!(env.train_calls().len(), 2);
 }

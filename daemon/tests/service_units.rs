@@ -477,8 +477,20 @@ fn user_install_writes_the_unit_enables_it_and_status_and_uninstall_follow() {
         "{text}"
     );
 
+    // Uninstalling asks first: without a terminal it needs --yes, and nothing is run.
     let before = t.calls().len();
     let out = t.run(&["uninstall", "--user"], "0");
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--yes"), "{err}");
+    assert!(t.unit().exists());
+    assert_eq!(
+        t.calls().len(),
+        before,
+        "no service-manager call without a yes"
+    );
+    let out = t.run(&["uninstall", "--user", "--yes"], "0");
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!t.unit().exists());
     assert_eq!(

@@ -230,6 +230,8 @@ const PAGE_STATE: &str = r#"!document.getElementById('losschart') ? 'null' : JSO
   events: document.querySelectorAll('#events li:not(.empty)').length,
   notice: document.getElementById('notice').textContent,
   tokenForm: getComputedStyle(document.getElementById('tokenform')).display,
+  recovery: document.getElementById('recovery').textContent,
+  alerts: [...document.querySelectorAll('#events li.alert')].map((e) => e.textContent),
 })"#;
 
 fn page(cdp: &mut Cdp) -> Value {
@@ -335,6 +337,57 @@ fn the_dashboard_draws_live_training_and_stops_it_with_the_token() {
     assert!(p["notice"].as_str().unwrap().contains("saved"), "{p}");
     cdp.screenshot(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard-stopped.png"));
 
+    assert!(
+        cdp.exceptions.is_empty(),
+        "page errors: {:?}",
+        cdp.exceptions
+    );
+    drop(browser);
+}
+
+/// A hung worker restarted shows on the page: the pipeline card says what the
+/// daemon did (and from which checkpoint), the events list has the alert.
+#[test]
+fn the_dashboard_shows_a_hung_worker_restarted() {
+    let mut env = Env::new(
+        &[
+            "--hang-after",
+            "12",
+            "--hang-times",
+            "1",
+            "--step-ms",
+            "40",
+            "--checkpoint-every",
+            "5",
+            "--total-steps",
+            "100000",
+        ],
+        "  stale_after_s: 1\n  stall_kill_grace_s: 0.5",
+        "[train]",
+    );
+    env.serve();
+    let r = env.uds("POST", "/pipeline/start", Some("{}")).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let addr = env.addr();
+    let profile = env.dir.path().join("chromium-profile");
+    let browser = Browser::launch(&profile);
+    let mut cdp = browser.page_socket();
+    cdp.call("Runtime.enable", json!({}));
+    cdp.call("Page.enable", json!({}));
+    cdp.call("Page.navigate", json!({"url": format!("http://{addr}/")}));
+    let p = wait_page(&mut cdp, "the restart on the page", |p| {
+        p["recovery"]
+            .as_str()
+            .unwrap_or("")
+            .contains("hung at step 12")
+            && p["alerts"].as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|e| e.as_str().unwrap().contains("hung at step 12"))
+            })
+    });
+    let recovery = p["recovery"].as_str().unwrap();
+    assert!(recovery.contains("restarted from pretrain-"), "{p}");
+    cdp.screenshot(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard-hung.png"));
     assert!(
         cdp.exceptions.is_empty(),
         "page errors: {:?}",

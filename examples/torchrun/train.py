@@ -9,7 +9,14 @@ all ranks after the same step; rank 0 saves once and every rank exits 0. A rank 
 dies takes the others down (their collectives fail), torchrun exits non-zero and
 lavenderd restarts the run from its newest checkpoint.
 
-Options after lavender's own: --max-steps, --save-every, --batch-size, --seq-len, --lr.
+The loss (averaged over the ranks, so all judge alike) goes through lavender's
+divergence rule: a NaN or a lasting spike ends every rank with `diverged` before
+anything is saved, and lavenderd rolls back to a checkpoint before the spike,
+recording the steps to skip; this script skips them by moving its data position
+(`data_offset`, kept in each checkpoint so a later resume replays the same data).
+
+Options after lavender's own: --max-steps, --save-every, --batch-size, --seq-len, --lr,
+--eval-batches (held-out batches evaluated before each save; 0 = none).
 """
 
 import argparse
@@ -24,6 +31,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from lavender_protocol import Worker
+from lavender_protocol.divergence import SpikeDetector
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "tinyshakespeare.txt.gz"
 
@@ -54,6 +62,18 @@ def batch(data, step, rank, batch_size, seq_len):
     return x, y
 
 
+def evaluate(model, data, batches, batch_size, seq_len):
+    """Mean loss on the same held-out windows every time."""
+    model.eval()
+    with torch.no_grad():
+        losses = []
+        for k in range(batches):
+            x, y = batch(data, -1 - k, 0, batch_size, seq_len)
+            losses.append(nn.functional.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1)).item())
+    model.train()
+    return sum(losses) / len(losses)
+
+
 def main() -> int:
     w = Worker.from_argv()
     p = argparse.ArgumentParser(description=__doc__)
@@ -62,6 +82,7 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--eval-batches", type=int, default=2)
     opts = p.parse_args(w.args.rest)
     w.total_steps = opts.max_steps
 
@@ -69,17 +90,24 @@ def main() -> int:
     rank = td.get_rank()
     with gzip.open(CORPUS, "rb") as f:
         data = torch.tensor(list(f.read()), dtype=torch.long)
+    cut = len(data) * 95 // 100
+    data, held_out = data[:cut], data[cut:]
 
     torch.manual_seed(1337)
     model = DDP(TinyLM(opts.seq_len))
     opt = torch.optim.AdamW(model.parameters(), lr=opts.lr)
-    start = 0
+    start, offset = 0, 0
+    detector = SpikeDetector()
     if w.resume is not None:
-        saved = torch.load(w.resume.path / "model.pt", weights_only=True)
+        saved = w.load(lambda path: torch.load(path / "model.pt", weights_only=True))
         model.module.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
         start = w.resume.step
-    print(f"torchrun rank {rank}: run {w.run_dir}, from step {start}", flush=True)
+        offset = int(w.resume.state.get("data_offset", 0))
+        detector.restore(w.resume.state.get("divergence", {}))
+    # Batches a rollback skips: step s trains on the data of step s + offset.
+    offset += w.skip_steps
+    print(f"torchrun rank {rank}: run {w.run_dir}, from step {start}, data offset {offset}", flush=True)
 
     with w:
         w.start(step=start, world_size=td.get_world_size())
@@ -87,19 +115,38 @@ def main() -> int:
             lr = opts.lr * 0.5 * (1 + math.cos(math.pi * step / opts.max_steps))
             for group in opt.param_groups:
                 group["lr"] = lr
-            x, y = batch(data, step, rank, opts.batch_size, opts.seq_len)
+            x, y = batch(data, step + offset, rank, opts.batch_size, opts.seq_len)
             loss = nn.functional.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
             opt.zero_grad()
             loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-            w.step(step, loss=loss.item(), lr=lr, grad_norm=grad_norm.item())
+            mean_loss = loss.detach().clone()
+            td.all_reduce(mean_loss)
+            mean_loss = mean_loss.item() / td.get_world_size()
+            w.step(step, loss=mean_loss, lr=lr, grad_norm=grad_norm.item())
+            diverged = detector.observe(step, mean_loss, grad_norm.item())
+            if diverged:
+                print(f"torchrun rank {rank}: {diverged.message}", flush=True)
+                td.destroy_process_group()
+                return w.diverged(diverged)
 
             stop = w.should_stop()  # every rank, every step: all stop after the same step
             final = stop or step == opts.max_steps
             if final or step % opts.save_every == 0:
+                val_loss = None
+                if opts.eval_batches > 0:
+                    with w.phase("evaluating"):
+                        val_loss = evaluate(model.module, held_out, opts.eval_batches, opts.batch_size, opts.seq_len)
                 state = {"model": model.module.state_dict(), "optimizer": opt.state_dict()}
-                w.save(step, lambda d: torch.save(state, d / "model.pt"), final=final, loss=loss.item())
+                w.save(
+                    step,
+                    lambda d: torch.save(state, d / "model.pt"),
+                    final=final,
+                    loss=mean_loss,
+                    val_loss=val_loss,
+                    extra={"data_offset": offset, "divergence": detector.state()},
+                )
             if stop:
                 print(f"torchrun rank {rank}: stopped after step {step}", flush=True)
                 td.destroy_process_group()

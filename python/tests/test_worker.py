@@ -102,14 +102,25 @@ def test_other_ranks_write_nothing(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_an_exception_is_an_error_event_and_a_failed_heartbeat(tmp_path):
-    with pytest.raises(RuntimeError):
-        with Worker(tmp_path, total_steps=10, handle_signals=False) as w:
+def test_an_exception_leaving_the_block_is_a_failed_heartbeat_event_and_exit_code(tmp_path):
+    with pytest.raises(SystemExit) as ended:
+        with Worker(tmp_path, total_steps=10, handle_signals=False, handle_failures=False) as w:
             w.start(step=0)
-            raise RuntimeError("CUDA out of memory")
-    events = protocol.read_events(tmp_path)
-    assert events[-1]["kind"] == "error" and "CUDA out of memory" in events[-1]["message"]
-    assert protocol.read_heartbeat(tmp_path)["state"] == "failed"
+            w.step(3, loss=1.0)
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert ended.value.code == 81
+    failed = protocol.read_events(tmp_path)[-1]
+    assert failed["kind"] == "failed" and "CUDA out of memory" in failed["message"]
+    assert failed["failure"]["kind"] == "out_of_memory" and "Traceback" in failed["traceback"]
+    hb = protocol.read_heartbeat(tmp_path)
+    assert hb["state"] == "failed" and hb["failure"] == failed["failure"]
+    # A crash propagates as it is (Python's exit code 1 says `crash`).
+    run = tmp_path / "crash"
+    with pytest.raises(KeyError):
+        with Worker(run, total_steps=10, handle_signals=False, handle_failures=False):
+            raise KeyError("tokenizer")
+    hb = protocol.read_heartbeat(run)
+    assert hb["failure"] == {"kind": "crash", "message": "KeyError: 'tokenizer'"}
 
 
 def test_resume_from_a_run_directory_picks_its_newest(tmp_path):
@@ -187,10 +198,10 @@ def test_sigterm_saves_and_exits_zero_then_resume_continues(tmp_path):
     assert kinds[-3:] == ["run_started", "checkpoint_loaded", "final_saved"]
 
 
-def test_a_resume_that_names_nothing_exits_4_with_a_message(tmp_path):
+def test_a_resume_that_names_nothing_exits_with_the_config_code_and_a_message(tmp_path):
     proc = run_script(tmp_path, "--resume", str(tmp_path / "nope"))
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 4
+    assert proc.returncode == 78
     assert "cannot resume" in err and "nope" in err
 
 

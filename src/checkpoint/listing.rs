@@ -143,7 +143,9 @@ pub fn next_counter(run_dir: &Path) -> Result<u32> {
 }
 
 /// Resolve `--resume`: `latest` is the newest complete checkpoint across all runs;
-/// a path is a checkpoint directory, or a run directory meaning its newest checkpoint.
+/// a path is a checkpoint directory, a run directory meaning its newest checkpoint,
+/// or a file inside a complete checkpoint (its `model.safetensors`, say) meaning
+/// that checkpoint.
 pub fn resolve_resume(spec: &str, checkpoints_root: &Path) -> Result<Checkpoint> {
     if spec == "latest" {
         return list_checkpoints(checkpoints_root)?
@@ -155,6 +157,16 @@ pub fn resolve_resume(spec: &str, checkpoints_root: &Path) -> Result<Checkpoint>
             });
     }
     let path = Path::new(spec);
+    if path.is_file() {
+        return match path.parent().filter(|dir| is_complete(dir)) {
+            Some(dir) => Checkpoint::load(dir),
+            None => Err(Error::NotFound {
+                what: "a complete checkpoint holding the file",
+                path: path.to_path_buf(),
+                hint: "a file resumes only from inside a checkpoint (a directory with trainer_state.json); pass that checkpoint, a run directory, or `latest`",
+            }),
+        };
+    }
     if !path.is_dir() {
         return Err(Error::NotFound {
             what: "checkpoint directory",
@@ -331,5 +343,28 @@ pub(crate) mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("/no/such/ckpt"), "{err}");
+    }
+
+    #[test]
+    fn a_file_inside_a_checkpoint_resumes_from_that_checkpoint_and_one_outside_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let run = root.path().join("run-2026-01-01_00-00-00");
+        let first = save(&run, "pretrain", 1, None);
+        save(&run, "pretrain", 2, None);
+        let weights = first.join("model.safetensors");
+        let c = resolve_resume(weights.to_str().unwrap(), root.path()).unwrap();
+        assert_eq!(
+            c.path, first,
+            "the file's own checkpoint, not the run's newest"
+        );
+
+        let stray = run.join("notes.txt");
+        fs::write(&stray, "x").unwrap();
+        let err = resolve_resume(stray.to_str().unwrap(), root.path())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("notes.txt"), "{err}");
+        assert!(err.contains("trainer_state.json"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
     }
 }

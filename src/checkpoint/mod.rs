@@ -13,5 +13,5 @@ pub use listing::{
     list_run_checkpoints, next_counter, resolve_resume,
 };
 pub use name::{CheckpointName, valid_stage_name};
-pub use prune::{PruneReport, dir_size, prune_runs};
+pub use prune::{PruneReport, dir_size, prune_plan, prune_runs, remove_runs};
 pub use retention::{DEFAULT_KEEP, RetentionPolicy, enforce_retention, enforce_retention_with};

@@ -32,30 +32,46 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// The run directories [`prune_runs`] would delete: all but the newest `keep_runs`,
+/// never `active`; oldest last, as listed.
+pub fn prune_plan(
+    checkpoints_root: &Path,
+    keep_runs: usize,
+    active: Option<&Path>,
+) -> Result<Vec<PathBuf>> {
+    Ok(run::list_runs(checkpoints_root)?
+        .into_iter()
+        .skip(keep_runs)
+        .filter(|r| !active.is_some_and(|a| same_dir(a, &r.path)))
+        .map(|r| r.path)
+        .collect())
+}
+
+/// Deletes exactly these run directories (one already gone counts as removed by
+/// someone else, not as an error).
+pub fn remove_runs(runs: &[PathBuf]) -> Result<PruneReport> {
+    let mut report = PruneReport::default();
+    for path in runs {
+        let size = dir_size(path);
+        match fs::remove_dir_all(path) {
+            Ok(()) => {
+                report.bytes_freed += size;
+                report.removed.push(path.clone());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("delete run", path, e)),
+        }
+    }
+    Ok(report)
+}
+
+/// Keeps the newest `keep_runs` run directories, never deleting `active`.
 pub fn prune_runs(
     checkpoints_root: &Path,
     keep_runs: usize,
     active: Option<&Path>,
 ) -> Result<PruneReport> {
-    let mut report = PruneReport::default();
-    for r in run::list_runs(checkpoints_root)?
-        .into_iter()
-        .skip(keep_runs)
-    {
-        if active.is_some_and(|a| same_dir(a, &r.path)) {
-            continue;
-        }
-        let size = dir_size(&r.path);
-        match fs::remove_dir_all(&r.path) {
-            Ok(()) => {
-                report.bytes_freed += size;
-                report.removed.push(r.path);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("delete run", &r.path, e)),
-        }
-    }
-    Ok(report)
+    remove_runs(&prune_plan(checkpoints_root, keep_runs, active)?)
 }
 
 #[cfg(test)]

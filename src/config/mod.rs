@@ -10,10 +10,12 @@ mod de;
 mod error;
 mod launch;
 mod layers;
+mod logging;
 mod notify;
 mod scale;
 mod sections;
 mod source;
+mod supervision;
 mod tree;
 mod validate;
 
@@ -27,17 +29,19 @@ pub use api::{ApiConfig, HostPort};
 pub use error::{ConfigError, ConfigErrorKind, Origin};
 pub use launch::{LaunchBackend, LaunchConfig, SlurmConfig};
 pub use layers::{DATA_ROOT_VAR, LoadOptions};
+pub use logging::{LoggingConfig, MIN_MAX_BYTES};
 pub use notify::{BarkConfig, NotifyConfig, NtfyConfig, WebhookConfig, WebhookFormat};
 pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{
     Config, DataConfig, DedupConfig, Device, EmaConfig, FilterConfig, HardExamplesConfig,
     ModelConfig, OnBadRecord, OptimizerConfig, PipelineStep, Precision, Retention,
-    SaveOptimizerState, ShardsConfig, StageConfig, SupervisorConfig, TokenizerConfig,
+    SaveOptimizerState, ShardsConfig, SpikeConfig, StageConfig, SupervisorConfig, TokenizerConfig,
     TrainingConfig, Watcher, WorkerConfig,
 };
 pub use source::{
     Compression, DEFAULT_TEXT_KEY, DataSource, EmbeddedCorpus, PathSource, SourceFormat,
 };
+pub use supervision::{FailureAction, OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto};
 
 use tree::Node;
 

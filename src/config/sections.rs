@@ -6,11 +6,13 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use super::supervision::{OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto};
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::api::ApiConfig;
 use super::launch::LaunchConfig;
+use super::logging::LoggingConfig;
 use super::notify::NotifyConfig;
 use super::scale::{Scale, ScalesConfig};
 use super::source::DataSource;
@@ -45,6 +47,9 @@ pub struct Config {
     /// of a resolved config when it is the default, so such configs read as before.
     #[serde(default, skip_serializing_if = "LaunchConfig::is_default")]
     pub launch: LaunchConfig,
+    /// Log rotation; absent = the defaults, and left out of a resolved config then.
+    #[serde(default, skip_serializing_if = "LoggingConfig::is_default")]
+    pub logging: LoggingConfig,
 }
 
 /// The worker's compute device: `auto`, `cpu`, `cuda` (the first GPU), `cuda:N`
@@ -89,6 +94,61 @@ impl PipelineStep {
             .iter()
             .position(|s| s.as_str() == name)
             .unwrap_or(PipelineStep::ALL.len())
+    }
+
+    /// The config keys (dotted paths; `<scale>` stands for the config's `scale`) whose
+    /// values the step's outputs depend on: a change to any of them makes a finished
+    /// step run again at the next `lavenderd start` (its done-marker records them).
+    /// Keys that change only how a step reports or where it runs (`training.log_every`,
+    /// `device`, `threads`, `training.keep_checkpoints`) are left out.
+    pub fn config_keys(self) -> &'static [&'static str] {
+        match self {
+            PipelineStep::Downloads => &[
+                "data.sources",
+                "data.document_separator",
+                "data.on_bad_record",
+            ],
+            PipelineStep::Dedup => &["data.dedup", "data.document_separator"],
+            PipelineStep::Filter => &["data.filter"],
+            PipelineStep::BuildShards => &["data.shards"],
+            PipelineStep::Precompute => &[
+                "data.tokenizer",
+                "data.sft_jsonl",
+                "data.dpo_jsonl",
+                "data.heldout_fraction",
+                "model.init_from",
+                "seed",
+            ],
+            PipelineStep::Train => &[
+                "seed",
+                "scale",
+                "scales.<scale>",
+                "model",
+                "optimizer",
+                "training.batch_size",
+                "training.seq_len",
+                "training.grad_accum",
+                "training.stages",
+            ],
+            PipelineStep::MineHard => &[
+                "scale",
+                "scales.<scale>.shards",
+                "training.seq_len",
+                "data.hard_examples",
+            ],
+        }
+    }
+
+    /// The steps whose outputs (their manifests) this step reads.
+    pub fn reads_outputs_of(self) -> &'static [PipelineStep] {
+        match self {
+            PipelineStep::Downloads => &[],
+            PipelineStep::Dedup => &[PipelineStep::Downloads],
+            PipelineStep::Filter => &[PipelineStep::Dedup],
+            PipelineStep::BuildShards => &[PipelineStep::Filter],
+            PipelineStep::Precompute => &[PipelineStep::BuildShards, PipelineStep::Filter],
+            PipelineStep::Train | PipelineStep::MineHard => &[PipelineStep::Precompute],
+        }
     }
 
     pub fn as_str(self) -> &'static str {
@@ -319,6 +379,31 @@ pub struct TrainingConfig {
     #[serde(default)]
     pub ema: Option<EmaConfig>,
     pub stages: Vec<StageConfig>,
+    /// When the worker judges a run diverged. Absent in configs older than the key:
+    /// the defaults.
+    #[serde(default)]
+    pub spike: SpikeConfig,
+}
+
+/// `training.spike`: a loss above `factor` × the median of the last `window` steps,
+/// for `patience` steps in a row, is a divergence (as is a non-finite loss or
+/// gradient, always).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpikeConfig {
+    pub factor: f64,
+    pub window: u32,
+    pub patience: u32,
+}
+
+impl Default for SpikeConfig {
+    fn default() -> Self {
+        SpikeConfig {
+            factor: 3.0,
+            window: 100,
+            patience: 3,
+        }
+    }
 }
 
 /// `training.precision`: the arithmetic of forward and backward under autocast.
@@ -462,11 +547,38 @@ pub struct SupervisorConfig {
     #[serde(deserialize_with = "socket_addr")]
     pub listen: SocketAddr,
     pub allow_non_loopback: bool,
-    pub stale_after_s: u64,
+    /// How long a training worker may go without a heartbeat before it counts as hung.
+    pub stale_after_s: StaleAfter,
+    /// How `stale_after_s: auto` learns the allowance.
+    pub stale_auto: StaleAuto,
+    /// Until the first heartbeat after a (re)start, and while it says `starting`.
     pub startup_grace_s: u64,
+    /// While the heartbeat says `loading` (a checkpoint or the data).
+    pub loading_grace_s: u64,
+    /// While the heartbeat says `evaluating`.
+    pub evaluating_grace_s: u64,
+    /// While the heartbeat says `saving`.
+    pub saving_grace_s: u64,
+    /// What a hung worker gets.
+    pub on_stall: OnStall,
+    /// Seconds between SIGTERM and SIGKILL when a hung worker is killed; fractions allowed.
+    pub stall_kill_grace_s: f64,
     pub max_restarts: u32,
-    /// Seconds; fractions allowed (`[0.5, 2, 10]`).
+    /// The wait before the 2nd, 3rd, … restart in a row (the first is immediate);
+    /// the last value repeats. Seconds; fractions allowed (`[0.5, 2, 10]`).
     pub restart_backoff_s: Vec<f64>,
+    /// Restarts in a row that did not train past the step they resumed from, after
+    /// which the pipeline fails.
+    pub max_no_progress_restarts: u32,
+    /// The action per failure kind the worker reports.
+    pub on_failure: OnFailure,
+    /// What a worker that stopped with `diverged` gets.
+    pub on_diverged: OnDiverged,
+    /// Rollbacks per run before a divergence fails the pipeline.
+    pub max_rollbacks: u32,
+    /// At daemon start, resume a pipeline interrupted by the daemon's own exit or by
+    /// a power loss (an operator's stop stays stopped).
+    pub resume_on_start: bool,
     pub restart_reset_after_s: u64,
     pub stop_timeout_s: u64,
     pub keep_runs: Option<u32>,

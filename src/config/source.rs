@@ -153,7 +153,7 @@ const SHAPES: &str = "{embedded: tinyshakespeare}, {path: PATH, format: text|jso
 
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "lowercase")]
-enum Field {
+enum Key {
     Embedded,
     Path,
     Url,
@@ -179,29 +179,29 @@ impl<'de> Deserialize<'de> for DataSource {
                 let (mut embedded, mut path, mut url, mut sha256) = (None, None, None, None);
                 let mut local = PathSource::text(PathBuf::new());
                 let mut path_keys: Vec<&str> = Vec::new();
-                while let Some(field) = map.next_key::<Field>()? {
+                while let Some(field) = map.next_key::<Key>()? {
                     match field {
-                        Field::Embedded => embedded = Some(map.next_value::<EmbeddedCorpus>()?),
-                        Field::Path => path = Some(map.next_value::<PathBuf>()?),
-                        Field::Url => url = Some(map.next_value::<String>()?),
-                        Field::Sha256 => sha256 = Some(map.next_value::<String>()?),
-                        Field::Format => {
+                        Key::Embedded => embedded = Some(map.next_value::<EmbeddedCorpus>()?),
+                        Key::Path => path = Some(map.next_value::<PathBuf>()?),
+                        Key::Url => url = Some(map.next_value::<String>()?),
+                        Key::Sha256 => sha256 = Some(map.next_value::<String>()?),
+                        Key::Format => {
                             local.format = map.next_value()?;
                             path_keys.push("format");
                         }
-                        Field::Compression => {
+                        Key::Compression => {
                             local.compression = map.next_value()?;
                             path_keys.push("compression");
                         }
-                        Field::Field => {
+                        Key::Field => {
                             local.field = map.next_value()?;
                             path_keys.push("field");
                         }
-                        Field::Column => {
+                        Key::Column => {
                             local.column = map.next_value()?;
                             path_keys.push("column");
                         }
-                        Field::Split => {
+                        Key::Split => {
                             local.split = map.next_value()?;
                             path_keys.push("split");
                         }

@@ -823,6 +823,164 @@ fn retention_is_the_daemons_unless_set_to_worker() {
 }
 
 #[test]
+fn spike_rules_default_and_bad_values_name_key_and_location() {
+    let c = Config::default();
+    assert_eq!(
+        (
+            c.training.spike.factor,
+            c.training.spike.window,
+            c.training.spike.patience
+        ),
+        (3.0, 100, 3)
+    );
+    let e = err("training:\n  spike: {factor: 0.5, window: 10, patience: 2}\n");
+    assert_eq!(e.path(), Some("training.spike.factor"));
+    assert_eq!(file_origin(&e), ("configs/my.yaml".into(), 2, 19));
+    assert!(e.to_string().contains("greater than 1"), "{e}");
+    let e = err("training:\n  spike:\n    window: 0\n");
+    assert_eq!(
+        e.to_string(),
+        "configs/my.yaml:3:13: training.spike.window: 0 is out of range (1..)"
+    );
+    let e = err("training:\n  spike:\n    patience: -1\n");
+    assert_eq!(file_origin(&e).1, 3, "{e}");
+    let e = err("training:\n  spike:\n    factr: 2\n");
+    assert!(e.to_string().contains("did you mean `factor`"), "{e}");
+    // A config written before the key (a run's config.yaml) still reads.
+    let old = Config::default().to_yaml().replace(
+        "  spike:\n    factor: 3.0\n    window: 100\n    patience: 3\n",
+        "",
+    );
+    assert!(!old.contains("spike"), "{old}");
+    let c: Config = serde_saphyr::from_str(&old).unwrap();
+    assert_eq!(c.training.spike, SpikeConfig::default());
+}
+
+#[test]
+fn supervision_defaults() {
+    let s = Config::default().supervisor;
+    assert_eq!(s.stale_after_s, StaleAfter::Auto);
+    assert_eq!(s.on_stall, OnStall::Restart);
+    assert_eq!(s.on_diverged, OnDiverged::Rollback);
+    assert_eq!(s.max_no_progress_restarts, 3);
+    assert_eq!(s.max_rollbacks, 2);
+    assert!(s.resume_on_start);
+    assert_eq!(s.on_failure.config, FailureAction::Fail);
+    assert_eq!(s.on_failure.incompatible_checkpoint, FailureAction::Fail);
+    assert_eq!(s.on_failure.data, FailureAction::Fail);
+    assert_eq!(s.on_failure.crash, FailureAction::Restart);
+    let c = Config::from_yaml_str(
+        "supervisor:\n  stale_after_s: 2.5\n  on_stall: alert\n  on_failure: {out_of_memory: fail}\n",
+        "my.yaml",
+    )
+    .unwrap();
+    assert_eq!(c.supervisor.stale_after_s, StaleAfter::Seconds(2.5));
+    assert_eq!(c.supervisor.on_stall, OnStall::Alert);
+    assert_eq!(c.supervisor.on_failure.out_of_memory, FailureAction::Fail);
+    // The other kinds keep their defaults.
+    assert_eq!(c.supervisor.on_failure.crash, FailureAction::Restart);
+    let back = Config::from_yaml_str(&c.to_yaml(), "resolved.yaml").unwrap();
+    assert_eq!(back.supervisor, c.supervisor);
+}
+
+/// Each bad supervision value: the key, where it was written and what is allowed.
+#[test]
+fn bad_supervision_values_name_the_key_the_place_and_the_allowed_values() {
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "  on_stall: kill\n",
+            "supervisor.on_stall",
+            &["restart", "alert"],
+        ),
+        (
+            "  on_diverged: ignore\n",
+            "supervisor.on_diverged",
+            &["rollback", "fail"],
+        ),
+        (
+            "  on_failure:\n    crash: retry\n",
+            "supervisor.on_failure.crash",
+            &["fail", "restart"],
+        ),
+        (
+            "  stale_after_s: soon\n",
+            "supervisor.stale_after_s",
+            &["auto", "seconds"],
+        ),
+        (
+            "  stale_after_s: 0\n",
+            "supervisor.stale_after_s",
+            &["auto"],
+        ),
+        (
+            "  stale_after_s: -5\n",
+            "supervisor.stale_after_s",
+            &["auto"],
+        ),
+        (
+            "  startup_grace_s: 0\n",
+            "supervisor.startup_grace_s",
+            &["1"],
+        ),
+        (
+            "  saving_grace_s: -1\n",
+            "supervisor.saving_grace_s",
+            &["0.."],
+        ),
+        (
+            "  loading_grace_s: 0\n",
+            "supervisor.loading_grace_s",
+            &["1"],
+        ),
+        (
+            "  evaluating_grace_s: 0\n",
+            "supervisor.evaluating_grace_s",
+            &["1"],
+        ),
+        (
+            "  stall_kill_grace_s: 0\n",
+            "supervisor.stall_kill_grace_s",
+            &["greater than 0"],
+        ),
+        (
+            "  max_rollbacks: -1\n",
+            "supervisor.max_rollbacks",
+            &["0.."],
+        ),
+        (
+            "  max_no_progress_restarts: 0\n",
+            "supervisor.max_no_progress_restarts",
+            &["at least 1"],
+        ),
+        (
+            "  stale_auto: {factor: 0.5}\n",
+            "supervisor.stale_auto.factor",
+            &["1 or more"],
+        ),
+        (
+            "  stale_auto: {floor_s: 100, ceiling_s: 50}\n",
+            "supervisor.stale_auto.ceiling_s",
+            &["floor"],
+        ),
+    ];
+    for (yaml, key, allowed) in cases {
+        let e = err(&format!("supervisor:\n{yaml}"));
+        let text = e.to_string();
+        assert!(text.contains(key), "{yaml}: {text}");
+        let (file, line, _) = file_origin(&e);
+        assert_eq!(file, "configs/my.yaml", "{yaml}: {text}");
+        assert!(line >= 2, "{yaml}: {text}");
+        assert!(
+            text.starts_with(&format!("configs/my.yaml:{line}:")),
+            "{yaml}: {text}"
+        );
+        for word in *allowed {
+            assert!(text.contains(word), "{yaml}: `{word}` not in {text}");
+        }
+    }
+}
+
+#[test]
 fn precision_tf32_and_ema_load_and_bad_values_are_located() {
     let d = Config::default();
     assert_eq!(d.training.precision, Precision::Auto);
@@ -961,4 +1119,29 @@ fn api_section_defaults_round_trips_and_locates_bad_hosts() {
         ..Default::default()
     };
     assert!(Config::load(&opts).unwrap().api.public_reads);
+}
+
+#[test]
+fn logging_rotation_keys_are_checked_with_their_location() {
+    let c = Config::from_yaml_str("logging:\n  max_bytes: 4096\n  keep: 2\n", "my.yaml").unwrap();
+    assert_eq!((c.logging.max_bytes, c.logging.keep), (4096, 2));
+    assert_eq!(Config::default().logging, LoggingConfig::default());
+    let e = err("seed: 1\nlogging:\n  max_bytes: 10\n");
+    assert_eq!(
+        e.to_string(),
+        "configs/my.yaml:3:14: logging.max_bytes: 10 is out of range (1024..)"
+    );
+    let e = err("logging:\n  keep: 0\n");
+    assert!(
+        e.to_string()
+            .starts_with("configs/my.yaml:2:9: logging.keep: "),
+        "{e}"
+    );
+    let e = err("logging:\n  max_byte: 4096\n");
+    assert!(
+        e.to_string().starts_with(
+            "configs/my.yaml:2:3: unknown key `logging.max_byte` — did you mean `max_bytes`?"
+        ),
+        "{e}"
+    );
 }

@@ -90,6 +90,7 @@ pub(crate) fn validate(c: &Config) -> Check {
     validate_supervisor(c)?;
     super::api::validate(&c.api)?;
     super::launch::validate(&c.launch)?;
+    super::logging::validate(&c.logging)?;
     // A torchrun script may run several processes; lavender-worker never does.
     if c.runs_lavender_worker() {
         c.check_one_process(None)?;
@@ -405,7 +406,16 @@ fn validate_training(c: &Config) -> Check {
             positive(&format!("{path}.beta"), beta)?;
         }
     }
-    Ok(())
+    let spike = &t.spike;
+    if !(spike.factor > 1.0 && spike.factor.is_finite()) {
+        return Err(out_of_range(
+            "training.spike.factor",
+            spike.factor,
+            "greater than 1 (e.g. 3.0: a loss above 3 × the recent median)",
+        ));
+    }
+    at_least("training.spike.window", spike.window, 1)?;
+    at_least("training.spike.patience", spike.patience, 1)
 }
 
 fn validate_supervisor(c: &Config) -> Check {
@@ -419,7 +429,6 @@ fn validate_supervisor(c: &Config) -> Check {
             ),
         ));
     }
-    at_least("supervisor.stale_after_s", s.stale_after_s, 1)?;
     if s.max_restarts > 0 && s.restart_backoff_s.is_empty() {
         return Err(invalid(
             "supervisor.restart_backoff_s",
@@ -442,5 +451,6 @@ fn validate_supervisor(c: &Config) -> Check {
     if let Some(keep) = s.keep_runs {
         at_least("supervisor.keep_runs", keep, 1)?;
     }
-    at_least("supervisor.poll_interval_ms", s.poll_interval_ms, 10)
+    at_least("supervisor.poll_interval_ms", s.poll_interval_ms, 10)?;
+    super::supervision::validate(s)
 }

@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::Path;
 
-use crate::atomic::{TMP_PREFIX, staged_leftover};
+use crate::atomic::staged_leftover;
 
 /// Removes `.tmp-` directories in `dir` left by export processes that are gone.
 /// Only on Linux, where `/proc` says whether a process is alive; elsewhere they stay
@@ -29,24 +29,15 @@ pub fn sweep_leftovers(dir: &Path) {
 }
 
 /// The pid in the name of an export's staged directory
-/// (`.tmp-[old-]checkpoint-<step>-<pid>-<n>`, or `.tmp-[old-]checkpoint-<step>-<pid>`
-/// as earlier versions named them); `None` for anything else, such as a worker's
-/// in-flight checkpoint.
+/// (`.tmp-[old-]checkpoint-<step>-<pid>-<n>`); `None` for anything else, such as a
+/// worker's in-flight checkpoint.
 fn staging_pid(name: &str) -> Option<u32> {
     let is_step = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if let Some((target, pid)) = staged_leftover(name)
-        && target.strip_prefix("checkpoint-").is_some_and(is_step)
-    {
-        return Some(pid);
-    }
-    let rest = name.strip_prefix(TMP_PREFIX)?;
-    let rest = rest.strip_prefix("old-").unwrap_or(rest);
-    let (step, pid) = rest.strip_prefix("checkpoint-")?.split_once('-')?;
-    if is_step(step) {
-        pid.parse().ok()
-    } else {
-        None
-    }
+    let (target, pid) = staged_leftover(name)?;
+    target
+        .strip_prefix("checkpoint-")
+        .is_some_and(is_step)
+        .then_some(pid)
 }
 
 #[cfg(test)]
@@ -58,9 +49,8 @@ mod tests {
         assert_eq!(staging_pid(".tmp-checkpoint-40-123-0"), Some(123));
         assert_eq!(staging_pid(".tmp-old-checkpoint-40-123-4"), Some(123));
         assert_eq!(staging_pid(".tmp-pretrain-12-00-01-0003-123-0"), None);
-        // As earlier versions named them.
-        assert_eq!(staging_pid(".tmp-checkpoint-40-123"), Some(123));
-        assert_eq!(staging_pid(".tmp-old-checkpoint-40-123"), Some(123));
+        // Names of the export's staging before it was a StagedDir are not swept.
+        assert_eq!(staging_pid(".tmp-checkpoint-40-123"), None);
         assert_eq!(staging_pid("checkpoint-40"), None);
     }
 }

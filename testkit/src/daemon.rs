@@ -213,8 +213,14 @@ impl Lavenderd {
         })
     }
 
-    /// Polls the status until `done` holds for it; returns that status.
-    fn wait_status(&self, timeout: Duration, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    /// Polls the status until `done` holds for it; returns that status. `done` sees
+    /// every status read, so it may also check what must hold all along.
+    pub fn wait_status(
+        &self,
+        timeout: Duration,
+        what: &str,
+        mut done: impl FnMut(&Value) -> bool,
+    ) -> Value {
         let mut last = Value::Null;
         wait_until(timeout, what, || {
             last = self.status();
@@ -252,6 +258,18 @@ impl Lavenderd {
         self.pipeline_json()["worker"]["pid"]
             .as_i64()
             .map(|p| p as i32)
+    }
+
+    /// SIGTERM to the daemons `serve` started (a service stop, a shutdown), then
+    /// waits for each to exit; returns their exit statuses.
+    pub fn terminate_daemons(&mut self) -> Vec<std::process::ExitStatus> {
+        self.daemons
+            .drain(..)
+            .map(|mut d| {
+                send_signal(d.id() as i32, 15);
+                d.wait().unwrap()
+            })
+            .collect()
     }
 
     pub fn kill_daemons(&mut self) {

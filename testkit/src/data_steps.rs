@@ -55,7 +55,8 @@ impl Root {
             .args(extra)
             .env_remove("LAVENDER_CONFIG")
             .env_remove("LAVENDER_DATA_ROOT")
-            .env_remove("LAVENDER_RUN_DIR");
+            .env_remove("LAVENDER_RUN_DIR")
+            .env_remove("LAVENDER_FORCE");
         let cfg = self.path().join("config.yaml");
         if cfg.exists() && !extra.contains(&"--config") {
             c.arg("--config").arg(cfg);

@@ -64,6 +64,15 @@ impl Env {
             .collect()
     }
 
+    /// The fake worker's invocations as recorded: `{pid, rank, argv, force}` each.
+    pub fn call_records(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.data_root.join("fake-worker-calls.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
     pub fn train_calls(&self) -> Vec<Vec<String>> {
         self.calls()
             .into_iter()

@@ -21,6 +21,7 @@ mod routes;
 mod run_dir;
 mod schema;
 pub mod sse;
+mod terminal;
 pub mod training;
 mod wait;
 
@@ -37,6 +38,7 @@ pub use process::{
 pub use routes::router_routes;
 pub use run_dir::{events, read_json};
 pub use schema::{assert_valid, schema, schema_path};
+pub use terminal::{TerminalRun, run_on_terminal};
 pub use wait::wait_until;
 
 /// The repository's root: this checkout.

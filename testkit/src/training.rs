@@ -119,6 +119,73 @@ pub fn write_tokens(data_root: &Path) {
     .unwrap();
 }
 
+/// Replaces the held-out pretraining split of `write_tokens`'s data with `tokens`
+/// tokens of the same noisy cycle (a larger split makes evaluating take longer).
+pub fn write_validation(data_root: &Path, tokens: usize) {
+    let dir = data_root.join("tokens");
+    let succ = |t: u32| (5 * t + 3) % 61 + 1;
+    let mut rng = 0x9e37_79b9u64;
+    let mut t = 1;
+    let toks: Vec<u32> = (0..tokens)
+        .map(|_| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            t = if rng.is_multiple_of(10) {
+                1 + ((rng >> 8) % 62) as u32
+            } else {
+                succ(t)
+            };
+            t
+        })
+        .collect();
+    write_u16(&dir.join("pretrain/validation.bin"), &toks);
+    let index_path = dir.join("index.json");
+    let mut index: Value = serde_json::from_slice(&fs::read(&index_path).unwrap()).unwrap();
+    index["pretrain"]["validation"]["tokens"] = json!(tokens);
+    fs::write(&index_path, serde_json::to_vec_pretty(&index).unwrap()).unwrap();
+}
+
+/// Scrambles the text that pretraining's steps `steps` of chunk 1 draw (every
+/// window of their batches: `per_step` = batch_size × grad_accum windows of
+/// `seq_len` tokens each, in the order `lavender::data_order` gives for `seed`), in
+/// `write_tokens`'s data: a corrupted passage of the corpus that a model which
+/// learnt the rest predicts badly. Its loss spikes at exactly those steps, and a
+/// run that skips their batches never sees it. Returns how many windows it wrote.
+pub fn poison_pretraining_steps(
+    data_root: &Path,
+    seed: u64,
+    seq_len: usize,
+    per_step: usize,
+    steps: std::ops::RangeInclusive<u64>,
+) -> usize {
+    let dir = data_root.join("tokens");
+    let index: Value = serde_json::from_slice(&fs::read(dir.join("index.json")).unwrap()).unwrap();
+    // Chunk 1 of write_tokens' four shards trains on the first.
+    let shard = &index["pretrain"]["shards"][0];
+    let file = dir.join(shard["file"].as_str().unwrap());
+    let mut bytes = fs::read(&file).unwrap();
+    let tokens = bytes.len() / 2;
+    // The worker's windows: seq_len + 1 tokens every seq_len, while one fits.
+    let windows = (tokens - seq_len - 1) / seq_len + 1;
+    let order = lavender::data_order::epoch_order(windows, seed, "pretrain", 0);
+    let mut rng = lavender::data_order::SplitMix64::new(seed ^ 0x0bad_5eed);
+    let mut written = 0;
+    for step in steps {
+        let first = (step as usize - 1) * per_step;
+        for &w in &order[first..first + per_step] {
+            // The window's tokens after its first: what it is trained to predict.
+            for t in w as usize * seq_len + 1..=w as usize * seq_len + seq_len {
+                let token = 1 + rng.below(u64::from(VOCAB) - 1) as u16;
+                bytes[2 * t..2 * t + 2].copy_from_slice(&token.to_le_bytes());
+            }
+            written += 1;
+        }
+    }
+    fs::write(&file, bytes).unwrap();
+    written
+}
+
 fn write_u16(path: &Path, toks: &[u32]) {
     let bytes: Vec<u8> = toks
         .iter()
@@ -153,6 +220,27 @@ pub fn small_run_args(pretrain: u64, sft: u64, dpo: u64, every: u64) -> Vec<Stri
     sets.iter()
         .flat_map(|s| ["--set".to_string(), s.clone()])
         .collect()
+}
+
+/// With `small_run_args`: a learning rate at which the model learns
+/// `write_tokens`' cycle within 60 steps (so a corrupted passage stands out), and
+/// the divergence rule over the last 20 steps, a spike lasting 2 steps.
+pub fn spiking_run_args() -> Vec<String> {
+    [
+        "training.stages[0].lr=1.0e-2",
+        "training.spike.window=20",
+        "training.spike.patience=2",
+    ]
+    .iter()
+    .flat_map(|s| ["--set".to_string(), s.to_string()])
+    .collect()
+}
+
+/// With `small_run_args`: a pretraining learning rate so high that every attempt
+/// diverges within a few steps (weight decay alone multiplies the weights by
+/// lr × weight_decay each step).
+pub fn diverging_run_args() -> Vec<String> {
+    vec!["--set".into(), "training.stages[0].lr=1.0e3".into()]
 }
 
 pub fn run_ok(cmd: &mut Command) -> Output {

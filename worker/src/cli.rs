@@ -27,8 +27,9 @@ pub struct StepArgs {
     /// Training chunk 1..=4 (overrides the config).
     #[arg(long)]
     pub chunk: Option<u8>,
-    /// Rerun the step even when its manifest says its inputs have not changed.
-    #[arg(long)]
+    /// Rerun the step even when its manifest says its inputs have not changed
+    /// (`lavenderd start --force` sets LAVENDER_FORCE=true for the steps it runs again).
+    #[arg(long, env = "LAVENDER_FORCE")]
     pub force: bool,
     /// Config overrides, `key.path=value`, applied last.
     #[arg(long = "set", value_name = "KEY=VALUE")]

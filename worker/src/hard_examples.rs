@@ -1,150 +1,97 @@
-//! The hard-examples files: what `mine_hard` writes and what a later chunk's
-//! pretraining reads, named and checked in one place.
+//! The hard examples a run's pretraining mixes in, and the run's copy of them.
 //!
-//! `mine_hard` (after a chunk's training) writes `<data_root>/hard_examples/`:
-//! `windows.bin` (the chunk's highest-loss windows of `seq_len + 1` tokens, hardest
-//! first, each already repeated `upsample` times, in the token arrays' dtype),
-//! `windows.json` (rank, shard, start, loss of each), then `manifest.json`, whose
-//! extra fields ([`Mined`]) say which chunk and window length they are from. A later
-//! chunk's pretraining adds those windows to its own. The choice is made once, when
-//! pretraining starts, and the windows are copied into the run directory
-//! (`hard-examples.bin`), so a resume mixes exactly the same ones even if `mine_hard`
-//! has run again since.
+//! `mine_hard` keeps each mining in a directory of its own under
+//! `<data_root>/hard_examples/` (`lavender::hard_examples` names and lists them). A run
+//! of chunk C mixes in the newest mining of every earlier chunk whose windows have its
+//! length. The choice is made once, when pretraining starts, and the chosen windows
+//! are copied one after the other into the run directory (`hard-examples.bin`), so a
+//! resume mixes exactly the same ones even if `mine_hard` has run again since.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use lavender::manifest::{self, StepManifest};
-use serde_json::{Value, json};
+use lavender::hard_examples::{self as kept, Mining};
 
 use crate::tokens::{Dtype, TokenArray};
 
-/// The step's name, in its manifest and the pipeline.
-pub const STEP: &str = "mine_hard";
 /// The run's copy of the windows it mixes in.
 pub const RUN_FILE: &str = "hard-examples.bin";
-/// The windows file `mine_hard` writes in its directory.
-pub const WINDOWS_FILE: &str = "windows.bin";
-/// The list of the windows (rank, shard, start, loss), for people and tools.
-pub const LIST_FILE: &str = "windows.json";
-
-/// The directory `mine_hard` writes into: `<data_root>/hard_examples/`.
-pub fn dir(data_root: &Path) -> Result<PathBuf> {
-    manifest::manifest_path(data_root, STEP)
-        .parent()
-        .map(Path::to_path_buf)
-        .context("the hard examples' directory has no parent")
-}
-
-/// What the manifest records about the windows, and what a later chunk checks before
-/// mixing them in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mined {
-    /// The chunk whose training windows were scored.
-    pub chunk: u64,
-    /// The windows are `seq_len + 1` tokens.
-    pub seq_len: u64,
-    /// How many times each window is repeated in `windows.bin`.
-    pub upsample: u64,
-}
-
-impl Mined {
-    /// The manifest's extra fields.
-    pub fn to_extra(self) -> serde_json::Map<String, Value> {
-        serde_json::Map::from_iter([
-            ("chunk".to_string(), json!(self.chunk)),
-            ("seq_len".to_string(), json!(self.seq_len)),
-            ("upsample".to_string(), json!(self.upsample)),
-        ])
-    }
-
-    /// Read back from a manifest; `None` when it lacks the chunk or the window length
-    /// (`upsample` defaults to 1).
-    fn from_manifest(m: &StepManifest) -> Option<Mined> {
-        let field = |k: &str| m.extra.get(k).and_then(Value::as_u64);
-        Some(Mined {
-            chunk: field("chunk")?,
-            seq_len: field("seq_len")?,
-            upsample: field("upsample").unwrap_or(1),
-        })
-    }
-}
 
 pub fn run_file(run_dir: &Path) -> PathBuf {
     run_dir.join(RUN_FILE)
 }
 
-/// Why a `mine_hard` output is or is not mixed into this run.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Choice {
-    /// Mix these windows (the file and the chunk they were mined from).
-    Use { path: PathBuf, chunk: u64 },
-    /// Nothing to mix, with the reason (`None` when there is simply no `mine_hard` output).
-    Skip(Option<String>),
+/// What a run of one chunk mixes in, and why it leaves out what it leaves out.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Choice {
+    /// The minings to mix in, earliest chunk first: their windows file and chunk.
+    pub used: Vec<(PathBuf, u64)>,
+    /// One line per earlier chunk's mining that is not mixed in, with the reason.
+    pub skipped: Vec<String>,
 }
 
-/// Decides from `mine_hard`'s manifest whether its windows belong in a run of `chunk`
-/// with windows of `seq_len + 1` tokens: only windows mined on an earlier chunk, of the
-/// same length.
+/// For a run of `chunk` with windows of `seq_len + 1` tokens: the newest mining of
+/// every earlier chunk, if its windows have that length.
 pub fn choose(data_root: &Path, chunk: u8, seq_len: usize) -> Result<Choice> {
-    let m = match manifest::read(data_root, STEP) {
-        Ok(Some(m)) => m,
-        Ok(None) => return Ok(Choice::Skip(None)),
+    let minings = match kept::list(data_root) {
+        Ok(m) => m,
         Err(e) => {
-            return Ok(Choice::Skip(Some(format!(
-                "the hard examples' manifest is unreadable ({e}); rerun mine_hard"
-            ))));
+            return Ok(Choice {
+                used: Vec::new(),
+                skipped: vec![format!(
+                    "the hard examples could not be listed ({e}); fix the directory or rerun mine_hard"
+                )],
+            });
         }
     };
-    let Some(Mined {
-        chunk: mined,
-        seq_len: len,
-        ..
-    }) = Mined::from_manifest(&m)
-    else {
-        return Ok(Choice::Skip(Some(
-            "the hard examples' manifest does not say which chunk and seq_len they are from; rerun mine_hard".into(),
-        )));
-    };
-    if mined >= u64::from(chunk) {
-        return Ok(Choice::Skip(Some(format!(
-            "the hard examples were mined on chunk {mined}; chunk {chunk} mixes in only those of an earlier chunk"
-        ))));
+    let mut choice = Choice::default();
+    for m in kept::newest_before(&minings, u64::from(chunk)) {
+        let Mining { mined, .. } = m;
+        if mined.seq_len != seq_len as u64 {
+            choice.skipped.push(format!(
+                "{} holds windows of seq_len {}, this run uses {seq_len}; rerun chunk {}'s mine_hard with training.seq_len={seq_len}",
+                m.dir.display(),
+                mined.seq_len,
+                mined.chunk
+            ));
+            continue;
+        }
+        choice.used.push((m.windows(), mined.chunk));
     }
-    if len != seq_len as u64 {
-        return Ok(Choice::Skip(Some(format!(
-            "the hard examples are windows of seq_len {len}, this run uses {seq_len}; rerun mine_hard with training.seq_len={seq_len}"
-        ))));
-    }
-    Ok(Choice::Use {
-        path: dir(data_root)?.join(WINDOWS_FILE),
-        chunk: mined,
-    })
+    Ok(choice)
 }
 
-/// Copies `from` to the run's [`RUN_FILE`] (temp, sync, rename), or removes a stale copy
-/// when `from` is `None`.
-pub fn take(run_dir: &Path, from: Option<&Path>) -> Result<()> {
+/// Writes the run's [`RUN_FILE`]: the windows of `from`, one file after the other
+/// (temp, sync, rename), or removes a stale copy when `from` is empty.
+pub fn take(run_dir: &Path, from: &[PathBuf]) -> Result<()> {
     let dest = run_file(run_dir);
-    let Some(from) = from else {
+    if from.is_empty() {
         return match std::fs::remove_file(&dest) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(e).with_context(|| format!("could not remove {}", dest.display()))
             }
             _ => Ok(()),
         };
-    };
+    }
     let tmp = run_dir.join(format!(".{RUN_FILE}.tmp"));
-    std::fs::copy(from, &tmp).with_context(|| {
-        format!(
-            "could not copy the hard examples {} to {}",
-            from.display(),
-            tmp.display()
-        )
-    })?;
-    std::fs::File::open(&tmp)
-        .and_then(|f| f.sync_all())
+    let mut out = std::fs::File::create(&tmp)
+        .with_context(|| format!("could not create {}", tmp.display()))?;
+    for path in from {
+        let mut src = std::fs::File::open(path)
+            .with_context(|| format!("could not open the hard examples {}", path.display()))?;
+        std::io::copy(&mut src, &mut out).with_context(|| {
+            format!(
+                "could not copy the hard examples {} to {}",
+                path.display(),
+                tmp.display()
+            )
+        })?;
+    }
+    out.flush()
+        .and_then(|_| out.sync_all())
         .with_context(|| format!("could not sync {}", tmp.display()))?;
+    drop(out);
     std::fs::rename(&tmp, &dest)
         .with_context(|| format!("could not move {} into place", dest.display()))?;
     lavender::atomic::sync_dir(run_dir)?;
@@ -163,9 +110,14 @@ pub fn open(run_dir: &Path, dtype: Dtype) -> Result<Option<TokenArray>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lavender::hard_examples::{Mined, STEP, WINDOWS_FILE};
+    use lavender::manifest::{self, StepManifest};
 
-    fn mined(root: &Path, extra: Value) {
-        let mut m = StepManifest {
+    fn mining(root: &Path, name: &str, chunk: u64, seq_len: u64, bytes: &[u8]) -> PathBuf {
+        let d = kept::dir(root).join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(WINDOWS_FILE), bytes).unwrap();
+        let m = StepManifest {
             step: STEP.into(),
             version: 1,
             config_hash: "x".into(),
@@ -173,42 +125,38 @@ mod tests {
             counts: Default::default(),
             outputs: vec![WINDOWS_FILE.into()],
             finished_at: "2026-01-01T00:00:00Z".into(),
-            extra: Default::default(),
+            extra: Mined {
+                chunk,
+                seq_len,
+                upsample: 1,
+            }
+            .to_extra(),
         };
-        if let Value::Object(map) = extra {
-            m.extra = map;
-        }
-        manifest::write(root, &m).unwrap();
+        manifest::write_path(&d.join(manifest::FILE), &m).unwrap();
+        d.join(WINDOWS_FILE)
     }
 
     #[test]
-    fn only_an_earlier_chunk_of_the_same_window_length_is_mixed_in() {
+    fn every_earlier_chunk_of_the_same_window_length_is_mixed_in_and_copied_in_order() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
-        assert_eq!(choose(root, 2, 64).unwrap(), Choice::Skip(None));
-        let written = Mined {
-            chunk: 1,
-            seq_len: 64,
-            upsample: 2,
-        };
-        mined(root, Value::Object(written.to_extra()));
-        let want = root
-            .join(lavender::data_root::HARD_EXAMPLES)
-            .join(WINDOWS_FILE);
-        assert_eq!(
-            choose(root, 2, 64).unwrap(),
-            Choice::Use {
-                path: want,
-                chunk: 1
-            }
-        );
-        let skip = |c: Choice| match c {
-            Choice::Skip(Some(why)) => why,
-            other => panic!("expected a reason to skip, got {other:?}"),
-        };
-        assert!(skip(choose(root, 1, 64).unwrap()).contains("earlier chunk"));
-        assert!(skip(choose(root, 2, 32).unwrap()).contains("seq_len=32"));
-        mined(root, json!({}));
-        assert!(skip(choose(root, 2, 64).unwrap()).contains("rerun mine_hard"));
+        assert_eq!(choose(root, 2, 64).unwrap(), Choice::default());
+        let one = mining(root, "chunk1-1", 1, 64, b"aa");
+        let two = mining(root, "chunk2-1", 2, 64, b"bb");
+        mining(root, "chunk3-1", 3, 32, b"cc");
+        // A chunk never feeds on its own hard examples, nor on a later chunk's.
+        assert_eq!(choose(root, 1, 64).unwrap(), Choice::default());
+        let c = choose(root, 4, 64).unwrap();
+        assert_eq!(c.used, vec![(one.clone(), 1), (two.clone(), 2)]);
+        assert_eq!(c.skipped.len(), 1);
+        assert!(c.skipped[0].contains("seq_len=64"), "{}", c.skipped[0]);
+
+        let run = tmp.path().join("run");
+        std::fs::create_dir_all(&run).unwrap();
+        let paths: Vec<PathBuf> = c.used.iter().map(|(p, _)| p.clone()).collect();
+        take(&run, &paths).unwrap();
+        assert_eq!(std::fs::read(run_file(&run)).unwrap(), b"aabb");
+        take(&run, &[]).unwrap();
+        assert!(!run_file(&run).exists());
     }
 }

@@ -1,11 +1,12 @@
 //! `lavender-worker mine_hard`: score the chunk's training windows with a checkpoint
-//! and keep the `top_k` hardest (highest loss) in `<data_root>/hard_examples/`, in
-//! the files [`crate::hard_examples`] describes (the manifest, with its count
-//! `hard_examples`, last).
+//! and keep the `top_k` hardest (highest loss) in a new mining directory
+//! `<data_root>/hard_examples/chunk<N>-<k>/`, in the files `lavender::hard_examples`
+//! describes (its manifest, with the count `hard_examples`, last), then rewrite the
+//! summary manifest beside them.
 
 use std::collections::BTreeMap;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use lavender::manifest::{self, StepManifest};
 use serde_json::json;
@@ -13,12 +14,13 @@ use sha2::{Digest, Sha256};
 use tch::Kind;
 
 use crate::cli::StepArgs;
-use crate::hard_examples::{self, LIST_FILE, Mined, STEP, WINDOWS_FILE};
 use crate::model::gpt2::cross_entropy_per_row;
 use crate::model::load_for_inference;
 use crate::tokens::{ArrayWriter, Tokens};
 use crate::train::data::PretrainData;
 use crate::train::settings::Settings;
+use lavender::atomic::StagedDir;
+use lavender::hard_examples::{self, LIST_FILE, Mined, STEP, WINDOWS_FILE};
 
 const VERSION: u32 = 1;
 
@@ -70,17 +72,14 @@ pub fn run(args: MineHardArgs) -> Result<()> {
     order.sort_by(|&a, &b| losses[b].total_cmp(&losses[a]).then(a.cmp(&b)));
     order.truncate(top_k);
 
-    let dir = hard_examples::dir(&s.data_root)?;
-    std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
-    // Not done until the new manifest lands: drop the old one first.
-    let old = dir.join(manifest::FILE);
-    if old.exists() {
-        std::fs::remove_file(&old)
-            .with_context(|| format!("could not remove {}", old.display()))?;
-    }
+    // A mining of its own, never written over: built under a hidden name, renamed
+    // into place with its manifest, then the summary rewritten.
+    hard_examples::move_legacy(&s.data_root)?;
+    let target = hard_examples::next_dir(&s.data_root, u64::from(s.chunk))?;
+    let staged = StagedDir::begin(&target)?;
+    let dir = staged.dir().to_path_buf();
     let bin = dir.join(WINDOWS_FILE);
-    let tmp = dir.join(".windows.bin.tmp");
-    let mut w = ArrayWriter::create(&tmp, tokens.index.dtype)?;
+    let mut w = ArrayWriter::create(&bin, tokens.index.dtype)?;
     let mut listed = Vec::new();
     for (rank, &i) in order.iter().enumerate() {
         let window: Vec<u32> = data.window(i).into_iter().map(|t| t as u32).collect();
@@ -92,8 +91,6 @@ pub fn run(args: MineHardArgs) -> Result<()> {
             .push(json!({"rank": rank + 1, "shard": shards[a], "start": start, "loss": losses[i]}));
     }
     let written = w.finish()?;
-    std::fs::rename(&tmp, &bin)
-        .with_context(|| format!("could not move {} into place", bin.display()))?;
     lavender::atomic::write_json(
         &dir.join(LIST_FILE),
         &json!({"checkpoint": ck.path, "seq_len": s.seq_len, "upsample": upsample, "windows": listed}),
@@ -130,14 +127,15 @@ pub fn run(args: MineHardArgs) -> Result<()> {
         }
         .to_extra(),
     };
-    manifest::write(&s.data_root, &m)?;
+    let kept = staged.commit_with(|d| manifest::write_path(&d.join(manifest::FILE), &m))?;
+    hard_examples::write_summary(&s.data_root, m.finished_at.clone())?;
     let hardest = order.first().map_or(f64::NAN, |&i| losses[i]);
     let mean = losses.iter().sum::<f64>() / losses.len().max(1) as f64;
     eprintln!(
         "mine_hard: kept {} of {scored} windows from {} (hardest loss {hardest:.3}, mean {mean:.3}); {written} tokens in {}",
         order.len(),
         ck.name,
-        bin.display()
+        kept.join(WINDOWS_FILE).display()
     );
     Ok(())
 }

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// How often plain lines are printed; `LAVENDER_PROGRESS_INTERVAL_MS` overrides it (tests).
+/// How often plain lines are printed; with the `test-hooks` feature,
+/// `LAVENDER_PROGRESS_INTERVAL_MS` overrides it.
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 
 pub struct Progress {
@@ -25,11 +26,7 @@ pub struct Progress {
 impl Progress {
     /// `total_bytes` is the input size when known; `label` names the items ("docs").
     pub fn new(name: &str, total_bytes: Option<u64>, label: &'static str) -> Progress {
-        let interval = std::env::var("LAVENDER_PROGRESS_INTERVAL_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_millis)
-            .unwrap_or(DEFAULT_INTERVAL);
+        let interval = interval();
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar =
                 ProgressBar::with_draw_target(total_bytes, ProgressDrawTarget::stderr_with_hz(4));
@@ -117,6 +114,22 @@ pub fn group(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+/// How often plain lines are printed.
+#[cfg(not(feature = "test-hooks"))]
+fn interval() -> Duration {
+    DEFAULT_INTERVAL
+}
+
+/// Test hook: `LAVENDER_PROGRESS_INTERVAL_MS` shortens the interval.
+#[cfg(feature = "test-hooks")]
+fn interval() -> Duration {
+    std::env::var("LAVENDER_PROGRESS_INTERVAL_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_INTERVAL)
 }
 
 #[cfg(test)]

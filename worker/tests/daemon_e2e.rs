@@ -1,7 +1,11 @@
 //! The real `lavenderd` supervising the real `lavender-worker`, end to end, at
 //! tiny scale on a small generated corpus: start → status running → stop saves a
 //! checkpoint (the stop's answer names it) → start --resume latest continues from
-//! that step → finished. Every status read is checked against the schema.
+//! that step → finished. Every status read is checked against the schema. Then
+//! the daemon acting on its own: SIGTERM to the daemon, SIGKILL of daemon and
+//! worker, and a worker frozen with SIGSTOP each end in a finished run, with no
+//! `start` typed, whose final weights are byte for byte those of a run nobody
+//! touched.
 //!
 //! The daemon is the `lavenderd` binary beside this package's worker binary:
 //! `cargo test --workspace` builds both before any test runs; for this package
@@ -207,5 +211,187 @@ fn start_stop_resume_finish_with_the_real_worker() {
     eprintln!(
         "start -> stop at step {saved_step} -> resume -> finished at step {total}: {:.1} s",
         started.elapsed().as_secs_f64()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The babysitter acting on the real worker: a service restart, a power loss and
+// a frozen worker each end in a finished run whose final weights are those of a
+// run nobody touched.
+
+/// The train step alone, on the synthetic tokens of `lavender_testkit::training`:
+/// a one-layer model, a heartbeat every step, a checkpoint every 20 steps.
+fn train_only(supervisor: &str) -> String {
+    format!(
+        r#"steps: [train]
+device: cpu
+threads: 1
+worker:
+  command: ["{WORKER}"]
+model: {{n_layer: 1, n_head: 2, n_embd: 32, n_positions: 32, dropout: 0.0, layer_norm_epsilon: 1.0e-5}}
+optimizer: {{warmup_steps: 2}}
+training:
+  batch_size: 4
+  seq_len: 16
+  log_every: 1
+  eval_every: 1000
+  eval_batches: 1
+  keep_checkpoints: 3
+  stages:
+    - {{name: pretrain, steps: {TRAIN_STEPS}, lr: 3.0e-3, checkpoint_every: 20}}
+    - {{name: sft, steps: 4, lr: 1.0e-3, checkpoint_every: 20}}
+    - {{name: dpo, steps: 4, lr: 5.0e-4, checkpoint_every: 20, beta: 0.1}}
+supervisor:
+  listen: 127.0.0.1:0
+  poll_interval_ms: 50
+  stop_timeout_s: 60
+{supervisor}
+notify:
+  desktop: false
+"#
+    )
+}
+
+/// Enough steps that an interruption lands in the middle of pretraining.
+const TRAIN_STEPS: u64 = 400;
+
+/// A data root with the synthetic tokens and the daemon set up on it.
+fn train_env(dir: &Path, supervisor: &str) -> Lavenderd {
+    lavender_testkit::training::write_tokens(&dir.join("data"));
+    Lavenderd::with_real_worker(dir, &train_only(supervisor))
+}
+
+/// The final checkpoint's weights of the pipeline's run.
+fn final_weights(d: &Lavenderd) -> Vec<u8> {
+    let run = d.run_dir();
+    let last = lavender_testkit::training::checkpoints(&run)
+        .pop()
+        .expect("a checkpoint");
+    assert!(
+        last.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("final-"),
+        "the newest checkpoint of {} is not the final one",
+        run.display()
+    );
+    std::fs::read(last.join("model.safetensors")).unwrap()
+}
+
+/// The weights of the same run, started once and never touched.
+fn untouched_weights() -> &'static [u8] {
+    static WEIGHTS: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    WEIGHTS.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut d = train_env(dir.path(), "");
+        d.serve();
+        d.start(&[]);
+        d.wait_state("finished", T);
+        final_weights(&d)
+    })
+}
+
+/// Waits until the run trains past `step` (and has a checkpoint), failing on `failed`.
+fn wait_training(d: &Lavenderd, step: u64) {
+    d.wait_status(T, &format!("training past step {step}"), |st| {
+        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+        st["training"]["step"].as_u64().unwrap_or(0) > step
+            && st["training"]["checkpoints"].as_u64().unwrap_or(0) >= 1
+    });
+}
+
+/// SIGTERM to the daemon mid-training (a service restart): the worker saves, the
+/// daemon exits; a new `serve` on the same data root, with no `start`, resumes and
+/// finishes, with the weights of the untouched run, byte for byte.
+#[test]
+fn sigterm_to_the_daemon_then_a_new_daemon_finishes_the_run_byte_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = train_env(dir.path(), "");
+    d.serve();
+    d.start(&[]);
+    wait_training(&d, 30);
+    let worker = d.worker_pid().unwrap();
+    let exits = d.terminate_daemons();
+    assert!(exits.iter().all(|s| s.success()), "{exits:?}");
+    assert!(!lavender_testkit::alive(worker));
+    assert_eq!(d.pipeline_json()["stop_cause"], "daemon_exit");
+
+    d.serve();
+    let st = d.wait_state("finished", T);
+    assert_eq!(
+        st["pipeline"]["recovery"]["reason"], "daemon_exit",
+        "{st:#}"
+    );
+    assert!(
+        final_weights(&d) == untouched_weights(),
+        "the resumed run's final weights differ from the untouched run's"
+    );
+}
+
+/// The daemon and the worker killed together (a power loss): the next daemon
+/// resumes from the run's latest complete checkpoint; the same final weights.
+#[test]
+fn sigkill_of_daemon_and_worker_then_a_new_daemon_finishes_the_run_byte_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = train_env(dir.path(), "");
+    d.serve();
+    d.start(&[]);
+    wait_training(&d, 30);
+    let worker = d.worker_pid().unwrap();
+    d.kill_daemons();
+    lavender_testkit::send_signal(-worker, 9);
+    wait_until(T, "the worker to be gone", || {
+        !lavender_testkit::alive(worker)
+    });
+
+    d.serve();
+    let st = d.wait_state("finished", T);
+    assert_eq!(st["pipeline"]["recovery"]["reason"], "power_loss", "{st:#}");
+    assert!(
+        final_weights(&d) == untouched_weights(),
+        "the resumed run's final weights differ from the untouched run's"
+    );
+}
+
+/// The worker's whole process group frozen with SIGSTOP: no heartbeat within
+/// `stale_after_s`, so it is killed (SIGTERM stays pending in a stopped process;
+/// SIGKILL after the grace) and restarted from the latest checkpoint; the run
+/// finishes with the untouched run's weights.
+#[test]
+fn a_worker_frozen_with_sigstop_is_killed_and_restarted_and_the_run_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = train_env(
+        dir.path(),
+        "  stale_after_s: 2\n  saving_grace_s: 20\n  evaluating_grace_s: 20\n  stall_kill_grace_s: 1",
+    );
+    let log = d.daemon_log();
+    d.serve();
+    d.start(&[]);
+    wait_training(&d, 30);
+    let frozen = d.worker_pid().unwrap();
+    lavender_testkit::send_signal(-frozen, 19); // SIGSTOP to the group
+    let st = d.wait_status(T, "the frozen worker's restart", |st| {
+        st["pipeline"]["recovery"]["reason"] == "hung"
+    });
+    assert!(
+        !lavender_testkit::alive(frozen),
+        "the frozen worker was killed"
+    );
+    let message = st["pipeline"]["recovery"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.starts_with("hung at step "), "{message}");
+    let st = d.wait_state("finished", T);
+    assert_eq!(st["pipeline"]["restarts"], 1, "{st:#}");
+    let daemon_log = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        daemon_log.contains(&format!("ALERT step train: {message}")),
+        "{daemon_log}"
+    );
+    eprintln!("{message}");
+    assert!(
+        final_weights(&d) == untouched_weights(),
+        "the restarted run's final weights differ from the untouched run's"
     );
 }

@@ -402,15 +402,15 @@ DatasetDict({"train": Dataset.from_dict({"text": docs("dtrain", 25)}),
              "test": Dataset.from_dict({"text": docs("dtest", 5)})}).save_to_disk(f"{d}/saved_dict")
 "##,
     );
-    root.config(&format!(
+    root.config(
         "data:\n  sources:\n\
-         \x20   - {{path: in/pandas.jsonl.gz, format: jsonl, field: body}}\n\
-         \x20   - {{path: \"in/dumps/*.jsonl.zst\", format: jsonl}}\n\
-         \x20   - {{path: in/multi.parquet, format: parquet}}\n\
-         \x20   - {{path: in/hub, format: parquet, column: content}}\n\
-         \x20   - {{path: in/saved, format: datasets}}\n\
-         \x20   - {{path: in/saved_dict, format: datasets}}\n"
-    ));
+         \x20   - {path: in/pandas.jsonl.gz, format: jsonl, field: body}\n\
+         \x20   - {path: \"in/dumps/*.jsonl.zst\", format: jsonl}\n\
+         \x20   - {path: in/multi.parquet, format: parquet}\n\
+         \x20   - {path: in/hub, format: parquet, column: content}\n\
+         \x20   - {path: in/saved, format: datasets}\n\
+         \x20   - {path: in/saved_dict, format: datasets}\n",
+    );
     root.ok("downloads", &[]);
     let raw = root.data().join("corpus/raw");
     let expect = [

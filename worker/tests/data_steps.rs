@@ -261,6 +261,18 @@ fn steps_rerun_when_their_config_or_inputs_change_and_with_force() {
     }
     assert!(root.ok("filter", &[]).contains("up to date"));
     assert!(!root.ok("filter", &["--force"]).contains("up to date"));
+    // What `lavenderd start --force` gives the steps it runs again.
+    let forced = root
+        .cmd("filter", &[])
+        .env("LAVENDER_FORCE", "true")
+        .output()
+        .unwrap();
+    assert!(
+        forced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&forced.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&forced.stderr).contains("up to date"));
     // A changed rule reruns filter.
     let err = root.ok("filter", &["--set", "data.filter.min_chars=53"]);
     assert!(!err.contains("up to date"), "{err}");

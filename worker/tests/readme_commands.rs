@@ -304,6 +304,17 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
                     "{comment}: {exported:?}\n{text}"
                 );
             }
+            ["lavenderd", "daemon", "stop"] => {
+                let pid_file = data_root.join("state/lavenderd.pid");
+                let pid: i32 = std::fs::read_to_string(&pid_file)
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap();
+                let text = ok(line, &sh.run(line, None));
+                assert!(text.contains("lavenderd stopped"), "{comment}: {text}");
+                assert!(!lavender_testkit::alive(pid), "{comment}: pid {pid} lives");
+            }
             ["lavenderd", "service", "install", "--user"] => {
                 let text = ok(line, &sh.run(line, None));
                 let unit = home.join(".config/systemd/user/lavenderd.service");
@@ -324,7 +335,7 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
         }
         tested.push(line.clone());
     }
-    assert!(tested.len() >= 8, "the block lost commands: {tested:?}");
+    assert!(tested.len() >= 9, "the block lost commands: {tested:?}");
     let _ = sh.run("lavenderd stop", None);
 }
 

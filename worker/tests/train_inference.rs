@@ -35,10 +35,14 @@ fn mine_hard_keeps_the_highest_loss_windows_with_a_manifest() {
             .args(["--checkpoint", "latest", "--top-k", "5"])
             .args(["--set", "data.hard_examples.upsample=2"]),
     );
-    let dir = root.path().join("hard_examples");
+    // Each mining is a directory of its own; the summary beside them counts them.
+    let dir = root.path().join("hard_examples/chunk1-1");
     let manifest = read_json(&dir.join("manifest.json"));
     assert_eq!(manifest["step"], "mine_hard");
     assert_eq!(manifest["counts"]["hard_examples"], 5);
+    let summary = read_json(&root.path().join("hard_examples/manifest.json"));
+    assert_eq!(summary["counts"]["hard_examples"], 5);
+    assert_eq!(summary["minings"], serde_json::json!(["chunk1-1"]));
     let listed = read_json(&dir.join("windows.json"));
     let windows = listed["windows"].as_array().unwrap();
     assert_eq!(windows.len(), 5);
@@ -69,21 +73,35 @@ fn mine_hard_keeps_the_highest_loss_windows_with_a_manifest() {
     assert!(manifest["counts"]["windows_scored"].as_u64().unwrap() > 5);
 }
 
-/// The next chunk's pretraining mixes in the windows mined on the previous one (each
-/// already repeated `upsample` times), from a copy in its run directory.
+/// The next chunk's pretraining mixes in the windows mined on every earlier chunk (each
+/// already repeated `upsample` times), from a copy in its run directory; a chunk mined
+/// again keeps its earlier mining, and the later chunk takes the newest.
 #[test]
 fn the_next_chunk_mixes_in_the_hard_examples() {
     let root = trained_root();
-    run_ok(
-        worker()
-            .arg("mine_hard")
-            .args(common(root.path()))
-            .args(["--checkpoint", "latest", "--top-k", "5"])
-            .args(["--set", "data.hard_examples.upsample=3"]),
-    );
-    let manifest = read_json(&root.path().join("hard_examples/manifest.json"));
+    let mine = |chunk: &str, top_k: &str| {
+        run_ok(
+            worker()
+                .arg("mine_hard")
+                .args(common(root.path()))
+                .args(["--chunk", chunk, "--checkpoint", "latest", "--top-k", top_k])
+                .args(["--set", "data.hard_examples.upsample=3"]),
+        )
+    };
+    mine("1", "4");
+    let first = root.path().join("hard_examples/chunk1-1");
+    let first_windows = std::fs::read(first.join("windows.bin")).unwrap();
+    // Chunk 1 mined again (a forced rerun): a new mining beside the first, which stays.
+    mine("1", "5");
+    let again = root.path().join("hard_examples/chunk1-2");
+    let manifest = read_json(&again.join("manifest.json"));
     assert_eq!(manifest["chunk"], 1);
     assert_eq!(manifest["seq_len"], 16);
+    assert_eq!(
+        std::fs::read(first.join("windows.bin")).unwrap(),
+        first_windows,
+        "an earlier mining is never written over"
+    );
 
     let samples = |run: &Path| -> (u64, u64) {
         let started = events(run)
@@ -95,21 +113,34 @@ fn the_next_chunk_mixes_in_the_hard_examples() {
             started["hard_examples"].as_u64().unwrap(),
         )
     };
-    // Chunk 2, continuing chunk 1's weights: 5 windows × 3.
+    let train = |chunk: &str, run: &Path| {
+        run_ok(
+            worker()
+                .arg("train")
+                .args(common(root.path()))
+                .args(["--device", "cpu", "--chunk", chunk, "--resume", "latest"])
+                .arg("--run-dir")
+                .arg(run),
+        )
+    };
+    // Chunk 2, continuing chunk 1's weights: chunk 1's newest mining, 5 windows × 3.
     let run2 = root.path().join("run-chunk2");
-    run_ok(
-        worker()
-            .arg("train")
-            .args(common(root.path()))
-            .args(["--device", "cpu", "--chunk", "2", "--resume", "latest"])
-            .arg("--run-dir")
-            .arg(&run2),
-    );
+    train("2", &run2);
     let (with_hard, hard) = samples(&run2);
     assert_eq!(hard, 15);
     let copy = std::fs::read(run2.join("hard-examples.bin")).unwrap();
-    let mined = std::fs::read(root.path().join("hard_examples/windows.bin")).unwrap();
-    assert_eq!(copy, mined);
+    assert_eq!(copy, std::fs::read(again.join("windows.bin")).unwrap());
+
+    // Chunk 3 mixes in chunk 1's and chunk 2's, one after the other.
+    mine("2", "2");
+    let run3 = root.path().join("run-chunk3");
+    train("3", &run3);
+    assert_eq!(samples(&run3).1, 15 + 6);
+    let mut both = std::fs::read(again.join("windows.bin")).unwrap();
+    both.extend(std::fs::read(root.path().join("hard_examples/chunk2-1/windows.bin")).unwrap());
+    assert_eq!(std::fs::read(run3.join("hard-examples.bin")).unwrap(), both);
+    let summary = read_json(&root.path().join("hard_examples/manifest.json"));
+    assert_eq!(summary["counts"]["hard_examples"], 5 + 2);
 
     // The same chunk does not feed on its own hard examples.
     let run1 = root.path().join("run-chunk1-again");

@@ -604,3 +604,113 @@ fn a_kill_while_a_save_is_written_in_the_background_keeps_the_previous_checkpoin
         "resumed weights differ from the straight run"
     );
 }
+
+/// A rollback's record (`<run>/skipped.json`, range (4, 12]) makes the resume from
+/// checkpoint 4 pass over the data steps 5..=12 consumed: pretraining's last four
+/// steps' batches, and the first four of SFT's, whose stage starts after them. A
+/// run stopped and resumed twice on the way (mid-pretraining, mid-SFT) ends with the
+/// same weights as the one that went straight through: each checkpoint records how
+/// many ranges its cursor includes and what is still to skip at the next stage.
+#[test]
+fn skipped_data_is_skipped_once_and_a_stop_after_it_resumes_exactly() {
+    let prepare = |name: &str| {
+        let root = tempfile::tempdir().unwrap();
+        write_tokens(root.path());
+        let run = root
+            .path()
+            .join(format!("checkpoints/run-2026-01-01_00-00-0{name}"));
+        run_ok(&mut train_cmd(
+            root.path(),
+            Some(&run),
+            &["--stop-at-step", "4"],
+        ));
+        let ck = checkpoints(&run).pop().unwrap();
+        lavender::skips::append(
+            &run,
+            lavender::skips::SkipRange {
+                from_step: 4,
+                to_step: 12,
+                checkpoint: ck.file_name().unwrap().to_string_lossy().into_owned(),
+                reason: "loss spike".into(),
+                at: "2026-01-01T00:00:00Z".into(),
+            },
+        )
+        .unwrap();
+        (root, run)
+    };
+    let per_step = 4 * 2; // batch_size × grad_accum
+    let cursor = |run: &Path, step: u64| {
+        let ck = checkpoints(run)
+            .into_iter()
+            .find(|c| read_json(&c.join("trainer_state.json"))["step"] == step)
+            .unwrap_or_else(|| panic!("no checkpoint at step {step}"));
+        read_json(&ck.join("trainer_state.json"))
+    };
+
+    let (straight_root, straight) = prepare("1");
+    run_ok(&mut train_cmd(
+        straight_root.path(),
+        None,
+        &["--resume", "latest"],
+    ));
+    let skipped: Vec<_> = events(&straight)
+        .into_iter()
+        .filter(|e| e["kind"] == "data_skipped")
+        .collect();
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert_eq!(
+        (skipped[0]["step"].as_u64(), skipped[0]["steps"].as_u64()),
+        (Some(4), Some(8))
+    );
+
+    let (stopped_root, stopped) = prepare("2");
+    run_ok(&mut train_cmd(
+        stopped_root.path(),
+        None,
+        &["--resume", "latest", "--stop-at-step", "6"],
+    ));
+    let st = cursor(&stopped, 6);
+    // Pretraining drew 4 + 4 skipped + 2 steps' batches; SFT still skips 4 steps'.
+    assert_eq!(
+        st["data_cursor"]["index"].as_u64(),
+        Some((4 + 4 + 2) * per_step)
+    );
+    assert_eq!(st["data_cursor"]["skip_steps"].as_u64(), Some(4));
+    assert_eq!(st["skips_applied"].as_u64(), Some(1));
+    run_ok(&mut train_cmd(
+        stopped_root.path(),
+        None,
+        &["--resume", "latest", "--stop-at-step", "10"],
+    ));
+    let st = cursor(&stopped, 10);
+    assert_eq!(st["stage"], "sft");
+    assert_eq!(
+        st["data_cursor"]["index"].as_u64(),
+        Some((4 + 2) * per_step)
+    );
+    assert_eq!(st["data_cursor"].get("skip_steps"), None);
+    run_ok(&mut train_cmd(
+        stopped_root.path(),
+        None,
+        &["--resume", "latest"],
+    ));
+    // Only the first resume skipped anything.
+    assert_eq!(
+        events(&stopped)
+            .iter()
+            .filter(|e| e["kind"] == "data_skipped")
+            .count(),
+        1
+    );
+    assert!(
+        final_model(&straight) == final_model(&stopped),
+        "stopping and resuming after a skip changed the weights"
+    );
+
+    // And the skip is real: without it the run ends elsewhere.
+    let plain = tempfile::tempdir().unwrap();
+    write_tokens(plain.path());
+    let run = plain.path().join("checkpoints/run-2026-01-01_00-00-03");
+    run_ok(&mut train_cmd(plain.path(), Some(&run), &[]));
+    assert!(final_model(&run) != final_model(&straight));
+}

@@ -1,6 +1,9 @@
 //! A whole `train` run over synthetic token arrays: pretrain → sft → dpo → final.
 
 use std::fs;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
 
 use lavender_testkit::training::*;
 use lavender_testkit::{events, read_json};
@@ -105,35 +108,283 @@ fn runs_every_stage_and_leaves_the_run_self_describing() {
     assert!(log.contains("RETAIN dropped"), "{log}");
 }
 
+/// A learning rate far too high blows the loss up within a few steps: the worker
+/// stops with `diverged` (exit 80), its last heartbeat and a `failed` event saying
+/// where the divergence began, and saves nothing of the diverged state.
 #[test]
-fn a_diverging_run_ends_failed_with_an_error_event_and_a_clear_message() {
+fn a_diverging_run_stops_with_diverged_and_saves_nothing_after_it() {
     let root = tempfile::tempdir().unwrap();
     write_tokens(root.path());
     let run_dir = root.path().join("checkpoints/run-2026-01-01_00-00-00");
     let out = cpu_train(root.path())
         .arg("--run-dir")
         .arg(&run_dir)
-        .args(small_run_args(200, 2, 2, 100))
-        .args(["--set", "training.stages[0].lr=1.0e12"])
-        .args(["--set", "optimizer.grad_clip=0"])
+        .args(small_run_args(200, 2, 2, 2))
+        .args(diverging_run_args())
         .output()
         .unwrap();
-    assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(80), "{stderr}");
     assert!(
-        stderr.contains("loss became") && stderr.contains("lower the stage's lr"),
+        stderr.contains("training diverged") && stderr.contains("lower the stage's lr"),
         "{stderr}"
     );
-    assert_eq!(
-        read_json(&run_dir.join("heartbeat.json"))["state"],
-        "failed"
+    let hb = read_json(&run_dir.join("heartbeat.json"));
+    assert_eq!(hb["state"], "failed");
+    let failure = &hb["failure"];
+    assert_eq!(failure["kind"], "diverged", "{hb}");
+    let (step, since) = (
+        failure["step"].as_u64().unwrap(),
+        failure["since_step"].as_u64().unwrap(),
     );
+    assert!(since <= step && step < 200, "{failure}");
     let evs = events(&run_dir);
-    let err = evs
+    let failed = evs
         .iter()
-        .find(|e| e["kind"] == "error")
-        .expect("an error event");
-    assert!(err["message"].as_str().unwrap().contains("loss became"));
+        .find(|e| e["kind"] == "failed")
+        .expect("a failed event");
+    assert_eq!(&failed["failure"], failure);
+    assert!(failed["message"].as_str().unwrap().contains("diverged"));
+    // Saves before the detection only (one under way may complete); no final one.
+    for c in checkpoints(&run_dir) {
+        let st = read_json(&c.join("trainer_state.json"));
+        assert!(
+            st["step"].as_u64().unwrap() < step,
+            "{} saved at {st}",
+            c.display()
+        );
+        assert!(
+            !c.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("final-")
+        );
+    }
+    assert!(evs.iter().all(|e| e["kind"] != "final_saved"));
+}
+
+/// The worker runs `args` in a run directory the caller made (as lavenderd does);
+/// returns its exit code, stderr and the failure its last heartbeat records.
+fn fails(root: &Path, run_dir: &Path, args: &[&str]) -> (Option<i32>, String, serde_json::Value) {
+    fs::create_dir_all(run_dir).unwrap();
+    let out = cpu_train(root)
+        .arg("--run-dir")
+        .arg(run_dir)
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let hb = fs::read(run_dir.join("heartbeat.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .unwrap_or_default();
+    if out.status.code() != Some(0) {
+        assert_eq!(hb["state"], "failed", "{hb}\n{stderr}");
+        let failed = events(run_dir)
+            .into_iter()
+            .rfind(|e| e["kind"] == "failed")
+            .unwrap_or_else(|| panic!("no failed event\n{stderr}"));
+        assert_eq!(failed["failure"], hb["failure"]);
+    }
+    (out.status.code(), stderr, hb["failure"].clone())
+}
+
+/// Each kind of failure the daemon tells apart has its exit code, its heartbeat
+/// record and its event (the code alone when the worker cannot even start).
+#[test]
+fn failures_say_their_kind_in_the_heartbeat_the_event_and_the_exit_code() {
+    let root = tempfile::tempdir().unwrap();
+    let runs = root.path().join("checkpoints");
+    let small: Vec<String> = small_run_args(4, 1, 1, 2);
+    let small: Vec<&str> = small.iter().map(String::as_str).collect();
+
+    // data: no tokens/ yet.
+    let (code, stderr, f) = fails(root.path(), &runs.join("run-2026-01-01_00-00-01"), &small);
+    assert_eq!(code, Some(65), "{stderr}");
+    assert_eq!(f["kind"], "data");
+    assert!(f["message"].as_str().unwrap().contains("precompute"), "{f}");
+
+    write_tokens(root.path());
+    // config: a value the config rejects, and an argument the worker does not take.
+    let mut bad = small.clone();
+    bad.extend(["--set", "training.spike.window=0"]);
+    let (code, stderr, f) = fails(root.path(), &runs.join("run-2026-01-01_00-00-02"), &bad);
+    assert_eq!(code, Some(78), "{stderr}");
+    assert_eq!(f["kind"], "config");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("training.spike.window"),
+        "{f}"
+    );
+    let out = cpu_train(root.path())
+        .arg("--no-such-flag")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(78),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // incompatible_checkpoint: the checkpoint is from a narrower model.
+    let first = runs.join("run-2026-01-01_00-00-03");
+    let (code, stderr, _) = fails(root.path(), &first, &small);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut wider = small.clone();
+    wider.extend(["--set", "model.n_embd=64", "--resume", "latest"]);
+    let (code, stderr, f) = fails(root.path(), &runs.join("run-2026-01-01_00-00-04"), &wider);
+    assert_eq!(code, Some(79), "{stderr}");
+    assert_eq!(f["kind"], "incompatible_checkpoint");
+    assert!(f["message"].as_str().unwrap().contains("shape"), "{f}");
+
+    // out_of_memory: libtorch cannot allocate the model.
+    let mut huge = small.clone();
+    huge.extend(["--set", "model.n_embd=1048576"]);
+    let (code, stderr, f) = fails(root.path(), &runs.join("run-2026-01-01_00-00-05"), &huge);
+    assert_eq!(code, Some(81), "{stderr}");
+    assert_eq!(f["kind"], "out_of_memory", "{f}");
+
+    // crash: anything else (here the run directory is a file).
+    let file = runs.join("not-a-directory");
+    fs::write(&file, b"").unwrap();
+    let out = cpu_train(root.path())
+        .arg("--run-dir")
+        .arg(&file)
+        .args(&small)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Polls the heartbeat until the child exits; the states it said, in order.
+fn watch_states(run_dir: &Path, child: &mut std::process::Child) -> Vec<(String, u64)> {
+    let mut seen: Vec<(String, u64)> = Vec::new();
+    while child.try_wait().unwrap().is_none() {
+        if let Ok(bytes) = fs::read(run_dir.join("heartbeat.json"))
+            && let Ok(hb) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        {
+            let now = (
+                hb["state"].as_str().unwrap_or("").to_string(),
+                hb["step"].as_u64().unwrap_or(0),
+            );
+            if seen.last() != Some(&now) {
+                seen.push(now);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    seen
+}
+
+/// The heartbeat says `loading` while a checkpoint is read, `evaluating` while the
+/// model is evaluated, `saving` while a save holds training (waiting for the
+/// previous one included): each phase gets the daemon's allowance for it.
+#[test]
+fn the_heartbeat_says_each_phase_that_holds_training() {
+    let root = tempfile::tempdir().unwrap();
+    write_tokens(root.path());
+    // A held-out set large enough that evaluating takes a while.
+    write_validation(root.path(), 200_000);
+    let run_dir = root.path().join("checkpoints/run-2026-01-01_00-00-00");
+    let slow = [
+        "--set",
+        "training.eval_batches=2000",
+        "--set",
+        "model.n_embd=128",
+        "--set",
+        "model.n_layer=2",
+    ];
+    run_ok(
+        cpu_train(root.path())
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .args(small_run_args(2, 1, 1, 100))
+            .args(slow)
+            .args(["--stop-at-step", "1"]),
+    );
+    // The resume reads the weights from a pipe that the test fills once the
+    // heartbeat says `loading`: the phase lasts exactly as long as the test wants.
+    let ck = checkpoints(&run_dir).pop().unwrap();
+    let weights = fs::read(ck.join("model.safetensors")).unwrap();
+    fs::remove_file(ck.join("model.safetensors")).unwrap();
+    let fifo = std::ffi::CString::new(ck.join("model.safetensors").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let mut child = cpu_train(root.path())
+        .args(small_run_args(2, 1, 1, 100))
+        .args(slow)
+        .args(["--resume", "latest"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    lavender_testkit::wait_until(Duration::from_secs(60), "a loading heartbeat", || {
+        fs::read(run_dir.join("heartbeat.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .is_some_and(|hb| hb["state"] == "loading" && hb["pid"] == child.id())
+    });
+    let writer = std::thread::spawn({
+        let path = ck.join("model.safetensors");
+        move || fs::write(path, weights).unwrap()
+    });
+    let seen = watch_states(&run_dir, &mut child);
+    writer.join().unwrap();
+    assert!(child.wait().unwrap().success());
+    let states: Vec<&str> = seen.iter().map(|(s, _)| s.as_str()).collect();
+    // The held-out evaluations at the sft and dpo stages' starts, and the final save.
+    let evaluating = seen.iter().filter(|(s, _)| s == "evaluating").count();
+    assert!(evaluating >= 1, "{seen:?}");
+    assert!(states.contains(&"saving"), "{seen:?}");
+    assert_eq!(states.last(), Some(&"finished"), "{seen:?}");
+    // After a phase, the worker is training (or starting, before its first step).
+    for pair in seen.windows(2) {
+        if ["loading", "evaluating"].contains(&pair[0].0.as_str()) {
+            assert!(
+                ["starting", "training", "evaluating", "saving", "loading"]
+                    .contains(&pair[1].0.as_str()),
+                "{seen:?}"
+            );
+        }
+    }
+
+    // A save waiting for the previous one (held in flight) says `saving`.
+    let held = root.path().join("checkpoints/run-2026-01-01_00-00-09");
+    let mut child = cpu_train(root.path())
+        .arg("--run-dir")
+        .arg(&held)
+        .args(small_run_args(100_000, 1, 1, 2))
+        .args(["--hold-save", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let saving_at_4 = || {
+        fs::read(held.join("heartbeat.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .filter(|hb| hb["state"] == "saving" && hb["step"] == 4)
+    };
+    lavender_testkit::wait_until(Duration::from_secs(60), "saving at step 4", || {
+        saving_at_4().is_some()
+    });
+    let first = saving_at_4().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        saving_at_4(),
+        Some(first),
+        "training went on during the save"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
 }
 
 /// A GPU the machine does not have is refused, saying what to do, whether the
@@ -374,5 +625,73 @@ fn checkpoint_saved_events_keep_the_shape_the_milestone_fixture_recorded() {
             .iter()
             .any(|e| e["epoch"].as_f64().unwrap().fract() != 0.0),
         "the epoch is fractional progress, as recorded: {written:?}"
+    );
+}
+
+/// A corrupted passage of the corpus, drawn at steps 61 and 62, spikes the loss at
+/// exactly those steps (the model has learnt the rest by then): the worker stops
+/// with `diverged` since step 61, saving nothing after. Rolled back by hand as
+/// lavenderd does (resume from the checkpoint before step 61 with the range
+/// recorded in skipped.json), the run skips those batches and finishes.
+#[test]
+fn a_corrupt_passage_spikes_at_its_steps_and_skipping_its_batches_cures_the_run() {
+    let root = tempfile::tempdir().unwrap();
+    write_tokens(root.path());
+    // seed 1337 (the default), seq_len 16, batch_size 4 × grad_accum 1.
+    assert_eq!(
+        poison_pretraining_steps(root.path(), 1337, 16, 4, 61..=62),
+        8
+    );
+    let run_dir = root.path().join("checkpoints/run-2026-01-01_00-00-00");
+    let train = || {
+        let mut c = cpu_train(root.path());
+        c.arg("--run-dir")
+            .arg(&run_dir)
+            .args(small_run_args(80, 2, 2, 10))
+            .args(spiking_run_args());
+        c
+    };
+    let out = train().output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(80), "{stderr}");
+    let failure = read_json(&run_dir.join("heartbeat.json"))["failure"].clone();
+    assert_eq!(
+        (
+            failure["kind"].as_str(),
+            failure["step"].as_u64(),
+            failure["since_step"].as_u64()
+        ),
+        (Some("diverged"), Some(62), Some(61)),
+        "{failure}"
+    );
+    // The spike is the passage's: the steps before it are well below it.
+    let losses: Vec<f64> = fs::read_to_string(run_dir.join("log_history.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["loss"].as_f64())
+        .collect();
+    assert_eq!(losses.len(), 62);
+    let calm = losses[40..60].iter().cloned().fold(0.0, f64::max);
+    assert!(losses[60] > 3.0 * calm, "{losses:?}");
+    let before = checkpoints(&run_dir).pop().unwrap();
+    let state = read_json(&before.join("trainer_state.json"));
+    assert_eq!(state["step"], 60, "{state}");
+
+    lavender::skips::append(
+        &run_dir,
+        lavender::skips::SkipRange {
+            from_step: 60,
+            to_step: 62,
+            checkpoint: before.file_name().unwrap().to_string_lossy().into_owned(),
+            reason: failure["message"].as_str().unwrap().to_string(),
+            at: "2026-01-01T00:00:00Z".into(),
+        },
+    )
+    .unwrap();
+    let out = run_ok(train().arg("--resume").arg(&before));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("training finished at step 84"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
     );
 }

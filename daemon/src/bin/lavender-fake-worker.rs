@@ -6,6 +6,10 @@
 //! `lavender-fake-worker [fault flags] <step> --config C --data-root D --run-dir R
 //!  [--scale S] [--chunk N] [--resume PATH|latest]`
 //!
+//! Faults: crash (with an exit code, a signal, or a failure record of a kind),
+//! hang (alive, no more heartbeats), stay silent at start, hold a save, ignore
+//! SIGTERM, leave a helper behind.
+//!
 //! Started as one task of many (`srun --ntasks N` sets `SLURM_PROCID`, torchrun sets
 //! `RANK`), only rank 0 writes heartbeats, events and checkpoints; the other ranks
 //! step along in silence, like data-parallel replicas.
@@ -20,6 +24,7 @@ use clap::Parser;
 use lavender::checkpoint::CheckpointBuilder;
 use lavender::checkpoint::{self, CheckpointName};
 use lavender::events::{self, Event, kind};
+use lavender::failure::{Failure, FailureKind};
 use lavender::heartbeat::{self, Heartbeat, WorkerState};
 use lavender::trainer_state::TrainerState;
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
@@ -71,9 +76,20 @@ struct Args {
     /// Crash by SIGABRT instead of a non-zero exit.
     #[arg(long, env = "FAKE_CRASH_SIGNAL")]
     crash_signal: bool,
-    /// Stop making progress (and writing heartbeats) after this many steps.
+    /// Stop making progress (and writing heartbeats) after this many steps, staying alive.
     #[arg(long, env = "FAKE_HANG_AFTER")]
     hang_after: Option<u64>,
+    /// Hang only the first K times in this run directory (default: every time).
+    #[arg(long, env = "FAKE_HANG_TIMES")]
+    hang_times: Option<u32>,
+    /// Write nothing (no heartbeat, no event) for this many milliseconds after starting.
+    #[arg(long, env = "FAKE_SILENT_START_MS", default_value_t = 0)]
+    silent_start_ms: u64,
+    /// A crash says why, as a real worker does: its last heartbeat (`failed`) and a
+    /// `failed` event carry `failure: {kind: KIND, …}` and it exits with the kind's
+    /// code. `garbage` writes a failure record that does not parse.
+    #[arg(long, env = "FAKE_CRASH_KIND")]
+    crash_kind: Option<String>,
     /// Ignore SIGTERM (so only SIGKILL ends it).
     #[arg(long, env = "FAKE_IGNORE_SIGTERM")]
     ignore_sigterm: bool,
@@ -85,6 +101,10 @@ struct Args {
     /// Make this data step fail with exit code 1.
     #[arg(long, env = "FAKE_FAIL_STEP")]
     fail_step: Option<String>,
+    /// Print this many numbered lines to stdout each training step (a chatty trainer,
+    /// for the log's rotation).
+    #[arg(long, env = "FAKE_CHATTER", default_value_t = 0)]
+    chatter: u32,
     /// Leave retention to the daemon. By default it declares in `run_started`, like
     /// `lavender-worker`, that it prunes its own checkpoints (it keeps them all).
     #[arg(long, env = "FAKE_DAEMON_RETENTION")]
@@ -150,6 +170,8 @@ fn run(args: &Args) -> Result<i32> {
         .run_dir
         .clone()
         .context("the train step needs --run-dir")?;
+    // A start that takes long (imports, compilation) before the first heartbeat.
+    std::thread::sleep(Duration::from_millis(args.silent_start_ms));
     std::fs::create_dir_all(&run_dir).with_context(|| format!("create {}", run_dir.display()))?;
     Trainer::new(args, run_dir)?.train()
 }
@@ -163,6 +185,7 @@ fn record_call(data_root: &Path) -> Result<()> {
         "pid": std::process::id(),
         "rank": rank(),
         "argv": std::env::args().collect::<Vec<_>>(),
+        "force": std::env::var("LAVENDER_FORCE").ok(),
     });
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -269,30 +292,31 @@ impl<'a> Trainer<'a> {
         if !self.writes {
             return Ok(());
         }
+        heartbeat::write(&self.run_dir, &self.heartbeat_record(state))?;
+        Ok(())
+    }
+
+    fn heartbeat_record(&self, state: WorkerState) -> Heartbeat {
         let sps = 1000.0 / self.args.step_ms.max(1) as f64;
         let remaining = self.args.total_steps.saturating_sub(self.step);
-        heartbeat::write(
-            &self.run_dir,
-            &Heartbeat {
-                step: self.step,
-                total_steps: self.args.total_steps,
-                stage: "pretrain".into(),
-                epoch: Some(self.step as f64 / self.args.total_steps.max(1) as f64),
-                epochs: Some(1),
-                loss: Some(loss_at(self.step)),
-                loss_smooth: Some(4.0 / (1.0 + self.step as f64 / 12.0)),
-                lr: Some(1e-3),
-                grad_norm: Some(1.0),
-                steps_per_sec: Some(sps),
-                eta_seconds: Some((remaining as f64 / sps) as u64),
-                timestamp: lavender::time::rfc3339_z(lavender::time::now_utc()),
-                pid: std::process::id(),
-                state,
-                latest_checkpoint: self.latest.clone(),
-                failure: None,
-            },
-        )?;
-        Ok(())
+        Heartbeat {
+            step: self.step,
+            total_steps: self.args.total_steps,
+            stage: "pretrain".into(),
+            epoch: Some(self.step as f64 / self.args.total_steps.max(1) as f64),
+            epochs: Some(1),
+            loss: Some(loss_at(self.step)),
+            loss_smooth: Some(4.0 / (1.0 + self.step as f64 / 12.0)),
+            lr: Some(1e-3),
+            grad_norm: Some(1.0),
+            steps_per_sec: Some(sps),
+            eta_seconds: Some((remaining as f64 / sps) as u64),
+            timestamp: lavender::time::rfc3339_z(lavender::time::now_utc()),
+            pid: std::process::id(),
+            state,
+            latest_checkpoint: self.latest.clone(),
+            failure: None,
+        }
     }
 
     /// One `log_history.jsonl` line per step (Hugging Face keys, like the real
@@ -353,6 +377,13 @@ impl<'a> Trainer<'a> {
         Ok(())
     }
 
+    fn hangs_so_far(&self) -> u32 {
+        std::fs::read_to_string(self.run_dir.join(".fake-hangs"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     fn crashes_so_far(&self) -> u32 {
         std::fs::read_to_string(self.run_dir.join(".fake-crashes"))
             .ok()
@@ -364,10 +395,39 @@ impl<'a> Trainer<'a> {
         let n = self.crashes_so_far() + 1;
         std::fs::write(self.run_dir.join(".fake-crashes"), n.to_string())?;
         eprintln!("fake-worker: crashing at step {} as asked", self.step);
+        if let Some(kind) = &self.args.crash_kind {
+            return self.fail_with(kind);
+        }
         if self.args.crash_signal {
             nix::sys::signal::raise(Signal::SIGABRT)?;
         }
         Ok(CRASH_EXIT)
+    }
+
+    /// Ends as a worker that knows why: a `failed` heartbeat and event with the
+    /// failure record, then the kind's exit code.
+    fn fail_with(&self, kind: &str) -> Result<i32> {
+        let (record, code) = match serde_json::from_value::<FailureKind>(serde_json::json!(kind)) {
+            Ok(kind) => {
+                let mut failure =
+                    Failure::new(kind, format!("fake {kind} failure at step {}", self.step));
+                failure.step = Some(self.step);
+                (serde_json::to_value(&failure)?, kind.exit_code())
+            }
+            Err(_) => (
+                serde_json::json!({"kind": kind, "why": "not a failure record"}),
+                1,
+            ),
+        };
+        let mut hb = serde_json::to_value(self.heartbeat_record(WorkerState::Failed))?;
+        hb["failure"] = record.clone();
+        lavender::atomic::write_json(&heartbeat::path(&self.run_dir), &hb)?;
+        events::append(
+            &self.run_dir,
+            &Event::new(kind::FAILED, format!("failed at step {}", self.step))
+                .with("failure", record),
+        )?;
+        Ok(code)
     }
 
     /// After SIGTERM: save, write the final heartbeat (`stopping`) and exit 0.
@@ -399,11 +459,21 @@ impl<'a> Trainer<'a> {
         }
         self.heartbeat(WorkerState::Starting)?;
         let mut done_here = 0u64;
+        let mut hanging = false;
         while self.step < self.args.total_steps {
             if TERM.load(Ordering::SeqCst) {
                 return self.stop();
             }
-            if self.args.hang_after.is_some_and(|n| done_here >= n) {
+            if hanging
+                || self.args.hang_after.is_some_and(|n| done_here >= n)
+                    && self.args.hang_times.is_none_or(|k| self.hangs_so_far() < k)
+            {
+                if !hanging {
+                    hanging = true;
+                    let n = self.hangs_so_far() + 1;
+                    std::fs::write(self.run_dir.join(".fake-hangs"), n.to_string())?;
+                    eprintln!("fake-worker: hanging at step {} as asked", self.step);
+                }
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
@@ -419,6 +489,17 @@ impl<'a> Trainer<'a> {
             std::thread::sleep(Duration::from_millis(self.args.step_ms));
             self.step += 1;
             done_here += 1;
+            if self.args.chatter > 0 {
+                let mut out = std::io::stdout().lock();
+                for i in 0..self.args.chatter {
+                    writeln!(
+                        out,
+                        "fake-worker: chatter step {:06} line {i:03}",
+                        self.step
+                    )?;
+                }
+                out.flush()?;
+            }
             self.log_history()?;
             self.heartbeat(WorkerState::Training)?;
             if self.step.is_multiple_of(self.args.checkpoint_every)

@@ -44,6 +44,7 @@ pub struct TuningArgs {
     #[arg(long, hide = true, value_name = "MS")]
     pub status_safety_refresh_ms: Option<u64>,
     /// Make the native file watcher fail as if the inotify limit were reached.
+    #[cfg(feature = "test-hooks")]
     #[arg(long, hide = true)]
     pub simulate_inotify_exhausted: bool,
 }
@@ -54,7 +55,10 @@ impl TuningArgs {
         if let Some(ms) = self.status_safety_refresh_ms {
             opts.safety_refresh = std::time::Duration::from_millis(ms.max(1));
         }
-        opts.simulate_inotify_exhausted = self.simulate_inotify_exhausted;
+        #[cfg(feature = "test-hooks")]
+        {
+            opts.simulate_inotify_exhausted = self.simulate_inotify_exhausted;
+        }
         opts
     }
 }
@@ -64,7 +68,8 @@ pub struct PipelineFlags {
     /// tiny | small | medium | large (default: the config's scale).
     #[arg(long)]
     pub scale: Option<Scale>,
-    /// Resume from a checkpoint directory, a run directory, or `latest`.
+    /// Resume from a checkpoint directory, a run directory (its newest checkpoint), a
+    /// file inside a checkpoint (e.g. its model.safetensors), or `latest`.
     #[arg(long, value_name = "PATH|latest")]
     pub resume: Option<String>,
     /// Training chunk 1..4; chunks 2-4 continue from the previous chunk's latest checkpoint.
@@ -73,10 +78,29 @@ pub struct PipelineFlags {
     /// Run the data steps only (skip train and what follows it).
     #[arg(long)]
     pub skip_train: bool,
+    /// Train from step 0 in a new run although an unfinished run could be resumed
+    /// (without --resume or --fresh such a start is refused). Asks first on a terminal.
+    #[arg(long, conflicts_with = "resume")]
+    pub fresh: bool,
+    /// Run this chunk's steps again, finished or not, from --from-step (default: the first).
+    #[arg(long)]
+    pub force: bool,
+    /// With --force: the step to run again from (it and every step after it).
+    #[arg(long, value_name = "STEP", requires = "force")]
+    pub from_step: Option<String>,
+    /// Start over (--fresh) without asking (needed when there is no terminal to ask on).
+    #[arg(long)]
+    pub yes: bool,
 }
 
 impl PipelineFlags {
-    pub fn request(&self, data_root: Option<PathBuf>) -> StartRequest {
+    /// The request these flags make; a `--from-step` that is not one of `config`'s
+    /// steps is a one-line error listing them.
+    pub fn request(
+        &self,
+        data_root: Option<PathBuf>,
+        config: &lavender::config::Config,
+    ) -> anyhow::Result<StartRequest> {
         let resume = self.resume.as_ref().map(|r| {
             if r == "latest" {
                 r.clone()
@@ -86,13 +110,28 @@ impl PipelineFlags {
                     .unwrap_or_else(|_| r.clone())
             }
         });
-        StartRequest {
+        let from_step = self
+            .from_step
+            .as_deref()
+            .map(|name| {
+                config
+                    .steps
+                    .iter()
+                    .copied()
+                    .find(|s| s.as_str() == name)
+                    .ok_or_else(|| anyhow::anyhow!(crate::pipeline::plan::not_a_step(name, config)))
+            })
+            .transpose()?;
+        Ok(StartRequest {
             scale: self.scale,
             resume,
             chunk: self.chunk,
             skip_train: self.skip_train,
+            fresh: self.fresh,
+            force: self.force,
+            from_step,
             data_root,
-        }
+        })
     }
 }
 
@@ -104,6 +143,11 @@ pub enum Command {
         listen: ListenArgs,
         #[command(flatten)]
         tuning: TuningArgs,
+        /// Leave a pipeline interrupted by the previous daemon's exit stopped (as
+        /// `supervisor.resume_on_start: false`); `start` passes it to the daemon it
+        /// starts, since its own request says what to run.
+        #[arg(long, hide = true)]
+        no_resume: bool,
     },
     /// Start the pipeline (starting a background daemon if none runs).
     Start {
@@ -167,9 +211,13 @@ pub enum Command {
         json: bool,
     },
     /// Delete old run directories, keeping the newest N (never the active run).
+    /// Asks first on a terminal; without one it needs --yes.
     Prune {
         #[arg(long, value_name = "N")]
         keep_runs: usize,
+        /// Delete without asking (needed when there is no terminal to ask on).
+        #[arg(long)]
+        yes: bool,
     },
     /// Export a run's checkpoints for Hugging Face / attribution tools (no libtorch).
     Export {
@@ -265,9 +313,38 @@ pub enum Command {
         #[command(subcommand)]
         action: crate::service::ServiceAction,
     },
+    /// The relay between a worker's output and its rotating log (started by the
+    /// daemon for each worker; not for people).
+    #[command(hide = true)]
+    LogRelay {
+        #[arg(long, value_name = "PATH")]
+        file: PathBuf,
+        #[arg(long, value_name = "BYTES")]
+        max_bytes: u64,
+        #[arg(long, value_name = "N")]
+        keep: u32,
+    },
 }
 
 impl Command {
+    /// `log-relay`: runs before anything else (it forks, so no thread may exist yet);
+    /// the process's exit code when this command was it.
+    pub fn run_relay(&self) -> Option<std::process::ExitCode> {
+        let Command::LogRelay {
+            file,
+            max_bytes,
+            keep,
+        } = self
+        else {
+            return None;
+        };
+        let limits = lavender::config::LoggingConfig {
+            max_bytes: *max_bytes,
+            keep: *keep,
+        };
+        Some(crate::logs::relay::run(file, limits))
+    }
+
     /// `start --foreground`: the daemon runs in this terminal with its view.
     pub fn is_foreground(&self) -> bool {
         matches!(
@@ -292,6 +369,10 @@ pub enum DaemonAction {
     /// place and re-adopts the worker, which keeps training. (`systemctl restart`
     /// and SIGTERM stop the pipeline with a save.)
     Restart,
+    /// End the daemon (one started in the background by `lavenderd start`) as SIGTERM
+    /// or a service stop does: the pipeline stops with a save first, then the daemon
+    /// exits. Exit code 4 when no daemon runs.
+    Stop,
 }
 
 #[derive(Subcommand, Debug)]

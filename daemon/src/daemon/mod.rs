@@ -26,7 +26,7 @@ use crate::alert::AlertSender;
 use crate::feed::{self, Feed};
 use crate::layout::Layout;
 use crate::notify::{self, EventFollower, Notifier};
-use crate::pipeline::{self, PipelineHandle, StartRequest};
+use crate::pipeline::{self, PipelineHandle, StartRequest, StopCause};
 use crate::retention::{Retention, RetentionHandle, RetentionSettings};
 use crate::server::{self, AppState};
 use crate::settings::{GlobalArgs, Settings};
@@ -130,6 +130,7 @@ impl Daemon {
             .ensure_state_dir()
             .with_context(|| format!("create state directory {}", layout.state_dir.display()))?;
         let lock = lock::acquire(&layout)?;
+        crate::logging::rotate_own_log(&layout.daemon_log(), settings.config.logging)?;
         let started_at: Arc<str> = lavender::time::rfc3339_z(lavender::time::now_utc()).into();
         // A daemon in a terminal (`start --foreground`) ends with its pipeline; only a
         // serving daemon restarts alone.
@@ -265,6 +266,11 @@ impl Daemon {
     async fn reload(&self) {
         match Settings::load(&self.args) {
             Ok(new) => {
+                if let Err(e) =
+                    crate::logging::rotate_own_log(&self.layout.daemon_log(), new.config.logging)
+                {
+                    tracing::warn!("{e:#}");
+                }
                 self.cache
                     .set_settings(StatusSettings::from_config(&new.config));
                 self.retention
@@ -334,11 +340,17 @@ impl Daemon {
 
     async fn stop_pipeline(&mut self) {
         tracing::info!("shutting down: stopping the pipeline gracefully");
+        // In a terminal, Ctrl-C is the operator's stop; a service's SIGTERM (a
+        // restart, a shutdown) interrupts the pipeline, which the next start resumes.
+        let cause = match self.view {
+            Some(_) => StopCause::Operator,
+            None => StopCause::DaemonExit,
+        };
         let cache = &self.cache;
         let summary = || progress::line(&cache.status());
         let said = match self
             .service
-            .during(&self.pipeline, summary, self.pipeline.stop(None))
+            .during(&self.pipeline, summary, self.pipeline.stop_for(cause, None))
             .await
         {
             Ok(report) if report.was_running => {
@@ -435,7 +447,12 @@ fn status_tasks(
             refresh.clone(),
             Some(notifier.clone()),
         );
-        status::watchdog::spawn(layout.clone(), cache.subscribe_refreshes(), alerts);
+        status::watchdog::spawn(
+            layout.clone(),
+            cache.subscribe_refreshes(),
+            alerts,
+            pipeline.clone(),
+        );
         let web = WebState::start(
             feed,
             cache.clone(),

@@ -10,6 +10,7 @@ use lavender::time::duration;
 use super::format::{bytes, thousands};
 use super::message::Notification;
 use crate::alert::Alert;
+use lavender::failure::FailureKind;
 
 fn step_text(step: Option<u64>) -> String {
     step.map(|s| format!("; last step {}", thousands(s)))
@@ -26,6 +27,7 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
     match alert {
         Alert::Crashed {
             outcome,
+            failure,
             restart,
             max_restarts,
             restart_in,
@@ -33,13 +35,18 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             ..
         } => {
             let mut out = Vec::new();
-            if outcome.is_known() {
+            if outcome.is_known() || failure.kind != FailureKind::Crash {
                 let tail = log_file
                     .as_deref()
                     .map(|p| log_tail(p, log_lines))
                     .unwrap_or_default();
+                let title = if failure.kind == FailureKind::Crash {
+                    format!("crashed: {outcome}")
+                } else {
+                    format!("failed ({}): {}", failure.kind, failure.message)
+                };
                 out.push(push(
-                    format!("crashed: {outcome}"),
+                    title,
                     if tail.is_empty() {
                         "(the worker log is empty)".to_string()
                     } else {
@@ -50,10 +57,14 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             out.push(Notification::alert(
                 "restarting",
                 format!("{prefix}restarting: attempt {restart} of {max_restarts}"),
-                format!(
-                    "resuming from the latest checkpoint in {}",
-                    duration(*restart_in)
-                ),
+                if restart_in.is_zero() {
+                    "resuming from the latest checkpoint now".to_string()
+                } else {
+                    format!(
+                        "resuming from the latest checkpoint in {}",
+                        duration(*restart_in)
+                    )
+                },
             ));
             out
         }
@@ -62,24 +73,29 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             reason,
             restarts,
             last_exit,
+            failure,
         } => vec![push(
-            if *restarts == 0 && last_exit.is_none() {
-                format!("failed: step {step} could not run")
-            } else {
-                format!(
+            match failure {
+                // A failure that will repeat: its kind is the news.
+                Some(f) if f.kind != FailureKind::Crash => format!("failed: {}", f.kind),
+                None if *restarts == 0 && last_exit.is_none() => {
+                    format!("failed: step {step} could not run")
+                }
+                _ => format!(
                     "failed: gave up after {restarts} restart{}",
                     if *restarts == 1 { "" } else { "s" }
-                )
+                ),
             },
-            // The exit says what happened to the worker; without one (it never
-            // started), the reason does.
-            match last_exit.filter(|e| e.is_known()) {
-                Some(exit) => {
-                    format!("last {exit}; the pipeline is stopped until you start it again")
-                }
-                None => format!("{reason}; the pipeline is stopped until you start it again"),
-            },
+            // The reason names the cause (and, for a failure that will repeat, the fix).
+            format!("{reason}; the pipeline is stopped until you start it again"),
         )],
+        Alert::HungRestarted { message, .. } => vec![push(
+            "hung: the worker was restarted".to_string(),
+            message.clone(),
+        )],
+        Alert::Resumed { message, .. } => {
+            vec![push("resumed by itself".to_string(), message.clone())]
+        }
         Alert::Stale {
             age_s,
             stale_after_s,
@@ -186,6 +202,7 @@ mod tests {
     use super::*;
     use crate::exit::ExitOutcome;
     use lavender::config::PipelineStep;
+    use lavender::failure::Failure;
 
     const P: &str = "[lavender] ";
 
@@ -203,6 +220,7 @@ mod tests {
         let crash = |outcome, log_file| Alert::Crashed {
             step: PipelineStep::Train,
             outcome,
+            failure: Failure::new(FailureKind::Crash, "exit code 1"),
             restart: 2,
             max_restarts: 3,
             restart_in: Duration::from_secs(30),
@@ -226,6 +244,32 @@ mod tests {
         let n = pushes(&crash(ExitOutcome::Unknown, None), P, 20);
         assert_eq!(n.len(), 1);
         assert_eq!(n[0].kind, "restarting");
+        // A kind of its own is told, and the first restart is at once.
+        let oom = Alert::Crashed {
+            step: PipelineStep::Train,
+            outcome: ExitOutcome::Code(81),
+            failure: Failure::new(FailureKind::OutOfMemory, "CUDA out of memory"),
+            restart: 1,
+            max_restarts: 3,
+            restart_in: Duration::ZERO,
+            log_file: None,
+        };
+        let n = pushes(&oom, P, 20);
+        assert_eq!(
+            n[0].title,
+            "[lavender] failed (out_of_memory): CUDA out of memory"
+        );
+        assert_eq!(n[1].body, "resuming from the latest checkpoint now");
+
+        let n = one(Alert::HungRestarted {
+            step: PipelineStep::Train,
+            message: "hung at step 40 for 5m 0s; restarted from pretrain-10-00-00-0004".into(),
+        });
+        assert_eq!(n.kind, "hung");
+        assert!(
+            n.body
+                .starts_with("hung at step 40 for 5m 0s; restarted from")
+        );
 
         let n = one(Alert::Stale {
             step: PipelineStep::Train,
@@ -249,18 +293,34 @@ mod tests {
 
         let n = one(Alert::Failed {
             step: PipelineStep::Train,
-            reason: "exit code 137".into(),
+            reason: "exit code 137; gave up after 3 restart(s)".into(),
             restarts: 3,
             last_exit: Some(ExitOutcome::Code(137)),
+            failure: Some(Failure::new(FailureKind::Crash, "exit code 137")),
         });
         assert_eq!(n.title, "[lavender] failed: gave up after 3 restarts");
-        assert!(n.body.starts_with("last exit code 137"), "{}", n.body);
+        assert!(n.body.starts_with("exit code 137; gave up"), "{}", n.body);
+        // A failure that will repeat: its kind in the title, cause and fix in the body.
+        let n = one(Alert::Failed {
+            step: PipelineStep::Train,
+            reason: "the worker rejected its config: bad lr; to fix: correct the config".into(),
+            restarts: 0,
+            last_exit: Some(ExitOutcome::Code(78)),
+            failure: Some(Failure::new(FailureKind::Config, "bad lr")),
+        });
+        assert_eq!(n.title, "[lavender] failed: config");
+        assert!(
+            n.body.contains("bad lr") && n.body.contains("to fix:"),
+            "{}",
+            n.body
+        );
         // A step that never ran has no exit to tell: the reason is the news.
         let n = one(Alert::Failed {
             step: PipelineStep::Dedup,
             reason: "start worker `lavender-worker`: not found".into(),
             restarts: 0,
             last_exit: None,
+            failure: None,
         });
         assert_eq!(n.title, "[lavender] failed: step dedup could not run");
         assert!(

@@ -5,20 +5,22 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use lavender::config::{Config, PipelineStep};
+use lavender::config::{Config, PipelineStep, Scale};
+use lavender::heartbeat::WorkerState;
 use lavender::status::PipelineState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::record::PipelineRecord;
+use super::record::{PipelineRecord, StopCause};
 use super::request::StartRequest;
 use super::stop::StopReport;
+use crate::process::WorkerHandle;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StartReply {
     pub state: PipelineState,
     pub chunk: u32,
-    pub scale: String,
+    pub scale: Scale,
     pub active_step: Option<PipelineStep>,
     pub pid: Option<u32>,
     pub run_dir: Option<PathBuf>,
@@ -39,6 +41,14 @@ pub enum StartError {
     AlreadyRunning {
         state: PipelineState,
         pid: Option<u32>,
+    },
+    /// A start without `--resume` while an unfinished run could be resumed.
+    #[error("{message}")]
+    Resumable {
+        message: String,
+        run_dir: PathBuf,
+        resume_command: String,
+        fresh_command: String,
     },
     #[error("{0}")]
     Invalid(String),
@@ -61,7 +71,16 @@ pub(super) enum Command {
     },
     Stop {
         timeout: Option<Duration>,
+        cause: StopCause,
         reply: oneshot::Sender<StopReport>,
+    },
+    /// The watchdog found the worker hung (`supervisor.on_stall: restart`).
+    Hung(HungReport),
+    /// The watchdog learned a longer steady heartbeat interval for the run
+    /// (`supervisor.stale_after_s: auto`); the record keeps it.
+    Interval {
+        run_dir: PathBuf,
+        longest_s: f64,
     },
     Reload {
         config: Box<Config>,
@@ -75,6 +94,22 @@ pub(super) enum Command {
     Detach {
         reply: oneshot::Sender<()>,
     },
+}
+
+/// A worker that has not written a heartbeat within its phase's allowance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HungReport {
+    /// The worker seen hung: the actor acts only if it is still the one running.
+    pub worker: WorkerHandle,
+    /// The phase its last heartbeat named (`starting`: none yet).
+    pub phase: WorkerState,
+    /// The training step of its last heartbeat, if it wrote one.
+    pub step: Option<u64>,
+    /// How long it has been silent in that phase.
+    pub stalled_for: Duration,
+    /// What that phase allows, and the key that sets it.
+    pub allowance: Duration,
+    pub allowance_key: &'static str,
 }
 
 /// The handle everyone else holds.
@@ -95,15 +130,43 @@ impl PipelineHandle {
             .map_err(|_| StartError::Spawn("the pipeline actor has stopped".into()))?
     }
 
-    /// Stops the pipeline gracefully; resolves once the worker has exited.
+    /// Stops the pipeline gracefully (an operator's stop: it stays stopped);
+    /// resolves once the worker has exited.
     pub async fn stop(&self, timeout: Option<Duration>) -> Result<StopReport> {
+        self.stop_for(StopCause::Operator, timeout).await
+    }
+
+    /// [`PipelineHandle::stop`] for `cause`: the daemon exiting stops the pipeline
+    /// as [`StopCause::DaemonExit`], which its next start resumes.
+    pub async fn stop_for(
+        &self,
+        cause: StopCause,
+        timeout: Option<Duration>,
+    ) -> Result<StopReport> {
         let (reply, rx) = oneshot::channel();
         self.cmds
-            .send(Command::Stop { timeout, reply })
+            .send(Command::Stop {
+                timeout,
+                cause,
+                reply,
+            })
             .await
             .ok()
             .context("the pipeline actor has stopped")?;
         rx.await.ok().context("the pipeline actor has stopped")
+    }
+
+    /// Hands the actor a hung worker (it kills and restarts it). Never waits: a
+    /// full queue drops the report, and the next look reports again.
+    pub fn report_hung(&self, report: HungReport) -> bool {
+        self.cmds.try_send(Command::Hung(report)).is_ok()
+    }
+
+    /// Hands the actor the run's longest steady heartbeat interval (never waits).
+    pub fn report_interval(&self, run_dir: PathBuf, longest_s: f64) -> bool {
+        self.cmds
+            .try_send(Command::Interval { run_dir, longest_s })
+            .is_ok()
     }
 
     pub async fn reload(&self, config: Config) {

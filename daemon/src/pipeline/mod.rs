@@ -3,15 +3,18 @@
 
 pub(crate) mod actor;
 pub(crate) mod handle;
+pub(crate) mod inputs;
 pub(crate) mod judge;
 pub(crate) mod markers;
 pub(crate) mod plan;
+pub(crate) mod policy;
 pub(crate) mod record;
 pub(crate) mod request;
 pub(crate) mod restart;
+pub(crate) mod resumable;
 pub(crate) mod stop;
 
-pub use handle::{PipelineHandle, StartError, StartReply};
-pub use record::PipelineRecord;
+pub use handle::{HungReport, PipelineHandle, StartError, StartReply};
+pub use record::{PipelineRecord, StopCause};
 pub use request::StartRequest;
 pub use stop::StopReport;

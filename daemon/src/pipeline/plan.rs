@@ -4,13 +4,15 @@
 
 use std::path::{Path, PathBuf};
 
-use lavender::config::{Config, PipelineStep};
+use lavender::config::{Config, PipelineStep, Scale};
 use lavender::status::{PipelineState, StepState};
 
 use super::handle::StartError;
+use super::inputs::StepInputs;
 use super::markers;
 use super::record::{PipelineRecord, StepEntry};
 use super::request::StartRequest;
+use super::resumable;
 use crate::layout::Layout;
 use crate::process::SpawnSpec;
 
@@ -19,7 +21,7 @@ pub struct Prepared {
     /// The new pipeline's record: running, no step active yet.
     pub record: PipelineRecord,
     pub chunk: u32,
-    pub scale: String,
+    pub scale: Scale,
     /// Lines for the operator (see [`StartReply::notices`](super::StartReply)).
     pub notices: Vec<String>,
 }
@@ -30,6 +32,7 @@ pub struct Prepared {
 pub fn prepare(
     layout: &Layout,
     config: &Config,
+    current: &PipelineRecord,
     req: StartRequest,
 ) -> Result<Prepared, StartError> {
     req.validate().map_err(StartError::Invalid)?;
@@ -45,25 +48,46 @@ pub fn prepare(
     }
     let chunk = req.chunk.unwrap_or(config.chunk);
     let scale = req.scale.unwrap_or(config.scale);
-    let steps = steps(layout, config, chunk, req.skip_train);
+    if let Some(from) = req.from_step
+        && !config.steps.contains(&from)
+    {
+        return Err(StartError::Invalid(not_a_step(from.as_str(), config)));
+    }
+    let mut worker_config = config.clone();
+    worker_config.scale = scale;
+    worker_config.chunk = chunk;
+    let force_from = req.force.then(|| req.from_step.unwrap_or(config.steps[0]));
+    let Planned {
+        steps,
+        notices: mut plan_notices,
+    } = plan_steps(layout, &worker_config, chunk, req.skip_train, force_from);
     let trains = steps
         .iter()
         .any(|s| s.name == PipelineStep::Train && s.state == StepState::Pending);
+    if trains
+        && req.resume.is_none()
+        && !req.fresh
+        && let Some(run) = resumable::find(layout, current, chunk)
+    {
+        return Err(StartError::Resumable {
+            message: run.refusal(layout, &req),
+            run_dir: run.run_dir.clone(),
+            resume_command: run.resume_command(&req),
+            fresh_command: run.fresh_command(&req),
+        });
+    }
     let resume_from = if trains {
         resolve_resume(layout, &req, chunk)?
     } else {
         None
     };
 
-    let mut worker_config = config.clone();
-    worker_config.scale = scale;
-    worker_config.chunk = chunk;
     let cfg_path = layout.worker_config();
     lavender::atomic::write_file(&cfg_path, worker_config.to_yaml().as_bytes())
         .map_err(|e| StartError::Spawn(e.to_string()))?;
     // Shards already built (build_shards/precompute manifests) that are fewer than
     // the scale asks for are worth a line before the run starts.
-    let notices: Vec<String> = lavender::manifest::data_counts(&layout.data_root)
+    let mut notices: Vec<String> = lavender::manifest::data_counts(&layout.data_root)
         .get("shards_available")
         .copied()
         .flatten()
@@ -71,6 +95,7 @@ pub fn prepare(
         .map(|short| short.to_string())
         .into_iter()
         .collect();
+    notices.append(&mut plan_notices);
 
     let now = lavender::time::now_utc();
     let any_pending = steps.iter().any(|s| s.state == StepState::Pending);
@@ -94,45 +119,108 @@ pub fn prepare(
         state: PipelineState::Running,
         request: Some(req),
         chunk: Some(chunk),
-        scale: Some(scale.to_string()),
+        scale: Some(scale),
         steps,
         active_step: None,
         run_dir,
         log_file: Some(log_file),
-        worker: None,
-        restarts: 0,
         resume_from,
-        restart_pending: false,
-        last_error: None,
-        updated_at: String::new(),
+        ..PipelineRecord::idle()
     };
     Ok(Prepared {
         record,
         chunk,
-        scale: scale.to_string(),
+        scale,
         notices,
     })
 }
 
-/// The configured steps with their starting state for this chunk: done (marker),
-/// skipped (`--skip-train`: train and what follows), or pending.
-pub fn steps(layout: &Layout, config: &Config, chunk: u32, skip_train: bool) -> Vec<StepEntry> {
+/// The steps of a start and what to tell the operator about them.
+pub struct Planned {
+    pub steps: Vec<StepEntry>,
+    /// Which finished steps run again, and why (inputs changed, `--force`).
+    pub notices: Vec<String>,
+}
+
+/// The configured steps with their starting state for this chunk: skipped
+/// (`--skip-train`: train and what follows), done (a done-marker whose recorded inputs
+/// are still the step's inputs), or pending. From the first done step whose inputs
+/// changed since it ran, or from `force_from`, every step runs again.
+pub fn plan_steps(
+    layout: &Layout,
+    config: &Config,
+    chunk: u32,
+    skip_train: bool,
+    force_from: Option<PipelineStep>,
+) -> Planned {
     let mut past_train = false;
-    config
-        .steps
-        .iter()
-        .map(|&name| {
-            past_train |= name == PipelineStep::Train;
-            let state = if skip_train && past_train {
-                StepState::Skipped
-            } else if markers::is_done(layout, chunk, name) {
-                StepState::Done
-            } else {
-                StepState::Pending
-            };
-            StepEntry { name, state }
-        })
-        .collect()
+    let mut rerun = false;
+    let mut notices = Vec::new();
+    let mut again: Vec<PipelineStep> = Vec::new();
+    let mut steps = Vec::new();
+    for &name in &config.steps {
+        past_train |= name == PipelineStep::Train;
+        if skip_train && past_train {
+            // A skipped step does not run, whatever changed since it ran.
+            steps.push(StepEntry {
+                name,
+                state: StepState::Skipped,
+            });
+            continue;
+        }
+        if force_from == Some(name) && !rerun {
+            rerun = true;
+            notices.push(format!("--force: the steps from {name} on run again"));
+        }
+        let marker = markers::read(layout, chunk, name);
+        if !rerun && let Some(recorded) = marker.as_ref().and_then(|m| m.inputs.as_ref()) {
+            let changed =
+                StepInputs::of(name, config, &layout.data_root, chunk).changed_since(recorded);
+            if !changed.is_empty() {
+                rerun = true;
+                notices.push(format!(
+                    "{name} runs again: {} changed since it ran at {}",
+                    changed.join(", "),
+                    marker.as_ref().map_or("?", |m| m.finished_at.as_str())
+                ));
+            }
+        }
+        let state = if marker.is_some() && !rerun {
+            StepState::Done
+        } else {
+            if marker.is_some() {
+                again.push(name);
+            }
+            StepState::Pending
+        };
+        steps.push(StepEntry { name, state });
+    }
+    if let Some(last) = notices.last_mut()
+        && !again.is_empty()
+    {
+        let names: Vec<&str> = again.iter().map(|s| s.as_str()).collect();
+        last.push_str(&format!("; finished steps run again: {}", names.join(", ")));
+    }
+    Planned { steps, notices }
+}
+
+/// The one line for a `--from-step` that is not a step of this pipeline.
+pub fn not_a_step(name: &str, config: &Config) -> String {
+    let steps: Vec<&str> = config.steps.iter().map(|s| s.as_str()).collect();
+    format!(
+        "--from-step {name}: not a step of this pipeline; its steps are {}",
+        steps.join(", ")
+    )
+}
+
+/// The config the worker of the current pipeline was given (`state/pipeline-config.yaml`),
+/// else `fallback`: a step's inputs are taken from what it ran with.
+pub fn worker_config(layout: &Layout, fallback: &Config) -> Config {
+    let path = layout.worker_config();
+    std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| Config::from_yaml_str(&text, &path.display().to_string()).ok())
+        .unwrap_or_else(|| fallback.clone())
 }
 
 /// `--resume` made concrete: a given spec must resolve; chunks 2–4 without one
@@ -208,24 +296,40 @@ pub fn spawn_spec(
     } else {
         record.resume_from.clone()
     };
+    let mut env = config.worker.env.clone();
+    if forced(config, record, step) {
+        // The worker's data steps rebuild their outputs even when up to date.
+        env.insert(FORCE_VAR.to_string(), "true".to_string());
+    }
     SpawnSpec {
         command: config.worker.command.clone(),
         step,
         config: layout.worker_config(),
         data_root: layout.data_root.clone(),
         run_dir: record.run_dir.clone(),
-        scale: record
-            .scale
-            .clone()
-            .unwrap_or_else(|| config.scale.to_string()),
         chunk: record.chunk.unwrap_or(config.chunk),
         resume,
-        env: config.worker.env.clone(),
+        env,
         log_file: record
             .log_file
             .clone()
             .unwrap_or_else(|| layout.logs_dir().join("pipeline.log")),
+        log_rotation: config.logging,
     }
+}
+
+/// Set (to `true`) in the environment of a step `start --force` runs again:
+/// `lavender-worker` then rebuilds the step's outputs even when they are up to date.
+pub const FORCE_VAR: &str = "LAVENDER_FORCE";
+
+/// Whether `step` is one `start --force` asked to run again.
+fn forced(config: &Config, record: &PipelineRecord, step: PipelineStep) -> bool {
+    let Some(req) = record.request.as_ref().filter(|r| r.force) else {
+        return false;
+    };
+    let from = req.from_step.unwrap_or(config.steps[0]);
+    let pos = |s| config.steps.iter().position(|&x| x == s);
+    matches!((pos(from), pos(step)), (Some(f), Some(i)) if i >= f)
 }
 
 pub fn absolute(p: &Path) -> PathBuf {
@@ -252,17 +356,97 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let l = layout(dir.path());
         let config = Config::default();
-        markers::write(&l, 1, PipelineStep::Downloads, None).unwrap();
-        let plan = steps(&l, &config, 1, true);
+        markers::write(&l, 1, PipelineStep::Downloads, None, None).unwrap();
+        let plan = plan_steps(&l, &config, 1, true, None).steps;
         let get = |n| plan.iter().find(|s| s.name == n).unwrap().state;
         assert_eq!(get(PipelineStep::Downloads), StepState::Done);
         assert_eq!(get(PipelineStep::Dedup), StepState::Pending);
         assert_eq!(get(PipelineStep::Train), StepState::Skipped);
         assert_eq!(get(PipelineStep::MineHard), StepState::Skipped);
         // Markers are per chunk.
-        let plan2 = steps(&l, &config, 2, false);
+        let plan2 = plan_steps(&l, &config, 2, false, None).steps;
         assert!(plan2.iter().all(|s| s.state == StepState::Pending));
         assert_eq!(plan.len(), PipelineStep::ALL.len());
+    }
+
+    /// Markers as the actor writes them: each step's inputs at the time.
+    fn finish_all(l: &Layout, config: &Config) {
+        for &step in &config.steps {
+            let inputs = StepInputs::of(step, config, &l.data_root, 1);
+            markers::write(l, 1, step, None, Some(inputs)).unwrap();
+        }
+    }
+
+    fn states(plan: &Planned) -> Vec<(PipelineStep, StepState)> {
+        plan.steps.iter().map(|s| (s.name, s.state)).collect()
+    }
+
+    #[test]
+    fn a_step_whose_inputs_changed_runs_again_with_every_step_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = layout(dir.path());
+        let config = Config::default();
+        finish_all(&l, &config);
+        let same = plan_steps(&l, &config, 1, false, None);
+        assert!(same.steps.iter().all(|s| s.state == StepState::Done));
+        assert!(same.notices.is_empty(), "{:?}", same.notices);
+
+        let mut changed = config.clone();
+        changed.data.filter.min_chars = 50;
+        changed.training.log_every = 99; // read by no step's outputs
+        let plan = plan_steps(&l, &changed, 1, false, None);
+        let pending_from = plan
+            .steps
+            .iter()
+            .position(|s| s.state == StepState::Pending)
+            .unwrap();
+        assert_eq!(plan.steps[pending_from].name, PipelineStep::Filter);
+        assert!(
+            plan.steps[pending_from..]
+                .iter()
+                .all(|s| s.state == StepState::Pending)
+        );
+        assert_eq!(plan.notices.len(), 1, "{:?}", plan.notices);
+        let line = &plan.notices[0];
+        assert!(
+            line.starts_with("filter runs again: data.filter changed since it ran at ")
+                && line.ends_with(
+                    "; finished steps run again: filter, build_shards, precompute, train, mine_hard"
+                ),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn force_from_a_step_runs_it_and_the_rest_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = layout(dir.path());
+        let config = Config::default();
+        finish_all(&l, &config);
+        let plan = plan_steps(&l, &config, 1, false, Some(PipelineStep::Train));
+        use PipelineStep::*;
+        use StepState::*;
+        assert_eq!(
+            states(&plan),
+            [
+                (Downloads, Done),
+                (Dedup, Done),
+                (Filter, Done),
+                (BuildShards, Done),
+                (Precompute, Done),
+                (Train, Pending),
+                (MineHard, Pending)
+            ]
+        );
+        assert_eq!(
+            plan.notices,
+            [
+                "--force: the steps from train on run again; finished steps run again: train, mine_hard"
+            ]
+        );
+        assert!(not_a_step("trian", &config).ends_with(
+            "its steps are downloads, dedup, filter, build_shards, precompute, train, mine_hard"
+        ));
     }
 
     #[test]
@@ -286,6 +470,39 @@ mod tests {
         assert!(err.contains("latest"), "{err}");
     }
 
+    /// The scale travels in one channel: the record says it, the worker's config
+    /// file carries it, the argv does not.
+    #[test]
+    fn the_requested_scale_reaches_the_worker_through_its_config_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = layout(dir.path());
+        l.ensure_state_dir().unwrap();
+        let config = Config {
+            steps: vec![PipelineStep::Train],
+            ..Config::default()
+        };
+        assert_ne!(config.scale, Scale::Small);
+        let req = StartRequest {
+            scale: Some(Scale::Small),
+            ..StartRequest::default()
+        };
+        let prepared = prepare(&l, &config, &PipelineRecord::idle(), req).unwrap();
+        assert_eq!(prepared.scale, Scale::Small);
+        assert_eq!(prepared.record.scale, Some(Scale::Small));
+        let given = Config::load(&lavender::config::LoadOptions {
+            file: Some(l.worker_config()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(given.scale, Scale::Small);
+        let spec = spawn_spec(&l, &config, &prepared.record, PipelineStep::Train, false);
+        assert!(
+            !spec.argv().iter().any(|a| a == "--scale"),
+            "{:?}",
+            spec.argv()
+        );
+    }
+
     #[test]
     fn a_launch_carries_the_record_and_the_config() {
         let dir = tempfile::tempdir().unwrap();
@@ -294,12 +511,12 @@ mod tests {
         config.worker.command = vec!["python".into(), "train.py".into()];
         let mut record = PipelineRecord::idle();
         record.run_dir = Some(dir.path().join("checkpoints/run-x"));
-        record.scale = Some("small".into());
+        record.scale = Some(Scale::Small);
         record.chunk = Some(2);
         record.resume_from = Some(PathBuf::from("/ck/a"));
         let spec = spawn_spec(&l, &config, &record, PipelineStep::Train, false);
         assert_eq!(spec.command, ["python", "train.py"]);
-        assert_eq!((spec.scale.as_str(), spec.chunk), ("small", 2));
+        assert_eq!(spec.chunk, 2);
         assert_eq!(spec.run_dir, record.run_dir);
         assert_eq!(spec.config, l.worker_config());
         assert_eq!(spec.resume.as_deref(), Some(Path::new("/ck/a")));

@@ -8,8 +8,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use lavender::config::PipelineStep;
-use lavender::status::{PipelineState, StepState};
+use chrono::{DateTime, Utc};
+use lavender::config::{PipelineStep, Scale};
+use lavender::failure::Failure;
+use lavender::status::{PipelineState, Recovery, StepState};
 use serde::{Deserialize, Serialize};
 
 use super::StartRequest;
@@ -28,8 +30,30 @@ pub struct WorkerRecord {
     #[serde(flatten)]
     pub handle: WorkerHandle,
     pub step: PipelineStep,
-    /// RFC 3339 UTC; the start-up grace for heartbeats counts from here.
-    pub started_at: String,
+    /// The start-up grace for heartbeats counts from here (RFC 3339 UTC on disk).
+    #[serde(with = "lavender::time::rfc3339")]
+    pub started_at: DateTime<Utc>,
+    /// The training step of the checkpoint it resumed from (a restart or a resume):
+    /// a worker that ends without training past it made no progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from_step: Option<u64>,
+}
+
+/// Why a pipeline that is not running stopped; what the next daemon start does
+/// with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopCause {
+    /// `lavenderd stop`, `POST /pipeline/stop`: it stays stopped.
+    Operator,
+    /// The daemon was told to exit (SIGTERM/SIGINT from a service manager or a
+    /// shutdown): the next daemon resumes it (`supervisor.resume_on_start`).
+    DaemonExit,
+    /// The worker saved and exited on a SIGTERM lavenderd did not send: it stays stopped.
+    External,
+    /// The daemon and the worker were gone without a word (a power loss, a reboot,
+    /// both killed) and `resume_on_start` was off: a later start resumes it.
+    PowerLoss,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,7 +62,7 @@ pub struct PipelineRecord {
     #[serde(default)]
     pub request: Option<StartRequest>,
     pub chunk: Option<u32>,
-    pub scale: Option<String>,
+    pub scale: Option<Scale>,
     #[serde(default)]
     pub steps: Vec<StepEntry>,
     pub active_step: Option<PipelineStep>,
@@ -54,6 +78,22 @@ pub struct PipelineRecord {
     #[serde(default)]
     pub restart_pending: bool,
     pub last_error: Option<String>,
+    /// Why the pipeline stopped (set from the moment a stop begins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_cause: Option<StopCause>,
+    /// Restarts in a row whose worker did not train past the step it resumed from.
+    #[serde(default)]
+    pub no_progress_restarts: u32,
+    /// The longest steady interval between two training heartbeats seen in this
+    /// run, in seconds (`supervisor.stale_after_s: auto` learns from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_interval_s: Option<f64>,
+    /// The last time the daemon brought the run back by itself (status `pipeline.recovery`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<Recovery>,
+    /// Why the last worker failed (status `pipeline.failure`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
     pub updated_at: String,
 }
 
@@ -73,6 +113,11 @@ impl PipelineRecord {
             resume_from: None,
             restart_pending: false,
             last_error: None,
+            stop_cause: None,
+            no_progress_restarts: 0,
+            heartbeat_interval_s: None,
+            recovery: None,
+            failure: None,
             updated_at: lavender::time::rfc3339_z(lavender::time::now_utc()),
         }
     }
@@ -245,7 +290,8 @@ mod tests {
                 },
             },
             step: PipelineStep::Train,
-            started_at: "2026-01-01T00:00:00Z".into(),
+            started_at: "2026-01-01T00:00:00Z".parse().unwrap(),
+            resumed_from_step: Some(40),
         });
         r.save(&p).unwrap();
         let back = PipelineRecord::load(&p).unwrap();

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use lavender::config::Scale;
+use lavender::config::{PipelineStep, Scale};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -12,7 +12,7 @@ pub struct StartRequest {
     /// tiny | small | medium | large; the config's `scale` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<Scale>,
-    /// A checkpoint path, a run directory, or `latest`.
+    /// A checkpoint path, a run directory, a file inside a checkpoint, or `latest`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<String>,
     /// 1..=4; the config's `chunk` when absent.
@@ -21,6 +21,16 @@ pub struct StartRequest {
     /// Run the data steps only: `train` and the steps after it are skipped.
     #[serde(default)]
     pub skip_train: bool,
+    /// Train from step 0 in a new run even though the data root holds an unfinished
+    /// run that could be resumed (without it, such a start is refused).
+    #[serde(default)]
+    pub fresh: bool,
+    /// Run the chunk's steps again from `from_step` (default: the first), done or not.
+    #[serde(default)]
+    pub force: bool,
+    /// With `force`: the step to run again from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_step: Option<PipelineStep>,
     /// Must match the daemon's data root when given (a daemon serves one data root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_root: Option<PathBuf>,
@@ -37,6 +47,14 @@ impl StartRequest {
             return Err(format!(
                 "chunk {chunk} is out of range: use 1..={MAX_CHUNK}"
             ));
+        }
+        if self.from_step.is_some() && !self.force {
+            return Err(
+                "from_step runs finished steps again only with force: add force (--force)".into(),
+            );
+        }
+        if self.fresh && self.resume.is_some() {
+            return Err("fresh (start over) and resume contradict each other: pass one".into());
         }
         if self.resume.as_deref().is_some_and(|r| r.trim().is_empty()) {
             return Err(

@@ -1,6 +1,7 @@
-//! Timings of supervision: restart backoff and limits, stop timeout, liveness
-//! polling. From the config's `supervisor:` section (tests shorten the backoff with
-//! fractional seconds, `restart_backoff_s: [0.05, 0.1]`).
+//! Timings of supervision: restart backoff and limits, stop timeout, the grace a
+//! hung worker gets between SIGTERM and SIGKILL, liveness polling. From the
+//! config's `supervisor:` section (tests shorten the backoff with fractional
+//! seconds, `restart_backoff_s: [0.05, 0.1]`).
 
 use std::time::Duration;
 
@@ -10,15 +11,15 @@ use crate::backoff::Backoff;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Timings {
-    /// The wait before restart N.
+    /// The wait before the 2nd, 3rd, … restart in a row (see [`Timings::restart_delay`]).
     pub backoff: Backoff,
     pub max_restarts: u32,
     pub reset_after: Duration,
     pub stop_timeout: Duration,
     /// How often a re-adopted worker (not our child) is checked for liveness.
     pub poll_interval: Duration,
-    pub stale_after_s: u64,
-    pub startup_grace_s: u64,
+    /// SIGTERM → SIGKILL for a hung worker.
+    pub stall_kill_grace: Duration,
 }
 
 impl Timings {
@@ -29,8 +30,19 @@ impl Timings {
             reset_after: Duration::from_secs(sup.restart_reset_after_s),
             stop_timeout: Duration::from_secs(sup.stop_timeout_s),
             poll_interval: Duration::from_millis(sup.poll_interval_ms.clamp(10, 5_000)),
-            stale_after_s: sup.stale_after_s,
-            startup_grace_s: sup.startup_grace_s,
+            stall_kill_grace: Duration::try_from_secs_f64(sup.stall_kill_grace_s)
+                .unwrap_or(Duration::from_secs(10)),
+        }
+    }
+
+    /// The wait before restart `n` in a row (1-based): none before the first, as
+    /// torchrun restarts at once; then `restart_backoff_s` in turn, its last value
+    /// repeating.
+    pub fn restart_delay(&self, n: u32) -> Duration {
+        if n <= 1 {
+            Duration::ZERO
+        } else {
+            self.backoff.before(n - 1)
         }
     }
 }
@@ -40,12 +52,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_sequence_repeats_last() {
+    fn the_first_restart_is_immediate_then_the_backoff_repeats_its_last() {
         let t = Timings::from_config(&lavender::config::Config::default().supervisor);
-        assert_eq!(t.backoff.before(1), Duration::from_secs(10));
-        assert_eq!(t.backoff.before(2), Duration::from_secs(30));
-        assert_eq!(t.backoff.before(3), Duration::from_secs(90));
-        assert_eq!(t.backoff.before(7), Duration::from_secs(90));
+        assert_eq!(t.restart_delay(1), Duration::ZERO);
+        assert_eq!(t.restart_delay(2), Duration::from_secs(10));
+        assert_eq!(t.restart_delay(3), Duration::from_secs(30));
+        assert_eq!(t.restart_delay(4), Duration::from_secs(90));
+        assert_eq!(t.restart_delay(8), Duration::from_secs(90));
     }
 
     #[test]

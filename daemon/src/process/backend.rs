@@ -36,6 +36,18 @@ impl WorkerHandle {
         }
     }
 
+    /// The same step's process or job, whatever the Slurm job's state, node or
+    /// reason were when each was seen.
+    pub fn same_as(&self, other: &WorkerHandle) -> bool {
+        match (self, other) {
+            (WorkerHandle::Local(a), WorkerHandle::Local(b)) => a == b,
+            (WorkerHandle::Slurm { slurm: a }, WorkerHandle::Slurm { slurm: b }) => {
+                a.job_id == b.job_id
+            }
+            _ => false,
+        }
+    }
+
     pub fn slurm_job(&self) -> Option<&SlurmJob> {
         match self {
             WorkerHandle::Slurm { slurm } => Some(slurm),
@@ -230,5 +242,32 @@ impl Backend {
 
     fn poll_interval(&self) -> Duration {
         Duration::from_secs(self.slurm.poll_interval_s.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slurm_job_is_the_same_whatever_its_state_and_a_process_by_pid_and_start() {
+        let job = |state: &str, node: Option<&str>| WorkerHandle::Slurm {
+            slurm: SlurmJob {
+                job_id: "42".into(),
+                node: node.map(str::to_string),
+                state: Some(state.into()),
+                reason: None,
+            },
+        };
+        assert!(job("PENDING", None).same_as(&job("RUNNING", Some("gpu7"))));
+        let local = |pid, start: &str| {
+            WorkerHandle::Local(ProcessIdentity {
+                pid,
+                start_time: start.into(),
+            })
+        };
+        assert!(local(7, "100").same_as(&local(7, "100")));
+        assert!(!local(7, "100").same_as(&local(7, "200")), "a reused pid");
+        assert!(!local(42, "1").same_as(&job("RUNNING", None)));
     }
 }

@@ -1,8 +1,8 @@
 //! Spawning a worker: its own session and process group (process-wrap's
-//! `ProcessSession`), stdout/stderr appended to the pipeline log, no stdin, and
-//! none of the service-manager variables that would let it talk to systemd as us.
+//! `ProcessSession`), stdout/stderr through a relay into the rotating pipeline log
+//! (`logs::relay`), no stdin, and none of the service-manager variables that would
+//! let it talk to systemd as us.
 
-use std::io::Write as _;
 use std::process::Stdio;
 
 use anyhow::{Context, Result};
@@ -37,27 +37,19 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("create log directory {}", dir.display()))?;
     }
-    let mut log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&spec.log_file)
-        .with_context(|| format!("open worker log {}", spec.log_file.display()))?;
-    writeln!(
-        log,
-        "=== {} lavenderd: starting {}",
+    let header = format!(
+        "=== {} lavenderd: starting {}\n",
         lavender::time::rfc3339_z(lavender::time::now_utc()),
         shell_words(&argv)
-    )
-    .with_context(|| format!("write to {}", spec.log_file.display()))?;
-    let stderr = log
-        .try_clone()
-        .with_context(|| format!("duplicate handle of {}", spec.log_file.display()))?;
+    );
+    let (stdout, stderr) =
+        crate::logs::relay::worker_output(&spec.log_file, spec.log_rotation, &header)?;
 
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::from(log))
-        .stderr(Stdio::from(stderr));
+        .stdout(stdout)
+        .stderr(stderr);
     for var in SCRUBBED_ENV {
         cmd.env_remove(var);
     }

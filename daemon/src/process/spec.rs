@@ -1,4 +1,5 @@
 //! A launch as data: which step, with which config, run directory and checkpoint.
+//! The run's settings (its scale among them) travel in the config file alone.
 //! Each backend renders it in its own terms: the local one into the worker's argv,
 //! the Slurm one into a batch script (which also resumes a requeued train step from
 //! its run directory). Nothing parses an argv back.
@@ -6,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use lavender::config::PipelineStep;
+use lavender::config::{LoggingConfig, PipelineStep};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpawnSpec {
@@ -17,7 +18,6 @@ pub struct SpawnSpec {
     pub config: PathBuf,
     pub data_root: PathBuf,
     pub run_dir: Option<PathBuf>,
-    pub scale: String,
     pub chunk: u32,
     /// The checkpoint this start resumes from (the train step only).
     pub resume: Option<PathBuf>,
@@ -25,11 +25,14 @@ pub struct SpawnSpec {
     pub env: BTreeMap<String, String>,
     /// Where the worker's stdout and stderr are appended.
     pub log_file: PathBuf,
+    /// How that log rotates (`logging`; a Slurm job's output file, written by Slurm,
+    /// does not).
+    pub log_rotation: LoggingConfig,
 }
 
 impl SpawnSpec {
     /// The worker protocol without the resume:
-    /// `command… <step> --config C --data-root D [--run-dir R] --scale S --chunk N`.
+    /// `command… <step> --config C --data-root D [--run-dir R] --chunk N`.
     pub fn argv_without_resume(&self) -> Vec<String> {
         let arg = |p: &PathBuf| p.display().to_string();
         let mut argv = self.command.clone();
@@ -43,12 +46,7 @@ impl SpawnSpec {
         if let Some(run_dir) = &self.run_dir {
             argv.extend(["--run-dir".into(), arg(run_dir)]);
         }
-        argv.extend([
-            "--scale".into(),
-            self.scale.clone(),
-            "--chunk".into(),
-            self.chunk.to_string(),
-        ]);
+        argv.extend(["--chunk".into(), self.chunk.to_string()]);
         argv
     }
 
@@ -86,11 +84,11 @@ pub(crate) mod tests {
             config: PathBuf::from("/state/pipeline-config.yaml"),
             data_root: PathBuf::from("/data"),
             run_dir: Some(PathBuf::from("/runs/r 1")),
-            scale: "small".into(),
             chunk: 2,
             resume: Some(PathBuf::from("/ck/a")),
             env: BTreeMap::from([("A".to_string(), "x y".to_string())]),
             log_file: PathBuf::from("/logs/p.log"),
+            log_rotation: LoggingConfig::default(),
         }
     }
 
@@ -108,8 +106,6 @@ pub(crate) mod tests {
                 "/data",
                 "--run-dir",
                 "/runs/r 1",
-                "--scale",
-                "small",
                 "--chunk",
                 "2",
                 "--resume",

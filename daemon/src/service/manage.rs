@@ -254,13 +254,21 @@ pub fn install(spec: &ServiceSpec) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn uninstall(spec: &ServiceSpec) -> Result<ExitCode> {
+pub fn uninstall(spec: &ServiceSpec, yes: bool) -> Result<ExitCode> {
     check_host(spec, "uninstall")?;
     let path = unit_path(spec);
     if !path.exists() {
         println!("no unit at {}: nothing to uninstall", path.display());
         return Ok(ExitCode::from(EXIT_NOT_INSTALLED));
     }
+    crate::confirm::confirm(
+        &format!(
+            "uninstall the lavenderd service: stop it (the pipeline stops with a save), disable it and remove {}; the data root {} stays",
+            path.display(),
+            spec.data_root.display()
+        ),
+        yes,
+    )?;
     println!(
         "stopping the service: the daemon stops the worker with a checkpoint first (up to {} s)",
         spec.stop_timeout_with_margin()

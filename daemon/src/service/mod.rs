@@ -78,9 +78,13 @@ pub enum ServiceAction {
         run_as: Option<String>,
     },
     /// Stop the service (the worker saves first), disable it and remove the unit.
+    /// Asks first on a terminal; without one it needs --yes.
     Uninstall {
         #[command(flatten)]
         target: ServiceTarget,
+        /// Uninstall without asking (needed when there is no terminal to ask on).
+        #[arg(long)]
+        yes: bool,
     },
     /// Where the unit is, whether it is current, what the service manager and the daemon say.
     /// Exit code 3 when not installed.
@@ -154,7 +158,9 @@ pub async fn run(settings: &Settings, action: ServiceAction) -> Result<ExitCode>
             warn_if_a_daemon_runs_outside(&spec, settings).await;
             manage::install(&spec)
         }
-        ServiceAction::Uninstall { target } => manage::uninstall(&target.spec(settings, None)?),
+        ServiceAction::Uninstall { target, yes } => {
+            manage::uninstall(&target.spec(settings, None)?, yes)
+        }
         ServiceAction::Status { target } => {
             manage::status(&target.spec(settings, None)?, settings).await
         }

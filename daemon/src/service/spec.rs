@@ -69,7 +69,7 @@ impl ServiceSpec {
         // The path lavenderd was run by, not its symlink's target: an upgrade that
         // swaps the symlink (or replaces the file) there keeps the unit valid, and
         // `lavenderd daemon restart` runs the new version.
-        let binary = crate::daemon::reexec::invoked_exe()?;
+        let binary = crate::exe::invoked_exe()?;
         let process_env: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();

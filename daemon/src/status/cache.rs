@@ -4,7 +4,8 @@
 //!
 //! A snapshot holds the `GET /status` body already serialized, split around its
 //! timestamp. A request writes the current timestamp in front of the rest and
-//! answers: no file I/O, no lock of ours, one allocation (the response). The rest
+//! answers: no file I/O, no lock of ours, one allocation (the response; the route
+//! serves the same bytes for the rest of that millisecond). The rest
 //! stays exactly what composing afresh would give until a time-dependent value
 //! changes (the heartbeat's age in whole seconds, the end of the start-up grace);
 //! the refresher publishes a new snapshot at that moment, and a request that comes
@@ -18,7 +19,7 @@ use chrono::{DateTime, Datelike as _, Timelike as _, Utc};
 use lavender::status::Status;
 use tokio::sync::watch;
 
-use super::compose::{in_startup_grace, started_at};
+use super::compose::stall_watch;
 use super::{FileFacts, StatusSettings, compose};
 use crate::notify::ChannelCounts;
 use crate::pipeline::PipelineRecord;
@@ -39,8 +40,8 @@ pub struct StatusSnapshot {
     /// The time-dependent inputs at composition (see [`StatusSnapshot::still_valid`]).
     heartbeat_at: Option<DateTime<Utc>>,
     heartbeat_age: Option<i64>,
-    worker_started: Option<DateTime<Utc>>,
-    in_grace: bool,
+    /// When the worker turns hung unless a heartbeat comes first (not yet at composition).
+    stale_at: Option<DateTime<Utc>>,
     /// The body after `{"timestamp":"…` (from the timestamp's closing quote on).
     rest: String,
 }
@@ -55,10 +56,9 @@ impl StatusSnapshot {
     ) -> StatusSnapshot {
         let status = compose(&record, &facts, &settings, now, true);
         let heartbeat_at = facts.heartbeat_time();
-        let worker_started = record
-            .worker
-            .as_ref()
-            .and_then(|w| started_at(&w.started_at));
+        let stale_at = stall_watch(&record, &facts, &settings, true)
+            .map(|w| w.deadline())
+            .filter(|d| now < *d);
         let body = body_json(&status, &counts);
         // The timestamp is the struct's first field; the rest starts at its closing quote.
         let rest = body
@@ -68,8 +68,7 @@ impl StatusSnapshot {
         StatusSnapshot {
             heartbeat_at,
             heartbeat_age: heartbeat_at.map(|t| (now - t).num_seconds()),
-            worker_started,
-            in_grace: worker_started.is_some_and(|t| in_startup_grace(t, now, &settings)),
+            stale_at,
             rest,
             record,
             facts,
@@ -83,14 +82,11 @@ impl StatusSnapshot {
     /// Whether composing again at `now` would give the same status except the timestamp.
     pub fn still_valid(&self, now: DateTime<Utc>) -> bool {
         self.heartbeat_at.map(|t| (now - t).num_seconds()) == self.heartbeat_age
-            && self
-                .worker_started
-                .is_some_and(|t| in_startup_grace(t, now, &self.settings))
-                == self.in_grace
+            && self.stale_at.is_none_or(|at| now < at)
     }
 
     /// When [`StatusSnapshot::still_valid`] may turn false: the next whole second of
-    /// the heartbeat's age, or the end of the start-up grace. `None`: never.
+    /// the heartbeat's age, or the end of the phase's allowance. `None`: never.
     pub fn expires_at(&self) -> Option<DateTime<Utc>> {
         let second = chrono::Duration::seconds(1);
         let age_tick = self.heartbeat_at.zip(self.heartbeat_age).map(|(t, age)| {
@@ -102,11 +98,7 @@ impl StatusSnapshot {
                 t + second * age as i32
             }
         });
-        let grace_end = self
-            .worker_started
-            .filter(|_| self.in_grace)
-            .map(|t| t + chrono::Duration::seconds(self.settings.startup_grace_s as i64));
-        match (age_tick, grace_end) {
+        match (age_tick, self.stale_at) {
             (Some(a), Some(g)) => Some(a.min(g)),
             (a, g) => a.or(g),
         }
@@ -199,11 +191,6 @@ impl StatusCache {
         self.snapshots.borrow().status_at(lavender::time::now_utc())
     }
 
-    /// The body served by `GET /status` (see the module docs).
-    pub fn status_body(&self) -> String {
-        self.snapshots.borrow().body_at(lavender::time::now_utc())
-    }
-
     /// Changes with every snapshot published.
     pub fn subscribe_refreshes(&self) -> watch::Receiver<Arc<StatusSnapshot>> {
         self.snapshots.clone()
@@ -226,14 +213,37 @@ impl StatusCache {
 /// Settings of the default config with no steps, for tests.
 #[cfg(test)]
 fn test_settings() -> StatusSettings {
+    let mut supervisor = lavender::config::Config::default().supervisor;
+    supervisor.stale_after_s = lavender::config::StaleAfter::Seconds(300.0);
+    supervisor.startup_grace_s = 60;
     StatusSettings {
-        stale_after_s: 300,
-        startup_grace_s: 60,
-        default_scale: "tiny".into(),
+        stall: super::stall::StallSettings::from_config(&supervisor),
+        default_scale: lavender::config::Scale::Tiny,
         default_chunk: 1,
         steps: Vec::new(),
         disk_floor_mib: 0,
         scales: lavender::config::Config::default().scales,
+    }
+}
+
+/// A never-started pipeline's snapshot, and a cache holding it with the sender
+/// that publishes the next ones, for tests of the cache's readers.
+#[cfg(test)]
+impl StatusCache {
+    pub(crate) fn never_started(
+        now: DateTime<Utc>,
+    ) -> (StatusCache, watch::Sender<Arc<StatusSnapshot>>) {
+        let settings = test_settings();
+        let snapshot = StatusSnapshot::compose(
+            PipelineRecord::idle(),
+            FileFacts::empty(),
+            settings.clone(),
+            BTreeMap::new(),
+            now,
+        );
+        let (publish, snapshots) = watch::channel(Arc::new(snapshot));
+        let cache = StatusCache::new(snapshots, Arc::new(watch::Sender::new(settings)));
+        (cache, publish)
     }
 }
 
@@ -242,7 +252,7 @@ mod tests {
     use super::*;
 
     fn at(text: &str) -> DateTime<Utc> {
-        started_at(text).expect("test time")
+        text.parse().expect("test time")
     }
 
     fn snapshot_at(now: DateTime<Utc>) -> StatusSnapshot {
@@ -286,13 +296,12 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_expires_when_the_age_or_the_grace_would_change() {
+    fn a_snapshot_expires_when_the_age_or_the_staleness_would_change() {
         let composed = at("2026-11-30T10:00:10.500Z");
         let mut snap = snapshot_at(composed);
         snap.heartbeat_at = Some(at("2026-11-30T10:00:05.800Z"));
         snap.heartbeat_age = Some(4);
-        snap.worker_started = Some(at("2026-11-30T09:59:11Z"));
-        snap.in_grace = true;
+        snap.stale_at = Some(at("2026-11-30T10:00:11Z"));
         assert!(snap.still_valid(composed));
         assert!(snap.still_valid(at("2026-11-30T10:00:10.799Z")));
         // The heartbeat turns 5 s old at 10:00:10.800.
@@ -301,7 +310,7 @@ mod tests {
         snap.heartbeat_at = None;
         snap.heartbeat_age = None;
         assert!(snap.still_valid(at("2026-11-30T10:00:10.999Z")));
-        // The 60 s grace ends at 10:00:11.
+        // The phase's allowance ends at 10:00:11: the heartbeat turns stale.
         assert!(!snap.still_valid(at("2026-11-30T10:00:11Z")));
         assert_eq!(snap.expires_at(), Some(at("2026-11-30T10:00:11Z")));
     }

@@ -8,14 +8,15 @@ use lavender::status::{
 };
 
 use super::FileFacts;
+use super::stall::{self, StallSettings, Watch};
 use crate::pipeline::PipelineRecord;
 
 /// The config values the status needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusSettings {
-    pub stale_after_s: u64,
-    pub startup_grace_s: u64,
-    pub default_scale: String,
+    /// The allowances of a worker's phases, and what a hang gets.
+    pub stall: StallSettings,
+    pub default_scale: Scale,
     pub default_chunk: u32,
     pub steps: Vec<PipelineStep>,
     /// `notify.disk_floor_mib`: the floor of the disk-low alert.
@@ -27,9 +28,8 @@ pub struct StatusSettings {
 impl StatusSettings {
     pub fn from_config(config: &Config) -> StatusSettings {
         StatusSettings {
-            stale_after_s: config.supervisor.stale_after_s,
-            startup_grace_s: config.supervisor.startup_grace_s,
-            default_scale: config.scale.to_string(),
+            stall: StallSettings::from_config(&config.supervisor),
+            default_scale: config.scale,
             default_chunk: config.chunk,
             steps: config.steps.clone(),
             disk_floor_mib: config.notify.disk_floor_mib,
@@ -38,20 +38,19 @@ impl StatusSettings {
     }
 }
 
-/// When the worker was started, as the record says.
-pub fn started_at(text: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(text)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
-}
-
-/// Whether a worker started at `started` is still in its start-up grace at `now`.
-pub fn in_startup_grace(
-    started: DateTime<Utc>,
-    now: DateTime<Utc>,
+/// The watch on the worker `record` names, when it counts as alive (see [`compose`]).
+pub fn stall_watch(
+    record: &PipelineRecord,
+    facts: &FileFacts,
     settings: &StatusSettings,
-) -> bool {
-    (now - started).num_seconds() < settings.startup_grace_s as i64
+    worker_alive: bool,
+) -> Option<Watch> {
+    stall::assess(
+        record.worker.as_ref().filter(|_| worker_alive),
+        facts.heartbeat.as_ref(),
+        &settings.stall,
+        record.heartbeat_interval_s,
+    )
 }
 
 /// `daemon_running`: false when computed by the CLI from files; then a record that
@@ -95,35 +94,26 @@ pub fn compose(
             .map(|s| (s.name.to_string(), s.state))
             .collect()
     };
-    let in_grace = worker
-        .and_then(|w| started_at(&w.started_at))
-        .is_some_and(|t| in_startup_grace(t, now, settings));
+    let stale = stall_watch(record, facts, settings, alive).is_some_and(|w| w.overdue(now));
     let training_alive = worker.is_some_and(|w| w.step == PipelineStep::Train);
     let training = TrainingStatus::from_heartbeat(
         facts.heartbeat.clone(),
         now,
-        settings.stale_after_s,
-        in_grace,
+        stale,
         training_alive,
         facts.checkpoints,
         facts.latest_checkpoint.clone(),
     );
-    let scale = record
-        .scale
-        .clone()
-        .unwrap_or_else(|| settings.default_scale.clone());
+    let scale = record.scale.unwrap_or(settings.default_scale);
     let mut data = DataStatus::from_counts(facts.data_counts.clone(), facts.checkpoints);
-    let notices = scale
-        .parse::<Scale>()
-        .ok()
-        .and_then(|s| data.note_shards_wanted(s, settings.scales.get(s).shards.into()));
+    let notices = data.note_shards_wanted(scale, settings.scales.get(scale).shards.into());
     Status {
         timestamp: lavender::time::rfc3339_z(now),
         pipeline: PipelineStatus {
             running: alive,
             pid: worker.and_then(|w| w.handle.pid()),
             chunk: Some(record.chunk.unwrap_or(settings.default_chunk).to_string()),
-            scale: Some(scale),
+            scale: Some(scale.to_string()),
             state,
             restarts: record.restarts,
             slurm: worker.and_then(|w| w.handle.slurm_job()).map(|j| {
@@ -134,6 +124,8 @@ pub fn compose(
                     reason: j.reason.clone(),
                 }
             }),
+            recovery: record.recovery.clone(),
+            failure: record.failure.clone(),
         },
         active_step,
         steps,

@@ -32,13 +32,17 @@ impl HeartbeatWatch {
     }
 
     /// After a refresh: the alerts due. `heartbeat_at`: when the heartbeat on disk
-    /// was written, if there is one.
+    /// was written, if there is one; `allowance_s`: the allowance of the phase the
+    /// worker is in (`status/stall.rs`); `being_killed`: the worker running now was
+    /// reported hung, so a heartbeat it writes while it goes (a save on SIGTERM) is
+    /// no recovery.
     pub fn observe(
         &mut self,
         record: &PipelineRecord,
         status: &Status,
         heartbeat_at: Option<DateTime<Utc>>,
-        stale_after_s: u64,
+        allowance_s: u64,
+        being_killed: bool,
     ) -> Option<Alert> {
         // A crash: the record says so, or restarts went up in between two looks.
         if (record.state == PipelineState::Crashed || record.restarts > self.restarts_seen)
@@ -69,7 +73,7 @@ impl HeartbeatWatch {
             return status.active_step.map(|step| Alert::Stale {
                 step,
                 age_s: status.training.heartbeat_age_s,
-                stale_after_s,
+                stale_after_s: allowance_s,
                 training_step,
             });
         }
@@ -83,10 +87,10 @@ impl HeartbeatWatch {
         let from_current_worker = record
             .worker
             .as_ref()
-            .and_then(|w| DateTime::parse_from_rfc3339(&w.started_at).ok())
+            .map(|w| w.started_at)
             .zip(heartbeat_at)
             .is_some_and(|(started, at)| at >= started);
-        if status.pipeline.running && from_current_worker {
+        if status.pipeline.running && from_current_worker && !being_killed {
             self.stale_since = None;
             self.crashed = None;
             return status.active_step.map(|step| Alert::Recovered {

@@ -13,11 +13,12 @@ pub mod health;
 #[cfg(target_os = "linux")]
 mod inotify;
 pub mod refresher;
+pub mod stall;
 pub mod tasks;
 pub mod watch;
 pub mod watchdog;
 
-pub use cache::StatusCache;
+pub use cache::{StatusCache, StatusSnapshot};
 pub use compose::{StatusSettings, compose};
 pub use facts::FileFacts;
 pub use refresher::RefreshOptions;

@@ -44,6 +44,10 @@ pub fn crash() -> Notification {
     let alert = Alert::Crashed {
         step: PipelineStep::Train,
         outcome: ExitOutcome::Code(1),
+        failure: lavender::failure::Failure::new(
+            lavender::failure::FailureKind::Crash,
+            "exit code 1",
+        ),
         restart: 1,
         max_restarts: 3,
         restart_in: Duration::from_secs(10),

@@ -1,6 +1,8 @@
 """The arguments lavenderd passes to a worker:
-`<step> --config C --data-root D [--run-dir R] --scale S --chunk N [--resume PATH|latest]`.
-Arguments of the script's own are left alone (`LavenderArgs.rest`)."""
+`<step> --config C --data-root D [--run-dir R] --chunk N [--resume PATH|latest]`.
+The run's scale is in the config file (its `scale` key); `--scale S` is still taken
+for a worker run by hand. Arguments of the script's own are left alone
+(`LavenderArgs.rest`)."""
 
 from __future__ import annotations
 

@@ -6,6 +6,13 @@
     trainer.train(resume_from_checkpoint=cb.resume_from_checkpoint)
 
 - heartbeat from `on_step_end` / `on_log` (loss, learning rate, grad norm, epoch);
+- phases: `loading` from the Trainer's construction while it resumes (the
+  checkpoint, then the data position) until its first step, `evaluating` from the
+  step that asks for an evaluation until `on_evaluate` (kept fresh by the
+  prediction steps), `saving` from the step that asks for a save until `on_save`;
+- an exception out of `trainer.train()` is a `failed` heartbeat and event with its
+  kind (`torch.cuda.OutOfMemoryError` → `out_of_memory`, else `crash`); leave
+  through `with cb.worker:` for the kind's exit code;
 - SIGTERM → `control.should_save = control.should_training_stop = True` after the
   current step (agreed across ranks under torchrun), then exit 0 with a `stopping`
   heartbeat;
@@ -19,6 +26,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -66,6 +74,12 @@ class LavenderCallback(TrainerCallback):
 
     # ----- Trainer events -----
 
+    def on_init_end(self, args, state, control, **kwargs):
+        if self.worker.resume is not None:
+            # `trainer.train(resume_from_checkpoint=…)` loads it before on_train_begin.
+            self.worker.heartbeat("loading")
+        return control
+
     def on_train_begin(self, args, state, control, **kwargs):
         w = self.worker
         w.total_steps = int(state.max_steps or 0)
@@ -75,6 +89,9 @@ class LavenderCallback(TrainerCallback):
         if not self._began:
             self._began = True
             w.start(step=int(state.global_step))
+            if w.resume is not None and int(state.global_step) > 0:
+                # The Trainer now skips the batches before its data position.
+                w.heartbeat("loading")
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -84,6 +101,17 @@ class LavenderCallback(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
             self._stop_save_step = int(state.global_step)
+        # The Trainer evaluates, then saves, right after this callback.
+        if getattr(control, "should_evaluate", False):
+            w.heartbeat("evaluating")
+        elif getattr(control, "should_save", False):
+            w.heartbeat("saving")
+        return control
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        w = self.worker
+        if time.monotonic() - w._last_hb_time >= w.heartbeat_min_interval_s:
+            w.heartbeat()
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -105,6 +133,9 @@ class LavenderCallback(TrainerCallback):
         if metrics and isinstance(metrics.get("eval_loss"), (int, float)):
             self._eval_loss = float(metrics["eval_loss"])
             self._eval_step = int(state.global_step)
+        w = self.worker
+        if w._state == "evaluating":
+            w.heartbeat("saving" if getattr(control, "should_save", False) else w._base_state())
         return control
 
     def on_save(self, args, state, control, **kwargs):
@@ -130,6 +161,8 @@ class LavenderCallback(TrainerCallback):
         val = self._eval_loss if self._eval_step == state.global_step else None
         w._step = int(state.global_step)
         w.committed(target, final=bool(final), val_loss=val)
+        if w._state == "saving":
+            w.heartbeat(w._base_state())
         return control
 
     def on_train_end(self, args, state, control, **kwargs):

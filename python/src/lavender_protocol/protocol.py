@@ -15,8 +15,12 @@ HEARTBEAT_FILE = "heartbeat.json"
 EVENTS_FILE = "events.jsonl"
 TRAIN_LOG_FILE = "train.log"
 
-#: Heartbeat states, as lavenderd reads them.
-STATES = ("starting", "training", "saving", "stopping", "finished", "failed")
+#: Heartbeat states, as lavenderd reads them. `loading`, `evaluating` and `saving`
+#: are phases that hold training: each has its own allowance before lavenderd judges
+#: the worker hung.
+STATES = ("starting", "loading", "training", "evaluating", "saving", "stopping", "finished", "failed")
+#: The phases `Worker.phase` enters.
+PHASES = ("loading", "evaluating", "saving")
 
 
 class Kind:
@@ -29,10 +33,13 @@ class Kind:
     STAGE_STARTED = "stage_started"
     CHECKPOINT_SAVED = "checkpoint_saved"
     CHECKPOINT_LOADED = "checkpoint_loaded"
+    DATA_SKIPPED = "data_skipped"
     STAGE_FINISHED = "stage_finished"
     FINAL_SAVED = "final_saved"
     RETENTION = "retention"
     ERROR = "error"
+    #: The worker ends without finishing; `failure: {kind, message, ...}` says why.
+    FAILED = "failed"
 
 
 def _finite(x: Any) -> Optional[float]:
@@ -62,14 +69,16 @@ def heartbeat_document(
     eta_seconds: Optional[float] = None,
     latest_checkpoint: Optional[str] = None,
     pid: Optional[int] = None,
+    failure: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """The heartbeat as lavender's `Heartbeat` type reads it."""
+    """The heartbeat as lavender's `Heartbeat` type reads it; `failure` (state
+    `failed`) is a `lavender_protocol.failure.record`."""
     if state not in STATES:
         raise ValueError(f"heartbeat state {state!r} is not one of {', '.join(STATES)}")
     if step < 0 or total_steps < 0:
         raise ValueError(f"step ({step}) and total_steps ({total_steps}) must not be negative")
     eta = _finite(eta_seconds)
-    return {
+    doc = {
         "step": int(step),
         "total_steps": int(total_steps),
         "stage": stage,
@@ -86,6 +95,9 @@ def heartbeat_document(
         "state": state,
         "latest_checkpoint": latest_checkpoint,
     }
+    if failure is not None:
+        doc["failure"] = failure
+    return doc
 
 
 def write_heartbeat(run_dir: Path, document: Dict[str, Any]) -> None:

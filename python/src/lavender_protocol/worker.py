@@ -1,35 +1,46 @@
 """`Worker`: the worker protocol for a training loop in a few calls.
 
 w = Worker.from_argv(total_steps=1000)
-start = w.resume.step if w.resume else 0        # load w.resume.path here
-w.start(step=start)
-for step in range(start + 1, w.total_steps + 1):
-    loss = train_one_step()
-    w.step(step, loss=loss, lr=lr)
-    stop = w.should_stop()                      # SIGTERM seen (on any rank)
-    if stop or step % 100 == 0 or step == w.total_steps:
-        w.save(step, lambda d: torch.save(model.state_dict(), d / "model.pt"),
-               final=stop or step == w.total_steps)
-    if stop:
-        sys.exit(w.stopped())
-w.finished()
+start = w.resume.step if w.resume else 0
+if w.resume:
+    w.load(lambda path: model.load_state_dict(torch.load(path / "model.pt")))
+with w:                                         # an exception: `failed`, its kind's exit code
+    w.start(step=start)
+    for step in range(start + 1, w.total_steps + 1):
+        loss = train_one_step()
+        w.step(step, loss=loss, lr=lr)
+        if step % 500 == 0:
+            with w.phase("evaluating"):
+                val_loss = evaluate()
+        stop = w.should_stop()                  # SIGTERM seen (on any rank)
+        if stop or step % 100 == 0 or step == w.total_steps:
+            w.save(step, lambda d: torch.save(model.state_dict(), d / "model.pt"),
+                   final=stop or step == w.total_steps)
+        if stop:
+            sys.exit(w.stopped())
+    sys.exit(w.finished())
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, TypeVar
 
-from . import _time, checkpoints, dist, protocol
+from . import _time, checkpoints, dist, failure, protocol, skips
 from .args import LavenderArgs, parse_args
 from .checkpoints import Checkpoint, PendingCheckpoint, ResumeError
+from .divergence import Divergence
 
-#: The exit code when `--resume` names nothing usable (the script cannot start).
-RESUME_EXIT = 4
+T = TypeVar("T")
+
+#: The exit code when `--resume` names nothing usable (the script cannot start):
+#: the worker rejects its arguments, a `config` failure.
+RESUME_EXIT = failure.EXIT_CODES[failure.CONFIG]
 #: The exit code when lavenderd asks this script for a step it does not do.
 WRONG_STEP_EXIT = 2
 
@@ -52,6 +63,7 @@ class Worker:
         retention: Optional[str] = None,
         rank: Optional[int] = None,
         handle_signals: bool = True,
+        handle_failures: Optional[bool] = None,
     ) -> None:
         if not checkpoints.valid_stage(stage):
             raise ValueError(f"stage {stage!r} must be [a-z0-9_]+ (it goes into checkpoint names)")
@@ -80,9 +92,16 @@ class Worker:
         self._last_hb_time = 0.0
         self._last_hb_step = -1
         self._started = time.monotonic()
+        self._stepped = False
+        self._failure: Optional[Dict[str, Any]] = None
         self._previous_handler = None
+        self._previous_excepthook = None
         if handle_signals:
             self.install_signal_handler()
+        # Process-wide hooks go together: a worker that leaves SIGTERM alone (a test,
+        # a notebook) leaves sys.excepthook alone too, unless told otherwise.
+        if handle_signals if handle_failures is None else handle_failures:
+            self.install_excepthook()
         if self.writes:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         self.resume: Optional[Checkpoint] = None
@@ -91,6 +110,14 @@ class Worker:
             self.resume = checkpoints.resolve_resume(resume, root)
             self.latest_checkpoint = self.resume.name
             self._step = self.resume.step
+        # What a rollback recorded for this start (`skips`): the caller's data skips
+        # `skip_steps` steps' worth of batches; every save records `skips_applied`.
+        ranges = skips.read(self.run_dir)
+        applied = int(self.resume.state.get(skips.APPLIED_KEY, 0)) if self.resume else 0
+        start_step = self.resume.step if self.resume else 0
+        self.skip_ranges = skips.to_apply(ranges, start_step, applied)
+        self.skip_steps = skips.steps(self.skip_ranges)
+        self.skips_applied = len(ranges)
 
     # ----- construction from lavenderd's arguments -----
 
@@ -155,6 +182,22 @@ class Worker:
             self._stop_agreed = dist.any_rank(self._stop_flag)
         return self._stop_agreed
 
+    def install_excepthook(self) -> None:
+        """An exception nothing caught ends the process with a `failed` heartbeat and
+        event naming its kind (the exit code stays Python's 1; leave through `with
+        worker:` for the kind's exit code)."""
+        self._previous_excepthook = sys.excepthook
+
+        def hook(exc_type, exc, tb):
+            if self._failure is None and not issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
+                try:
+                    self.failed(exc)
+                except OSError:
+                    pass
+            (self._previous_excepthook or sys.__excepthook__)(exc_type, exc, tb)
+
+        sys.excepthook = hook
+
     # ----- heartbeat and events -----
 
     def event(self, kind: str, message: str, **fields: Any) -> None:
@@ -190,8 +233,37 @@ class Worker:
                 steps_per_sec=self._rate,
                 eta_seconds=eta,
                 latest_checkpoint=self.latest_checkpoint,
+                failure=self._failure if self._state == "failed" else None,
             ),
         )
+
+    @contextlib.contextmanager
+    def phase(self, state: str) -> Iterator[None]:
+        """`with worker.phase("evaluating"):` — a phase that holds training
+        (`loading`, `evaluating`, `saving`): the heartbeat says so when it begins, so
+        lavenderd gives it that phase's allowance rather than the one between steps,
+        and goes back to `training` (`starting` before the first step) when it ends."""
+        if state not in protocol.PHASES:
+            raise ValueError(f"phase {state!r} is not one of {', '.join(protocol.PHASES)}")
+        outer = self._state
+        self.heartbeat(state)
+        try:
+            yield
+        finally:
+            if self._state == state:
+                # Back to the phase this one was inside of, else to steps.
+                self.heartbeat(outer if outer in protocol.PHASES else self._base_state())
+
+    def _base_state(self) -> str:
+        return "training" if self._stepped else "starting"
+
+    def load(self, load_fn: Callable[[Path], T]) -> T:
+        """Loads the checkpoint `--resume` named with `load_fn(path)` in the
+        `loading` phase; returns what `load_fn` returns."""
+        if self.resume is None:
+            raise ValueError("there is no checkpoint to load: the run did not get --resume")
+        with self.phase("loading"):
+            return load_fn(self.resume.path)
 
     def start(self, step: Optional[int] = None, **fields: Any) -> None:
         """The run begins (or resumes) at `step`: a `run_started` event (and
@@ -202,6 +274,15 @@ class Worker:
         if self.writes:
             protocol.log_run_dir(self.run_dir)
             extra = dict(fields)
+            if self.skip_ranges:
+                self.event(
+                    protocol.Kind.DATA_SKIPPED,
+                    f"skipping the data of {self.skip_steps} step(s) after step {self._step} "
+                    f"({len(self.skip_ranges)} rollback range(s) in {skips.FILE})",
+                    step=self._step,
+                    steps=self.skip_steps,
+                    ranges=self.skip_ranges,
+                )
             if self.retention:
                 extra["retention"] = self.retention
             self.event(
@@ -236,6 +317,7 @@ class Worker:
         steps, at most every `heartbeat_min_interval_s` seconds (always on the first
         step and when `force`)."""
         self._step = int(step)
+        self._stepped = True
         for key, value in (("loss", loss), ("lr", lr), ("grad_norm", grad_norm), ("epoch", epoch)):
             if value is not None:
                 self._last[key] = float(value)
@@ -254,7 +336,8 @@ class Worker:
         elif self._rate is None and self._step > s0 and now > t0:
             self._rate = (self._step - s0) / (now - t0)
         due = (self._step - max(self._last_hb_step, 0)) >= self.heartbeat_every
-        first = self._state == "starting"
+        # The first step, and the first after a phase, always say `training`.
+        first = self._state != "training"
         recent = now - self._last_hb_time < self.heartbeat_min_interval_s
         if force or first or (due and not recent):
             self.heartbeat("training")
@@ -283,10 +366,15 @@ class Worker:
         if not self.writes:
             return None
         stage = stage or self.stage
-        self.heartbeat("saving")
+        with self.phase("saving"):
+            return self._save(step, save_fn, stage, final, val_loss, loss, data_cursor, rng_state, extra)
+
+    def _save(self, step, save_fn, stage, final, val_loss, loss, data_cursor, rng_state, extra) -> Path:
         at = _time.now()
         name = checkpoints.checkpoint_name(stage, at, checkpoints.next_counter(self.run_dir))
         pending = PendingCheckpoint.begin(self.run_dir, name)
+        extra = dict(extra or {})
+        extra.setdefault(skips.APPLIED_KEY, self.skips_applied)
         try:
             save_fn(pending.dir)
             if val_loss is not None:
@@ -328,7 +416,7 @@ class Worker:
         if val_loss is not None:
             fields["eval_loss"] = float(val_loss)
         self.event(kind, f"saved {path.name} at step {self._step}", **fields)
-        self.heartbeat("training" if self._state in ("saving", "starting") else None)
+        self.heartbeat()
 
     # ----- endings -----
 
@@ -343,23 +431,66 @@ class Worker:
         self.heartbeat("finished")
         return 0
 
-    def failed(self, error: BaseException) -> None:
-        """An `error` event and a `failed` heartbeat; the script should then exit non-zero."""
-        self.event(
-            protocol.Kind.ERROR,
-            f"{type(error).__name__}: {error}",
-            step=self._step,
+    def fail(
+        self,
+        kind: str,
+        message: str,
+        *,
+        step: Optional[int] = None,
+        since_step: Optional[int] = None,
+        **fields: Any,
+    ) -> int:
+        """The worker ends without finishing, for a reason of `kind`
+        (`lavender_protocol.failure.KINDS`): a `failed` event and the last heartbeat
+        (`failed`) carry `failure: {kind, message, step, since_step}`. Returns the
+        kind's exit code, for `sys.exit`."""
+        record = failure.record(kind, message, step=step, since_step=since_step)
+        self._failure = record
+        self.event(protocol.Kind.FAILED, message, failure=record, step=self._step if step is None else step, **fields)
+        self.heartbeat("failed")
+        return failure.exit_code(kind)
+
+    def failed(self, error: BaseException) -> int:
+        """`fail` for an exception: its kind (`failure.classify`: torch's
+        OutOfMemoryError and allocation failures are `out_of_memory`, a
+        `WorkerFailure` says its own, anything else is a `crash`) and its message,
+        with the traceback in the event. Returns the exit code."""
+        kind, message = failure.classify(error)
+        step = getattr(error, "step", None) if isinstance(error, failure.WorkerFailure) else None
+        since = getattr(error, "since_step", None) if isinstance(error, failure.WorkerFailure) else None
+        return self.fail(
+            kind,
+            message,
+            step=step,
+            since_step=since,
             traceback="".join(traceback.format_exception(type(error), error, error.__traceback__))[-4000:],
         )
-        self.heartbeat("failed")
+
+    def diverged(self, divergence: Divergence) -> int:
+        """`fail("diverged", ...)` for a `SpikeDetector`'s finding: lavenderd rolls
+        back to a checkpoint saved before `divergence.since_step`. Save nothing after
+        this (the state has diverged). Returns 80."""
+        return self.fail(
+            failure.DIVERGED,
+            f"training diverged: {divergence.message}",
+            step=divergence.step,
+            since_step=divergence.since_step,
+        )
 
     def __enter__(self) -> "Worker":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc is not None and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
-            try:
-                self.failed(exc)
-            except OSError:
-                pass
-        return False
+        """An exception leaving the block is reported (`failed`) and ends the process
+        with its kind's exit code; a crash (1) propagates as it is."""
+        if exc is None or isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            return False
+        try:
+            code = self.failed(exc)
+        except OSError:
+            return False
+        if code == failure.exit_code(failure.CRASH):
+            return False
+        traceback.print_exception(exc_type, exc, tb)
+        sys.stderr.flush()
+        raise SystemExit(code) from exc

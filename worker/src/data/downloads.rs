@@ -24,8 +24,10 @@ use super::manifest::{InputFingerprint, StepManifest, fingerprint};
 use super::records::{self, Place, Record, RecordFile, RecordFormat, compressed};
 use super::stage;
 use super::step::{self, Ctx};
+use crate::failure::KindExt;
 use crate::progress::{Progress, group};
 use lavender::events::Event;
+use lavender::failure::FailureKind;
 
 pub const STEP: &str = "downloads";
 const VERSION: u32 = 1;
@@ -173,7 +175,9 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                 copy_text(&mut r, src, &dest, sep, &mut progress)?
             }
             Item::Records { source, file } => {
-                let docs = convert_records(*source, file, &dest, &mut bad, &mut progress)?;
+                // Missing, damaged or bad input: a `data` failure, not one to retry.
+                let docs = convert_records(*source, file, &dest, &mut bad, &mut progress)
+                    .kind(FailureKind::Data)?;
                 document_outputs.push(format!("raw/{}", p.dest));
                 Some(docs)
             }
@@ -290,7 +294,7 @@ fn plan(ctx: &Ctx, sources: &[DataSource]) -> Result<(Vec<Planned>, Vec<InputFin
                 });
             }
             DataSource::Path(source) => {
-                for (src, dest) in local_files(ctx, i, source)? {
+                for (src, dest) in local_files(ctx, i, source).kind(FailureKind::Data)? {
                     inputs.push(fingerprint(&src)?);
                     let item = match RecordFormat::of(source.format) {
                         None => Item::File {

@@ -158,8 +158,9 @@ fn shards_used(ctx: &Ctx, shards: &[ShardEntry]) -> Vec<String> {
 }
 
 /// Record which shards the configured (chunk, scale) trains on, next to how many exist,
-/// so status shows both and a mismatch cannot go unnoticed.
-fn selection_into(ctx: &Ctx, m: &mut StepManifest, shards: &[ShardEntry]) {
+/// so status shows both and a mismatch cannot go unnoticed (build_shards and
+/// precompute record it alike).
+pub(super) fn selection_into(ctx: &Ctx, m: &mut StepManifest, shards: &[ShardEntry]) {
     let used = shards_used(ctx, shards);
     m.counts.insert("shards_used".into(), used.len() as u64);
     m.counts

@@ -13,14 +13,10 @@ use lavender::atomic::StagedDir;
 
 /// Start building `target` (e.g. `<root>/corpus/dedup`), refused while another run
 /// builds it. Leftovers of earlier, interrupted runs of the same step are removed
-/// first.
+/// first ([`StagedDir::begin_exclusive`]).
 pub fn begin(target: &Path) -> Result<StagedDir> {
     // A shard directory holds thousands of files: one syncfs, not an fsync each.
-    let staged = StagedDir::begin_exclusive(target)?.sync_whole_filesystem();
-    if let Some(parent) = target.parent() {
-        remove_legacy_leftovers(parent, &file_name(target))?;
-    }
-    Ok(staged)
+    Ok(StagedDir::begin_exclusive(target)?.sync_whole_filesystem())
 }
 
 /// Give each staged output whose bytes equal the current one's the current one's
@@ -85,30 +81,6 @@ fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
     }
 }
 
-fn file_name(p: &Path) -> String {
-    p.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
-/// Staging and set-aside directories of this output as earlier versions named them
-/// (`.<name>.tmp-<pid>` / `.<name>.old-<pid>`), left by killed runs; the lock is held,
-/// so none is in use. Today's names are cleared by [`StagedDir::begin_exclusive`].
-fn remove_legacy_leftovers(parent: &Path, name: &str) -> Result<()> {
-    let (tmp, old) = (format!(".{name}.tmp-"), format!(".{name}.old-"));
-    let entries = std::fs::read_dir(parent)
-        .with_context(|| format!("could not list {}", parent.display()))?;
-    for entry in entries.flatten() {
-        let n = entry.file_name().to_string_lossy().into_owned();
-        if n.starts_with(&tmp) || n.starts_with(&old) {
-            let p = entry.path();
-            std::fs::remove_dir_all(&p)
-                .with_context(|| format!("could not remove leftover {}", p.display()))?;
-        }
-    }
-    Ok(())
-}
-
 /// Remove a file if it is there.
 pub fn remove_if_exists(path: &Path) -> Result<()> {
     match std::fs::remove_file(path) {
@@ -146,12 +118,10 @@ mod tests {
     fn leftovers_of_a_killed_run_are_removed() {
         let tmp = tempfile::tempdir().unwrap();
         let target = tmp.path().join("out");
-        std::fs::create_dir(tmp.path().join(".out.tmp-999999")).unwrap();
         std::fs::create_dir(tmp.path().join(".tmp-out-999999-0")).unwrap();
         std::fs::create_dir(tmp.path().join(".tmp-old-out-999999-3")).unwrap();
         std::fs::create_dir(tmp.path().join(".tmp-outer-999999-0")).unwrap();
         let s = begin(&target).unwrap();
-        assert!(!tmp.path().join(".out.tmp-999999").exists());
         assert!(!tmp.path().join(".tmp-out-999999-0").exists());
         assert!(!tmp.path().join(".tmp-old-out-999999-3").exists());
         assert!(

@@ -260,11 +260,15 @@ impl Gpt {
             // Kept on the device: the count of labelled positions divides there.
             let counted = weight.sum(Kind::Double);
             let y = y.where_scalarother(&valid, 0);
-            // probs: logits − row max, their exp, then ÷ row sum (the softmax).
-            let mut probs = h.matmul(&self.wte.tr());
-            if probs.kind() != Kind::Float {
-                probs = probs.to_kind(Kind::Float);
-            }
+            // probs: logits − row max, their exp, then ÷ row sum (the softmax), in
+            // fp32 even when autocast made the logits in a reduced precision.
+            let logits = h.matmul(&self.wte.tr());
+            let reduced = logits.kind();
+            let mut probs = if reduced == Kind::Float {
+                logits
+            } else {
+                logits.to_kind(Kind::Float)
+            };
             let _ = probs.g_sub_(&probs.amax([1], true));
             let target_logit = probs.gather(1, &y, false);
             let _ = probs.exp_();
@@ -276,13 +280,33 @@ impl Gpt {
             // all zero when nothing is labelled.
             let _ = probs.scatter_add_(1, &y, &weight.neg());
             let per_row = weight * (counted.clamp_min(1.0).reciprocal() * scale);
-            let _ = probs.g_mul_(&per_row);
-            (probs.matmul(&self.wte), probs.tr().matmul(&h), loss)
+            // In the precision the head's products run in, converted once for both
+            // (autocast would convert it, and `h`, for each).
+            let (grad_logits, h) = if reduced == Kind::Float {
+                let _ = probs.g_mul_(&per_row);
+                (probs, h)
+            } else {
+                let out = Tensor::empty(probs.size(), (reduced, probs.device()));
+                (probs.mul_out(&out, &per_row), h.to_kind(reduced))
+            };
+            (
+                grad_logits.matmul(&self.wte),
+                grad_logits.tr().matmul(&h),
+                loss,
+            )
         };
-        // The two gradients reach autograd as those of a dot product with them.
-        let through = (&hidden * grad_hidden.view(hidden.size().as_slice())).sum(Kind::Float)
-            + (&self.wte * grad_wte).sum(Kind::Float);
-        through.backward();
+        // The hidden states' gradient reaches autograd as that of a dot product with
+        // it; wte's goes straight into its gradient (after `init_grads`, always there).
+        let through = (&hidden * grad_hidden.view(hidden.size().as_slice())).sum(Kind::Float);
+        let mut wte_grad = self.wte.grad();
+        if wte_grad.defined() {
+            tch::no_grad(|| {
+                let _ = wte_grad.g_add_(&grad_wte);
+            });
+            through.backward();
+        } else {
+            (through + (&self.wte * grad_wte).sum(Kind::Float)).backward();
+        }
         loss
     }
 

@@ -241,6 +241,44 @@ mod tests {
         assert_eq!(grads.abs().max().double_value(&[]), 0.0);
     }
 
+    /// Under bf16 autocast (the head's products in bf16, its softmax in fp32) the
+    /// fused head gives what autograd through autocast's cross-entropy gives, to
+    /// bf16's precision, and not fp32's numbers.
+    #[test]
+    fn next_token_training_under_bf16_autocast_matches_autograd_under_it() {
+        use crate::native::{Autocast, HalfKind};
+        let idx = Tensor::from_slice(&[3i64, 4, 5, 6, 7, 8, 9, 10]).view([2, 4]);
+        let targets = Tensor::from_slice(&[4i64, 5, -100, 7, -100, 9, 10, 11]).view([2, 4]);
+        let bf16 = || Autocast::enter(Device::Cpu, HalfKind::BFloat16).unwrap();
+        let (expected_loss, expected) = grads_after(|m| {
+            let _autocast = bf16();
+            let logits = m.forward(&idx, true);
+            assert_eq!(logits.kind(), Kind::BFloat16);
+            let loss = gpt2::cross_entropy(&logits, &targets, -100);
+            (&loss * 0.5).backward();
+            loss.double_value(&[])
+        });
+        let (loss, grads) = grads_after(|m| {
+            let _autocast = bf16();
+            m.train_next_token(&idx, &targets, -100, 0.5)
+                .double_value(&[])
+        });
+        let (_, fp32) = grads_after(|m| {
+            m.train_next_token(&idx, &targets, -100, 0.5)
+                .double_value(&[])
+        });
+        assert_eq!(grads.kind(), Kind::Float, "gradients stay fp32");
+        let rel =
+            |a: &Tensor, b: &Tensor| (a - b).norm().double_value(&[]) / b.norm().double_value(&[]);
+        assert!(
+            (loss - expected_loss).abs() < 1e-3 * expected_loss.abs(),
+            "{loss} vs {expected_loss}"
+        );
+        let diff = rel(&grads, &expected);
+        assert!(diff < 2e-2, "relative difference {diff}");
+        assert!(rel(&grads, &fp32) > 1e-5, "computed as in fp32");
+    }
+
     #[test]
     fn tied_weights_round_trip_through_safetensors() {
         tch::manual_seed(3);

@@ -353,7 +353,14 @@ pub struct TensorFile {
 }
 
 impl TensorFile {
+    /// Reads a `.safetensors` file; a missing, unreadable or corrupt one is a `data`
+    /// failure (`crate::failure`).
     pub fn read(path: &Path) -> Result<TensorFile> {
+        use crate::failure::KindExt;
+        Self::read_any(path).kind(lavender::failure::FailureKind::Data)
+    }
+
+    fn read_any(path: &Path) -> Result<TensorFile> {
         let bytes =
             std::fs::read(path).with_context(|| format!("could not read {}", path.display()))?;
         let st = SafeTensors::deserialize(&bytes)

@@ -16,6 +16,7 @@ use lavender::checkpoint::Checkpoint;
 use serde_json::Value;
 
 use super::data::Cursor;
+use super::divergence::DetectorState;
 use super::precision::{LOSS_SCALER_KEY, LossScaler};
 use super::settings::{Settings, StageKind};
 use crate::model::{self, Gpt, MODEL_FILE};
@@ -27,6 +28,10 @@ pub const REFERENCE_FILE: &str = "dpo-reference.safetensors";
 /// which the DPO reference was taken.
 pub const REFERENCE_STEP: &str = "dpo_reference_step";
 pub const FINAL_STAGE: &str = "final";
+/// data_cursor key: steps' worth of batches still to skip at the next stages' start.
+pub const SKIP_STEPS: &str = "skip_steps";
+/// trainer_state key: the divergence detector's state.
+pub const DIVERGENCE: &str = "divergence";
 
 /// Where training stands: which stage, how far into it, and the data cursor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -55,6 +60,12 @@ pub struct Progress {
     pub saved_step: Option<u64>,
     /// The name of the newest checkpoint written or loaded.
     pub latest_checkpoint: Option<String>,
+    /// Optimizer steps' worth of batches to skip at the start of the next stage
+    /// (`<run>/skipped.json`): what a range skips beyond the stage it was applied
+    /// in; what exceeds that stage's steps carries on to the one after.
+    pub skip_steps: u64,
+    /// How many ranges of `<run>/skipped.json` the data cursor includes.
+    pub skips_applied: usize,
     /// fp16's loss scale (none in other precisions).
     pub loss_scaler: Option<LossScaler>,
 }
@@ -68,6 +79,8 @@ pub struct Resumed {
     /// Training continues a previous chunk's weights from step 0 of this chunk.
     pub new_chunk: bool,
     pub optimizer_loaded: bool,
+    /// The divergence detector's state, when training continues mid-stage.
+    pub divergence: Option<DetectorState>,
 }
 
 /// The chunk a checkpoint was trained on, when it says.
@@ -77,6 +90,40 @@ pub fn chunk_of(ck: &Checkpoint) -> Option<u64> {
         .get("chunk")
         .or_else(|| st.data_cursor.get("chunk"))
         .and_then(Value::as_u64)
+}
+
+/// Refuses to resume `ck` with another tokenizer than the one its run trained with
+/// (its run's `tokenizer.json`): the same ids would mean other text. Only the
+/// vocabulary, the merges and the added tokens count, not the file's formatting.
+pub fn check_tokenizer(ck: &Checkpoint, current: &[u8]) -> Result<()> {
+    let Some(theirs_path) = ck
+        .path
+        .parent()
+        .map(|run| run.join(crate::tokens::TOKENIZER_FILE))
+    else {
+        return Ok(());
+    };
+    let Ok(theirs) = std::fs::read(&theirs_path) else {
+        // A run without its tokenizer (not lavender-worker's): nothing to compare.
+        return Ok(());
+    };
+    let essence = |bytes: &[u8]| {
+        serde_json::from_slice::<Value>(bytes)
+            .ok()
+            .map(|v| (v.get("model").cloned(), v.get("added_tokens").cloned()))
+    };
+    let same = match (essence(&theirs), essence(current)) {
+        (Some(a), Some(b)) => a == b,
+        _ => theirs == current,
+    };
+    if !same {
+        bail!(
+            "checkpoint {} was trained with the tokenizer {}, which differs from the current tokens/ one; resume it with the data it was trained on, or start a new run without --resume",
+            ck.path.display(),
+            theirs_path.display()
+        );
+    }
+    Ok(())
 }
 
 /// Loads `ck` into `model` and `opt` and works out where training resumes.
@@ -110,18 +157,27 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
             wall_before: st.wall_time_s,
             saved_step: Some(st.step),
             latest_checkpoint: Some(ck.name.clone()),
+            skip_steps: st
+                .data_cursor
+                .get(SKIP_STEPS)
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            skips_applied: lavender::skips::applied(st),
             loss_scaler,
         },
         reference: None,
         reference_step: None,
         new_chunk: false,
         optimizer_loaded,
+        divergence: None,
     };
     if ck_chunk.is_some_and(|c| c != s.chunk as u64) {
         // Steps, wall time and saves start again in the new chunk's run.
         r.progress.step = 0;
         r.progress.wall_before = 0.0;
         r.progress.saved_step = None;
+        r.progress.skip_steps = 0;
+        r.progress.skips_applied = 0;
         r.new_chunk = true;
         return Ok(r);
     }
@@ -163,7 +219,13 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
             stage_index: stage_index + 1,
             ..Position::default()
         };
-    } else if stage.kind == StageKind::Dpo && st.stage_step > 0 {
+        return Ok(r);
+    }
+    r.divergence = st
+        .extra
+        .get(DIVERGENCE)
+        .and_then(|v| serde_json::from_value(v.clone()).ok());
+    if stage.kind == StageKind::Dpo && st.stage_step > 0 {
         let want = st.extra.get(REFERENCE_STEP).and_then(Value::as_u64);
         let run = ck.path.parent().unwrap_or(Path::new("."));
         let path = run.join(REFERENCE_FILE);

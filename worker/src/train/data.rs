@@ -57,6 +57,14 @@ impl Sampler {
         (i, ended)
     }
 
+    /// Passes over the next `n` samples as if they had been drawn (epochs wrap as
+    /// they do when drawing).
+    pub fn skip(&mut self, n: u64) {
+        for _ in 0..n {
+            self.next_index();
+        }
+    }
+
     /// Epochs done, fractional.
     pub fn epoch_progress(&self) -> f64 {
         self.cursor.epoch as f64 + self.cursor.index as f64 / self.n as f64
@@ -360,6 +368,14 @@ mod tests {
         for _ in 0..7 {
             assert_eq!(a.next_index(), b.next_index());
         }
+        // Skipping is drawing without using: across an epoch's end too.
+        let mut c = Sampler::new(5, 1, "pretrain", a.cursor());
+        c.skip(4);
+        for _ in 0..4 {
+            a.next_index();
+        }
+        assert_eq!(c.cursor(), a.cursor());
+        assert_eq!(c.next_index(), a.next_index());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub mod checkpointing;
 pub mod data;
 pub mod device;
+pub mod divergence;
 pub mod ema;
 pub mod eta;
 pub mod history;
@@ -25,10 +26,12 @@ use anyhow::{Context, Result, anyhow};
 use clap::Args;
 use lavender::checkpoint::{self, Checkpoint};
 use lavender::events::{self, Event, kind as kinds};
-use lavender::heartbeat::{self, WorkerState};
+use lavender::failure::FailureKind;
+use lavender::heartbeat::WorkerState;
 use lavender::{run, trainlog};
 
 use crate::cli::StepArgs;
+use crate::failure::{self, KindExt};
 use crate::model::Gpt;
 use crate::optim::AdamW;
 use crate::tokens::Tokens;
@@ -54,12 +57,15 @@ pub struct TrainArgs {
     /// them, so a save stays in flight while training goes on. The process then
     /// never exits on its own (its next save or its end waits for that one): the
     /// test kills it.
+    #[cfg(feature = "test-hooks")]
     #[arg(long, value_name = "N", hide = true)]
     pub hold_save: Option<u32>,
 }
 
 /// Runs training on a dedicated thread; SIGTERM/SIGINT only set a flag that the
-/// loop reads at step boundaries, so a second signal cannot interrupt a save.
+/// loop reads at step boundaries, so a second signal cannot interrupt a save. An
+/// error or a panic ends with the `failed` heartbeat and event saying why
+/// (`crate::failure`); `main` exits with the kind's code.
 pub fn run(args: TrainArgs) -> Result<()> {
     runtime::tune();
     let stop = Arc::new(AtomicBool::new(false));
@@ -75,15 +81,12 @@ pub fn run(args: TrainArgs) -> Result<()> {
                 train(args, stop, &mut run_dir)
             }))
             .unwrap_or_else(|panic| {
-                let what = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "unknown panic".into());
-                Err(anyhow!("training failed: {what}"))
+                let f = failure::failure_of_panic(&*panic);
+                Err(failure::tag(anyhow::Error::msg(f.message), f.kind))
             });
-            if let (Err(e), Some(dir)) = (&result, &run_dir) {
-                report_failure(dir, e);
+            if let (Err(e), Some(dir)) = (&result, run_dir) {
+                // Best effort: the error itself is what the user needs to see.
+                let _ = Reporter::continuing(dir).failed(&failure::failure_of(e));
             }
             result
         })
@@ -93,33 +96,27 @@ pub fn run(args: TrainArgs) -> Result<()> {
         .map_err(|_| anyhow!("the training thread ended abnormally"))?
 }
 
-/// Marks the heartbeat `failed` and logs an `error` event (best effort: the
-/// original error is what the user needs to see).
-fn report_failure(run_dir: &Path, e: &anyhow::Error) {
-    if let Ok(mut hb) = heartbeat::read(&heartbeat::path(run_dir)) {
-        hb.state = WorkerState::Failed;
-        hb.pid = std::process::id();
-        hb.timestamp = lavender::time::rfc3339_z(lavender::time::now_utc());
-        let _ = heartbeat::write(run_dir, &hb);
-    }
-    let _ = lavender::events::append(run_dir, &Event::new(kinds::ERROR, format!("{e:#}")));
-}
-
 fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBuf>) -> Result<()> {
     let started = Instant::now();
-    let s = Settings::load(&args.step)?;
+    // A run directory given (lavenderd gives one) hears of a failure from the start.
+    *run_dir_out = args.step.run_dir.clone();
+    let s = Settings::load(&args.step).kind(FailureKind::Config)?;
     tch::set_num_threads(s.threads as i32);
-    let device = device::from_flag(args.device.as_deref(), s.config.device)?;
+    let device =
+        device::from_flag(args.device.as_deref(), s.config.device).kind(FailureKind::Config)?;
     let precision = Precision::resolve(s.config.training.precision, device);
     let tf32 = s.config.training.tf32 && matches!(device, tch::Device::Cuda(_));
     if tf32 {
         crate::native::set_tf32(true)?;
     }
     let tokens_dir = s.data_root.join(lavender::data_root::TOKENS);
-    let tokens = Tokens::open(&tokens_dir)?;
+    let tokens = Tokens::open(&tokens_dir).kind(FailureKind::Data)?;
     let checkpoints_root = s.checkpoints_root();
+    // `--resume` naming nothing usable is an argument the worker rejects.
     let resume = match &args.resume {
-        Some(spec) => Some(checkpoint::resolve_resume(spec, &checkpoints_root)?),
+        Some(spec) => {
+            Some(checkpoint::resolve_resume(spec, &checkpoints_root).kind(FailureKind::Config)?)
+        }
         None => None,
     };
     // A checkpoint of another chunk seeds a new run: steps and history start again.
@@ -134,28 +131,38 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         s.run_config_yaml(&run_dir).as_bytes(),
     )?;
     let tokenizer = tokens.tokenizer_path();
-    let tok_bytes = std::fs::read(&tokenizer).with_context(|| {
-        format!(
-            "could not read the tokenizer {}; run `lavender-worker precompute` first",
-            tokenizer.display()
-        )
-    })?;
+    let tok_bytes = std::fs::read(&tokenizer)
+        .with_context(|| {
+            format!(
+                "could not read the tokenizer {}; run `lavender-worker precompute` first",
+                tokenizer.display()
+            )
+        })
+        .kind(FailureKind::Data)?;
+    if let Some(ck) = &resume {
+        checkpointing::check_tokenizer(ck, &tok_bytes).kind(FailureKind::IncompatibleCheckpoint)?;
+    }
     if let Some(p) = &s.pretrained {
         let theirs = std::fs::read(&p.tokenizer)
-            .with_context(|| format!("could not read {}", p.tokenizer.display()))?;
-        anyhow::ensure!(
-            theirs == tok_bytes,
-            "the tokens under {} were made with another tokenizer than model.init_from's ({}); rerun `lavender-worker precompute`",
-            tokens_dir.display(),
-            p.tokenizer.display()
-        );
+            .with_context(|| format!("could not read {}", p.tokenizer.display()))
+            .kind(FailureKind::Data)?;
+        if theirs != tok_bytes {
+            return Err(anyhow!(
+                "the tokens under {} were made with another tokenizer than model.init_from's ({}); rerun `lavender-worker precompute`",
+                tokens_dir.display(),
+                p.tokenizer.display()
+            ))
+            .kind(FailureKind::IncompatibleCheckpoint);
+        }
     }
     lavender::atomic::write_file(&run_dir.join(crate::tokens::TOKENIZER_FILE), &tok_bytes)?;
 
     let total_steps = s.total_steps();
     let mut reporter = Reporter::new(run_dir.clone(), total_steps);
     reporter.set_state(WorkerState::Starting)?;
-    let shards = tokens.select_shards(s.chunk, s.config.preset().shards)?;
+    let shards = tokens
+        .select_shards(s.chunk, s.config.preset().shards)
+        .kind(FailureKind::Data)?;
     let shortfall = s
         .config
         .shard_shortfall(tokens.index.shard_names().len() as u64);
@@ -165,7 +172,8 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
     let mut model = Gpt::new(s.model(tokens.index.vocab_size)?, device)?;
     // A resume loads its checkpoint's weights instead.
     if let (Some(p), None) = (&s.pretrained, &resume) {
-        p.load_into(&mut model)?;
+        p.load_into(&mut model)
+            .kind(FailureKind::IncompatibleCheckpoint)?;
     }
     model.params.init_grads()?;
     let mut opt = AdamW::new(s.adamw, &model.params);
@@ -214,8 +222,14 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         )?;
     }
 
+    if resume.is_some() {
+        reporter.phase(WorkerState::Loading)?;
+    }
     let resumed = match &resume {
-        Some(ck) => Some(checkpointing::load(ck, &s, &mut model, &mut opt)?),
+        Some(ck) => Some(
+            checkpointing::load(ck, &s, &mut model, &mut opt)
+                .kind(FailureKind::IncompatibleCheckpoint)?,
+        ),
         None => None,
     };
     let keep_until = resumed
@@ -238,11 +252,16 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         reporter,
         stop,
         stop_at_step: args.stop_at_step,
+        #[cfg(feature = "test-hooks")]
         hold_save: args.hold_save,
         started,
     });
     if let (Some(ck), Some(r)) = (&resume, resumed) {
         t.resume_from(ck, r)?;
+    }
+    t.plan_skips()?;
+    if resume.is_some() {
+        t.end_phase()?;
     }
 
     let outcome = t.run()?;

@@ -10,6 +10,8 @@ use crate::model::GptConfig;
 use crate::model::pretrained::Pretrained;
 use crate::optim::AdamWConfig;
 
+use super::divergence::SpikeRule;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StageKind {
     Pretrain,
@@ -58,6 +60,8 @@ pub struct Settings {
     pub save_optimizer_state: SaveOptimizerState,
     pub stages: Vec<Stage>,
     pub chunk: u8,
+    /// When a run counts as diverged (`training.spike`).
+    pub spike: SpikeRule,
     /// `model.init_from`, opened: the model's shape (already in `config`), vocabulary
     /// and starting weights.
     pub pretrained: Option<Pretrained>,
@@ -146,6 +150,7 @@ impl Settings {
             keep_checkpoints: t.keep_checkpoints.max(1) as usize,
             save_optimizer_state: t.save_optimizer_state,
             chunk: config.chunk.clamp(1, 255) as u8,
+            spike: SpikeRule::from(&t.spike),
             stages,
             config,
             pretrained: None,

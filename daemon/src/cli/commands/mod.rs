@@ -2,6 +2,7 @@
 
 pub mod attribute;
 pub mod config;
+pub mod daemon_stop;
 pub mod listing;
 pub mod logs;
 pub mod notify;
@@ -26,9 +27,16 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
     {
         return config::check(&cli.global);
     }
-    let settings = Settings::load(&cli.global)?;
+    let mut settings = Settings::load(&cli.global)?;
     match cli.command {
-        Command::Serve { listen, tuning } => {
+        Command::Serve {
+            listen,
+            tuning,
+            no_resume,
+        } => {
+            if no_resume {
+                settings.config.supervisor.resume_on_start = false;
+            }
             daemon::run(ServeOptions {
                 args: cli.global.clone(),
                 settings,
@@ -46,8 +54,11 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             foreground: true,
             listen,
         } => {
-            let req = flags.request(cli.global.data_root.clone());
-            crate::logging::to_file(&settings.layout.daemon_log())?;
+            let req = flags.request(cli.global.data_root.clone(), &settings.config)?;
+            start::confirm_fresh(&settings, &flags)?;
+            // The start says what to run: an interrupted pipeline is not resumed first.
+            settings.config.supervisor.resume_on_start = false;
+            crate::logging::to_file(&settings.layout.daemon_log(), settings.config.logging)?;
             eprintln!(
                 "lavenderd: daemon log {} (warnings and errors also show here)",
                 settings.layout.daemon_log().display()
@@ -76,6 +87,9 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Daemon {
             action: DaemonAction::Restart,
         } => restart::run(&settings).await,
+        Command::Daemon {
+            action: DaemonAction::Stop,
+        } => daemon_stop::run(&settings).await,
         Command::Status {
             watch: true,
             interval,
@@ -85,7 +99,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Logs { follow, lines } => logs::run(&settings, follow, lines).await,
         Command::Runs { json } => listing::runs(&settings, json),
         Command::Checkpoints { run, json } => listing::checkpoints(&settings, run.as_deref(), json),
-        Command::Prune { keep_runs } => prune::run(&settings, keep_runs),
+        Command::Prune { keep_runs, yes } => prune::run(&settings, keep_runs, yes),
         Command::Service { action } => crate::service::run(&settings, action).await,
         Command::Export {
             run,
@@ -199,5 +213,6 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             action: NotifyAction::Test { channel },
         } => notify::test(&settings, channel.as_deref()).await,
         Command::Config { .. } => unreachable!("handled above"),
+        Command::LogRelay { .. } => unreachable!("main runs it before the runtime starts"),
     }
 }

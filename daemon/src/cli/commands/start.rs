@@ -9,7 +9,9 @@ use anyhow::{Context, Result, bail};
 
 use crate::cli::{ListenArgs, PipelineFlags};
 use crate::client::Client;
-use crate::pipeline::StartReply;
+use crate::confirm::confirm;
+use crate::pipeline::resumable;
+use crate::pipeline::{PipelineRecord, StartReply};
 use crate::settings::{GlobalArgs, Settings};
 
 const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -21,6 +23,11 @@ pub async fn run(
     listen: &ListenArgs,
 ) -> Result<ExitCode> {
     let layout = &settings.layout;
+    let req = flags.request(
+        global.data_root.as_ref().map(|_| layout.data_root.clone()),
+        &settings.config,
+    )?;
+    confirm_fresh(settings, flags)?;
     let client = Client::new(&layout.socket());
     if !client.is_up().await {
         spawn_daemon(settings, listen)?;
@@ -37,7 +44,6 @@ pub async fn run(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let req = flags.request(global.data_root.as_ref().map(|_| layout.data_root.clone()));
     let body = serde_json::to_value(&req)?;
     let resp = client
         .request("POST", "/pipeline/start", Some(&body))
@@ -75,6 +81,28 @@ pub async fn run(
     }
 }
 
+/// `--fresh` over an unfinished run walks away from its training: asked first on a
+/// terminal, `--yes` without one. Nothing to walk away from, nothing to ask.
+pub fn confirm_fresh(settings: &Settings, flags: &PipelineFlags) -> Result<()> {
+    if !flags.fresh {
+        return Ok(());
+    }
+    let layout = &settings.layout;
+    let chunk = flags.chunk.unwrap_or(settings.config.chunk);
+    let record = PipelineRecord::load(layout)?;
+    let Some(run) = resumable::find(layout, &record, chunk) else {
+        return Ok(());
+    };
+    confirm(
+        &format!(
+            "start chunk {chunk} over from step 0 in a new run, leaving {} unfinished at step {} (its checkpoints stay on disk)",
+            layout.to_recorded(&run.run_dir).display(),
+            run.step
+        ),
+        flags.yes,
+    )
+}
+
 fn spawn_daemon(settings: &Settings, listen: &ListenArgs) -> Result<()> {
     let layout = &settings.layout;
     layout
@@ -87,9 +115,10 @@ fn spawn_daemon(settings: &Settings, listen: &ListenArgs) -> Result<()> {
         .with_context(|| format!("open {}", layout.daemon_log().display()))?;
     // Started by the path this command was run by, so a restart alone after an
     // upgrade runs what is installed there then.
-    let exe = crate::daemon::reexec::invoked_exe()?;
+    let exe = crate::exe::invoked_exe()?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(settings.to_args()).arg("serve");
+    // The request that follows says what to run: no resume of an interrupted pipeline first.
+    cmd.args(settings.to_args()).args(["serve", "--no-resume"]);
     if let Some(addr) = listen.listen {
         cmd.args(["--listen", &addr.to_string()]);
     }

@@ -1,16 +1,16 @@
-//! A worker ended: judged, then the next step, a restart after the backoff, or
-//! the pipeline failed (restarts exhausted, or the worker cannot start).
+//! A worker ended: a stop finished, a hung worker killed (restart it), or judged:
+//! the next step, the step stopped from outside, or a failure for the policy
+//! (`restart.rs`).
 
-use lavender::config::PipelineStep;
 use lavender::status::{PipelineState, StepState};
-use tokio::time::Instant;
 
-use super::{Actor, WorkerExit};
+use super::{Actor, PendingRestart, WorkerExit};
 use crate::alert::Alert;
-use crate::exit::ExitOutcome;
+use crate::pipeline::inputs::StepInputs;
 use crate::pipeline::judge::{Verdict, judge};
-use crate::pipeline::markers;
+use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::StopReport;
+use crate::pipeline::{markers, plan};
 
 impl Actor {
     pub(super) fn on_exit(&mut self, exit: WorkerExit) {
@@ -35,21 +35,42 @@ impl Actor {
             for waiter in stopping.waiters {
                 let _ = waiter.send(report.clone());
             }
+            if stopping.resume_after {
+                self.resume_at_start(StopCause::DaemonExit);
+            }
             return;
         }
 
-        match judge(
+        if let Some(hung) = self.hung.take() {
+            let last_step = hung.report.step;
+            self.restart_after(
+                &worker,
+                PendingRestart::Hung(hung.report),
+                exit.outcome,
+                last_step,
+            );
+            return;
+        }
+
+        let judged = judge(
             step,
             exit.outcome,
             self.record.run_dir.as_deref(),
             &self.layout.data_root,
-            worker.started_at,
-        ) {
+            Some(worker.started_at),
+        );
+        match judged.verdict {
             Verdict::Success => {
                 let chunk = self.record.chunk.unwrap_or(self.config.chunk);
-                if let Err(e) =
-                    markers::write(&self.layout, chunk, step, self.record.run_dir.as_deref())
-                {
+                let ran_with = plan::worker_config(&self.layout, &self.config);
+                let inputs = StepInputs::of(step, &ran_with, &self.layout.data_root, chunk);
+                if let Err(e) = markers::write(
+                    &self.layout,
+                    chunk,
+                    step,
+                    self.record.run_dir.as_deref(),
+                    Some(inputs),
+                ) {
                     tracing::error!("{e:#}");
                 }
                 self.record.set_step(step, StepState::Done);
@@ -58,86 +79,21 @@ impl Actor {
             }
             Verdict::StoppedExternally => {
                 self.record.state = PipelineState::Stopped;
+                self.record.stop_cause = Some(StopCause::External);
                 self.record.set_step(step, StepState::Pending);
                 self.commit();
                 self.alert(Alert::StoppedExternally { step });
             }
-            Verdict::Crash(reason) => self.crashed(step, exit.outcome, reason, worker.started),
+            Verdict::Failed { failure, .. } => {
+                tracing::warn!(%step, kind = %failure.kind, "the worker failed: {}", failure.message);
+                self.record.failure = Some(failure.clone());
+                self.restart_after(
+                    &worker,
+                    PendingRestart::Failed(failure),
+                    exit.outcome,
+                    judged.last_step,
+                );
+            }
         }
-    }
-
-    pub(super) fn crashed(
-        &mut self,
-        step: PipelineStep,
-        outcome: ExitOutcome,
-        reason: String,
-        started: Instant,
-    ) {
-        if started.elapsed() >= self.timings.reset_after {
-            // It made progress for long enough: this crash starts a fresh count.
-            self.record.restarts = 0;
-        }
-        if self.record.restarts >= self.timings.max_restarts {
-            self.fail_after(
-                step,
-                format!(
-                    "{reason}; gave up after {} restart(s) (supervisor.max_restarts)",
-                    self.record.restarts
-                ),
-                Some(outcome),
-            );
-            return;
-        }
-        self.record.restarts += 1;
-        let delay = self.timings.backoff.before(self.record.restarts);
-        self.record.state = PipelineState::Crashed;
-        self.record.restart_pending = true;
-        self.record.last_error = Some(reason);
-        self.restart_at = Some(Instant::now() + delay);
-        self.last_exit = Some(outcome);
-        self.commit();
-        self.alert(Alert::Crashed {
-            step,
-            outcome,
-            restart: self.record.restarts,
-            max_restarts: self.timings.max_restarts,
-            restart_in: delay,
-            log_file: self.record.log_file.clone(),
-        });
-    }
-
-    pub(super) fn on_restart_due(&mut self) {
-        self.restart_at = None;
-        let Some(step) = self.record.active_step else {
-            return;
-        };
-        self.spawn_step(step, true);
-    }
-
-    pub(super) fn fail(&mut self, step: PipelineStep, reason: String) {
-        self.fail_after(step, reason, None);
-    }
-
-    pub(super) fn fail_after(
-        &mut self,
-        step: PipelineStep,
-        reason: String,
-        last_exit: Option<ExitOutcome>,
-    ) {
-        tracing::error!(%step, "{reason}");
-        self.record.state = PipelineState::Failed;
-        self.record.set_step(step, StepState::Failed);
-        self.record.restart_pending = false;
-        self.record.worker = None;
-        self.record.last_error = Some(reason.clone());
-        self.restart_at = None;
-        self.last_exit = None;
-        self.commit();
-        self.alert(Alert::Failed {
-            step,
-            reason,
-            restarts: self.record.restarts,
-            last_exit,
-        });
     }
 }

@@ -1,18 +1,25 @@
 //! The pipeline actor: one task owns the state machine and the worker; everything
 //! else talks to it through the [`PipelineHandle`]'s commands and watches its
 //! published record. A file per transition: `start` (and the steps that follow),
-//! `exit`, `stop`, `recover` (after a daemon restart).
+//! `exit`, `restart` (a failed or hung worker restarted, or the pipeline failed),
+//! `hung` (a worker that stopped beating killed), `stop`, `recover` (after a daemon
+//! restart) and `resume` (an interrupted pipeline resumed at daemon start).
 //!
 //! The actor never blocks: what may take seconds (`sbatch`, `scontrol`, `scancel`,
 //! deleting old runs) runs on the blocking pool, and a launch reports back with a
 //! [`LaunchDone`], so a status, a stop or the watchdog's ping is answered meanwhile.
 
 mod exit;
+mod hung;
 mod recover;
+mod restart;
+mod resume;
 mod start;
 mod stop;
 #[cfg(test)]
 mod tests;
+
+use std::path::PathBuf;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
@@ -20,8 +27,8 @@ use lavender::config::{Config, PipelineStep};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::handle::{Command, PipelineHandle, StartError, StartReply};
-use super::record::{PipelineRecord, WorkerRecord};
+use super::handle::{Command, HungReport, PipelineHandle, StartError, StartReply};
+use super::record::{PipelineRecord, StopCause, WorkerRecord};
 use super::restart::Timings;
 use super::stop::{StopMark, StopReport};
 use crate::alert::{Alert, AlertSender};
@@ -34,9 +41,11 @@ struct LiveWorker {
     handle: WorkerHandle,
     step: PipelineStep,
     started: Instant,
-    started_at: Option<DateTime<Utc>>,
+    started_at: DateTime<Utc>,
     /// Spawned by this daemon (not re-adopted): its exit is reaped by us.
     own_child: bool,
+    /// The step of the checkpoint it resumed from (see `WorkerRecord`).
+    resumed_from_step: Option<u64>,
 }
 
 struct WorkerExit {
@@ -55,6 +64,20 @@ struct Launching {
     generation: u64,
     step: PipelineStep,
     after_crash: bool,
+    /// The checkpoint it resumes from, and that checkpoint's step when the daemon
+    /// brings a training worker back (a restart, a resume).
+    resume: Option<PathBuf>,
+    resumed_from_step: Option<u64>,
+    /// Why the daemon launches it again, for what it says once it runs.
+    relaunch: Option<Relaunch>,
+}
+
+/// A step launched again by the daemon itself.
+enum Relaunch {
+    /// After a failure or a hang (`None`: decided by a daemon before this one).
+    Restart(Option<PendingRestart>),
+    /// At daemon start, a pipeline interrupted by the daemon's exit or a power loss.
+    Resume(StopCause),
 }
 
 /// How a launch went, reported back to the actor.
@@ -67,7 +90,7 @@ struct LaunchDone {
 struct PendingStart {
     reply: oneshot::Sender<Result<StartReply, StartError>>,
     chunk: u32,
-    scale: String,
+    scale: lavender::config::Scale,
     notices: Vec<String>,
 }
 
@@ -77,6 +100,23 @@ struct Stopping {
     waiters: Vec<oneshot::Sender<StopReport>>,
     mark: StopMark,
     step: PipelineStep,
+    /// A stop for the previous daemon's exit, finished by this one: resume after it
+    /// (as the start of this daemon would have).
+    resume_after: bool,
+}
+
+/// A hung worker being killed: SIGTERM sent, SIGKILL at `deadline`; its exit
+/// restarts it.
+struct HungKill {
+    deadline: Instant,
+    killed: bool,
+    report: HungReport,
+}
+
+/// Why the restart that is due was decided, for what it says once started.
+enum PendingRestart {
+    Hung(HungReport),
+    Failed(lavender::failure::Failure),
 }
 
 struct Actor {
@@ -95,7 +135,10 @@ struct Actor {
     /// How the worker whose restart is pending ended: the "failed" alert tells it
     /// when that restart cannot be started.
     last_exit: Option<ExitOutcome>,
+    /// Why the pending restart was decided (not kept across a daemon restart).
+    pending: Option<PendingRestart>,
     stopping: Option<Stopping>,
+    hung: Option<HungKill>,
     /// The launch whose worker the pipeline waits for; a stop abandons it.
     launching: Option<Launching>,
     /// Launches not reported back yet, abandoned ones included.
@@ -141,7 +184,9 @@ fn spawn_with(
         generation: 0,
         restart_at: None,
         last_exit: None,
+        pending: None,
         stopping: None,
+        hung: None,
         launching: None,
         launches_in_flight: 0,
         pending_start: None,
@@ -176,11 +221,16 @@ impl Actor {
         mut launches: mpsc::UnboundedReceiver<LaunchDone>,
     ) {
         loop {
-            let kill_at = self
+            let stop_kill_at = self
                 .stopping
                 .as_ref()
                 .filter(|s| !s.killed)
                 .map(|s| s.deadline);
+            let hung_kill_at = self.hung.as_ref().filter(|h| !h.killed).map(|h| h.deadline);
+            let kill_at = match (stop_kill_at, hung_kill_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             tokio::select! {
                 cmd = cmds.recv() => match cmd {
                     Some(Command::Detach { reply }) => self.detaching = Some(reply),
@@ -191,7 +241,10 @@ impl Actor {
                 Some(exit) = exits.recv() => self.on_exit(exit),
                 Some(change) = jobs.recv() => self.on_job_change(change),
                 _ = sleep_until_opt(self.restart_at) => self.on_restart_due(),
-                _ = sleep_until_opt(kill_at) => self.escalate(),
+                _ = sleep_until_opt(kill_at) => {
+                    self.escalate();
+                    self.escalate_hung();
+                }
             }
             if self.launches_in_flight == 0
                 && let Some(reply) = self.detaching.take()
@@ -219,7 +272,26 @@ impl Actor {
     fn on_command(&mut self, cmd: Command) {
         match cmd {
             Command::Start { req, reply } => self.start(req, reply),
-            Command::Stop { timeout, reply } => self.stop(timeout, reply),
+            Command::Stop {
+                timeout,
+                cause,
+                reply,
+            } => self.stop(timeout, cause, reply),
+            Command::Hung(report) => self.on_hung(report),
+            Command::Interval { run_dir, longest_s } => {
+                if self.record.run_dir.as_ref() == Some(&run_dir)
+                    && self
+                        .record
+                        .heartbeat_interval_s
+                        .is_none_or(|known| longest_s > known)
+                {
+                    tracing::info!(
+                        "learned heartbeat interval: {longest_s:.3} s (the longest between two training steps so far)"
+                    );
+                    self.record.heartbeat_interval_s = Some(longest_s);
+                    self.commit();
+                }
+            }
             Command::Reload { config } => {
                 self.timings = Timings::from_config(&config.supervisor);
                 self.backend = backend_for(&self.layout, &config);

@@ -1,24 +1,31 @@
 //! After a daemon restart: the worker of `pipeline.json` re-adopted if it lives,
-//! judged from its files if it ended unwatched, or a pending restart resumed.
+//! judged from its files if it ended unwatched, or a pending restart resumed. A
+//! pipeline the previous daemon's exit interrupted, or that a power loss took
+//! down with its worker, resumes (`resume.rs`).
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use lavender::status::PipelineState;
 use tokio::time::Instant;
 
 use super::{Actor, LiveWorker, Stopping, WorkerExit};
 use crate::alert::Alert;
 use crate::exit::ExitOutcome;
+use crate::pipeline::judge::{Verdict, judge};
+use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::StopMark;
 
 impl Actor {
     /// After a daemon restart: adopt a live worker, or account for one that ended
-    /// while no daemon was watching, or resume a pending restart.
+    /// while no daemon was watching, or resume a pending restart or an interrupted
+    /// pipeline.
     pub(super) fn recover(&mut self) {
+        let interrupted = matches!(
+            self.record.stop_cause,
+            Some(StopCause::DaemonExit | StopCause::PowerLoss)
+        );
         if let Some(w) = self.record.worker.clone() {
             if w.handle.is_alive() {
-                let elapsed = parse_time(&w.started_at)
-                    .map(|t| (Utc::now() - t).to_std().unwrap_or_default())
-                    .unwrap_or_default();
+                let elapsed = (Utc::now() - w.started_at).to_std().unwrap_or_default();
                 let started = Instant::now()
                     .checked_sub(elapsed)
                     .unwrap_or_else(Instant::now);
@@ -28,8 +35,9 @@ impl Actor {
                     handle: w.handle.clone(),
                     step: w.step,
                     started,
-                    started_at: parse_time(&w.started_at),
+                    started_at: w.started_at,
                     own_child: false,
+                    resumed_from_step: w.resumed_from_step,
                 });
                 self.watch_adopted(self.generation, w.handle.clone());
                 if self.record.state == PipelineState::Stopping {
@@ -43,6 +51,7 @@ impl Actor {
                             &self.layout.checkpoints_root(),
                         ),
                         step: w.step,
+                        resume_after: interrupted,
                     });
                 } else {
                     self.record.state = PipelineState::Running;
@@ -57,14 +66,31 @@ impl Actor {
             }
             // It ended while no daemon watched: judge it from the files.
             let was_stopping = self.record.state == PipelineState::Stopping;
+            if !was_stopping {
+                let judged = judge(
+                    w.step,
+                    ExitOutcome::Unknown,
+                    self.record.run_dir.as_deref(),
+                    &self.layout.data_root,
+                    Some(w.started_at),
+                );
+                if let Verdict::Failed { said: false, .. } = judged.verdict {
+                    // Gone without a word, and the daemon with it: a power loss, a
+                    // reboot, or both killed. Not the worker's failure: resume.
+                    self.record.worker = None;
+                    self.resume_at_start(StopCause::PowerLoss);
+                    return;
+                }
+            }
             self.generation += 1;
             self.worker = Some(LiveWorker {
                 generation: self.generation,
-                started_at: parse_time(&w.started_at),
+                started_at: w.started_at,
                 handle: w.handle,
                 step: w.step,
                 started: Instant::now(),
                 own_child: false,
+                resumed_from_step: w.resumed_from_step,
             });
             if was_stopping {
                 self.stopping = Some(Stopping {
@@ -77,6 +103,7 @@ impl Actor {
                         newest_before: None,
                     },
                     step: w.step,
+                    resume_after: interrupted,
                 });
             }
             self.on_exit(WorkerExit {
@@ -87,19 +114,31 @@ impl Actor {
         }
         if self.record.restart_pending {
             self.restart_at =
-                Some(Instant::now() + self.timings.backoff.before(self.record.restarts));
+                Some(Instant::now() + self.timings.restart_delay(self.record.restarts));
         } else if self.record.state == PipelineState::Running {
             // The daemon died between two steps.
             self.advance();
         } else if self.record.state == PipelineState::Stopping {
             self.record.state = PipelineState::Stopped;
             self.commit();
+            if interrupted {
+                self.resume_at_start(StopCause::DaemonExit);
+            }
+        } else if self.record.state == PipelineState::Stopped {
+            match self.record.stop_cause {
+                Some(cause @ (StopCause::DaemonExit | StopCause::PowerLoss)) => {
+                    self.resume_at_start(cause)
+                }
+                Some(StopCause::Operator | StopCause::External) => tracing::info!(
+                    "the pipeline was stopped by {}; it stays stopped until `lavenderd start`",
+                    if self.record.stop_cause == Some(StopCause::Operator) {
+                        "the operator"
+                    } else {
+                        "a SIGTERM from outside lavenderd"
+                    }
+                ),
+                None => {}
+            }
         }
     }
-}
-
-fn parse_time(s: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
 }

@@ -8,7 +8,10 @@ use nix::sys::signal::Signal;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{Actor, JobChange, LaunchDone, Launching, LiveWorker, PendingStart, WorkerExit};
+use super::{
+    Actor, JobChange, LaunchDone, Launching, LiveWorker, PendingRestart, PendingStart, Relaunch,
+    WorkerExit,
+};
 use crate::alert::Alert;
 use crate::pipeline::handle::{StartError, StartReply};
 use crate::pipeline::plan;
@@ -36,7 +39,7 @@ impl Actor {
             chunk,
             scale,
             notices,
-        } = match plan::prepare(&self.layout, &self.config, req) {
+        } = match plan::prepare(&self.layout, &self.config, &self.record, req) {
             Ok(prepared) => prepared,
             Err(e) => {
                 let _ = reply.send(Err(e));
@@ -107,7 +110,7 @@ impl Actor {
                 self.alert(self.finished_alert());
                 self.prune_old_runs();
             }
-            Some(step) => self.spawn_step(step, false),
+            Some(step) => self.spawn_step(step, false, None),
         }
     }
 
@@ -157,14 +160,32 @@ impl Actor {
 
     /// Launches `step` on the blocking pool (`sbatch` may take seconds; a local spawn
     /// forks); [`Actor::on_launched`] takes the worker, or fails the step.
-    pub(super) fn spawn_step(&mut self, step: PipelineStep, after_crash: bool) {
+    /// `after_crash`: from the run's newest complete checkpoint; `relaunch`: why the
+    /// daemon launches it again by itself.
+    pub(super) fn spawn_step(
+        &mut self,
+        step: PipelineStep,
+        after_crash: bool,
+        relaunch: Option<Relaunch>,
+    ) {
         let spec = plan::spawn_spec(&self.layout, &self.config, &self.record, step, after_crash);
+        // A training worker brought back by the daemon: the step its checkpoint was
+        // saved at (0 without one). Ending without training past it is no progress.
+        let resumed_from_step = (after_crash && step == PipelineStep::Train).then(|| {
+            spec.resume
+                .as_deref()
+                .and_then(|p| lavender::trainer_state::read(p).ok())
+                .map_or(0, |s| s.step)
+        });
         self.generation += 1;
         let generation = self.generation;
         self.launching = Some(Launching {
             generation,
             step,
             after_crash,
+            resume: spec.resume.clone(),
+            resumed_from_step,
+            relaunch,
         });
         self.launches_in_flight += 1;
         let jobs = self.jobs_tx.clone();
@@ -199,40 +220,54 @@ impl Actor {
         };
         let step = launching.step;
         match done.result {
-            Ok(launched) => self.install(&launching, launched),
+            Ok(launched) => self.install(launching, launched),
             Err(e) if launching.after_crash => {
                 let last_exit = self.last_exit.take();
-                self.fail_after(step, format!("{e:#}"), last_exit);
+                let failure = match launching.relaunch {
+                    Some(Relaunch::Restart(Some(PendingRestart::Failed(f)))) => Some(f),
+                    _ => None,
+                };
+                self.fail_after(step, format!("{e:#}"), last_exit, failure);
             }
             Err(e) => self.fail(step, format!("{e:#}")),
         }
         self.answer_start();
     }
 
-    fn install(&mut self, launching: &Launching, launched: Launched) {
+    fn install(&mut self, launching: Launching, launched: Launched) {
         let (step, generation, after_crash) =
             (launching.step, launching.generation, launching.after_crash);
+        let resumed_from_step = launching.resumed_from_step;
         tracing::info!(%step, worker = %launched.handle, after_crash, "worker started");
         let started_at = lavender::time::now_utc();
         self.record.worker = Some(WorkerRecord {
             handle: launched.handle.clone(),
             step,
-            started_at: lavender::time::rfc3339_z(started_at),
+            started_at,
+            resumed_from_step,
         });
         self.worker = Some(LiveWorker {
             generation,
             handle: launched.handle,
             step,
             started: Instant::now(),
-            started_at: Some(started_at),
+            started_at,
             own_child: true,
+            resumed_from_step,
         });
         self.record.state = PipelineState::Running;
         self.record.active_step = Some(step);
         self.record.restart_pending = false;
+        self.record.stop_cause = None;
         self.last_exit = None;
         self.record.set_step(step, StepState::Running);
+        let said = launching
+            .relaunch
+            .map(|why| self.relaunched(step, why, launching.resume.as_deref()));
         self.commit();
+        if let Some(alert) = said.flatten() {
+            self.alert(alert);
+        }
         let exits = self.exits_tx.clone();
         let exit = launched.exit;
         tokio::spawn(async move {

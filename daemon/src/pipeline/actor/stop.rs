@@ -1,5 +1,7 @@
 //! A stop: SIGTERM to the worker (it saves), SIGKILL when the stop timeout passes;
-//! during a crash backoff, cancelling the restart is the stop.
+//! during a crash backoff, cancelling the restart is the stop. The record keeps
+//! who asked (`StopCause`): an operator's stop stays stopped, the daemon's own
+//! exit is resumed by its next start.
 
 use std::time::Duration;
 
@@ -9,10 +11,16 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::{Actor, Stopping};
+use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::{StopMark, StopReport};
 
 impl Actor {
-    pub(super) fn stop(&mut self, timeout: Option<Duration>, reply: oneshot::Sender<StopReport>) {
+    pub(super) fn stop(
+        &mut self,
+        timeout: Option<Duration>,
+        cause: StopCause,
+        reply: oneshot::Sender<StopReport>,
+    ) {
         if let Some(stopping) = &mut self.stopping {
             stopping.waiters.push(reply);
             return;
@@ -23,8 +31,10 @@ impl Actor {
             // worker is cancelled when its launch returns (see `on_launched`).
             self.restart_at = None;
             self.last_exit = None;
+            self.pending = None;
             self.record.restart_pending = false;
             self.record.state = PipelineState::Stopped;
+            self.record.stop_cause = Some(cause);
             self.record.set_step(launching.step, StepState::Pending);
             self.commit();
             let run_dir = self.record.run_dir.as_deref();
@@ -38,8 +48,10 @@ impl Actor {
                 // Crashed and waiting to restart: cancelling the restart is the stop.
                 self.restart_at = None;
                 self.last_exit = None;
+                self.pending = None;
                 self.record.restart_pending = false;
                 self.record.state = PipelineState::Stopped;
+                self.record.stop_cause = Some(cause);
                 if let Some(step) = self.record.active_step {
                     self.record.set_step(step, StepState::Pending);
                 }
@@ -60,8 +72,12 @@ impl Actor {
             waiters: vec![reply],
             mark,
             step: worker.step,
+            resume_after: false,
         });
+        // A hung worker being killed is stopped instead: no restart follows.
+        self.hung = None;
         self.record.state = PipelineState::Stopping;
+        self.record.stop_cause = Some(cause);
         self.commit();
     }
 
@@ -70,6 +86,9 @@ impl Actor {
         let (Some(stopping), Some(worker)) = (&mut self.stopping, &self.worker) else {
             return;
         };
+        if stopping.killed || Instant::now() < stopping.deadline {
+            return;
+        }
         tracing::warn!(
             worker = %worker.handle,
             "the worker did not exit within the stop timeout; SIGKILL"

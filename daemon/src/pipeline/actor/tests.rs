@@ -4,12 +4,16 @@
 use std::time::Duration;
 
 use lavender::config::SupervisorConfig;
-use lavender::status::PipelineState;
+use lavender::failure::FailureKind;
+use lavender::heartbeat::WorkerState;
+use lavender::status::{PipelineState, RecoveryReason, StepState};
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::*;
+use crate::pipeline::record::{StepEntry, StopCause};
 use crate::pipeline::request::StartRequest;
+use crate::process::ProcessIdentity;
 use crate::process::fake::FakeBackend;
 
 struct Harness {
@@ -20,9 +24,21 @@ struct Harness {
 }
 
 fn harness(supervisor: impl FnOnce(&mut SupervisorConfig)) -> Harness {
+    harness_after(None, supervisor)
+}
+
+/// An actor started on a data root whose `state/pipeline.json` is `saved` (what
+/// the previous daemon left).
+fn harness_after(
+    saved: Option<PipelineRecord>,
+    supervisor: impl FnOnce(&mut SupervisorConfig),
+) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path().join("data"), None);
     layout.ensure_state_dir().unwrap();
+    if let Some(mut record) = saved {
+        record.save(&layout).unwrap();
+    }
     let mut config = Config {
         steps: vec![PipelineStep::Train],
         ..Config::default()
@@ -48,13 +64,23 @@ impl Harness {
         assert_eq!(self.fake.launched(), [PipelineStep::Train]);
     }
 
-    async fn wait_state(&self, state: PipelineState) -> PipelineRecord {
+    async fn wait_for(&self, what: impl Fn(&PipelineRecord) -> bool) -> PipelineRecord {
         self.pipeline
             .subscribe()
-            .wait_for(|r| r.state == state)
+            .wait_for(what)
             .await
             .expect("the actor runs")
             .clone()
+    }
+
+    async fn wait_state(&self, state: PipelineState) -> PipelineRecord {
+        self.wait_for(|r| r.state == state).await
+    }
+
+    /// Waits until restart `n` is running.
+    async fn wait_restarted(&self, n: u32) -> PipelineRecord {
+        self.wait_for(|r| r.state == PipelineState::Running && r.restarts == n)
+            .await
     }
 
     /// The next alert the actor raised.
@@ -62,12 +88,19 @@ impl Harness {
         self.alerts.recv().await.expect("an alert")
     }
 
-    /// Starts, ends the first worker with `outcome` and takes its "crashed" alert.
-    async fn start_and_crash(&mut self, outcome: ExitOutcome) {
-        self.start().await;
-        self.fake.exit(0, outcome);
-        self.wait_state(PipelineState::Crashed).await;
-        assert!(matches!(self.alert().await, Alert::Crashed { .. }));
+    fn worker(&self) -> WorkerHandle {
+        self.pipeline.record().worker.expect("a worker runs").handle
+    }
+
+    fn hung(&self, worker: WorkerHandle, step: u64, stalled_for: f64) -> bool {
+        self.pipeline.report_hung(HungReport {
+            worker,
+            phase: WorkerState::Training,
+            step: Some(step),
+            stalled_for: secs(stalled_for),
+            allowance: secs(60.0),
+            allowance_key: "supervisor.stale_after_s",
+        })
     }
 }
 
@@ -76,43 +109,48 @@ fn secs(s: f64) -> Duration {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_crash_restarts_after_its_backoff_and_the_next_waits_longer() {
+async fn a_crash_restarts_at_once_then_after_the_backoff() {
     let mut h = harness(|s| {
         s.restart_backoff_s = vec![10.0, 30.0];
         s.max_restarts = 3;
+        s.max_no_progress_restarts = 9;
     });
     h.start().await;
     h.fake.exit(0, ExitOutcome::Code(1));
-    let record = h.wait_state(PipelineState::Crashed).await;
-    assert!(record.restart_pending);
-    assert_eq!(record.restarts, 1);
     match h.alert().await {
         Alert::Crashed {
             outcome,
+            failure,
             restart,
             restart_in,
             ..
-        } => assert_eq!(
-            (outcome, restart, restart_in),
-            (ExitOutcome::Code(1), 1, secs(10.0))
-        ),
+        } => {
+            assert_eq!(
+                (outcome, restart, restart_in),
+                (ExitOutcome::Code(1), 1, Duration::ZERO)
+            );
+            assert_eq!(failure.kind, FailureKind::Crash);
+        }
         other => panic!("{other:?}"),
     }
-    tokio::time::sleep(secs(9.9)).await;
-    assert_eq!(h.fake.launched().len(), 1, "restarted before the backoff");
-    tokio::time::sleep(secs(0.2)).await;
+    let record = h.wait_restarted(1).await;
     assert_eq!(h.fake.launched().len(), 2);
-    assert_eq!(h.pipeline.record().state, PipelineState::Running);
+    assert_eq!(record.recovery.unwrap().reason, RecoveryReason::Failed);
 
     h.fake.exit(1, ExitOutcome::Signal(9));
-    h.wait_state(PipelineState::Crashed).await;
+    let record = h.wait_state(PipelineState::Crashed).await;
+    assert!(record.restart_pending);
     assert!(
-        matches!(h.alert().await, Alert::Crashed { restart: 2, restart_in, .. } if restart_in == secs(30.0))
+        matches!(h.alert().await, Alert::Crashed { restart: 2, restart_in, .. } if restart_in == secs(10.0))
     );
-    tokio::time::sleep(secs(29.9)).await;
-    assert_eq!(h.fake.launched().len(), 2);
+    tokio::time::sleep(secs(9.9)).await;
+    assert_eq!(h.fake.launched().len(), 2, "restarted before the backoff");
     tokio::time::sleep(secs(0.2)).await;
     assert_eq!(h.fake.launched().len(), 3);
+    h.fake.exit(2, ExitOutcome::Code(1));
+    assert!(
+        matches!(h.alert().await, Alert::Crashed { restart: 3, restart_in, .. } if restart_in == secs(30.0))
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -121,8 +159,10 @@ async fn restarts_exhausted_fail_the_pipeline_with_the_last_exit() {
         s.restart_backoff_s = vec![1.0];
         s.max_restarts = 1;
     });
-    h.start_and_crash(ExitOutcome::Code(3)).await;
-    tokio::time::sleep(secs(1.1)).await;
+    h.start().await;
+    h.fake.exit(0, ExitOutcome::Code(3));
+    assert!(matches!(h.alert().await, Alert::Crashed { .. }));
+    h.wait_restarted(1).await;
     h.fake.exit(1, ExitOutcome::Code(4));
     let record = h.wait_state(PipelineState::Failed).await;
     assert!(!record.restart_pending);
@@ -131,8 +171,12 @@ async fn restarts_exhausted_fail_the_pipeline_with_the_last_exit() {
         Alert::Failed {
             restarts,
             last_exit,
+            reason,
             ..
-        } => assert_eq!((restarts, last_exit), (1, Some(ExitOutcome::Code(4)))),
+        } => {
+            assert_eq!((restarts, last_exit), (1, Some(ExitOutcome::Code(4))));
+            assert!(reason.contains("supervisor.max_restarts"), "{reason}");
+        }
         other => panic!("{other:?}"),
     }
     tokio::time::sleep(secs(60.0)).await;
@@ -145,9 +189,10 @@ async fn a_restart_that_cannot_start_fails_with_the_crash_exit() {
         s.restart_backoff_s = vec![1.0];
         s.max_restarts = 3;
     });
-    h.start_and_crash(ExitOutcome::Signal(9)).await;
+    h.start().await;
     h.fake.refuse_launches();
-    tokio::time::sleep(secs(1.1)).await;
+    h.fake.exit(0, ExitOutcome::Signal(9));
+    assert!(matches!(h.alert().await, Alert::Crashed { .. }));
     let record = h.wait_state(PipelineState::Failed).await;
     assert!(!record.restart_pending);
     match h.alert().await {
@@ -167,21 +212,141 @@ async fn a_restart_that_cannot_start_fails_with_the_crash_exit() {
 #[tokio::test(start_paused = true)]
 async fn a_long_healthy_run_starts_a_fresh_restart_count() {
     let mut h = harness(|s| {
-        s.restart_backoff_s = vec![1.0, 50.0];
+        s.restart_backoff_s = vec![50.0];
         s.max_restarts = 1;
         s.restart_reset_after_s = 60;
     });
-    h.start_and_crash(ExitOutcome::Code(1)).await;
-    tokio::time::sleep(secs(1.1)).await;
-    assert_eq!(h.fake.launched().len(), 2);
+    h.start().await;
+    h.fake.exit(0, ExitOutcome::Code(1));
+    assert!(matches!(h.alert().await, Alert::Crashed { .. }));
+    h.wait_restarted(1).await;
     // The restarted worker trains for longer than restart_reset_after_s.
     tokio::time::sleep(secs(61.0)).await;
     h.fake.exit(1, ExitOutcome::Code(1));
-    let record = h.wait_state(PipelineState::Crashed).await;
-    assert_eq!(record.restarts, 1, "counted afresh, not failed");
     assert!(
-        matches!(h.alert().await, Alert::Crashed { restart: 1, restart_in, .. } if restart_in == secs(1.0))
+        matches!(h.alert().await, Alert::Crashed { restart: 1, restart_in, .. } if restart_in.is_zero()),
+        "counted afresh, not failed"
     );
+    h.wait_for(|r| h.fake.launched().len() == 3 && r.state == PipelineState::Running)
+        .await;
+}
+
+/// A config the worker rejects, a checkpoint that does not fit, missing data: a
+/// restart would fail the same way, so the pipeline fails at once, saying why and
+/// what to do, with one alert.
+#[tokio::test(start_paused = true)]
+async fn a_failure_that_will_repeat_fails_at_once_with_the_cause_and_the_fix() {
+    for kind in [
+        FailureKind::Config,
+        FailureKind::IncompatibleCheckpoint,
+        FailureKind::Data,
+    ] {
+        let mut h = harness(|_| {});
+        h.start().await;
+        h.fake.exit(0, ExitOutcome::Code(kind.exit_code()));
+        let record = h.wait_state(PipelineState::Failed).await;
+        assert_eq!(record.restarts, 0);
+        assert_eq!(record.failure.as_ref().map(|f| f.kind), Some(kind));
+        match h.alert().await {
+            Alert::Failed {
+                reason, failure, ..
+            } => {
+                assert!(reason.contains("to fix:"), "{kind}: {reason}");
+                assert_eq!(failure.map(|f| f.kind), Some(kind));
+            }
+            other => panic!("{kind}: {other:?}"),
+        }
+        tokio::time::sleep(secs(600.0)).await;
+        assert_eq!(h.fake.launched().len(), 1, "{kind}: restarted");
+        assert!(h.alerts.try_recv().is_err(), "{kind}: one alert only");
+    }
+}
+
+/// Until the rollback transition exists, `on_diverged: rollback` fails as `fail`.
+#[tokio::test(start_paused = true)]
+async fn a_divergence_is_not_retried_blindly() {
+    let mut h = harness(|_| {});
+    h.start().await;
+    h.fake
+        .exit(0, ExitOutcome::Code(FailureKind::Diverged.exit_code()));
+    h.wait_state(PipelineState::Failed).await;
+    match h.alert().await {
+        Alert::Failed { reason, .. } => assert!(reason.contains("diverged"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.fake.launched().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn restarts_that_make_no_progress_fail_saying_so() {
+    let h = harness(|s| {
+        s.restart_backoff_s = vec![0.5];
+        s.max_restarts = 10;
+        s.max_no_progress_restarts = 2;
+    });
+    h.start().await;
+    // The fake workers write no heartbeat: none trains past where it resumed.
+    h.fake.exit(0, ExitOutcome::Code(1));
+    h.wait_restarted(1).await;
+    h.fake.exit(1, ExitOutcome::Code(1));
+    h.wait_restarted(2).await;
+    h.fake.exit(2, ExitOutcome::Code(1));
+    let record = h.wait_state(PipelineState::Failed).await;
+    assert_eq!(record.no_progress_restarts, 2);
+    let reason = record.last_error.unwrap();
+    assert!(
+        reason.contains("did not train past step 0") && reason.contains("max_no_progress"),
+        "{reason}"
+    );
+    assert_eq!(h.fake.launched().len(), 3);
+}
+
+/// A worker that stopped beating and ignores SIGTERM (a deadlock, a stopped
+/// process): SIGKILL after the grace, then restarted at once; the alert and the
+/// status say what happened.
+#[tokio::test(start_paused = true)]
+async fn a_hung_worker_is_killed_after_the_grace_and_restarted() {
+    let mut h = harness(|s| s.stall_kill_grace_s = 2.0);
+    h.fake.ignore_sigterm();
+    h.start().await;
+    assert!(h.hung(h.worker(), 12, 95.0));
+    h.wait_for(|r| r.last_error.is_some()).await;
+    assert_eq!(h.fake.signals(0), [Signal::SIGTERM]);
+    tokio::time::sleep(secs(1.9)).await;
+    assert_eq!(
+        h.fake.signals(0),
+        [Signal::SIGTERM],
+        "SIGKILL before the grace"
+    );
+    tokio::time::sleep(secs(0.2)).await;
+    assert_eq!(h.fake.signals(0), [Signal::SIGTERM, Signal::SIGKILL]);
+    let record = h.wait_restarted(1).await;
+    assert_eq!(h.fake.launched().len(), 2);
+    let recovery = record.recovery.expect("the status says why");
+    assert_eq!(recovery.reason, RecoveryReason::Hung);
+    assert_eq!(
+        recovery.message,
+        "hung at step 12 for 1m 35s; restarted from the start (no checkpoint yet)"
+    );
+    match h.alert().await {
+        Alert::HungRestarted { message, .. } => assert_eq!(message, recovery.message),
+        other => panic!("{other:?}"),
+    }
+    // Reported twice, or about a worker that is gone: nothing more happens.
+    assert!(h.hung(h.fake_handle(0), 12, 200.0));
+    tokio::time::sleep(secs(30.0)).await;
+    assert_eq!(h.fake.launched().len(), 2);
+    assert!(h.fake.signals(1).is_empty());
+}
+
+impl Harness {
+    /// The handle of fake worker `n` (0-based, in launch order).
+    fn fake_handle(&self, n: u32) -> WorkerHandle {
+        WorkerHandle::Local(ProcessIdentity {
+            pid: (1 << 30) + n,
+            start_time: "fake".into(),
+        })
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -198,7 +363,9 @@ async fn a_stop_escalates_to_sigkill_after_the_timeout() {
     assert_eq!(h.fake.signals(0), [Signal::SIGTERM, Signal::SIGKILL]);
     let report = stop.await.unwrap().expect("a report");
     assert!(report.killed && report.was_running, "{report:?}");
-    assert_eq!(h.pipeline.record().state, PipelineState::Stopped);
+    let record = h.pipeline.record();
+    assert_eq!(record.state, PipelineState::Stopped);
+    assert_eq!(record.stop_cause, Some(StopCause::Operator));
 }
 
 #[tokio::test(start_paused = true)]
@@ -212,21 +379,145 @@ async fn a_worker_that_saves_on_sigterm_stops_without_escalation() {
     assert!(record.worker.is_none());
 }
 
+/// A stop while a hung worker is being killed is a stop: no restart follows.
+#[tokio::test(start_paused = true)]
+async fn a_stop_while_killing_a_hung_worker_does_not_restart_it() {
+    let h = harness(|s| s.stall_kill_grace_s = 5.0);
+    h.fake.ignore_sigterm();
+    h.start().await;
+    assert!(h.hung(h.worker(), 3, 70.0));
+    h.wait_for(|r| r.last_error.is_some()).await;
+    let report = h.pipeline.stop(Some(secs(1.0))).await.expect("a report");
+    assert!(report.killed, "{report:?}");
+    tokio::time::sleep(secs(30.0)).await;
+    assert_eq!(h.fake.launched().len(), 1);
+    assert_eq!(h.pipeline.record().state, PipelineState::Stopped);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_stop_during_the_backoff_cancels_the_restart() {
     let mut h = harness(|s| {
         s.restart_backoff_s = vec![10.0];
         s.max_restarts = 3;
     });
-    h.start_and_crash(ExitOutcome::Code(1)).await;
+    h.start().await;
+    h.fake.exit(0, ExitOutcome::Code(1));
+    h.wait_restarted(1).await;
+    h.fake.exit(1, ExitOutcome::Code(1));
+    h.wait_state(PipelineState::Crashed).await;
+    while let Ok(alert) = h.alerts.try_recv() {
+        assert!(matches!(alert, Alert::Crashed { .. }), "{alert:?}");
+    }
     let report = h.pipeline.stop(None).await.expect("a report");
     assert!(
         report.message.starts_with("cancelled the pending restart"),
         "{report:?}"
     );
     tokio::time::sleep(secs(60.0)).await;
-    assert_eq!(h.fake.launched().len(), 1, "restarted after the stop");
+    assert_eq!(h.fake.launched().len(), 2, "restarted after the stop");
     assert_eq!(h.pipeline.record().state, PipelineState::Stopped);
+}
+
+/// What the previous daemon left: a train step stopped (or running) in a run.
+fn left_behind(state: PipelineState, cause: Option<StopCause>) -> PipelineRecord {
+    PipelineRecord {
+        state,
+        chunk: Some(1),
+        scale: Some(lavender::config::Scale::Tiny),
+        steps: vec![StepEntry {
+            name: PipelineStep::Train,
+            state: StepState::Pending,
+        }],
+        active_step: Some(PipelineStep::Train),
+        stop_cause: cause,
+        ..PipelineRecord::idle()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_daemons_own_exit_is_resumed_at_its_next_start() {
+    let mut h = harness_after(
+        Some(left_behind(
+            PipelineState::Stopped,
+            Some(StopCause::DaemonExit),
+        )),
+        |_| {},
+    );
+    let record = h.wait_state(PipelineState::Running).await;
+    assert_eq!(h.fake.launched(), [PipelineStep::Train]);
+    assert_eq!(record.stop_cause, None);
+    let recovery = record.recovery.expect("the status says why it resumed");
+    assert_eq!(recovery.reason, RecoveryReason::DaemonExit);
+    assert!(matches!(
+        h.alert().await,
+        Alert::Resumed {
+            reason: RecoveryReason::DaemonExit,
+            ..
+        }
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_gone_with_the_daemon_is_a_power_loss_and_resumes() {
+    let mut record = left_behind(PipelineState::Running, None);
+    record.steps[0].state = StepState::Running;
+    // A worker of the previous boot: no such process now.
+    record.worker = Some(WorkerRecord {
+        handle: WorkerHandle::Local(ProcessIdentity {
+            pid: (1 << 30) + 77,
+            start_time: "1".into(),
+        }),
+        step: PipelineStep::Train,
+        started_at: "2026-01-01T00:00:00Z".parse().unwrap(),
+        resumed_from_step: None,
+    });
+    let mut h = harness_after(Some(record), |_| {});
+    // The record said running all along: wait for the new worker.
+    let record = h.wait_for(|r| r.recovery.is_some()).await;
+    assert_eq!(h.fake.launched(), [PipelineStep::Train]);
+    assert_eq!(record.restarts, 0, "not counted as a crash restart");
+    assert_eq!(record.recovery.unwrap().reason, RecoveryReason::PowerLoss);
+    assert!(matches!(
+        h.alert().await,
+        Alert::Resumed {
+            reason: RecoveryReason::PowerLoss,
+            ..
+        }
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_operators_stop_and_resume_on_start_off_stay_stopped() {
+    for (cause, resume_on_start) in [
+        (StopCause::Operator, true),
+        (StopCause::External, true),
+        (StopCause::DaemonExit, false),
+    ] {
+        let h = harness_after(
+            Some(left_behind(PipelineState::Stopped, Some(cause))),
+            |s| s.resume_on_start = resume_on_start,
+        );
+        assert!(h.pipeline.ping().await);
+        tokio::time::sleep(secs(60.0)).await;
+        assert!(h.fake.launched().is_empty(), "{cause:?} resumed");
+        let record = h.pipeline.record();
+        assert_eq!(record.state, PipelineState::Stopped);
+        assert_eq!(record.stop_cause, Some(cause));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_learned_interval_is_kept_in_the_run_when_it_grows() {
+    let h = harness(|_| {});
+    h.start().await;
+    let run = h.pipeline.record().run_dir.expect("a run");
+    assert!(h.pipeline.report_interval(run.clone(), 1.5));
+    h.wait_for(|r| r.heartbeat_interval_s == Some(1.5)).await;
+    // Shorter, or another run's: kept as it was.
+    assert!(h.pipeline.report_interval(run, 1.0));
+    assert!(h.pipeline.report_interval("/elsewhere".into(), 9.0));
+    assert!(h.pipeline.ping().await);
+    assert_eq!(h.pipeline.record().heartbeat_interval_s, Some(1.5));
 }
 
 /// Until `cond` holds, letting the actor and the blocking pool run.

@@ -1,24 +1,46 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 
 use crate::pipeline::{StartError, StartReply, StartRequest};
 use crate::server::AppState;
 use crate::server::error::ApiError;
 use crate::server::strict_json::StrictJson;
 
-/// `POST /pipeline/start`: body mirrors the CLI flags; 409 when already running.
+/// `POST /pipeline/start`: body mirrors the CLI flags; 409 when already running, and
+/// when an unfinished run could be resumed and neither `resume` nor `fresh` was given
+/// (the body then also carries `run_dir`, `resume_command` and `fresh_command`).
 pub async fn post(
     State(app): State<AppState>,
     StrictJson(req): StrictJson<StartRequest>,
-) -> Result<Json<StartReply>, ApiError> {
+) -> Result<Json<StartReply>, Response> {
     let reply = app.pipeline.start(req).await.map_err(|e| {
         let status = match e {
-            StartError::AlreadyRunning { .. } => StatusCode::CONFLICT,
+            StartError::AlreadyRunning { .. } | StartError::Resumable { .. } => {
+                StatusCode::CONFLICT
+            }
             StartError::Invalid(_) => StatusCode::BAD_REQUEST,
             StartError::Spawn(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        ApiError::new(status, e.to_string())
+        match &e {
+            StartError::Resumable {
+                run_dir,
+                resume_command,
+                fresh_command,
+                ..
+            } => (
+                status,
+                Json(serde_json::json!({
+                    "error": e.to_string(),
+                    "run_dir": run_dir,
+                    "resume_command": resume_command,
+                    "fresh_command": fresh_command,
+                })),
+            )
+                .into_response(),
+            _ => ApiError::new(status, e.to_string()).into_response(),
+        }
     })?;
     // A status read right after the start shows the pipeline running.
     app.cache.caught_up(&app.pipeline.record()).await;

@@ -79,7 +79,7 @@ pub fn render(m: &Inputs<'_>) -> String {
         ),
         gauge(
             "lavender_heartbeat_stale",
-            "1 when the heartbeat is older than supervisor.stale_after_s.",
+            "1 when the live worker has gone longer without a heartbeat than its phase allows (supervisor.stale_after_s while training).",
             bool01(t.heartbeat_stale),
         ),
         gauge(

@@ -275,7 +275,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     m.counts.insert("dpo_pairs".into(), dpo_train);
     m.counts.insert("dpo_heldout".into(), dpo_heldout);
     m.outputs = index_outputs(&index);
-    selection_into(ctx, &mut m, &shard_list);
+    shards::selection_into(ctx, &mut m, &shard_list);
     step::commit(ctx, staged, m)?;
     Ok(())
 }
@@ -427,23 +427,6 @@ impl<'t> RecordSink<'t> {
     }
 }
 
-fn selection_into(ctx: &Ctx, m: &mut StepManifest, shard_list: &[ShardEntry]) {
-    let names: Vec<String> = shard_list.iter().map(|e| e.shard.clone()).collect();
-    let used = tokens::select_shards(&names, ctx.settings.chunk, ctx.settings.scale_shards);
-    m.counts.insert("shards_used".into(), used.len() as u64);
-    m.counts
-        .insert("shards_available".into(), names.len() as u64);
-    m.extra.insert(
-        "selection".into(),
-        json!({
-            "chunk": ctx.settings.chunk,
-            "scale": ctx.settings.scale,
-            "scale_shards": ctx.settings.scale_shards,
-            "shards": used,
-        }),
-    );
-}
-
 /// A skipped precompute still records the selection of this run's (chunk, scale).
 fn record_selection(ctx: &Ctx, m: &mut StepManifest) -> Result<()> {
     let index = tokens::Tokens::open(&ctx.root.join(lavender::data_root::TOKENS))?.index;
@@ -460,7 +443,7 @@ fn record_selection(ctx: &Ctx, m: &mut StepManifest) -> Result<()> {
         })
         .collect();
     let before = m.extra.get("selection").cloned();
-    selection_into(ctx, m, &entries);
+    shards::selection_into(ctx, m, &entries);
     if m.extra.get("selection").cloned() != before {
         super::manifest::write(&ctx.root, m)?;
     }

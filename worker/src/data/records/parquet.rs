@@ -91,12 +91,14 @@ pub(super) fn read(
                 break;
             }
             let mut next_value = values.iter();
+            // A level below the maximum is a null row (levels are read only when nullable).
+            let is_null = |i: usize| levels.get(i).is_some_and(|&l| l < column.max_def_level());
             for i in 0..records {
                 let at = Place::Row {
                     group,
                     row: row + i,
                 };
-                if nullable && levels[i] < column.max_def_level() {
+                if is_null(i) {
                     let reason = format!("column {:?} is null; expected a string", file.key);
                     on_record(Record::Bad { at, reason })?;
                     continue;

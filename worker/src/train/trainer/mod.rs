@@ -8,16 +8,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use lavender::checkpoint::Checkpoint;
 use lavender::config::SaveOptimizerState;
 use lavender::events::{Event, kind as kinds};
+use lavender::failure::FailureKind;
 use lavender::heartbeat::WorkerState;
 use serde_json::json;
 use tch::{Device, Tensor};
 
 use super::checkpointing::{Position, Progress, REFERENCE_FILE, REFERENCE_STEP, Resumed};
 use super::data::{DpoData, PretrainData, Sampler, SftData, validation_batches};
+use super::divergence::Detector;
 use super::ema::{EMA_FILE, Ema};
 use super::history::History;
 use super::objective::{Eval, Objective};
@@ -26,6 +28,7 @@ use super::rng::seed_torch;
 use super::settings::{Settings, Stage, StageKind};
 use super::staging::BatchStager;
 use super::status::Reporter;
+use crate::failure::{self, KindExt};
 use crate::hard_examples;
 use crate::model::Gpt;
 use crate::optim::{AdamW, LrSchedule, clip_grad_norm};
@@ -58,6 +61,7 @@ pub struct Parts {
     /// Test hook: behave as if SIGTERM arrived once this global step is done.
     pub stop_at_step: Option<u64>,
     /// Test hook: the writer of this save (1-based) never commits it.
+    #[cfg(feature = "test-hooks")]
     pub hold_save: Option<u32>,
     /// When this process started, for the run's wall time.
     pub started: Instant,
@@ -105,6 +109,7 @@ pub struct Trainer {
     reporter: Reporter,
     stop: Arc<AtomicBool>,
     stop_at_step: Option<u64>,
+    #[cfg(feature = "test-hooks")]
     hold_save: Option<u32>,
     started: Instant,
     /// What a checkpoint restores: step, position, losses, wall time, latest save.
@@ -121,6 +126,10 @@ pub struct Trainer {
     reference: Option<Gpt>,
     /// The global step at which the current DPO reference was taken.
     reference_step: Option<u64>,
+    /// Judges every step's loss and gradient norm (`training.spike`).
+    divergence: Detector,
+    /// Steps' worth of batches to skip from where a resume stands, in its stage.
+    skip_here: u64,
 }
 
 impl Trainer {
@@ -133,6 +142,7 @@ impl Trainer {
             p.s.save_optimizer_state != SaveOptimizerState::None,
             ema.is_some(),
         );
+        let divergence = Detector::new(p.s.spike, 0);
         let progress = Progress {
             loss_scaler: p.precision.loss_scaler(),
             ..Progress::default()
@@ -152,6 +162,7 @@ impl Trainer {
             reporter: p.reporter,
             stop: p.stop,
             stop_at_step: p.stop_at_step,
+            #[cfg(feature = "test-hooks")]
             hold_save: p.hold_save,
             started: p.started,
             progress,
@@ -161,6 +172,8 @@ impl Trainer {
             saves_started: 0,
             reference: None,
             reference_step: None,
+            divergence,
+            skip_here: 0,
         }
     }
 
@@ -168,6 +181,11 @@ impl Trainer {
     /// its progress and DPO reference and reports the load (`checkpoint_loaded`).
     pub fn resume_from(&mut self, ck: &Checkpoint, r: Resumed) -> Result<()> {
         self.progress = r.progress;
+        // Mid-stage, the steps after the checkpoint are judged as they were before.
+        self.divergence = match r.divergence {
+            Some(state) => Detector::restore(self.s.spike, state, self.progress.step),
+            None => Detector::new(self.s.spike, self.progress.step),
+        };
         // fp16 continues the checkpoint's loss scale (a fresh one if it trained in
         // another precision); other precisions have none.
         self.progress.loss_scaler = match self.precision.loss_scaler() {
@@ -238,6 +256,34 @@ impl Trainer {
         self.progress.latest_checkpoint.as_deref()
     }
 
+    /// Leaves the phase (`loading`, `evaluating`, `saving`) the heartbeat says.
+    pub fn end_phase(&mut self) -> Result<()> {
+        self.reporter.end_phase()
+    }
+
+    /// Judges a step's loss and gradient norm (in step order, once they reach the
+    /// host, and always before a save): a divergence ends training with a
+    /// `diverged` error, before anything of this state is saved.
+    fn judge_step(&mut self, step: u64, loss: f64, grad_norm: f64) -> Result<()> {
+        match self.divergence.observe(step, loss, grad_norm) {
+            None => Ok(()),
+            Some(d) => {
+                eprintln!(
+                    "diverged: {}; nothing saved since step {:?} (lavenderd rolls back to a checkpoint before step {})",
+                    d.message, self.progress.saved_step, d.since_step
+                );
+                Err(failure::diverged(
+                    format!(
+                        "training diverged: {}; resume from a checkpoint before step {}, or lower the stage's lr",
+                        d.message, d.since_step
+                    ),
+                    d.step,
+                    d.since_step,
+                ))
+            }
+        }
+    }
+
     fn stop_requested(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
@@ -250,6 +296,11 @@ impl Trainer {
     /// before this returns, whatever the outcome.
     pub fn run(&mut self) -> Result<Outcome> {
         let outcome = self.run_stages();
+        if outcome.is_err() && self.pending_save.is_some() {
+            // A save of an earlier state still completes (a divergence's is pre-spike
+            // or judged by the daemon); best effort, the error is what matters.
+            let _ = self.reporter.phase(WorkerState::Saving);
+        }
         let saved = self.finish_save();
         let outcome = outcome?;
         saved?;
@@ -292,20 +343,27 @@ impl Trainer {
                     .shards
                     .iter()
                     .map(|s| self.tokens.pretrain_shard(s))
-                    .collect::<Result<Vec<_>>>()?;
-                let mut data = PretrainData::new(arrays, seq)?;
-                if let Some(hard) = self.hard_examples()? {
+                    .collect::<Result<Vec<_>>>()
+                    .kind(FailureKind::Data)?;
+                let mut data = PretrainData::new(arrays, seq).kind(FailureKind::Data)?;
+                if let Some(hard) = self.hard_examples().kind(FailureKind::Data)? {
                     data.add_windows(hard);
                 }
-                let val = self.tokens.pretrain_validation()?;
+                let val = self.tokens.pretrain_validation().kind(FailureKind::Data)?;
                 Objective::Pretrain {
-                    eval: validation_batches(&val, seq, bs, nb, dev)?,
+                    eval: validation_batches(&val, seq, bs, nb, dev).kind(FailureKind::Data)?,
                     data,
                 }
             }
             StageKind::Sft => {
-                let data = SftData::new(self.tokens.sft(Split::Train)?, seq, "training")?;
-                let held = SftData::new(self.tokens.sft(Split::Heldout)?, seq, "held-out")?;
+                let sets = (
+                    self.tokens.sft(Split::Train),
+                    self.tokens.sft(Split::Heldout),
+                );
+                let data = SftData::new(sets.0.kind(FailureKind::Data)?, seq, "training")
+                    .kind(FailureKind::Data)?;
+                let held = SftData::new(sets.1.kind(FailureKind::Data)?, seq, "held-out")
+                    .kind(FailureKind::Data)?;
                 let n = held.len().min(bs * nb);
                 let idx: Vec<usize> = (0..n).collect();
                 Objective::Sft {
@@ -314,8 +372,14 @@ impl Trainer {
                 }
             }
             StageKind::Dpo => {
-                let data = DpoData::new(self.tokens.dpo(Split::Train)?, seq, "training")?;
-                let held = DpoData::new(self.tokens.dpo(Split::Heldout)?, seq, "held-out")?;
+                let sets = (
+                    self.tokens.dpo(Split::Train),
+                    self.tokens.dpo(Split::Heldout),
+                );
+                let data = DpoData::new(sets.0.kind(FailureKind::Data)?, seq, "training")
+                    .kind(FailureKind::Data)?;
+                let held = DpoData::new(sets.1.kind(FailureKind::Data)?, seq, "held-out")
+                    .kind(FailureKind::Data)?;
                 let n = held.len().min(bs * nb);
                 let idx: Vec<usize> = (0..n).collect();
                 let reference = match self.reference.take() {
@@ -337,6 +401,7 @@ impl Trainer {
     }
 
     fn run_stage(&mut self, stage: &Stage, last_stage: bool) -> Result<Outcome> {
+        self.reporter.phase(WorkerState::Loading)?;
         let objective = self.objective(stage)?;
         let mut sampler = Sampler::new(
             objective.len(),
@@ -345,6 +410,7 @@ impl Trainer {
             self.progress.pos.cursor,
         );
         let per_step = self.s.batch_size as u64 * self.s.grad_accum;
+        self.skip_batches(stage, &mut sampler, per_step);
         let epochs = (stage.steps * per_step)
             .div_ceil(objective.len() as u64)
             .max(1) as u32;
@@ -363,6 +429,8 @@ impl Trainer {
         )?;
 
         if self.progress.pos.stage_step == 0 {
+            // Another stage's loss is on another scale: its spikes are judged afresh.
+            self.divergence.reset();
             self.reporter.event(
                 Event::new(
                     kinds::STAGE_STARTED,
@@ -379,6 +447,7 @@ impl Trainer {
             }
             self.evaluate(stage, &objective, sampler.epoch_progress())?;
         }
+        self.reporter.end_phase()?;
 
         while self.progress.pos.stage_step < stage.steps {
             self.poll_save()?;
@@ -464,14 +533,14 @@ impl Trainer {
             let save_now = (due || stage_done) && !(stage_done && last_stage);
             // A save is evaluated at its own step, whatever eval_every says: retention
             // keeps the best checkpoint by the validation loss it records.
-            if self
+            let evaluate_now = self
                 .progress
                 .pos
                 .stage_step
                 .is_multiple_of(self.s.eval_every)
                 || stage_done
-                || save_now
-            {
+                || save_now;
+            if evaluate_now {
                 self.evaluate(stage, &objective, epoch)?;
             }
             if self.stop_at_step == Some(self.progress.step) {
@@ -479,6 +548,10 @@ impl Trainer {
             }
             if save_now {
                 self.save(&stage.name, Some(stage.kind))?;
+            }
+            // A stop goes on saving, then stopping.
+            if (evaluate_now || save_now) && !self.stop_requested() {
+                self.reporter.end_phase()?;
             }
         }
 
@@ -521,6 +594,60 @@ impl Trainer {
         Ok(Outcome::Stopped)
     }
 
+    /// Reads `<run>/skipped.json` when training starts or resumes: the ranges that
+    /// apply to where it stands (`lavender::skips`) add to the batches to skip.
+    pub fn plan_skips(&mut self) -> Result<()> {
+        let skips = lavender::skips::read(&self.run_dir).kind(FailureKind::Data)?;
+        let ranges: Vec<_> = skips
+            .to_apply(self.progress.step, self.progress.skips_applied)
+            .collect();
+        let steps: u64 = ranges.iter().map(|r| r.steps()).sum();
+        if !ranges.is_empty() {
+            let message = format!(
+                "skipping the data of {steps} step(s) after step {} ({} rollback range(s) in {})",
+                self.progress.step,
+                ranges.len(),
+                lavender::skips::FILE
+            );
+            eprintln!("{message}");
+            self.reporter.event(
+                Event::new(kinds::DATA_SKIPPED, message)
+                    .with("step", self.progress.step)
+                    .with("steps", steps)
+                    .with("ranges", &ranges),
+            )?;
+        }
+        // The batches of this stage's remaining steps first, the rest at the next
+        // stage's start (a resume at a stage's start skips it all there).
+        let pos = self.progress.pos;
+        let remaining = match self.s.stages.get(pos.stage_index) {
+            Some(stage) if !pos.finished && pos.stage_step > 0 => {
+                stage.steps.saturating_sub(pos.stage_step)
+            }
+            _ => 0,
+        };
+        self.skip_here = steps.min(remaining);
+        self.progress.skip_steps += steps - self.skip_here;
+        // Every range of the record is now either in the cursor or another line's.
+        self.progress.skips_applied = skips.ranges.len();
+        Ok(())
+    }
+
+    /// Passes `sampler` over the batches to skip in this stage: at its start, those
+    /// carried over from the previous one; on a resume, those after where it stands.
+    fn skip_batches(&mut self, stage: &Stage, sampler: &mut Sampler, per_step: u64) {
+        let mut steps = std::mem::take(&mut self.skip_here);
+        if self.progress.pos.stage_step == 0 {
+            let carried = self.progress.skip_steps.min(stage.steps);
+            self.progress.skip_steps -= carried;
+            steps += carried;
+        }
+        if steps > 0 {
+            sampler.skip(steps * per_step);
+            self.progress.pos.cursor = sampler.cursor();
+        }
+    }
+
     /// Reads the losses and gradient norms of the steps since the last read from the
     /// device, all in one copy, and records them (log_history, the heartbeat's
     /// values). Called at log steps and before every evaluation, save and stage end,
@@ -537,13 +664,6 @@ impl Trainer {
         for (p, v) in pending.iter().zip(values.chunks_exact(2)) {
             let (loss, grad_norm) = (v[0], v[1]);
             let skipped = p.loss_scale.is_some_and(|(_, skipped)| skipped);
-            if !loss.is_finite() && !skipped {
-                bail!(
-                    "the {} loss became {loss} at step {}; lower the stage's lr or optimizer.grad_clip and resume from the last checkpoint",
-                    p.stage,
-                    p.step
-                );
-            }
             let mut entry = json!({
                 "step": p.step,
                 "epoch": p.epoch,
@@ -561,6 +681,13 @@ impl Trainer {
             self.history.append(&entry)?;
             self.reporter.step_done(p.step, loss, p.lr, grad_norm);
             self.progress.last_loss = Some(loss);
+            if skipped {
+                // fp16 skipped the step (its gradient overflowed): the loss scale's
+                // business, not a divergence.
+                self.divergence.pass(p.step);
+            } else {
+                self.judge_step(p.step, loss, grad_norm)?;
+            }
         }
         Ok(())
     }
@@ -570,6 +697,7 @@ impl Trainer {
     fn evaluate(&mut self, stage: &Stage, objective: &Objective, epoch: f64) -> Result<()> {
         // The steps before it come first in log_history.
         self.flush_steps()?;
+        self.reporter.phase(WorkerState::Evaluating)?;
         let (eval, ema) = {
             let _autocast = self.precision.autocast(self.device)?;
             let eval = objective.evaluate(&self.model);
@@ -636,19 +764,17 @@ impl Trainer {
     fn hard_examples(&mut self) -> Result<Option<crate::tokens::TokenArray>> {
         if self.progress.pos.stage_step == 0 {
             let choice = hard_examples::choose(&self.s.data_root, self.s.chunk, self.s.seq_len)?;
-            let from = match &choice {
-                hard_examples::Choice::Use { path, .. } => Some(path.as_path()),
-                hard_examples::Choice::Skip(_) => None,
-            };
-            hard_examples::take(&self.run_dir, from)?;
-            match choice {
-                hard_examples::Choice::Use { chunk, .. } => {
-                    eprintln!("pretrain: mixing in the hard examples mined on chunk {chunk}")
-                }
-                hard_examples::Choice::Skip(Some(why)) => {
-                    eprintln!("pretrain: no hard examples mixed in: {why}")
-                }
-                hard_examples::Choice::Skip(None) => {}
+            let from: Vec<PathBuf> = choice.used.iter().map(|(p, _)| p.clone()).collect();
+            hard_examples::take(&self.run_dir, &from)?;
+            if !choice.used.is_empty() {
+                let chunks: Vec<String> = choice.used.iter().map(|(_, c)| c.to_string()).collect();
+                eprintln!(
+                    "pretrain: mixing in the hard examples mined on chunk(s) {}",
+                    chunks.join(", ")
+                );
+            }
+            for why in &choice.skipped {
+                eprintln!("pretrain: hard examples not mixed in: {why}");
             }
         }
         hard_examples::open(&self.run_dir, self.tokens.index.dtype)

@@ -22,7 +22,7 @@ use super::Trainer;
 use crate::model::tensor_file::FileImage;
 use crate::model::{self, MODEL_FILE};
 use crate::optim::adamw::OPTIMIZER_FILE;
-use crate::train::checkpointing::{FINAL_STAGE, REFERENCE_STEP};
+use crate::train::checkpointing::{DIVERGENCE, FINAL_STAGE, REFERENCE_STEP, SKIP_STEPS};
 use crate::train::ema::EMA_FILE;
 use crate::train::precision::LOSS_SCALER_KEY;
 use crate::train::settings::StageKind;
@@ -136,13 +136,22 @@ impl Trainer {
     /// retention to a background thread. Training may go on as soon as this returns:
     /// the writer reads only its copy. [`Trainer::finish_save`] reports the save
     /// once it is durable.
+    /// The heartbeat says `saving` from the start (waiting for the previous save
+    /// holds training too) until the caller ends the phase.
     pub fn save(&mut self, stage: &str, kind: Option<StageKind>) -> Result<()> {
         let entered = Instant::now();
-        // Every step's values reach the host before a checkpoint of them is made.
+        // Every step's values reach the host (and the divergence detector) before a
+        // checkpoint of them is made: a diverged state is never saved.
         self.flush_steps()?;
+        anyhow::ensure!(
+            self.divergence.seen_through() >= self.progress.step,
+            "internal: step {} would be saved before its loss was judged (judged through step {})",
+            self.progress.step,
+            self.divergence.seen_through()
+        );
+        self.reporter.phase(WorkerState::Saving)?;
         self.finish_save()?;
         let waited = entered.elapsed();
-        self.reporter.set_state(WorkerState::Saving)?;
         let at = lavender::time::now_utc();
         let counter = checkpoint::next_counter(&self.run_dir)?;
         let name = CheckpointName::new(stage, at.time(), counter)?;
@@ -164,6 +173,7 @@ impl Trainer {
         self.history.materialize()?;
         let state = self.trainer_state(stage, with_optimizer);
         self.saves_started += 1;
+        #[cfg(feature = "test-hooks")]
         let hold = self.hold_save == Some(self.saves_started);
         let (run_dir, keep, only_last) = (
             self.run_dir.clone(),
@@ -191,6 +201,7 @@ impl Trainer {
                         .map_err(|_| anyhow::anyhow!("the weights writer thread panicked"))??;
                     Ok(())
                 })?;
+                #[cfg(feature = "test-hooks")]
                 if hold {
                     // Test hook (`--hold-save`): the files are written, the commit never
                     // comes; the process must be killed.
@@ -239,9 +250,6 @@ impl Trainer {
             waited,
             copy,
         };
-        if !self.stop_requested() {
-            self.reporter.set_state(WorkerState::Training)?;
-        }
         pending.stall = entered.elapsed();
         self.pending_save = Some(pending);
         Ok(())
@@ -367,6 +375,9 @@ impl Trainer {
             "chunk": self.s.chunk,
             "shards": self.shards,
         });
+        if self.progress.skip_steps > 0 {
+            st.data_cursor[SKIP_STEPS] = json!(self.progress.skip_steps);
+        }
         st.rng_state = json!({ "seed": self.s.seed, "scheme": RNG_SCHEME });
         st.wall_time_s = self.wall_time_s();
         st.saved_at = lavender::time::rfc3339_z(lavender::time::now_utc());
@@ -375,6 +386,12 @@ impl Trainer {
             .insert("optimizer_state".into(), json!(with_optimizer));
         st.extra
             .insert("optimizer_step".into(), json!(self.opt.step));
+        st.extra.insert(
+            lavender::skips::APPLIED_KEY.into(),
+            json!(self.progress.skips_applied),
+        );
+        st.extra
+            .insert(DIVERGENCE.into(), json!(self.divergence.state()));
         st.extra
             .insert("precision".into(), json!(self.precision.as_str()));
         if let Some(scaler) = self.progress.loss_scaler {

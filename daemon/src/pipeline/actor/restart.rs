@@ -1,0 +1,197 @@
+//! A worker that failed or hung, as the policy decides (`pipeline/policy.rs`):
+//! restarted from the run's latest complete checkpoint (the first restart at once,
+//! the next ones after the backoff), or the pipeline failed with the cause.
+
+use std::path::Path;
+
+use lavender::config::PipelineStep;
+use lavender::failure::Failure;
+use lavender::status::{PipelineState, Recovery, RecoveryReason, StepState};
+use tokio::time::Instant;
+
+use super::hung::hung_text;
+use super::resume::resume_reason;
+use super::{Actor, LiveWorker, PendingRestart, Relaunch};
+use crate::alert::Alert;
+use crate::exit::ExitOutcome;
+use crate::pipeline::policy::{self, Cause, Decision, Streak};
+
+impl Actor {
+    /// `worker` ended (`why`); `last_step`: the training step it last reported.
+    pub(super) fn restart_after(
+        &mut self,
+        worker: &LiveWorker,
+        why: PendingRestart,
+        outcome: ExitOutcome,
+        last_step: Option<u64>,
+    ) {
+        let step = worker.step;
+        if worker.started.elapsed() >= self.timings.reset_after {
+            // It ran long enough: this failure starts a fresh count.
+            self.record.restarts = 0;
+        }
+        self.record.no_progress_restarts = Streak::no_progress_after(
+            self.record.no_progress_restarts,
+            worker.resumed_from_step,
+            last_step,
+        );
+        let streak = Streak {
+            restarts: self.record.restarts,
+            no_progress: self.record.no_progress_restarts,
+            resumed_from: worker.resumed_from_step,
+        };
+        let cause = match &why {
+            PendingRestart::Hung(_) => Cause::Hung,
+            PendingRestart::Failed(failure) => Cause::Failed(failure),
+        };
+        let failure = match &why {
+            PendingRestart::Failed(failure) => Some(failure.clone()),
+            PendingRestart::Hung(_) => None,
+        };
+        match policy::decide(&cause, streak, &self.config.supervisor, &self.timings) {
+            Decision::Fail { reason } => self.fail_after(step, reason, Some(outcome), failure),
+            Decision::Rollback => {
+                // `on_diverged: rollback` is the rollback transition's to take; until
+                // it exists, a divergence fails as `on_diverged: fail` says.
+                let reason = failure
+                    .as_ref()
+                    .map(policy::cause_and_fix)
+                    .unwrap_or_default();
+                self.fail_after(step, reason, Some(outcome), failure);
+            }
+            Decision::Restart { restart, delay } => {
+                self.record.restarts = restart;
+                self.record.state = PipelineState::Crashed;
+                self.record.restart_pending = true;
+                self.restart_at = Some(Instant::now() + delay);
+                self.last_exit = Some(outcome);
+                self.record.last_error = Some(match &why {
+                    PendingRestart::Hung(report) => hung_text(report),
+                    PendingRestart::Failed(f) => f.message.clone(),
+                });
+                self.pending = Some(why);
+                self.commit();
+                if let Some(failure) = failure {
+                    self.alert(Alert::Crashed {
+                        step,
+                        outcome,
+                        failure,
+                        restart,
+                        max_restarts: self.timings.max_restarts,
+                        restart_in: delay,
+                        log_file: self.record.log_file.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_restart_due(&mut self) {
+        self.restart_at = None;
+        let Some(step) = self.record.active_step else {
+            return;
+        };
+        let why = self.pending.take();
+        self.spawn_step(step, true, Some(Relaunch::Restart(why)));
+    }
+
+    /// A worker the daemon launched again by itself runs: `pipeline.recovery` says
+    /// why and from which checkpoint; the alert to raise, if any.
+    pub(super) fn relaunched(
+        &mut self,
+        step: PipelineStep,
+        why: Relaunch,
+        from: Option<&Path>,
+    ) -> Option<Alert> {
+        let from_text = checkpoint_text(from);
+        let (reason, message) = match &why {
+            Relaunch::Restart(Some(PendingRestart::Hung(report))) => (
+                RecoveryReason::Hung,
+                format!("{}; restarted from {from_text}", hung_text(report)),
+            ),
+            Relaunch::Restart(Some(PendingRestart::Failed(f))) => (
+                RecoveryReason::Failed,
+                format!("{}: {}; restarted from {from_text}", f.kind, f.message),
+            ),
+            // Decided by a daemon before this one.
+            Relaunch::Restart(None) => (
+                RecoveryReason::Failed,
+                format!(
+                    "{}; restarted from {from_text}",
+                    self.record
+                        .last_error
+                        .as_deref()
+                        .unwrap_or("the worker failed")
+                ),
+            ),
+            Relaunch::Resume(cause) => {
+                let (reason, said) = resume_reason(*cause);
+                (reason, format!("{said}; resumed from {from_text}"))
+            }
+        };
+        tracing::info!(%step, "{message}");
+        self.record.recovery = Some(recovery(reason, &message, from));
+        match why {
+            Relaunch::Restart(Some(PendingRestart::Hung(_))) => {
+                Some(Alert::HungRestarted { step, message })
+            }
+            Relaunch::Resume(_) => Some(Alert::Resumed {
+                step,
+                reason,
+                message,
+            }),
+            Relaunch::Restart(_) => None,
+        }
+    }
+
+    pub(super) fn fail(&mut self, step: PipelineStep, reason: String) {
+        self.fail_after(step, reason, None, None);
+    }
+
+    pub(super) fn fail_after(
+        &mut self,
+        step: PipelineStep,
+        reason: String,
+        last_exit: Option<ExitOutcome>,
+        failure: Option<Failure>,
+    ) {
+        tracing::error!(%step, "{reason}");
+        self.record.state = PipelineState::Failed;
+        self.record.set_step(step, StepState::Failed);
+        self.record.restart_pending = false;
+        self.record.worker = None;
+        self.record.last_error = Some(reason.clone());
+        self.restart_at = None;
+        self.last_exit = None;
+        self.pending = None;
+        self.hung = None;
+        self.commit();
+        self.alert(Alert::Failed {
+            step,
+            reason,
+            restarts: self.record.restarts,
+            last_exit,
+            failure,
+        });
+    }
+}
+
+/// The checkpoint's name, or what starting without one means.
+pub(super) fn checkpoint_text(checkpoint: Option<&Path>) -> String {
+    match checkpoint.and_then(|p| p.file_name()) {
+        Some(name) => name.to_string_lossy().into_owned(),
+        None => "the start (no checkpoint yet)".to_string(),
+    }
+}
+
+/// `pipeline.recovery` for what was just done.
+pub(super) fn recovery(reason: RecoveryReason, message: &str, from: Option<&Path>) -> Recovery {
+    Recovery {
+        reason,
+        message: message.to_string(),
+        at: lavender::time::rfc3339_z(lavender::time::now_utc()),
+        checkpoint: from
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned()),
+    }
+}

@@ -1,0 +1,52 @@
+//! At daemon start, a pipeline that the previous daemon's exit interrupted
+//! (SIGTERM/SIGINT: a service restart, a shutdown), or that went down with its
+//! worker (a power loss), resumes from its run's latest complete checkpoint by
+//! itself (`supervisor.resume_on_start`); with that off it stays stopped and the
+//! log says so. An operator's stop is never resumed.
+
+use lavender::status::{PipelineState, RecoveryReason, StepState};
+
+use super::{Actor, Relaunch};
+use crate::pipeline::record::StopCause;
+
+impl Actor {
+    pub(super) fn resume_at_start(&mut self, cause: StopCause) {
+        let next = self
+            .record
+            .steps
+            .iter()
+            .find(|s| matches!(s.state, StepState::Pending | StepState::Running))
+            .map(|s| s.name);
+        let Some(step) = next else {
+            return;
+        };
+        if !self.config.supervisor.resume_on_start {
+            let (_, why) = resume_reason(cause);
+            self.record.state = PipelineState::Stopped;
+            self.record.stop_cause = Some(cause);
+            self.record.set_step(step, StepState::Pending);
+            self.commit();
+            tracing::warn!(
+                "the pipeline stopped at step {step}, {why}; resume on start is off \
+                 (supervisor.resume_on_start), so it stays stopped: `lavenderd start --resume latest` continues it"
+            );
+            return;
+        }
+        // `relaunched` (restart.rs) says so once the worker runs.
+        self.spawn_step(step, true, Some(Relaunch::Resume(cause)));
+    }
+}
+
+/// Why an interrupted pipeline resumes, for the status and in words.
+pub(super) fn resume_reason(cause: StopCause) -> (RecoveryReason, &'static str) {
+    match cause {
+        StopCause::DaemonExit => (
+            RecoveryReason::DaemonExit,
+            "interrupted by the daemon's exit (SIGTERM/SIGINT)",
+        ),
+        _ => (
+            RecoveryReason::PowerLoss,
+            "the daemon and the worker were gone without a word (a power loss, a reboot, or both killed)",
+        ),
+    }
+}

@@ -1,0 +1,204 @@
+//! What a step's outputs depend on, fingerprinted for its done-marker: the values of
+//! the config keys it reads (`PipelineStep::config_keys`), the identity of the step
+//! outputs it reads (their manifests: format version, config hash, input
+//! fingerprints, outputs and counts, not the time they were written), and for
+//! training the hard examples it mixes in. At `start`, a finished step whose inputs
+//! differ from its marker's runs again, with every step after it.
+//!
+//! Each part is a SHA-256 of its canonical JSON, kept by name, so `start` can say
+//! which part changed. Paths inside the data root are taken relative to it, so a
+//! moved data root changes nothing.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use lavender::config::{Config, PipelineStep};
+use lavender::manifest::{self, StepManifest};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// A step's inputs: part name → SHA-256 of its value (`absent` when there is none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StepInputs(pub BTreeMap<String, String>);
+
+const ABSENT: &str = "absent";
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn hash_value(v: &Value) -> String {
+    // serde_json's maps are ordered by key: equal values hash equally.
+    sha256_hex(&serde_json::to_vec(v).expect("JSON values serialize"))
+}
+
+/// The value at a dotted `key` of the config (`<scale>` replaced by its scale).
+fn config_value(tree: &Value, key: &str) -> Option<Value> {
+    let scale = tree
+        .get("scale")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    key.split('.')
+        .map(|k| if k == "<scale>" { scale } else { k })
+        .try_fold(tree, |v, k| v.get(k))
+        .cloned()
+}
+
+/// What identifies a step's output: everything its manifest says about what it read
+/// and made, with paths inside `data_root` made relative to it.
+fn manifest_identity(m: &StepManifest, data_root: &Path) -> Value {
+    let inputs: Vec<Value> = m
+        .inputs
+        .iter()
+        .map(|f| {
+            let path = f.path.strip_prefix(data_root).unwrap_or(&f.path);
+            json!({"path": path, "size": f.size, "mtime_ns": f.mtime_ns, "sha256": f.sha256})
+        })
+        .collect();
+    json!({
+        "step": m.step,
+        "version": m.version,
+        "config_hash": m.config_hash,
+        "inputs": inputs,
+        "outputs": m.outputs,
+        "counts": m.counts,
+    })
+}
+
+impl StepInputs {
+    /// `step`'s inputs now, for a run of `chunk` with `config` on `data_root`.
+    pub fn of(step: PipelineStep, config: &Config, data_root: &Path, chunk: u32) -> StepInputs {
+        let mut parts = BTreeMap::new();
+        let tree = serde_json::to_value(config).unwrap_or(Value::Null);
+        for key in step.config_keys() {
+            let hash = config_value(&tree, key).map_or_else(|| ABSENT.into(), |v| hash_value(&v));
+            parts.insert((*key).to_string(), hash);
+        }
+        for up in step.reads_outputs_of() {
+            let hash = match manifest::read(data_root, up.as_str()) {
+                Ok(Some(m)) => hash_value(&manifest_identity(&m, data_root)),
+                Ok(None) => ABSENT.into(),
+                // Unreadable now: surely not what the step read.
+                Err(e) => format!("unreadable: {e}"),
+            };
+            parts.insert(format!("output of {up}"), hash);
+        }
+        if step == PipelineStep::Train {
+            let minings = lavender::hard_examples::list(data_root).unwrap_or_default();
+            for m in lavender::hard_examples::newest_before(&minings, u64::from(chunk)) {
+                parts.insert(
+                    format!("hard examples of chunk {}", m.mined.chunk),
+                    hash_value(&json!({
+                        "mining": m.name(),
+                        "manifest": manifest_identity(&m.manifest, data_root),
+                    })),
+                );
+            }
+        }
+        StepInputs(parts)
+    }
+
+    /// One hash of all the parts.
+    pub fn hash(&self) -> String {
+        hash_value(&serde_json::to_value(&self.0).expect("strings serialize"))
+    }
+
+    /// The parts that differ from `before` (changed, added or gone), by name.
+    pub fn changed_since(&self, before: &StepInputs) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .0
+            .iter()
+            .filter(|(k, v)| before.0.get(*k) != Some(v))
+            .map(|(k, _)| k.clone())
+            .collect();
+        names.extend(
+            before
+                .0
+                .keys()
+                .filter(|k| !self.0.contains_key(*k))
+                .cloned(),
+        );
+        names.sort();
+        names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_key_a_step_reads_changes_its_inputs_and_one_it_does_not_read_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let config = Config::default();
+        let before = StepInputs::of(PipelineStep::Filter, &config, root, 1);
+        let mut other = config.clone();
+        other.training.log_every += 1;
+        other.data.dedup.near_threshold = 0.5;
+        assert_eq!(
+            StepInputs::of(PipelineStep::Filter, &other, root, 1),
+            before
+        );
+        let mut changed = config.clone();
+        changed.data.filter.min_chars += 10;
+        let after = StepInputs::of(PipelineStep::Filter, &changed, root, 1);
+        assert_eq!(after.changed_since(&before), ["data.filter"]);
+        assert_ne!(after.hash(), before.hash());
+        // The scale's own preset counts for training; another scale's does not.
+        let train = StepInputs::of(PipelineStep::Train, &config, root, 1);
+        let mut big = config.clone();
+        big.scales.large.total_steps += 1;
+        assert_eq!(StepInputs::of(PipelineStep::Train, &big, root, 1), train);
+        let mut tiny = config.clone();
+        tiny.scales.tiny.total_steps += 1;
+        assert_eq!(
+            StepInputs::of(PipelineStep::Train, &tiny, root, 1).changed_since(&train),
+            ["scales.<scale>"]
+        );
+    }
+
+    #[test]
+    fn an_upstream_output_that_changed_is_named_and_its_write_time_alone_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let config = Config::default();
+        let mut m = StepManifest {
+            step: "dedup".into(),
+            version: 1,
+            config_hash: "a".into(),
+            inputs: vec![manifest::InputFingerprint {
+                path: root.join("corpus/raw/a.txt"),
+                size: 10,
+                mtime_ns: 1,
+                sha256: None,
+            }],
+            counts: BTreeMap::from([("documents".to_string(), 5)]),
+            outputs: vec!["documents.jsonl".into()],
+            finished_at: "2026-01-01T00:00:00Z".into(),
+            extra: Default::default(),
+        };
+        let none = StepInputs::of(PipelineStep::Filter, &config, root, 1);
+        manifest::write(root, &m).unwrap();
+        let first = StepInputs::of(PipelineStep::Filter, &config, root, 1);
+        assert_eq!(first.changed_since(&none), ["output of dedup"]);
+        m.finished_at = "2026-02-02T00:00:00Z".into();
+        m.extra.insert("selection".into(), json!([1]));
+        manifest::write(root, &m).unwrap();
+        assert_eq!(
+            StepInputs::of(PipelineStep::Filter, &config, root, 1),
+            first
+        );
+        m.counts.insert("documents".into(), 6);
+        manifest::write(root, &m).unwrap();
+        assert_eq!(
+            StepInputs::of(PipelineStep::Filter, &config, root, 1).changed_since(&first),
+            ["output of dedup"]
+        );
+    }
+}

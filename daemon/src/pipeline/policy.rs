@@ -1,0 +1,268 @@
+//! What a worker that failed or hung gets. A failure that will repeat (a config
+//! the worker rejects, a checkpoint that does not fit, missing data) fails the
+//! pipeline at once with the cause and the fix; a divergence goes to
+//! `on_diverged`; anything else is restarted from the latest complete checkpoint,
+//! the first restart at once and the next ones after `restart_backoff_s`, until
+//! `max_restarts` restarts in a row or `max_no_progress_restarts` restarts in a row
+//! that did not train past the step they resumed from. Pure: the actor acts on
+//! the [`Decision`].
+
+use std::time::Duration;
+
+use lavender::config::{FailureAction, OnDiverged, SupervisorConfig};
+use lavender::failure::{Failure, FailureKind};
+
+use super::restart::Timings;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Restart number `restart` in a row, after `delay` (zero for the first).
+    Restart { restart: u32, delay: Duration },
+    /// `on_diverged: rollback`: back to the checkpoint before the divergence.
+    Rollback,
+    /// The pipeline fails; `reason` says why and what to do.
+    Fail { reason: String },
+}
+
+/// Why a worker is to be restarted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cause<'a> {
+    /// It ended with this failure.
+    Failed(&'a Failure),
+    /// It stopped beating and was killed (`on_stall: restart`).
+    Hung,
+}
+
+/// Restarts so far, with the worker that just ended counted in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Streak {
+    /// Restarts in a row before this one.
+    pub restarts: u32,
+    /// Restarts in a row whose worker did not train past the step it resumed from.
+    pub no_progress: u32,
+    /// The step the no-progress workers resumed from.
+    pub resumed_from: Option<u64>,
+}
+
+impl Streak {
+    /// The no-progress count after a worker that resumed from `resumed_from` (none:
+    /// it was not a restart) and last reported `last_step` ended.
+    pub fn no_progress_after(
+        previous: u32,
+        resumed_from: Option<u64>,
+        last_step: Option<u64>,
+    ) -> u32 {
+        match resumed_from {
+            Some(from) if last_step.is_none_or(|s| s <= from) => previous + 1,
+            _ => 0,
+        }
+    }
+}
+
+pub fn decide(
+    cause: &Cause,
+    streak: Streak,
+    sup: &SupervisorConfig,
+    timings: &Timings,
+) -> Decision {
+    let what = match cause {
+        Cause::Failed(failure) => {
+            let action = match sup.on_failure.action(failure.kind) {
+                Some(action) => action,
+                None => match sup.on_diverged {
+                    OnDiverged::Rollback => return Decision::Rollback,
+                    OnDiverged::Fail => FailureAction::Fail,
+                },
+            };
+            if action == FailureAction::Fail {
+                return Decision::Fail {
+                    reason: cause_and_fix(failure),
+                };
+            }
+            failure.message.clone()
+        }
+        Cause::Hung => "the worker hung".to_string(),
+    };
+    if streak.no_progress >= sup.max_no_progress_restarts {
+        return Decision::Fail {
+            reason: format!(
+                "{what}; {} restart(s) in a row did not train past step {} (supervisor.max_no_progress_restarts), so the failure would repeat",
+                streak.no_progress,
+                streak.resumed_from.unwrap_or(0)
+            ),
+        };
+    }
+    if streak.restarts >= timings.max_restarts {
+        return Decision::Fail {
+            reason: format!(
+                "{what}; gave up after {} restart(s) (supervisor.max_restarts)",
+                streak.restarts
+            ),
+        };
+    }
+    let restart = streak.restarts + 1;
+    Decision::Restart {
+        restart,
+        delay: timings.restart_delay(restart),
+    }
+}
+
+/// A failure that will repeat, in one line: what happened and what to do.
+pub fn cause_and_fix(failure: &Failure) -> String {
+    let (cause, fix) = match failure.kind {
+        FailureKind::Config => (
+            "the worker rejected its config",
+            "correct the config (or worker.command's arguments), then start again",
+        ),
+        FailureKind::IncompatibleCheckpoint => (
+            "the checkpoint does not fit the configured model",
+            "resume with the config it was trained with, or start without --resume",
+        ),
+        FailureKind::Data => (
+            "the training data is missing or corrupt",
+            "rebuild it (remove the step's done-marker under state/done/ and start again) or restore it",
+        ),
+        FailureKind::Diverged => (
+            "the loss diverged",
+            "lower the learning rate, or set supervisor.on_diverged: rollback",
+        ),
+        FailureKind::OutOfMemory => (
+            "the worker ran out of memory",
+            "lower training.batch_size or training.seq_len, or pick a smaller scale",
+        ),
+        FailureKind::Crash => ("the worker crashed", "read the log (lavenderd logs)"),
+    };
+    format!("{cause}: {}; to fix: {fix}", failure.message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sup() -> SupervisorConfig {
+        let mut s = lavender::config::Config::default().supervisor;
+        s.max_restarts = 3;
+        s.max_no_progress_restarts = 2;
+        s.restart_backoff_s = vec![10.0, 30.0];
+        s
+    }
+
+    fn streak(restarts: u32, no_progress: u32) -> Streak {
+        Streak {
+            restarts,
+            no_progress,
+            resumed_from: Some(40),
+        }
+    }
+
+    fn failure(kind: FailureKind) -> Failure {
+        Failure::new(kind, "boom")
+    }
+
+    #[test]
+    fn failures_that_repeat_fail_at_once_naming_cause_and_fix() {
+        let s = sup();
+        let t = Timings::from_config(&s);
+        for kind in [
+            FailureKind::Config,
+            FailureKind::IncompatibleCheckpoint,
+            FailureKind::Data,
+        ] {
+            match decide(&Cause::Failed(&failure(kind)), streak(0, 0), &s, &t) {
+                Decision::Fail { reason } => {
+                    assert!(
+                        reason.contains("boom") && reason.contains("to fix:"),
+                        "{reason}"
+                    )
+                }
+                other => panic!("{kind}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_crash_restarts_at_once_then_after_the_backoff() {
+        let s = sup();
+        let t = Timings::from_config(&s);
+        let crash = failure(FailureKind::Crash);
+        let delays: Vec<Duration> = (0..3)
+            .map(
+                |n| match decide(&Cause::Failed(&crash), streak(n, 0), &s, &t) {
+                    Decision::Restart { restart, delay } => {
+                        assert_eq!(restart, n + 1);
+                        delay
+                    }
+                    other => panic!("{other:?}"),
+                },
+            )
+            .collect();
+        assert_eq!(
+            delays,
+            [
+                Duration::ZERO,
+                Duration::from_secs(10),
+                Duration::from_secs(30)
+            ]
+        );
+        assert!(matches!(
+            decide(&Cause::Failed(&crash), streak(3, 0), &s, &t),
+            Decision::Fail { reason } if reason.contains("supervisor.max_restarts")
+        ));
+        // A hang restarts the same way, whatever on_failure says of crashes.
+        let mut never = s.clone();
+        never.on_failure.crash = FailureAction::Fail;
+        assert!(matches!(
+            decide(&Cause::Hung, streak(0, 0), &never, &t),
+            Decision::Restart { restart: 1, .. }
+        ));
+    }
+
+    #[test]
+    fn restarts_without_progress_fail() {
+        let s = sup();
+        let t = Timings::from_config(&s);
+        assert_eq!(Streak::no_progress_after(0, None, Some(3)), 0);
+        assert_eq!(Streak::no_progress_after(1, Some(40), Some(40)), 2);
+        assert_eq!(Streak::no_progress_after(1, Some(40), None), 2);
+        assert_eq!(Streak::no_progress_after(1, Some(40), Some(41)), 0);
+        let crash = failure(FailureKind::Crash);
+        assert!(matches!(
+            decide(&Cause::Failed(&crash), streak(1, 1), &s, &t),
+            Decision::Restart { .. }
+        ));
+        match decide(&Cause::Failed(&crash), streak(2, 2), &s, &t) {
+            Decision::Fail { reason } => assert!(
+                reason.contains("did not train past step 40")
+                    && reason.contains("max_no_progress_restarts"),
+                "{reason}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn divergence_follows_on_diverged_and_memory_on_failure() {
+        let mut s = sup();
+        let t = Timings::from_config(&s);
+        let diverged = failure(FailureKind::Diverged);
+        assert_eq!(
+            decide(&Cause::Failed(&diverged), streak(0, 0), &s, &t),
+            Decision::Rollback
+        );
+        s.on_diverged = OnDiverged::Fail;
+        assert!(matches!(
+            decide(&Cause::Failed(&diverged), streak(0, 0), &s, &t),
+            Decision::Fail { reason } if reason.contains("diverged")
+        ));
+        let oom = failure(FailureKind::OutOfMemory);
+        assert!(matches!(
+            decide(&Cause::Failed(&oom), streak(0, 0), &s, &t),
+            Decision::Restart { .. }
+        ));
+        s.on_failure.out_of_memory = FailureAction::Fail;
+        assert!(matches!(
+            decide(&Cause::Failed(&oom), streak(0, 0), &s, &t),
+            Decision::Fail { reason } if reason.contains("out of memory")
+        ));
+    }
+}

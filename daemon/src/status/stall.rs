@@ -1,0 +1,368 @@
+//! When a worker counts as hung. Each phase its heartbeat names has an allowance
+//! of its own, so a long save or evaluation is not a hang: until the first
+//! heartbeat after a (re)start and while it says `starting` (`startup_grace_s`,
+//! counted from the start), while it says `loading`, `evaluating` or `saving`
+//! (each its own key, counted from that heartbeat), and between training steps
+//! (`stale_after_s`, a number or learned from the run's own heartbeats when
+//! `auto`). The phase is the heartbeat's state. Pure: the clock is passed in. The status shows the verdict as
+//! `heartbeat_stale`; the watchdog hands it to the pipeline actor, which acts.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use lavender::config::{OnStall, PipelineStep, StaleAfter, StaleAuto, SupervisorConfig};
+use lavender::heartbeat::{Heartbeat, WorkerState};
+
+use crate::pipeline::record::WorkerRecord;
+
+/// The config key that sets the allowance of the phase a heartbeat names
+/// (`starting` also covers the wait for the first heartbeat).
+pub fn allowance_key(phase: WorkerState) -> &'static str {
+    match phase {
+        WorkerState::Loading => "supervisor.loading_grace_s",
+        WorkerState::Evaluating => "supervisor.evaluating_grace_s",
+        WorkerState::Saving => "supervisor.saving_grace_s",
+        WorkerState::Training => "supervisor.stale_after_s",
+        _ => "supervisor.startup_grace_s",
+    }
+}
+
+/// The stall settings of the `supervisor:` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StallSettings {
+    pub stale_after: StaleAfter,
+    pub stale_auto: StaleAuto,
+    pub startup_grace_s: u64,
+    pub loading_grace_s: u64,
+    pub evaluating_grace_s: u64,
+    pub saving_grace_s: u64,
+    pub on_stall: OnStall,
+}
+
+impl StallSettings {
+    pub fn from_config(sup: &SupervisorConfig) -> StallSettings {
+        StallSettings {
+            stale_after: sup.stale_after_s,
+            stale_auto: sup.stale_auto,
+            startup_grace_s: sup.startup_grace_s,
+            loading_grace_s: sup.loading_grace_s,
+            evaluating_grace_s: sup.evaluating_grace_s,
+            saving_grace_s: sup.saving_grace_s,
+            on_stall: sup.on_stall,
+        }
+    }
+
+    /// The allowance of each phase, for a run whose longest steady interval between
+    /// two training heartbeats so far is `learned_s` (`stale_after_s: auto`).
+    pub fn allowances(&self, learned_s: Option<f64>) -> Allowances {
+        let training_s = match self.stale_after {
+            StaleAfter::Seconds(s) => s,
+            StaleAfter::Auto => self.stale_auto.allowance_s(learned_s),
+        };
+        Allowances {
+            startup: Duration::from_secs(self.startup_grace_s),
+            loading: Duration::from_secs(self.loading_grace_s),
+            evaluating: Duration::from_secs(self.evaluating_grace_s),
+            saving: Duration::from_secs(self.saving_grace_s),
+            training: Duration::from_secs_f64(training_s.max(0.0)),
+        }
+    }
+}
+
+/// How long a worker may stay in each phase without a new heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Allowances {
+    pub startup: Duration,
+    pub loading: Duration,
+    pub evaluating: Duration,
+    pub saving: Duration,
+    pub training: Duration,
+}
+
+impl Allowances {
+    /// The allowance of a phase; `None` for the states a worker ends in.
+    pub fn of(&self, phase: WorkerState) -> Option<Duration> {
+        match phase {
+            WorkerState::Starting => Some(self.startup),
+            WorkerState::Loading => Some(self.loading),
+            WorkerState::Training => Some(self.training),
+            WorkerState::Evaluating => Some(self.evaluating),
+            WorkerState::Saving => Some(self.saving),
+            WorkerState::Stopping | WorkerState::Finished | WorkerState::Failed => None,
+        }
+    }
+}
+
+/// What the heartbeat on disk says, as far as hangs go.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Beat {
+    pub at: DateTime<Utc>,
+    pub state: WorkerState,
+    pub step: u64,
+}
+
+impl Beat {
+    /// `None` when the heartbeat's timestamp does not parse.
+    pub fn of(hb: &Heartbeat) -> Option<Beat> {
+        Some(Beat {
+            at: hb.time()?,
+            state: hb.state,
+            step: hb.step,
+        })
+    }
+}
+
+/// A worker under watch: the phase it is in (`starting` until its first heartbeat),
+/// since when, and for how long it may stay there without a new heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Watch {
+    pub phase: WorkerState,
+    pub since: DateTime<Utc>,
+    pub allowance: Duration,
+    /// The training step of the heartbeat, when it is this worker's.
+    pub step: Option<u64>,
+}
+
+impl Watch {
+    /// The instant the worker becomes hung unless a heartbeat comes first.
+    pub fn deadline(&self) -> DateTime<Utc> {
+        self.since + chrono::Duration::from_std(self.allowance).unwrap_or(chrono::Duration::MAX / 2)
+    }
+
+    pub fn overdue(&self, now: DateTime<Utc>) -> bool {
+        now >= self.deadline()
+    }
+
+    /// How long it has been in the phase at `now`.
+    pub fn stalled_for(&self, now: DateTime<Utc>) -> Duration {
+        (now - self.since).to_std().unwrap_or_default()
+    }
+}
+
+/// The watch on a worker (re)started at `started` whose heartbeat on disk is `beat`
+/// (`None`: none, or unreadable). A heartbeat older than the start is the previous
+/// worker's: the new one is still starting up. `None`: nothing to watch, the
+/// heartbeat says the worker is ending.
+pub fn watch(
+    started: DateTime<Utc>,
+    beat: Option<&Beat>,
+    allowances: &Allowances,
+) -> Option<Watch> {
+    let startup = Watch {
+        phase: WorkerState::Starting,
+        since: started,
+        allowance: allowances.startup,
+        step: None,
+    };
+    let Some(beat) = beat.filter(|b| b.at >= started) else {
+        return Some(startup);
+    };
+    if beat.state == WorkerState::Starting {
+        return Some(startup);
+    }
+    Some(Watch {
+        phase: beat.state,
+        since: beat.at,
+        allowance: allowances.of(beat.state)?,
+        step: Some(beat.step),
+    })
+}
+
+/// The watch on the pipeline's live worker of the train step (`worker`, as the
+/// record names it; data steps write no heartbeat), given the heartbeat on disk
+/// and the interval the run has learned.
+pub fn assess(
+    worker: Option<&WorkerRecord>,
+    heartbeat: Option<&Result<Heartbeat, String>>,
+    settings: &StallSettings,
+    learned_s: Option<f64>,
+) -> Option<Watch> {
+    let worker = worker.filter(|w| w.step == PipelineStep::Train)?;
+    let started = worker.started_at;
+    let beat = heartbeat.and_then(|hb| hb.as_ref().ok()).and_then(Beat::of);
+    watch(started, beat.as_ref(), &settings.allowances(learned_s))
+}
+
+/// Learns the longest steady interval between two training heartbeats of a run,
+/// for `stale_after_s: auto`. Only two `training` heartbeats in a row of the same
+/// worker count (a save, an evaluation or a load in between is another phase), and
+/// not a worker's first interval (warm-up: allocation, compilation, caches).
+#[derive(Debug, Clone, Default)]
+pub struct IntervalLearner {
+    worker: Option<DateTime<Utc>>,
+    prev: Option<DateTime<Utc>>,
+    training_beats: u32,
+    longest: Option<f64>,
+}
+
+impl IntervalLearner {
+    /// `longest_s`: what the run learned before (kept in its record).
+    pub fn new(longest_s: Option<f64>) -> IntervalLearner {
+        IntervalLearner {
+            longest: longest_s,
+            ..IntervalLearner::default()
+        }
+    }
+
+    #[cfg(test)]
+    fn longest_s(&self) -> Option<f64> {
+        self.longest
+    }
+
+    /// Feeds the heartbeat on disk of the worker started at `started`; returns the
+    /// longest interval when this one made it grow.
+    pub fn observe(&mut self, started: DateTime<Utc>, beat: &Beat) -> Option<f64> {
+        if self.worker != Some(started) {
+            self.worker = Some(started);
+            self.prev = None;
+            self.training_beats = 0;
+        }
+        if beat.at < started || self.prev == Some(beat.at) {
+            return None;
+        }
+        if beat.state != WorkerState::Training {
+            self.prev = None;
+            return None;
+        }
+        let interval = self.prev.map(|p| (beat.at - p).as_seconds_f64());
+        self.prev = Some(beat.at);
+        self.training_beats += 1;
+        let interval = interval.filter(|_| self.training_beats >= 3)?;
+        if self.longest.is_some_and(|l| l >= interval) {
+            return None;
+        }
+        self.longest = Some(interval);
+        self.longest
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: f64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis((1_800_000_000.0 * 1000.0 + s * 1000.0) as i64).unwrap()
+    }
+
+    fn beat(at: f64, state: WorkerState, step: u64) -> Beat {
+        Beat {
+            at: t(at),
+            state,
+            step,
+        }
+    }
+
+    fn settings(stale_after: StaleAfter) -> StallSettings {
+        StallSettings {
+            stale_after,
+            stale_auto: StaleAuto {
+                factor: 5.0,
+                floor_s: 2.0,
+                ceiling_s: 100.0,
+            },
+            startup_grace_s: 30,
+            loading_grace_s: 40,
+            evaluating_grace_s: 50,
+            saving_grace_s: 60,
+            on_stall: OnStall::Restart,
+        }
+    }
+
+    #[test]
+    fn each_phase_has_its_own_allowance_from_its_own_start() {
+        let a = settings(StaleAfter::Seconds(10.0)).allowances(None);
+        let started = t(0.0);
+        // No heartbeat yet, or the previous worker's: starting up, from the start.
+        for old in [None, Some(beat(-5.0, WorkerState::Training, 9))] {
+            let w = watch(started, old.as_ref(), &a).unwrap();
+            assert_eq!(
+                (w.phase, w.since, w.step),
+                (WorkerState::Starting, started, None)
+            );
+            assert!(!w.overdue(t(29.9)));
+            assert!(w.overdue(t(30.0)));
+        }
+        // `starting` is still the start-up, counted from the start too.
+        let w = watch(started, Some(&beat(20.0, WorkerState::Starting, 0)), &a).unwrap();
+        assert_eq!(w.deadline(), t(30.0));
+        for (phase, allowance) in [
+            (WorkerState::Loading, 40.0),
+            (WorkerState::Training, 10.0),
+            (WorkerState::Evaluating, 50.0),
+            (WorkerState::Saving, 60.0),
+        ] {
+            let w = watch(started, Some(&beat(100.0, phase, 7)), &a).unwrap();
+            assert_eq!((w.phase, w.step), (phase, Some(7)));
+            assert_eq!(w.deadline(), t(100.0 + allowance), "{phase}");
+            assert!(!w.overdue(t(100.0 + allowance - 0.001)), "{phase}");
+            assert!(w.overdue(t(100.0 + allowance)), "{phase}");
+            assert_eq!(
+                w.stalled_for(t(100.0 + allowance)),
+                Duration::from_secs_f64(allowance)
+            );
+        }
+        // A worker that says it is ending is not watched.
+        for state in [
+            WorkerState::Stopping,
+            WorkerState::Finished,
+            WorkerState::Failed,
+        ] {
+            assert_eq!(watch(started, Some(&beat(1.0, state, 3)), &a), None);
+        }
+    }
+
+    #[test]
+    fn a_long_save_is_not_a_hang_but_the_same_silence_while_training_is() {
+        let a = settings(StaleAfter::Seconds(1.0)).allowances(None);
+        let saving = watch(t(0.0), Some(&beat(5.0, WorkerState::Saving, 20)), &a).unwrap();
+        let training = watch(t(0.0), Some(&beat(5.0, WorkerState::Training, 20)), &a).unwrap();
+        assert!(!saving.overdue(t(8.0)));
+        assert!(training.overdue(t(8.0)));
+    }
+
+    #[test]
+    fn auto_learns_from_steady_training_intervals_only() {
+        let s = settings(StaleAfter::Auto);
+        // Nothing learned yet: the ceiling.
+        assert_eq!(s.allowances(None).training, Duration::from_secs(100));
+        let mut l = IntervalLearner::new(None);
+        let w = t(0.0);
+        // The first interval of a worker is warm-up.
+        assert_eq!(l.observe(w, &beat(1.0, WorkerState::Training, 1)), None);
+        assert_eq!(l.observe(w, &beat(9.0, WorkerState::Training, 2)), None);
+        assert_eq!(
+            l.observe(w, &beat(10.0, WorkerState::Training, 3)),
+            Some(1.0)
+        );
+        // The same heartbeat seen twice, a shorter interval: nothing new.
+        assert_eq!(l.observe(w, &beat(10.0, WorkerState::Training, 3)), None);
+        assert_eq!(l.observe(w, &beat(10.5, WorkerState::Training, 4)), None);
+        // A save in between is another phase: its gap does not count.
+        assert_eq!(l.observe(w, &beat(11.0, WorkerState::Saving, 4)), None);
+        assert_eq!(l.observe(w, &beat(40.0, WorkerState::Training, 4)), None);
+        assert_eq!(
+            l.observe(w, &beat(42.0, WorkerState::Training, 5)),
+            Some(2.0)
+        );
+        assert_eq!(
+            s.allowances(l.longest_s()).training,
+            Duration::from_secs(10)
+        );
+        // A restarted worker warms up again; the run's longest is kept.
+        let w2 = t(100.0);
+        assert_eq!(l.observe(w2, &beat(99.0, WorkerState::Training, 5)), None);
+        assert_eq!(l.observe(w2, &beat(101.0, WorkerState::Training, 5)), None);
+        assert_eq!(l.observe(w2, &beat(111.0, WorkerState::Training, 6)), None);
+        assert_eq!(l.observe(w2, &beat(112.0, WorkerState::Training, 7)), None);
+        assert_eq!(l.longest_s(), Some(2.0));
+        // Floor and ceiling.
+        assert_eq!(s.allowances(Some(0.01)).training, Duration::from_secs(2));
+        assert_eq!(
+            s.allowances(Some(1000.0)).training,
+            Duration::from_secs(100)
+        );
+        // A number overrides what was learned.
+        let fixed = settings(StaleAfter::Seconds(7.5)).allowances(Some(2.0));
+        assert_eq!(fixed.training, Duration::from_secs_f64(7.5));
+    }
+}

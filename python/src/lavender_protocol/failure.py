@@ -1,0 +1,101 @@
+"""Why a worker ends without finishing: the protocol's failure kinds.
+
+lavenderd reads `failure: {kind, message, step?, since_step?}` from the last
+heartbeat (state `failed`) or the `failed` event, else the exit code, and acts by
+kind: `config`, `incompatible_checkpoint` and `data` are not retried, `diverged` is
+rolled back to a checkpoint before `since_step`, anything else is restarted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+from .checkpoints import ResumeError
+
+DIVERGED = "diverged"
+OUT_OF_MEMORY = "out_of_memory"
+CONFIG = "config"
+INCOMPATIBLE_CHECKPOINT = "incompatible_checkpoint"
+DATA = "data"
+CRASH = "crash"
+
+#: Each kind's exit code, the same as lavender-worker's (`lavender::failure`).
+EXIT_CODES: Dict[str, int] = {
+    CRASH: 1,
+    DATA: 65,
+    CONFIG: 78,
+    INCOMPATIBLE_CHECKPOINT: 79,
+    DIVERGED: 80,
+    OUT_OF_MEMORY: 81,
+}
+KINDS = tuple(EXIT_CODES)
+
+
+def exit_code(kind: str) -> int:
+    """The exit code that says `kind` (1, a crash, for a kind lavender does not know)."""
+    return EXIT_CODES.get(kind, 1)
+
+
+class WorkerFailure(Exception):
+    """Raise it to end the worker with a kind of your choosing, e.g.
+    `raise WorkerFailure("data", "shard 3 is truncated; rebuild the shards")`."""
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        *,
+        step: Optional[int] = None,
+        since_step: Optional[int] = None,
+    ) -> None:
+        if kind not in EXIT_CODES:
+            raise ValueError(f"failure kind {kind!r} is not one of {', '.join(KINDS)}")
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.step = step
+        self.since_step = since_step
+
+
+#: The allocator's words for memory that ran out (CUDA, MPS, the CPU allocator).
+_OOM_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """`torch.cuda.OutOfMemoryError` (and torch's other `OutOfMemoryError`s),
+    `MemoryError`, and the `RuntimeError`s libtorch raises when an allocation fails."""
+    if isinstance(error, MemoryError):
+        return True
+    if any(cls.__name__ == "OutOfMemoryError" for cls in type(error).__mro__):
+        return True
+    return isinstance(error, RuntimeError) and any(w in str(error).lower() for w in _OOM_WORDS)
+
+
+def classify(error: BaseException) -> Tuple[str, str]:
+    """(kind, one-line message) for an exception that ends the worker."""
+    message = " ".join(f"{type(error).__name__}: {error}".split())
+    if isinstance(error, WorkerFailure):
+        return error.kind, " ".join(error.message.split())
+    if is_out_of_memory(error):
+        return OUT_OF_MEMORY, message
+    if isinstance(error, ResumeError):
+        return CONFIG, message
+    return CRASH, message
+
+
+def record(
+    kind: str,
+    message: str,
+    *,
+    step: Optional[int] = None,
+    since_step: Optional[int] = None,
+) -> Dict[str, Any]:
+    """The `failure` value of the heartbeat and the `failed` event."""
+    if kind not in EXIT_CODES:
+        raise ValueError(f"failure kind {kind!r} is not one of {', '.join(KINDS)}")
+    doc: Dict[str, Any] = {"kind": kind, "message": message}
+    if step is not None:
+        doc["step"] = int(step)
+    if since_step is not None:
+        doc["since_step"] = int(since_step)
+    return doc

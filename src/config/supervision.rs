@@ -1,0 +1,272 @@
+//! What the daemon does when a worker hangs or fails (`supervisor.on_stall`,
+//! `on_failure`, `on_diverged`), how long each phase of a worker may go without a
+//! heartbeat (`stale_after_s`, learned when `auto`), and whether an interrupted
+//! pipeline resumes when the daemon starts. The keys sit in the `supervisor:`
+//! section ([`super::SupervisorConfig`]); their types and rules are here.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
+use super::error::{ConfigError, ConfigErrorKind};
+use super::sections::SupervisorConfig;
+use crate::failure::FailureKind;
+
+/// `supervisor.stale_after_s`: how long a training worker may go without a
+/// heartbeat. `auto` learns it from the run's own heartbeats ([`StaleAuto`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StaleAfter {
+    Auto,
+    /// Seconds; fractions allowed.
+    Seconds(f64),
+}
+
+impl fmt::Display for StaleAfter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StaleAfter::Auto => f.write_str("auto"),
+            StaleAfter::Seconds(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+impl Serialize for StaleAfter {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            StaleAfter::Auto => s.serialize_str("auto"),
+            StaleAfter::Seconds(secs) => s.serialize_f64(*secs),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StaleAfter {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct StaleVisitor;
+        impl Visitor<'_> for StaleVisitor {
+            type Value = StaleAfter;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("`auto` or a number of seconds")
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(StaleAfter::Seconds(v as f64))
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(StaleAfter::Seconds(v as f64))
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(StaleAfter::Seconds(v))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                match v {
+                    "auto" => Ok(StaleAfter::Auto),
+                    other => Err(E::custom(format!(
+                        "`{other}` is neither `auto` nor a number of seconds; give one of them (e.g. auto, or 300)"
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(StaleVisitor)
+    }
+}
+
+/// `supervisor.stale_auto`: how `stale_after_s: auto` learns. The allowance is
+/// `factor` × the longest interval seen between two training heartbeats of the
+/// run, kept within `floor_s ..= ceiling_s`; `ceiling_s` until one is seen.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaleAuto {
+    pub factor: f64,
+    pub floor_s: f64,
+    pub ceiling_s: f64,
+}
+
+impl StaleAuto {
+    /// The allowance for a run whose longest steady interval so far is `longest_s`.
+    pub fn allowance_s(&self, longest_s: Option<f64>) -> f64 {
+        match longest_s {
+            Some(longest) => (self.factor * longest).clamp(self.floor_s, self.ceiling_s),
+            None => self.ceiling_s,
+        }
+    }
+}
+
+/// `supervisor.on_stall`: what a hung worker gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnStall {
+    /// Killed (its process group, or its Slurm job) and restarted from the run's
+    /// latest complete checkpoint.
+    #[default]
+    Restart,
+    /// An alert only; the worker is left as it is.
+    Alert,
+}
+
+/// What the daemon does with a worker that ended with a failure of some kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailureAction {
+    /// The pipeline fails at once: the failure would repeat.
+    Fail,
+    /// Restarted from the latest complete checkpoint (first at once, then after
+    /// `restart_backoff_s`).
+    Restart,
+}
+
+impl FailureAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureAction::Fail => "fail",
+            FailureAction::Restart => "restart",
+        }
+    }
+}
+
+/// `supervisor.on_failure`: the action per failure kind (a divergence has its own
+/// key, `on_diverged`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnFailure {
+    pub config: FailureAction,
+    pub incompatible_checkpoint: FailureAction,
+    pub data: FailureAction,
+    pub out_of_memory: FailureAction,
+    pub crash: FailureAction,
+}
+
+impl OnFailure {
+    /// The action for `kind`; `None` for `diverged` (see `on_diverged`).
+    pub fn action(&self, kind: FailureKind) -> Option<FailureAction> {
+        Some(match kind {
+            FailureKind::Config => self.config,
+            FailureKind::IncompatibleCheckpoint => self.incompatible_checkpoint,
+            FailureKind::Data => self.data,
+            FailureKind::OutOfMemory => self.out_of_memory,
+            FailureKind::Crash => self.crash,
+            FailureKind::Diverged => return None,
+        })
+    }
+}
+
+/// `supervisor.on_diverged`: what a worker that stopped with `diverged` gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDiverged {
+    /// Restarted from the newest checkpoint saved before the divergence began,
+    /// skipping the data that led to it (at most `max_rollbacks` times a run).
+    #[default]
+    Rollback,
+    /// The pipeline fails, naming the divergence.
+    Fail,
+}
+
+fn invalid(path: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::new(ConfigErrorKind::Invalid {
+        path: path.to_string(),
+        message: message.into(),
+    })
+}
+
+/// A wait in seconds that must be more than zero.
+fn positive_seconds(path: &str, value: f64) -> Result<(), ConfigError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(invalid(
+            path,
+            format!("{value} is not a wait in seconds; give a number greater than 0"),
+        ))
+    }
+}
+
+pub(crate) fn validate(s: &SupervisorConfig) -> Result<(), ConfigError> {
+    if let StaleAfter::Seconds(secs) = s.stale_after_s
+        && !(secs.is_finite() && secs > 0.0)
+    {
+        return Err(invalid(
+            "supervisor.stale_after_s",
+            format!("{secs} is not a timeout; give `auto` or a number of seconds greater than 0"),
+        ));
+    }
+    let a = &s.stale_auto;
+    if !(a.factor.is_finite() && a.factor >= 1.0) {
+        return Err(invalid(
+            "supervisor.stale_auto.factor",
+            format!(
+                "{} is too small: the allowance is factor × the longest interval seen; give 1 or more (e.g. 5)",
+                a.factor
+            ),
+        ));
+    }
+    positive_seconds("supervisor.stale_auto.floor_s", a.floor_s)?;
+    positive_seconds("supervisor.stale_auto.ceiling_s", a.ceiling_s)?;
+    if a.ceiling_s < a.floor_s {
+        return Err(invalid(
+            "supervisor.stale_auto.ceiling_s",
+            format!(
+                "{} is below supervisor.stale_auto.floor_s ({}); give a ceiling at least the floor",
+                a.ceiling_s, a.floor_s
+            ),
+        ));
+    }
+    for (key, value) in [
+        ("startup_grace_s", s.startup_grace_s),
+        ("loading_grace_s", s.loading_grace_s),
+        ("evaluating_grace_s", s.evaluating_grace_s),
+        ("saving_grace_s", s.saving_grace_s),
+    ] {
+        if value == 0 {
+            return Err(invalid(
+                &format!("supervisor.{key}"),
+                "0 is not a timeout; give a number of seconds of at least 1",
+            ));
+        }
+    }
+    positive_seconds("supervisor.stall_kill_grace_s", s.stall_kill_grace_s)?;
+    if s.max_no_progress_restarts == 0 {
+        return Err(invalid(
+            "supervisor.max_no_progress_restarts",
+            "give at least 1 (restarts in a row that did not train past the step they resumed from, before the pipeline fails)",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_allowance_is_clamped_and_the_ceiling_until_learned() {
+        let a = StaleAuto {
+            factor: 5.0,
+            floor_s: 60.0,
+            ceiling_s: 1800.0,
+        };
+        assert_eq!(a.allowance_s(None), 1800.0);
+        assert_eq!(a.allowance_s(Some(1.0)), 60.0);
+        assert_eq!(a.allowance_s(Some(30.0)), 150.0);
+        assert_eq!(a.allowance_s(Some(3600.0)), 1800.0);
+    }
+
+    #[test]
+    fn every_kind_but_diverged_has_an_action() {
+        let p = OnFailure {
+            config: FailureAction::Fail,
+            incompatible_checkpoint: FailureAction::Fail,
+            data: FailureAction::Fail,
+            out_of_memory: FailureAction::Restart,
+            crash: FailureAction::Restart,
+        };
+        for kind in FailureKind::ALL {
+            assert_eq!(p.action(kind).is_none(), kind == FailureKind::Diverged);
+        }
+        assert_eq!(p.action(FailureKind::Data), Some(FailureAction::Fail));
+    }
+}

@@ -1,0 +1,170 @@
+//! Why the worker ends without finishing: its errors classified into the
+//! protocol's [`FailureKind`]s, which its last heartbeat, its `failed` event and its
+//! exit code carry (`lavender::failure`).
+//!
+//! Where an error is made, the code that knows what it means tags it
+//! ([`KindExt::kind`]: a rejected config, a checkpoint that does not fit, missing
+//! data). [`failure_of`] reads the tags back: libtorch running out of memory wins
+//! over any tag (it can happen anywhere), then the innermost tag (the most specific),
+//! then a config error from the core library; anything else is a `crash`.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use lavender::config::ConfigError;
+use lavender::failure::{Failure, FailureKind};
+
+/// An error that says what kind of failure it is. Its message and sources are the
+/// wrapped error's, so `{:#}` reads exactly as the error did before the tag.
+#[derive(Debug)]
+struct Tagged {
+    kind: FailureKind,
+    /// For `diverged`: the detection step and the step the divergence began.
+    step: Option<u64>,
+    since_step: Option<u64>,
+    error: anyhow::Error,
+}
+
+impl fmt::Display for Tagged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl StdError for Tagged {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.error.source()
+    }
+}
+
+/// Tags `error` with `kind`.
+pub fn tag(error: anyhow::Error, kind: FailureKind) -> anyhow::Error {
+    anyhow::Error::new(Tagged {
+        kind,
+        step: None,
+        since_step: None,
+        error,
+    })
+}
+
+/// A `diverged` error detected at `step`, the divergence having begun at `since_step`.
+pub fn diverged(message: String, step: u64, since_step: u64) -> anyhow::Error {
+    anyhow::Error::new(Tagged {
+        kind: FailureKind::Diverged,
+        step: Some(step),
+        since_step: Some(since_step),
+        error: anyhow::Error::msg(message),
+    })
+}
+
+/// `result.kind(FailureKind::Data)`: tags the error, if any.
+pub trait KindExt<T> {
+    fn kind(self, kind: FailureKind) -> anyhow::Result<T>;
+}
+
+impl<T, E: Into<anyhow::Error>> KindExt<T> for Result<T, E> {
+    fn kind(self, kind: FailureKind) -> anyhow::Result<T> {
+        self.map_err(|e| tag(e.into(), kind))
+    }
+}
+
+/// libtorch's words for an allocation that failed, on every device
+/// ("CUDA out of memory", "MPS backend out of memory", the CPU allocator's
+/// "can't allocate memory … (Cannot allocate memory)").
+pub fn says_out_of_memory(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("out of memory") || m.contains("can't allocate memory")
+}
+
+/// What `error` says about why the worker ends: kind, the whole message on one
+/// line, and (for a divergence) its steps.
+pub fn failure_of(error: &anyhow::Error) -> Failure {
+    let message = format!("{error:#}").replace('\n', " ");
+    if error.chain().any(|e| says_out_of_memory(&e.to_string())) {
+        return Failure::new(FailureKind::OutOfMemory, message);
+    }
+    if let Some(t) = error
+        .chain()
+        .filter_map(|e| e.downcast_ref::<Tagged>())
+        .last()
+    {
+        let mut f = Failure::new(t.kind, message);
+        f.step = t.step;
+        f.since_step = t.since_step;
+        return f;
+    }
+    if error.chain().any(|e| e.is::<ConfigError>()) {
+        return Failure::new(FailureKind::Config, message);
+    }
+    Failure::new(FailureKind::Crash, message)
+}
+
+/// The failure a panic's payload describes (libtorch's errors in the tensor
+/// operations that panic, such as an allocation that failed, arrive this way).
+pub fn failure_of_panic(payload: &(dyn std::any::Any + Send)) -> Failure {
+    let what = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into());
+    let kind = if says_out_of_memory(&what) {
+        FailureKind::OutOfMemory
+    } else {
+        FailureKind::Crash
+    };
+    Failure::new(kind, format!("training failed: {what}").replace('\n', " "))
+}
+
+#[cfg(test)]
+mod tests {
+    use anyhow::Context;
+
+    use super::*;
+
+    #[test]
+    fn the_innermost_tag_names_the_kind_and_the_message_is_unchanged() {
+        let inner: anyhow::Result<()> = Err(anyhow::anyhow!("tensor file truncated"));
+        let e = inner
+            .kind(FailureKind::Data)
+            .context("could not load the weights")
+            .kind(FailureKind::IncompatibleCheckpoint)
+            .unwrap_err();
+        let f = failure_of(&e);
+        assert_eq!(f.kind, FailureKind::Data);
+        assert_eq!(
+            f.message,
+            "could not load the weights: tensor file truncated"
+        );
+        assert_eq!((f.step, f.since_step), (None, None));
+    }
+
+    #[test]
+    fn out_of_memory_wins_over_tags_and_untagged_errors_are_crashes() {
+        let e = tag(
+            anyhow::anyhow!("CUDA out of memory. Tried to allocate 2.00 GiB"),
+            FailureKind::Data,
+        );
+        assert_eq!(failure_of(&e).kind, FailureKind::OutOfMemory);
+        let e = anyhow::anyhow!("disk full").context("could not write the history");
+        assert_eq!(failure_of(&e).kind, FailureKind::Crash);
+        let panic: Box<dyn std::any::Any + Send> = Box::new(String::from(
+            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes",
+        ));
+        assert_eq!(failure_of_panic(&*panic).kind, FailureKind::OutOfMemory);
+        let panic: Box<dyn std::any::Any + Send> = Box::new("index out of range");
+        let f = failure_of_panic(&*panic);
+        assert_eq!(f.kind, FailureKind::Crash);
+        assert!(f.message.contains("index out of range"), "{}", f.message);
+    }
+
+    #[test]
+    fn a_config_error_is_a_config_failure_and_a_divergence_carries_its_steps() {
+        let err = lavender::config::Config::from_yaml_str("chunk: 9\n", "c.yaml").unwrap_err();
+        let e = anyhow::Error::new(err).context("loading the config");
+        assert_eq!(failure_of(&e).kind, FailureKind::Config);
+        let f = failure_of(&diverged("loss is NaN at step 7".into(), 7, 5));
+        assert_eq!(f.kind, FailureKind::Diverged);
+        assert_eq!((f.step, f.since_step), (Some(7), Some(5)));
+        assert_eq!(f.message, "loss is NaN at step 7");
+    }
+}
