@@ -18,6 +18,7 @@ pub mod run;
 pub mod skips;
 pub mod status;
 pub mod time;
+pub mod tokens;
 pub mod trainer_state;
 pub mod trainlog;
 

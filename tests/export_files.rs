@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::Path;
 
-use lavender::export::{self, ExportOptions, ExportStatus, Selection};
+use lavender::export::{self, Carried, ExportOptions, ExportStatus, Selection};
 use lavender_testkit::fabricated_run::*;
 use lavender_testkit::read_json;
 use safetensors::SafeTensors;
@@ -141,7 +141,75 @@ fn optimizer_moments_are_the_checkpoints_bitwise() {
         assert_eq!(meta["betas"], "[0.9, 0.999]");
         assert_eq!(meta["eps"], "0.00000001");
         assert_eq!(meta["weight_decay"], "0.1");
+        // Not a copy: the checkpoint's own file, hard-linked.
+        assert_eq!(c.optimizer_file, Some(Carried::Linked));
+        assert_eq!(inode(&exported), inode(&original), "{}", exported.display());
     }
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    // The export outlives the checkpoint: retention deleting it leaves the link.
+    let first = &report.checkpoints[0];
+    let kept = fs::read(first.source.join("optimizer.safetensors")).unwrap();
+    fs::remove_dir_all(&first.source).unwrap();
+    let exported = first.path.as_ref().unwrap().join("optimizer.safetensors");
+    assert_eq!(fs::read(&exported).unwrap(), kept);
+    // Reused exports say how they carry the file too.
+    let again = export_all(&run);
+    assert!(
+        again.checkpoints[1..]
+            .iter()
+            .all(|c| c.status == ExportStatus::Reused && c.optimizer_file == Some(Carried::Linked)),
+        "{:?}",
+        again.checkpoints
+    );
+}
+
+fn inode(p: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(p).unwrap();
+    (m.dev(), m.ino())
+}
+
+/// An export to another filesystem (tmpfs at /dev/shm) cannot link: it copies, and
+/// says so in a warning.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_export_on_another_filesystem_copies_the_moments_and_says_so() {
+    let root = tempfile::tempdir().unwrap();
+    let run = make_run(root.path(), &RunSpec::default());
+    let out = tempfile::tempdir_in("/dev/shm").unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_ne!(
+        fs::metadata(out.path()).unwrap().dev(),
+        fs::metadata(root.path()).unwrap().dev(),
+        "/dev/shm must be another filesystem than the temporary directory for this test"
+    );
+    let report = export::export(&ExportOptions {
+        selection: Selection::All,
+        out: Some(out.path().to_path_buf()),
+        ..ExportOptions::new(&run)
+    })
+    .unwrap();
+    for c in &report.checkpoints {
+        assert_eq!(c.optimizer_file, Some(Carried::Copied));
+        let exported = c.path.as_ref().unwrap().join("optimizer.safetensors");
+        assert_eq!(
+            fs::read(&exported).unwrap(),
+            fs::read(c.source.join("optimizer.safetensors")).unwrap()
+        );
+    }
+    assert_eq!(report.warnings.len(), 3, "{:?}", report.warnings);
+    for (w, step) in report.warnings.iter().zip([2, 4, 6]) {
+        assert!(
+            w.contains(&format!("checkpoint-{step}: optimizer.safetensors copied"))
+                && w.contains("another filesystem"),
+            "{w}"
+        );
+    }
+    let text = export::export_text(&report);
+    assert!(
+        text.contains("warning: checkpoint-2: optimizer.safetensors copied"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -95,6 +95,21 @@ pub struct ExportedCheckpoint {
     pub status: ExportStatus,
     /// It carries `optimizer.safetensors`.
     pub optimizer: bool,
+    /// How `optimizer.safetensors` got there: a hard link to the checkpoint's own
+    /// file, or a copy where no link could be made (another filesystem).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub optimizer_file: Option<Carried>,
+}
+
+/// How an export carries a file that is byte for byte the checkpoint's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Carried {
+    /// A hard link: no byte written twice, and the export keeps the file after
+    /// retention deletes the checkpoint.
+    Linked,
+    /// A copy: the export is on another filesystem than the checkpoint.
+    Copied,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -243,6 +258,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport> {
                     ),
                 },
                 optimizer: false,
+                optimizer_file: None,
             });
             continue;
         }
@@ -327,6 +343,45 @@ fn is_current(target: &Path, source: &Value) -> bool {
     files.iter().all(|f| target.join(f).is_file())
 }
 
+/// Hard-links `src` at `dst`; where no link can be made (another filesystem, or
+/// one without hard links) copies it and says why.
+fn link_or_copy(src: &Path, dst: &Path) -> Result<(Carried, Option<String>)> {
+    use std::io::ErrorKind;
+    match fs::hard_link(src, dst) {
+        Ok(()) => Ok((Carried::Linked, None)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::CrossesDevices | ErrorKind::Unsupported | ErrorKind::PermissionDenied
+            ) =>
+        {
+            fs::copy(src, dst).ctx("copy", src)?;
+            let why = if e.kind() == ErrorKind::CrossesDevices {
+                "the export is on another filesystem than the checkpoint".to_string()
+            } else {
+                format!("the filesystem refused a hard link ({e})")
+            };
+            Ok((Carried::Copied, Some(why)))
+        }
+        Err(e) => Err(crate::Error::io("hard-link", dst, e).into()),
+    }
+}
+
+/// Whether two paths name one file (a hard link).
+#[cfg(unix)]
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (fs::metadata(a), fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(_: &Path, _: &Path) -> bool {
+    false
+}
+
 fn write_json(path: &Path, v: &Value) -> Result<()> {
     let mut bytes = serde_json::to_vec_pretty(v)
         .map_err(|e| ExportError::invalid(path, format!("could not serialize: {e}")))?;
@@ -370,8 +425,16 @@ fn export_one(
         path: Some(target.clone()),
         status: ExportStatus::Reused,
         optimizer: with_optimizer,
+        optimizer_file: None,
     };
     if !opts.force && is_current(&target, &source) {
+        if with_optimizer {
+            done.optimizer_file = Some(if same_file(&opt_src, &target.join(OPTIMIZER_FILE)) {
+                Carried::Linked
+            } else {
+                Carried::Copied
+            });
+        }
         return Ok(done);
     }
 
@@ -392,9 +455,19 @@ fn export_one(
                 ),
             ));
         }
-        // Copied byte for byte: attribution needs these exact moments.
+        // The checkpoint's own file, linked (a copy only across filesystems): the
+        // bytes the trainer saved, never written twice.
         let dst = dir.join(OPTIMIZER_FILE);
-        fs::write(&dst, &moments.bytes).ctx("write", &dst)?;
+        let (carried, why) = link_or_copy(&opt_src, &dst)?;
+        if let Some(why) = why {
+            warnings.push(format!(
+                "checkpoint-{step}: {OPTIMIZER_FILE} copied ({} bytes), not hard-linked: {why} ({} → {})",
+                moments.bytes.len(),
+                opt_src.display(),
+                out.display()
+            ));
+        }
+        done.optimizer_file = Some(carried);
         // The same moments as torch.optim's state_dict(), for torch.load readers.
         tensors::write_optimizer_pt(
             &moments,

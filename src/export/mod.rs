@@ -30,8 +30,8 @@ mod torch_save;
 pub use crate::checkpoint::EXPORT_MARKER;
 pub use error::ExportError;
 pub use exporter::{
-    EXPORT_DIR, EXPORT_EMA_DIR, ExportOptions, ExportReport, ExportStatus, ExportedCheckpoint,
-    Selection, export, locate_run,
+    Carried, EXPORT_DIR, EXPORT_EMA_DIR, ExportOptions, ExportReport, ExportStatus,
+    ExportedCheckpoint, Selection, export, locate_run,
 };
 pub use hf_config::{ModelDims, SpecialTokens, model_dims};
 pub use history::{LogHistory, for_hf_readers};
@@ -39,7 +39,7 @@ pub use output::{export_json, export_text, resolve_json, resolve_yaml, yaml_floa
 pub use resolve::{
     Field, ResolveOptions, Resolved, ResolvedCheckpoint, Sources, parse_list, resolve,
 };
-pub use run_config::RunConfig;
+pub use run_config::{RunConfig, run_config_yaml};
 pub use segments::{Segment, terminal_velocity_factor};
 pub use step::{checkpoint_step, step_from_name};
 pub use tensors::{EMA_FILE, OPTIMIZER_PT, hf_parameter_order};

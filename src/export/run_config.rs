@@ -1,20 +1,101 @@
-//! What export and resolve read from a run's `config.yaml`: the model's shape, the
-//! optimizer (AdamW: SOURCE's Adam-preconditioned variant, momentum 0) and a few
-//! training settings.
+//! A run's `config.yaml`: what the worker writes when the run starts
+//! ([`run_config_yaml`]), and what export, resolve and attribute read from it (the
+//! model's shape, the optimizer — AdamW: SOURCE's Adam-preconditioned variant,
+//! momentum 0 — and a few training settings).
 //!
-//! Read as a partial view rather than through [`crate::config::Config`]: the worker
-//! appends a top-level `momentum:` key for tools like this one, which the strict
-//! pipeline config does not know, and an export must not fail because a run was
-//! written by an older or newer lavender with a key more or less.
+//! The file serves two readers. bergson's run reader (SOURCE's `resolve()`,
+//! `bergson/approx_unrolling/train_cfg_io.py`) takes the first top-level mapping as
+//! the run's training config in bergson's names: the `train:` section, which says
+//! `optimizer: adamw` (so bergson derives momentum 0.0 and knows the run is
+//! AdamW's), the model path and β1 as `adam_beta1`. lavender's resolved config
+//! follows, except that the pipeline's `steps` are written as `pipeline_steps`
+//! (bergson takes a top-level `steps` for its own list of commands), and then
+//! `momentum: 0.0` (SOURCE's heavy-ball β) and `adam_beta1`.
+//!
+//! Read as a partial view rather than through [`crate::config::Config`]: the file
+//! carries keys the strict pipeline config does not know, and an export must not
+//! fail because a run was written by an older or newer lavender with a key more or
+//! less. Runs written before `adam_beta1` existed say `momentum: <β1>`; they read
+//! the same (β1 from `optimizer.betas`, SOURCE's momentum 0.0).
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::exporter::EXPORT_DIR;
+use super::output::yaml_float;
 use super::{ExportError, Result};
+use crate::config::Config;
 use crate::error::IoContext;
 
 pub const CONFIG_FILE: &str = "config.yaml";
+
+/// The run's `config.yaml` (see the module's documentation): bergson's `train:`
+/// section, `config` resolved (the model sizes it trains), then SOURCE's
+/// `momentum` and AdamW's `adam_beta1`. `final_step` is the step of the run's
+/// final checkpoint, whose export (`<run>/exported/checkpoint-<final_step>`) is
+/// the model bergson's reader takes as the run's.
+pub fn run_config_yaml(config: &Config, run_dir: &Path, final_step: u64) -> String {
+    let config = config.resolved();
+    let run_dir = std::path::absolute(run_dir).unwrap_or_else(|_| run_dir.to_path_buf());
+    let quoted =
+        |p: &Path| serde_json::to_string(&p.display().to_string()).expect("a string serializes");
+    let o = &config.optimizer;
+    let t = &config.training;
+    let model = run_dir
+        .join(EXPORT_DIR)
+        .join(format!("checkpoint-{final_step}"));
+    let mut s = String::new();
+    s.push_str(
+        "# lavender: the run's config, written when the run started.\n\
+         # `train` is the run as bergson's run reader takes it (the first top-level\n\
+         # mapping, in bergson's names); lavender's resolved config follows, its\n\
+         # pipeline `steps` as `pipeline_steps` (bergson reads a top-level `steps`).\n",
+    );
+    s.push_str("train:\n");
+    s.push_str(&format!("  run_path: {}\n", quoted(&run_dir)));
+    s.push_str(&format!(
+        "  # The final checkpoint as `lavenderd export` writes it.\n  model: {}\n",
+        quoted(&model)
+    ));
+    s.push_str("  optimizer: adamw\n");
+    s.push_str(&format!("  adam_beta1: {}\n", yaml_float(o.betas[0])));
+    s.push_str(&format!("  adam_beta2: {}\n", yaml_float(o.betas[1])));
+    s.push_str(&format!("  adam_eps: {}\n", yaml_float(o.eps)));
+    s.push_str("  eps_root: 0.0\n");
+    s.push_str(&format!("  weight_decay: {}\n", yaml_float(o.weight_decay)));
+    s.push_str(&format!("  max_grad_norm: {}\n", yaml_float(o.grad_clip)));
+    s.push_str(&format!(
+        "  batch_size: {}\n",
+        u64::from(t.batch_size) * u64::from(t.grad_accum.max(1))
+    ));
+    s.push_str(&format!("  grad_accum_steps: {}\n", t.grad_accum.max(1)));
+    s.push_str(&format!("  seed: {}\n", config.seed));
+    s.push_str(&format!(
+        "  save_optimizer_state: {}\n",
+        t.save_optimizer_state.as_str()
+    ));
+    for line in config.to_yaml().lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        match line.strip_prefix("steps:") {
+            Some(rest) => {
+                s.push_str("pipeline_steps:");
+                s.push_str(rest);
+            }
+            None => s.push_str(line),
+        }
+        s.push('\n');
+    }
+    s.push_str(&format!(
+        "# SOURCE's momentum (heavy-ball SGD's beta): 0.0 for AdamW, whose beta1 is adam_beta1.\n\
+         momentum: 0.0\n\
+         adam_beta1: {}\n",
+        yaml_float(o.betas[0])
+    ));
+    s
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunConfig {
@@ -25,8 +106,14 @@ pub struct RunConfig {
     pub eps: f64,
     pub weight_decay: f64,
     /// AdamW's β1 (`optimizer.betas[0]`; the worker also writes it as a top-level
-    /// `momentum:` key). Not SOURCE's momentum: see [`RunConfig::source_momentum`].
+    /// `adam_beta1:` key, older runs as `momentum:`). Not SOURCE's momentum: see
+    /// [`RunConfig::source_momentum`].
     pub beta1: f64,
+    /// The pipeline chunk the run trained on (0 when the file does not say).
+    pub chunk: u64,
+    /// `training.seq_len`: a pretraining window is `seq_len + 1` tokens (0 when
+    /// the file does not say).
+    pub seq_len: u64,
     pub batch_size: u64,
     pub grad_accum: u64,
     pub eval_every: u64,
@@ -47,7 +134,11 @@ pub struct ModelSection {
 
 #[derive(Deserialize)]
 struct Raw {
+    /// SOURCE's momentum where `adam_beta1` is given; AdamW's β1 in older runs.
     momentum: Option<f64>,
+    adam_beta1: Option<f64>,
+    #[serde(default)]
+    chunk: Option<u64>,
     model: ModelSection,
     optimizer: RawOptimizer,
     #[serde(default)]
@@ -69,6 +160,8 @@ struct RawTraining {
     grad_accum: u64,
     #[serde(default)]
     eval_every: u64,
+    #[serde(default)]
+    seq_len: u64,
     #[serde(default)]
     stages: Vec<RawStage>,
 }
@@ -100,8 +193,26 @@ impl RunConfig {
         let raw: Raw = serde_saphyr::from_str(text)
             .map_err(|e| ExportError::invalid(path, format!("not a lavender run config: {e}")))?;
         let beta1 = raw.optimizer.betas[0];
-        let momentum = match raw.momentum {
-            Some(m) if m != beta1 => {
+        let momentum = match (raw.adam_beta1, raw.momentum) {
+            (Some(b), _) if b != beta1 => {
+                return Err(ExportError::invalid(
+                    path,
+                    format!(
+                        "adam_beta1: {b} disagrees with optimizer.betas[0]: {beta1}, which the optimizer used; fix or remove the adam_beta1 key"
+                    ),
+                ));
+            }
+            (Some(_), Some(m)) if m != 0.0 => {
+                return Err(ExportError::invalid(
+                    path,
+                    format!(
+                        "momentum: {m} is SOURCE's heavy-ball momentum, which is 0.0 for an AdamW run (its beta1 is adam_beta1); set momentum: 0.0"
+                    ),
+                ));
+            }
+            (Some(b), _) => b,
+            // Written before adam_beta1: `momentum` was β1.
+            (None, Some(m)) if m != beta1 => {
                 return Err(ExportError::invalid(
                     path,
                     format!(
@@ -109,8 +220,8 @@ impl RunConfig {
                     ),
                 ));
             }
-            Some(m) => m,
-            None => beta1,
+            (None, Some(m)) => m,
+            (None, None) => beta1,
         };
         if !(0.0..1.0).contains(&momentum) {
             return Err(ExportError::invalid(
@@ -125,6 +236,8 @@ impl RunConfig {
             eps: raw.optimizer.eps,
             weight_decay: raw.optimizer.weight_decay,
             beta1: momentum,
+            chunk: raw.chunk.unwrap_or(0),
+            seq_len: raw.training.seq_len,
             batch_size: raw.training.batch_size,
             grad_accum: raw.training.grad_accum.max(1),
             eval_every: raw.training.eval_every,
@@ -194,6 +307,74 @@ mod tests {
         // Without the key, β1 is the momentum.
         let rc = RunConfig::parse(&cfg.to_yaml(), Path::new("config.yaml")).unwrap();
         assert_eq!(rc.beta1, 0.95);
+    }
+
+    #[test]
+    fn the_written_config_reads_back_and_leads_with_bergsons_section() {
+        let mut cfg = Config::default();
+        cfg.optimizer.betas = [0.9, 0.95];
+        cfg.training.grad_accum = 2;
+        let text = run_config_yaml(&cfg, Path::new("/data/checkpoints/run-1"), 1400);
+        let rc = RunConfig::parse(&text, Path::new("config.yaml")).unwrap();
+        assert_eq!((rc.beta1, rc.source_momentum()), (0.9, 0.0));
+        assert_eq!(rc.seq_len, u64::from(cfg.training.seq_len));
+        assert_eq!(rc.chunk, 1);
+        assert_eq!(rc.model.n_positions, 128, "resolved: the scale's sizes");
+        // bergson takes the first top-level mapping as its training config, and a
+        // top-level `steps` as its list of commands: `train` is first, no `steps`.
+        let top: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with([' ', '#', '-']) && l.contains(':'))
+            .map(|l| l.split(':').next().unwrap())
+            .collect();
+        assert_eq!(top[0], "train", "{text}");
+        assert!(
+            !top.contains(&"steps") && top.contains(&"pipeline_steps"),
+            "{top:?}"
+        );
+        for want in [
+            "  run_path: \"/data/checkpoints/run-1\"\n",
+            "  model: \"/data/checkpoints/run-1/exported/checkpoint-1400\"\n",
+            "  optimizer: adamw\n",
+            "  adam_beta1: 0.9\n",
+            "  adam_beta2: 0.95\n",
+            "  adam_eps: 1.0e-8\n",
+            "  batch_size: 32\n",
+            "  grad_accum_steps: 2\n",
+            "\nmomentum: 0.0\nadam_beta1: 0.9\n",
+        ] {
+            assert!(text.contains(want), "{want:?} in\n{text}");
+        }
+        // The rest is lavender's resolved config, key for key.
+        let lavender = text
+            .lines()
+            .skip_while(|l| l.starts_with(['#', ' ']) || *l == "train:")
+            .map(|l| match l.strip_prefix("pipeline_steps:") {
+                Some(rest) => format!("steps:{rest}"),
+                None => l.to_string(),
+            })
+            .take_while(|l| !l.starts_with("# SOURCE"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(
+            Config::from_yaml_str(&lavender, "run/config.yaml").unwrap(),
+            cfg.resolved()
+        );
+
+        // A momentum that is not SOURCE's 0.0, or a beta1 the optimizer did not use.
+        let bad = text.replace("\nmomentum: 0.0\n", "\nmomentum: 0.9\n");
+        let err = RunConfig::parse(&bad, Path::new("run/config.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("run/config.yaml") && err.contains("momentum: 0.9 is SOURCE's"),
+            "{err}"
+        );
+        let bad = text.replace("\nadam_beta1: 0.9\n", "\nadam_beta1: 0.8\n");
+        let err = RunConfig::parse(&bad, Path::new("run/config.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("adam_beta1: 0.8 disagrees"), "{err}");
     }
 
     #[test]

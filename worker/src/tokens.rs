@@ -36,94 +36,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail, ensure};
 use memmap2::Mmap;
-use serde::{Deserialize, Serialize};
 
-/// The version of this format; `open` refuses any other.
-pub const FORMAT: u32 = 1;
-pub const INDEX_FILE: &str = "index.json";
-pub const TOKENIZER_FILE: &str = "tokenizer.json";
-/// Number of chunks a pipeline's shards are split into (`--chunk 1..=4`).
-pub const CHUNKS: u8 = 4;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Dtype {
-    U16,
-    U32,
-}
-
-impl Dtype {
-    /// The narrowest dtype that holds every id of a vocabulary of `vocab_size`.
-    pub fn for_vocab(vocab_size: u32) -> Dtype {
-        if vocab_size <= u16::MAX as u32 + 1 {
-            Dtype::U16
-        } else {
-            Dtype::U32
-        }
-    }
-
-    pub fn width(self) -> usize {
-        match self {
-            Dtype::U16 => 2,
-            Dtype::U32 => 4,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TokenIndex {
-    pub format: u32,
-    pub dtype: Dtype,
-    pub vocab_size: u32,
-    pub bos_id: u32,
-    pub eos_id: u32,
-    pub pad_id: u32,
-    pub pretrain: PretrainIndex,
-    pub sft: SplitFiles,
-    pub dpo: SplitFiles,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PretrainIndex {
-    pub shards: Vec<ShardFile>,
-    pub validation: ArrayFile,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ShardFile {
-    pub shard: String,
-    pub file: String,
-    pub tokens: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ArrayFile {
-    pub file: String,
-    pub tokens: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SplitFiles {
-    pub train: RecordFile,
-    pub heldout: RecordFile,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RecordFile {
-    pub file: String,
-    pub index: String,
-    pub count: u64,
-}
-
-impl TokenIndex {
-    pub fn shard_names(&self) -> Vec<String> {
-        self.pretrain
-            .shards
-            .iter()
-            .map(|s| s.shard.clone())
-            .collect()
-    }
-}
+pub use lavender::tokens::{
+    ArrayFile, CHUNKS, Dtype, FORMAT, INDEX_FILE, PretrainIndex, RecordFile, ShardFile, SplitFiles,
+    TOKENIZER_FILE, TokenIndex,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Split {

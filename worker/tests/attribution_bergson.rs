@@ -2,8 +2,12 @@
 //! the real worker, exported and resolved by the real `lavenderd`, then
 //! - `optimizer.pt` checked with torch (weights_only load, named_parameters order,
 //!   the same moments as `optimizer.safetensors`, loadable into torch.optim.AdamW);
+//! - bergson's own run reader on the run directory: the run's `config.yaml` read as
+//!   bergson's training config (AdamW, the model path), its `log_history.json` as
+//!   the worker wrote it (no export rewrites it);
 //! - `lavenderd resolve`'s fragment compared with what bergson's own `resolve()`
-//!   and lr×steps derive for the same checkpoints (AdamW: momentum 0.0);
+//!   and lr×steps derive for the same checkpoints (AdamW: momentum 0.0 derived from
+//!   the run, the same model path, lr×steps within 1e-12);
 //! - SOURCE's plain variant run by `python -m bergson` on a config made of that
 //!   fragment with no value typed by hand, and the Adam variant by
 //!   `lavenderd attribute`, both exiting 0 and writing scores;
@@ -362,22 +366,27 @@ fn source_runs_on_a_lavender_export_as_is() {
     train(&data_root, &corpus_file, &run_dir);
     println!("trained in {:.1?}", started.elapsed());
 
-    // The worker logs its evaluations as entries of their own, without a rate.
+    // The worker writes its history as HF readers and SOURCE take it: every entry
+    // with a learning_rate, evaluations on their step's training entry (step 0's,
+    // before any update, at 0.0).
     let read_history = || -> Vec<Value> {
         serde_json::from_slice(&fs::read(run_dir.join("log_history.json")).unwrap()).unwrap()
     };
+    let history_as_written = fs::read(run_dir.join("log_history.json")).unwrap();
     let history = read_history();
     let evals = history
         .iter()
         .filter(|e| e.get("eval_loss").is_some())
         .count();
     assert!(evals >= 5, "{history:?}");
+    for e in &history {
+        assert!(e["learning_rate"].is_number(), "{e}");
+    }
+    // bergson's reader takes the run's config.yaml as its own training config.
+    let config_yaml = fs::read_to_string(run_dir.join("config.yaml")).unwrap();
     assert!(
-        history
-            .iter()
-            .filter(|e| e.get("eval_loss").is_some())
-            .all(|e| e.get("learning_rate").is_none()),
-        "{history:?}"
+        config_yaml.starts_with("# lavender") && config_yaml.contains("\ntrain:\n  run_path: "),
+        "{config_yaml}"
     );
 
     let export: Value = serde_json::from_str(&lavenderd_ok(
@@ -403,13 +412,14 @@ fn source_runs_on_a_lavender_export_as_is() {
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names, ["checkpoint-4", "checkpoint-8"]);
-    // The export rewrote the run's history (SOURCE reads it for these exports):
-    // every entry has a rate, evaluations on their step's training entry except
-    // step 0's, which precedes every update.
+    // The export had nothing to rewrite: the history is read as the worker wrote
+    // it. One entry per step, evaluations on theirs, step 0's of its own.
+    assert_eq!(
+        fs::read(run_dir.join("log_history.json")).unwrap(),
+        history_as_written,
+        "the export rewrote log_history.json"
+    );
     let history = read_history();
-    for e in &history {
-        assert!(e["learning_rate"].is_number(), "{e}");
-    }
     assert_eq!(
         history
             .iter()
@@ -484,9 +494,30 @@ fn source_runs_on_a_lavender_export_as_is() {
         assert_eq!(o["params"], serde_json::json!((0..n).collect::<Vec<_>>()));
     }
 
-    // resolve vs bergson's own resolve(): the same lr×steps per segment, momentum
-    // 0.0 for AdamW. bergson cannot read lavender's config.yaml as a training
-    // config, so it leaves use_adam_preconditioner off; lavender sets it (AdamW).
+    // bergson's own reader on the run directory: its training config is the
+    // run's `train:` section (AdamW, the final checkpoint's export as the model),
+    // its learning-rate history the run's log_history.json as the worker wrote it.
+    let run_abs = fs::canonicalize(&run_dir).unwrap();
+    let read = &v["bergson_run"];
+    println!("bergson's load_training_config(run) and lr_history_path: {read}");
+    assert_eq!(read["optimizer"], "adamw", "{read}");
+    assert_eq!(read["adam_beta1"], 0.9, "{read}");
+    assert_eq!(read["adam_beta2"], 0.95, "{read}");
+    assert_eq!(
+        read["run_path"].as_str().map(PathBuf::from),
+        Some(run_abs.clone())
+    );
+    assert_eq!(
+        read["model"].as_str().map(PathBuf::from),
+        Some(run_abs.join("exported/checkpoint-8"))
+    );
+    assert_eq!(
+        read["lr_history"].as_str().map(PathBuf::from),
+        Some(run_abs.join("log_history.json"))
+    );
+
+    // lavender's resolve vs bergson's own resolve(): the same lr×steps per segment,
+    // momentum 0.0 derived from the run (AdamW), the same model path.
     let f = &v["fragment"];
     assert_eq!(
         f["momentum"], 0.0,
@@ -496,10 +527,48 @@ fn source_runs_on_a_lavender_export_as_is() {
     assert_eq!(f["segments"], 2);
     assert_eq!(f["step_size_list"], serde_json::json!([4, 4]));
     let own = &v["bergson_own"];
+    let own_adam = &v["bergson_own_adam"];
     let given = &v["bergson_given"];
-    assert_eq!(own["momentum"], 0.0);
-    assert_eq!(given["momentum"], 0.0);
+    println!("bergson's own resolve() (checkpoints, segments): {own}");
+    println!("bergson's own resolve() (…, use_adam_preconditioner: true): {own_adam}");
+    let log = |x: &Value| -> Vec<String> {
+        x["log"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m.as_str().unwrap().to_string())
+            .collect()
+    };
+    for r in [own, own_adam] {
+        assert_eq!(r["momentum"], 0.0, "{r}");
+        assert_eq!(r["model_path"], f["model_path"], "{r}");
+        // Derived from the run's optimizer, not bergson's fallback for runs it
+        // cannot read ("Ignoring … as a trainer run").
+        assert!(
+            log(r)
+                .iter()
+                .any(|m| m.contains("Filled from run") && m.contains("momentum=0.0")),
+            "{r}"
+        );
+        assert!(!log(r).iter().any(|m| m.contains("Ignoring")), "{r}");
+    }
+    // bergson 2.5.1's resolve() never turns the preconditioner on itself; reading
+    // `optimizer: adamw` it warns when the caller left it off, and not otherwise.
     assert_eq!(own["use_adam_preconditioner"], false);
+    assert!(
+        log(own)
+            .iter()
+            .any(|m| m.contains("trained with adamw but use_adam_preconditioner is not set")),
+        "{own}"
+    );
+    assert_eq!(own_adam["use_adam_preconditioner"], true);
+    assert!(
+        !log(own_adam)
+            .iter()
+            .any(|m| m.contains("use_adam_preconditioner")),
+        "{own_adam}"
+    );
+    assert_eq!(given["momentum"], 0.0);
     assert_eq!(given["use_adam_preconditioner"], true);
     let list = |x: &Value| -> Vec<f64> {
         x.as_array()
@@ -508,7 +577,6 @@ fn source_runs_on_a_lavender_export_as_is() {
             .map(|n| n.as_f64().unwrap())
             .collect()
     };
-    let own_lts = list(&own["lr_times_steps"]);
     let given_lts = list(&given["lr_times_steps"]);
     let lrs = list(&f["lr_list"]);
     let ours: Vec<f64> = lrs.iter().map(|lr| lr * 4.0 * 1.0).collect();
@@ -516,13 +584,17 @@ fn source_runs_on_a_lavender_export_as_is() {
         given_lts, ours,
         "bergson computes lr×steps from the fragment as lavender does"
     );
-    for (a, b) in own_lts.iter().zip(&ours) {
-        assert!(
-            close(*a, *b),
-            "bergson's own lr×steps {own_lts:?} vs lavender's {ours:?}"
-        );
+    for r in [own, own_adam] {
+        let lts = list(&r["lr_times_steps"]);
+        assert_eq!(lts.len(), ours.len());
+        for (a, b) in lts.iter().zip(&ours) {
+            assert!(
+                close(*a, *b),
+                "bergson's own lr×steps {lts:?} vs lavender's {ours:?}"
+            );
+        }
+        assert!(lts.iter().all(|x| *x > 0.0), "{lts:?}");
     }
-    assert!(own_lts.iter().all(|x| *x > 0.0), "{own_lts:?}");
 
     // SOURCE, plain variant: lavender's fragment with the Adam preconditioner
     // explicitly off (an explicit value wins), run by bergson's own CLI.
@@ -603,38 +675,12 @@ fn source_runs_on_a_lavender_export_as_is() {
         "{info}"
     );
 
-    // SOURCE, Adam variant, through `lavenderd attribute` on the run's own text.
-    let t = Instant::now();
-    let result_file = tmp.path().join("attribution.json");
-    let text = lavenderd_ok(
-        &data_root,
-        &[
-            os("attribute"),
-            os("--run"),
-            run_dir.as_os_str(),
-            os("--queries"),
-            query_file.as_os_str(),
-            os("--from-run"),
-            os("--top"),
-            os("5"),
-            os("--python"),
-            python().as_os_str(),
-            os("--out"),
-            result_file.as_os_str(),
-        ],
-    );
-    println!(
-        "lavenderd attribute (Adam variant) in {:.1?}:\n{text}",
-        t.elapsed()
-    );
-    let r: Value = serde_json::from_slice(&fs::read(&result_file).unwrap()).unwrap();
-    assert_eq!(r["train_documents"].as_u64(), Some(DOCS as u64));
-    let config_text = fs::read_to_string(r["config"].as_str().unwrap()).unwrap();
-    assert!(
-        config_text.contains("use_adam_preconditioner: true"),
-        "{config_text}"
-    );
-    let filtered: Vec<String> = fs::read_to_string(&train_file)
+    // SOURCE, Adam variant, through `lavenderd attribute` on the run's training
+    // data as it saw it: the chunk's shard (no validation document), cut into the
+    // trainer's windows of seq_len + 1 = 17 tokens. The queries are two of its
+    // documents, verbatim.
+    let shard = data_root.join("shards/shard-00000.jsonl");
+    let shard_docs: Vec<String> = fs::read_to_string(&shard)
         .unwrap()
         .lines()
         .map(|l| {
@@ -644,32 +690,108 @@ fn source_runs_on_a_lavender_export_as_is() {
                 .to_string()
         })
         .collect();
-    for (q, &i) in r["queries"].as_array().unwrap().iter().zip(&ASKED) {
+    assert!(shard_docs.len() < DOCS, "validation documents are held out");
+    let asked_lines = [shard_docs.len() / 5, shard_docs.len() * 4 / 5];
+    let run_queries = tmp.path().join("run-queries.jsonl");
+    let asked: Vec<String> = asked_lines
+        .iter()
+        .map(|&i| serde_json::json!({ "text": shard_docs[i] }).to_string())
+        .collect();
+    fs::write(&run_queries, asked.join("\n") + "\n").unwrap();
+    let index: Value =
+        serde_json::from_slice(&fs::read(data_root.join("tokens/index.json")).unwrap()).unwrap();
+    let shard_tokens = index["pretrain"]["shards"][0]["tokens"].as_u64().unwrap();
+    // The trainer's windows: 16 apart while a whole 17-token window fits.
+    let want_windows = (shard_tokens - 1) / 16;
+    let t = Instant::now();
+    let result_file = tmp.path().join("attribution.json");
+    let out = run_ok(
+        Command::new(lavenderd())
+            .arg("--data-root")
+            .arg(&data_root)
+            .arg("attribute")
+            .arg("--run")
+            .arg(&run_dir)
+            .arg("--queries")
+            .arg(&run_queries)
+            .args(["--from-run", "--top", "5", "--python"])
+            .arg(python())
+            .arg("--out")
+            .arg(&result_file)
+            .env_remove("LAVENDER_CONFIG")
+            .env_remove("LAVENDER_DATA_ROOT"),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!(
+        "lavenderd attribute (Adam variant) in {:.1?}:\n{stderr}{text}",
+        t.elapsed()
+    );
+    // Only lavenderd's own lines reach the terminal; the libraries' go to the log.
+    for line in stderr.lines() {
+        assert!(line.starts_with("attribute: "), "{line:?} in\n{stderr}");
+    }
+    assert!(!text.to_lowercase().contains("warn"), "{text}");
+    let r: Value = serde_json::from_slice(&fs::read(&result_file).unwrap()).unwrap();
+    assert_eq!(r["train_documents"].as_u64(), Some(shard_docs.len() as u64));
+    assert_eq!(
+        r["train_windows"]["count"].as_u64(),
+        Some(want_windows),
+        "{r}"
+    );
+    assert_eq!(r["train_windows"]["tokens"], 17);
+    assert_eq!(
+        r["train_windows"]["shards"],
+        serde_json::json!(["shard-00000"])
+    );
+    assert!(
+        text.contains("a document's score is its best window's"),
+        "{text}"
+    );
+    let config_text = fs::read_to_string(r["config"].as_str().unwrap()).unwrap();
+    assert!(
+        config_text.contains("use_adam_preconditioner: true"),
+        "{config_text}"
+    );
+    for (q, &line) in r["queries"].as_array().unwrap().iter().zip(&asked_lines) {
         let top = q["top"].as_array().unwrap();
         assert_eq!(top.len(), 5);
         assert!(
             top.iter()
                 .all(|t| t["score"].as_f64().is_some_and(f64::is_finite))
         );
-        let want = filtered
-            .iter()
-            .position(|d| d.trim() == docs[i].trim())
-            .unwrap();
-        let rank = top
-            .iter()
-            .find(|t| t["index"].as_u64() == Some(want as u64))
-            .map(|t| t["rank"].as_u64().unwrap());
         println!(
-            "query = training document {want}: ranked {rank:?} of {DOCS}; top scores {:?}",
+            "query = shard-00000.jsonl:{}: top {:?}",
+            line + 1,
             top.iter()
-                .map(|t| (t["index"].as_u64().unwrap(), t["score"].as_f64().unwrap()))
+                .map(|t| (
+                    t["document"]["line"].as_u64().unwrap(),
+                    t["score"].as_f64().unwrap()
+                ))
                 .collect::<Vec<_>>()
         );
+        let first = &top[0];
         assert_eq!(
-            rank,
-            Some(1),
+            (
+                first["document"]["file"]
+                    .as_str()
+                    .map(|f| Path::new(f).ends_with("shards/shard-00000.jsonl")),
+                first["document"]["line"].as_u64()
+            ),
+            (Some(true), Some(line as u64 + 1)),
             "the verbatim training document should rank first: {q}"
         );
+        // Its winning window holds part of it, with its text and offsets.
+        let w = &first["window"];
+        let [from, to] = [&w["document_chars"][0], &w["document_chars"][1]]
+            .map(|v| v.as_u64().unwrap() as usize);
+        assert!(from < to, "{w}");
+        let part: String = shard_docs[line]
+            .chars()
+            .skip(from)
+            .take(to - from)
+            .collect();
+        assert!(w["text"].as_str().unwrap().contains(&part), "{w}");
     }
     println!("whole test: {:.1?}", started.elapsed());
 }

@@ -91,11 +91,10 @@ impl PretrainData {
     pub fn new(arrays: Vec<TokenArray>, seq_len: usize) -> Result<PretrainData> {
         let mut windows = Vec::new();
         for (a, arr) in arrays.iter().enumerate() {
-            let mut start = 0usize;
-            while start + seq_len < arr.len() {
-                windows.push((a as u32, start as u64));
-                start += seq_len;
-            }
+            windows.extend(
+                lavender::tokens::pretrain_window_starts(arr.len(), seq_len)
+                    .map(|start| (a as u32, start as u64)),
+            );
         }
         ensure!(
             !windows.is_empty(),

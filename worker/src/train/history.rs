@@ -3,7 +3,10 @@
 //!
 //! Steps append one JSON line to the sidecar `log_history.jsonl` (cheap, O(1));
 //! each checkpoint materializes the array atomically, so the file is complete at
-//! every checkpoint. On resume the sidecar is cut back to the checkpoint's step:
+//! every checkpoint. The array is written as Hugging Face's readers (and bergson's
+//! SOURCE, which maps every entry's `step` to its `learning_rate`) take it: each
+//! evaluation on its step's training entry, or with that step's rate
+//! ([`lavender::export::for_hf_readers`]); the sidecar keeps them as logged. On resume the sidecar is cut back to the checkpoint's step:
 //! steps after it were lost with the process and are trained again.
 
 use std::fs::{File, OpenOptions};
@@ -78,10 +81,17 @@ impl History {
             .with_context(|| format!("could not write {}", self.sidecar.display()))
     }
 
-    /// Writes `log_history.json` (the whole array) atomically.
+    /// Writes `log_history.json` (the whole array, as HF readers take it) atomically.
     pub fn materialize(&mut self) -> Result<()> {
         self.flush()?;
-        let entries = read_entries(&self.sidecar)?;
+        let entries: Vec<serde_json::Map<String, Value>> = read_entries(&self.sidecar)?
+            .into_iter()
+            .filter_map(|e| match e {
+                Value::Object(m) => Some(m),
+                _ => None,
+            })
+            .collect();
+        let (entries, _) = lavender::export::for_hf_readers(&entries);
         lavender::atomic::write_json(&self.array, &entries)?;
         Ok(())
     }
@@ -141,6 +151,45 @@ mod tests {
         let arr: Vec<Value> =
             serde_json::from_slice(&std::fs::read(next.path().join(FILE)).unwrap()).unwrap();
         assert_eq!(arr.len(), 2);
+    }
+
+    #[test]
+    fn every_materialized_entry_has_a_learning_rate_and_the_sidecar_is_as_logged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = History::open(dir.path(), None, None).unwrap();
+        h.append(&json!({"step": 0, "epoch": 0.0, "eval_loss": 3.1, "stage": "pretrain"}))
+            .unwrap();
+        for step in 1..=2u64 {
+            h.append(
+                &json!({"step": step, "epoch": 0.1, "learning_rate": 0.1 * step as f64,
+                "loss": 3.0, "stage": "pretrain"}),
+            )
+            .unwrap();
+        }
+        h.append(&json!({"step": 2, "epoch": 0.1, "eval_loss": 2.9, "stage": "pretrain"}))
+            .unwrap();
+        h.append(&json!({"step": 2, "epoch": 0.0, "eval_loss": 3.5, "stage": "sft"}))
+            .unwrap();
+        h.materialize().unwrap();
+        let arr: Vec<Value> =
+            serde_json::from_slice(&std::fs::read(dir.path().join(FILE)).unwrap()).unwrap();
+        let rates: Vec<(u64, f64)> = arr
+            .iter()
+            .map(|e| {
+                (
+                    e["step"].as_u64().unwrap(),
+                    e["learning_rate"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        // Step 0's evaluation precedes every update; step 2's joins its training
+        // entry; the next stage's starting evaluation keeps its own entry.
+        assert_eq!(rates, vec![(0, 0.0), (1, 0.1), (2, 0.2), (2, 0.2)]);
+        assert_eq!(arr[2]["eval_loss"], 2.9);
+        assert_eq!(arr[3]["stage"], "sft");
+        let sidecar = std::fs::read_to_string(dir.path().join(SIDECAR)).unwrap();
+        assert_eq!(sidecar.lines().count(), 5);
+        assert!(!sidecar.lines().next().unwrap().contains("learning_rate"));
     }
 
     #[test]

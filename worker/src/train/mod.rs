@@ -126,7 +126,10 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
     let run_dir = choose_run_dir(args.step.run_dir.as_deref(), same_chunk, &checkpoints_root)?;
     *run_dir_out = Some(run_dir.clone());
     trainlog::log_run_dir(&run_dir)?;
-    lavender::atomic::write_file(&run_dir.join("config.yaml"), s.run_config_yaml().as_bytes())?;
+    lavender::atomic::write_file(
+        &run_dir.join("config.yaml"),
+        s.run_config_yaml(&run_dir).as_bytes(),
+    )?;
     let tokenizer = tokens.tokenizer_path();
     let tok_bytes = std::fs::read(&tokenizer)
         .with_context(|| {

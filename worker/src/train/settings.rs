@@ -187,15 +187,12 @@ impl Settings {
         })
     }
 
-    /// The run's `config.yaml`: the resolved config (with the model sizes it trains,
-    /// whether set or the scale's) plus `momentum` (AdamW's β1), which attribution
-    /// tools read from the run that produced a checkpoint.
-    pub fn run_config_yaml(&self) -> String {
-        format!(
-            "{}\n# AdamW's beta1, for tools that read a run's momentum.\nmomentum: {}\n",
-            self.config.resolved().to_yaml().trim_end(),
-            self.adamw.beta1
-        )
+    /// The run's `config.yaml` ([`lavender::export::run_config_yaml`]): bergson's
+    /// reading of the run (`train:`: AdamW, the final model's export), the resolved
+    /// config (with the model sizes it trains, whether set or the scale's), then
+    /// SOURCE's `momentum` (0.0) and AdamW's `adam_beta1`.
+    pub fn run_config_yaml(&self, run_dir: &std::path::Path) -> String {
+        lavender::export::run_config_yaml(&self.config, run_dir, self.total_steps())
     }
 }
 
@@ -230,7 +227,11 @@ mod tests {
         // The run's config.yaml names the sizes trained, which export reads.
         let s = at("medium", &[]);
         let path = std::path::Path::new("run/config.yaml");
-        let rc = lavender::export::RunConfig::parse(&s.run_config_yaml(), path).unwrap();
+        let rc = lavender::export::RunConfig::parse(
+            &s.run_config_yaml(std::path::Path::new("/run")),
+            path,
+        )
+        .unwrap();
         let m = rc.model;
         assert_eq!(
             (m.n_layer, m.n_head, m.n_embd, m.n_positions),

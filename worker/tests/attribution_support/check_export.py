@@ -8,6 +8,7 @@ object with what the Rust test asserts on.
 """
 
 import json
+import logging
 import sys
 from importlib.metadata import version
 
@@ -19,7 +20,12 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from bergson.approx_unrolling.approx_unrolling_math import (
     compute_lr_times_steps_per_segment,
 )
-from bergson.approx_unrolling.train_cfg_io import resolve
+from bergson.approx_unrolling.train_cfg_io import (
+    infer_trainer_run,
+    load_training_config,
+    lr_history_path,
+    resolve,
+)
 from bergson.config import ApproxUnrollingConfig
 from bergson.utils.load_from_optimizer import optimizer_param_index_to_name
 
@@ -64,9 +70,46 @@ def check_optimizer_pt(ckpt):
     }
 
 
+class Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(f"{record.levelname}: {record.getMessage()}")
+
+
 def bergson_segments(cfg):
-    cfg = resolve(cfg)
-    return cfg.momentum, cfg.use_adam_preconditioner, compute_lr_times_steps_per_segment(cfg)
+    """bergson's own resolve() and lr×steps, with what resolve() logged."""
+    records = Records()
+    log = logging.getLogger("bergson.approx_unrolling.train_cfg_io")
+    log.addHandler(records)
+    try:
+        cfg = resolve(cfg)
+    finally:
+        log.removeHandler(records)
+    return {
+        "momentum": cfg.momentum,
+        "use_adam_preconditioner": cfg.use_adam_preconditioner,
+        "model_path": cfg.model_path,
+        "lr_times_steps": compute_lr_times_steps_per_segment(cfg),
+        "log": records.messages,
+    }
+
+
+def bergson_reads_the_run(checkpoints):
+    """What bergson's run reader takes from the run directory itself."""
+    run = infer_trainer_run(checkpoints)
+    training = load_training_config(run)
+    return {
+        "run": run,
+        "optimizer": training.optimizer,
+        "model": training.model,
+        "adam_beta1": training.adam_beta1,
+        "adam_beta2": training.adam_beta2,
+        "run_path": training.run_path,
+        "lr_history": str(lr_history_path(checkpoints)),
+    }
 
 
 def main(fragment_path, checkpoints):
@@ -74,13 +117,20 @@ def main(fragment_path, checkpoints):
         fragment = yaml.safe_load(f)["approx_unrolling_cfg"]
     # bergson on its own: only the checkpoints and the segment count, everything
     # else derived by its resolve() and the run's log_history.json.
-    own_momentum, own_adam, own = bergson_segments(
+    own = bergson_segments(
         ApproxUnrollingConfig(checkpoints=checkpoints, segments=fragment["segments"])
     )
-    # bergson given lavender's fragment as it is.
-    given_momentum, given_adam, given = bergson_segments(
-        ApproxUnrollingConfig.from_dict(fragment)
+    # The same, with the Adam-preconditioned variant asked for (bergson 2.5.1's
+    # resolve() never sets the flag itself; it warns when an AdamW run lacks it).
+    own_adam = bergson_segments(
+        ApproxUnrollingConfig(
+            checkpoints=checkpoints,
+            segments=fragment["segments"],
+            use_adam_preconditioner=True,
+        )
     )
+    # bergson given lavender's fragment as it is.
+    given = bergson_segments(ApproxUnrollingConfig.from_dict(fragment))
     print(
         json.dumps(
             {
@@ -90,16 +140,10 @@ def main(fragment_path, checkpoints):
                     "transformers": version("transformers"),
                 },
                 "fragment": fragment,
-                "bergson_own": {
-                    "momentum": own_momentum,
-                    "use_adam_preconditioner": own_adam,
-                    "lr_times_steps": own,
-                },
-                "bergson_given": {
-                    "momentum": given_momentum,
-                    "use_adam_preconditioner": given_adam,
-                    "lr_times_steps": given,
-                },
+                "bergson_run": bergson_reads_the_run(checkpoints),
+                "bergson_own": own,
+                "bergson_own_adam": own_adam,
+                "bergson_given": given,
                 "optimizer_pt": {c: check_optimizer_pt(c) for c in checkpoints},
             }
         )

@@ -167,23 +167,6 @@ pub struct Encoder<'t> {
     caches: Vec<std::sync::Mutex<std::collections::HashMap<String, Vec<u32>>>>,
 }
 
-/// GPT-2's byte alphabet: printable Latin-1 bytes stand for themselves, every other byte
-/// for the next unused code point from U+0100 on, in byte order.
-fn byte_alphabet() -> [char; 256] {
-    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-    let mut out = ['\0'; 256];
-    let mut next = 256u32;
-    for b in 0..=255u8 {
-        out[b as usize] = if printable(b) {
-            char::from(b)
-        } else {
-            next += 1;
-            char::from_u32(next - 1).expect("U+0100..U+0143 are chars")
-        };
-    }
-    out
-}
-
 impl<'t> Encoder<'t> {
     /// The fast path, for a tokenizer [`train`] made.
     pub fn new(tok: &'t Tokenizer) -> Result<Encoder<'t>> {
@@ -202,7 +185,7 @@ impl<'t> Encoder<'t> {
             full,
             split: regex::Regex::new(SPLIT)
                 .map_err(|e| anyhow!("the split pattern does not compile: {e}"))?,
-            byte_chars: byte_alphabet(),
+            byte_chars: lavender::tokens::byte_alphabet(),
             specials: tok
                 .get_added_tokens_decoder()
                 .values()

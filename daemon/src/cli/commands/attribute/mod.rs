@@ -10,6 +10,12 @@
 //! `train.jsonl`, `queries.jsonl`, `config.yaml`, `bergson.log`, bergson's own
 //! run directory `source/`, `scores.json` (bergson's scores) and
 //! `attribution.json` (the ranking).
+//!
+//! By default (`--from-run`) the training data is the run's own, as it saw it: its
+//! chunk's pretraining windows ([`windows`]), scored one by one; a document's score
+//! is its best window's. `--train FILE` scores whole documents instead.
+
+mod windows;
 
 use std::fs;
 use std::io::Write;
@@ -24,7 +30,7 @@ use serde_json::{Value, json};
 use crate::settings::Settings;
 
 /// The Python half: token-length checks and reading bergson's score store.
-const HELPER: &str = include_str!("attribute_helper.py");
+const HELPER: &str = include_str!("helper.py");
 /// What installs bergson into the project's .venv.
 pub const INSTALL_HINT: &str = "run `bash scripts/attribution-setup.sh` in the lavender checkout (it installs bergson==2.5.1 into .venv, keeping torch 2.13.0), or pass --python with an interpreter that has bergson 2.5.1";
 
@@ -43,10 +49,41 @@ pub struct AttributeArgs {
 #[derive(Debug, Serialize)]
 struct Ranked {
     rank: usize,
-    /// 0-based line of the training file.
+    /// 0-based: the document's line in `--train`'s file, or its place among the
+    /// run's documents (shard by shard).
     index: usize,
     score: f64,
+    /// The document's text.
     text: String,
+    document: DocumentRef,
+    /// The window whose score is the document's (the run's training data).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<WindowRef>,
+}
+
+#[derive(Debug, Serialize)]
+struct DocumentRef {
+    file: PathBuf,
+    /// 1-based line of `file`.
+    line: usize,
+    /// Its tokens, the end-of-text token included (the run's documents).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tokens: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+struct WindowRef {
+    /// 0-based, in the trainer's numbering (shard by shard, from the start).
+    index: usize,
+    shard: String,
+    /// Token offsets in the shard's token array, `start..end`.
+    start: usize,
+    end: usize,
+    /// The window as text (it may run across document ends).
+    text: String,
+    /// The part of the document it holds: token and character offsets, `[from, to)`.
+    document_tokens: [usize; 2],
+    document_chars: [usize; 2],
 }
 
 #[derive(Debug, Serialize)]
@@ -62,6 +99,9 @@ struct Report {
     checkpoints: Vec<PathBuf>,
     train: PathBuf,
     train_documents: usize,
+    /// The run's training windows scored (none with `--train`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    train_windows: Option<TrainWindows>,
     queries_file: PathBuf,
     config: PathBuf,
     scores: PathBuf,
@@ -69,6 +109,152 @@ struct Report {
     /// document helped the query more.
     higher_is_better: bool,
     queries: Vec<QueryResult>,
+}
+
+#[derive(Debug, Serialize)]
+struct TrainWindows {
+    count: usize,
+    /// Tokens per window: `training.seq_len + 1` (inputs and their next-token
+    /// labels), at most the model's context.
+    tokens: usize,
+    chunk: Option<u64>,
+    shards: Vec<String>,
+    /// How a document's score is made from its windows'.
+    document_score: &'static str,
+}
+
+/// What SOURCE scores: whole documents (`--train`), or the run's windows.
+enum TrainingData {
+    Documents(Vec<String>),
+    Windows(windows::TrainingWindows),
+}
+
+impl TrainingData {
+    fn rows(&self) -> usize {
+        match self {
+            TrainingData::Documents(d) => d.len(),
+            TrainingData::Windows(w) => w.windows.len(),
+        }
+    }
+
+    fn documents(&self) -> usize {
+        match self {
+            TrainingData::Documents(d) => d.len(),
+            TrainingData::Windows(w) => w.documents.len(),
+        }
+    }
+
+    /// `train.jsonl` for bergson: texts it tokenizes, or the windows' token ids
+    /// (bergson takes an `input_ids` column as it is).
+    fn write(&self, path: &Path) -> Result<()> {
+        match self {
+            TrainingData::Documents(d) => write_documents(path, d),
+            TrainingData::Windows(w) => {
+                let mut out = std::io::BufWriter::new(
+                    fs::File::create(path)
+                        .with_context(|| format!("could not create {}", path.display()))?,
+                );
+                for win in &w.windows {
+                    serde_json::to_writer(&mut out, &json!({ "input_ids": win.ids }))?;
+                    out.write_all(b"\n")?;
+                }
+                out.flush()?;
+                Ok(())
+            }
+        }
+    }
+
+    /// The top `k` documents for one query's row scores, best first.
+    fn top(&self, source: &Path, scores: &[f64], higher_is_better: bool, k: usize) -> Vec<Ranked> {
+        match self {
+            TrainingData::Documents(docs) => rank(scores, higher_is_better)
+                .into_iter()
+                .take(k)
+                .enumerate()
+                .map(|(r, i)| Ranked {
+                    rank: r + 1,
+                    index: i,
+                    score: scores[i],
+                    text: docs[i].clone(),
+                    document: DocumentRef {
+                        file: source.to_path_buf(),
+                        line: i + 1,
+                        tokens: None,
+                    },
+                    window: None,
+                })
+                .collect(),
+            TrainingData::Windows(w) => best_windows(w, scores, higher_is_better)
+                .into_iter()
+                .take(k)
+                .enumerate()
+                .map(|(r, (doc, win, o))| {
+                    let d = &w.documents[doc];
+                    let window = &w.windows[win];
+                    let (c0, c1) = windows::char_span(&d.text, o.byte_from, o.byte_to);
+                    Ranked {
+                        rank: r + 1,
+                        index: doc,
+                        score: scores[win],
+                        text: d.text.clone(),
+                        document: DocumentRef {
+                            file: d.file.clone(),
+                            line: d.line,
+                            tokens: Some(d.tokens),
+                        },
+                        window: Some(WindowRef {
+                            index: win,
+                            shard: window.shard.clone(),
+                            start: window.start,
+                            end: window.start + window.ids.len(),
+                            text: window.text.clone(),
+                            document_tokens: [o.from, o.to],
+                            document_chars: [c0, c1],
+                        }),
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Per document, its best window (ties: the window holding more of it), and the
+/// documents in that order: `(document, window, the window's part of it)`.
+fn best_windows(
+    w: &windows::TrainingWindows,
+    scores: &[f64],
+    higher_is_better: bool,
+) -> Vec<(usize, usize, windows::Overlap)> {
+    let better = |a: f64, b: f64| {
+        if higher_is_better { a > b } else { a < b }
+    };
+    let mut best: Vec<Option<(usize, windows::Overlap)>> = vec![None; w.documents.len()];
+    for (i, win) in w.windows.iter().enumerate() {
+        for o in &win.overlaps {
+            let replace = match best[o.doc] {
+                None => true,
+                Some((j, held)) => {
+                    better(scores[i], scores[j])
+                        || (scores[i] == scores[j] && o.to - o.from > held.to - held.from)
+                }
+            };
+            if replace {
+                best[o.doc] = Some((i, *o));
+            }
+        }
+    }
+    let mut out: Vec<(usize, usize, windows::Overlap)> = best
+        .into_iter()
+        .enumerate()
+        .filter_map(|(d, b)| b.map(|(i, o)| (d, i, o)))
+        .collect();
+    out.sort_by(|a, b| {
+        let o = scores[a.1].total_cmp(&scores[b.1]);
+        let o = if higher_is_better { o.reverse() } else { o };
+        o.then((b.2.to - b.2.from).cmp(&(a.2.to - a.2.from)))
+            .then(a.0.cmp(&b.0))
+    });
+    out
 }
 
 pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
@@ -92,11 +278,23 @@ pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
             }
         }
     }
-    let train_src = match &a.train {
-        Some(p) => p.clone(),
-        None => run_training_text(&run)?,
+    let model = checkpoints.last().expect("at least one checkpoint").clone();
+    let context = export::model_dims(&model)?.n_positions;
+    let (train_src, train) = match &a.train {
+        Some(p) => (
+            p.clone(),
+            TrainingData::Documents(read_documents(p, "--train")?),
+        ),
+        None => {
+            let rc = export::RunConfig::read(&run)?;
+            let w = windows::from_run(&run, &model, rc.seq_len, context)?;
+            let src = run.parent().and_then(Path::parent).map_or_else(
+                || run.clone(),
+                |root| root.join(lavender::data_root::SHARDS),
+            );
+            (src, TrainingData::Windows(w))
+        }
     };
-    let train = read_documents(&train_src, "--train")?;
     let queries = read_documents(&a.queries, "--queries")?;
     let python = python(a.python.as_deref())?;
 
@@ -108,26 +306,37 @@ pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
     fs::create_dir_all(&work).with_context(|| format!("could not create {}", work.display()))?;
     let train_file = work.join("train.jsonl");
     let queries_file = work.join("queries.jsonl");
-    write_documents(&train_file, &train)?;
+    train.write(&train_file)?;
     write_documents(&queries_file, &queries)?;
     let helper = work.join("attribute_helper.py");
     fs::write(&helper, HELPER).with_context(|| format!("could not write {}", helper.display()))?;
 
-    let model = checkpoints.last().expect("at least one checkpoint").clone();
-    let context = export::model_dims(&model)?.n_positions;
-    eprintln!(
-        "attribute: {} training documents, {} queries, {} checkpoints of {}",
-        train.len(),
-        queries.len(),
-        checkpoints.len(),
-        run.display()
-    );
+    match &train {
+        TrainingData::Documents(d) => eprintln!(
+            "attribute: {} training documents, {} queries, {} checkpoints of {}",
+            d.len(),
+            queries.len(),
+            checkpoints.len(),
+            run.display()
+        ),
+        TrainingData::Windows(w) => eprintln!(
+            "attribute: the run's training data: {} windows of {} tokens from {} documents (chunk {}, shards {}), {} queries, {} checkpoints of {}",
+            w.windows.len(),
+            w.window_tokens,
+            w.documents.len(),
+            w.chunk.map_or("?".to_string(), |c| c.to_string()),
+            w.shards.join(", "),
+            queries.len(),
+            checkpoints.len(),
+            run.display()
+        ),
+    }
     let source_dir = work.join("source");
     let scores_dir = source_dir.join("scores");
     let config = work.join("config.yaml");
     // bergson refuses a token batch longer than the model's context (its default,
-    // 2048, is longer than a small model's); every document fits one (the helper
-    // checks that first).
+    // 2048, is longer than a small model's); every window and document fits one
+    // (the helper checks documents and queries first).
     let token_batch = context;
     fs::write(
         &config,
@@ -175,13 +384,13 @@ pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
     let higher_is_better = parsed["higher_is_better"].as_bool().unwrap_or(false);
     let per_query: Vec<Vec<f64>> = serde_json::from_value(parsed["scores"].clone())
         .context("the score reader's scores are not lists of numbers")?;
-    if per_query.len() != queries.len() || per_query.iter().any(|s| s.len() != train.len()) {
+    if per_query.len() != queries.len() || per_query.iter().any(|s| s.len() != train.rows()) {
         bail!(
-            "bergson wrote scores for {} queries × {:?} documents, expected {} × {}",
+            "bergson wrote scores for {} queries × {:?} training rows, expected {} × {}",
             per_query.len(),
             per_query.first().map(Vec::len),
             queries.len(),
-            train.len()
+            train.rows()
         );
     }
     let results: Vec<QueryResult> = per_query
@@ -191,24 +400,24 @@ pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
         .map(|(q, (scores, text))| QueryResult {
             index: q,
             text: text.clone(),
-            top: rank(scores, higher_is_better)
-                .into_iter()
-                .take(a.top)
-                .enumerate()
-                .map(|(r, i)| Ranked {
-                    rank: r + 1,
-                    index: i,
-                    score: scores[i],
-                    text: train[i].clone(),
-                })
-                .collect(),
+            top: train.top(&train_src, scores, higher_is_better, a.top),
         })
         .collect();
     let report = Report {
         run: run.clone(),
         checkpoints,
         train: train_src,
-        train_documents: train.len(),
+        train_documents: train.documents(),
+        train_windows: match &train {
+            TrainingData::Documents(_) => None,
+            TrainingData::Windows(w) => Some(TrainWindows {
+                count: w.windows.len(),
+                tokens: w.window_tokens,
+                chunk: w.chunk,
+                shards: w.shards.clone(),
+                document_score: "its best window's",
+            }),
+        },
         queries_file: a.queries.clone(),
         config,
         scores: scores_dir,
@@ -259,24 +468,56 @@ fn report_text(r: &Report) -> String {
     } else {
         "lower"
     };
+    let data = match &r.train_windows {
+        Some(w) => format!(
+            "the run's training data: {} windows of {} tokens from {} documents of chunk {} ({}); a document's score is its best window's",
+            w.count,
+            w.tokens,
+            r.train_documents,
+            w.chunk.map_or("?".to_string(), |c| c.to_string()),
+            w.shards.join(", ")
+        ),
+        None => format!("{} training documents", r.train_documents),
+    };
     let _ = writeln!(
         s,
-        "SOURCE over {} checkpoints of {}; {} training documents ({order} score = more helpful)",
+        "SOURCE over {} checkpoints of {}; {data} ({order} score = more helpful)",
         r.checkpoints.len(),
-        r.run.display(),
-        r.train_documents
+        r.run.display()
     );
     for q in &r.queries {
         let _ = writeln!(s, "query {}: {}", q.index + 1, one_line(&q.text, 70));
         for t in &q.top {
+            let name = t
+                .document
+                .file
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             let _ = writeln!(
                 s,
-                "  {:>3}. doc {:<6} {:>+13.6e}  {}",
+                "  {:>3}. {name}:{:<6} {:>+13.6e}  {}",
                 t.rank,
-                t.index + 1,
+                t.document.line,
                 t.score,
                 one_line(&t.text, 60)
             );
+            if let Some(w) = &t.window {
+                let _ = writeln!(
+                    s,
+                    "       window {} ({} tokens {}..{}; tokens {}..{} of the document's {}, chars {}..{}): {}",
+                    w.index,
+                    w.shard,
+                    w.start,
+                    w.end,
+                    w.document_tokens[0],
+                    w.document_tokens[1],
+                    t.document.tokens.unwrap_or(0),
+                    w.document_chars[0],
+                    w.document_chars[1],
+                    one_line(&w.text, 60)
+                );
+            }
         }
     }
     s
@@ -310,27 +551,6 @@ fn exported_checkpoints(run: &Path) -> Result<Vec<PathBuf>> {
     }
     found.sort();
     Ok(found.into_iter().map(|(_, p)| p).collect())
-}
-
-/// The run's own training text: the filtered corpus of its data root
-/// (`<data_root>/checkpoints/<run>` → `<data_root>/corpus/filtered/documents.jsonl`).
-fn run_training_text(run: &Path) -> Result<PathBuf> {
-    let abs = std::path::absolute(run).unwrap_or_else(|_| run.to_path_buf());
-    let file = abs.parent().and_then(Path::parent).map(|root| {
-        root.join(lavender::data_root::FILTERED)
-            .join("documents.jsonl")
-    });
-    match file {
-        Some(f) if f.is_file() => Ok(f),
-        Some(f) => bail!(
-            "the run's training text is not at {} (the data pipeline's filtered corpus); pass --train FILE.jsonl with one {{\"text\": ...}} per line",
-            f.display()
-        ),
-        None => bail!(
-            "cannot tell the data root of {}; pass --train FILE.jsonl",
-            run.display()
-        ),
-    }
 }
 
 /// The `text` of every line of a JSONL file; `option` names it in errors.
@@ -449,11 +669,13 @@ fn helper_call(
             tail(log, 15)
         ),
         _ => bail!(
-            "{} {} failed ({}):\n{}",
+            "{} {} failed ({}): {}; the end of {}:\n{}",
             python.display(),
             helper.display(),
             out.status,
-            stderr.trim()
+            stderr.trim(),
+            log.display(),
+            tail(log, 15)
         ),
     }
 }
