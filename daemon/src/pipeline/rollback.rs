@@ -194,7 +194,10 @@ mod tests {
         // The newest complete checkpoint, where a restart resumes, is the target.
         let latest = checkpoint::latest_complete(run).unwrap().unwrap();
         assert_eq!(latest.path, c60);
-        assert_eq!(skips::read(run).unwrap().ranges, std::slice::from_ref(&rb.range));
+        assert_eq!(
+            skips::read(run).unwrap().ranges,
+            std::slice::from_ref(&rb.range)
+        );
 
         // Diverging again before any new save: the same checkpoint, a second range.
         let rb = plan(run, 1, None, &diverged(63, 61), 63, 2, AT).unwrap();
