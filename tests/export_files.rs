@@ -370,7 +370,7 @@ fn a_failed_export_leaves_nothing_that_looks_complete() {
     );
     // A leftover of an export process that died mid-way.
     let out = run.join("exported");
-    fs::create_dir_all(out.join(".tmp-checkpoint-2-999999999/x")).unwrap();
+    fs::create_dir_all(out.join(".tmp-checkpoint-2-999999999-0/x")).unwrap();
 
     let err = export::export(&ExportOptions {
         selection: Selection::All,

@@ -285,10 +285,16 @@ fn a_moved_data_root_keeps_its_checkpoints_and_step() {
 
     env.serve();
     shows_the_run(&env.status(), "GET /status on the moved root");
+    let before = env.train_calls().len();
     env.start(&["--resume", "latest"]);
+    // The launch runs off the actor: the call is recorded once the worker runs.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while env.train_calls().len() == before && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let calls = env.train_calls();
     let resume = calls
-        .last()
+        .get(before)
         .and_then(|argv| argv.iter().skip_while(|a| *a != "--resume").nth(1))
         .expect("the resumed train step got --resume")
         .clone();

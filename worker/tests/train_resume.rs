@@ -98,7 +98,7 @@ fn assert_stop_and_resume_is_exact(extra: &[&str]) -> (PathBuf, PathBuf, Vec<tem
             .as_array()
             .unwrap()
             .iter()
-            .filter(|e| e.get("learning_rate").is_some())
+            .filter(|e| e.get("loss").is_some())
             .map(|e| (e["step"].as_u64().unwrap(), e["loss"].as_f64().unwrap()))
             .collect()
     };
@@ -192,7 +192,7 @@ fn fp16_loss_scale_round_trips_through_checkpoints() {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|e| e.get("learning_rate").is_some())
+            .filter(|e| e.get("loss").is_some())
             .all(|e| e["loss_scale"].as_f64() == Some(65536.0)),
         "each step records its loss scale"
     );
@@ -450,7 +450,7 @@ fn sigkill_at_random_moments_always_leaves_a_resumable_checkpoint() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e.get("learning_rate").is_some())
+        .filter(|e| e.get("loss").is_some())
         .map(|e| e["step"].as_u64().unwrap())
         .collect();
     assert_eq!(
@@ -507,7 +507,7 @@ fn resuming_into_a_new_chunk_continues_the_weights_from_step_zero_in_a_new_run()
         .as_array()
         .unwrap()
         .iter()
-        .find(|e| e.get("learning_rate").is_some());
+        .find(|e| e.get("loss").is_some());
     assert_eq!(first_step.unwrap()["step"], 1);
     // Moments came along with the weights (no fresh-moments warning).
     assert!(!String::from_utf8_lossy(&out.stderr).contains("fresh AdamW moments"));

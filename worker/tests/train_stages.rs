@@ -84,7 +84,7 @@ fn runs_every_stage_and_leaves_the_run_self_describing() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e.get("learning_rate").is_some())
+        .filter(|e| e.get("loss").is_some())
         .collect();
     assert_eq!(steps.len(), 40);
     for (i, e) in steps.iter().enumerate() {
@@ -94,9 +94,11 @@ fn runs_every_stage_and_leaves_the_run_self_describing() {
         }
     }
 
-    // The run describes itself: config (with momentum), tokenizer, train.log.
+    // The run describes itself: config (momentum in SOURCE's meaning, 0.0 for
+    // AdamW, with β1 under its own name), tokenizer, train.log.
     let config = fs::read_to_string(run_dir.join("config.yaml")).unwrap();
-    assert!(config.contains("momentum: 0.9"), "{config}");
+    assert!(config.contains("momentum: 0.0"), "{config}");
+    assert!(config.contains("adam_beta1: 0.9"), "{config}");
     assert!(config.contains("n_embd: 32"), "{config}");
     assert_eq!(
         fs::read(run_dir.join("tokenizer.json")).unwrap(),
