@@ -9,7 +9,7 @@ TORCH_ENV = LIBTORCH="$${LIBTORCH:-$$(cat .venv/lib/torch-path)}"
 # Where `make install` puts lavenderd and lavender-worker (PREFIX/bin).
 PREFIX ?= $(HOME)/.local
 
-.PHONY: run test test-run test-gpu lint fmt clippy test-build prebuild libtorch setup build install uninstall bench
+.PHONY: run test test-run test-gpu test-attribution lint fmt clippy test-build prebuild libtorch setup build install uninstall bench
 
 # libtorch is all a build needs; the Python tools (lavender-protocol, pytest,
 # transformers) are for the tests.
@@ -78,6 +78,15 @@ test-run: setup
 # fails at once on a machine without a usable CUDA device.
 test-gpu: setup
 	@$(TORCH_ENV) bash scripts/test-gpu.sh
+
+# Attribution on the default pipeline (worker/tests/attribution_default.rs): `start
+# --scale tiny`, `export --all`, `attribute` with a verbatim training window, which
+# must rank its document first. Not part of `make test`: SOURCE over the tiny run's
+# 5,574 training windows takes about half an hour on two cores.
+test-attribution: setup
+	@bash scripts/attribution-setup.sh
+	@$(TORCH_ENV) cargo build -p lavenderd
+	@$(TORCH_ENV) cargo test -p lavender-worker --features attribution-tests --test attribution_default -- --nocapture
 
 # Benchmarks (not tests): status API, daemon overhead, detection latency, checkpoint
 # I/O, trainer and interference; docs/BENCHMARKS.md records the results.

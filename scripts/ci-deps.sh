@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # System packages and Python modules the test suite drives beyond Rust, installed
 # when missing (idempotent; quick when everything is there). Called by .ci/run.
-#   systemd            systemd-analyze verifies the service units (daemon/tests/service_units.rs)
+#   systemd            systemd-analyze verifies the service units (daemon/tests/it/service_units.rs)
 #   python3            plistlib reads back the launchd plist
-#   curl, jq           the status commands of docs/OPERATIONS.md (daemon/tests/operations_doc.rs)
-#   chromium           the dashboard's browser test (daemon/tests/web_browser.rs)
-#   prometheus_client  (in .venv) parses GET /metrics (daemon/tests/web_metrics.rs)
+#   curl, jq           the status commands of docs/OPERATIONS.md (daemon/tests/it/operations_doc.rs)
+#   chromium           the dashboard's browser test (daemon/tests/it/web_browser.rs)
+#   prometheus_client  (in .venv) parses GET /metrics (daemon/tests/it/web_metrics.rs)
 #   bergson            (in .venv) SOURCE for `lavenderd attribute` (scripts/attribution-setup.sh)
 #   slurmctld, slurmd, slurm-client, munge
 #                      a single-node Slurm that scripts/slurm/start.sh starts for the
@@ -73,7 +73,7 @@ python_modules() {
     "$venv/bin/python" -m pip install --quiet --no-cache-dir prometheus_client
   fi
 
-  # bergson 2.5.1 (attribution: `lavenderd attribute` and worker/tests/attribution_bergson.rs),
+  # bergson 2.5.1 (attribution: `lavenderd attribute` and worker/tests/it/attribution_bergson.rs),
   # keeping torch 2.13.0; quick when present.
   bash "$root/scripts/attribution-setup.sh"
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes Hugging Face `transformers` (and `accelerate`, which its Trainer needs)
 # importable in the project's .venv (torch is already there) for the export check
-# (worker/tests/export_hf.rs) and the Trainer example (daemon/tests/python_hf.rs). Idempotent and
+# (worker/tests/it/export_hf.rs) and the Trainer example (daemon/tests/it/python_hf.rs). Idempotent and
 # quick when it is already installed; prints the versions in use.
 set -euo pipefail
 cd "$(dirname "$0")/.."

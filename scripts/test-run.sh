@@ -13,9 +13,9 @@ mkdir -p target
 # pytest and Slurm's test run in the background, their output kept for the end.
 .venv/bin/python -m pytest -q python/tests >target/pytest.log 2>&1 &
 pytest=$!
-cargo test --workspace --no-fail-fast --test slurm_e2e >target/test-slurm.log 2>&1 &
+cargo test -p lavenderd --test it -- slurm_e2e:: >target/test-slurm.log 2>&1 &
 slurm=$!
-cargo test --workspace --no-fail-fast -- --skip slurm_backend_end_to_end 2>&1 | tee target/test.log
+cargo test --workspace --no-fail-fast -- --skip slurm_e2e:: 2>&1 | tee target/test.log
 rest=${PIPESTATUS[0]}
 wait "$pytest"
 py=$?

@@ -4,7 +4,7 @@
 //! `lavenderd …` it shows parses against the real CLI; every CLI command and flag,
 //! and every field of a live `GET /status`, is documented.
 
-mod cli_commands;
+use crate::cli_commands;
 
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
@@ -15,7 +15,7 @@ use lavender_testkit::*;
 use lavenderd::service::{launchd, systemd};
 use serde_json::Value;
 
-const DOC: &str = include_str!("../../docs/OPERATIONS.md");
+const DOC: &str = include_str!("../../../docs/OPERATIONS.md");
 
 /// The ```sh blocks, in order.
 fn sh_blocks(doc: &str) -> Vec<String> {

@@ -2,8 +2,6 @@
 //! Its own test binary: it captures log lines with a thread-local subscriber,
 //! which tests running in parallel threads would otherwise disturb.
 
-mod notify_support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

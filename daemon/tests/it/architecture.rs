@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-const DOC: &str = include_str!("../../docs/ARCHITECTURE.md");
+const DOC: &str = include_str!("../../../docs/ARCHITECTURE.md");
 
 /// Where a top-level module stands: its rank in the order (0 = top), or a leaf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -580,7 +580,7 @@ fn every_checkpoints_validation_loss_is_evaluated_at_its_own_step() {
 #[test]
 fn checkpoint_saved_events_keep_the_shape_the_milestone_fixture_recorded() {
     let recorded: Vec<serde_json::Value> =
-        include_str!("../../daemon/tests/fixtures/worker-checkpoint-saved.jsonl")
+        include_str!("../../../daemon/tests/fixtures/worker-checkpoint-saved.jsonl")
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();

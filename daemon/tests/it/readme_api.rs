@@ -2,15 +2,15 @@
 //! serves (read from the router's source, and each one found on a live daemon), and
 //! its command table every command of the CLI with every flag, and nothing else.
 
-mod cli_commands;
+use crate::cli_commands;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use clap::CommandFactory as _;
 use lavender_testkit::*;
 
-const README: &str = include_str!("../README.md");
-const ROUTER: &str = include_str!("../src/server/mod.rs");
+const README: &str = include_str!("../../README.md");
+const ROUTER: &str = include_str!("../../src/server/mod.rs");
 
 /// The first code span of each row of the table whose header row starts with `header`.
 fn first_cells(doc: &str, header: &str) -> Vec<String> {

@@ -225,7 +225,7 @@ fn status_and_the_other_routes_share_a_kept_alive_connection() {
     }
 }
 
-const ROUTER: &str = include_str!("../src/server/mod.rs");
+const ROUTER: &str = include_str!("../../src/server/mod.rs");
 
 /// Every route the router's source declares, as (method, a path it serves), so a
 /// route added later is covered too.

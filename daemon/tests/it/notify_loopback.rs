@@ -2,8 +2,6 @@
 //! receive: texts and levels per channel, retries, the rate limit, coalescing, a
 //! server that is down, a missing Bark key, no resend after a restart, `test()`.
 
-mod notify_support;
-
 use std::path::Path;
 use std::time::Duration;
 

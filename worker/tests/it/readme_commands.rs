@@ -18,7 +18,7 @@ use std::time::Duration;
 use lavender_testkit::{WORDS, lavenderd, repo, stderr, stdout, wait_until, write_speeches};
 use serde_json::Value;
 
-const README: &str = include_str!("../../README.md");
+const README: &str = include_str!("../../../README.md");
 const T: Duration = Duration::from_secs(90);
 /// Where the system's own tools (bash, curl, jq, ldd) live; nothing of lavender's.
 const SYSTEM_PATH: &str = "/usr/local/bin:/usr/bin:/bin";

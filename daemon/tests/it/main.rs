@@ -1,0 +1,27 @@
+//! lavenderd's integration tests, one binary (one link of the test kit and its
+//! dependencies) with a module per subject. Run one subject with
+//! `cargo test -p lavenderd --test it <module>::`.
+
+mod api;
+mod architecture;
+mod cli_commands;
+mod lifecycle;
+mod notify_alerts;
+mod notify_down;
+mod notify_e2e;
+mod notify_loopback;
+mod notify_support;
+mod operations_doc;
+mod python_hf;
+mod python_torchrun;
+mod readme_api;
+mod service_notify;
+mod service_units;
+mod slurm_e2e;
+mod status_watch;
+mod supervision;
+mod web_browser;
+mod web_events;
+mod web_history;
+mod web_metrics;
+mod web_terminal;

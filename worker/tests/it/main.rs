@@ -1,0 +1,18 @@
+//! lavender-worker's integration tests, one binary (one link of the test kit and its
+//! dependencies) with a module per subject. Run one subject with
+//! `cargo test -p lavender-worker --test it <module>::`.
+
+mod attribution_bergson;
+mod daemon_e2e;
+mod data_downloads;
+mod data_interrupt;
+mod data_pipeline;
+mod data_steps;
+mod export_hf;
+mod readme_commands;
+mod scale_notice;
+mod train_hf_layout;
+mod train_inference;
+mod train_optimizer_state;
+mod train_resume;
+mod train_stages;
