@@ -34,6 +34,29 @@ pub struct ModelDims {
 }
 
 impl ModelDims {
+    /// The dimensions a GPT-2 `config.json` (Hugging Face's names) states; `Err`
+    /// names the first dimension that is missing or not a positive integer.
+    pub fn from_config_json(v: &Value) -> std::result::Result<ModelDims, &'static str> {
+        let int = |key: &'static str| {
+            v.get(key)
+                .and_then(Value::as_u64)
+                .filter(|&n| n > 0)
+                .ok_or(key)
+        };
+        Ok(ModelDims {
+            vocab_size: int("vocab_size")?,
+            n_positions: int("n_positions")?,
+            n_embd: int("n_embd")?,
+            n_layer: int("n_layer")?,
+            n_head: int("n_head")?,
+            layer_norm_epsilon: v
+                .get("layer_norm_epsilon")
+                .and_then(Value::as_f64)
+                .unwrap_or(1e-5),
+            dropout: v.get("resid_pdrop").and_then(Value::as_f64).unwrap_or(0.0),
+        })
+    }
+
     /// The run's `model:` section checked against the weights actually saved (the
     /// vocabulary size is the tokenizer's, so only the weights know it).
     pub(crate) fn from_run(rc: &RunConfig, w: &Weights, weights_path: &Path) -> Result<ModelDims> {
@@ -82,22 +105,8 @@ pub fn model_dims(checkpoint: &Path) -> Result<ModelDims> {
         let bytes = std::fs::read(&config_json).ctx("read", &config_json)?;
         let v: Value = serde_json::from_slice(&bytes)
             .map_err(|e| ExportError::invalid(&config_json, format!("not JSON: {e}")))?;
-        let int = |key: &str| {
-            v.get(key).and_then(Value::as_u64).ok_or_else(|| {
-                ExportError::invalid(&config_json, format!("has no integer {key:?}"))
-            })
-        };
-        return Ok(ModelDims {
-            vocab_size: int("vocab_size")?,
-            n_positions: int("n_positions")?,
-            n_embd: int("n_embd")?,
-            n_layer: int("n_layer")?,
-            n_head: int("n_head")?,
-            layer_norm_epsilon: v
-                .get("layer_norm_epsilon")
-                .and_then(Value::as_f64)
-                .unwrap_or(1e-5),
-            dropout: v.get("resid_pdrop").and_then(Value::as_f64).unwrap_or(0.0),
+        return ModelDims::from_config_json(&v).map_err(|key| {
+            ExportError::invalid(&config_json, format!("has no positive integer {key:?}"))
         });
     }
     if crate::checkpoint::is_complete(checkpoint)

@@ -165,23 +165,20 @@ fn read_shape(path: &Path) -> Result<Shape> {
         model_type == "gpt2",
         "model.init_from: {shown} has model_type {model_type:?}; lavender trains GPT-2 (model_type \"gpt2\", GPT2LMHeadModel)"
     );
-    let int = |key: &str| -> Result<u32> {
-        v.get(key)
-            .and_then(Value::as_u64)
-            .and_then(|n| u32::try_from(n).ok())
-            .filter(|&n| n > 0)
-            .with_context(|| format!("model.init_from: {shown} has no positive integer {key:?}"))
+    let dims = lavender::export::ModelDims::from_config_json(&v).map_err(|key| {
+        anyhow::anyhow!("model.init_from: {shown} has no positive integer {key:?}")
+    })?;
+    let small = |n: u64, key: &str| {
+        u32::try_from(n)
+            .with_context(|| format!("model.init_from: {shown}: {key} {n} is too large"))
     };
     let shape = Shape {
-        vocab_size: int("vocab_size")?,
-        n_positions: int("n_positions")?,
-        n_embd: int("n_embd")?,
-        n_layer: int("n_layer")?,
-        n_head: int("n_head")?,
-        layer_norm_epsilon: v
-            .get("layer_norm_epsilon")
-            .and_then(Value::as_f64)
-            .unwrap_or(1e-5),
+        vocab_size: small(dims.vocab_size, "vocab_size")?,
+        n_positions: small(dims.n_positions, "n_positions")?,
+        n_embd: small(dims.n_embd, "n_embd")?,
+        n_layer: small(dims.n_layer, "n_layer")?,
+        n_head: small(dims.n_head, "n_head")?,
+        layer_norm_epsilon: dims.layer_norm_epsilon,
     };
     ensure!(
         shape.n_embd.is_multiple_of(shape.n_head),
