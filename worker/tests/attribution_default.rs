@@ -180,6 +180,19 @@ fn a_verbatim_training_window_of_the_default_pipeline_ranks_its_document_first()
     );
     assert!(windows["count"].as_u64().unwrap() > 1000, "{windows}");
     let top = &report["queries"][0]["top"];
+    for r in top.as_array().unwrap() {
+        let w = &r["window"];
+        eprintln!(
+            "#{} score {} shard-00000.jsonl:{} window {} (tokens {}..{}): {:?}",
+            r["rank"],
+            r["score"],
+            r["document"]["line"],
+            w["index"],
+            w["start"],
+            w["end"],
+            w["text"]
+        );
+    }
     let first = &top[0];
     assert_eq!(
         first["text"].as_str(),

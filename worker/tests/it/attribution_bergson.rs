@@ -310,6 +310,28 @@ fn attribute_errors(tmp: &Path, data_root: &Path, run_dir: &Path, queries: &Path
     );
 }
 
+/// The trainer's windows (`seq_len + 1` tokens, `seq_len` apart) of the chunk's
+/// first shard that lie inside one document (no end-of-text token in them): each
+/// window's text and its document's 0-based line in the shard's JSONL file.
+fn windows_inside_documents(data_root: &Path, seq_len: usize) -> Vec<(String, usize)> {
+    use lavender::tokens::{self, TokenBytes, TokenIndex};
+    let dir = data_root.join("tokens");
+    let index = TokenIndex::read(&dir).unwrap();
+    let ids = tokens::read_array(&dir.join(&index.pretrain.shards[0].file), index.dtype).unwrap();
+    let bytes = TokenBytes::read(&dir.join("tokenizer.json")).unwrap();
+    tokens::pretrain_window_starts(ids.len(), seq_len)
+        .filter(|&s| !ids[s..=s + seq_len].contains(&index.eos_id))
+        .filter_map(|s| {
+            let text: Vec<u8> = ids[s..=s + seq_len]
+                .iter()
+                .flat_map(|&id| bytes.of(id).to_vec())
+                .collect();
+            let doc = ids[..s].iter().filter(|&&id| id == index.eos_id).count();
+            String::from_utf8(text).ok().map(|t| (t, doc))
+        })
+        .collect()
+}
+
 fn os<S: AsRef<std::ffi::OsStr> + ?Sized>(s: &S) -> &std::ffi::OsStr {
     s.as_ref()
 }
@@ -677,8 +699,8 @@ fn source_runs_on_a_lavender_export_as_is() {
 
     // SOURCE, Adam variant, through `lavenderd attribute` on the run's training
     // data as it saw it: the chunk's shard (no validation document), cut into the
-    // trainer's windows of seq_len + 1 = 17 tokens. The queries are two of its
-    // documents, verbatim.
+    // trainer's windows of seq_len + 1 = 17 tokens. The queries are two of those
+    // windows, verbatim.
     let shard = data_root.join("shards/shard-00000.jsonl");
     let shard_docs: Vec<String> = fs::read_to_string(&shard)
         .unwrap()
@@ -691,11 +713,17 @@ fn source_runs_on_a_lavender_export_as_is() {
         })
         .collect();
     assert!(shard_docs.len() < DOCS, "validation documents are held out");
-    let asked_lines = [shard_docs.len() / 5, shard_docs.len() * 4 / 5];
+    // The queries: two of the trainer's windows, verbatim, each inside one document
+    // (SOURCE scores windows; a whole document longer than a window would be
+    // matched by parts of it only).
+    let inside = windows_inside_documents(&data_root, 16);
+    assert!(inside.len() >= 2, "windows inside one document: {inside:?}");
+    let picked = [&inside[inside.len() / 5], &inside[inside.len() * 4 / 5]];
+    let asked_lines: Vec<usize> = picked.iter().map(|(_, doc)| *doc).collect();
     let run_queries = tmp.path().join("run-queries.jsonl");
-    let asked: Vec<String> = asked_lines
+    let asked: Vec<String> = picked
         .iter()
-        .map(|&i| serde_json::json!({ "text": shard_docs[i] }).to_string())
+        .map(|(text, _)| serde_json::json!({ "text": text }).to_string())
         .collect();
     fs::write(&run_queries, asked.join("\n") + "\n").unwrap();
     let index: Value =
@@ -753,7 +781,13 @@ fn source_runs_on_a_lavender_export_as_is() {
         config_text.contains("use_adam_preconditioner: true"),
         "{config_text}"
     );
-    for (q, &line) in r["queries"].as_array().unwrap().iter().zip(&asked_lines) {
+    for ((q, &line), (window, _)) in r["queries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(&asked_lines)
+        .zip(picked)
+    {
         let top = q["top"].as_array().unwrap();
         assert_eq!(top.len(), 5);
         assert!(
@@ -779,7 +813,7 @@ fn source_runs_on_a_lavender_export_as_is() {
                 first["document"]["line"].as_u64()
             ),
             (Some(true), Some(line as u64 + 1)),
-            "the verbatim training document should rank first: {q}"
+            "the document of the verbatim training window should rank first: {q}"
         );
         // Its winning window holds part of it, with its text and offsets.
         let w = &first["window"];
@@ -792,6 +826,7 @@ fn source_runs_on_a_lavender_export_as_is() {
             .take(to - from)
             .collect();
         assert!(w["text"].as_str().unwrap().contains(&part), "{w}");
+        assert_eq!(w["text"].as_str(), Some(window.as_str()), "{w}");
     }
     println!("whole test: {:.1?}", started.elapsed());
 }
