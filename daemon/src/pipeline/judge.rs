@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use lavender::config::PipelineStep;
 use lavender::events::{self, kind};
 use lavender::failure::{Failure, FailureKind};
@@ -108,6 +108,10 @@ pub fn judge(
     started_at: Option<DateTime<Utc>>,
 ) -> Judgement {
     let train_dir = run_dir.filter(|_| step == PipelineStep::Train);
+    // Records carry their time in whole milliseconds (`time::rfc3339_z`): a record
+    // written in the millisecond the worker started reads as earlier than a start
+    // kept to the nanosecond, so the start is compared at the records' precision.
+    let started_at = started_at.map(|s| s.trunc_subsecs(3));
     let hb = train_dir.and_then(last_heartbeat);
     // Written by this worker, not left by the one before it.
     let mine = hb
