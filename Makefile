@@ -9,7 +9,7 @@ TORCH_ENV = LIBTORCH="$${LIBTORCH:-$$(cat .venv/lib/torch-path)}"
 # Where `make install` puts lavenderd and lavender-worker (PREFIX/bin).
 PREFIX ?= $(HOME)/.local
 
-.PHONY: run test test-run test-gpu test-attribution lint fmt clippy test-build prebuild libtorch setup build install uninstall bench
+.PHONY: run test test-run test-repeat test-gpu test-attribution lint fmt clippy test-build prebuild libtorch setup build install uninstall bench
 
 # libtorch is all a build needs; the Python tools (lavender-protocol, pytest,
 # transformers) are for the tests.
@@ -72,6 +72,16 @@ test: setup fmt test-build test-run
 # pytest, then the Rust suite with Slurm's end-to-end test beside it (scripts/test-run.sh).
 test-run: setup
 	@$(TORCH_ENV) $(LINTED) bash scripts/test-run.sh
+
+# The fast unit tests (every package's `--lib` test binary, the paused-clock pipeline
+# actor tests included) N times in a row on one build, each failing test printed by
+# name with how often it failed; exits non-zero if any run failed
+# (scripts/test-repeat.sh; .ci/run runs it 5 times). ALONE=1 runs every unit test
+# alone instead, a process per test (`--exact`, as a test's own filter runs it),
+# N times each (default 1). JOBS (default 4) processes run at once.
+#   make test-repeat N=25        make test-repeat ALONE=1
+test-repeat: libtorch
+	@$(TORCH_ENV) $(LINTED) bash scripts/test-repeat.sh $(if $(filter 1 yes true,$(ALONE)),--alone) $(N)
 
 # Training on a CUDA GPU (scripts/test-gpu.sh, worker/tests/gpu.rs): bf16 steps, a
 # resume within CUDA's rounding, steps/s beside PyTorch. Not part of `make test`;

@@ -71,6 +71,10 @@ struct Launching {
     resumed_from_step: Option<u64>,
     /// Why the daemon launches it again, for what it says once it runs.
     relaunch: Option<Relaunch>,
+    /// When the launch began, in whole milliseconds: the worker may write before
+    /// the launch reports back, and its records carry their time at that precision,
+    /// so a record of its first millisecond is never older than its start.
+    started_at: DateTime<Utc>,
 }
 
 /// A step launched again by the daemon itself.

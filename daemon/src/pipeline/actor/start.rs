@@ -2,6 +2,7 @@
 //! launched in turn (off the actor: `sbatch` may take seconds), the "finished"
 //! alert and old runs pruned at the end.
 
+use chrono::SubsecRound;
 use lavender::config::PipelineStep;
 use lavender::status::{PipelineState, StepState};
 use nix::sys::signal::Signal;
@@ -186,6 +187,7 @@ impl Actor {
             resume: spec.resume.clone(),
             resumed_from_step,
             relaunch,
+            started_at: lavender::time::now_utc().trunc_subsecs(3),
         });
         self.launches_in_flight += 1;
         let jobs = self.jobs_tx.clone();
@@ -241,7 +243,7 @@ impl Actor {
             (launching.step, launching.generation, launching.after_crash);
         let resumed_from_step = launching.resumed_from_step;
         tracing::info!(%step, worker = %launched.handle, after_crash, "worker started");
-        let started_at = lavender::time::now_utc();
+        let started_at = launching.started_at;
         self.record.worker = Some(WorkerRecord {
             handle: launched.handle.clone(),
             step,
