@@ -17,6 +17,7 @@ pub mod manifest;
 pub mod run;
 pub mod skips;
 pub mod status;
+pub mod step_heartbeat;
 pub mod time;
 pub mod tokens;
 pub mod trainer_state;

@@ -1,5 +1,12 @@
 //! Run directories: `<data_root>/checkpoints/run-<YYYY-MM-DD_HH-MM-SS>/`, one per
-//! training run, named by its start time in UTC.
+//! training run, named by its start time in UTC. A resumed run records its parent
+//! (`lineage.rs`).
+
+mod lineage;
+
+pub use lineage::{
+    LINEAGE_FILE, Lineage, chain, lineage_path, parent, read_lineage, record_parent,
+};
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -104,6 +104,10 @@ pub struct PipelineStatus {
     /// gave up after 2 rollback(s) (supervisor.max_rollbacks)"); null otherwise.
     #[serde(default)]
     pub last_error: Option<String>,
+    /// The runs that together trained the pipeline's run, oldest first, this one
+    /// last, when it resumed another run (`<run>/lineage.json`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lineage: Vec<String>,
 }
 
 /// Why the daemon brought a run back by itself.
@@ -409,6 +413,7 @@ impl Status {
                 failure: None,
                 rollbacks: Vec::new(),
                 last_error: None,
+                lineage: Vec::new(),
             },
             active_step: None,
             steps: BTreeMap::new(),

@@ -14,6 +14,14 @@ pub struct RunInfo {
     pub started: String,
     pub checkpoints: u64,
     pub latest_checkpoint: Option<String>,
+    /// The checkpoint this run resumed from (`<run>/lineage.json`), as
+    /// `run-…/checkpoint` when it is another run's, else its path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<String>,
+    /// The runs that together trained this one, oldest first, this one last, when
+    /// it resumed another (`lavender::run::chain`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,15 +44,42 @@ pub fn runs(layout: &Layout) -> Result<Vec<RunInfo>> {
         .into_iter()
         .map(|r| {
             let ckpts = lavender::checkpoint::list_run_checkpoints(&r.path).unwrap_or_default();
+            let lineage = lavender::run::read_lineage(&r.path).ok().flatten();
+            let chain = lavender::run::chain(&r.path);
             RunInfo {
                 name: r.name(),
                 started: format!("{}Z", r.started.format("%Y-%m-%dT%H:%M:%S")),
                 checkpoints: ckpts.len() as u64,
                 latest_checkpoint: ckpts.last().map(|c| c.name.clone()),
+                resumed_from: lineage.map(|l| resumed_text(&l)),
+                chain: if chain.len() > 1 {
+                    run_names(&chain)
+                } else {
+                    Vec::new()
+                },
                 path: r.path,
             }
         })
         .collect())
+}
+
+/// `run-…/checkpoint` for another run's checkpoint, else the checkpoint's path.
+pub fn resumed_text(l: &lavender::run::Lineage) -> String {
+    match &l.parent_run {
+        Some(run) => format!("{run}/{}", l.parent_checkpoint),
+        None => l.resumed_from.display().to_string(),
+    }
+}
+
+/// The directory names of `runs`.
+pub fn run_names(runs: &[PathBuf]) -> Vec<String> {
+    runs.iter()
+        .map(|r| {
+            r.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 /// Complete checkpoints of run `run` (a run name or path; default: the newest run), oldest first.

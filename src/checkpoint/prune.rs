@@ -1,4 +1,5 @@
-//! `prune_runs`: keep the newest N run directories, never the active one.
+//! `prune_runs`: keep the newest N run directories, never the active one, nor a
+//! run either resumed from.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -32,17 +33,26 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// The run directories [`prune_runs`] would delete: all but the newest `keep_runs`,
-/// never `active`; oldest last, as listed.
+/// The run directories [`prune_runs`] would delete: all but the newest `keep_runs`
+/// and `active`, and never a run one of those resumed from, however far back (its
+/// chain, `run::chain`: the sessions of one training stay together); oldest last,
+/// as listed.
 pub fn prune_plan(
     checkpoints_root: &Path,
     keep_runs: usize,
     active: Option<&Path>,
 ) -> Result<Vec<PathBuf>> {
-    Ok(run::list_runs(checkpoints_root)?
+    let runs = run::list_runs(checkpoints_root)?;
+    let kept: Vec<PathBuf> = runs
+        .iter()
+        .take(keep_runs)
+        .map(|r| r.path.clone())
+        .chain(active.map(Path::to_path_buf))
+        .flat_map(|r| run::chain(&r))
+        .collect();
+    Ok(runs
         .into_iter()
-        .skip(keep_runs)
-        .filter(|r| !active.is_some_and(|a| same_dir(a, &r.path)))
+        .filter(|r| !kept.iter().any(|k| same_dir(k, &r.path)))
         .map(|r| r.path)
         .collect())
 }
@@ -102,5 +112,30 @@ mod tests {
         let report = prune_runs(root.path(), 0, Some(&runs[0])).unwrap();
         assert_eq!(report.removed, vec![runs[3].clone()]);
         assert!(runs[0].exists());
+    }
+
+    #[test]
+    fn a_kept_run_keeps_the_runs_it_resumed_from() {
+        let root = tempfile::tempdir().unwrap();
+        let runs: Vec<_> = (0..5)
+            .map(|h| {
+                run::create_run(
+                    root.path(),
+                    Utc.with_ymd_and_hms(2026, 1, 1, h, 0, 0).unwrap(),
+                )
+                .unwrap()
+                .path
+            })
+            .collect();
+        // runs[4] resumed runs[2], which resumed runs[0]; runs[1] and runs[3] stand alone.
+        run::record_parent(&runs[2], &runs[0].join("pretrain-00-00-00-0002")).unwrap();
+        run::record_parent(&runs[4], &runs[2].join("pretrain-02-00-00-0004")).unwrap();
+        let plan = prune_plan(root.path(), 1, None).unwrap();
+        assert_eq!(plan, vec![runs[3].clone(), runs[1].clone()]);
+        // Once the chain's newest run falls out of keep_runs, the chain goes too.
+        run::record_parent(&runs[3], &runs[1].join("x-0001")).unwrap();
+        fs::remove_dir_all(&runs[4]).unwrap();
+        let plan = prune_plan(root.path(), 1, None).unwrap();
+        assert_eq!(plan, vec![runs[2].clone(), runs[0].clone()]);
     }
 }

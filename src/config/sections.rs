@@ -587,6 +587,15 @@ pub struct SupervisorConfig {
     /// Who deletes old checkpoints. Absent in configs older than the key: the daemon.
     #[serde(default)]
     pub retention: Retention,
+    /// Seconds a data step or `mine_hard` may go without a progress beat
+    /// (`<run>/step_heartbeat.json`) before it counts as hung. Absent in configs
+    /// older than the key: 1800.
+    #[serde(default = "default_data_step_stale_after_s")]
+    pub data_step_stale_after_s: u64,
+}
+
+fn default_data_step_stale_after_s() -> u64 {
+    1800
 }
 
 /// Who enforces checkpoint retention (`training.keep_checkpoints`, the newest, the

@@ -235,6 +235,17 @@ pub(crate) fn validate(s: &SupervisorConfig) -> Result<(), ConfigError> {
             "give at least 1 (restarts in a row that did not train past the step they resumed from, before the pipeline fails)",
         ));
     }
+    validate_data_step_allowance(s)
+}
+
+/// `supervisor.data_step_stale_after_s`: the data steps' and `mine_hard`'s allowance.
+fn validate_data_step_allowance(s: &SupervisorConfig) -> Result<(), ConfigError> {
+    if s.data_step_stale_after_s == 0 {
+        return Err(invalid(
+            "supervisor.data_step_stale_after_s",
+            "0 is not a timeout; give a number of seconds of at least 1 (how long a data step or mine_hard may go without a progress beat)",
+        ));
+    }
     Ok(())
 }
 

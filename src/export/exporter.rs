@@ -164,9 +164,51 @@ struct RunFiles {
     special: SpecialTokens,
 }
 
+impl RunFiles {
+    /// The files of `run_dir` every export of its checkpoints reads; what they
+    /// lack for SOURCE goes to `warnings`.
+    fn read(run_dir: &Path, warnings: &mut Vec<String>) -> Result<RunFiles> {
+        let tokenizer = run_dir.join(TOKENIZER_JSON);
+        if !tokenizer.is_file() {
+            return Err(ExportError::missing(
+                "the run's tokenizer.json",
+                &tokenizer,
+                "the worker copies it into the run when training starts; copy tokens/tokenizer.json there",
+            ));
+        }
+        let special = SpecialTokens::read(&tokenizer)?;
+        if special.eos.is_none() {
+            warnings.push(format!(
+                "{} has no <|endoftext|> token; config.json leaves bos/eos ids unset",
+                tokenizer.display()
+            ));
+        }
+        let mut history = LogHistory::read(run_dir)?;
+        // SOURCE reads `<run>/log_history.json` for checkpoints exported under the run
+        // (the run has a config.yaml) and needs a learning_rate on every entry; the
+        // worker logs its evaluations without one.
+        if history.missing_learning_rates() > 0 && history.rewrite_for_hf_readers()?.is_none() {
+            warnings.push(format!(
+                "{} changed while it was read (the run is training); its evaluation entries \
+                 still lack a learning_rate, which SOURCE needs: run the export again",
+                history.path.display()
+            ));
+        }
+        Ok(RunFiles {
+            config: RunConfig::read(run_dir)?,
+            history,
+            tokenizer,
+            special,
+            dir: run_dir.to_path_buf(),
+        })
+    }
+}
+
 /// Exports the selected checkpoints of `opts.run`. Exports already complete and
 /// made from the same checkpoint are reused; each new one is built in a `.tmp-`
-/// directory and renamed into place.
+/// directory and renamed into place. `Selection::All` covers the whole training:
+/// the checkpoints of the runs `opts.run` resumed from too (`run::chain`, oldest
+/// first), each exported with its own run's config, history and tokenizer.
 pub fn export(opts: &ExportOptions) -> Result<ExportReport> {
     let run_dir = opts.run.clone();
     if !run_dir.is_dir() {
@@ -177,39 +219,16 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport> {
         ));
     }
     let mut warnings = Vec::new();
-    let tokenizer = run_dir.join(TOKENIZER_JSON);
-    if !tokenizer.is_file() {
-        return Err(ExportError::missing(
-            "the run's tokenizer.json",
-            &tokenizer,
-            "the worker copies it into the run when training starts; copy tokens/tokenizer.json there",
-        ));
-    }
-    let special = SpecialTokens::read(&tokenizer)?;
-    if special.eos.is_none() {
-        warnings.push(format!(
-            "{} has no <|endoftext|> token; config.json leaves bos/eos ids unset",
-            tokenizer.display()
-        ));
-    }
-    let mut history = LogHistory::read(&run_dir)?;
-    // SOURCE reads `<run>/log_history.json` for checkpoints exported under the run
-    // (the run has a config.yaml) and needs a learning_rate on every entry; the
-    // worker logs its evaluations without one.
-    if history.missing_learning_rates() > 0 && history.rewrite_for_hf_readers()?.is_none() {
-        warnings.push(format!(
-            "{} changed while it was read (the run is training); its evaluation entries \
-             still lack a learning_rate, which SOURCE needs: run the export again",
-            history.path.display()
-        ));
-    }
-    let files = RunFiles {
-        config: RunConfig::read(&run_dir)?,
-        history,
-        tokenizer,
-        special,
-        dir: run_dir.clone(),
+    let runs = if opts.selection == Selection::All {
+        run::chain(&run_dir)
+    } else {
+        vec![run_dir.clone()]
     };
+    let runs = runs
+        .iter()
+        .map(|dir| RunFiles::read(dir, &mut warnings))
+        .collect::<Result<Vec<_>>>()?;
+    let last = runs.len() - 1;
 
     let all = checkpoint::list_run_checkpoints(&run_dir)?;
     if all.is_empty() {
@@ -219,11 +238,22 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport> {
             "the run has saved none yet; export after its first checkpoint",
         ));
     }
-    let selected = select(&all, &opts.selection, &run_dir)?;
+    // Each checkpoint with the index of its run in `runs`.
+    let mut selected: Vec<(Checkpoint, usize)> = Vec::new();
+    for (i, files) in runs[..last].iter().enumerate() {
+        let earlier = checkpoint::list_run_checkpoints(&files.dir)?;
+        selected.extend(earlier.into_iter().map(|c| (c, i)));
+    }
+    selected.extend(
+        select(&all, &opts.selection, &run_dir)?
+            .into_iter()
+            .map(|c| (c, last)),
+    );
     // One export per step: the newest checkpoint at a step wins (the last stage's
-    // save and the final save share a step and hold the same weights).
+    // save and the final save share a step and hold the same weights; a resumed
+    // run's checkpoint over its parent's).
     let mut newest_at: BTreeMap<u64, usize> = BTreeMap::new();
-    for (i, c) in selected.iter().enumerate() {
+    for (i, (c, _)) in selected.iter().enumerate() {
         newest_at.insert(c.state.step, i);
     }
 
@@ -241,7 +271,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport> {
         checkpoints: Vec::new(),
         warnings,
     };
-    for (i, c) in selected.iter().enumerate() {
+    for (i, (c, run)) in selected.iter().enumerate() {
         let step = c.state.step;
         let winner = newest_at[&step];
         if winner != i {
@@ -254,7 +284,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport> {
                 status: ExportStatus::Skipped {
                     reason: format!(
                         "{} is a newer checkpoint of the same step {step}",
-                        selected[winner].name
+                        selected[winner].0.name
                     ),
                 },
                 optimizer: false,
@@ -262,7 +292,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport> {
             });
             continue;
         }
-        let done = export_one(c, &files, &out, opts, &mut report.warnings)?;
+        let done = export_one(c, &runs[*run], &out, opts, &mut report.warnings)?;
         report.checkpoints.push(done);
     }
     Ok(report)

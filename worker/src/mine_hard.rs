@@ -16,6 +16,7 @@ use tch::Kind;
 use crate::cli::StepArgs;
 use crate::model::gpt2::cross_entropy_per_row;
 use crate::model::load_for_inference;
+use crate::progress::Progress;
 use crate::tokens::{ArrayWriter, Tokens};
 use crate::train::data::PretrainData;
 use crate::train::settings::Settings;
@@ -42,6 +43,10 @@ pub struct MineHardArgs {
 pub fn run(args: MineHardArgs) -> Result<()> {
     crate::train::runtime::tune();
     let s = Settings::load(&args.step)?;
+    if let Some(run_dir) = &args.step.run_dir {
+        crate::progress::beat_into(run_dir);
+        crate::progress::beat(STEP, 0);
+    }
     tch::set_num_threads(s.threads as i32);
     let device = crate::train::device::from_flag(args.device.as_deref(), s.config.device)?;
     let (model, ck) =
@@ -60,13 +65,17 @@ pub fn run(args: MineHardArgs) -> Result<()> {
     let _guard = tch::no_grad_guard();
     let mut losses = Vec::with_capacity(data.len());
     let idx: Vec<usize> = (0..data.len()).collect();
+    // Scoring is the long part: its progress beats tell the daemon it is alive.
+    let mut progress = Progress::new(STEP, None, "windows");
     for chunk in idx.chunks(s.batch_size.max(1) * 4) {
+        progress.advance(0, chunk.len() as u64);
         let b = data.batch(chunk, device);
         let per_row = cross_entropy_per_row(&model.forward(&b.input, false), &b.labels);
         losses.extend(Vec::<f64>::try_from(
             per_row.to_kind(Kind::Double).to_device(tch::Device::Cpu),
         )?);
     }
+    progress.finish();
     let mut order: Vec<usize> = (0..losses.len()).collect();
     // Hardest first; ties keep corpus order so reruns are identical.
     order.sort_by(|&a, &b| losses[b].total_cmp(&losses[a]).then(a.cmp(&b)));

@@ -1,15 +1,40 @@
 //! Progress of a long step: an indicatif bar on a terminal, otherwise a plain line every
 //! few seconds (`dedup: 41% 1,234,567 docs, 12.3 MB/s, ETA 2m`) so the daemon's log of
-//! the worker's output shows how far a step has got.
+//! the worker's output shows how far a step has got. Under a run (`--run-dir`), the
+//! same beat rewrites `<run>/step_heartbeat.json`, from which the daemon tells a
+//! working step from a hung one (`supervisor.data_step_stale_after_s`).
 
 use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use lavender::step_heartbeat::{self, StepHeartbeat};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// How often plain lines are printed; with the `test-hooks` feature,
 /// `LAVENDER_PROGRESS_INTERVAL_MS` overrides it.
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The run directory step heartbeats go to (one step per process).
+static BEAT_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+/// Sends this process's step heartbeats to `run_dir`; without it none is written.
+pub fn beat_into(run_dir: &Path) {
+    let _ = BEAT_DIR.set(run_dir.to_path_buf());
+}
+
+/// Writes the step heartbeat now: `step` is alive and has done `items`. A failed
+/// write is said and not fatal (the step's work matters more than its sign of life).
+pub fn beat(step: &str, items: u64) {
+    let Some(dir) = BEAT_DIR.get() else {
+        return;
+    };
+    if let Err(e) = step_heartbeat::write(dir, &StepHeartbeat::now(step, items)) {
+        eprintln!("{step}: could not write the step heartbeat: {e}");
+    }
+}
 
 pub struct Progress {
     name: String,
@@ -19,6 +44,7 @@ pub struct Progress {
     items: u64,
     start: Instant,
     last_line: Instant,
+    last_beat: Instant,
     interval: Duration,
     bar: Option<ProgressBar>,
 }
@@ -40,6 +66,7 @@ impl Progress {
             bar
         });
         let now = Instant::now();
+        beat(name, 0);
         Progress {
             name: name.to_string(),
             label,
@@ -48,6 +75,7 @@ impl Progress {
             items: 0,
             start: now,
             last_line: now,
+            last_beat: now,
             interval,
             bar,
         }
@@ -57,6 +85,10 @@ impl Progress {
     pub fn advance(&mut self, bytes: u64, items: u64) {
         self.bytes += bytes;
         self.items += items;
+        if self.last_beat.elapsed() >= self.interval {
+            self.last_beat = Instant::now();
+            beat(&self.name, self.items);
+        }
         if let Some(bar) = &self.bar {
             bar.set_position(self.bytes);
             // Redrawing the message is cheap but not free; every 1024 items is plenty.

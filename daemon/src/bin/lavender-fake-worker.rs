@@ -197,13 +197,26 @@ fn record_call(data_root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A data step: wait a little, write the step's manifest (so status has counts), exit.
+/// A data step: wait a little, beating (`<run>/step_heartbeat.json` every 100 ms, as
+/// `lavender-worker`'s progress lines do), write the step's manifest (so status has
+/// counts), exit.
 fn data_step(args: &Args) -> Result<i32> {
     let deadline = Instant::now() + Duration::from_millis(args.data_step_ms);
+    let mut beat_at = Instant::now();
+    let mut items = 0;
     while Instant::now() < deadline {
         if TERM.load(Ordering::SeqCst) {
             println!("fake-worker: {} interrupted", args.step);
             return Ok(0);
+        }
+        if let Some(run_dir) = &args.run_dir
+            && Instant::now() >= beat_at
+        {
+            std::fs::create_dir_all(run_dir)?;
+            let beat = lavender::step_heartbeat::StepHeartbeat::now(&args.step, items);
+            lavender::step_heartbeat::write(run_dir, &beat)?;
+            beat_at += Duration::from_millis(100);
+            items += 1;
         }
         std::thread::sleep(Duration::from_millis(5));
     }

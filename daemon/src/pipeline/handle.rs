@@ -110,6 +110,8 @@ pub struct HungReport {
     /// What that phase allows, and the key that sets it.
     pub allowance: Duration,
     pub allowance_key: &'static str,
+    /// The pipeline step the worker runs (a data step has no phases or steps).
+    pub work: PipelineStep,
 }
 
 /// The handle everyone else holds.

@@ -111,6 +111,10 @@ pub fn prepare(
     } else {
         None
     };
+    // A resume opens a new run: it names the run and checkpoint it continues.
+    if let (Some(dir), Some(from)) = (&run_dir, &resume_from) {
+        lavender::run::record_parent(dir, from).map_err(|e| StartError::Spawn(e.to_string()))?;
+    }
     let log_file = layout.logs_dir().join(format!(
         "pipeline_chunk{chunk}_{}.log",
         now.format("%Y%m%d_%H%M%S")

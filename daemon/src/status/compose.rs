@@ -45,9 +45,17 @@ pub fn stall_watch(
     settings: &StatusSettings,
     worker_alive: bool,
 ) -> Option<Watch> {
+    let worker = record.worker.as_ref().filter(|_| worker_alive);
+    let said = facts.said.or_else(|| {
+        stall::said_by(
+            worker,
+            facts.heartbeat.as_ref(),
+            facts.step_heartbeat.as_ref(),
+        )
+    });
     stall::assess(
-        record.worker.as_ref().filter(|_| worker_alive),
-        facts.heartbeat.as_ref(),
+        worker,
+        said.as_ref(),
         &settings.stall,
         record.heartbeat_interval_s,
     )
@@ -130,6 +138,7 @@ pub fn compose(
             last_error: matches!(state, PipelineState::Failed | PipelineState::Crashed)
                 .then(|| record.last_error.clone())
                 .flatten(),
+            lineage: facts.lineage.clone(),
         },
         active_step,
         steps,

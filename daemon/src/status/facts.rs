@@ -9,8 +9,10 @@ use std::time::Instant;
 
 use lavender::heartbeat::{self, Heartbeat};
 use lavender::status::{DiskStatus, StepState};
+use lavender::step_heartbeat::StepHeartbeat;
 
 use super::StatusSettings;
+use super::stall::Said;
 use crate::layout::Layout;
 use crate::pipeline::PipelineRecord;
 use crate::pipeline::markers;
@@ -20,6 +22,8 @@ pub struct FileFacts {
     pub run_dir: Option<PathBuf>,
     /// `None`: no heartbeat file; `Some(Err)`: it exists but cannot be read.
     pub heartbeat: Option<Result<Heartbeat, String>>,
+    /// A data step's or `mine_hard`'s progress beat (`None`: none, or unreadable).
+    pub step_heartbeat: Option<StepHeartbeat>,
     pub checkpoints: u64,
     pub latest_checkpoint: Option<String>,
     pub data_counts: BTreeMap<String, Option<u64>>,
@@ -31,6 +35,13 @@ pub struct FileFacts {
     pub latest_checkpoint_bytes: Option<u64>,
     /// Step states from the done-markers, for a pipeline that has not started.
     pub idle_steps: BTreeMap<String, StepState>,
+    /// What the live worker last said, dated on the monotonic clock by the daemon's
+    /// refresher (`hang_clock.rs`); `None` when read from the files alone (then the
+    /// wall clock dates it).
+    pub said: Option<Said>,
+    /// The runs that together trained the run, oldest first, when it resumed
+    /// another (`lavender::run::chain`); empty otherwise.
+    pub lineage: Vec<String>,
 }
 
 impl FileFacts {
@@ -40,6 +51,7 @@ impl FileFacts {
         FileFacts {
             run_dir: None,
             heartbeat: None,
+            step_heartbeat: None,
             checkpoints: 0,
             latest_checkpoint: None,
             data_counts: BTreeMap::new(),
@@ -48,6 +60,8 @@ impl FileFacts {
             disk_avail_bytes: None,
             latest_checkpoint_bytes: None,
             idle_steps: BTreeMap::new(),
+            said: None,
+            lineage: Vec::new(),
         }
     }
 
@@ -127,9 +141,18 @@ impl FileFacts {
         } else {
             (DiskStatus::unknown(), None, None, None)
         };
+        let chain = run_dir.as_deref().map(lavender::run::chain);
+        let lineage = chain
+            .filter(|c| c.len() > 1)
+            .map(|c| crate::inventory::run_names(&c))
+            .unwrap_or_default();
+        let step_heartbeat = run_dir
+            .as_deref()
+            .and_then(|d| lavender::step_heartbeat::read(d).ok().flatten());
         FileFacts {
             run_dir,
             heartbeat,
+            step_heartbeat,
             checkpoints: listed.len() as u64,
             latest_checkpoint,
             data_counts: lavender::manifest::data_counts(&layout.data_root),
@@ -138,6 +161,8 @@ impl FileFacts {
             disk_avail_bytes,
             latest_checkpoint_bytes,
             idle_steps,
+            said: None,
+            lineage,
         }
     }
 }

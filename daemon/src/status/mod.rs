@@ -6,9 +6,11 @@
 //! `lavenderd status --json` computes the same from the files when no daemon runs.
 
 pub mod cache;
+mod clock;
 pub mod compose;
 pub mod disk;
 pub mod facts;
+mod hang_clock;
 pub mod health;
 #[cfg(target_os = "linux")]
 mod inotify;

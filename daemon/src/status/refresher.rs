@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 use super::cache::{StatusCache, StatusSnapshot};
+use super::clock::{Clock, SystemClock};
+use super::hang_clock::HangClock;
 use super::watch::{Change, RunDirWatcher, WatchOptions};
 use super::{FileFacts, StatusSettings};
 use crate::layout::Layout;
@@ -56,7 +58,10 @@ pub fn spawn(
 ) -> StatusCache {
     let records = pipeline.subscribe();
     let record = records.borrow().clone();
-    let facts = FileFacts::read(&layout, &record, &settings, true);
+    let mut facts = FileFacts::read(&layout, &record, &settings, true);
+    let clock: Box<dyn Clock> = Box::new(SystemClock);
+    let mut hangs = HangClock::default();
+    date_what_was_said(&mut hangs, clock.as_ref(), &record, &mut facts);
     let counts = counts(notifier.as_ref());
     let first = StatusSnapshot::compose(
         record,
@@ -74,6 +79,8 @@ pub fn spawn(
         counted: notifier.as_ref().map(Notifier::subscribe_counts),
         notifier,
         snapshots,
+        clock,
+        hangs,
     };
     tokio::spawn(refresher.run(watch, opts));
     StatusCache::new(snapshots_rx, settings)
@@ -90,6 +97,30 @@ struct Refresher {
     notifier: Option<Notifier>,
     counted: Option<watch::Receiver<()>>,
     snapshots: watch::Sender<Arc<StatusSnapshot>>,
+    /// The clocks hang allowances are measured on, and what was said when.
+    clock: Box<dyn Clock>,
+    hangs: HangClock,
+}
+
+/// Dates what the live worker last said on the monotonic clock (`hang_clock.rs`),
+/// for the status and the watchdog; says so when a suspend or a wall-clock jump
+/// restarted the allowances.
+fn date_what_was_said(
+    hangs: &mut HangClock,
+    clock: &dyn Clock,
+    record: &PipelineRecord,
+    facts: &mut FileFacts,
+) {
+    let said = super::stall::said_by(
+        record.worker.as_ref(),
+        facts.heartbeat.as_ref(),
+        facts.step_heartbeat.as_ref(),
+    );
+    let look = hangs.look(clock.read(), said);
+    if let Some(restart) = look.restart {
+        tracing::warn!("{restart}");
+    }
+    facts.said = look.said;
 }
 
 /// Why the loop turned.
@@ -236,6 +267,7 @@ impl Refresher {
             if let Some(rx) = self.counted.as_mut() {
                 rx.borrow_and_update();
             }
+            date_what_was_said(&mut self.hangs, self.clock.as_ref(), &record, &mut facts);
             let mut snapshot = StatusSnapshot::compose(
                 record,
                 facts.clone(),

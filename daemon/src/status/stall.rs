@@ -1,23 +1,30 @@
 //! When a worker counts as hung. Each phase its heartbeat names has an allowance
 //! of its own, so a long save or evaluation is not a hang: until the first
-//! heartbeat after a (re)start and while it says `starting` (`startup_grace_s`,
-//! counted from the start), while it says `loading`, `evaluating` or `saving`
-//! (each its own key, counted from that heartbeat), and between training steps
-//! (`stale_after_s`, a number or learned from the run's own heartbeats when
-//! `auto`). The phase is the heartbeat's state. Pure: the clock is passed in. The status shows the verdict as
+//! heartbeat after a (re)start (`startup_grace_s`, from the start), while it says
+//! `starting` (`startup_grace_s` again), `loading`, `evaluating` or `saving` (each
+//! its own key), and between training steps (`stale_after_s`, a number or learned
+//! from the run's own heartbeats when `auto`), each counted from the last thing the
+//! worker said (its start, else its latest heartbeat): a phase change restarts the
+//! clock. Under the daemon that instant is measured on the monotonic clock, and a
+//! suspend or a wall-clock jump grants the allowance afresh (`hang_clock.rs`).
+//! Pure: the clock is passed in. The status shows the verdict as
 //! `heartbeat_stale`; the watchdog hands it to the pipeline actor, which acts.
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use lavender::config::{OnStall, PipelineStep, StaleAfter, StaleAuto, SupervisorConfig};
 use lavender::heartbeat::{Heartbeat, WorkerState};
+use lavender::step_heartbeat::StepHeartbeat;
 
 use crate::pipeline::record::WorkerRecord;
 
+/// The config key of the data steps' and `mine_hard`'s allowance.
+pub const DATA_STEP_KEY: &str = "supervisor.data_step_stale_after_s";
+
 /// The config key that sets the allowance of the phase a heartbeat names
 /// (`starting` also covers the wait for the first heartbeat).
-pub fn allowance_key(phase: WorkerState) -> &'static str {
+fn allowance_key(phase: WorkerState) -> &'static str {
     match phase {
         WorkerState::Loading => "supervisor.loading_grace_s",
         WorkerState::Evaluating => "supervisor.evaluating_grace_s",
@@ -37,6 +44,8 @@ pub struct StallSettings {
     pub evaluating_grace_s: u64,
     pub saving_grace_s: u64,
     pub on_stall: OnStall,
+    /// `data_step_stale_after_s`: a data step or `mine_hard` between two progress beats.
+    pub data_step_s: u64,
 }
 
 impl StallSettings {
@@ -49,6 +58,7 @@ impl StallSettings {
             evaluating_grace_s: sup.evaluating_grace_s,
             saving_grace_s: sup.saving_grace_s,
             on_stall: sup.on_stall,
+            data_step_s: sup.data_step_stale_after_s,
         }
     }
 
@@ -65,6 +75,7 @@ impl StallSettings {
             evaluating: Duration::from_secs(self.evaluating_grace_s),
             saving: Duration::from_secs(self.saving_grace_s),
             training: Duration::from_secs_f64(training_s.max(0.0)),
+            data_step: Duration::from_secs(self.data_step_s),
         }
     }
 }
@@ -77,6 +88,8 @@ pub struct Allowances {
     pub evaluating: Duration,
     pub saving: Duration,
     pub training: Duration,
+    /// A data step or `mine_hard`, whatever it is doing.
+    pub data_step: Duration,
 }
 
 impl Allowances {
@@ -112,8 +125,83 @@ impl Beat {
     }
 }
 
-/// A worker under watch: the phase it is in (`starting` until its first heartbeat),
-/// since when, and for how long it may stay there without a new heartbeat.
+/// The last thing a worker said: the phase it is in (`starting` from its launch
+/// until its first heartbeat), its training step when its heartbeat names one, and
+/// when it said it. Each new heartbeat, and so each phase change, restarts the
+/// phase's allowance (`loading` then `starting` gets a fresh start-up allowance).
+/// `since` is dated by the wall clock here; under the daemon `hang_clock.rs` dates
+/// it again on the monotonic clock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Said {
+    /// The pipeline step the worker runs: training has phases; a data step or
+    /// `mine_hard` is `starting` until its first progress beat, then `training`
+    /// (working), under one allowance.
+    pub work: PipelineStep,
+    pub phase: WorkerState,
+    pub step: Option<u64>,
+    pub since: DateTime<Utc>,
+}
+
+/// What the worker (re)started at `started` last said, given the heartbeat on disk
+/// (`None`: none, or unreadable). A heartbeat older than the start is the previous
+/// worker's: the new one is still starting up. `None`: the heartbeat says the
+/// worker is ending, nothing to watch.
+pub fn said(started: DateTime<Utc>, beat: Option<&Beat>) -> Option<Said> {
+    // Heartbeats carry their time in whole milliseconds: one written in the
+    // millisecond the worker started is this worker's.
+    let started = started.trunc_subsecs(3);
+    let Some(beat) = beat.filter(|b| b.at >= started) else {
+        return Some(Said {
+            work: PipelineStep::Train,
+            phase: WorkerState::Starting,
+            step: None,
+            since: started,
+        });
+    };
+    match beat.state {
+        WorkerState::Stopping | WorkerState::Finished | WorkerState::Failed => None,
+        WorkerState::Starting => Some(Said {
+            work: PipelineStep::Train,
+            phase: WorkerState::Starting,
+            step: None,
+            since: beat.at,
+        }),
+        phase => Some(Said {
+            work: PipelineStep::Train,
+            phase,
+            step: Some(beat.step),
+            since: beat.at,
+        }),
+    }
+}
+
+/// What a data step or `mine_hard` (`work`), started at `started`, last said: its
+/// latest step heartbeat when that is its own (written by this step since it
+/// started), else its start.
+pub fn said_by_step(
+    work: PipelineStep,
+    started: DateTime<Utc>,
+    beat: Option<&StepHeartbeat>,
+) -> Said {
+    let started = started.trunc_subsecs(3);
+    let own = beat
+        .filter(|b| b.step == work.as_str())
+        .and_then(StepHeartbeat::time)
+        .filter(|at| *at >= started);
+    Said {
+        work,
+        phase: if own.is_some() {
+            WorkerState::Training
+        } else {
+            WorkerState::Starting
+        },
+        step: None,
+        since: own.unwrap_or(started),
+    }
+}
+
+/// A worker under watch: the phase it is in, since when, and for how long it may
+/// stay there without a new heartbeat.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Watch {
     pub phase: WorkerState,
@@ -121,9 +209,20 @@ pub struct Watch {
     pub allowance: Duration,
     /// The training step of the heartbeat, when it is this worker's.
     pub step: Option<u64>,
+    /// The pipeline step the worker runs.
+    pub work: PipelineStep,
 }
 
 impl Watch {
+    /// The config key that sets the allowance.
+    pub fn allowance_key(&self) -> &'static str {
+        if self.work == PipelineStep::Train {
+            allowance_key(self.phase)
+        } else {
+            DATA_STEP_KEY
+        }
+    }
+
     /// The instant the worker becomes hung unless a heartbeat comes first.
     pub fn deadline(&self) -> DateTime<Utc> {
         self.since + chrono::Duration::from_std(self.allowance).unwrap_or(chrono::Duration::MAX / 2)
@@ -139,48 +238,47 @@ impl Watch {
     }
 }
 
-/// The watch on a worker (re)started at `started` whose heartbeat on disk is `beat`
-/// (`None`: none, or unreadable). A heartbeat older than the start is the previous
-/// worker's: the new one is still starting up. `None`: nothing to watch, the
-/// heartbeat says the worker is ending.
-pub fn watch(
-    started: DateTime<Utc>,
-    beat: Option<&Beat>,
-    allowances: &Allowances,
-) -> Option<Watch> {
-    let startup = Watch {
-        phase: WorkerState::Starting,
-        since: started,
-        allowance: allowances.startup,
-        step: None,
+/// The watch on a worker that last said `said`.
+pub fn watch(said: &Said, allowances: &Allowances) -> Option<Watch> {
+    let allowance = if said.work == PipelineStep::Train {
+        allowances.of(said.phase)?
+    } else {
+        allowances.data_step
     };
-    let Some(beat) = beat.filter(|b| b.at >= started) else {
-        return Some(startup);
-    };
-    if beat.state == WorkerState::Starting {
-        return Some(startup);
-    }
     Some(Watch {
-        phase: beat.state,
-        since: beat.at,
-        allowance: allowances.of(beat.state)?,
-        step: Some(beat.step),
+        phase: said.phase,
+        since: said.since,
+        allowance,
+        step: said.step,
+        work: said.work,
     })
 }
 
-/// The watch on the pipeline's live worker of the train step (`worker`, as the
-/// record names it; data steps write no heartbeat), given the heartbeat on disk
-/// and the interval the run has learned.
-pub fn assess(
+/// What the pipeline's live worker (`worker`, as the record names it) last said,
+/// given the heartbeat and the step heartbeat on disk.
+pub fn said_by(
     worker: Option<&WorkerRecord>,
     heartbeat: Option<&Result<Heartbeat, String>>,
+    step_heartbeat: Option<&StepHeartbeat>,
+) -> Option<Said> {
+    let worker = worker?;
+    if worker.step != PipelineStep::Train {
+        return Some(said_by_step(worker.step, worker.started_at, step_heartbeat));
+    }
+    let beat = heartbeat.and_then(|hb| hb.as_ref().ok()).and_then(Beat::of);
+    said(worker.started_at, beat.as_ref())
+}
+
+/// The watch on the pipeline's live worker, given what it last said (under the
+/// daemon, dated on the monotonic clock) and the interval the run has learned.
+pub fn assess(
+    worker: Option<&WorkerRecord>,
+    said: Option<&Said>,
     settings: &StallSettings,
     learned_s: Option<f64>,
 ) -> Option<Watch> {
-    let worker = worker.filter(|w| w.step == PipelineStep::Train)?;
-    let started = worker.started_at;
-    let beat = heartbeat.and_then(|hb| hb.as_ref().ok()).and_then(Beat::of);
-    watch(started, beat.as_ref(), &settings.allowances(learned_s))
+    let said = said.filter(|s| worker.is_some_and(|w| w.step == s.work))?;
+    watch(said, &settings.allowances(learned_s))
 }
 
 /// Learns the longest steady interval between two training heartbeats of a run,
@@ -252,6 +350,10 @@ mod tests {
         }
     }
 
+    fn watch_of(started: DateTime<Utc>, beat: Option<&Beat>, a: &Allowances) -> Option<Watch> {
+        said(started, beat).and_then(|s| watch(&s, a))
+    }
+
     fn settings(stale_after: StaleAfter) -> StallSettings {
         StallSettings {
             stale_after,
@@ -265,6 +367,7 @@ mod tests {
             evaluating_grace_s: 50,
             saving_grace_s: 60,
             on_stall: OnStall::Restart,
+            data_step_s: 70,
         }
     }
 
@@ -274,7 +377,7 @@ mod tests {
         let started = t(0.0);
         // No heartbeat yet, or the previous worker's: starting up, from the start.
         for old in [None, Some(beat(-5.0, WorkerState::Training, 9))] {
-            let w = watch(started, old.as_ref(), &a).unwrap();
+            let w = watch_of(started, old.as_ref(), &a).unwrap();
             assert_eq!(
                 (w.phase, w.since, w.step),
                 (WorkerState::Starting, started, None)
@@ -282,16 +385,26 @@ mod tests {
             assert!(!w.overdue(t(29.9)));
             assert!(w.overdue(t(30.0)));
         }
-        // `starting` is still the start-up, counted from the start too.
-        let w = watch(started, Some(&beat(20.0, WorkerState::Starting, 0)), &a).unwrap();
-        assert_eq!(w.deadline(), t(30.0));
+        // `starting` said later (after a long load) is a fresh start-up allowance,
+        // counted from that heartbeat.
+        let w = watch_of(started, Some(&beat(20.0, WorkerState::Starting, 0)), &a).unwrap();
+        assert_eq!((w.phase, w.step), (WorkerState::Starting, None));
+        assert_eq!(w.deadline(), t(50.0));
+        // A heartbeat written in the start's millisecond is this worker's.
+        let w = watch_of(
+            t(10.0) + chrono::Duration::microseconds(700),
+            Some(&beat(10.0, WorkerState::Loading, 0)),
+            &a,
+        )
+        .unwrap();
+        assert_eq!(w.phase, WorkerState::Loading);
         for (phase, allowance) in [
             (WorkerState::Loading, 40.0),
             (WorkerState::Training, 10.0),
             (WorkerState::Evaluating, 50.0),
             (WorkerState::Saving, 60.0),
         ] {
-            let w = watch(started, Some(&beat(100.0, phase, 7)), &a).unwrap();
+            let w = watch_of(started, Some(&beat(100.0, phase, 7)), &a).unwrap();
             assert_eq!((w.phase, w.step), (phase, Some(7)));
             assert_eq!(w.deadline(), t(100.0 + allowance), "{phase}");
             assert!(!w.overdue(t(100.0 + allowance - 0.001)), "{phase}");
@@ -307,15 +420,53 @@ mod tests {
             WorkerState::Finished,
             WorkerState::Failed,
         ] {
-            assert_eq!(watch(started, Some(&beat(1.0, state, 3)), &a), None);
+            assert_eq!(watch_of(started, Some(&beat(1.0, state, 3)), &a), None);
         }
+    }
+
+    #[test]
+    fn a_data_step_has_its_own_allowance_from_its_own_progress_beat() {
+        let a = settings(StaleAfter::Seconds(10.0)).allowances(None);
+        let started = t(0.0);
+        let step_beat = |at: f64, step: &str| StepHeartbeat {
+            step: step.into(),
+            timestamp: lavender::time::rfc3339_z(t(at)),
+            pid: 1,
+            items: 5,
+        };
+        // No beat yet, or the previous step's, or one from before the start.
+        for beat in [
+            None,
+            Some(step_beat(30.0, "downloads")),
+            Some(step_beat(-1.0, "dedup")),
+        ] {
+            let s = said_by_step(PipelineStep::Dedup, started, beat.as_ref());
+            let w = watch(&s, &a).unwrap();
+            assert_eq!((w.phase, w.since), (WorkerState::Starting, started));
+            assert_eq!(w.deadline(), t(70.0));
+            assert_eq!(w.allowance_key(), DATA_STEP_KEY);
+        }
+        // Its own beat: working, the allowance counted from it.
+        let own = step_beat(30.0, "mine_hard");
+        let s = said_by_step(PipelineStep::MineHard, started, Some(&own));
+        let w = watch(&s, &a).unwrap();
+        assert_eq!(
+            (w.phase, w.work),
+            (WorkerState::Training, PipelineStep::MineHard)
+        );
+        assert_eq!(w.deadline(), t(100.0));
+        assert!(!w.overdue(t(99.9)));
+        assert!(w.overdue(t(100.0)));
+        // The training worker's keys are the phases'.
+        let train = watch_of(started, Some(&beat(1.0, WorkerState::Saving, 3)), &a).unwrap();
+        assert_eq!(train.allowance_key(), "supervisor.saving_grace_s");
     }
 
     #[test]
     fn a_long_save_is_not_a_hang_but_the_same_silence_while_training_is() {
         let a = settings(StaleAfter::Seconds(1.0)).allowances(None);
-        let saving = watch(t(0.0), Some(&beat(5.0, WorkerState::Saving, 20)), &a).unwrap();
-        let training = watch(t(0.0), Some(&beat(5.0, WorkerState::Training, 20)), &a).unwrap();
+        let saving = watch_of(t(0.0), Some(&beat(5.0, WorkerState::Saving, 20)), &a).unwrap();
+        let training = watch_of(t(0.0), Some(&beat(5.0, WorkerState::Training, 20)), &a).unwrap();
         assert!(!saving.overdue(t(8.0)));
         assert!(training.overdue(t(8.0)));
     }

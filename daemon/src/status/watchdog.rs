@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use super::cache::StatusSnapshot;
 use super::compose::stall_watch;
 use super::health::HeartbeatWatch;
-use super::stall::{Beat, IntervalLearner, Watch, allowance_key};
+use super::stall::{Beat, IntervalLearner, Watch};
 use crate::alert::{Alert, AlertSender};
 use crate::layout::Layout;
 use crate::notify::disk_low_need;
@@ -135,7 +135,8 @@ impl HangWatch {
                 step: watch.step,
                 stalled_for: watch.stalled_for(now),
                 allowance: watch.allowance,
-                allowance_key: allowance_key(watch.phase),
+                allowance_key: watch.allowance_key(),
+                work: watch.work,
             })
         {
             self.reported = Some(worker.started_at);

@@ -365,6 +365,57 @@ fn a_hung_worker_is_killed_and_restarted_and_the_run_finishes() {
     );
 }
 
+/// A data step frozen mid-work (SIGSTOP: it stops writing its progress beat,
+/// `<run>/step_heartbeat.json`) is hung once `data_step_stale_after_s` passes on the
+/// daemon's monotonic clock: killed (a stopped process ignores SIGTERM: SIGKILL after
+/// the grace) and run again; the run finishes; the recovery and the log say so.
+#[test]
+fn a_frozen_data_step_is_killed_and_run_again() {
+    let mut env = Env::new(
+        &["--data-step-ms", "2500"],
+        "  data_step_stale_after_s: 1\n  stall_kill_grace_s: 0.5",
+        "[downloads]",
+    );
+    env.serve();
+    env.start(&[]);
+    let mut frozen = None;
+    wait_until(
+        Duration::from_secs(20),
+        "the step's first progress beat",
+        || {
+            let run_dir = env.pipeline_json()["run_dir"].as_str().map(str::to_string);
+            frozen = run_dir
+                .and_then(|d| std::fs::read(Path::new(&d).join("step_heartbeat.json")).ok())
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .and_then(|beat| beat["pid"].as_i64());
+            frozen.is_some()
+        },
+    );
+    let frozen = frozen.unwrap() as i32;
+    send_signal(frozen, nix::sys::signal::Signal::SIGSTOP as i32);
+    let st = env.wait_state("finished", Duration::from_secs(60));
+    assert!(!alive(frozen), "the frozen step was killed");
+    let runs: Vec<_> = env
+        .calls()
+        .into_iter()
+        .filter(|a| a.iter().any(|x| x == "downloads"))
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let recovery = &st["pipeline"]["recovery"];
+    assert_eq!(recovery["reason"], "hung", "{st:#}");
+    let message = recovery["message"].as_str().unwrap();
+    assert!(message.starts_with("downloads hung for "), "{message}");
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    assert!(
+        log.contains(&format!("ALERT step downloads: {message}")),
+        "{log}"
+    );
+    assert!(
+        log.contains("supervisor.data_step_stale_after_s allows 1.0 s"),
+        "{log}"
+    );
+}
+
 /// `stale_after_s: auto`: the allowance is learned from the run's own heartbeats
 /// and kept in its record, so a hang is caught after factor × the longest interval
 /// seen (within the floor), long before the ceiling.

@@ -46,6 +46,10 @@ impl DataStep {
 /// Run one data step; a failure is also recorded as an `error` event of the run.
 pub fn run(step: DataStep, args: &StepArgs) -> Result<()> {
     let ctx = Ctx::new(Settings::load(args)?)?;
+    if let Some(run_dir) = &ctx.settings.run_dir {
+        crate::progress::beat_into(run_dir);
+        crate::progress::beat(step.name(), 0);
+    }
     let result = match step {
         DataStep::Downloads => downloads::run(&ctx),
         DataStep::Dedup => dedup::run(&ctx),

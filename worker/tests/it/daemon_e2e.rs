@@ -396,6 +396,115 @@ fn a_worker_frozen_with_sigstop_is_killed_and_restarted_and_the_run_finishes() {
     );
 }
 
+/// A training stopped and resumed twice is three sessions, each in a run directory
+/// of its own that names the one it resumed from: `lavenderd runs` shows the chain
+/// of three, the status names it, pruning down to one run keeps the chain, and
+/// `export --all` exports the checkpoints of all three runs.
+#[test]
+fn a_run_stopped_and_resumed_twice_keeps_its_lineage() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = train_env(dir.path(), "");
+    d.serve();
+    d.start(&[]);
+    let mut runs = Vec::new();
+    for session in 0..2 {
+        let floor = d.status()["training"]["step"].as_u64().unwrap_or(0);
+        wait_training(&d, floor + 10);
+        runs.push(d.run_dir());
+        d.stop_saved();
+        d.start(&["--resume", "latest"]);
+        let st = d.status();
+        assert_eq!(
+            st["pipeline"]["state"], "running",
+            "session {session}: {st:#}"
+        );
+    }
+    let st = d.wait_state("finished", T);
+    runs.push(d.run_dir());
+    let names: Vec<String> = runs
+        .iter()
+        .map(|r| r.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        3,
+        "each session has a run of its own: {names:?}"
+    );
+    assert_eq!(
+        st["pipeline"]["lineage"],
+        serde_json::json!(names),
+        "{st:#}"
+    );
+
+    // Each resumed run names its parent run and the checkpoint it resumed from.
+    for i in 1..3 {
+        let lineage: Value =
+            serde_json::from_slice(&std::fs::read(runs[i].join("lineage.json")).unwrap()).unwrap();
+        assert_eq!(lineage["parent_run"], names[i - 1], "{lineage:#}");
+        let checkpoint = lineage["parent_checkpoint"].as_str().unwrap();
+        assert!(
+            runs[i - 1]
+                .join(checkpoint)
+                .join("trainer_state.json")
+                .is_file(),
+            "{lineage:#}"
+        );
+    }
+    let listed = d.run(&["runs"]);
+    let text = String::from_utf8_lossy(&listed.stdout).into_owned();
+    eprintln!("{text}");
+    assert!(
+        text.contains(&format!("chain: {}", names.join(" → "))),
+        "{text}"
+    );
+    let json: Value = serde_json::from_slice(&d.run(&["runs", "--json"]).stdout).unwrap();
+    assert_eq!(json[0]["name"], names[2], "{json:#}");
+    assert_eq!(json[0]["chain"], serde_json::json!(names), "{json:#}");
+    assert!(
+        json[0]["resumed_from"]
+            .as_str()
+            .is_some_and(|f| f.starts_with(&format!("{}/", names[1]))),
+        "{json:#}"
+    );
+
+    // Pruning to one run keeps the runs it resumed from.
+    let pruned = d.run(&["prune", "--keep-runs", "1", "--yes"]);
+    assert!(pruned.status.success(), "{pruned:?}");
+    for r in &runs {
+        assert!(r.is_dir(), "{} was pruned: {pruned:?}", r.display());
+    }
+
+    // export --all covers the whole training: checkpoints of each of the three runs.
+    let out = d.run(&["export", "--all", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sources: Vec<&str> = report["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] != "skipped")
+        .map(|c| c["source"].as_str().unwrap())
+        .collect();
+    for r in &runs {
+        assert!(
+            sources.iter().any(|s| Path::new(s).starts_with(r)),
+            "no checkpoint of {} exported: {report:#}",
+            r.display()
+        );
+    }
+    assert!(
+        Path::new(report["out"].as_str().unwrap()).starts_with(&runs[2]),
+        "{report:#}"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Divergence rolled back: a spike at a known step, a learning rate that always
 // diverges, and exact resume after a rollback.

@@ -24,6 +24,13 @@ pub fn runs(settings: &Settings, json: bool) -> Result<ExitCode> {
                 r.checkpoints,
                 r.latest_checkpoint.as_deref().unwrap_or("-")
             );
+            // A resumed run: where it came from, and the whole training it belongs to.
+            if let Some(from) = &r.resumed_from {
+                println!("    resumed from {from}");
+            }
+            if !r.chain.is_empty() {
+                println!("    chain: {}", r.chain.join(" → "));
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1,5 +1,6 @@
 //! A hung worker (the watchdog's report: no heartbeat within its phase's
-//! allowance, `supervisor.on_stall: restart`): its whole process group, or its
+//! allowance, or no progress beat of a data step within
+//! `data_step_stale_after_s`; `supervisor.on_stall: restart`): its whole process group, or its
 //! Slurm job, gets SIGTERM, then SIGKILL after `stall_kill_grace_s` (a hung
 //! process may ignore SIGTERM, or be stopped); its exit restarts it from the run's
 //! latest complete checkpoint (`restart.rs`).
@@ -58,9 +59,12 @@ impl Actor {
 }
 
 /// "hung at step 40 for 5m 0s", "hung at step 40 while saving for 31m 2s", "hung
-/// while starting for 10m 0s".
+/// while starting for 10m 0s"; a data step: "dedup hung for 30m 0s".
 pub(super) fn hung_text(report: &HungReport) -> String {
     let how_long = lavender::time::duration(round_up(report.stalled_for));
+    if report.work != lavender::config::PipelineStep::Train {
+        return format!("{} hung for {how_long}", report.work);
+    }
     match (report.step, report.phase) {
         (Some(step), lavender::heartbeat::WorkerState::Training) => {
             format!("hung at step {step} for {how_long}")

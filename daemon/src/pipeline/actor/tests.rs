@@ -100,6 +100,7 @@ impl Harness {
             stalled_for: secs(stalled_for),
             allowance: secs(60.0),
             allowance_key: "supervisor.stale_after_s",
+            work: PipelineStep::Train,
         })
     }
 }

@@ -1,0 +1,173 @@
+//! A run's lineage: a resume opens a new run directory per session, and the new run
+//! records where it came from in `<run>/lineage.json` (`{resumed_from,
+//! parent_run, parent_checkpoint}`), written by whoever creates the run (the daemon,
+//! at `start --resume`). Following the parents gives the chain of sessions that
+//! together are one training, oldest first: what `lavenderd runs` shows, what
+//! pruning keeps together and what `export --all` and attribution cover.
+
+use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::parse_run_name;
+use crate::error::{Error, IoContext, Result};
+
+/// File name inside a run directory.
+pub const LINEAGE_FILE: &str = "lineage.json";
+
+/// Where a run's training came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lineage {
+    /// The checkpoint the run resumed from, as resolved when it started.
+    pub resumed_from: PathBuf,
+    /// The run directory holding that checkpoint, by name, when it is a run
+    /// beside this one (`None`: a checkpoint from elsewhere).
+    pub parent_run: Option<String>,
+    /// The checkpoint's directory name.
+    pub parent_checkpoint: String,
+}
+
+/// `<run_dir>/lineage.json`.
+pub fn lineage_path(run_dir: &Path) -> PathBuf {
+    run_dir.join(LINEAGE_FILE)
+}
+
+/// Records that `run_dir` resumes from the checkpoint `resumed_from`. Nothing to
+/// record (`Ok(None)`) when the checkpoint is the run's own.
+pub fn record_parent(run_dir: &Path, resumed_from: &Path) -> Result<Option<Lineage>> {
+    let holder = resumed_from.parent();
+    if holder.is_some_and(|h| same_dir(h, run_dir)) {
+        return Ok(None);
+    }
+    let beside = holder.filter(|h| {
+        h.parent()
+            .zip(run_dir.parent())
+            .is_some_and(|(a, b)| same_dir(a, b))
+    });
+    let parent_run = beside
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| parse_run_name(n).is_ok());
+    let lineage = Lineage {
+        resumed_from: resumed_from.to_path_buf(),
+        parent_run,
+        parent_checkpoint: resumed_from
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    crate::atomic::write_json(&lineage_path(run_dir), &lineage)?;
+    Ok(Some(lineage))
+}
+
+/// The lineage `run_dir` recorded; `Ok(None)` for a run that started afresh.
+pub fn read_lineage(run_dir: &Path) -> Result<Option<Lineage>> {
+    let path = lineage_path(run_dir);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).ctx("read the run's lineage", &path),
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| Error::Malformed {
+            path: path.clone(),
+            reason: crate::heartbeat::json_reason(&e),
+        })
+}
+
+/// The run `run_dir` resumed from, when it is a run directory beside it that
+/// still exists.
+pub fn parent(run_dir: &Path) -> Option<PathBuf> {
+    let name = read_lineage(run_dir).ok()??.parent_run?;
+    let dir = run_dir.parent()?.join(name);
+    dir.is_dir().then_some(dir)
+}
+
+/// The runs that together trained `run_dir`, oldest first, ending with `run_dir`:
+/// each resumed from a checkpoint of the one before. The chain stops at a run that
+/// started afresh, resumed from elsewhere, or whose parent was deleted.
+pub fn chain(run_dir: &Path) -> Vec<PathBuf> {
+    let mut runs = vec![run_dir.to_path_buf()];
+    let mut seen: HashSet<PathBuf> = HashSet::from([run_dir.to_path_buf()]);
+    while let Some(up) = runs.last().and_then(|r| parent(r)) {
+        // A lineage edited into a loop ends where it repeats.
+        if !seen.insert(up.clone()) {
+            break;
+        }
+        runs.push(up);
+    }
+    runs.reverse();
+    runs
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (fs::canonicalize(a), fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+
+    use super::super::create_run;
+    use super::*;
+
+    fn run_at(root: &Path, h: u32) -> PathBuf {
+        create_run(root, Utc.with_ymd_and_hms(2026, 1, 1, h, 0, 0).unwrap())
+            .unwrap()
+            .path
+    }
+
+    #[test]
+    fn a_resumed_run_names_its_parent_and_the_chain_follows_them() {
+        let root = tempfile::tempdir().unwrap();
+        let a = run_at(root.path(), 1);
+        let b = run_at(root.path(), 2);
+        let c = run_at(root.path(), 3);
+        assert_eq!(chain(&a), vec![a.clone()]);
+        let from_a = a.join("pretrain-01-00-00-0003");
+        let l = record_parent(&b, &from_a).unwrap().unwrap();
+        assert_eq!(l.parent_run.as_deref(), Some("run-2026-01-01_01-00-00"));
+        assert_eq!(l.parent_checkpoint, "pretrain-01-00-00-0003");
+        assert_eq!(read_lineage(&b).unwrap(), Some(l));
+        record_parent(&c, &b.join("pretrain-02-00-00-0007")).unwrap();
+        assert_eq!(chain(&c), vec![a.clone(), b.clone(), c.clone()]);
+        assert_eq!(chain(&b), vec![a.clone(), b.clone()]);
+        // A restart from the run's own checkpoint is no lineage.
+        assert_eq!(record_parent(&a, &a.join("x-0001")).unwrap(), None);
+        assert_eq!(read_lineage(&a).unwrap(), None);
+        // A deleted parent ends the chain there.
+        fs::remove_dir_all(&a).unwrap();
+        assert_eq!(chain(&c), vec![b.clone(), c.clone()]);
+    }
+
+    #[test]
+    fn a_checkpoint_from_elsewhere_is_recorded_without_a_parent_run() {
+        let root = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let b = run_at(root.path(), 2);
+        let l = record_parent(&b, &other.path().join("ckpt"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(l.parent_run, None);
+        assert_eq!(chain(&b), vec![b.clone()]);
+    }
+
+    #[test]
+    fn a_lineage_loop_ends_and_a_bad_file_names_itself() {
+        let root = tempfile::tempdir().unwrap();
+        let a = run_at(root.path(), 1);
+        let b = run_at(root.path(), 2);
+        record_parent(&a, &b.join("c-1")).unwrap();
+        record_parent(&b, &a.join("c-1")).unwrap();
+        assert_eq!(chain(&b), vec![a.clone(), b.clone()]);
+        fs::write(lineage_path(&a), "{").unwrap();
+        let err = read_lineage(&a).unwrap_err().to_string();
+        assert!(err.contains("lineage.json"), "{err}");
+    }
+}
