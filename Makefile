@@ -91,12 +91,13 @@ test-gpu: setup
 
 # Attribution on the default pipeline (worker/tests/attribution_default.rs): `start
 # --scale tiny`, `export --all`, `attribute` with a verbatim training window, which
-# must rank its document first. Not part of `make test`: SOURCE over the tiny run's
-# 5,574 training windows takes about half an hour on two cores.
+# must rank its document first, then a second query on the cached Hessian passes.
+# `make test` runs the same test at two exported checkpoints; this one, at all five,
+# is not part of it (SOURCE over the tiny run's 5,574 windows at five checkpoints).
 test-attribution: setup
 	@bash scripts/attribution-setup.sh
 	@$(TORCH_ENV) cargo build -p lavenderd
-	@$(TORCH_ENV) cargo test -p lavender-worker --features attribution-tests --test attribution_default -- --nocapture
+	@$(TORCH_ENV) cargo test -p lavender-worker --features attribution-tests --test attribution_default -- --nocapture at_every_checkpoint
 
 # Benchmarks (not tests): status API, daemon overhead, detection latency, checkpoint
 # I/O, trainer and interference; docs/BENCHMARKS.md records the results.

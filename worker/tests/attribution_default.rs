@@ -1,15 +1,20 @@
 //! Attribution on the pipeline the README starts, as a user runs it: `lavenderd start
 //! --scale tiny --foreground` on a fresh data root (the embedded corpus and the
-//! default config, what `make run` does), `lavenderd export --all`, then
-//! `lavenderd attribute --from-run` with a query that is, verbatim, one of the
-//! run's training windows (a window that lies inside one document). Its document
-//! must rank first, the report must give the winning window's text and offsets, and
-//! nothing but lavenderd's own lines may reach the terminal.
+//! default config, what `make run` does), `lavenderd export`, then `lavenderd
+//! attribute --from-run` with a query that is, verbatim, one of the run's training
+//! windows (a window that lies inside one document). Its document must rank first,
+//! the report must give the winning window's text and offsets, and nothing but
+//! lavenderd's own lines (and, with `--json`, its progress objects) may reach the
+//! terminal. A second query then reuses the first call's Hessian passes from
+//! `<run>/attribution/cache/`, and finds its own window's document first too.
 //!
-//! SOURCE over the whole training split (5,574 windows, five checkpoints) takes
-//! about half an hour on two cores, so this test is not part of `make test`:
-//! `make test-attribution` runs it (docs/ATTRIBUTION.md). It needs bergson in the
-//! project's .venv (`bash scripts/attribution-setup.sh`) and fails, naming the fix,
+//! - `at_two_checkpoints_…` (part of `make test`): the newest two of the run's
+//!   checkpoints exported, SOURCE over all 5,574 training windows at each.
+//! - `at_every_checkpoint_…` (`make test-attribution`, feature
+//!   `attribution-tests`): every checkpoint exported (five), as `export --all`.
+//!
+//! They need bergson in the project's .venv (`bash scripts/attribution-setup.sh`;
+//! `make setup` and CI's scripts/ci-deps.sh run it) and fail, naming the fix,
 //! without it.
 
 use std::fs;
@@ -48,54 +53,7 @@ fn run_ok(c: &mut Command) -> (String, String) {
     (stdout, stderr)
 }
 
-/// A training window of the run's chunk that lies inside one document (no
-/// end-of-text token in it): its text, and the document it belongs to.
-fn a_window_inside_a_document(data_root: &Path, seq_len: usize) -> (String, String) {
-    let index = TokenIndex::read(&data_root.join("tokens")).unwrap();
-    let shard = &index.pretrain.shards[0];
-    let ids = tokens::read_array(&data_root.join("tokens").join(&shard.file), index.dtype).unwrap();
-    let bytes = TokenBytes::read(&data_root.join("tokens/tokenizer.json")).unwrap();
-    // Windows in the trainer's cut; take one from the middle of the shard.
-    let starts: Vec<usize> = tokens::pretrain_window_starts(ids.len(), seq_len).collect();
-    let start = starts[starts.len() / 2..]
-        .iter()
-        .copied()
-        .find(|&s| {
-            !ids[s..=s + seq_len].contains(&index.eos_id)
-                // Not at a document's first token (the previous one is its EOT),
-                // so the window is a document's middle.
-                && s > 0
-                && ids[s - 1] != index.eos_id
-        })
-        .expect("a window inside one document");
-    let text: Vec<u8> = ids[start..=start + seq_len]
-        .iter()
-        .flat_map(|&id| bytes.of(id).to_vec())
-        .collect();
-    let text = String::from_utf8(text).expect("a window of whole characters");
-    // Its document: the shard's text documents, in order, hold the window's text.
-    let docs = fs::read_to_string(
-        data_root
-            .join("shards")
-            .join(format!("{}.jsonl", shard.shard)),
-    )
-    .unwrap();
-    let holders: Vec<String> = docs
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["text"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .filter(|d| d.contains(&text))
-        .collect();
-    assert_eq!(holders.len(), 1, "one document holds {text:?}: {holders:?}");
-    (text, holders[0].clone())
-}
-
-#[test]
-fn a_verbatim_training_window_of_the_default_pipeline_ranks_its_document_first() {
+fn require_bergson() {
     let versions = Command::new(python())
         .args([
             "-c",
@@ -108,11 +66,64 @@ fn a_verbatim_training_window_of_the_default_pipeline_ranks_its_document_first()
         "bergson 2.5.1 is not installed in {}: run `bash scripts/attribution-setup.sh`",
         python().display()
     );
+}
 
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("data-root");
+/// Training windows of the run's chunk that lie inside one document (no
+/// end-of-text token in them), from the middle of its first shard on: each one's
+/// text and the document it belongs to.
+fn windows_inside_a_document(data_root: &Path, seq_len: usize, n: usize) -> Vec<(String, String)> {
+    let index = TokenIndex::read(&data_root.join("tokens")).unwrap();
+    let shard = &index.pretrain.shards[0];
+    let ids = tokens::read_array(&data_root.join("tokens").join(&shard.file), index.dtype).unwrap();
+    let bytes = TokenBytes::read(&data_root.join("tokens/tokenizer.json")).unwrap();
+    let docs: Vec<String> = fs::read_to_string(
+        data_root
+            .join("shards")
+            .join(format!("{}.jsonl", shard.shard)),
+    )
+    .unwrap()
+    .lines()
+    .map(|l| {
+        serde_json::from_str::<Value>(l).unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    })
+    .collect();
+    // Windows in the trainer's cut; from the middle of the shard.
+    let starts: Vec<usize> = tokens::pretrain_window_starts(ids.len(), seq_len).collect();
+    let mut out: Vec<(String, String)> = Vec::new();
+    for &s in &starts[starts.len() / 2..] {
+        // Not at a document's first token (the previous one is its EOT), so the
+        // window is a document's middle.
+        if ids[s..=s + seq_len].contains(&index.eos_id) || s == 0 || ids[s - 1] == index.eos_id {
+            continue;
+        }
+        let text: Vec<u8> = ids[s..=s + seq_len]
+            .iter()
+            .flat_map(|&id| bytes.of(id).to_vec())
+            .collect();
+        let Ok(text) = String::from_utf8(text) else {
+            continue;
+        };
+        // Its document: the shard's documents, in order, hold the window's text.
+        let holders: Vec<&String> = docs.iter().filter(|d| d.contains(&text)).collect();
+        if holders.len() != 1 || out.iter().any(|(_, d)| d == holders[0]) {
+            continue;
+        }
+        out.push((text, holders[0].clone()));
+        if out.len() == n {
+            return out;
+        }
+    }
+    panic!("fewer than {n} windows inside one document each");
+}
+
+/// The default pipeline on a fresh data root: the run's directory and its
+/// checkpoints' names, oldest first.
+fn default_pipeline(root: &Path) -> (PathBuf, Vec<String>) {
     let t = Instant::now();
-    run_ok(lavenderd(&root).args(["start", "--scale", "tiny", "--foreground"]));
+    run_ok(lavenderd(root).args(["start", "--scale", "tiny", "--foreground"]));
     eprintln!(
         "the default pipeline at --scale tiny: {:.0} s",
         t.elapsed().as_secs_f64()
@@ -123,35 +134,58 @@ fn a_verbatim_training_window_of_the_default_pipeline_ranks_its_document_first()
         .filter(|p| p.is_dir())
         .collect();
     assert_eq!(runs.len(), 1, "{runs:?}");
-    let run = &runs[0];
-    run_ok(
-        lavenderd(&root)
-            .arg("export")
+    let run = runs[0].clone();
+    let (listing, _) = run_ok(
+        lavenderd(root)
+            .arg("checkpoints")
             .arg("--run")
-            .arg(run)
-            .arg("--all"),
+            .arg(run.file_name().unwrap())
+            .arg("--json"),
     );
+    let listing: Value = serde_json::from_str(&listing).unwrap();
+    let mut named: Vec<(u64, String)> = listing
+        .as_array()
+        .unwrap_or_else(|| panic!("`checkpoints --json` is no list: {listing}"))
+        .iter()
+        .map(|c| {
+            (
+                c["step"].as_u64().unwrap_or_else(|| panic!("{c}")),
+                c["name"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{c}"))
+                    .to_string(),
+            )
+        })
+        .collect();
+    named.sort();
+    named.dedup_by(|a, b| a.1 == b.1);
+    (run, named.into_iter().map(|(_, n)| n).collect())
+}
 
+fn seq_len(run: &Path) -> usize {
     // The run's own config.yaml: the window the trainer cut, seq_len + 1 tokens.
     let config = fs::read_to_string(run.join("config.yaml")).unwrap();
-    let seq_len: usize = config
+    config
         .lines()
         .find_map(|l| l.trim().strip_prefix("seq_len:"))
         .expect("training.seq_len in the run's config.yaml")
         .trim()
         .parse()
-        .unwrap();
-    let (window, document) = a_window_inside_a_document(&root, seq_len);
-    let queries = tmp.path().join("queries.jsonl");
+        .unwrap()
+}
+
+/// `lavenderd attribute --json` with one query: the report, the progress objects
+/// on stderr, and the time it took.
+fn attribute(root: &Path, run: &Path, query: &str, dir: &Path) -> (Value, Vec<Value>, f64) {
+    let queries = dir.join(format!("query-{}.jsonl", query.len()));
     fs::write(
         &queries,
-        serde_json::json!({ "text": window }).to_string() + "\n",
+        serde_json::json!({ "text": query }).to_string() + "\n",
     )
     .unwrap();
-
     let t = Instant::now();
     let (stdout, stderr) = run_ok(
-        lavenderd(&root)
+        lavenderd(root)
             .arg("attribute")
             .arg("--run")
             .arg(run)
@@ -159,19 +193,27 @@ fn a_verbatim_training_window_of_the_default_pipeline_ranks_its_document_first()
             .arg(&queries)
             .args(["--top", "5", "--json"]),
     );
-    let took = t.elapsed();
-    eprintln!(
-        "lavenderd attribute on the tiny run: {:.0} s",
-        took.as_secs_f64()
-    );
-    // Only lavenderd's own lines on the terminal: no library's warning.
+    let took = t.elapsed().as_secs_f64();
+    // Only lavenderd's own lines on the terminal, and its progress: no library's.
+    let mut progress = Vec::new();
     for line in stderr.lines() {
-        assert!(
-            line.starts_with("attribute: "),
-            "a foreign line on the terminal: {line}"
-        );
+        if line.starts_with('{') {
+            let v: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["event"], "progress", "{line}");
+            progress.push(v);
+        } else {
+            assert!(
+                line.starts_with("attribute: "),
+                "a foreign line on the terminal: {line}"
+            );
+        }
     }
-    let report: Value = serde_json::from_str(&stdout).unwrap();
+    eprintln!("{}", stderr.trim_end());
+    (serde_json::from_str(&stdout).unwrap(), progress, took)
+}
+
+/// The window's document ranks first, through the window itself.
+fn ranks_first(report: &Value, window: &str, document: &str, seq_len: usize) {
     let windows = &report["train_windows"];
     assert_eq!(
         windows["tokens"].as_u64(),
@@ -196,11 +238,11 @@ fn a_verbatim_training_window_of_the_default_pipeline_ranks_its_document_first()
     let first = &top[0];
     assert_eq!(
         first["text"].as_str(),
-        Some(document.as_str()),
+        Some(document),
         "the window's document ranks first: {top:#}"
     );
     let w = &first["window"];
-    assert_eq!(w["text"].as_str(), Some(window.as_str()), "{w:#}");
+    assert_eq!(w["text"].as_str(), Some(window), "{w:#}");
     assert_eq!(
         w["end"].as_u64().unwrap() - w["start"].as_u64().unwrap(),
         seq_len as u64 + 1,
@@ -213,4 +255,101 @@ fn a_verbatim_training_window_of_the_default_pipeline_ranks_its_document_first()
         chars, window,
         "the window's character offsets in its document"
     );
+}
+
+/// The progress objects name every pass of the plan, each run to its end.
+fn passes_reported(progress: &[Value], passes: u64) {
+    let last = progress.last().expect("progress on stderr");
+    assert_eq!(last["passes"], passes, "{last}");
+    assert_eq!(last["pass"], passes, "{last}");
+    assert_eq!(last["done"], last["total"], "{last}");
+    for pass in 1..=passes {
+        assert!(
+            progress
+                .iter()
+                .any(|p| p["pass"] == pass && p["done"] == p["total"]),
+            "pass {pass} never reported done: {progress:#?}"
+        );
+    }
+    assert!(
+        progress
+            .iter()
+            .any(|p| p["eta_s"].is_u64() && p["rows_per_s"].is_f64()),
+        "{progress:#?}"
+    );
+}
+
+/// The pipeline, `export` of `keep` checkpoints (the newest; all when `None`),
+/// then a cold and a warm `attribute`.
+fn attribution_on_the_default_pipeline(keep: Option<usize>) {
+    require_bergson();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("data-root");
+    let (run, names) = default_pipeline(&root);
+    let mut export = lavenderd(&root);
+    export.arg("export").arg("--run").arg(&run);
+    let exported = match keep {
+        None => {
+            export.arg("--all");
+            names.len()
+        }
+        Some(k) => {
+            assert!(names.len() >= k, "{names:?}");
+            export.arg("--checkpoints").args(&names[names.len() - k..]);
+            k
+        }
+    };
+    run_ok(&mut export);
+    let seq_len = seq_len(&run);
+    let asked = windows_inside_a_document(&root, seq_len, 2);
+
+    // Cold: every pass, then the Hessian passes cached.
+    let (report, progress, cold) = attribute(&root, &run, &asked[0].0, tmp.path());
+    eprintln!("lavenderd attribute, cold, {exported} checkpoints: {cold:.0} s");
+    ranks_first(&report, &asked[0].0, &asked[0].1, seq_len);
+    assert_eq!(report["checkpoints"].as_array().unwrap().len(), exported);
+    assert_eq!(
+        report["hessians"]["cache"], "computed",
+        "{}",
+        report["hessians"]
+    );
+    assert_eq!(report["batch_tokens"], 4096);
+    let entry = PathBuf::from(report["hessians"]["dir"].as_str().unwrap());
+    assert_eq!(
+        entry.parent(),
+        Some(run.join("attribution/cache").as_path())
+    );
+    assert!(entry.join("inputs.json").is_file());
+    // Covariances and eigenvalue correction per checkpoint, the query, scoring.
+    passes_reported(&progress, 3 * exported as u64 + 1);
+
+    // Warm: another query, the query's part only, in a fresh folder.
+    let (again, progress, warm) = attribute(&root, &run, &asked[1].0, tmp.path());
+    eprintln!("lavenderd attribute, warm (Hessians cached): {warm:.0} s");
+    ranks_first(&again, &asked[1].0, &asked[1].1, seq_len);
+    assert_eq!(
+        again["hessians"]["cache"], "reused",
+        "{}",
+        again["hessians"]
+    );
+    assert_eq!(again["hessians"]["dir"].as_str(), entry.to_str());
+    assert_ne!(again["scores"], report["scores"]);
+    passes_reported(&progress, exported as u64 + 1);
+    let source = PathBuf::from(again["scores"].as_str().unwrap());
+    let source = source.parent().unwrap();
+    assert!(source.join("segment_0/kfac").is_symlink());
+    assert!(!source.join("segment_0/query_grad_segment").is_symlink());
+}
+
+#[test]
+fn at_two_checkpoints_a_verbatim_training_window_ranks_its_document_first_and_the_next_query_reuses_the_hessians()
+ {
+    attribution_on_the_default_pipeline(Some(2));
+}
+
+#[cfg(feature = "attribution-tests")]
+#[test]
+fn at_every_checkpoint_a_verbatim_training_window_ranks_its_document_first_and_the_next_query_reuses_the_hessians()
+ {
+    attribution_on_the_default_pipeline(None);
 }

@@ -294,7 +294,14 @@ pub enum Command {
         /// Python with bergson 2.5.1 (default: ./.venv/bin/python, else python3).
         #[arg(long, value_name = "PATH")]
         python: Option<PathBuf>,
-        /// Print the result as JSON.
+        /// Tokens per SOURCE batch (rows × the longest row), at least the model's context.
+        #[arg(long, value_name = "N", default_value_t = crate::cli::commands::attribute::BATCH_TOKENS)]
+        batch_tokens: u64,
+        /// Compute the query-independent Hessian passes afresh and do not keep them
+        /// (default: reuse and keep them in <run>/attribution/cache/).
+        #[arg(long)]
+        no_cache: bool,
+        /// Print the result as JSON (progress as JSON lines on stderr).
         #[arg(long)]
         json: bool,
     },

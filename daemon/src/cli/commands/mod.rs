@@ -195,6 +195,8 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             segments,
             out,
             python,
+            batch_tokens,
+            no_cache,
             json,
         } => attribute::run(
             &settings,
@@ -207,6 +209,8 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 out,
                 python,
                 json,
+                batch_tokens,
+                no_cache,
             },
         ),
         Command::Notify {

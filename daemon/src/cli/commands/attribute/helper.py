@@ -1,32 +1,60 @@
 """`lavenderd attribute`'s Python side, run with the interpreter that has bergson.
 
   run MODEL CONTEXT TRAIN QUERIES CONFIG SCORES LOG OUT
+  source CONFIG
+  check
 
-One process (importing bergson costs seconds, so it is imported once), whose
-output, and every library's warning, goes to LOG; only its own one-line messages
-reach the terminal:
+`run` is one process (importing bergson costs seconds, so it is imported once),
+whose output, and every library's warning, goes to LOG; only its own one-line
+messages reach its stderr (lavenderd's pipe):
 1. the token count of every query and training text as bergson will tokenize
    them (training rows that are token ids already, the run's windows, fit by
    construction); exit 4 naming the first one longer than the model's context
    (or empty): queries are refused, not windowed;
-2. SOURCE: bergson's own `python -m bergson CONFIG`, run in this process; exit 5
-   if it fails;
-3. bergson's score store (SCORES, in CONFIG's run_path) as JSON in OUT: one list of training-document scores per
-   query, and whether higher scores mean more helpful.
+2. SOURCE: bergson's own `python -m bergson CONFIG`, run in this process with
+   the token-batch cap raised (below) and each data pass's progress reported as
+   `progress {json}` lines; exit 5 if it fails;
+3. bergson's score store (SCORES, in CONFIG's run_path) as JSON in OUT: one list
+   of training-document scores per query, and whether higher scores mean more
+   helpful.
 
-Everything else (the config, ranking) is lavenderd's. Exit 3: bergson (or a
-library it needs) is not importable. Messages for exits 3 and 4 go to stderr.
+`source CONFIG` runs a config `run` wrote again, by hand, with the same cap
+(bergson's own `python -m bergson CONFIG` refuses it; see below). `check` says
+whether this bergson is the one the cap is written against (exit 0) or not
+(exit 6), without running anything.
+
+The token-batch cap. bergson packs many rows into one padded batch of at most
+`token_batch_size` tokens (rows x longest row), but `setup_data_pipeline`
+(bergson/utils/worker_utils.py) refuses a `token_batch_size` above
+`max_tokens_for_model` -- the model's context -- as if the budget were a sequence
+length. With lavender's short windows that leaves one window per batch. The
+cap is raised by replacing `max_tokens_for_model` in that module (its only
+caller there is `setup_data_pipeline`, which looks the name up at call time) with
+one returning at least the config's `token_batch_size`. The function also sets
+the length bergson truncates texts to, which is harmless here: every text is
+checked against the context in step 1 and bergson's truncation is off. Written
+against bergson 2.5.1 exactly: another version, or 2.5.1's functions changed in
+place, exits 6 before anything runs.
+
+Everything else (the config, the cache of the Hessian passes, ranking) is
+lavenderd's. Exit 3: bergson (or a library it needs) is not importable. Messages
+for exits 3, 4 and 6 go to stderr.
 """
 
 import importlib.util
+import inspect
 import json
 import os
 import sys
 import traceback
 from pathlib import Path
 
+# The bergson whose internals `_raise_token_batch_cap` and `_report_progress`
+# are written against.
+BERGSON_VERSION = "2.5.1"
 
-# The terminal's stderr, kept aside while fds 1 and 2 go to the log.
+# The terminal's stderr (lavenderd's pipe), kept aside while fds 1 and 2 go to
+# the log.
 _TERMINAL = None
 
 
@@ -74,8 +102,132 @@ def check(model, context, train, queries):
                 sys.exit(4)
 
 
-def source(config):
-    """bergson's CLI on CONFIG, as `python -m bergson CONFIG` runs it."""
+def bergson_internals():
+    """What of bergson the cap and the progress reports rely on, as
+    (module, problem) pairs: empty when this is the bergson they are written
+    against."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("bergson")
+    except PackageNotFoundError:
+        return [("bergson", "not installed")]
+    if found != BERGSON_VERSION:
+        return [("bergson", f"version {found}, not {BERGSON_VERSION}")]
+    problems = []
+    worker_utils = _import_or_exit("bergson.utils.worker_utils")
+    collector = _import_or_exit("bergson.collector.collector")
+    cap = getattr(worker_utils, "max_tokens_for_model", None)
+    if cap is None or list(inspect.signature(cap).parameters)[:3] != [
+        "tokenizer",
+        "model_str",
+        "revision",
+    ]:
+        problems.append(
+            (
+                "bergson.utils.worker_utils",
+                "max_tokens_for_model(tokenizer, model_str, revision, ...) is gone",
+            )
+        )
+    pipeline = inspect.getsource(worker_utils.setup_data_pipeline)
+    for needle in ("max_tokens_for_model(", "Token batch size"):
+        if needle not in pipeline:
+            problems.append(
+                (
+                    "bergson.utils.worker_utils",
+                    f"setup_data_pipeline no longer contains {needle!r}",
+                )
+            )
+    hooks = inspect.getsource(collector.CollectorComputer.run_with_collector_hooks)
+    if "tqdm(" not in hooks or not hasattr(collector, "tqdm"):
+        problems.append(
+            (
+                "bergson.collector.collector",
+                "CollectorComputer.run_with_collector_hooks no longer iterates "
+                "its batches through the module's tqdm",
+            )
+        )
+    return problems
+
+
+def _require_bergson_internals():
+    problems = bergson_internals()
+    if problems:
+        for module, problem in problems:
+            _say(
+                f"lavender's SOURCE helper is written against bergson {BERGSON_VERSION}'s "
+                f"internals, and {module}: {problem}; install bergson=={BERGSON_VERSION} "
+                "(bash scripts/attribution-setup.sh)"
+            )
+        sys.exit(6)
+
+
+def _token_batch_size(config):
+    yaml = _import_or_exit("yaml")
+    with open(config, encoding="utf-8") as f:
+        doc = yaml.safe_load(f)
+    for step in doc.get("steps", []):
+        for body in step.values():
+            size = (body or {}).get("index_cfg", {}).get("token_batch_size")
+            if size is not None:
+                return int(size)
+    return None
+
+
+def _raise_token_batch_cap(budget):
+    """bergson's cap on `token_batch_size` at least `budget` (module docstring)."""
+    worker_utils = _import_or_exit("bergson.utils.worker_utils")
+    model_cap = worker_utils.max_tokens_for_model
+
+    def max_tokens_for_model(*args, **kwargs):
+        return max(model_cap(*args, **kwargs), budget)
+
+    worker_utils.max_tokens_for_model = max_tokens_for_model
+
+
+def _kind(desc):
+    """The pass a CollectorComputer run is, from the description bergson gives it."""
+    desc = desc or ""
+    if desc.startswith("Computing Approximating"):
+        return "covariances"
+    if desc.startswith("Computing Lambda"):
+        return "eigenvalue correction"
+    return "gradients"
+
+
+def _report_progress():
+    """Each data pass of bergson's CollectorComputer reported on the terminal as
+    `progress {"pass", "done", "total"}` lines (rows done of the pass's rows),
+    at its start and after each batch."""
+    collector = _import_or_exit("bergson.collector.collector")
+
+    def reporting(batches, desc=None, **_):
+        batches = list(batches)
+        total = sum(len(b) for b in batches)
+        kind = _kind(desc)
+
+        def report(done):
+            _say("progress " + json.dumps({"pass": kind, "done": done, "total": total}))
+
+        report(0)
+        done = 0
+        for indices in batches:
+            yield indices
+            done += len(indices)
+            report(done)
+
+    collector.tqdm = reporting
+
+
+def source(config, progress=False):
+    """bergson's CLI on CONFIG, as `python -m bergson CONFIG` runs it, with the
+    token-batch cap raised to CONFIG's token_batch_size."""
+    _require_bergson_internals()
+    budget = _token_batch_size(config)
+    if budget is not None:
+        _raise_token_batch_cap(budget)
+    if progress:
+        _report_progress()
     bergson_main = _import_or_exit("bergson.__main__")
     sys.argv = ["bergson", config]
     try:
@@ -122,11 +274,19 @@ def run(model, context, train, queries, config, scores_dir, log, out):
         sys.exit(3)
     _to_log(log)
     check(model, context, train, queries)
-    source(config)
+    source(config, progress=True)
     with open(out, "w") as f:
         json.dump(scores(scores_dir), f)
 
 
+def check_internals():
+    if importlib.util.find_spec("bergson") is None:
+        _say(f"no module named bergson in {sys.executable}")
+        sys.exit(3)
+    _require_bergson_internals()
+    _say(f"bergson {BERGSON_VERSION}: the token-batch cap and progress hooks are in place")
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"run": run}[command](*args)
+    {"run": run, "source": source, "check": check_internals}[command](*args)

@@ -11,16 +11,26 @@
 //! run directory `source/`, `scores.json` (bergson's scores) and
 //! `attribution.json` (the ranking).
 //!
+//! bergson packs up to `--batch-tokens` tokens of rows into one batch, which its
+//! own CLI refuses above the model's context; the helper raises that cap
+//! (`helper.py`). The query-independent Hessian passes are cached under
+//! `<run>/attribution/cache/` ([`cache`]); a later call computes only the query's
+//! part. The helper reports each data pass's progress ([`progress`]).
+//!
 //! By default (`--from-run`) the training data is the run's own, as it saw it: its
 //! chunk's pretraining windows ([`windows`]), scored one by one; a document's score
 //! is its best window's. `--train FILE` scores whole documents instead.
 
+mod cache;
+mod process;
+mod progress;
 mod windows;
 
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use lavender::export::{self, EXPORT_DIR, EXPORT_MARKER, OPTIMIZER_PT, ResolveOptions, Resolved};
@@ -44,7 +54,15 @@ pub struct AttributeArgs {
     pub out: Option<PathBuf>,
     pub python: Option<PathBuf>,
     pub json: bool,
+    /// bergson's `token_batch_size`: rows × the longest row per batch.
+    pub batch_tokens: u64,
+    /// Neither reuse nor keep the Hessian passes.
+    pub no_cache: bool,
 }
+
+/// `--batch-tokens`' default: 63 of the tiny pipeline's 65-token windows, 15 of
+/// 257 at `--scale small`, per forward/backward.
+pub const BATCH_TOKENS: u64 = 4096;
 
 #[derive(Debug, Serialize)]
 struct Ranked {
@@ -105,10 +123,26 @@ struct Report {
     queries_file: PathBuf,
     config: PathBuf,
     scores: PathBuf,
+    /// SOURCE's token budget per batch (`--batch-tokens`).
+    batch_tokens: u64,
+    hessians: Hessians,
+    /// Wall time of the SOURCE run (bergson's import included).
+    source_seconds: f64,
     /// bergson's orientation of the scores: true when a higher score means the
     /// document helped the query more.
     higher_is_better: bool,
     queries: Vec<QueryResult>,
+}
+
+/// Where the query-independent Hessian passes came from.
+#[derive(Debug, Serialize)]
+struct Hessians {
+    /// `reused` (from the cache), `computed` (and cached) or `computed, not cached`
+    /// (`--no-cache`).
+    cache: &'static str,
+    /// The cache entry, `<run>/attribution/cache/<key>/`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -296,7 +330,13 @@ pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
         }
     };
     let queries = read_documents(&a.queries, "--queries")?;
-    let python = python(a.python.as_deref())?;
+    if a.batch_tokens < context {
+        bail!(
+            "--batch-tokens {} is below the model's context ({context} tokens): a row as long as the context would fit no batch; pass at least {context}",
+            a.batch_tokens
+        );
+    }
+    let python = process::python(a.python.as_deref())?;
 
     let work = run.join("attribution").join(
         chrono::Utc::now()
@@ -334,10 +374,57 @@ pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
     let source_dir = work.join("source");
     let scores_dir = source_dir.join("scores");
     let config = work.join("config.yaml");
-    // bergson refuses a token batch longer than the model's context (its default,
-    // 2048, is longer than a small model's); every window and document fits one
-    // (the helper checks documents and queries first).
-    let token_batch = context;
+    // Every row fits one batch: rows are at most the context long (the helper
+    // checks documents and queries first), the budget at least the context.
+    let token_batch = a.batch_tokens;
+    let outputs = cache::hessian_outputs(
+        resolved.segments,
+        checkpoints.len() / resolved.segments.max(1),
+    );
+    let cache_root = run.join("attribution").join(cache::CACHE_DIR);
+    let cache_inputs = if a.no_cache {
+        None
+    } else {
+        let inputs = cache::CacheInputs {
+            bergson: cache::BERGSON_VERSION,
+            checkpoints: checkpoints
+                .iter()
+                .map(|c| cache::CheckpointHash::of(c))
+                .collect::<Result<_>>()?,
+            segments: resolved.segments,
+            lr_list: resolved.lr_list.clone(),
+            step_size_list: resolved.step_size_list.clone(),
+            hessian: cache::HessianSettings {
+                method: cache::METHOD,
+                ev_correction: true,
+                precision: PRECISION,
+                token_batch_size: token_batch,
+            },
+            train_sha256: cache::sha256_file(&train_file)?,
+        };
+        let key = inputs.key();
+        Some((inputs, key))
+    };
+    let reused = match &cache_inputs {
+        Some((_, key)) => cache::lookup(&cache_root, key, &outputs),
+        None => None,
+    };
+    match (&cache_inputs, &reused) {
+        (_, Some(entry)) => {
+            cache::link(entry, &source_dir, &outputs)?;
+            eprintln!(
+                "attribute: reusing the Hessian passes cached in {}; computing the query's part only",
+                entry.display()
+            );
+        }
+        (Some((_, key)), None) => eprintln!(
+            "attribute: no cached Hessian passes for these checkpoints, windows and settings; computing them, then caching them in {}",
+            cache_root.join(key).display()
+        ),
+        (None, None) => {
+            eprintln!("attribute: --no-cache: computing the Hessian passes, not keeping them")
+        }
+    }
     fs::write(
         &config,
         bergson_config(
@@ -353,14 +440,30 @@ pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
     let log = work.join("bergson.log");
     let scores_json = work.join("scores.json");
     eprintln!(
-        "attribute: running SOURCE: `{} -m bergson {}`, in one process with the token checks and the score reading: {} {} run … (log: {})",
+        "attribute: running SOURCE, {token_batch} tokens a batch: `{} {} source {}` (bergson's CLI with its token-batch cap raised), in one process with the token checks and the score reading: {} {} run … (log: {})",
         python.display(),
+        helper.display(),
         config.display(),
         python.display(),
         helper.display(),
         log.display()
     );
-    helper_call(
+    let unit = match &train {
+        TrainingData::Documents(_) => "documents",
+        TrainingData::Windows(_) => "windows",
+    };
+    let mut view = progress::View::new(
+        progress::Plan::new(
+            checkpoints.len(),
+            train.rows(),
+            queries.len(),
+            reused.is_some(),
+            unit,
+        ),
+        a.json,
+    );
+    let started = Instant::now();
+    process::helper_call(
         &python,
         &helper,
         &work,
@@ -376,7 +479,31 @@ pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
             log.as_os_str(),
             scores_json.as_os_str(),
         ],
+        &mut view,
     )?;
+    let source_seconds = started.elapsed().as_secs_f64();
+    eprintln!("attribute: SOURCE took {source_seconds:.0} s");
+    let hessians = match (cache_inputs, reused) {
+        (_, Some(entry)) => Hessians {
+            cache: "reused",
+            dir: Some(entry),
+        },
+        (Some((inputs, key)), None) => {
+            let entry = cache::publish(&source_dir, &cache_root, &key, &outputs, &inputs)?;
+            eprintln!(
+                "attribute: cached the Hessian passes in {}",
+                entry.display()
+            );
+            Hessians {
+                cache: "computed",
+                dir: Some(entry),
+            }
+        }
+        (None, None) => Hessians {
+            cache: "computed, not cached",
+            dir: None,
+        },
+    };
     let out = fs::read_to_string(&scores_json)
         .with_context(|| format!("could not read {}", scores_json.display()))?;
     let parsed: Value = serde_json::from_str(&out)
@@ -421,6 +548,9 @@ pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
         queries_file: a.queries.clone(),
         config,
         scores: scores_dir,
+        batch_tokens: token_batch,
+        hessians,
+        source_seconds,
         higher_is_better,
         queries: results,
     };
@@ -601,94 +731,15 @@ fn write_documents(path: &Path, docs: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// `--python`, else the project's `.venv/bin/python` (from the current directory),
-/// else `python3`.
-fn python(given: Option<&Path>) -> Result<PathBuf> {
-    if let Some(p) = given {
-        if !p.exists() {
-            bail!("--python {}: no such file; {INSTALL_HINT}", p.display());
-        }
-        return Ok(p.to_path_buf());
-    }
-    let venv = Path::new(".venv/bin/python");
-    if venv.exists() {
-        return Ok(std::path::absolute(venv)?);
-    }
-    Ok(PathBuf::from("python3"))
-}
-
-/// No downloads: every model and file SOURCE reads here is local.
-fn offline_env(work: &Path) -> Vec<(&'static str, std::ffi::OsString)> {
-    vec![
-        ("HF_HUB_OFFLINE", "1".into()),
-        ("TRANSFORMERS_OFFLINE", "1".into()),
-        ("HF_DATASETS_OFFLINE", "1".into()),
-        ("HF_DATASETS_CACHE", work.join("datasets-cache").into()),
-        ("WANDB_MODE", "disabled".into()),
-        ("TOKENIZERS_PARALLELISM", "false".into()),
-    ]
-}
-
-/// Runs the helper; its message (or the end of bergson's `log`) as the error if
-/// it fails.
-fn helper_call(
-    python: &Path,
-    helper: &Path,
-    work: &Path,
-    log: &Path,
-    args: &[&std::ffi::OsStr],
-) -> Result<()> {
-    let out = Command::new(python)
-        .arg(helper)
-        .args(args)
-        .current_dir(work)
-        .envs(offline_env(work))
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "could not run {} ({e}); bergson needs a Python: {INSTALL_HINT}",
-                python.display()
-            )
-        })?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    match out.status.code() {
-        Some(0) => Ok(()),
-        Some(3) => bail!(
-            "bergson is not installed for {} ({}); {INSTALL_HINT}",
-            python.display(),
-            stderr.trim()
-        ),
-        Some(4) => bail!(
-            "{}; shorten it, or attribute with a model trained with a longer model.n_positions",
-            stderr.trim()
-        ),
-        Some(5) => bail!(
-            "bergson failed; the end of {}:\n{}",
-            log.display(),
-            tail(log, 15)
-        ),
-        _ => bail!(
-            "{} {} failed ({}): {}; the end of {}:\n{}",
-            python.display(),
-            helper.display(),
-            out.status,
-            stderr.trim(),
-            log.display(),
-            tail(log, 15)
-        ),
-    }
-}
-
-fn tail(path: &Path, lines: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
+/// bergson's `index_cfg.precision` (and the cache key's).
+const PRECISION: &str = "fp32";
 
 /// The one-step bergson config: `approxunrolling` with the resolved
 /// `approx_unrolling_cfg`, the training documents as the data to score and the
-/// queries one score column each.
+/// queries one score column each. Its `token_batch_size` may exceed the model's
+/// context, which bergson's own CLI refuses: it runs through the helper's
+/// `source` command. `overwrite: false` makes bergson skip the Hessian outputs
+/// linked in from the cache (the run directory is otherwise fresh).
 fn bergson_config(
     r: &Resolved,
     run_path: &Path,
@@ -701,12 +752,16 @@ fn bergson_config(
     let fragment = export::resolve_yaml(r);
     let mut s = String::new();
     s.push_str(
-        "# Written by `lavenderd attribute`; run it with `python -m bergson <this file>`.\n",
+        "# Written by `lavenderd attribute`. Rerun it with `python attribute_helper.py source <this file>`\n\
+         # (beside it): bergson's own `python -m bergson` refuses a token_batch_size above the\n\
+         # model's context, and the helper raises that cap.\n",
     );
     s.push_str("steps:\n- approxunrolling:\n    index_cfg:\n");
     s.push_str(&format!("      run_path: {}\n", q(run_path)));
     s.push_str(&format!("      model: {}\n", q(model)));
-    s.push_str("      precision: fp32\n      overwrite: true\n");
+    s.push_str(&format!(
+        "      precision: {PRECISION}\n      overwrite: false\n"
+    ));
     s.push_str(&format!("      token_batch_size: {token_batch}\n"));
     s.push_str(&format!(
         "      data:\n        dataset: {}\n        prompt_column: text\n",
