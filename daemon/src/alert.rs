@@ -14,6 +14,39 @@ use tokio::sync::mpsc;
 
 use crate::exit::ExitOutcome;
 
+/// How a crash restart's counts stand, so a push never says "restart 1/3" forever
+/// while the same failure repeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Repeats {
+    /// Workers in a row that ended with this same failure, this one included.
+    pub same_failure: u32,
+    /// `supervisor.max_same_failure`: the pipeline fails at this many.
+    pub max_same_failure: u32,
+    /// The restart count started afresh: the worker ran longer than
+    /// `supervisor.restart_reset_after_s`.
+    pub count_reset: bool,
+}
+
+impl std::fmt::Display for Repeats {
+    /// Empty when there is nothing to add to "restart N/M".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.count_reset {
+            write!(
+                f,
+                " (the count started afresh: the worker ran longer than supervisor.restart_reset_after_s)"
+            )?;
+        }
+        if self.same_failure > 1 {
+            write!(
+                f,
+                "; the same failure {} times in a row, the pipeline fails at {} (supervisor.max_same_failure)",
+                self.same_failure, self.max_same_failure
+            )?;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Alert {
     /// A step died without being asked to; a restart follows after `restart_in`.
@@ -27,6 +60,8 @@ pub enum Alert {
         restart_in: Duration,
         /// The worker's log, quoted in the push.
         log_file: Option<PathBuf>,
+        /// How the counts that end restarting stand.
+        repeats: Repeats,
     },
     /// A failure that will repeat, restarts exhausted or without progress, or a
     /// worker that cannot start: the pipeline stopped. `reason` names the cause
@@ -135,6 +170,7 @@ impl std::fmt::Display for Alert {
                 restart,
                 max_restarts,
                 restart_in,
+                repeats,
                 ..
             } => {
                 if failure.kind == FailureKind::Crash {
@@ -148,7 +184,7 @@ impl std::fmt::Display for Alert {
                 }
                 write!(
                     f,
-                    "; restart {restart}/{max_restarts} from the latest checkpoint in {:.1}s",
+                    "; restart {restart}/{max_restarts} from the latest checkpoint in {:.1}s{repeats}",
                     restart_in.as_secs_f64()
                 )
             }

@@ -574,8 +574,19 @@ pub struct SupervisorConfig {
     pub on_failure: OnFailure,
     /// What a worker that stopped with `diverged` gets.
     pub on_diverged: OnDiverged,
-    /// Rollbacks per run before a divergence fails the pipeline.
+    /// Rollbacks within `rollback_window_steps` of each other before a divergence
+    /// fails the pipeline.
     pub max_rollbacks: u32,
+    /// How far apart (training steps) two divergences must be detected for the
+    /// earlier rollback no longer to count against `max_rollbacks`: separate spikes
+    /// each get their rollback. Absent in configs older than the key: 1000.
+    #[serde(default = "default_rollback_window_steps")]
+    pub rollback_window_steps: u64,
+    /// The same failure (kind and message, within one checkpoint interval of the
+    /// previous one) this many times in a row fails the pipeline, whatever
+    /// `restart_reset_after_s` says. Absent in configs older than the key: 3.
+    #[serde(default = "default_max_same_failure")]
+    pub max_same_failure: u32,
     /// At daemon start, resume a pipeline interrupted by the daemon's own exit or by
     /// a power loss (an operator's stop stays stopped).
     pub resume_on_start: bool,
@@ -596,6 +607,14 @@ pub struct SupervisorConfig {
 
 fn default_data_step_stale_after_s() -> u64 {
     1800
+}
+
+fn default_rollback_window_steps() -> u64 {
+    1000
+}
+
+fn default_max_same_failure() -> u32 {
+    3
 }
 
 /// Who enforces checkpoint retention (`training.keep_checkpoints`, the newest, the

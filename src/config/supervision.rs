@@ -159,7 +159,8 @@ impl OnFailure {
 #[serde(rename_all = "lowercase")]
 pub enum OnDiverged {
     /// Restarted from the newest checkpoint saved before the divergence began,
-    /// skipping the data that led to it (at most `max_rollbacks` times a run).
+    /// skipping the data that led to it (at most `max_rollbacks` times within
+    /// `rollback_window_steps`).
     #[default]
     Rollback,
     /// The pipeline fails, naming the divergence.
@@ -229,6 +230,18 @@ pub(crate) fn validate(s: &SupervisorConfig) -> Result<(), ConfigError> {
         }
     }
     positive_seconds("supervisor.stall_kill_grace_s", s.stall_kill_grace_s)?;
+    if s.max_same_failure == 0 {
+        return Err(invalid(
+            "supervisor.max_same_failure",
+            "give at least 1 (times in a row the same failure may end a worker before the pipeline fails; 3 by default)",
+        ));
+    }
+    if s.rollback_window_steps == 0 {
+        return Err(invalid(
+            "supervisor.rollback_window_steps",
+            "give at least 1 (training steps between two divergences for the earlier rollback to stop counting; 1000 by default)",
+        ));
+    }
     if s.max_no_progress_restarts == 0 {
         return Err(invalid(
             "supervisor.max_no_progress_restarts",

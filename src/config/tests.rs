@@ -864,6 +864,8 @@ fn supervision_defaults() {
     assert_eq!(s.on_diverged, OnDiverged::Rollback);
     assert_eq!(s.max_no_progress_restarts, 3);
     assert_eq!(s.max_rollbacks, 2);
+    assert_eq!(s.rollback_window_steps, 1000);
+    assert_eq!(s.max_same_failure, 3);
     assert!(s.resume_on_start);
     assert_eq!(s.on_failure.config, FailureAction::Fail);
     assert_eq!(s.on_failure.incompatible_checkpoint, FailureAction::Fail);
@@ -950,6 +952,16 @@ fn bad_supervision_values_name_the_key_the_place_and_the_allowed_values() {
         (
             "  max_no_progress_restarts: 0\n",
             "supervisor.max_no_progress_restarts",
+            &["at least 1"],
+        ),
+        (
+            "  max_same_failure: 0\n",
+            "supervisor.max_same_failure",
+            &["at least 1"],
+        ),
+        (
+            "  rollback_window_steps: 0\n",
+            "supervisor.rollback_window_steps",
             &["at least 1"],
         ),
         (

@@ -99,6 +99,19 @@ pub fn failure_of(error: &anyhow::Error) -> Failure {
     Failure::new(FailureKind::Crash, message)
 }
 
+/// A step other than train ended with `error`: a `failed` event in the pipeline's
+/// run (`failure: {kind, message}`, `step`: the step's name) says why, as the train
+/// step's does, so lavenderd's status, alert and push carry the worker's own words
+/// and not only an exit code. A write that fails must not hide the step's error.
+pub fn record_step_failure(run_dir: &std::path::Path, step: &str, error: &anyhow::Error) {
+    use lavender::events::{self, Event, kind};
+    let failure = failure_of(error);
+    let event = Event::new(kind::FAILED, format!("{step} failed: {}", failure.message))
+        .with("failure", &failure)
+        .with("step", step);
+    let _ = events::append(run_dir, &event);
+}
+
 /// The failure a panic's payload describes (libtorch's errors in the tensor
 /// operations that panic, such as an allocation that failed, arrive this way).
 pub fn failure_of_panic(payload: &(dyn std::any::Any + Send)) -> Failure {

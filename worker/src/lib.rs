@@ -94,7 +94,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::BuildShards(a) => data::run(data::DataStep::BuildShards, &a),
         Command::Precompute(a) => data::run(data::DataStep::Precompute, &a),
         Command::Train(a) => train::run(a),
-        Command::MineHard(a) => mine_hard::run(a),
+        Command::MineHard(a) => {
+            let run_dir = a.step.run_dir.clone();
+            mine_hard::run(a).inspect_err(|e| {
+                if let Some(run_dir) = &run_dir {
+                    failure::record_step_failure(run_dir, lavender::hard_examples::STEP, e);
+                }
+            })
+        }
         Command::Generate(a) => generate::run(a),
         Command::Logits(a) => logits::run(a),
     }

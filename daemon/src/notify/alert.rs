@@ -32,6 +32,7 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             max_restarts,
             restart_in,
             log_file,
+            repeats,
             ..
         } => {
             let mut out = Vec::new();
@@ -58,10 +59,10 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
                 "restarting",
                 format!("{prefix}restarting: attempt {restart} of {max_restarts}"),
                 if restart_in.is_zero() {
-                    "resuming from the latest checkpoint now".to_string()
+                    format!("resuming from the latest checkpoint now{repeats}")
                 } else {
                     format!(
-                        "resuming from the latest checkpoint in {}",
+                        "resuming from the latest checkpoint in {}{repeats}",
                         duration(*restart_in)
                     )
                 },
@@ -209,6 +210,7 @@ pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::alert::Repeats;
     use crate::exit::ExitOutcome;
     use lavender::config::PipelineStep;
     use lavender::failure::Failure;
@@ -234,6 +236,7 @@ mod tests {
             max_restarts: 3,
             restart_in: Duration::from_secs(30),
             log_file,
+            repeats: Repeats::default(),
         };
         let n = pushes(&crash(ExitOutcome::Code(1), Some(log.clone())), P, 20);
         assert_eq!(n.len(), 2);
@@ -262,6 +265,7 @@ mod tests {
             max_restarts: 3,
             restart_in: Duration::ZERO,
             log_file: None,
+            repeats: Repeats::default(),
         };
         let n = pushes(&oom, P, 20);
         assert_eq!(
@@ -269,6 +273,26 @@ mod tests {
             "[lavender] failed (out_of_memory): CUDA out of memory"
         );
         assert_eq!(n[1].body, "resuming from the latest checkpoint now");
+        // The same failure again after a long attempt: the push says where the counts stand.
+        let again = Alert::Crashed {
+            step: PipelineStep::Train,
+            outcome: ExitOutcome::Code(81),
+            failure: Failure::new(FailureKind::OutOfMemory, "CUDA out of memory"),
+            restart: 1,
+            max_restarts: 3,
+            restart_in: Duration::ZERO,
+            log_file: None,
+            repeats: Repeats {
+                same_failure: 2,
+                max_same_failure: 3,
+                count_reset: true,
+            },
+        };
+        let n = pushes(&again, P, 20);
+        assert_eq!(
+            n[1].body,
+            "resuming from the latest checkpoint now (the count started afresh: the worker ran longer than supervisor.restart_reset_after_s); the same failure 2 times in a row, the pipeline fails at 3 (supervisor.max_same_failure)"
+        );
 
         let n = one(Alert::HungRestarted {
             step: PipelineStep::Train,

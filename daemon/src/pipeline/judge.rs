@@ -1,7 +1,9 @@
 //! Deciding how a step ended. Our own child reports its exit status; a re-adopted
 //! worker does not (it is not our child), so its last heartbeat (train) or its
 //! step manifest (data steps) decides. A worker that failed says why: the
-//! `failure` of its last heartbeat or of its `failed` event, else its exit code.
+//! `failure` of its last heartbeat or of its `failed` event (any step's, in the
+//! pipeline's run), else its exit code. A launcher's exit code (torchrun exits 1
+//! whatever its rank's was) never hides what the rank said.
 
 use std::path::Path;
 
@@ -119,9 +121,12 @@ pub fn judge(
         .filter(|hb| started_at.is_none_or(|s| hb.at.is_some_and(|at| at >= s)));
     let last_step = mine.and_then(|hb| hb.step);
     let final_state = hb.as_ref().and_then(|hb| hb.state);
+    // A data step (and `mine_hard`) says why in a `failed` event of the pipeline's
+    // run too; only one written since its start is its own.
+    let events_dir = run_dir.filter(|_| step == PipelineStep::Train || started_at.is_some());
     let said = || {
         mine.and_then(|hb| hb.failure.clone())
-            .or_else(|| train_dir.and_then(|d| failed_event(d, started_at)))
+            .or_else(|| events_dir.and_then(|d| failed_event(d, started_at)))
     };
     let failed = |failure: Failure, said: bool| Verdict::Failed { failure, said };
     let told_or = |fallback: Failure| match said() {
@@ -319,6 +324,55 @@ mod tests {
                 assert!(failure.message.contains("index.json"), "{failure:?}");
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_data_step_is_judged_by_the_failed_event_it_wrote_in_the_run_since_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let started = parse_time("2026-01-01T00:01:00Z");
+        let dedup = |code| {
+            judge(
+                PipelineStep::Dedup,
+                ExitOutcome::Code(code),
+                Some(d),
+                d,
+                started,
+            )
+        };
+        // Another step's failure, before this one started, does not speak for it.
+        let mut old = events::Event::new(kind::FAILED, "train crashed");
+        old.ts = "2026-01-01T00:00:30Z".into();
+        events::append(
+            d,
+            &old.with("failure", Failure::new(FailureKind::Crash, "train crashed")),
+        )
+        .unwrap();
+        assert_eq!(
+            failed_kind(&dedup(65).verdict),
+            Some((FailureKind::Data, false))
+        );
+        let mut event = events::Event::new(kind::FAILED, "dedup failed");
+        event.ts = "2026-01-01T00:01:00.000Z".into();
+        let said = Failure::new(
+            FailureKind::Data,
+            "documents/ is missing: run the downloads step first",
+        );
+        events::append(
+            d,
+            &event.with("failure", said.clone()).with("step", "dedup"),
+        )
+        .unwrap();
+        // Its own exit code, or a launcher's 1: what it said is the failure.
+        for code in [65, 1] {
+            assert_eq!(
+                dedup(code).verdict,
+                Verdict::Failed {
+                    failure: said.clone(),
+                    said: true
+                }
+            );
         }
     }
 

@@ -3,14 +3,16 @@
 //! pipeline at once with the cause and the fix; a divergence goes to
 //! `on_diverged`; anything else is restarted from the latest complete checkpoint,
 //! the first restart at once and the next ones after `restart_backoff_s`, until
-//! `max_restarts` restarts in a row or `max_no_progress_restarts` restarts in a row
-//! that did not train past the step they resumed from. Pure: the actor acts on
-//! the [`Decision`].
+//! `max_restarts` restarts in a row, `max_no_progress_restarts` restarts in a row
+//! that did not train past the step they resumed from, or `max_same_failure` workers
+//! in a row that ended with the same failure at the same place. Pure: the actor acts
+//! on the [`Decision`].
 
 use std::time::Duration;
 
-use lavender::config::{FailureAction, OnDiverged, SupervisorConfig};
+use lavender::config::{FailureAction, OnDiverged, PipelineStep, SupervisorConfig};
 use lavender::failure::{Failure, FailureKind};
+use serde::{Deserialize, Serialize};
 
 use super::restart::Timings;
 
@@ -42,6 +44,56 @@ pub struct Streak {
     pub no_progress: u32,
     /// The step the no-progress workers resumed from.
     pub resumed_from: Option<u64>,
+    /// Workers in a row that ended with this same failure, this one included
+    /// (see [`SameFailure`]); 0 for a hang.
+    pub same_failure: u32,
+    /// The training step the worker that just ended failed at, as far as known.
+    pub failed_at: Option<u64>,
+}
+
+/// The failure the last workers ended with, and how many in a row ended with it:
+/// the same kind and message, each at a step within one checkpoint interval of the
+/// one before. Kept in the pipeline's record, so neither `restart_reset_after_s` nor
+/// a daemon restart forgets it; a step that succeeds does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SameFailure {
+    pub kind: FailureKind,
+    pub message: String,
+    /// The training step it happened at (the failure's own, else the last reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+    pub count: u32,
+}
+
+impl SameFailure {
+    /// After a worker ended with `failure` at `step`: one more of `previous`, or the
+    /// first of a new kind. `interval`: the training steps between two checkpoints.
+    pub fn after(
+        previous: Option<&SameFailure>,
+        failure: &Failure,
+        step: Option<u64>,
+        interval: u64,
+    ) -> SameFailure {
+        let near = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => a.abs_diff(b) <= interval,
+            (None, None) => true,
+            _ => false,
+        };
+        let count = match previous {
+            Some(p)
+                if p.kind == failure.kind && p.message == failure.message && near(p.step, step) =>
+            {
+                p.count + 1
+            }
+            _ => 1,
+        };
+        SameFailure {
+            kind: failure.kind,
+            message: failure.message.clone(),
+            step,
+            count,
+        }
+    }
 }
 
 impl Streak {
@@ -59,7 +111,9 @@ impl Streak {
     }
 }
 
+/// `step`: the pipeline step whose worker ended (the fix of a failure depends on it).
 pub fn decide(
+    step: PipelineStep,
     cause: &Cause,
     streak: Streak,
     sup: &SupervisorConfig,
@@ -76,7 +130,7 @@ pub fn decide(
             };
             if action == FailureAction::Fail {
                 return Decision::Fail {
-                    reason: cause_and_fix(failure),
+                    reason: cause_and_fix(step, failure),
                 };
             }
             failure.message.clone()
@@ -90,6 +144,13 @@ pub fn decide(
                 streak.no_progress,
                 streak.resumed_from.unwrap_or(0)
             ),
+        };
+    }
+    if let Cause::Failed(failure) = cause
+        && streak.same_failure >= sup.max_same_failure
+    {
+        return Decision::Fail {
+            reason: same_failure_text(failure, streak),
         };
     }
     if streak.restarts >= timings.max_restarts {
@@ -107,8 +168,34 @@ pub fn decide(
     }
 }
 
-/// A failure that will repeat, in one line: what happened and what to do.
-pub fn cause_and_fix(failure: &Failure) -> String {
+/// The same failure `count` times in a row, in one line: where, what, what to do.
+fn same_failure_text(failure: &Failure, streak: Streak) -> String {
+    let count = streak.same_failure;
+    let at = match failure.step.or(streak.failed_at) {
+        Some(step) => format!(" at step {step}"),
+        None => String::new(),
+    };
+    format!(
+        "the same failure {count} times in a row{at} ({}: {}), so restarting will not help (supervisor.max_same_failure); to fix: read the log around that step (lavenderd logs), correct the cause (code, data or config), then start again with --resume latest",
+        failure.kind, failure.message
+    )
+}
+
+/// A failure that will repeat, in one line: what happened and what to do. A data
+/// step's worker says in its message what is wrong and what to do about it.
+pub fn cause_and_fix(step: PipelineStep, failure: &Failure) -> String {
+    if step != PipelineStep::Train {
+        let cause = match failure.kind {
+            FailureKind::Config => format!("step {step} rejected its config"),
+            FailureKind::Data => format!("step {step} found its input data missing or corrupt"),
+            FailureKind::OutOfMemory => format!("step {step} ran out of memory"),
+            _ => format!("step {step} failed"),
+        };
+        return format!(
+            "{cause}: {}; to fix: do what the message says (the worker's log: lavenderd logs), then start again (the steps already done are not run again)",
+            failure.message
+        );
+    }
     let (cause, fix) = match failure.kind {
         FailureKind::Config => (
             "the worker rejected its config",
@@ -152,6 +239,8 @@ mod tests {
             restarts,
             no_progress,
             resumed_from: Some(40),
+            same_failure: 1,
+            failed_at: None,
         }
     }
 
@@ -168,7 +257,13 @@ mod tests {
             FailureKind::IncompatibleCheckpoint,
             FailureKind::Data,
         ] {
-            match decide(&Cause::Failed(&failure(kind)), streak(0, 0), &s, &t) {
+            match decide(
+                PipelineStep::Train,
+                &Cause::Failed(&failure(kind)),
+                streak(0, 0),
+                &s,
+                &t,
+            ) {
                 Decision::Fail { reason } => {
                     assert!(
                         reason.contains("boom") && reason.contains("to fix:"),
@@ -186,15 +281,21 @@ mod tests {
         let t = Timings::from_config(&s);
         let crash = failure(FailureKind::Crash);
         let delays: Vec<Duration> = (0..3)
-            .map(
-                |n| match decide(&Cause::Failed(&crash), streak(n, 0), &s, &t) {
+            .map(|n| {
+                match decide(
+                    PipelineStep::Train,
+                    &Cause::Failed(&crash),
+                    streak(n, 0),
+                    &s,
+                    &t,
+                ) {
                     Decision::Restart { restart, delay } => {
                         assert_eq!(restart, n + 1);
                         delay
                     }
                     other => panic!("{other:?}"),
-                },
-            )
+                }
+            })
             .collect();
         assert_eq!(
             delays,
@@ -205,14 +306,14 @@ mod tests {
             ]
         );
         assert!(matches!(
-            decide(&Cause::Failed(&crash), streak(3, 0), &s, &t),
+            decide(PipelineStep::Train, &Cause::Failed(&crash), streak(3, 0), &s, &t),
             Decision::Fail { reason } if reason.contains("supervisor.max_restarts")
         ));
         // A hang restarts the same way, whatever on_failure says of crashes.
         let mut never = s.clone();
         never.on_failure.crash = FailureAction::Fail;
         assert!(matches!(
-            decide(&Cause::Hung, streak(0, 0), &never, &t),
+            decide(PipelineStep::Train, &Cause::Hung, streak(0, 0), &never, &t),
             Decision::Restart { restart: 1, .. }
         ));
     }
@@ -227,10 +328,22 @@ mod tests {
         assert_eq!(Streak::no_progress_after(1, Some(40), Some(41)), 0);
         let crash = failure(FailureKind::Crash);
         assert!(matches!(
-            decide(&Cause::Failed(&crash), streak(1, 1), &s, &t),
+            decide(
+                PipelineStep::Train,
+                &Cause::Failed(&crash),
+                streak(1, 1),
+                &s,
+                &t
+            ),
             Decision::Restart { .. }
         ));
-        match decide(&Cause::Failed(&crash), streak(2, 2), &s, &t) {
+        match decide(
+            PipelineStep::Train,
+            &Cause::Failed(&crash),
+            streak(2, 2),
+            &s,
+            &t,
+        ) {
             Decision::Fail { reason } => assert!(
                 reason.contains("did not train past step 40")
                     && reason.contains("max_no_progress_restarts"),
@@ -246,23 +359,115 @@ mod tests {
         let t = Timings::from_config(&s);
         let diverged = failure(FailureKind::Diverged);
         assert_eq!(
-            decide(&Cause::Failed(&diverged), streak(0, 0), &s, &t),
+            decide(
+                PipelineStep::Train,
+                &Cause::Failed(&diverged),
+                streak(0, 0),
+                &s,
+                &t
+            ),
             Decision::Rollback
         );
         s.on_diverged = OnDiverged::Fail;
         assert!(matches!(
-            decide(&Cause::Failed(&diverged), streak(0, 0), &s, &t),
+            decide(PipelineStep::Train, &Cause::Failed(&diverged), streak(0, 0), &s, &t),
             Decision::Fail { reason } if reason.contains("diverged")
         ));
         let oom = failure(FailureKind::OutOfMemory);
         assert!(matches!(
-            decide(&Cause::Failed(&oom), streak(0, 0), &s, &t),
+            decide(
+                PipelineStep::Train,
+                &Cause::Failed(&oom),
+                streak(0, 0),
+                &s,
+                &t
+            ),
             Decision::Restart { .. }
         ));
         s.on_failure.out_of_memory = FailureAction::Fail;
         assert!(matches!(
-            decide(&Cause::Failed(&oom), streak(0, 0), &s, &t),
+            decide(PipelineStep::Train, &Cause::Failed(&oom), streak(0, 0), &s, &t),
             Decision::Fail { reason } if reason.contains("out of memory")
         ));
+    }
+
+    #[test]
+    fn the_same_failure_at_the_same_place_fails_whatever_the_restart_count() {
+        let s = sup();
+        let t = Timings::from_config(&s);
+        let boom = failure(FailureKind::Crash);
+        let first = SameFailure::after(None, &boom, Some(137), 20);
+        assert_eq!(first.count, 1);
+        let second = SameFailure::after(Some(&first), &boom, Some(137), 20);
+        assert_eq!(second.count, 2);
+        // Another message, another kind, or far from the last: a new count.
+        let other = Failure::new(FailureKind::Crash, "another");
+        assert_eq!(
+            SameFailure::after(Some(&second), &other, Some(137), 20).count,
+            1
+        );
+        let oom = Failure::new(FailureKind::OutOfMemory, "boom");
+        assert_eq!(
+            SameFailure::after(Some(&second), &oom, Some(137), 20).count,
+            1
+        );
+        assert_eq!(
+            SameFailure::after(Some(&second), &boom, Some(300), 20).count,
+            1
+        );
+        assert_eq!(
+            SameFailure::after(Some(&second), &boom, Some(150), 20).count,
+            3
+        );
+        // The restart count reset (attempts longer than restart_reset_after_s): still fails.
+        let third = Streak {
+            same_failure: 3,
+            failed_at: Some(137),
+            ..streak(0, 0)
+        };
+        match decide(PipelineStep::Train, &Cause::Failed(&boom), third, &s, &t) {
+            Decision::Fail { reason } => assert!(
+                reason.contains("the same failure 3 times in a row at step 137")
+                    && reason.contains("boom")
+                    && reason.contains("supervisor.max_same_failure")
+                    && reason.contains("to fix:"),
+                "{reason}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        let twice = Streak {
+            same_failure: 2,
+            ..streak(0, 0)
+        };
+        assert!(matches!(
+            decide(PipelineStep::Train, &Cause::Failed(&boom), twice, &s, &t),
+            Decision::Restart { restart: 1, .. }
+        ));
+    }
+
+    #[test]
+    fn a_data_step_failure_says_the_workers_message_and_a_fix_that_applies() {
+        let s = sup();
+        let t = Timings::from_config(&s);
+        let missing = Failure::new(
+            FailureKind::Data,
+            "documents/ is missing: run the downloads step first",
+        );
+        match decide(
+            PipelineStep::Dedup,
+            &Cause::Failed(&missing),
+            streak(0, 0),
+            &s,
+            &t,
+        ) {
+            Decision::Fail { reason } => {
+                assert!(
+                    reason.starts_with("step dedup found its input data missing or corrupt: documents/ is missing: run the downloads step first; to fix:"),
+                    "{reason}"
+                );
+                assert!(!reason.contains("done-marker"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

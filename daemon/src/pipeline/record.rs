@@ -99,6 +99,10 @@ pub struct PipelineRecord {
     /// `skipped.json` (status `pipeline.rollbacks`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rollbacks: Vec<SkipRange>,
+    /// The failure the last workers of this step ended with, and how many in a row
+    /// (`supervisor.max_same_failure`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_failure: Option<crate::pipeline::policy::SameFailure>,
     pub updated_at: String,
 }
 
@@ -124,6 +128,7 @@ impl PipelineRecord {
             recovery: None,
             failure: None,
             rollbacks: Vec::new(),
+            same_failure: None,
             updated_at: lavender::time::rfc3339_z(lavender::time::now_utc()),
         }
     }

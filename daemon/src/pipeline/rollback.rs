@@ -27,7 +27,7 @@ pub struct Rollback {
     pub set_aside: Vec<PathBuf>,
     /// The data the worker skips, appended to `<run>/skipped.json`.
     pub range: SkipRange,
-    /// Rollbacks of this run, this one included.
+    /// Rollbacks of this run within the window (see [`plan`]), this one included.
     pub number: usize,
 }
 
@@ -53,24 +53,32 @@ fn resume_step(ck: &Checkpoint, chunk: u32) -> u64 {
 
 /// Plans the rollback of the run in `run_dir` (chunk `chunk`, started from
 /// `started_from`) after `failure`, detected at `detected` (the failure's `step`, or
-/// the worker's last reported step), at time `at` (RFC 3339). `max_rollbacks` counts
-/// the ranges already in the run's record.
+/// the worker's last reported step), at time `at` (RFC 3339). `limits.max_rollbacks`
+/// counts the ranges already in the run's record that were detected less than
+/// `limits.window_steps` steps before `detected` (a divergence replayed after a
+/// rollback is detected before the range's end, and counts too): spikes far apart
+/// each get their rollback, a spike that keeps coming back fails.
 pub fn plan(
     run_dir: &Path,
     chunk: u32,
     started_from: Option<&Path>,
     failure: &Failure,
     detected: u64,
-    max_rollbacks: u32,
+    limits: Limits,
     at: &str,
 ) -> Result<Rollback, NoRollback> {
     let read = |e: lavender::Error| NoRollback(format!("cannot roll back: {e}"));
     let done = skips::read(run_dir).map_err(read)?;
-    if done.ranges.len() >= max_rollbacks as usize {
+    let recent = done
+        .ranges
+        .iter()
+        .filter(|r| detected < r.to_step.saturating_add(limits.window_steps))
+        .count();
+    if recent >= limits.max_rollbacks as usize {
         return Err(NoRollback(format!(
-            "{}; gave up after {} rollback(s) (supervisor.max_rollbacks){}",
+            "{}; gave up after {recent} rollback(s) (supervisor.max_rollbacks) within {} steps (supervisor.rollback_window_steps){}",
             failure.message,
-            done.ranges.len(),
+            limits.window_steps,
             last_ranges(&done)
         )));
     }
@@ -108,8 +116,25 @@ pub fn plan(
         },
         target: target.map(|c| c.path),
         set_aside: after.into_iter().map(|c| c.path).collect(),
-        number: done.ranges.len() + 1,
+        number: recent + 1,
     })
+}
+
+/// How many rollbacks may come how close together (`supervisor.max_rollbacks`,
+/// `supervisor.rollback_window_steps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_rollbacks: u32,
+    pub window_steps: u64,
+}
+
+impl Limits {
+    pub fn from_config(sup: &lavender::config::SupervisorConfig) -> Limits {
+        Limits {
+            max_rollbacks: sup.max_rollbacks,
+            window_steps: sup.rollback_window_steps,
+        }
+    }
 }
 
 /// ", the last from step 120 to 140" for a failure message.
@@ -173,6 +198,10 @@ mod tests {
     }
 
     const AT: &str = "2026-01-01T00:00:00Z";
+    const LIMITS: Limits = Limits {
+        max_rollbacks: 2,
+        window_steps: 1000,
+    };
 
     #[test]
     fn back_to_the_newest_checkpoint_before_the_spike_setting_aside_the_later_ones() {
@@ -181,7 +210,7 @@ mod tests {
         save(run, "pretrain-00-00-01-0001", 50, 1);
         let c60 = save(run, "pretrain-00-00-02-0002", 60, 1);
         let c70 = save(run, "pretrain-00-00-03-0003", 70, 1);
-        let rb = plan(run, 1, None, &diverged(74, 70), 74, 2, AT).unwrap();
+        let rb = plan(run, 1, None, &diverged(74, 70), 74, LIMITS, AT).unwrap();
         assert_eq!(rb.target.as_deref(), Some(c60.as_path()));
         assert_eq!(rb.set_aside, std::slice::from_ref(&c70));
         assert_eq!(
@@ -200,11 +229,11 @@ mod tests {
         );
 
         // Diverging again before any new save: the same checkpoint, a second range.
-        let rb = plan(run, 1, None, &diverged(63, 61), 63, 2, AT).unwrap();
+        let rb = plan(run, 1, None, &diverged(63, 61), 63, LIMITS, AT).unwrap();
         assert_eq!((rb.target.as_deref(), rb.number), (Some(c60.as_path()), 2));
         apply(run, &rb).unwrap();
         // A third time: max_rollbacks (2) is reached; the failure names it.
-        let no = plan(run, 1, None, &diverged(62, 61), 62, 2, AT).unwrap_err();
+        let no = plan(run, 1, None, &diverged(62, 61), 62, LIMITS, AT).unwrap_err();
         assert!(
             no.0.contains("loss spiked")
                 && no
@@ -221,13 +250,13 @@ mod tests {
         let run = dir.path().join("run-b");
         let c5 = save(&run, "pretrain-00-00-01-0001", 5, 2);
         // Started afresh: back to step 0, the run's checkpoint set aside.
-        let rb = plan(&run, 2, None, &diverged(8, 4), 8, 2, AT).unwrap();
+        let rb = plan(&run, 2, None, &diverged(8, 4), 8, LIMITS, AT).unwrap();
         assert_eq!((rb.target.clone(), rb.range.from_step), (None, 0));
         assert_eq!(rb.set_aside, [c5]);
         assert_eq!(rb.range.checkpoint, "");
         // Started from chunk 1's last checkpoint: back to it, this chunk's step 0.
         let prev = save(&dir.path().join("run-a"), "final-00-00-09-0009", 980, 1);
-        let rb = plan(&run, 2, Some(&prev), &diverged(8, 4), 8, 2, AT).unwrap();
+        let rb = plan(&run, 2, Some(&prev), &diverged(8, 4), 8, LIMITS, AT).unwrap();
         assert_eq!(
             (rb.target.as_deref(), rb.range.from_step),
             (Some(prev.as_path()), 0)
@@ -235,10 +264,44 @@ mod tests {
         // Started from a checkpoint of the same chunk (start --resume): its step.
         let same = save(&dir.path().join("run-c"), "pretrain-00-00-09-0010", 300, 2);
         let fresh = dir.path().join("run-d");
-        let rb = plan(&fresh, 2, Some(&same), &diverged(308, 304), 308, 2, AT).unwrap();
+        let rb = plan(&fresh, 2, Some(&same), &diverged(308, 304), 308, LIMITS, AT).unwrap();
         assert_eq!(rb.range.from_step, 300);
         // A divergence detected at the start checkpoint's step cannot be rolled back.
-        let no = plan(&fresh, 2, Some(&same), &diverged(300, 290), 300, 2, AT).unwrap_err();
+        let no = plan(&fresh, 2, Some(&same), &diverged(300, 290), 300, LIMITS, AT).unwrap_err();
         assert!(no.0.contains("nothing to roll back to"), "{}", no.0);
+    }
+
+    /// Three spikes far apart (more than `rollback_window_steps`) each get their
+    /// rollback with `max_rollbacks: 2`; three close together fail on the third.
+    #[test]
+    fn separate_spikes_each_roll_back_and_a_spike_that_keeps_coming_back_fails() {
+        let limits = Limits {
+            max_rollbacks: 2,
+            window_steps: 100,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        for (n, step) in [1000u64, 2000, 3000].into_iter().enumerate() {
+            save(run, &format!("pretrain-00-00-0{n}-000{n}"), step - 20, 1);
+            let rb = plan(run, 1, None, &diverged(step, step - 5), step, limits, AT).unwrap();
+            assert_eq!(
+                rb.number, 1,
+                "a spike far from the last is the first of its window"
+            );
+            apply(run, &rb).unwrap();
+        }
+        // The same spike coming back: 3000 was rolled back; 3010 and 3020 count with it.
+        save(run, "pretrain-00-00-05-0005", 3005, 1);
+        let rb = plan(run, 1, None, &diverged(3010, 3008), 3010, limits, AT).unwrap();
+        assert_eq!(rb.number, 2);
+        apply(run, &rb).unwrap();
+        let no = plan(run, 1, None, &diverged(3020, 3008), 3020, limits, AT).unwrap_err();
+        assert!(
+            no.0.contains(
+                "gave up after 2 rollback(s) (supervisor.max_rollbacks) within 100 steps"
+            ),
+            "{}",
+            no.0
+        );
     }
 }

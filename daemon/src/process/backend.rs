@@ -68,7 +68,7 @@ impl WorkerHandle {
     /// reaped yet (no identity check needed). Returns false when nothing was signalled.
     pub fn signal(&self, signal: Signal, own_child: bool) -> bool {
         match self {
-            WorkerHandle::Local(id) if own_child => super::signal::signal_own_group(id.pid, signal),
+            WorkerHandle::Local(id) if own_child => super::signal::signal_own_group(id, signal),
             WorkerHandle::Local(id) => super::signal::signal_group(id, signal),
             WorkerHandle::Slurm { slurm } => slurm::control::signal(&slurm.job_id, signal),
         }
@@ -87,6 +87,14 @@ fn reap(pid: u32) -> ExitOutcome {
         Ok(WaitStatus::Exited(_, code)) => ExitOutcome::Code(code),
         Ok(WaitStatus::Signaled(_, signal, _)) => ExitOutcome::Signal(signal as i32),
         _ => ExitOutcome::Unknown,
+    }
+}
+
+/// Kills and reaps what is left of a local worker's generation (see
+/// `generation.rs`); a worker recorded before generations existed has only its group.
+async fn end_generation(worker: &ProcessIdentity) {
+    if let Some(token) = &worker.generation {
+        super::generation::end(token, worker, super::generation::END_DEADLINE).await;
     }
 }
 
@@ -184,18 +192,22 @@ impl Backend {
         match self.kind {
             LaunchBackend::Local => {
                 let spawned = super::spawn::spawn(spec)?;
-                let pgid = spawned.identity.pid;
+                let identity = spawned.identity.clone();
                 let child = spawned.child;
                 let exit = Box::pin(async move {
-                    let outcome = super::spawn::wait(child).await;
+                    let outcome = super::spawn::wait(child, &identity).await;
                     // Whatever the worker left in its group (a stuck data loader, a helper
                     // ignoring SIGTERM) goes with it, so a restart starts clean.
-                    if super::signal::signal_own_group(pgid, Signal::SIGKILL) {
+                    if super::signal::signal_pgid(identity.pid, Signal::SIGKILL) {
                         tracing::warn!(
-                            pgid,
+                            pgid = identity.pid,
                             "killed processes the worker left behind in its group"
                         );
                     }
+                    // And so does every process of its generation elsewhere (torchrun's
+                    // ranks, each in its own session): the exit is reported, and a
+                    // restart launched, only once none of them is left.
+                    end_generation(&identity).await;
                     outcome
                 });
                 Ok(Launched {
@@ -227,11 +239,14 @@ impl Backend {
         match handle {
             WorkerHandle::Local(id) => {
                 let id = id.clone();
+                super::generation::become_subreaper();
                 Box::pin(async move {
                     while id.is_alive() {
                         tokio::time::sleep(poll).await;
                     }
-                    reap(id.pid)
+                    let outcome = reap(id.pid);
+                    end_generation(&id).await;
+                    outcome
                 })
             }
             WorkerHandle::Slurm { slurm } => {
@@ -264,6 +279,7 @@ mod tests {
             WorkerHandle::Local(ProcessIdentity {
                 pid,
                 start_time: start.into(),
+                generation: None,
             })
         };
         assert!(local(7, "100").same_as(&local(7, "100")));

@@ -69,6 +69,7 @@ impl FakeBackend {
             handle: WorkerHandle::Local(ProcessIdentity {
                 pid,
                 start_time: "fake".into(),
+                generation: None,
             }),
             exit: Box::pin(async move { rx.await.unwrap_or(ExitOutcome::Unknown) }),
         })

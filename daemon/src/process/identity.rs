@@ -8,12 +8,20 @@ pub struct ProcessIdentity {
     pub pid: u32,
     /// Opaque start-time token: clock ticks since boot on Linux, `ps` lstart on macOS.
     pub start_time: String,
+    /// A worker's generation ([`super::generation`]): the marker in the environment
+    /// of every process it starts. Absent in records written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<String>,
 }
 
 impl ProcessIdentity {
     /// The identity of the live process `pid`, or `None` if there is none (or it is a zombie).
     pub fn of(pid: u32) -> Option<ProcessIdentity> {
-        start_time(pid).map(|start_time| ProcessIdentity { pid, start_time })
+        start_time(pid).map(|start_time| ProcessIdentity {
+            pid,
+            start_time,
+            generation: None,
+        })
     }
 
     /// True while this very process (same pid, same start time) is alive.

@@ -1,10 +1,12 @@
 //! Launching workers. `backend` chooses between a local process group (spawning it
 //! in its own session, recognising it again after a daemon restart by pid + start
-//! time, signalling its group) and a Slurm batch job (`slurm`).
+//! time, signalling its group, ending its whole generation: `generation`) and a
+//! Slurm batch job (`slurm`).
 
 pub(crate) mod backend;
 #[cfg(test)]
 pub mod fake;
+pub(crate) mod generation;
 pub(crate) mod identity;
 pub(crate) mod locate;
 pub(crate) mod signal;

@@ -1,5 +1,5 @@
 //! Spawning a worker: its own session and process group (process-wrap's
-//! `ProcessSession`), stdout/stderr through a relay into the rotating pipeline log
+//! `ProcessSession`), its generation's marker in its environment (`generation.rs`), stdout/stderr through a relay into the rotating pipeline log
 //! (`logs::relay`), no stdin, and none of the service-manager variables that would
 //! let it talk to systemd as us.
 
@@ -54,6 +54,10 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned> {
         cmd.env_remove(var);
     }
     cmd.envs(&spec.env);
+    // Every process the worker starts inherits it, whatever session it moves to.
+    let generation = super::generation::new_token();
+    cmd.env(super::generation::GENERATION_ENV, &generation);
+    super::generation::become_subreaper();
     let mut wrap = CommandWrap::from(cmd);
     wrap.wrap(ProcessSession);
     let child = wrap
@@ -63,16 +67,40 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned> {
         .id()
         .context("the worker exited before its pid was known")?;
     // The start time is read right after fork, so it is the worker's own.
-    let identity = ProcessIdentity::of(pid).unwrap_or(ProcessIdentity {
-        pid,
-        start_time: String::new(),
-    });
+    let identity = ProcessIdentity {
+        generation: Some(generation),
+        ..ProcessIdentity::of(pid).unwrap_or(ProcessIdentity {
+            pid,
+            start_time: String::new(),
+            generation: None,
+        })
+    };
     Ok(Spawned { identity, child })
 }
 
-/// Waits for a spawned child and reports how it ended.
-pub async fn wait(mut child: Box<dyn ChildWrapper>) -> ExitOutcome {
-    match child.wait().await {
+/// How often, while a worker runs, the daemon looks for its orphaned processes that
+/// ended (to reap them).
+const ORPHAN_SWEEP: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Waits for a spawned child and reports how it ended; meanwhile reaps the processes
+/// of its generation that were re-parented to the daemon and ended.
+pub async fn wait(mut child: Box<dyn ChildWrapper>, worker: &ProcessIdentity) -> ExitOutcome {
+    let mut orphans = worker
+        .generation
+        .as_deref()
+        .map(|token| super::generation::OrphanReaper::new(token, worker));
+    let mut sweep = tokio::time::interval(ORPHAN_SWEEP);
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            _ = sweep.tick() => {
+                if let Some(orphans) = orphans.as_mut() {
+                    orphans.sweep();
+                }
+            }
+        }
+    };
+    match status {
         Ok(status) => ExitOutcome::from_status(status),
         Err(e) => {
             tracing::warn!(error = %e, "waiting for the worker failed");

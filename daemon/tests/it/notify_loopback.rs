@@ -188,6 +188,7 @@ async fn alert_texts_for_faults_and_the_end() {
             max_restarts: 3,
             restart_in: Duration::from_secs(10),
             log_file: Some(log),
+            repeats: Default::default(),
         },
         Alert::Failed {
             step: PipelineStep::Train,

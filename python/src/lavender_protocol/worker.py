@@ -31,7 +31,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, TypeVar
 
-from . import _time, checkpoints, dist, failure, protocol, skips
+from . import _time, checkpoints, dist, failure, lifetime, protocol, skips
 from .args import LavenderArgs, parse_args
 from .checkpoints import Checkpoint, PendingCheckpoint, ResumeError
 from .divergence import Divergence
@@ -79,6 +79,8 @@ class Worker:
         self.retention = retention
         self.rank = dist.rank() if rank is None else int(rank)
         self.writes = self.rank == 0
+        # A rank whose launcher dies must not keep writing into the run (`lifetime`).
+        lifetime.die_with_launcher()
         self.latest_checkpoint: Optional[str] = None
         self.best_val_loss: Optional[float] = None
         self._stop_flag = False
@@ -142,7 +144,13 @@ class Worker:
         try:
             return cls(run_dir, data_root=data_root, resume=args.resume, **kwargs)
         except ResumeError as e:
-            print(f"lavender_protocol: cannot resume: {e}", file=sys.stderr)
+            message = f"cannot resume: {e}"
+            print(f"lavender_protocol: {message}", file=sys.stderr)
+            # Said in the run too: a launcher (torchrun) reports any rank's exit as 1,
+            # and lavenderd would take this for a crash and retry it.
+            if dist.rank() == 0 and Path(run_dir).is_dir():
+                record = failure.record(failure.CONFIG, message)
+                protocol.append_event(run_dir, protocol.Kind.FAILED, message, failure=record)
             sys.exit(RESUME_EXIT)
 
     @classmethod

@@ -18,7 +18,6 @@ pub mod step;
 use anyhow::{Context, Result};
 
 use crate::cli::StepArgs;
-use lavender::events::{self, Event};
 use settings::Settings;
 use step::Ctx;
 
@@ -43,7 +42,8 @@ impl DataStep {
     }
 }
 
-/// Run one data step; a failure is also recorded as an `error` event of the run.
+/// Run one data step; a failure is also recorded as a `failed` event of the run
+/// (`failure::record_step_failure`), which lavenderd reads.
 pub fn run(step: DataStep, args: &StepArgs) -> Result<()> {
     let ctx = Ctx::new(Settings::load(args)?)?;
     if let Some(run_dir) = &ctx.settings.run_dir {
@@ -58,10 +58,7 @@ pub fn run(step: DataStep, args: &StepArgs) -> Result<()> {
         DataStep::Precompute => precompute::run(&ctx),
     };
     if let (Err(e), Some(run_dir)) = (&result, &ctx.settings.run_dir) {
-        let event =
-            Event::new("error", format!("{} failed: {e:#}", step.name())).with("step", step.name());
-        // The step's own error is what the user needs; a failing event write must not hide it.
-        let _ = events::append(run_dir, &event);
+        crate::failure::record_step_failure(run_dir, step.name(), e);
     }
     result.with_context(|| {
         format!(

@@ -180,20 +180,23 @@ fn a_full_disk_fails_with_the_path_and_keeps_earlier_outputs() {
 }
 
 #[test]
-fn failures_are_recorded_as_error_events_of_the_run() {
+fn failures_are_recorded_as_failed_events_of_the_run_with_their_kind() {
     let root = Root::new();
     let run = root.run_dir();
     let err = root.fails("dedup", &["--run-dir", run.to_str().unwrap()]);
     let events = root.events();
     assert_eq!(events.len(), 1, "{err}");
-    assert_eq!(events[0]["kind"], "error");
+    assert_eq!(events[0]["kind"], "failed");
     assert_eq!(events[0]["step"], "dedup");
+    let failure = &events[0]["failure"];
     assert!(
-        events[0]["message"]
+        failure["message"]
             .as_str()
             .unwrap()
-            .contains("run `lavender-worker downloads` first")
+            .contains("run `lavender-worker downloads` first"),
+        "{failure}"
     );
+    assert!(failure["kind"].is_string(), "{failure}");
 }
 
 #[test]

@@ -75,6 +75,7 @@ impl Actor {
                 }
                 self.record.set_step(step, StepState::Done);
                 self.record.active_step = None;
+                self.record.same_failure = None;
                 self.advance();
             }
             Verdict::StoppedExternally => {

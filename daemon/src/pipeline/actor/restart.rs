@@ -12,9 +12,9 @@ use tokio::time::Instant;
 use super::hung::hung_text;
 use super::resume::resume_reason;
 use super::{Actor, LiveWorker, PendingRestart, Relaunch};
-use crate::alert::Alert;
+use crate::alert::{Alert, Repeats};
 use crate::exit::ExitOutcome;
-use crate::pipeline::policy::{self, Cause, Decision, Streak};
+use crate::pipeline::policy::{self, Cause, Decision, SameFailure, Streak};
 
 impl Actor {
     /// `worker` ended (`why`); `last_step`: the training step it last reported.
@@ -26,7 +26,9 @@ impl Actor {
         last_step: Option<u64>,
     ) {
         let step = worker.step;
-        if worker.started.elapsed() >= self.timings.reset_after {
+        let count_reset =
+            worker.started.elapsed() >= self.timings.reset_after && self.record.restarts > 0;
+        if count_reset {
             // It ran long enough: this failure starts a fresh count.
             self.record.restarts = 0;
         }
@@ -35,10 +37,23 @@ impl Actor {
             worker.resumed_from_step,
             last_step,
         );
+        // The same failure at the same place is counted whatever the timer says.
+        self.record.same_failure = match &why {
+            PendingRestart::Failed(failure) => Some(SameFailure::after(
+                self.record.same_failure.as_ref(),
+                failure,
+                failure.step.or(last_step),
+                self.checkpoint_interval(),
+            )),
+            PendingRestart::Hung(_) | PendingRestart::RolledBack { .. } => None,
+        };
+        let same_failure = self.record.same_failure.as_ref().map_or(0, |s| s.count);
         let streak = Streak {
             restarts: self.record.restarts,
             no_progress: self.record.no_progress_restarts,
             resumed_from: worker.resumed_from_step,
+            same_failure,
+            failed_at: self.record.same_failure.as_ref().and_then(|s| s.step),
         };
         let cause = match &why {
             PendingRestart::Hung(_) => Cause::Hung,
@@ -52,7 +67,7 @@ impl Actor {
             }
             PendingRestart::Hung(_) => None,
         };
-        match policy::decide(&cause, streak, &self.config.supervisor, &self.timings) {
+        match policy::decide(step, &cause, streak, &self.config.supervisor, &self.timings) {
             Decision::Fail { reason } => self.fail_after(step, reason, Some(outcome), failure),
             Decision::Rollback => match failure {
                 Some(failure) => self.roll_back(step, failure, outcome, last_step),
@@ -85,10 +100,27 @@ impl Actor {
                         max_restarts: self.timings.max_restarts,
                         restart_in: delay,
                         log_file: self.record.log_file.clone(),
+                        repeats: Repeats {
+                            same_failure,
+                            max_same_failure: self.config.supervisor.max_same_failure,
+                            count_reset,
+                        },
                     });
                 }
             }
         }
+    }
+
+    /// The training steps between two checkpoints (the longest of the stages'):
+    /// failures this close count as at the same place.
+    fn checkpoint_interval(&self) -> u64 {
+        self.config
+            .training
+            .stages
+            .iter()
+            .map(|s| s.checkpoint_every)
+            .max()
+            .unwrap_or(0)
     }
 
     pub(super) fn on_restart_due(&mut self) {

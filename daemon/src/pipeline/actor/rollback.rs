@@ -3,8 +3,8 @@
 //! began, the checkpoints saved since are set aside, the data that led to it is
 //! recorded as skipped (`pipeline/rollback.rs` plans and applies that), and the
 //! worker restarts at once from that checkpoint. After `supervisor.max_rollbacks`
-//! rollbacks of the run, or with nothing before the divergence to go back to, the
-//! pipeline fails naming the divergence.
+//! rollbacks within `supervisor.rollback_window_steps` steps, or with nothing before
+//! the divergence to go back to, the pipeline fails naming the divergence.
 
 use lavender::config::PipelineStep;
 use lavender::failure::Failure;
@@ -91,7 +91,7 @@ impl Actor {
             self.record.resume_from.as_deref(),
             failure,
             detected,
-            self.config.supervisor.max_rollbacks,
+            rollback::Limits::from_config(&self.config.supervisor),
             &at,
         )?;
         rollback::apply(run_dir, &rb)

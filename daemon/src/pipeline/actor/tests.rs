@@ -468,6 +468,7 @@ impl Harness {
         WorkerHandle::Local(ProcessIdentity {
             pid: (1 << 30) + n,
             start_time: "fake".into(),
+            generation: None,
         })
     }
 }
@@ -589,6 +590,7 @@ async fn a_worker_gone_with_the_daemon_is_a_power_loss_and_resumes() {
         handle: WorkerHandle::Local(ProcessIdentity {
             pid: (1 << 30) + 77,
             start_time: "1".into(),
+            generation: None,
         }),
         step: PipelineStep::Train,
         started_at: "2026-01-01T00:00:00Z".parse().unwrap(),

@@ -52,6 +52,7 @@ pub fn crash() -> Notification {
         max_restarts: 3,
         restart_in: Duration::from_secs(10),
         log_file: Some(log.clone()),
+        repeats: Default::default(),
     };
     let push = pushes(&alert, "[lavender] ", 20).remove(0);
     let _ = std::fs::remove_file(log);

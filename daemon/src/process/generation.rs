@@ -1,0 +1,322 @@
+//! A worker's generation: every process it started, wherever it went. A launcher
+//! such as torchrun starts each rank in a new session, so signalling the worker's
+//! process group misses them; killing only the worker leaves ranks training into the
+//! same run as the next worker. So each local worker is started with a marker in its
+//! environment ([`GENERATION_ENV`], inherited by everything it starts), the daemon is
+//! the child subreaper (an orphaned rank is re-parented to it, not to init), and a
+//! generation ends only when no process carrying its marker, or descending from its
+//! worker, is left: each is SIGKILLed and, when it is the daemon's (adopted) child,
+//! reaped. `/proc` is Linux's; elsewhere only the process group is known.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::ProcessIdentity;
+
+/// The variable naming a worker's generation in its environment and its descendants'.
+pub(crate) const GENERATION_ENV: &str = "LAVENDER_WORKER_GENERATION";
+
+/// How long a generation's processes get to vanish after SIGKILL before the daemon
+/// says which are left and goes on (a process in uninterruptible sleep, on a hung
+/// NFS mount or a GPU driver call, cannot be killed sooner than it wakes).
+pub(crate) const END_DEADLINE: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(20);
+
+/// A token no other worker of this machine has: the daemon's pid, the time, a counter.
+pub(crate) fn new_token() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}-{nanos}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Makes this process the child subreaper: a descendant whose parent dies is
+/// re-parented here, where the daemon can kill and reap it. Idempotent.
+pub(crate) fn become_subreaper() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        tracing::warn!(error = %e, "cannot become the child subreaper: processes a worker's launcher leaves behind are re-parented to init and found by their environment only");
+    }
+}
+
+/// One process as `/proc/<pid>/stat` shows it.
+#[derive(Debug, Clone)]
+struct Proc {
+    ppid: u32,
+    pgrp: u32,
+    zombie: bool,
+    start_time: String,
+}
+
+#[cfg(target_os = "linux")]
+fn read_stat(pid: u32) -> Option<Proc> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid …": comm may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(Proc {
+        ppid: fields.get(1)?.parse().ok()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        zombie: matches!(fields.first(), Some(&"Z") | Some(&"X")),
+        start_time: fields.get(19)?.to_string(),
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn read_stat(_pid: u32) -> Option<Proc> {
+    None
+}
+
+#[cfg(target_os = "linux")]
+fn all_processes() -> BTreeMap<u32, Proc> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return BTreeMap::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, read_stat(pid)?)))
+        .collect()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn all_processes() -> BTreeMap<u32, Proc> {
+    BTreeMap::new()
+}
+
+/// Whether `pid`'s environment names `token`'s generation (unreadable: no).
+fn carries(pid: u32, token: &str) -> bool {
+    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    let wanted = format!("{GENERATION_ENV}={token}");
+    environ.split(|&b| b == 0).any(|v| v == wanted.as_bytes())
+}
+
+/// The generation's processes besides `leader` (its worker, when still the same
+/// process): those carrying the marker and every descendant of those and of the
+/// leader. Zombies are included (the daemon's own are reaped by [`end`]).
+fn members(token: &str, leader: &ProcessIdentity) -> Vec<(ProcessIdentity, Proc)> {
+    let procs = all_processes();
+    let me = std::process::id();
+    let mut roots: BTreeSet<u32> = procs
+        .iter()
+        .filter(|(pid, p)| **pid != me && !p.zombie && carries(**pid, token))
+        .map(|(pid, _)| *pid)
+        .collect();
+    if procs
+        .get(&leader.pid)
+        .is_some_and(|p| p.start_time == leader.start_time)
+    {
+        roots.insert(leader.pid);
+    }
+    let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for (pid, p) in &procs {
+        children.entry(p.ppid).or_default().push(*pid);
+    }
+    let mut found = BTreeSet::new();
+    let mut todo: Vec<u32> = roots.into_iter().collect();
+    while let Some(pid) = todo.pop() {
+        if pid == me || !found.insert(pid) {
+            continue;
+        }
+        todo.extend(children.get(&pid).into_iter().flatten().copied());
+    }
+    found.remove(&leader.pid);
+    found
+        .into_iter()
+        .filter_map(|pid| {
+            let p = procs.get(&pid)?.clone();
+            let id = ProcessIdentity {
+                pid,
+                start_time: p.start_time.clone(),
+                generation: None,
+            };
+            Some((id, p))
+        })
+        .collect()
+}
+
+/// Sends `signal` to every process of the generation outside its worker's process
+/// group (which the caller signals as a group), checking each is still the process
+/// found, so none hears it twice. Returns how many were signalled.
+pub(crate) fn signal_members(token: &str, leader: &ProcessIdentity, signal: Signal) -> usize {
+    members(token, leader)
+        .into_iter()
+        .filter(|(id, p)| !p.zombie && p.pgrp != leader.pid && send(id, signal))
+        .count()
+}
+
+fn send(id: &ProcessIdentity, signal: Signal) -> bool {
+    let Ok(raw) = i32::try_from(id.pid) else {
+        return false;
+    };
+    id.is_alive() && nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), signal).is_ok()
+}
+
+/// Reaps `pid` if it is the daemon's child and has ended (never blocks).
+fn reap_if_ended(pid: u32) -> bool {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    !matches!(
+        waitpid(nix::unistd::Pid::from_raw(raw), Some(WaitPidFlag::WNOHANG)),
+        Ok(WaitStatus::StillAlive) | Err(_)
+    )
+}
+
+/// Reaps the generation's processes that were re-parented to the daemon and have
+/// ended since (so no zombie accumulates while the worker runs). Only pids seen
+/// alive with the marker are waited for: the daemon's other children belong to
+/// tokio or to a blocking `Command`, whose own wait must find them.
+pub(crate) struct OrphanReaper {
+    token: String,
+    leader: ProcessIdentity,
+    seen: BTreeSet<u32>,
+}
+
+impl OrphanReaper {
+    pub(crate) fn new(token: &str, leader: &ProcessIdentity) -> OrphanReaper {
+        OrphanReaper {
+            token: token.to_string(),
+            leader: leader.clone(),
+            seen: BTreeSet::new(),
+        }
+    }
+
+    /// One look: remember the generation's children of the daemon, reap the ended ones.
+    pub(crate) fn sweep(&mut self) {
+        let me = std::process::id();
+        for (pid, p) in all_processes() {
+            if p.ppid != me || pid == self.leader.pid {
+                continue;
+            }
+            if p.zombie {
+                if self.seen.remove(&pid) && reap_if_ended(pid) {
+                    tracing::info!(pid, "reaped an orphaned process of the worker");
+                }
+            } else if carries(pid, &self.token) {
+                self.seen.insert(pid);
+            }
+        }
+    }
+}
+
+/// Ends the generation after its worker exited (or was found gone): SIGKILLs every
+/// process of it, reaps those that are the daemon's children, and returns once none
+/// is left, or at `deadline`, naming those that are. Returns how many were killed.
+pub(crate) async fn end(token: &str, leader: &ProcessIdentity, deadline: Duration) -> usize {
+    let until = tokio::time::Instant::now() + deadline;
+    let me = std::process::id();
+    // Killed and not yet gone: a zombie no longer shows its marker, so it is followed
+    // by pid + start time until its parent (often the daemon) reaps it.
+    let mut dying: BTreeMap<u32, ProcessIdentity> = BTreeMap::new();
+    let mut killed = BTreeMap::new();
+    loop {
+        for (id, p) in members(token, leader) {
+            if !p.zombie && send(&id, Signal::SIGKILL) {
+                killed.entry(id.pid).or_insert_with(|| comm(id.pid));
+            }
+            dying.entry(id.pid).or_insert(id);
+        }
+        dying.retain(|pid, id| match read_stat(*pid) {
+            Some(p) if p.start_time == id.start_time => {
+                if p.zombie && p.ppid == me {
+                    reap_if_ended(*pid);
+                }
+                // A zombie is dead: reaped by us now, or by its own parent.
+                !p.zombie
+            }
+            _ => false,
+        });
+        if dying.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() >= until {
+            let pids: Vec<String> = dying
+                .keys()
+                .map(|pid| format!("{pid} ({})", comm(*pid)))
+                .collect();
+            tracing::error!(
+                "processes of the previous worker are still there {}s after SIGKILL: {}; the next start goes ahead (a process in uninterruptible sleep, e.g. on a hung mount or a GPU driver call, ends when that call returns)",
+                deadline.as_secs(),
+                pids.join(", ")
+            );
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    if !killed.is_empty() {
+        let names: Vec<String> = killed
+            .iter()
+            .map(|(pid, comm)| format!("{pid} ({comm})"))
+            .collect();
+        tracing::warn!(
+            "killed {} process(es) the worker left behind: {}",
+            killed.len(),
+            names.join(", ")
+        );
+    }
+    killed.len()
+}
+
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// A shell that starts a `sleep` in a new session (as torchrun starts a rank)
+    /// and exits, so the sleep is an orphan carrying the marker.
+    #[tokio::test]
+    async fn an_escaped_descendant_is_found_by_its_marker_killed_and_the_generation_ends() {
+        become_subreaper();
+        let token = new_token();
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "setsid sleep 300 & echo $!; wait"])
+            .env(GENERATION_ENV, &token)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(leader.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let sleeper: u32 = line.trim().parse().unwrap();
+        let leader_id = ProcessIdentity::of(leader.id()).unwrap();
+        let found: Vec<u32> = members(&token, &leader_id)
+            .iter()
+            .map(|(id, _)| id.pid)
+            .collect();
+        assert!(found.contains(&sleeper), "{found:?} lacks {sleeper}");
+        // The leader dies alone: its escaped child is re-parented to us.
+        leader.kill().unwrap();
+        leader.wait().unwrap();
+        let killed = end(&token, &leader_id, Duration::from_secs(10)).await;
+        assert!(killed >= 1);
+        assert!(
+            ProcessIdentity::of(sleeper).is_none(),
+            "the escaped sleep is gone (and reaped: no zombie either)"
+        );
+        assert!(
+            !std::path::Path::new(&format!("/proc/{sleeper}")).exists()
+                || read_stat(sleeper).is_none_or(|p| p.ppid != std::process::id()),
+            "no zombie of ours is left"
+        );
+    }
+}
