@@ -16,6 +16,10 @@ pub struct LoadOptions {
     pub env: Vec<(String, String)>,
     /// `("training.batch_size", "8")` overrides; values are YAML (`8`, `true`, `[10, 30]`).
     pub overrides: Vec<(String, String)>,
+    /// The working directory: relative paths from the environment and overrides are
+    /// taken against it (those of the file against the file's folder). `None`: left
+    /// relative.
+    pub cwd: Option<PathBuf>,
 }
 
 /// The data root variable; read by [`super::Config::resolve_data_root`], not layered.
@@ -33,9 +37,11 @@ const SHORTHANDS: &[(&str, &str)] = &[
 const GENERIC_PREFIX: &str = "LAVENDER__";
 
 impl LoadOptions {
-    /// Collects the process's `LAVENDER_*` variables (non-UTF-8 ones are skipped).
+    /// Collects the process's `LAVENDER_*` variables (non-UTF-8 ones are skipped) and
+    /// its working directory.
     pub fn from_process_env() -> Self {
         LoadOptions {
+            cwd: std::env::current_dir().ok(),
             env: std::env::vars_os()
                 .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
                 .filter(|(k, _)| k.starts_with("LAVENDER_"))

@@ -7,11 +7,13 @@
 
 mod api;
 mod de;
+mod diff;
 mod error;
 mod launch;
 mod layers;
 mod logging;
 mod notify;
+mod paths;
 mod scale;
 mod sections;
 mod source;
@@ -26,10 +28,12 @@ use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
 pub use api::{ApiConfig, HostPort};
+pub use diff::changed_keys;
 pub use error::{ConfigError, ConfigErrorKind, Origin};
 pub use launch::{LaunchBackend, LaunchConfig, SlurmConfig};
 pub use layers::{DATA_ROOT_VAR, LoadOptions};
 pub use logging::{LoggingConfig, MIN_MAX_BYTES};
+pub use paths::{MissingPath, PATH_KEYS, missing_paths};
 pub use notify::{BarkConfig, NotifyConfig, NtfyConfig, WebhookConfig, WebhookFormat};
 pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{
@@ -55,7 +59,7 @@ pub const LAVENDER_WORKER: &str = "lavender-worker";
 pub const MULTI_GPU_DOC: &str = "docs/PYTHON.md";
 
 /// How errors in the built-in defaults name them.
-const DEFAULT_ORIGIN: &str = "configs/default.yaml";
+pub(crate) const DEFAULT_ORIGIN: &str = "configs/default.yaml";
 
 static DEFAULT_TREE: LazyLock<Node> = LazyLock::new(|| {
     tree::parse_document(DEFAULT_YAML, DEFAULT_ORIGIN)
@@ -72,7 +76,14 @@ impl Default for Config {
 
 impl Config {
     /// Defaults < `opts.file` < `opts.env` < `opts.overrides`, then [`Config::validate`].
+    /// Relative paths are taken against the layer that set them (see [`PATH_KEYS`]):
+    /// the file's folder, or `opts.cwd` for the environment and overrides.
     pub fn load(opts: &LoadOptions) -> Result<Config, ConfigError> {
+        Config::load_located(opts).map(|(config, _)| config)
+    }
+
+    /// [`Config::load`], with where each value came from.
+    pub fn load_located(opts: &LoadOptions) -> Result<(Config, ConfigOrigins), ConfigError> {
         let file = match &opts.file {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|source| {
@@ -89,13 +100,15 @@ impl Config {
             file.as_ref()
                 .map(|(text, name)| (text.as_str(), name.as_str())),
             opts,
+            Rebase::Yes(opts.cwd.as_deref()),
         )
     }
 
     /// Parses a config text over the defaults (keys it leaves out keep their
     /// defaults) and validates it; `origin` names the text in errors (the file name).
+    /// Paths are kept as written (a text has no folder).
     pub fn from_yaml_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        build(Some((text, origin)), &LoadOptions::default())
+        build(Some((text, origin)), &LoadOptions::default(), Rebase::No).map(|(c, _)| c)
     }
 
     /// Checks ranges and consistency. Errors name the key path; [`Config::load`] and
@@ -241,9 +254,33 @@ impl Config {
     }
 }
 
+/// Where each value of a loaded config came from (its file and line, the environment
+/// variable or the override that set it).
+#[derive(Debug, Clone)]
+pub struct ConfigOrigins(Node);
+
+impl ConfigOrigins {
+    /// The origin of the value at a key path (`data.sources[0].path`); the nearest
+    /// existing parent's for a path that does not exist.
+    pub fn of(&self, key: &str) -> Option<Origin> {
+        tree::locate(&self.0, key)
+    }
+}
+
+/// Whether relative paths are rebased (see `paths.rs`), and against which working
+/// directory values from the environment and overrides are taken.
+enum Rebase<'a> {
+    Yes(Option<&'a Path>),
+    No,
+}
+
 /// Layers the sources over the defaults, reads the result and validates it; errors
 /// found after merging are located through the merged tree.
-fn build(file: Option<(&str, &str)>, opts: &LoadOptions) -> Result<Config, ConfigError> {
+fn build(
+    file: Option<(&str, &str)>,
+    opts: &LoadOptions,
+    rebase: Rebase<'_>,
+) -> Result<(Config, ConfigOrigins), ConfigError> {
     let mut root = DEFAULT_TREE.clone();
     if let Some((text, name)) = file {
         let node = tree::parse_document(text, name)?;
@@ -262,10 +299,13 @@ fn build(file: Option<(&str, &str)>, opts: &LoadOptions) -> Result<Config, Confi
     }
     layers::apply_env(&mut root, &opts.env)?;
     layers::apply_overrides(&mut root, &opts.overrides)?;
+    if let Rebase::Yes(cwd) = rebase {
+        paths::rebase(&mut root, cwd);
+    }
     let config: Config = de::from_tree(&root)?;
     config.validate().map_err(|e| {
         let origin = e.path().and_then(|p| tree::locate(&root, p));
         e.at(origin)
     })?;
-    Ok(config)
+    Ok((config, ConfigOrigins(root)))
 }

@@ -147,6 +147,7 @@ fn layering_order() {
             ("LAVENDER_LOG", "debug"), // not a config variable: ignored
         ]),
         overrides: vec![],
+        cwd: None,
     };
     let c = Config::load(&opts).unwrap();
     assert_eq!(
@@ -258,6 +259,7 @@ fn model_size_follows_the_scale_unless_set() {
         file: Some(file),
         env: env(&[("LAVENDER__SCALES__SMALL__MODEL__N_EMBD", "192")]),
         overrides: vec![("scales.small.total_steps".into(), "999".into())],
+        cwd: None,
     };
     let c = Config::load(&opts).unwrap();
     assert_eq!(c.model_size(), size(4, 6, 192, 256));

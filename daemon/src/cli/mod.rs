@@ -131,6 +131,7 @@ impl PipelineFlags {
             force: self.force,
             from_step,
             data_root,
+            config: None,
         })
     }
 }
@@ -166,6 +167,9 @@ pub enum Command {
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<f64>,
     },
+    /// Have the daemon read its config file again (as SIGHUP does) and say, key by
+    /// key, what changed and when it takes effect.
+    Reload,
     /// The daemon itself, apart from the pipeline.
     Daemon {
         #[command(subcommand)]

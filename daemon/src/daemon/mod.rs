@@ -26,17 +26,18 @@ use crate::alert::AlertSender;
 use crate::feed::{self, Feed};
 use crate::layout::Layout;
 use crate::notify::{self, EventFollower, Notifier};
-use crate::pipeline::{self, PipelineHandle, StartRequest, StopCause};
+use crate::pipeline::{
+    self, ConfigSource, PipelineHandle, ReloadReport, StartRequest, StopCause,
+};
 use crate::retention::{Retention, RetentionHandle, RetentionSettings};
 use crate::server::{self, AppState};
-use crate::settings::{GlobalArgs, Settings};
+use crate::settings::Settings;
 use crate::status::{self, StatusCache, StatusSettings};
 use crate::web::WebState;
 use foreground::ForegroundView;
 use sd_notify::ServiceNotifier;
 
 pub struct ServeOptions {
-    pub args: GlobalArgs,
     pub settings: Settings,
     /// Overrides `supervisor.listen`.
     pub listen: Option<SocketAddr>,
@@ -82,7 +83,6 @@ pub async fn run(mut opts: ServeOptions) -> Result<DaemonExit> {
 
 /// The parts a running daemon holds until it ends.
 struct Daemon {
-    args: GlobalArgs,
     layout: Layout,
     pipeline: PipelineHandle,
     cache: StatusCache,
@@ -93,6 +93,8 @@ struct Daemon {
     /// How to execute this daemon again; `None` in a terminal, where it never restarts alone.
     reexec: Option<reexec::Reexec>,
     restarts: mpsc::Receiver<()>,
+    /// `POST /daemon/reload`, answered with what the reload changed.
+    reloads: mpsc::Receiver<server::ReloadReply>,
     shutdown: watch::Sender<bool>,
     server: JoinHandle<Result<()>>,
     _lock: lock::InstanceLock,
@@ -124,7 +126,7 @@ impl Daemon {
     /// The composition root: the instance lock and the listeners, then each part
     /// wired to the next; the API serves once they all run.
     async fn build(opts: ServeOptions) -> Result<Daemon> {
-        let ServeOptions { args, settings, .. } = opts;
+        let ServeOptions { settings, .. } = opts;
         let layout = settings.layout.clone();
         layout
             .ensure_state_dir()
@@ -139,6 +141,7 @@ impl Daemon {
             false => Some(reexec::Reexec::capture()?),
         };
         let (restart_tx, restarts) = mpsc::channel(1);
+        let (reload_tx, reloads) = mpsc::channel(4);
         let token = server::token::load_or_create(&layout.token())?;
         let allow_non_loopback =
             opts.allow_non_loopback || settings.config.supervisor.allow_non_loopback;
@@ -151,8 +154,12 @@ impl Daemon {
         let notifier = Notifier::start(notify_cfg, &layout.state_dir);
         let sink = notify::spawn_sink(Some(notifier.clone()), notify_cfg.log_lines);
         let alerts = feed::alerts::tee(feed.clone(), sink);
-        let pipeline =
-            pipeline::actor::spawn(layout.clone(), settings.config.clone(), alerts.clone())?;
+        let pipeline = pipeline::actor::spawn(
+            layout.clone(),
+            settings.config.clone(),
+            ConfigSource::from_process(settings.config_file.clone()),
+            alerts.clone(),
+        )?;
         let (pruner, retention) = Retention::start(
             RetentionSettings::from_config(&settings.config),
             layout.checkpoints_root(),
@@ -171,6 +178,7 @@ impl Daemon {
             layout: layout.clone(),
             web: web.with_notifications(notifier),
             restart: reexec.is_some().then_some(restart_tx),
+            reload: reload_tx,
             started_at,
         };
         let view = opts
@@ -180,7 +188,6 @@ impl Daemon {
         let mut service = ServiceNotifier::from_env();
         service.ready(progress::line(&cache.status()));
         Ok(Daemon {
-            args,
             layout,
             pipeline,
             cache,
@@ -189,6 +196,7 @@ impl Daemon {
             service,
             reexec,
             restarts,
+            reloads,
             shutdown,
             server,
             _lock: lock,
@@ -229,7 +237,12 @@ impl Daemon {
                     return Ok(LoopEnd::Restart);
                 },
                 Some(()) = self.restarts.recv() => return Ok(LoopEnd::Restart),
-                _ = signals.hup.recv() => self.reload().await,
+                _ = signals.hup.recv() => {
+                    let _ = self.reload().await;
+                }
+                Some(reply) = self.reloads.recv() => {
+                    let _ = reply.send(self.reload().await);
+                }
                 _ = redraw.tick(), if in_view => self.redraw(),
                 tick = self.service.next() => {
                     let cache = &self.cache;
@@ -261,24 +274,21 @@ impl Daemon {
         false
     }
 
-    /// SIGHUP: the config again, for the status, retention and the pipeline; the
-    /// worker is left alone.
-    async fn reload(&self) {
-        match Settings::load(&self.args) {
-            Ok(new) => {
-                if let Err(e) =
-                    crate::logging::rotate_own_log(&self.layout.daemon_log(), new.config.logging)
-                {
-                    tracing::warn!("{e:#}");
-                }
-                self.cache
-                    .set_settings(StatusSettings::from_config(&new.config));
-                self.retention
-                    .set(RetentionSettings::from_config(&new.config));
-                self.pipeline.reload(new.config).await;
+    /// SIGHUP, `lavenderd reload`: the config file read again (by the pipeline's
+    /// actor, which logs each changed key and when it takes effect), then applied to
+    /// the status, retention and the daemon's log rotation at once; the worker is left
+    /// alone. What is not reloaded is said key by key (see `pipeline/reload.rs`).
+    async fn reload(&self) -> Result<ReloadReport, String> {
+        let report = self.pipeline.reload().await?;
+        if let Some(config) = &report.config {
+            if let Err(e) = crate::logging::rotate_own_log(&self.layout.daemon_log(), config.logging)
+            {
+                tracing::warn!("{e:#}");
             }
-            Err(e) => tracing::error!("SIGHUP: config not reloaded: {e:#}"),
+            self.cache.set_settings(StatusSettings::from_config(config));
+            self.retention.set(RetentionSettings::from_config(config));
         }
+        Ok(report)
     }
 
     fn redraw(&self) {

@@ -5,13 +5,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use lavender::config::{Config, PipelineStep, Scale};
+use lavender::config::{PipelineStep, Scale};
 use lavender::heartbeat::WorkerState;
 use lavender::status::PipelineState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::record::{PipelineRecord, StopCause};
+use super::reload::ReloadReport;
 use super::request::StartRequest;
 use super::stop::StopReport;
 use crate::process::WorkerHandle;
@@ -33,6 +34,9 @@ pub struct StartReply {
     /// scale asks for.
     #[serde(default)]
     pub notices: Vec<String>,
+    /// `config: FILE (changed since the last start: KEY, …)`: what the start runs with.
+    #[serde(default)]
+    pub config: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -50,6 +54,9 @@ pub enum StartError {
         resume_command: String,
         fresh_command: String,
     },
+    /// A start naming a config other than the one the running pipeline started with.
+    #[error("{0}")]
+    ConfigDiffers(String),
     #[error("{0}")]
     Invalid(String),
     #[error("{0}")]
@@ -82,8 +89,9 @@ pub(super) enum Command {
         run_dir: PathBuf,
         longest_s: f64,
     },
+    /// Read the config file again (SIGHUP, `lavenderd reload`).
     Reload {
-        config: Box<Config>,
+        reply: oneshot::Sender<Result<ReloadReport, String>>,
     },
     /// A round trip that proves the actor's loop still turns (the service watchdog).
     Ping {
@@ -171,13 +179,17 @@ impl PipelineHandle {
             .is_ok()
     }
 
-    pub async fn reload(&self, config: Config) {
-        let _ = self
-            .cmds
-            .send(Command::Reload {
-                config: Box::new(config),
-            })
-            .await;
+    /// Has the actor read its config file again; the report says what changed and
+    /// when each change takes effect, and carries the new config for the daemon's
+    /// other parts.
+    pub async fn reload(&self) -> Result<ReloadReport, String> {
+        let (reply, rx) = oneshot::channel();
+        self.cmds
+            .send(Command::Reload { reply })
+            .await
+            .map_err(|_| "the pipeline actor has stopped".to_string())?;
+        rx.await
+            .map_err(|_| "the pipeline actor has stopped".to_string())?
     }
 
     /// True when the actor answered: its loop is not wedged.

@@ -8,11 +8,18 @@
 //! Each part is a SHA-256 of its canonical JSON, kept by name, so `start` can say
 //! which part changed. Paths inside the data root are taken relative to it, so a
 //! moved data root changes nothing.
+//!
+//! The local files a step reads are parts too, one per file (`file PATH`, its
+//! fingerprint: see `files.rs`): for `downloads`, the files of each
+//! `data.sources[].path`, which has no upstream step to stand for them; for
+//! `precompute`, `data.sft_jsonl`, `data.dpo_jsonl` and the files of
+//! `model.init_from`. A file added, removed or changed is named by `start`. Markers
+//! written before files were fingerprinted (no [`FILES_KEY`]) compare no files.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use lavender::config::{Config, PipelineStep};
+use lavender::config::{Config, DataSource, PipelineStep};
 use lavender::manifest::{self, StepManifest};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -24,6 +31,41 @@ use sha2::{Digest, Sha256};
 pub struct StepInputs(pub BTreeMap<String, String>);
 
 const ABSENT: &str = "absent";
+
+/// Present in the inputs of a step whose local files are parts (`file PATH`).
+pub const FILES_KEY: &str = "files fingerprinted";
+const FILE_PREFIX: &str = "file ";
+/// At most this many files are named in one line; the rest are counted.
+const FILES_NAMED: usize = 5;
+
+/// The local files `step` reads (see the module's doc).
+fn local_files(step: PipelineStep, config: &Config) -> Option<Vec<PathBuf>> {
+    match step {
+        PipelineStep::Downloads => Some(
+            config
+                .data
+                .sources
+                .iter()
+                .filter_map(|s| match s {
+                    DataSource::Path(p) => Some(p.path.clone()),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        PipelineStep::Precompute => Some(
+            [
+                &config.data.sft_jsonl,
+                &config.data.dpo_jsonl,
+                &config.model.init_from,
+            ]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect(),
+        ),
+        _ => None,
+    }
+}
 
 fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
@@ -88,6 +130,15 @@ impl StepInputs {
             };
             parts.insert(format!("output of {up}"), hash);
         }
+        if let Some(paths) = local_files(step, config) {
+            parts.insert(FILES_KEY.into(), "1".into());
+            for path in paths {
+                for (file, fp) in super::files::fingerprints(&path) {
+                    let shown = file.strip_prefix(data_root).unwrap_or(&file);
+                    parts.insert(format!("{FILE_PREFIX}{}", shown.display()), fp);
+                }
+            }
+        }
         if step == PipelineStep::Train {
             let minings = lavender::hard_examples::list(data_root).unwrap_or_default();
             for m in lavender::hard_examples::newest_before(&minings, u64::from(chunk)) {
@@ -108,23 +159,38 @@ impl StepInputs {
         hash_value(&serde_json::to_value(&self.0).expect("strings serialize"))
     }
 
-    /// The parts that differ from `before` (changed, added or gone), by name.
+    /// What differs from `before`, one phrase each: `data.filter changed`,
+    /// `/corpus/new.txt added`, `/corpus/old.txt removed`, `/corpus/a.txt changed`
+    /// (files after the other parts, at most [`FILES_NAMED`] of them named, the rest
+    /// counted). Files are compared only when `before` fingerprinted them.
     pub fn changed_since(&self, before: &StepInputs) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .0
-            .iter()
-            .filter(|(k, v)| before.0.get(*k) != Some(v))
-            .map(|(k, _)| k.clone())
-            .collect();
-        names.extend(
-            before
-                .0
-                .keys()
-                .filter(|k| !self.0.contains_key(*k))
-                .cloned(),
-        );
-        names.sort();
-        names
+        let files = before.0.contains_key(FILES_KEY);
+        let mut parts = Vec::new();
+        let mut changed_files = Vec::new();
+        let mut note = |key: &str, how: &str| match key.strip_prefix(FILE_PREFIX) {
+            Some(_) if !files => {}
+            Some(path) => changed_files.push(format!("{path} {how}")),
+            None if key == FILES_KEY => {}
+            None => parts.push(format!("{key} changed")),
+        };
+        for (key, value) in &self.0 {
+            match before.0.get(key) {
+                Some(old) if old == value => {}
+                Some(_) => note(key, "changed"),
+                None => note(key, "added"),
+            }
+        }
+        for key in before.0.keys().filter(|k| !self.0.contains_key(*k)) {
+            note(key, "removed");
+        }
+        parts.sort();
+        let more = changed_files.len().saturating_sub(FILES_NAMED);
+        changed_files.truncate(FILES_NAMED);
+        parts.extend(changed_files);
+        if more > 0 {
+            parts.push(format!("{more} more file(s)"));
+        }
+        parts
     }
 }
 
@@ -148,7 +214,7 @@ mod tests {
         let mut changed = config.clone();
         changed.data.filter.min_chars += 10;
         let after = StepInputs::of(PipelineStep::Filter, &changed, root, 1);
-        assert_eq!(after.changed_since(&before), ["data.filter"]);
+        assert_eq!(after.changed_since(&before), ["data.filter changed"]);
         assert_ne!(after.hash(), before.hash());
         // The scale's own preset counts for training; another scale's does not.
         let train = StepInputs::of(PipelineStep::Train, &config, root, 1);
@@ -159,7 +225,7 @@ mod tests {
         tiny.scales.tiny.total_steps += 1;
         assert_eq!(
             StepInputs::of(PipelineStep::Train, &tiny, root, 1).changed_since(&train),
-            ["scales.<scale>"]
+            ["scales.<scale> changed"]
         );
     }
 
@@ -186,7 +252,7 @@ mod tests {
         let none = StepInputs::of(PipelineStep::Filter, &config, root, 1);
         manifest::write(root, &m).unwrap();
         let first = StepInputs::of(PipelineStep::Filter, &config, root, 1);
-        assert_eq!(first.changed_since(&none), ["output of dedup"]);
+        assert_eq!(first.changed_since(&none), ["output of dedup changed"]);
         m.finished_at = "2026-02-02T00:00:00Z".into();
         m.extra.insert("selection".into(), json!([1]));
         manifest::write(root, &m).unwrap();
@@ -198,7 +264,48 @@ mod tests {
         manifest::write(root, &m).unwrap();
         assert_eq!(
             StepInputs::of(PipelineStep::Filter, &config, root, 1).changed_since(&first),
-            ["output of dedup"]
+            ["output of dedup changed"]
         );
+    }
+
+    fn downloads_of(root: &Path, corpus: &Path) -> StepInputs {
+        let mut config = Config::default();
+        config.data.sources = vec![DataSource::Path(lavender::config::PathSource::text(corpus))];
+        StepInputs::of(PipelineStep::Downloads, &config, root, 1)
+    }
+
+    #[test]
+    fn a_source_file_added_removed_or_changed_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("data");
+        let corpus = dir.path().join("corpus");
+        std::fs::create_dir_all(&corpus).unwrap();
+        std::fs::write(corpus.join("a.txt"), "alpha").unwrap();
+        std::fs::write(corpus.join("b.txt"), "beta").unwrap();
+        let first = downloads_of(&root, &corpus);
+        assert!(downloads_of(&root, &corpus).changed_since(&first).is_empty());
+        std::fs::write(corpus.join("c.txt"), "gamma").unwrap();
+        std::fs::write(corpus.join("a.txt"), "ALPHA").unwrap();
+        std::fs::remove_file(corpus.join("b.txt")).unwrap();
+        let shown = |name: &str| corpus.join(name).display().to_string();
+        assert_eq!(
+            downloads_of(&root, &corpus).changed_since(&first),
+            [
+                format!("{} changed", shown("a.txt")),
+                format!("{} removed", shown("b.txt")),
+                format!("{} added", shown("c.txt")),
+            ]
+        );
+        // A marker from before files were fingerprinted compares none.
+        let mut old = first.clone();
+        old.0.retain(|k, _| !k.starts_with(FILE_PREFIX) && k != FILES_KEY);
+        assert!(downloads_of(&root, &corpus).changed_since(&old).is_empty());
+        // Many files: five named, the rest counted.
+        for i in 0..8 {
+            std::fs::write(corpus.join(format!("n{i}.txt")), format!("{i}")).unwrap();
+        }
+        let said = downloads_of(&root, &corpus).changed_since(&first);
+        assert_eq!(said.len(), 6, "{said:?}");
+        assert_eq!(said[5], "6 more file(s)");
     }
 }

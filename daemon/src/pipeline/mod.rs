@@ -2,6 +2,8 @@
 //! state machine (idle → running(step) → stopping → stopped | finished | crashed | failed).
 
 pub(crate) mod actor;
+pub(crate) mod config_file;
+pub mod files;
 pub(crate) mod handle;
 pub(crate) mod inputs;
 pub(crate) mod judge;
@@ -9,6 +11,7 @@ pub(crate) mod markers;
 pub(crate) mod plan;
 pub(crate) mod policy;
 pub(crate) mod record;
+pub(crate) mod reload;
 pub(crate) mod request;
 pub(crate) mod restart;
 pub(crate) mod resumable;
@@ -17,5 +20,7 @@ pub(crate) mod stop;
 
 pub use handle::{HungReport, PipelineHandle, StartError, StartReply};
 pub use record::{PipelineRecord, StopCause};
-pub use request::StartRequest;
+pub use config_file::ConfigSource;
+pub use reload::ReloadReport;
+pub use request::{ConfigFileRef, StartRequest};
 pub use stop::StopReport;

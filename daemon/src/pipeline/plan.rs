@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use lavender::config::{Config, PipelineStep, Scale};
 use lavender::status::{PipelineState, StepState};
 
+use super::config_file;
 use super::handle::StartError;
 use super::inputs::StepInputs;
 use super::markers;
@@ -24,6 +25,9 @@ pub struct Prepared {
     pub scale: Scale,
     /// Lines for the operator (see [`StartReply::notices`](super::StartReply)).
     pub notices: Vec<String>,
+    /// The config this start runs with, against the last start's (see
+    /// [`StartReply::config`](super::StartReply)).
+    pub config_line: String,
 }
 
 /// Prepares the run `req` asks for: checks the request, plans the steps, resolves
@@ -83,6 +87,11 @@ pub fn prepare(
     };
 
     let cfg_path = layout.worker_config();
+    let config_notice = config_file::start_notice(
+        req.config.as_ref().map(|c| c.path.as_path()),
+        last_worker_config(layout).as_ref(),
+        &worker_config,
+    );
     lavender::atomic::write_file(&cfg_path, worker_config.to_yaml().as_bytes())
         .map_err(|e| StartError::Spawn(e.to_string()))?;
     // Shards already built (build_shards/precompute manifests) that are fewer than
@@ -136,6 +145,7 @@ pub fn prepare(
         chunk,
         scale,
         notices,
+        config_line: config_notice,
     })
 }
 
@@ -183,7 +193,7 @@ pub fn plan_steps(
             if !changed.is_empty() {
                 rerun = true;
                 notices.push(format!(
-                    "{name} runs again: {} changed since it ran at {}",
+                    "{name} runs again: {} since it ran at {}",
                     changed.join(", "),
                     marker.as_ref().map_or("?", |m| m.finished_at.as_str())
                 ));
@@ -220,11 +230,16 @@ pub fn not_a_step(name: &str, config: &Config) -> String {
 /// The config the worker of the current pipeline was given (`state/pipeline-config.yaml`),
 /// else `fallback`: a step's inputs are taken from what it ran with.
 pub fn worker_config(layout: &Layout, fallback: &Config) -> Config {
+    last_worker_config(layout).unwrap_or_else(|| fallback.clone())
+}
+
+/// The config the last start gave its worker, if one did. Its paths are absolute
+/// (resolved where the operator's file was loaded), so it reads the same from here.
+pub fn last_worker_config(layout: &Layout) -> Option<Config> {
     let path = layout.worker_config();
     std::fs::read_to_string(&path)
         .ok()
         .and_then(|text| Config::from_yaml_str(&text, &path.display().to_string()).ok())
-        .unwrap_or_else(|| fallback.clone())
 }
 
 /// `--resume` made concrete: a given spec must resolve; chunks 2–4 without one

@@ -34,6 +34,21 @@ pub struct StartRequest {
     /// Must match the daemon's data root when given (a daemon serves one data root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_root: Option<PathBuf>,
+    /// The config file to run with (`--config`): the daemon reads it again, checks it
+    /// is the content the operator's command read, and runs with it. Absent: the
+    /// daemon's own config file, read again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigFileRef>,
+}
+
+/// A config file as the operator's command read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFileRef {
+    /// Absolute.
+    pub path: PathBuf,
+    /// SHA-256 (hex) of its bytes.
+    pub sha256: String,
 }
 
 pub const MAX_CHUNK: u32 = 4;
@@ -55,6 +70,14 @@ impl StartRequest {
         }
         if self.fresh && self.resume.is_some() {
             return Err("fresh (start over) and resume contradict each other: pass one".into());
+        }
+        if let Some(c) = &self.config
+            && !c.path.is_absolute()
+        {
+            return Err(format!(
+                "config {}: the daemon reads the file itself, so give its absolute path",
+                c.path.display()
+            ));
         }
         if self.resume.as_deref().is_some_and(|r| r.trim().is_empty()) {
             return Err(

@@ -50,6 +50,8 @@ pub struct AppState {
     /// Restarts the daemon alone (`POST /daemon/restart`); `None` for a daemon in a
     /// terminal (`start --foreground`).
     pub restart: Option<RestartRequests>,
+    /// Asks the daemon's serving loop to read its config again (`POST /daemon/reload`).
+    pub reload: ReloadRequests,
     /// When this daemon image started serving (RFC 3339 UTC, milliseconds): the pid
     /// survives a restart alone, this tells the old image from the new one.
     pub started_at: Arc<str>,
@@ -57,6 +59,12 @@ pub struct AppState {
 
 /// Asks the daemon's serving loop to restart the daemon alone.
 pub type RestartRequests = tokio::sync::mpsc::Sender<()>;
+
+/// Where a reload's answer goes.
+pub type ReloadReply =
+    tokio::sync::oneshot::Sender<Result<crate::pipeline::ReloadReport, String>>;
+/// Asks the daemon's serving loop to reload its config, as SIGHUP does.
+pub type ReloadRequests = tokio::sync::mpsc::Sender<ReloadReply>;
 
 /// The status route extracts the cache alone: extracting the whole state would clone
 /// it (paths included) for every request.
@@ -81,6 +89,7 @@ pub fn router(app: AppState) -> Router {
         .route("/logs", get(routes::logs::get))
         .route("/pipeline/start", post(routes::start::post))
         .route("/daemon/restart", post(routes::restart::post))
+        .route("/daemon/reload", post(routes::reload::post))
         .route("/", get(routes::dashboard::get))
         .route("/metrics", get(routes::metrics::get))
         .route("/runs/{id}/history", get(routes::history::get))

@@ -5,6 +5,7 @@
 mod api;
 mod architecture;
 mod cli_commands;
+mod config_reload;
 mod lifecycle;
 mod notify_alerts;
 mod notify_down;

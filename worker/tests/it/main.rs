@@ -9,6 +9,7 @@ mod data_interrupt;
 mod data_pipeline;
 mod data_steps;
 mod export_hf;
+mod project_folder;
 mod readme_commands;
 mod scale_notice;
 mod train_hf_layout;

@@ -7,6 +7,7 @@ pub mod listing;
 pub mod logs;
 pub mod notify;
 pub mod prune;
+pub mod reload;
 pub mod restart;
 pub mod start;
 pub mod status;
@@ -38,7 +39,6 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 settings.config.supervisor.resume_on_start = false;
             }
             daemon::run(ServeOptions {
-                args: cli.global.clone(),
                 settings,
                 listen: listen.listen,
                 allow_non_loopback: listen.allow_non_loopback,
@@ -64,7 +64,6 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 settings.layout.daemon_log().display()
             );
             let exit = daemon::run(ServeOptions {
-                args: cli.global.clone(),
                 settings,
                 listen: listen.listen,
                 allow_non_loopback: listen.allow_non_loopback,
@@ -84,6 +83,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             start::run(&settings, &cli.global, &flags, &listen).await
         }
         Command::Stop { timeout } => stop::run(&settings, timeout).await,
+        Command::Reload => reload::run(&settings).await,
         Command::Daemon {
             action: DaemonAction::Restart,
         } => restart::run(&settings).await,

@@ -10,7 +10,9 @@ use anyhow::{Context, Result, bail};
 use crate::cli::{ListenArgs, PipelineFlags};
 use crate::client::Client;
 use crate::confirm::confirm;
+use crate::pipeline::config_file::sha256_hex;
 use crate::pipeline::resumable;
+use crate::pipeline::ConfigFileRef;
 use crate::pipeline::{PipelineRecord, StartReply};
 use crate::settings::{GlobalArgs, Settings};
 
@@ -23,10 +25,11 @@ pub async fn run(
     listen: &ListenArgs,
 ) -> Result<ExitCode> {
     let layout = &settings.layout;
-    let req = flags.request(
+    let mut req = flags.request(
         global.data_root.as_ref().map(|_| layout.data_root.clone()),
         &settings.config,
     )?;
+    req.config = config_ref(settings)?;
     confirm_fresh(settings, flags)?;
     let client = Client::new(&layout.socket());
     if !client.is_up().await {
@@ -62,6 +65,9 @@ pub async fn run(
                     .map(|p| format!(" (worker pid {p})"))
                     .unwrap_or_default()
             );
+            if let Some(config) = &reply.config {
+                println!("{config}");
+            }
             for notice in &reply.notices {
                 println!("notice: {notice}");
             }
@@ -79,6 +85,19 @@ pub async fn run(
         }
         _ => bail!("{}", resp.error_text()),
     }
+}
+
+/// The config file this command read (`--config`), for the daemon to read again and
+/// run with; the hash is of the bytes read here, so an edit in between is noticed.
+pub fn config_ref(settings: &Settings) -> Result<Option<ConfigFileRef>> {
+    let Some(path) = &settings.config_file else {
+        return Ok(None);
+    };
+    let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+    Ok(Some(ConfigFileRef {
+        path: path.clone(),
+        sha256: sha256_hex(&bytes),
+    }))
 }
 
 /// `--fresh` over an unfinished run walks away from its training: asked first on a

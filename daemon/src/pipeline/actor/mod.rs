@@ -12,6 +12,7 @@
 mod exit;
 mod hung;
 mod recover;
+mod reload;
 mod restart;
 mod resume;
 mod rollback;
@@ -28,6 +29,7 @@ use lavender::config::{Config, PipelineStep};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use super::config_file::ConfigSource;
 use super::handle::{Command, HungReport, PipelineHandle, StartError, StartReply};
 use super::record::{PipelineRecord, StopCause, WorkerRecord};
 use super::restart::Timings;
@@ -97,6 +99,7 @@ struct PendingStart {
     chunk: u32,
     scale: lavender::config::Scale,
     notices: Vec<String>,
+    config_line: String,
 }
 
 struct Stopping {
@@ -132,6 +135,8 @@ enum PendingRestart {
 struct Actor {
     layout: Layout,
     config: Config,
+    /// Where `config` was read from; a start and a reload read it again.
+    source: ConfigSource,
     timings: Timings,
     record: PipelineRecord,
     snapshot: watch::Sender<PipelineRecord>,
@@ -162,15 +167,32 @@ struct Actor {
 
 /// Loads `state/pipeline.json`, re-adopts a worker that outlived the previous
 /// daemon, and starts the actor task.
-pub fn spawn(layout: Layout, config: Config, alerts: AlertSender) -> Result<PipelineHandle> {
+pub fn spawn(
+    layout: Layout,
+    config: Config,
+    source: ConfigSource,
+    alerts: AlertSender,
+) -> Result<PipelineHandle> {
     let backend = backend_for(&layout, &config);
-    spawn_with(layout, config, alerts, backend)
+    spawn_sourced(layout, config, source, alerts, backend)
 }
 
-/// [`spawn`] with the launch backend given (unit tests pass a fake one).
+/// [`spawn`] with the launch backend given and no config file (unit tests pass a
+/// fake backend).
+#[cfg(test)]
 fn spawn_with(
     layout: Layout,
     config: Config,
+    alerts: AlertSender,
+    backend: Backend,
+) -> Result<PipelineHandle> {
+    spawn_sourced(layout, config, ConfigSource::default(), alerts, backend)
+}
+
+fn spawn_sourced(
+    layout: Layout,
+    config: Config,
+    source: ConfigSource,
     alerts: AlertSender,
     backend: Backend,
 ) -> Result<PipelineHandle> {
@@ -187,6 +209,7 @@ fn spawn_with(
         launches_tx,
         layout,
         config,
+        source,
         record,
         snapshot,
         exits_tx,
@@ -302,11 +325,8 @@ impl Actor {
                     self.commit();
                 }
             }
-            Command::Reload { config } => {
-                self.timings = Timings::from_config(&config.supervisor);
-                self.backend = backend_for(&self.layout, &config);
-                self.config = *config;
-                tracing::info!("config reloaded; it applies to the next worker started");
+            Command::Reload { reply } => {
+                let _ = reply.send(self.reload());
             }
             Command::Ping { reply } | Command::Detach { reply } => {
                 let _ = reply.send(());

@@ -10,54 +10,118 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::{
-    Actor, JobChange, LaunchDone, Launching, LiveWorker, PendingRestart, PendingStart, Relaunch,
+    Actor, JobChange, backend_for, LaunchDone, Launching, LiveWorker, PendingRestart, PendingStart, Relaunch,
     WorkerExit,
 };
 use crate::alert::Alert;
+use crate::pipeline::config_file::LoadedConfig;
 use crate::pipeline::handle::{StartError, StartReply};
+use crate::pipeline::restart::Timings;
 use crate::pipeline::plan;
 use crate::pipeline::record::WorkerRecord;
 use crate::pipeline::request::StartRequest;
 use crate::process::Launched;
 
 impl Actor {
-    /// Prepares the run and launches its first step; `reply` is answered once that
-    /// launch has gone one way or the other.
+    /// Reads the config the start names (or the daemon's own file, again), prepares
+    /// the run and launches its first step; `reply` is answered once that launch has
+    /// gone one way or the other.
     pub(super) fn start(
         &mut self,
-        req: StartRequest,
+        mut req: StartRequest,
         reply: oneshot::Sender<Result<StartReply, StartError>>,
     ) {
+        let loaded = match self.source.read(req.config.as_ref()) {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                let _ = reply.send(Err(StartError::Invalid(e)));
+                return;
+            }
+        };
         if self.record.is_active() || self.launching.is_some() {
-            let _ = reply.send(Err(StartError::AlreadyRunning {
-                state: self.record.state,
-                pid: self.worker.as_ref().and_then(|w| w.handle.pid()),
-            }));
+            let pid = self.worker.as_ref().and_then(|w| w.handle.pid());
+            let refusal = match loaded.as_ref().and_then(|l| self.differs_from_running(&req, l)) {
+                Some(message) => StartError::ConfigDiffers(message),
+                None => StartError::AlreadyRunning {
+                    state: self.record.state,
+                    pid,
+                },
+            };
+            let _ = reply.send(Err(refusal));
             return;
         }
+        let config = match loaded {
+            Some(l) => {
+                let missing = self.source.missing(&l.config, Some(&l.origins));
+                if !missing.is_empty() {
+                    let _ = reply.send(Err(StartError::Invalid(missing.join("\n"))));
+                    return;
+                }
+                req.config = Some(l.file);
+                l.config
+            }
+            None => self.config.clone(),
+        };
         let plan::Prepared {
             record,
             chunk,
             scale,
             notices,
-        } = match plan::prepare(&self.layout, &self.config, &self.record, req) {
+            config_line,
+        } = match plan::prepare(&self.layout, &config, &self.record, req) {
             Ok(prepared) => prepared,
             Err(e) => {
                 let _ = reply.send(Err(e));
                 return;
             }
         };
+        tracing::info!("start: {config_line}");
+        for notice in &notices {
+            tracing::info!("start: {notice}");
+        }
+        // The config this start runs with is the daemon's from now on: a reload
+        // reads its file again, a worker restart uses its worker keys.
+        if let Some(file) = record.request.as_ref().and_then(|r| r.config.as_ref()) {
+            self.source.file = Some(file.path.clone());
+        }
+        self.timings = Timings::from_config(&config.supervisor);
+        self.backend = backend_for(&self.layout, &config);
+        self.config = config;
         self.record = record;
         self.pending_start = Some(PendingStart {
             reply,
             chunk,
             scale,
             notices,
+            config_line,
         });
         self.advance();
         if self.launching.is_none() {
             self.answer_start();
         }
+    }
+
+    /// While a pipeline runs, a start naming a config whose values differ from those
+    /// it started with: the refusal naming the keys.
+    fn differs_from_running(&self, req: &StartRequest, loaded: &LoadedConfig) -> Option<String> {
+        let running = plan::worker_config(&self.layout, &self.config);
+        let mut asked = loaded.config.clone();
+        asked.scale = req.scale.or(self.record.scale).unwrap_or(asked.scale);
+        asked.chunk = req.chunk.or(self.record.chunk).unwrap_or(asked.chunk);
+        let keys = lavender::config::changed_keys(&running, &asked);
+        if keys.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "the pipeline is {} with the config it started with; {} differs in {}: stop it first (lavenderd stop) and start again, or apply what a reload applies while it runs (lavenderd reload)",
+            match self.record.state {
+                PipelineState::Crashed => "waiting to restart after a crash",
+                PipelineState::Stopping => "stopping",
+                _ => "running",
+            },
+            loaded.file.path.display(),
+            keys.join(", ")
+        ))
     }
 
     /// Answers the start waiting for its first step's launch, if one is.
@@ -88,6 +152,7 @@ impl Actor {
                     .and_then(|w| w.handle.slurm_job())
                     .map(|j| j.job_id.clone()),
                 notices: start.notices,
+                config: Some(start.config_line),
             })
         };
         let _ = start.reply.send(reply);

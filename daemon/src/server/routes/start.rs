@@ -17,9 +17,9 @@ pub async fn post(
 ) -> Result<Json<StartReply>, Response> {
     let reply = app.pipeline.start(req).await.map_err(|e| {
         let status = match e {
-            StartError::AlreadyRunning { .. } | StartError::Resumable { .. } => {
-                StatusCode::CONFLICT
-            }
+            StartError::AlreadyRunning { .. }
+            | StartError::Resumable { .. }
+            | StartError::ConfigDiffers(_) => StatusCode::CONFLICT,
             StartError::Invalid(_) => StatusCode::BAD_REQUEST,
             StartError::Spawn(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
