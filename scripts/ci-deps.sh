@@ -9,7 +9,12 @@
 #   bergson            (in .venv) SOURCE for `lavenderd attribute` (scripts/attribution-setup.sh)
 #   slurmctld, slurmd, slurm-client, munge
 #                      a single-node Slurm that scripts/slurm/start.sh starts for the
-#                      Slurm launch backend's test (daemon/tests/slurm_e2e.rs)
+#                      Slurm launch backend's test (daemon/tests/it/slurm_e2e.rs), and the
+#                      two-node cluster of scripts/slurm/start-cluster.sh
+#                      (daemon/tests/it/slurm_cluster.rs)
+#   iproute2, util-linux
+#                      ip (network namespaces, veth pairs, a bridge), nsenter and unshare:
+#                      each slurmd of the two-node cluster in its own namespace
 # Runs as root in CI; elsewhere it uses sudo for apt-get.
 #
 # Usage: ci-deps.sh [system|python]: the apt packages, or the .venv modules, alone (the
@@ -30,6 +35,8 @@ system_packages() {
   command -v curl >/dev/null 2>&1 || missing+=(curl)
   command -v jq >/dev/null 2>&1 || missing+=(jq)
   command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
+  command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+  { command -v nsenter && command -v unshare; } >/dev/null 2>&1 || missing+=(util-linux)
   if ! [ -x /usr/sbin/slurmctld ] || ! [ -x /usr/sbin/slurmd ] || ! command -v sbatch >/dev/null 2>&1 \
     || ! [ -x /usr/sbin/munged ]; then
     missing+=(slurmctld slurmd slurm-client munge)

@@ -166,6 +166,14 @@ pub struct SlurmJobStatus {
     /// while it runs.
     #[serde(default)]
     pub reason: Option<String>,
+    /// Every node of the job's allocation (`NodeList`, expanded), the batch node
+    /// first; empty while pending.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// What the daemon saw happen to the job, for a person: "node n2 lost at step
+    /// 120; waiting for 2 nodes" while a job that lost a node waits; null otherwise.
+    #[serde(default)]
+    pub message: Option<String>,
 }
 
 /// State of one pipeline step.
@@ -453,6 +461,19 @@ impl Status {
         }
         if let Some(f) = &p.failure {
             line(format!("failure:     {}: {}", f.kind, f.message));
+        }
+        if let Some(j) = &p.slurm {
+            let mut job = format!("slurm:       job {} {}", j.job_id, opt(&j.state));
+            if !j.nodes.is_empty() {
+                let _ = write!(job, " on {}", j.nodes.join(", "));
+            }
+            if let Some(reason) = &j.reason {
+                let _ = write!(job, " ({reason})");
+            }
+            line(job);
+            if let Some(message) = &j.message {
+                line(format!("             {message}"));
+            }
         }
         line(format!("active step: {}", opt(&self.active_step)));
         if !self.steps.is_empty() {

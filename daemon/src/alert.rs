@@ -77,6 +77,10 @@ pub enum Alert {
     /// A worker that stopped beating was killed and restarted (`on_stall: restart`).
     /// `message`: "hung at step N for M; restarted from <checkpoint>".
     HungRestarted { step: PipelineStep, message: String },
+    /// A node of the step's Slurm job was lost; the job waits for nodes again (or,
+    /// with `on_node_failure: fail`, was cancelled). `message`: "node n2 lost at step
+    /// N; waiting for 2 nodes".
+    NodeLost { step: PipelineStep, message: String },
     /// The loss diverged and the run went back to the checkpoint before it,
     /// skipping the data that led to it (`on_diverged: rollback`). `message`:
     /// "diverged at step N (…): rolled back to <checkpoint> (step C), skipping …".
@@ -132,6 +136,7 @@ impl Alert {
             Alert::Crashed { .. } => "crashed",
             Alert::Failed { .. } => "failed",
             Alert::HungRestarted { .. } => "hung",
+            Alert::NodeLost { .. } => "node_lost",
             Alert::RolledBack { .. } => "rolled_back",
             Alert::Resumed { .. } => "resumed",
             Alert::Stale { .. } => "stalled",
@@ -149,6 +154,7 @@ impl Alert {
             Alert::Crashed { step, .. }
             | Alert::Failed { step, .. }
             | Alert::HungRestarted { step, .. }
+            | Alert::NodeLost { step, .. }
             | Alert::RolledBack { step, .. }
             | Alert::Resumed { step, .. }
             | Alert::Stale { step, .. }
@@ -196,6 +202,7 @@ impl std::fmt::Display for Alert {
                 None => write!(f, "step {step}: no heartbeat yet after the start-up grace"),
             },
             Alert::HungRestarted { step, message } => write!(f, "step {step}: {message}"),
+            Alert::NodeLost { step, message } => write!(f, "step {step}: {message}"),
             Alert::RolledBack { step, message, .. } => write!(f, "step {step}: {message}"),
             Alert::Resumed { step, message, .. } => write!(f, "step {step}: {message}"),
             Alert::Adopted { step, worker } => {

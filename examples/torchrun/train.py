@@ -22,6 +22,8 @@ Options after lavender's own: --max-steps, --save-every, --batch-size, --seq-len
 import argparse
 import gzip
 import math
+import os
+import socket
 import sys
 from pathlib import Path
 
@@ -107,7 +109,10 @@ def main() -> int:
         detector.restore(w.resume.state.get("divergence", {}))
     # Batches a rollback skips: step s trains on the data of step s + offset.
     offset += w.skip_steps
-    print(f"torchrun rank {rank}: run {w.run_dir}, from step {start}, data offset {offset}", flush=True)
+    print(
+        f"torchrun rank {rank} on {socket.gethostname()} (pid {os.getpid()}): run {w.run_dir}, from step {start}, data offset {offset}",
+        flush=True,
+    )
 
     with w:
         w.start(step=start, world_size=td.get_world_size())

@@ -38,7 +38,9 @@ if [ "${SLURM_STOP_KEEP_JOBS:-0}" != 1 ] && alive "$RUN/slurmctld.pid" slurmctld
   fi
 fi
 
-for f in "$RUN"/slurmd-*.pid; do [ -e "$f" ] && stop_pid "$f" slurmd; done
+# The slurmd at once (each takes a moment to exit), then the controller, then munged.
+for f in "$RUN"/slurmd-*.pid; do [ -e "$f" ] && stop_pid "$f" slurmd & done
+wait
 stop_pid "$RUN/slurmctld.pid" slurmctld
 stop_pid "$BASE/munge/munged.pid" munged
 

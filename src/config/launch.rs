@@ -30,6 +30,35 @@ impl std::fmt::Display for LaunchBackend {
     }
 }
 
+/// What happens to a job when one of its nodes dies (`launch.slurm.on_node_failure`).
+/// Slurm notices a node that stopped answering (`SlurmdTimeout`), marks it DOWN and
+/// ends the job's steps on the other nodes; what the job does next is this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeFailurePolicy {
+    /// Back to the queue (Slurm's own requeue: the same job id): it runs again as
+    /// soon as the partition has as many nodes free, and resumes from the run's
+    /// latest complete checkpoint.
+    #[default]
+    Requeue,
+    /// Back to the queue, held to the nodes it ran on: it runs again only once the
+    /// lost node is back (a job that must keep its hosts, e.g. for local scratch).
+    Wait,
+    /// The job is cancelled and the pipeline fails, naming the node; `lavenderd start
+    /// --resume latest` continues from the latest checkpoint when you choose.
+    Fail,
+}
+
+impl NodeFailurePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeFailurePolicy::Requeue => "requeue",
+            NodeFailurePolicy::Wait => "wait",
+            NodeFailurePolicy::Fail => "fail",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LaunchConfig {
@@ -66,6 +95,8 @@ pub struct SlurmConfig {
     pub extra_args: Vec<String>,
     /// Seconds between two `squeue` looks at a job.
     pub poll_interval_s: u64,
+    /// A node of the job lost: requeue (default), wait for the same nodes, or fail.
+    pub on_node_failure: NodeFailurePolicy,
 }
 
 impl Default for SlurmConfig {
@@ -83,6 +114,7 @@ impl Default for SlurmConfig {
             requeue: true,
             extra_args: Vec::new(),
             poll_interval_s: 2,
+            on_node_failure: NodeFailurePolicy::Requeue,
         }
     }
 }
@@ -211,6 +243,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("backend") && err.contains("slurm"), "{err}");
+        assert_eq!(c.launch.slurm.on_node_failure, NodeFailurePolicy::Requeue);
+        let c = Config::from_yaml_str("launch:\n  slurm:\n    on_node_failure: wait\n", "x.yaml")
+            .unwrap();
+        assert_eq!(c.launch.slurm.on_node_failure, NodeFailurePolicy::Wait);
+        let err = Config::from_yaml_str("launch:\n  slurm:\n    on_node_failure: retry\n", "x.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("on_node_failure") && err.contains("requeue") && err.contains("x.yaml:3"),
+            "{err}"
+        );
         let err = Config::from_yaml_str("launch:\n  slurm:\n    time_limit: 2h\n", "x.yaml")
             .unwrap_err()
             .to_string();

@@ -30,7 +30,7 @@ use std::sync::LazyLock;
 pub use api::{ApiConfig, HostPort};
 pub use diff::changed_keys;
 pub use error::{ConfigError, ConfigErrorKind, Origin};
-pub use launch::{LaunchBackend, LaunchConfig, SlurmConfig};
+pub use launch::{LaunchBackend, LaunchConfig, NodeFailurePolicy, SlurmConfig};
 pub use layers::{DATA_ROOT_VAR, LoadOptions};
 pub use logging::{LoggingConfig, MIN_MAX_BYTES};
 pub use paths::{MissingPath, PATH_KEYS, missing_paths};
@@ -223,7 +223,15 @@ impl Config {
     /// (`world_size`, as torchrun sets it), would start copies that do not coordinate
     /// and write the same run directory. The error names the multi-GPU path.
     pub fn check_one_process(&self, world_size: Option<&str>) -> Result<(), ConfigError> {
-        let ntasks = self.launch.slurm.ntasks;
+        let (ntasks, nodes) = (self.launch.slurm.ntasks, self.launch.slurm.nodes);
+        if nodes > 1 {
+            return Err(ConfigError::new(ConfigErrorKind::Invalid {
+                path: "launch.slurm.nodes".into(),
+                message: format!(
+                    "{nodes} nodes would start copies of lavender-worker on {nodes} hosts, but it trains in one process on one device and its copies would not meet; set nodes and ntasks to 1, or for several hosts make worker.command a lavender-protocol script under torchrun, one agent per node: [examples/torchrun/slurm-torchrun.sh, torchrun, …, train.py] (docs/SLURM.md, \"Two nodes\")"
+                ),
+            }));
+        }
         if ntasks > 1 {
             return Err(ConfigError::new(ConfigErrorKind::Invalid {
                 path: "launch.slurm.ntasks".into(),

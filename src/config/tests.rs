@@ -1077,6 +1077,16 @@ fn lavender_worker_is_one_process_and_config_check_says_so() {
             && text.contains("docs/PYTHON.md"),
         "{text}"
     );
+    // Several nodes: refused before anything is submitted, naming the torchrun launcher.
+    let e = err("launch:\n  backend: slurm\n  slurm:\n    ntasks: 2\n    nodes: 2\n");
+    assert_eq!(e.path(), Some("launch.slurm.nodes"));
+    let text = e.to_string();
+    assert!(
+        text.contains("2 nodes would start copies of lavender-worker on 2 hosts")
+            && text.contains("examples/torchrun/slurm-torchrun.sh")
+            && text.contains("docs/SLURM.md"),
+        "{text}"
+    );
     // By its path too.
     let e =
         err("worker:\n  command: [/opt/bin/lavender-worker]\nlaunch:\n  slurm:\n    ntasks: 2\n");

@@ -297,7 +297,9 @@ mod tests {
                     job_id: "42".into(),
                     node: Some("gpu7".into()),
                     state: Some("RUNNING".into()),
-                    reason: None,
+                    nodes: vec!["gpu7".into(), "gpu8".into()],
+                    message: Some("node gpu8 lost at step 3; waiting for 2 nodes".into()),
+                    ..Default::default()
                 },
             },
             step: PipelineStep::Train,

@@ -114,6 +114,30 @@ pub struct JobUpdate {
     pub state: String,
     /// Why the job waits (`BeginTime`, `Resources`, …); none while it runs.
     pub reason: Option<String>,
+    /// Its nodes, the batch node first; empty while pending.
+    pub nodes: Vec<String>,
+    /// What happened to it, for a person (a lost node), while it matters.
+    pub message: Option<String>,
+    /// A lost node made `on_node_failure: fail` cancel it.
+    pub failed_on_node_loss: bool,
+}
+
+impl JobUpdate {
+    pub fn new(
+        state: String,
+        node: Option<String>,
+        reason: Option<String>,
+        nodes: Vec<String>,
+    ) -> JobUpdate {
+        JobUpdate {
+            node,
+            state,
+            reason,
+            nodes,
+            message: None,
+            failed_on_node_loss: false,
+        }
+    }
 }
 
 /// Called by a Slurm watcher whenever the job's state or node changes.
@@ -217,8 +241,12 @@ impl Backend {
             }
             LaunchBackend::Slurm => {
                 let job = slurm::submit::submit(&self.slurm, &self.jobs_dir, spec)?;
-                let exit =
-                    slurm::watch::until_done(job.job_id.clone(), self.poll_interval(), updates);
+                let exit = slurm::watch::until_done(
+                    job.clone(),
+                    self.slurm.on_node_failure,
+                    self.poll_interval(),
+                    updates,
+                );
                 Ok(Launched {
                     handle: WorkerHandle::Slurm { slurm: job },
                     exit,
@@ -249,9 +277,12 @@ impl Backend {
                     outcome
                 })
             }
-            WorkerHandle::Slurm { slurm } => {
-                slurm::watch::until_done(slurm.job_id.clone(), self.poll_interval(), updates)
-            }
+            WorkerHandle::Slurm { slurm } => slurm::watch::until_done(
+                slurm.clone(),
+                self.slurm.on_node_failure,
+                self.poll_interval(),
+                updates,
+            ),
         }
     }
 
@@ -271,7 +302,7 @@ mod tests {
                 job_id: "42".into(),
                 node: node.map(str::to_string),
                 state: Some(state.into()),
-                reason: None,
+                ..SlurmJob::default()
             },
         };
         assert!(job("PENDING", None).same_as(&job("RUNNING", Some("gpu7"))));

@@ -130,6 +130,8 @@ pub fn compose(
                     node: j.node.clone(),
                     state: j.state.clone(),
                     reason: j.reason.clone(),
+                    nodes: j.nodes.clone(),
+                    message: j.message.clone(),
                 }
             }),
             recovery: record.recovery.clone(),

@@ -52,6 +52,17 @@ impl Actor {
             return;
         }
 
+        // `on_node_failure: fail` cancelled the job when a node was lost: the
+        // pipeline fails with that, rather than restart as after a crash.
+        if let Some(job) = worker.handle.slurm_job().filter(|j| j.failed_on_node_loss) {
+            let reason = job
+                .message
+                .clone()
+                .unwrap_or_else(|| format!("Slurm job {}: a node was lost", job.job_id));
+            self.fail_after(step, reason, Some(exit.outcome), None);
+            return;
+        }
+
         let judged = judge(
             step,
             exit.outcome,

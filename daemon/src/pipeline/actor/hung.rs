@@ -23,6 +23,16 @@ impl Actor {
         {
             return;
         }
+        // A Slurm job waiting in the queue (requeued after a lost node or at its time
+        // limit) runs nothing that could beat.
+        if worker
+            .handle
+            .slurm_job()
+            .is_some_and(|j| j.state.as_deref().is_some_and(|s| s != "RUNNING"))
+        {
+            tracing::info!(worker = %worker.handle, "no heartbeat while the Slurm job is not running: not hung");
+            return;
+        }
         let grace = self.timings.stall_kill_grace;
         let text = hung_text(&report);
         tracing::warn!(

@@ -367,16 +367,26 @@ impl Actor {
         else {
             return;
         };
-        slurm.state = Some(change.update.state);
-        slurm.reason = change.update.reason;
-        if change.update.node.is_some() {
-            slurm.node = change.update.node;
+        let update = change.update;
+        let newly_lost = update.message.is_some() && update.message != slurm.message;
+        slurm.state = Some(update.state);
+        slurm.reason = update.reason;
+        if update.node.is_some() {
+            slurm.node = update.node;
         }
+        slurm.nodes = update.nodes;
+        slurm.message = update.message;
+        slurm.failed_on_node_loss = update.failed_on_node_loss;
+        let message = slurm.message.clone();
         if let Some(w) = self.worker.as_mut() {
             w.handle = WorkerHandle::Slurm {
                 slurm: slurm.clone(),
             };
         }
         self.commit();
+        if let (true, Some(message), Some(step)) = (newly_lost, message, self.record.active_step)
+        {
+            self.alert(Alert::NodeLost { step, message });
+        }
     }
 }

@@ -14,12 +14,17 @@ pub enum JobInfo {
         state: String,
         node: Option<String>,
         reason: Option<String>,
+        /// The allocation's nodes (empty while pending).
+        nodes: Vec<String>,
+        /// How many nodes the job runs on (`NumNodes`), asked for while pending.
+        num_nodes: Option<u32>,
     },
     /// Ended, with how.
     Ended {
         state: String,
         node: Option<String>,
         outcome: ExitOutcome,
+        nodes: Vec<String>,
     },
     /// Neither the controller nor accounting knows the job.
     Unknown,
@@ -54,7 +59,7 @@ fn outcome_of(exit_code: &str) -> ExitOutcome {
 
 /// The value of `key=` in a one-line `scontrol -o` record (values never hold spaces
 /// for the keys read here).
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+pub(crate) fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split_whitespace()
         .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }
@@ -71,7 +76,28 @@ pub fn parse_scontrol(text: &str) -> Option<JobInfo> {
     let reason = field(line, "Reason")
         .filter(|r| !r.is_empty() && *r != "None" && *r != "(null)")
         .map(str::to_string);
-    Some(job_info(state, node, outcome, reason))
+    let nodes = field(line, "NodeList")
+        .filter(|n| *n != "(null)")
+        .map(super::nodes::expand_hostlist)
+        .unwrap_or_default();
+    // "2" or, while pending, "2-2".
+    let num_nodes = field(line, "NumNodes")
+        .and_then(|n| n.split('-').next())
+        .and_then(|n| n.parse().ok());
+    Some(job_info(state, node, outcome, reason, batch_first(nodes, node_ref(line)), num_nodes))
+}
+
+fn node_ref(line: &str) -> Option<&str> {
+    field(line, "BatchHost").filter(|n| !n.is_empty() && *n != "(null)")
+}
+
+/// The batch node first (it runs the script and rank 0), the others in Slurm's order.
+fn batch_first(mut nodes: Vec<String>, batch: Option<&str>) -> Vec<String> {
+    if let Some(i) = batch.and_then(|b| nodes.iter().position(|n| n == b)) {
+        let first = nodes.remove(i);
+        nodes.insert(0, first);
+    }
+    nodes
 }
 
 /// Parses `sacct -n -X -P -o State,ExitCode,NodeList -j <id>`.
@@ -81,12 +107,13 @@ pub fn parse_sacct(text: &str) -> Option<JobInfo> {
     // "CANCELLED by 0" → "CANCELLED".
     let state = parts.next()?.split_whitespace().next()?.to_string();
     let outcome = parts.next().map_or(ExitOutcome::Unknown, outcome_of);
-    let node = parts
+    let node_list = parts
         .next()
         .map(str::trim)
-        .filter(|n| !n.is_empty() && *n != "None assigned")
-        .map(str::to_string);
-    Some(job_info(state, node, outcome, None))
+        .filter(|n| !n.is_empty() && *n != "None assigned");
+    let nodes = node_list.map(super::nodes::expand_hostlist).unwrap_or_default();
+    let node = nodes.first().cloned();
+    Some(job_info(state, node, outcome, None, nodes, None))
 }
 
 /// An ended job carries its outcome; an active one only its state and node.
@@ -95,18 +122,23 @@ fn job_info(
     node: Option<String>,
     outcome: ExitOutcome,
     reason: Option<String>,
+    nodes: Vec<String>,
+    num_nodes: Option<u32>,
 ) -> JobInfo {
     if is_ended(&state) {
         JobInfo::Ended {
             state,
             node,
             outcome,
+            nodes,
         }
     } else {
         JobInfo::Active {
             state,
             node,
             reason,
+            nodes,
+            num_nodes,
         }
     }
 }
@@ -132,6 +164,8 @@ pub fn look(job_id: &str) -> JobInfo {
                     state: "UNREACHABLE".into(),
                     node: None,
                     reason: None,
+                    nodes: Vec::new(),
+                    num_nodes: None,
                 };
             }
         }
@@ -172,17 +206,28 @@ mod tests {
                 state: "RUNNING".into(),
                 node: Some("vm".into()),
                 reason: None,
+                nodes: vec!["vm".into()],
+                num_nodes: Some(1),
             })
         );
-        let pending = "JobId=7 JobState=PENDING Reason=BeginTime ExitCode=0:0 NodeList=(null)";
+        let pending = "JobId=7 JobState=PENDING Reason=BeginTime ExitCode=0:0 NodeList=(null) NumNodes=2-2";
         assert_eq!(
             parse_scontrol(pending),
             Some(JobInfo::Active {
                 state: "PENDING".into(),
                 node: None,
                 reason: Some("BeginTime".into()),
+                nodes: vec![],
+                num_nodes: Some(2),
             })
         );
+        // Two nodes: the batch node first, whatever Slurm's order.
+        let two = "JobId=8 JobState=RUNNING Reason=None ExitCode=0:0 NodeList=n[1-2] BatchHost=n2 NumNodes=2 NumCPUs=2";
+        assert!(matches!(
+            parse_scontrol(two),
+            Some(JobInfo::Active { nodes, node: Some(batch), num_nodes: Some(2), .. })
+                if nodes == ["n2", "n1"] && batch == "n2"
+        ));
         let failed = "JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0 NodeList=vm";
         assert!(matches!(
             parse_scontrol(failed),

@@ -106,9 +106,9 @@ pub fn submit(cfg: &SlurmConfig, jobs_dir: &Path, spec: &SpawnSpec) -> Result<Sl
     );
     Ok(SlurmJob {
         job_id,
-        node: None,
         state: Some("PENDING".into()),
-        reason: None,
+        run_dir: spec.run_dir.clone().filter(|_| spec.trains()),
+        ..SlurmJob::default()
     })
 }
 
