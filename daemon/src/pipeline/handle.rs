@@ -33,6 +33,10 @@ pub struct StartReply {
     /// scale asks for.
     #[serde(default)]
     pub notices: Vec<String>,
+    /// The start had nothing to run (every step finished, no `--force`) and did
+    /// nothing: the line that says so, and the only one to show.
+    #[serde(default)]
+    pub nothing_to_do: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -5,6 +5,7 @@
 mod api;
 mod architecture;
 mod cli_commands;
+mod data_root;
 mod lifecycle;
 mod notify_alerts;
 mod notify_down;

@@ -9,13 +9,13 @@ pub fn check(args: &GlobalArgs) -> Result<ExitCode> {
     let settings = Settings::load(args)?;
     print!("{}", settings.config.resolved().to_yaml());
     eprintln!(
-        "config OK ({}); data root {}; state directory {}",
+        "config OK ({}); {}; state directory {}",
         settings
             .config_file
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "built-in defaults".into()),
-        settings.layout.data_root.display(),
+        settings.data_root.line(),
         settings.layout.state_dir.display()
     );
     Ok(ExitCode::SUCCESS)

@@ -34,6 +34,11 @@ impl Actor {
             }));
             return;
         }
+        // Nothing to run: the record, the run and the pushes stay as they were.
+        if let Some(line) = plan::nothing_to_do(&self.layout, &self.config, &self.record, &req) {
+            let _ = reply.send(Ok(self.nothing_to_do(&req, line)));
+            return;
+        }
         let plan::Prepared {
             record,
             chunk,
@@ -56,6 +61,23 @@ impl Actor {
         self.advance();
         if self.launching.is_none() {
             self.answer_start();
+        }
+    }
+
+    /// The answer to a start with nothing to do: the pipeline as it is, and the line.
+    fn nothing_to_do(&self, req: &StartRequest, line: String) -> StartReply {
+        StartReply {
+            state: self.record.state,
+            chunk: req.chunk.unwrap_or(self.config.chunk),
+            scale: req.scale.unwrap_or(self.config.scale),
+            active_step: None,
+            pid: None,
+            run_dir: self.record.run_dir.clone(),
+            log_file: None,
+            resume_from: None,
+            slurm_job: None,
+            notices: Vec::new(),
+            nothing_to_do: Some(line),
         }
     }
 
@@ -87,6 +109,7 @@ impl Actor {
                     .and_then(|w| w.handle.slurm_job())
                     .map(|j| j.job_id.clone()),
                 notices: start.notices,
+                nothing_to_do: None,
             })
         };
         let _ = start.reply.send(reply);
