@@ -27,16 +27,18 @@ setup: libtorch
 build: libtorch
 	@$(TORCH_ENV) cargo build --release --workspace
 
-# The demo's data (corpus, shards, tokens, checkpoints, logs) goes to ./data-root.
-# Run again after Ctrl-C, it resumes from the newest checkpoint (`start` refuses to
-# start over silently while a run could be resumed).
-DEMO_ROOT := $(CURDIR)/data-root
-
+# The demo trains into the data root every lavenderd command finds by itself, from
+# any folder (docs/OPERATIONS.md, "Which data root"): the per-user data folder
+# ($XDG_DATA_HOME/lavender, ~/.local/share/lavender; ~/Library/Application
+# Support/lavender on macOS), or a data-root/ folder here when there is one (an older
+# checkout's demo). `start` says which on its first line. Run again after Ctrl-C, it
+# resumes from the newest checkpoint (`start` refuses to start over silently while a
+# run could be resumed); run again after it finished, it says there is nothing to do.
 run: build
-	@./target/release/lavenderd start --scale tiny --foreground --data-root "$(DEMO_ROOT)" \
-		$(if $(wildcard $(DEMO_ROOT)/checkpoints/run-*/*/trainer_state.json),--resume latest)
+	@resume=$$(./target/release/lavenderd runs --json 2>/dev/null | grep -q '"checkpoints": [1-9]' && echo "--resume latest"); \
+		./target/release/lavenderd start --scale tiny --foreground $$resume
 	@echo "--- a sample from the trained model:"
-	@./target/release/lavender-worker generate --data-root "$(DEMO_ROOT)" --checkpoint latest --prompt "ROMEO:"
+	@./target/release/lavender-worker generate --checkpoint latest --prompt "ROMEO:"
 
 install: build
 	@bash scripts/install.sh install "$(PREFIX)" target/release

@@ -57,6 +57,9 @@ install_all() {
     fi
   fi
   echo "installed lavenderd and lavender-worker into $prefix/bin"
+  # The installed lavenderd finds the data root as `make run` does (docs/OPERATIONS.md,
+  # "Which data root"), so it sees the run `make run` trained, from any folder.
+  echo "data root: what \`make run\` used, found by itself (the per-user data folder, e.g. ~/.local/share/lavender, unless --data-root, LAVENDER_DATA_ROOT or the config say otherwise); every command says on its first line which it read"
   case ":$PATH:" in
     *":$prefix/bin:"*) ;;
     *) echo "note: $prefix/bin is not on PATH; add it (e.g. export PATH=\"$prefix/bin:\$PATH\") or run $prefix/bin/lavenderd" ;;

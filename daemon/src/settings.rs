@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use lavender::config::{Config, LoadOptions};
+use lavender::data_root::{DataRootEnv, Resolved};
 
 use crate::layout::Layout;
 
@@ -13,7 +14,8 @@ pub struct GlobalArgs {
     /// Pipeline config (YAML) layered over the built-in defaults.
     #[arg(long, global = true, env = "LAVENDER_CONFIG", value_name = "PATH")]
     pub config: Option<PathBuf>,
-    /// Data root (default: LAVENDER_DATA_ROOT, then the config's candidates, then ./data).
+    /// Data root (default: LAVENDER_DATA_ROOT, the config's data_root, then its
+    /// data_root_candidates, a data-root/ folder here or above, the per-user data folder).
     #[arg(long, global = true, value_name = "PATH")]
     pub data_root: Option<PathBuf>,
     /// The daemon's state directory (default: <data_root>/state).
@@ -26,6 +28,8 @@ pub struct Settings {
     pub config: Config,
     pub config_file: Option<PathBuf>,
     pub layout: Layout,
+    /// The data root and how it was chosen, which every command that reads it says first.
+    pub data_root: Resolved,
 }
 
 fn absolute(p: &Path) -> PathBuf {
@@ -39,19 +43,21 @@ impl Settings {
         opts.file = config_file.clone();
         let config = Config::load(&opts).map_err(|e| anyhow::anyhow!("{e}"))?;
         let cwd = std::env::current_dir().context("read the current directory")?;
-        let data_root = config.resolve_data_root(
+        let mut data_root = config.data_root(
             args.data_root.as_deref(),
-            opts.env_data_root().as_deref(),
+            &DataRootEnv::from_process(),
             &cwd,
         );
+        data_root.path = absolute(&data_root.path);
         let layout = Layout::new(
-            absolute(&data_root),
+            data_root.path.clone(),
             args.state_dir.as_deref().map(absolute),
         );
         Ok(Settings {
             config,
             config_file,
             layout,
+            data_root,
         })
     }
 

@@ -22,7 +22,7 @@ pub struct LoadOptions {
     pub cwd: Option<PathBuf>,
 }
 
-/// The data root variable; read by [`super::Config::resolve_data_root`], not layered.
+/// The data root variable; read by [`crate::data_root::resolve`], not layered.
 pub const DATA_ROOT_VAR: &str = "LAVENDER_DATA_ROOT";
 
 /// Short forms for the most-used keys.

@@ -24,7 +24,7 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::LazyLock;
 
 pub use api::{ApiConfig, HostPort};
@@ -126,21 +126,23 @@ impl Config {
         format!("# lavender: resolved config\n{body}")
     }
 
-    /// The data root, first that applies: `cli` (`--data-root`), `env`
-    /// (`LAVENDER_DATA_ROOT`), the config's `data_root`, the first of
-    /// `data_root_candidates` that is an existing directory, else `<cwd>/data`.
-    /// Relative paths are taken relative to `cwd`.
-    pub fn resolve_data_root(&self, cli: Option<&Path>, env: Option<&Path>, cwd: &Path) -> PathBuf {
-        let explicit = cli.or(env).or(self.data_root.as_deref());
-        match explicit {
-            Some(path) => cwd.join(path),
-            None => self
-                .data_root_candidates
-                .iter()
-                .map(|candidate| cwd.join(candidate))
-                .find(|candidate| candidate.is_dir())
-                .unwrap_or_else(|| cwd.join("data")),
-        }
+    /// The data root these settings name, and how it was chosen
+    /// ([`crate::data_root::resolve`]): `flag` (`--data-root`) > `env`'s
+    /// `LAVENDER_DATA_ROOT` > `data_root` > `data_root_candidates` > a `data-root/`
+    /// folder in `cwd` or above it > the per-user data folder.
+    pub fn data_root(
+        &self,
+        flag: Option<&Path>,
+        env: &crate::data_root::DataRootEnv,
+        cwd: &Path,
+    ) -> crate::data_root::Resolved {
+        crate::data_root::resolve(&crate::data_root::Sources {
+            flag,
+            config: self.data_root.as_deref(),
+            candidates: &self.data_root_candidates,
+            cwd,
+            env,
+        })
     }
 
     /// The scale's preset (from the `scales` section).

@@ -756,36 +756,6 @@ fn missing_config_file_names_it() {
 }
 
 #[test]
-fn data_root_resolution_order() {
-    let tmp = tempfile::tempdir().unwrap();
-    let cwd = tmp.path();
-    let cli = cwd.join("cli");
-    let env_root = cwd.join("env");
-    let missing = cwd.join("missing-ssd");
-    let existing = cwd.join("ssd");
-    std::fs::create_dir(&existing).unwrap();
-
-    let mut c = Config::default();
-    // Nothing configured: <cwd>/data.
-    assert_eq!(c.resolve_data_root(None, None, cwd), cwd.join("data"));
-    // Candidates: the first that exists wins; none existing falls back to ./data.
-    c.data_root_candidates = vec![missing.clone(), existing.clone()];
-    assert_eq!(c.resolve_data_root(None, None, cwd), existing);
-    c.data_root_candidates = vec![missing.clone()];
-    assert_eq!(c.resolve_data_root(None, None, cwd), cwd.join("data"));
-    c.data_root_candidates = vec![missing, existing.clone()];
-    // Config data_root beats candidates.
-    c.data_root = Some("from-config".into());
-    assert_eq!(
-        c.resolve_data_root(None, None, cwd),
-        cwd.join("from-config")
-    );
-    // Env beats config; CLI beats env.
-    assert_eq!(c.resolve_data_root(None, Some(&env_root), cwd), env_root);
-    assert_eq!(c.resolve_data_root(Some(&cli), Some(&env_root), cwd), cli);
-}
-
-#[test]
 fn key_paths_parse() {
     use tree::{Segment, parse_key_path, render_key_path};
     let p = parse_key_path("training.stages[1].lr").unwrap();

@@ -40,7 +40,8 @@ pub struct StepArgs {
 #[derive(Debug, Clone)]
 pub struct Loaded {
     pub config: Config,
-    /// `--data-root` > `LAVENDER_DATA_ROOT` > the config's `data_root` / candidates.
+    /// `--data-root` > `LAVENDER_DATA_ROOT` > the config's `data_root` / candidates >
+    /// a `data-root/` folder here or above > the per-user data folder, as lavenderd finds it.
     pub data_root: PathBuf,
     /// Relative paths in the config (sources, JSONL files) are taken from here: the
     /// config file's directory, or the working directory without a file.
@@ -71,11 +72,13 @@ impl StepArgs {
         // One process on one device, whatever launched it.
         config.check_one_process(std::env::var(WORLD_SIZE).ok().as_deref())?;
         let cwd = std::env::current_dir().context("could not read the current directory")?;
-        let data_root = config.resolve_data_root(
-            self.data_root.as_deref(),
-            opts.env_data_root().as_deref(),
-            &cwd,
-        );
+        let data_root = config
+            .data_root(
+                self.data_root.as_deref(),
+                &lavender::data_root::DataRootEnv::from_process(),
+                &cwd,
+            )
+            .path;
         let config_dir = self
             .config
             .as_ref()

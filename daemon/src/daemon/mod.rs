@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use lavender::data_root::{Identity, RootGone};
 use lavender::status::PipelineState;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -62,22 +63,32 @@ enum LoopEnd {
     Exit(DaemonExit),
     /// Restart the daemon alone.
     Restart,
+    /// The data root is not the folder the daemon started on any more.
+    RootGone(RootGone),
 }
 
 /// How long a restart alone waits for open requests to finish before it re-executes.
 const RESTART_DRAIN: Duration = Duration::from_secs(5);
+/// How often the daemon checks that its data root is still the folder it started on.
+const ROOT_CHECK: Duration = Duration::from_secs(1);
 /// How often the foreground view redraws its progress bar.
 const VIEW_REFRESH: Duration = Duration::from_millis(250);
 
 pub async fn run(mut opts: ServeOptions) -> Result<DaemonExit> {
     let start = opts.start.take();
     let mut daemon = Daemon::build(opts).await?;
-    if let Some(req) = start {
-        daemon.start_pipeline(req).await?;
+    if let Some(req) = start
+        && let Some(line) = daemon.start_pipeline(req).await?
+    {
+        // Nothing to run: the pipeline stays as it was, and this daemon goes.
+        println!("{line}");
+        let state = daemon.pipeline.record().state;
+        return Ok(daemon.shut_down(DaemonExit::PipelineEnded(state)).await);
     }
     match daemon.signal_loop().await? {
         LoopEnd::Exit(exit) => Ok(daemon.shut_down(exit).await),
         LoopEnd::Restart => Err(daemon.restart_alone().await),
+        LoopEnd::RootGone(gone) => Err(daemon.root_gone(gone).await),
     }
 }
 
@@ -97,6 +108,8 @@ struct Daemon {
     reloads: mpsc::Receiver<server::ReloadReply>,
     shutdown: watch::Sender<bool>,
     server: JoinHandle<Result<()>>,
+    /// The data root as it was at the start (an unplugged disk ends the daemon).
+    root: Identity,
     _lock: lock::InstanceLock,
 }
 
@@ -132,6 +145,11 @@ impl Daemon {
             .ensure_state_dir()
             .with_context(|| format!("create state directory {}", layout.state_dir.display()))?;
         let lock = lock::acquire(&layout)?;
+        std::fs::create_dir_all(&layout.data_root)
+            .with_context(|| format!("create data root {}", layout.data_root.display()))?;
+        let root = Identity::capture(&layout.data_root, settings.data_root.choice.describe())
+            .with_context(|| format!("read data root {}", layout.data_root.display()))?;
+        tracing::info!("{}", settings.data_root.line());
         crate::logging::rotate_own_log(&layout.daemon_log(), settings.config.logging)?;
         let started_at: Arc<str> = lavender::time::rfc3339_z(lavender::time::now_utc()).into();
         // A daemon in a terminal (`start --foreground`) ends with its pipeline; only a
@@ -199,13 +217,16 @@ impl Daemon {
             reloads,
             shutdown,
             server,
+            root,
             _lock: lock,
         })
     }
 
-    /// `start --foreground`: the pipeline starts with the daemon, or the daemon ends.
-    async fn start_pipeline(&mut self, req: StartRequest) -> Result<()> {
+    /// `start --foreground`: the pipeline starts with the daemon, or the daemon ends;
+    /// the line that says so when the start had nothing to do.
+    async fn start_pipeline(&mut self, req: StartRequest) -> Result<Option<String>> {
         match self.pipeline.start(req).await {
+            Ok(reply) if reply.nothing_to_do.is_some() => Ok(reply.nothing_to_do),
             Ok(reply) => {
                 tracing::info!(
                     "pipeline started: chunk {}, scale {}, step {}",
@@ -213,7 +234,7 @@ impl Daemon {
                     reply.scale,
                     reply.active_step.map_or("-", |s| s.as_str())
                 );
-                Ok(())
+                Ok(None)
             }
             Err(e) => {
                 let _ = self.shutdown.send(true);
@@ -228,6 +249,7 @@ impl Daemon {
         let mut signals = Signals::install()?;
         let mut records = self.pipeline.subscribe();
         let mut redraw = tokio::time::interval(VIEW_REFRESH);
+        let mut root_check = tokio::time::interval(ROOT_CHECK);
         let in_view = self.view.is_some();
         loop {
             tokio::select! {
@@ -244,6 +266,9 @@ impl Daemon {
                     let _ = reply.send(self.reload().await);
                 }
                 _ = redraw.tick(), if in_view => self.redraw(),
+                _ = root_check.tick() => if let Err(gone) = self.root.check() {
+                    return Ok(LoopEnd::RootGone(gone));
+                },
                 tick = self.service.next() => {
                     let cache = &self.cache;
                     self.service.on_tick(tick, &self.pipeline, || progress::line(&cache.status())).await;
@@ -346,6 +371,27 @@ impl Daemon {
         self.pipeline.detach().await;
         self.remove_addresses();
         exit
+    }
+
+    /// The data root went (its disk unplugged): nothing written from now on would
+    /// land where it belongs, and nothing may land in another folder. The worker is
+    /// killed without a save (its save would recreate the path on the disk beneath),
+    /// the API closes, and the daemon ends with the error naming the folder.
+    async fn root_gone(mut self, gone: RootGone) -> anyhow::Error {
+        tracing::error!("{gone}");
+        self.service.stopping(&gone.to_string());
+        if let Err(e) = self
+            .pipeline
+            .stop_for(StopCause::DaemonExit, Some(Duration::ZERO))
+            .await
+        {
+            tracing::error!("{e:#}");
+        }
+        let _ = self.shutdown.send(true);
+        let _ = (&mut self.server).await;
+        self.pipeline.detach().await;
+        self.remove_addresses();
+        anyhow::anyhow!("{gone}")
     }
 
     async fn stop_pipeline(&mut self) {

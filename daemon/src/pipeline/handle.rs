@@ -37,6 +37,10 @@ pub struct StartReply {
     /// `config: FILE (changed since the last start: KEY, …)`: what the start runs with.
     #[serde(default)]
     pub config: Option<String>,
+    /// The start had nothing to run (every step finished, no `--force`) and did
+    /// nothing: the line that says so, and the only one to show.
+    #[serde(default)]
+    pub nothing_to_do: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -149,6 +149,43 @@ pub fn prepare(
     })
 }
 
+/// A start that would run nothing: every step of its chunk finished with the inputs
+/// it has now, and no `--force`. The one line that says so (the start then does
+/// nothing else: no new run, no "finished" push, no pruning); `None` when the start
+/// has something to do, or is refused by [`prepare`] anyway.
+pub fn nothing_to_do(
+    layout: &Layout,
+    config: &Config,
+    current: &PipelineRecord,
+    req: &StartRequest,
+) -> Option<String> {
+    let foreign_root = req
+        .data_root
+        .as_deref()
+        .is_some_and(|root| !same_path(root, &layout.data_root));
+    if req.force || foreign_root || req.validate().is_err() || current.is_active() {
+        return None;
+    }
+    let chunk = req.chunk.unwrap_or(config.chunk);
+    let scale = req.scale.unwrap_or(config.scale);
+    let mut worker_config = config.clone();
+    worker_config.scale = scale;
+    worker_config.chunk = chunk;
+    let planned = plan_steps(layout, &worker_config, chunk, req.skip_train, None);
+    if planned.steps.iter().any(|s| s.state == StepState::Pending) {
+        return None;
+    }
+    let run = current
+        .run_dir
+        .as_deref()
+        .filter(|_| current.chunk == Some(chunk))
+        .map(|d| format!(" (run {})", layout.to_recorded(d).display()))
+        .unwrap_or_default();
+    Some(format!(
+        "nothing to do: chunk {chunk} at scale {scale} has finished every step{run}; `lavenderd start --force` runs them again"
+    ))
+}
+
 /// The steps of a start and what to tell the operator about them.
 pub struct Planned {
     pub steps: Vec<StepEntry>,

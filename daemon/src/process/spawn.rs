@@ -33,6 +33,14 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned> {
     let (program, args) = argv
         .split_first()
         .context("the worker command is empty (config key worker.command)")?;
+    // A data root that is not there (its disk unplugged) is not made again by the
+    // log's folder: the worker's files would land on the disk beneath.
+    if !spec.data_root.is_dir() {
+        anyhow::bail!(
+            "the data root {} is not there (was its disk unplugged?); the worker is not started",
+            spec.data_root.display()
+        );
+    }
     if let Some(dir) = spec.log_file.parent() {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("create log directory {}", dir.display()))?;

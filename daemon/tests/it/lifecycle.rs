@@ -183,7 +183,8 @@ fn runs_checkpoints_logs_and_prune() {
     );
 
     let out = env.run(&["checkpoints", "--run", &oldest]);
-    assert_eq!(stdout(&out).lines().count(), 4, "{}", stdout(&out));
+    // The data root's line, then the run's four checkpoints.
+    assert_eq!(stdout(&out).lines().count(), 1 + 4, "{}", stdout(&out));
     // Deleting asks first. Without a terminal it needs --yes: one line, nothing deleted.
     let out = env.run(&["prune", "--keep-runs", "1"]);
     assert!(!out.status.success(), "{}", stdout(&out));
@@ -734,7 +735,8 @@ fn logs_follow_reads_across_rotations_of_the_pipeline_log() {
     let n = current + 20;
     let out = env.run(&["logs", "-n", &n.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(stdout(&out).lines().count(), n);
+    // The data root's line, then the n lines.
+    assert_eq!(stdout(&out).lines().count(), 1 + n);
     wait_until(
         Duration::from_secs(10),
         "the relay to end with the worker",

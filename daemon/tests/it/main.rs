@@ -6,6 +6,7 @@ mod api;
 mod architecture;
 mod cli_commands;
 mod config_reload;
+mod data_root;
 mod lifecycle;
 mod notify_alerts;
 mod notify_down;

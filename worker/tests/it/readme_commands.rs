@@ -1,8 +1,13 @@
 //! README.md's commands cannot rot. Both programs are installed with
-//! `scripts/install.sh` (what `make install` runs) into a temporary PREFIX, and every
-//! command of the README's "Using it" block runs, in order, with only PREFIX/bin and
-//! the system folders on PATH, against a live daemon that trains a tiny model with
-//! the real worker; each must do what its comment says. Beside that: the installed
+//! `scripts/install.sh` (what `make install` runs) into a temporary PREFIX; in a
+//! folder standing for the checkout, `make run`'s own command line trains the
+//! pipeline (`lavenderd start --scale tiny --foreground`, no data root named; the
+//! test's config makes the model and its stages small), then every command of the
+//! README's "Using it" block runs, in order, from the same folder, with only
+//! PREFIX/bin and the system folders on PATH and no data root named either: each
+//! must find that run, say on its first line where it looked, and do what its
+//! comment says. Then from another folder, and from one holding an empty
+//! `data-root/`, which must point at the run and the flag. Beside that: the installed
 //! lavenderd run by its path finds the worker beside itself, the error without any
 //! worker names where it looked, `start --foreground` prints the event view only
 //! (tracing goes to the daemon log), and uninstall removes exactly what install wrote.
@@ -19,6 +24,7 @@ use lavender_testkit::{WORDS, lavenderd, repo, stderr, stdout, wait_until, write
 use serde_json::Value;
 
 const README: &str = include_str!("../../../README.md");
+const MAKEFILE: &str = include_str!("../../../Makefile");
 const T: Duration = Duration::from_secs(90);
 /// Where the system's own tools (bash, curl, jq, ldd) live; nothing of lavender's.
 const SYSTEM_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -119,7 +125,8 @@ fn block_after(doc: &str, heading: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A shell on the test's data root, with PATH = PREFIX/bin + shims + the system.
+/// A shell in a folder, with PATH = PREFIX/bin + shims + the system.
+#[derive(Clone)]
 struct Shell {
     vars: Vec<(String, String)>,
     dir: PathBuf,
@@ -144,6 +151,14 @@ impl Shell {
             .unwrap()
     }
 
+    /// The same shell in another folder.
+    fn in_dir(&self, dir: &Path) -> Shell {
+        Shell {
+            dir: dir.to_path_buf(),
+            ..self.clone()
+        }
+    }
+
     fn status(&self) -> Value {
         let out = self.run("lavenderd status --json", None);
         let st: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
@@ -165,8 +180,23 @@ fn ok(line: &str, out: &Output) -> String {
     format!("{}{}", stdout(out), stderr(out))
 }
 
+/// The first line a command printed: the data root it read and how it was chosen,
+/// which must be `root`, the per-user default (nothing names another).
+fn says_root(line: &str, out: &Output, root: &Path) {
+    let text = stdout(out);
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!(
+            "data root: {} (the per-user default ~/.local/share/lavender",
+            root.display()
+        )),
+        "`{line}` does not say first where it looked:\n{text}{}",
+        stderr(out)
+    );
+}
+
 #[test]
-fn readme_using_it_commands_do_what_they_say_after_make_install() {
+fn readme_using_it_commands_do_what_they_say_after_make_run_and_make_install() {
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path().join("prefix");
     ok("scripts/install.sh install", &install(&prefix));
@@ -178,7 +208,10 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
     let (shim_dir, calls) = lavender_testkit::service_shims(dir.path());
-    let data_root = dir.path().join("data");
+    // No data root is named anywhere: the per-user one under HOME it is.
+    let data_root = home.join(".local/share/lavender");
+    let checkout = dir.path().join("checkout");
+    std::fs::create_dir_all(&checkout).unwrap();
     let sh = Shell {
         vars: vec![
             (
@@ -194,10 +227,9 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
                 "XDG_CONFIG_HOME".into(),
                 home.join(".config").display().to_string(),
             ),
-            ("LAVENDER_DATA_ROOT".into(), data_root.display().to_string()),
             ("LAVENDER_CONFIG".into(), config.display().to_string()),
         ],
-        dir: dir.path().to_path_buf(),
+        dir: checkout.clone(),
     };
     // The daemon `start` leaves in the background goes when the test ends, passed or not.
     let _daemon = DaemonGuard(data_root.join("state/lavenderd.pid"));
@@ -213,6 +245,27 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
         })
     };
 
+    // `make run`, as the Makefile runs it, from the checkout.
+    let make_run = "lavenderd start --scale tiny --foreground";
+    assert!(
+        MAKEFILE.contains("/lavenderd start --scale tiny --foreground $$resume"),
+        "the Makefile's run target no longer runs `{make_run}`: update this test"
+    );
+    let out = sh.run(make_run, None);
+    ok(make_run, &out);
+    says_root(make_run, &out, &data_root);
+    let st = sh.status();
+    assert_eq!(
+        st["pipeline"]["state"],
+        "finished",
+        "{st:#}\n{}",
+        show_log()
+    );
+    assert!(
+        st["training"]["checkpoints"].as_u64() >= Some(1),
+        "make run saved a checkpoint: {st:#}"
+    );
+
     let lines = block_after(README, "## Using it");
     let mut tested = Vec::new();
     let mut stopped_at: Option<String> = None;
@@ -222,6 +275,7 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
             ["lavenderd", "start", "--scale", "small"] => {
                 let out = sh.run(line, None);
                 let text = ok(line, &out);
+                says_root(line, &out, &data_root);
                 assert!(text.contains("pipeline running"), "{comment}: {text}");
                 assert!(
                     text.contains("scale small"),
@@ -239,12 +293,16 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
                 assert_eq!(st["pipeline"]["running"], true, "{st:#}");
             }
             ["lavenderd", "status"] => {
-                let text = ok(line, &sh.run(line, None));
+                let out = sh.run(line, None);
+                let text = ok(line, &out);
+                says_root(line, &out, &data_root);
                 assert!(text.contains("running"), "{comment}: {text}");
                 assert!(text.contains("train"), "{comment}: {text}");
             }
             ["lavenderd", "stop"] => {
-                let text = ok(line, &sh.run(line, None));
+                let out = sh.run(line, None);
+                let text = ok(line, &out);
+                says_root(line, &out, &data_root);
                 let st = sh.status();
                 assert_eq!(st["pipeline"]["state"], "stopped", "{st:#}");
                 let latest = st["training"]["latest_checkpoint"]
@@ -265,7 +323,9 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
                 "--resume",
                 "latest",
             ] => {
-                let text = ok(line, &sh.run(line, None));
+                let out = sh.run(line, None);
+                let text = ok(line, &out);
+                says_root(line, &out, &data_root);
                 let saved = stopped_at
                     .as_deref()
                     .expect("the README stops before it resumes");
@@ -280,14 +340,18 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
                 });
             }
             ["lavenderd", "logs", "-f"] => {
-                let text = ok(line, &sh.run(line, Some(3)));
+                let out = sh.run(line, Some(3));
+                let text = ok(line, &out);
+                says_root(line, &out, &data_root);
                 assert!(
                     text.contains("lavenderd: starting"),
                     "the worker's log: {text}"
                 );
             }
             ["lavenderd", "export", "--all"] => {
-                let text = ok(line, &sh.run(line, None));
+                let out = sh.run(line, None);
+                let text = ok(line, &out);
+                says_root(line, &out, &data_root);
                 let exported: Vec<PathBuf> = std::fs::read_dir(data_root.join("checkpoints"))
                     .unwrap()
                     .flatten()
@@ -311,12 +375,16 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
                     .trim()
                     .parse()
                     .unwrap();
-                let text = ok(line, &sh.run(line, None));
+                let out = sh.run(line, None);
+                let text = ok(line, &out);
+                says_root(line, &out, &data_root);
                 assert!(text.contains("lavenderd stopped"), "{comment}: {text}");
                 assert!(!lavender_testkit::alive(pid), "{comment}: pid {pid} lives");
             }
             ["lavenderd", "service", "install", "--user"] => {
-                let text = ok(line, &sh.run(line, None));
+                let out = sh.run(line, None);
+                let text = ok(line, &out);
+                says_root(line, &out, &data_root);
                 let unit = home.join(".config/systemd/user/lavenderd.service");
                 let unit_text = std::fs::read_to_string(&unit)
                     .unwrap_or_else(|e| panic!("{comment}: no {} ({e}): {text}", unit.display()));
@@ -337,6 +405,58 @@ fn readme_using_it_commands_do_what_they_say_after_make_install() {
     }
     assert!(tested.len() >= 9, "the block lost commands: {tested:?}");
     let _ = sh.run("lavenderd stop", None);
+
+    // From another folder: the same data root, found the same way, with the run.
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let there = sh.in_dir(&elsewhere);
+    let line = "lavenderd status";
+    let out = there.run(line, None);
+    let text = ok(line, &out);
+    says_root(line, &out, &data_root);
+    assert!(text.contains("finished"), "{text}");
+    let line = "lavenderd logs";
+    let out = there.run(line, None);
+    let text = ok(line, &out);
+    says_root(line, &out, &data_root);
+    assert!(text.contains("lavenderd: starting"), "{text}");
+    let line = "lavenderd export --all";
+    let out = there.run(line, None);
+    let text = ok(line, &out);
+    says_root(line, &out, &data_root);
+    assert!(
+        text.contains("up to date"),
+        "exported above already: {text}"
+    );
+    assert!(
+        there.status()["training"]["checkpoints"].as_u64() >= Some(1),
+        "{text}"
+    );
+
+    // From a folder holding an empty data-root/ (which wins there): it says the run
+    // is elsewhere, and the flag that reads it.
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join("data-root")).unwrap();
+    let out = sh.in_dir(&project).run("lavenderd status", None);
+    let text = ok("lavenderd status", &out);
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            format!(
+                "data root: {} (the data-root/ folder here)",
+                project.join("data-root").display()
+            )
+            .as_str()
+        ),
+        "{text}"
+    );
+    let hint = lines.next().unwrap_or_default();
+    assert!(
+        hint.contains(&format!("--data-root {}", data_root.display()))
+            && hint.contains("per-user default"),
+        "{text}"
+    );
 }
 
 /// SIGTERM to the daemon whose pid file this names, on drop.

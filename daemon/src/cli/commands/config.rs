@@ -35,8 +35,8 @@ pub fn check(args: &GlobalArgs) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     eprintln!(
-        "config OK ({name}); data root {}; state directory {}",
-        settings.layout.data_root.display(),
+        "config OK ({name}); {}; state directory {}",
+        settings.data_root.line(),
         settings.layout.state_dir.display()
     );
     Ok(ExitCode::SUCCESS)

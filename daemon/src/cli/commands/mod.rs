@@ -29,6 +29,13 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         return config::check(&cli.global);
     }
     let mut settings = Settings::load(&cli.global)?;
+    announce(&settings, &cli.command);
+    if let Command::Start { flags, .. } = &cli.command
+        && let Some(line) = nothing_to_do(&settings, flags)?
+    {
+        println!("{line}");
+        return Ok(ExitCode::SUCCESS);
+    }
     match cli.command {
         Command::Serve {
             listen,
@@ -126,14 +133,13 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 force,
                 ema,
             })?;
-            print!(
-                "{}",
-                if json {
-                    export::export_json(&r)
-                } else {
-                    export::export_text(&r)
-                }
-            );
+            if json {
+                let mut out: serde_json::Value = serde_json::from_str(&export::export_json(&r))?;
+                out["data_root"] = settings.data_root.to_json();
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                print!("{}", export::export_text(&r));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Resolve {
@@ -219,4 +225,62 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Config { .. } => unreachable!("handled above"),
         Command::LogRelay { .. } => unreachable!("main runs it before the runtime starts"),
     }
+}
+
+/// Where a command says which data root it reads and how it was chosen.
+enum Say {
+    /// Its first line on stdout (human output).
+    Stdout,
+    /// On stderr: its stdout is a JSON array (or a JSON document it does not own),
+    /// which a field cannot join, or a daemon's log.
+    Stderr,
+    /// In its JSON object, as the `data_root` field (`status --json`, `export --json`).
+    Field,
+    /// It reads no data root (`resolve` takes checkpoint paths).
+    Nothing,
+}
+
+fn say_for(command: &Command) -> Say {
+    match command {
+        Command::Resolve { .. } | Command::Config { .. } | Command::LogRelay { .. } => Say::Nothing,
+        Command::Status {
+            json: true,
+            watch: false,
+            ..
+        }
+        | Command::Export { json: true, .. } => Say::Field,
+        Command::Serve { .. }
+        | Command::Runs { json: true }
+        | Command::Checkpoints { json: true, .. }
+        | Command::Attribute { json: true, .. } => Say::Stderr,
+        _ => Say::Stdout,
+    }
+}
+
+/// Says which data root the command reads and how it was chosen and, when that
+/// folder holds nothing while another place it looks at does, which and the flag
+/// (docs/OPERATIONS.md, "Which data root").
+fn announce(settings: &Settings, command: &Command) {
+    let root = &settings.data_root;
+    let lines = std::iter::once(root.line()).chain(root.hint());
+    match say_for(command) {
+        Say::Stdout => lines.for_each(|l| println!("{l}")),
+        Say::Stderr => lines.for_each(|l| eprintln!("{l}")),
+        Say::Field | Say::Nothing => {}
+    }
+}
+
+/// A start on a chunk whose steps have all finished (and no `--force`): the line that
+/// says so, before any daemon is started or asked. A daemon that runs answers the
+/// same itself when the files said otherwise (`pipeline::plan::nothing_to_do`).
+fn nothing_to_do(settings: &Settings, flags: &super::PipelineFlags) -> Result<Option<String>> {
+    let layout = &settings.layout;
+    let req = flags.request(Some(layout.data_root.clone()), &settings.config)?;
+    let record = crate::pipeline::PipelineRecord::load(layout)?;
+    Ok(crate::pipeline::plan::nothing_to_do(
+        layout,
+        &settings.config,
+        &record,
+        &req,
+    ))
 }

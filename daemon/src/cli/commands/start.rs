@@ -54,6 +54,10 @@ pub async fn run(
     match resp.status {
         200 => {
             let reply: StartReply = resp.json()?;
+            if let Some(line) = &reply.nothing_to_do {
+                println!("{line}");
+                return Ok(ExitCode::SUCCESS);
+            }
             println!(
                 "pipeline {}: chunk {}, scale {}, step {}{}",
                 reply.state,

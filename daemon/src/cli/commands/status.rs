@@ -1,4 +1,5 @@
-//! `lavenderd status [--json]`: from the daemon when one answers, else from the files.
+//! `lavenderd status [--json]`: from the daemon when one answers, else from the files;
+//! `--json` adds the `data_root` it read (path, how it was chosen) to the contract.
 
 use std::process::ExitCode;
 
@@ -43,8 +44,13 @@ pub async fn fetch(settings: &Settings) -> Result<Status> {
 }
 
 pub async fn run(settings: &Settings, json: bool) -> Result<ExitCode> {
-    let served = fetch_served(settings).await?;
+    let mut served = fetch_served(settings).await?;
     if json {
+        // The contract allows keys beside its own (the daemon adds `notifications`):
+        // which data root was read, and how it was chosen.
+        served
+            .extra
+            .insert("data_root".into(), settings.data_root.to_json());
         println!("{}", serde_json::to_string_pretty(&served)?);
     } else {
         print!("{}", served.status.to_text());

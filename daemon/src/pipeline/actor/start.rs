@@ -62,6 +62,11 @@ impl Actor {
             }
             None => self.config.clone(),
         };
+        // Nothing to run: the record, the run and the pushes stay as they were.
+        if let Some(line) = plan::nothing_to_do(&self.layout, &config, &self.record, &req) {
+            let _ = reply.send(Ok(self.nothing_to_do(&req, line)));
+            return;
+        }
         let plan::Prepared {
             record,
             chunk,
@@ -124,6 +129,24 @@ impl Actor {
         ))
     }
 
+    /// The answer to a start with nothing to do: the pipeline as it is, and the line.
+    fn nothing_to_do(&self, req: &StartRequest, line: String) -> StartReply {
+        StartReply {
+            state: self.record.state,
+            chunk: req.chunk.unwrap_or(self.config.chunk),
+            scale: req.scale.unwrap_or(self.config.scale),
+            active_step: None,
+            pid: None,
+            run_dir: self.record.run_dir.clone(),
+            log_file: None,
+            resume_from: None,
+            slurm_job: None,
+            notices: Vec::new(),
+            config: None,
+            nothing_to_do: Some(line),
+        }
+    }
+
     /// Answers the start waiting for its first step's launch, if one is.
     pub(super) fn answer_start(&mut self) {
         let Some(start) = self.pending_start.take() else {
@@ -153,6 +176,7 @@ impl Actor {
                     .map(|j| j.job_id.clone()),
                 notices: start.notices,
                 config: Some(start.config_line),
+                nothing_to_do: None,
             })
         };
         let _ = start.reply.send(reply);

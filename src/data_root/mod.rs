@@ -1,6 +1,8 @@
-//! The data root's layout: the directory of each thing the pipeline keeps, relative
-//! to the data root. The worker writes these, the daemon and the exporter read them;
-//! every one of them names a directory from here, never a string of its own.
+//! The data root: its layout (the directory of each thing the pipeline keeps,
+//! relative to the data root; the worker writes these, the daemon and the exporter read
+//! them, every one of them names a directory from here, never a string of its own),
+//! which folder it is when no one says ([`resolve`]), and whether the folder a daemon
+//! started on is still that folder ([`Identity`]).
 
 /// The downloaded corpus (the `downloads` step's output).
 pub const CORPUS: &str = "corpus";
@@ -18,3 +20,11 @@ pub const HARD_EXAMPLES: &str = "hard_examples";
 pub const CHECKPOINTS: &str = "checkpoints";
 /// Each pipeline start's log.
 pub const LOGS: &str = "logs";
+
+mod identity;
+mod resolve;
+#[cfg(test)]
+mod tests;
+
+pub use identity::{Identity, RootGone};
+pub use resolve::{Choice, DataRootEnv, FOLDER_NAME, Resolved, Sources, holds_data_root, resolve};
