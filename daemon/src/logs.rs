@@ -2,11 +2,13 @@
 //! the daemon's own (`state/lavenderd.log`). Both rotate by size ([`rotating`]):
 //! `<name>.1` … `<name>.<keep>` hold what came before; [`tail`] and [`follow`] read
 //! across them. A worker's output reaches its log through a relay process
-//! ([`relay`]), so it keeps rotating when the worker outlives the daemon.
+//! ([`relay`]), so it keeps rotating when the worker outlives the daemon; the daemon
+//! adds the story of the run to it ([`story`]: progress, milestones, alerts).
 
 pub(crate) mod follow;
 pub(crate) mod relay;
 pub(crate) mod rotating;
+pub(crate) mod story;
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;

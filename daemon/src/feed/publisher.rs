@@ -78,6 +78,9 @@ async fn run(
         }
         published.state(&feed, &snapshot);
         published.heartbeat(&feed, &snapshot);
+        if snapshot.status.pipeline.state == lavender::status::PipelineState::Running {
+            crate::logs::story::progress(&snapshot.status.training);
+        }
 
         tokio::select! {
             changed = refreshes.changed() => if changed.is_err() { return },
@@ -151,6 +154,10 @@ fn milestones(feed: &Feed, layout: &Layout, follower: &mut EventFollower, snap: 
     match follower.poll(&run_dir) {
         Ok(followed) => {
             for event in followed.events {
+                // The pipeline log says each milestone as the pushes do.
+                if let Some(text) = crate::notify::format::milestone_text(&event, "") {
+                    crate::logs::story::say(&text);
+                }
                 let mut data = serde_json::to_value(&event).unwrap_or(Value::Null);
                 data["run"] = json!(run);
                 feed.publish(Kind::Milestone, &data);

@@ -100,24 +100,26 @@ pub fn start(log_file: &Path, limits: LoggingConfig, output: io::PipeReader) -> 
     Ok(())
 }
 
-/// The worker's stdout and stderr: a pipe to a relay into `log_file`, whose first line
+/// The worker's stdout and stderr, and the daemon's own write end of the same pipe
+/// (for the story, `story.rs`): a pipe to a relay into `log_file`, whose first line
 /// is `header`. When no relay can start, the file itself (appended to, not rotated),
-/// with a warning.
+/// with a warning, and no write end for the daemon.
 pub fn worker_output(
     log_file: &Path,
     limits: LoggingConfig,
     header: &str,
-) -> Result<(Stdio, Stdio)> {
-    let via_relay = || -> Result<(Stdio, Stdio)> {
+) -> Result<(Stdio, Stdio, Option<io::PipeWriter>)> {
+    let via_relay = || -> Result<(Stdio, Stdio, Option<io::PipeWriter>)> {
         let (reader, mut writer) = io::pipe().context("create the worker's output pipe")?;
         // Held in the pipe until the relay reads it: the log's first line.
         writer.write_all(header.as_bytes())?;
         start(log_file, limits, reader)?;
         let err = writer.try_clone()?;
-        Ok((Stdio::from(writer), Stdio::from(err)))
+        let story = writer.try_clone()?;
+        Ok((Stdio::from(writer), Stdio::from(err), Some(story)))
     };
     match via_relay() {
-        Ok(pair) => Ok(pair),
+        Ok(out) => Ok(out),
         Err(e) => {
             tracing::warn!(
                 "{e:#}; the worker writes {} directly, which will not rotate",
@@ -133,7 +135,7 @@ pub fn worker_output(
             let err = log
                 .try_clone()
                 .with_context(|| format!("duplicate handle of {}", log_file.display()))?;
-            Ok((Stdio::from(log), Stdio::from(err)))
+            Ok((Stdio::from(log), Stdio::from(err), None))
         }
     }
 }

@@ -46,7 +46,7 @@ mod bark;
 mod channel;
 mod desktop;
 mod follower;
-mod format;
+pub(crate) mod format;
 mod message;
 mod notifier;
 mod ntfy;

@@ -14,8 +14,10 @@ pub fn spawn_sink(notifier: Option<Notifier>, log_lines: usize) -> AlertSender {
         while let Some(alert) = rx.recv().await {
             if alert.is_bad_news() {
                 tracing::warn!(target: crate::logging::ALERT_TARGET, "ALERT {alert}");
+                crate::logs::story::say(&format!("ALERT {alert}"));
             } else {
                 tracing::info!(target: crate::logging::ALERT_TARGET, "{alert}");
+                crate::logs::story::say(&alert.to_string());
             }
             if let Some(n) = &notifier {
                 for push in pushes(&alert, n.prefix(), log_lines) {

@@ -371,6 +371,7 @@ pub fn spawn_spec(
             .clone()
             .unwrap_or_else(|| layout.logs_dir().join("pipeline.log")),
         log_rotation: config.logging,
+        progress_every: config.training.log_every,
     }
 }
 

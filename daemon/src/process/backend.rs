@@ -218,6 +218,7 @@ impl Backend {
                 let spawned = super::spawn::spawn(spec)?;
                 let identity = spawned.identity.clone();
                 let child = spawned.child;
+                let story = spawned.story;
                 let exit = Box::pin(async move {
                     let outcome = super::spawn::wait(child, &identity).await;
                     // Whatever the worker left in its group (a stuck data loader, a helper
@@ -232,6 +233,9 @@ impl Backend {
                     // ranks, each in its own session): the exit is reported, and a
                     // restart launched, only once none of them is left.
                     end_generation(&identity).await;
+                    if let Some(story) = story {
+                        crate::logs::story::detach(story);
+                    }
                     outcome
                 });
                 Ok(Launched {
@@ -268,11 +272,14 @@ impl Backend {
             WorkerHandle::Local(id) => {
                 let id = id.clone();
                 super::generation::become_subreaper();
+                // After a restart alone it is still our child, reaped here.
+                super::generation::launching().register(id.pid);
                 Box::pin(async move {
                     while id.is_alive() {
                         tokio::time::sleep(poll).await;
                     }
                     let outcome = reap(id.pid);
+                    super::generation::released(id.pid);
                     end_generation(&id).await;
                     outcome
                 })

@@ -53,6 +53,7 @@ pub(crate) fn become_subreaper() {
 struct Proc {
     ppid: u32,
     pgrp: u32,
+    session: u32,
     zombie: bool,
     start_time: String,
 }
@@ -66,6 +67,7 @@ fn read_stat(pid: u32) -> Option<Proc> {
     Some(Proc {
         ppid: fields.get(1)?.parse().ok()?,
         pgrp: fields.get(2)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
         zombie: matches!(fields.first(), Some(&"Z") | Some(&"X")),
         start_time: fields.get(19)?.to_string(),
     })
@@ -174,41 +176,88 @@ fn reap_if_ended(pid: u32) -> bool {
     )
 }
 
-/// Reaps the generation's processes that were re-parented to the daemon and have
-/// ended since (so no zombie accumulates while the worker runs). Only pids seen
-/// alive with the marker are waited for: the daemon's other children belong to
-/// tokio or to a blocking `Command`, whose own wait must find them.
-pub(crate) struct OrphanReaper {
-    token: String,
-    leader: ProcessIdentity,
+/// How often the daemon looks for adopted processes that ended, to reap them.
+const REAP_EVERY: Duration = Duration::from_secs(2);
+
+/// The daemon's children it did not spawn itself: as the subreaper it adopts every
+/// orphan below it (a rank whose launcher died, the log relay that left at once), and
+/// must reap each when it ends, or zombies accumulate. Its own children belong to
+/// tokio (the workers, registered here as leaders while tokio waits for them) or to
+/// a blocking `Command` (waited for at once); neither may be reaped behind their
+/// back. So only these are reaped: a child that leads its own session (a rank, the
+/// relay; the `Command`s start none) and is not a registered leader, and a child
+/// seen alive with a generation's marker.
+#[derive(Default)]
+struct Reaper {
+    leaders: BTreeSet<u32>,
     seen: BTreeSet<u32>,
+    started: bool,
 }
 
-impl OrphanReaper {
-    pub(crate) fn new(token: &str, leader: &ProcessIdentity) -> OrphanReaper {
-        OrphanReaper {
-            token: token.to_string(),
-            leader: leader.clone(),
-            seen: BTreeSet::new(),
-        }
-    }
+static REAPER: std::sync::Mutex<Reaper> = std::sync::Mutex::new(Reaper {
+    leaders: BTreeSet::new(),
+    seen: BTreeSet::new(),
+    started: false,
+});
 
-    /// One look: remember the generation's children of the daemon, reap the ended ones.
-    pub(crate) fn sweep(&mut self) {
-        let me = std::process::id();
-        for (pid, p) in all_processes() {
-            if p.ppid != me || pid == self.leader.pid {
-                continue;
+fn reaper() -> std::sync::MutexGuard<'static, Reaper> {
+    REAPER.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Held while a worker is spawned and registered: the reaper never looks at a child
+/// in between. Also starts the daemon's reaping task (once; needs a runtime).
+pub(crate) struct Launching(std::sync::MutexGuard<'static, Reaper>);
+
+pub(crate) fn launching() -> Launching {
+    let mut r = reaper();
+    if !r.started {
+        r.started = true;
+        tokio::spawn(async {
+            let mut tick = tokio::time::interval(REAP_EVERY);
+            loop {
+                tick.tick().await;
+                sweep();
             }
-            if p.zombie {
-                if self.seen.remove(&pid) && reap_if_ended(pid) {
-                    tracing::info!(pid, "reaped an orphaned process of the worker");
-                }
-            } else if carries(pid, &self.token) {
-                self.seen.insert(pid);
+        });
+    }
+    Launching(r)
+}
+
+impl Launching {
+    /// `pid` is waited for by its owner (tokio, or `watch_adopted`) until [`released`].
+    pub(crate) fn register(&mut self, pid: u32) {
+        self.0.leaders.insert(pid);
+    }
+}
+
+/// The owner of `pid` has waited for it.
+pub(crate) fn released(pid: u32) {
+    reaper().leaders.remove(&pid);
+}
+
+/// One look: reap the adopted children that ended, remember the marked ones alive.
+fn sweep() {
+    let me = std::process::id();
+    let mut r = reaper();
+    for (pid, p) in all_processes() {
+        if p.ppid != me || r.leaders.contains(&pid) {
+            continue;
+        }
+        let adopted = p.session == pid || r.seen.contains(&pid);
+        if p.zombie {
+            if adopted && reap_if_ended(pid) {
+                r.seen.remove(&pid);
+                tracing::debug!(pid, "reaped an adopted process");
             }
+        } else if std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+            env.split(|&b| b == 0)
+                .any(|v| v.starts_with(GENERATION_ENV.as_bytes()))
+        }) {
+            r.seen.insert(pid);
         }
     }
+    r.seen
+        .retain(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
 }
 
 /// Ends the generation after its worker exited (or was found gone): SIGKILLs every

@@ -24,6 +24,8 @@ pub(crate) const SCRUBBED_ENV: &[&str] = &[
 pub struct Spawned {
     pub identity: ProcessIdentity,
     pub child: Box<dyn ChildWrapper>,
+    /// The daemon tells the story into the worker's log until it ends (`logs::story`).
+    pub story: Option<u64>,
 }
 
 /// Starts the worker. The child is not killed when the daemon exits or drops it:
@@ -50,7 +52,7 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned> {
         lavender::time::rfc3339_z(lavender::time::now_utc()),
         shell_words(&argv)
     );
-    let (stdout, stderr) =
+    let (stdout, stderr, story) =
         crate::logs::relay::worker_output(&spec.log_file, spec.log_rotation, &header)?;
 
     let mut cmd = tokio::process::Command::new(program);
@@ -68,12 +70,16 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned> {
     super::generation::become_subreaper();
     let mut wrap = CommandWrap::from(cmd);
     wrap.wrap(ProcessSession);
+    let mut launching = super::generation::launching();
     let child = wrap
         .spawn()
         .with_context(|| format!("start worker `{}` (config key worker.command)", program))?;
     let pid = child
         .id()
         .context("the worker exited before its pid was known")?;
+    // tokio waits for it: the daemon's reaper must leave it alone.
+    launching.register(pid);
+    drop(launching);
     // The start time is read right after fork, so it is the worker's own.
     let identity = ProcessIdentity {
         generation: Some(generation),
@@ -83,31 +89,25 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned> {
             generation: None,
         })
     };
-    Ok(Spawned { identity, child })
+    let story = story.map(|pipe| {
+        crate::logs::story::attach(
+            spec.log_file.clone(),
+            spec.log_rotation,
+            pipe,
+            spec.progress_every,
+        )
+    });
+    Ok(Spawned {
+        identity,
+        child,
+        story,
+    })
 }
 
-/// How often, while a worker runs, the daemon looks for its orphaned processes that
-/// ended (to reap them).
-const ORPHAN_SWEEP: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Waits for a spawned child and reports how it ended; meanwhile reaps the processes
-/// of its generation that were re-parented to the daemon and ended.
+/// Waits for a spawned child and reports how it ended.
 pub async fn wait(mut child: Box<dyn ChildWrapper>, worker: &ProcessIdentity) -> ExitOutcome {
-    let mut orphans = worker
-        .generation
-        .as_deref()
-        .map(|token| super::generation::OrphanReaper::new(token, worker));
-    let mut sweep = tokio::time::interval(ORPHAN_SWEEP);
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            _ = sweep.tick() => {
-                if let Some(orphans) = orphans.as_mut() {
-                    orphans.sweep();
-                }
-            }
-        }
-    };
+    let status = child.wait().await;
+    super::generation::released(worker.pid);
     match status {
         Ok(status) => ExitOutcome::from_status(status),
         Err(e) => {

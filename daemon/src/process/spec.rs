@@ -28,6 +28,8 @@ pub struct SpawnSpec {
     /// How that log rotates (`logging`; a Slurm job's output file, written by Slurm,
     /// does not).
     pub log_rotation: LoggingConfig,
+    /// `training.log_every`: the daemon's progress lines in that log (`logs::story`).
+    pub progress_every: u64,
 }
 
 impl SpawnSpec {
@@ -89,6 +91,7 @@ pub(crate) mod tests {
             env: BTreeMap::from([("A".to_string(), "x y".to_string())]),
             log_file: PathBuf::from("/logs/p.log"),
             log_rotation: LoggingConfig::default(),
+            progress_every: 10,
         }
     }
 

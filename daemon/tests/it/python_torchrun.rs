@@ -140,3 +140,114 @@ fn torchrun_two_ranks_stop_resume_kill_one_rank_restart_finish() {
         left.len()
     ));
 }
+
+/// Whether `pid` is a live process (not a zombie) running the example's train.py.
+fn rank_alive(pid: i32) -> bool {
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()?
+                .split_whitespace()
+                .next()
+                .map(str::to_string)
+        });
+    state.is_some_and(|s| s != "Z" && s != "X")
+        && cmdline(pid).iter().any(|a| a.ends_with("train.py"))
+}
+
+/// Zombies whose parent is `pid`.
+fn zombies_of(pid: u32) -> Vec<i32> {
+    children(pid as i32)
+        .into_iter()
+        .filter(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit(')')
+                        .next()?
+                        .split_whitespace()
+                        .next()
+                        .map(str::to_string)
+                })
+                .as_deref()
+                == Some("Z")
+        })
+        .collect()
+}
+
+/// The torchrun launcher alone SIGKILLed (as the OOM killer or a crash would kill
+/// it): its ranks, each in a session of its own, must not live on and write into the
+/// run beside the next generation. None is alive once the daemon restarts; the
+/// restart resumes from a checkpoint that exists; the run finishes; no zombie is left.
+#[test]
+fn the_launcher_sigkilled_leaves_no_rank_alive_and_the_run_finishes() {
+    require_modules(&["torch"]);
+    let max_steps: u64 = 200;
+    let command: Vec<String> = vec![
+        venv_tool("torchrun"),
+        "--standalone".into(),
+        "--nproc_per_node=2".into(),
+        "--max_restarts=0".into(),
+        example("torchrun/train.py"),
+        "--max-steps".into(),
+        max_steps.to_string(),
+        "--save-every".into(),
+        "10".into(),
+        "--batch-size".into(),
+        "4".into(),
+        "--seq-len".into(),
+        "32".into(),
+        "--eval-batches".into(),
+        "0".into(),
+    ];
+    let mut env = Env::python(
+        &command,
+        "  max_restarts: 2",
+        &format!("training:\n  keep_checkpoints: {KEEP}"),
+    );
+    env.worker_name = "train.py".into();
+    let daemon = env.serve();
+    env.start(&[]);
+    let run = env.run_dir();
+    wait_event(&env, &run, SLOW, "a first checkpoint", |e| {
+        e["kind"] == "checkpoint_saved" && step_of(e) >= 20
+    });
+    let agent = env.worker_pid().unwrap();
+    let ranks = rank_pids(agent);
+    assert_eq!(ranks.len(), 2, "{:?}", cmdline(agent));
+
+    send_signal(agent, 9);
+    say(format!(
+        "torchrun: SIGKILL the launcher {agent} alone; its ranks {ranks:?}"
+    ));
+    wait_until(SLOW, "a restarted torchrun", || {
+        env.worker_pid().is_some_and(|p| p != agent)
+    });
+    let restarted = env.worker_pid().unwrap();
+    // The daemon reports the exit only once the whole generation is gone, so no rank
+    // of the old launcher may be alive now, when the new one runs.
+    let alive: Vec<i32> = ranks.iter().copied().filter(|p| rank_alive(*p)).collect();
+    assert!(
+        alive.is_empty(),
+        "ranks of the killed launcher still alive beside the restart: {alive:?}"
+    );
+    let resume = resume_arg(&cmdline(restarted)).expect("the restart resumes");
+    let resumed = lavender::checkpoint::resolve_resume(&resume, &env.data_root)
+        .expect("the restart resumes from a checkpoint that exists");
+    say(format!(
+        "torchrun: no rank of {agent} left; restarted as {restarted} from {resume} (step {})",
+        resumed.state.step
+    ));
+
+    let st = env.wait_state("finished", SLOW);
+    assert_eq!(st["training"]["step"].as_u64(), Some(max_steps));
+    let failed: Vec<_> = events(&run)
+        .into_iter()
+        .filter(|e| e["kind"] == "failed")
+        .collect();
+    assert!(failed.is_empty(), "no generation failed: {failed:?}");
+    let zombies = zombies_of(daemon);
+    assert!(zombies.is_empty(), "zombies of the daemon: {zombies:?}");
+    say(format!("torchrun: finished at step {max_steps}, no zombie"));
+}

@@ -1009,3 +1009,48 @@ fn stop_also_ends_helpers_that_outlive_the_worker() {
         !alive(helper)
     });
 }
+
+/// A Python protocol worker raising the same RuntimeError at the same late step, 17
+/// steps past its last checkpoint, each attempt running longer than
+/// `restart_reset_after_s` (1 s here; the restart count starts afresh every time):
+/// after `max_same_failure` (3) attempts the pipeline fails, naming the step and the
+/// message, instead of restarting for ever.
+#[test]
+fn the_same_late_failure_repeated_fails_after_max_same_failure_whatever_the_reset_timer() {
+    use lavender_testkit::python::venv_tool;
+    let command = vec![
+        venv_tool("python"),
+        repo()
+            .join("python/tests/late_crash_script.py")
+            .display()
+            .to_string(),
+    ];
+    let mut env = Env::python(
+        &command,
+        "  max_restarts: 3\n  restart_reset_after_s: 1",
+        "",
+    );
+    env.worker_name = "late_crash_script.py".into();
+    env.serve();
+    env.start(&[]);
+    let st = env.wait_state("failed", Duration::from_secs(240));
+    let reason = st["pipeline"]["last_error"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("the same failure 3 times in a row at step 137")
+            && reason.contains("token id out of range")
+            && reason.contains("supervisor.max_same_failure")
+            && reason.contains("to fix:"),
+        "{reason}"
+    );
+    let starts = events(&env.run_dir())
+        .into_iter()
+        .filter(|e| e["kind"] == "run_started")
+        .count();
+    assert_eq!(starts, 3, "three attempts, then the pipeline failed");
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    assert!(
+        log.contains("the count started afresh")
+            && log.contains("the same failure 2 times in a row, the pipeline fails at 3"),
+        "the restart alerts say where the counts stand:\n{log}"
+    );
+}

@@ -724,3 +724,63 @@ fn stop_and_resume_after_a_rollback_is_byte_identical_to_the_run_without_the_sto
         "the stop and resume after the rollback changed the weights"
     );
 }
+
+/// The pipeline log (`logs/pipeline_chunk1_*.log`, what `lavenderd logs -f` shows)
+/// tells where a run stands: `tail -20` of it mid-run shows the step, the loss and
+/// the ETA, and each save in the words of the pushes.
+#[test]
+fn tail_of_the_pipeline_log_mid_run_shows_step_loss_and_eta() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = train_env(dir.path(), "");
+    d.serve();
+    d.start(&[]);
+    let log = d.pipeline_json()["log_file"]
+        .as_str()
+        .map(PathBuf::from)
+        .expect("the pipeline's log");
+    assert!(
+        log.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("pipeline_chunk1_"),
+        "{}",
+        log.display()
+    );
+    let tail = || {
+        let out = std::process::Command::new("tail")
+            .arg("-20")
+            .arg(&log)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // A progress line of a step before the last, i.e. said while the run trains.
+    let progress = |text: &str| -> Option<String> {
+        text.lines()
+            .find(|l| {
+                l.contains("lavenderd: step ")
+                    && l.contains(&format!("/{TRAIN_STEPS} (pretrain)"))
+                    && l.contains("loss ")
+                    && l.contains("ETA ")
+            })
+            .map(str::to_string)
+    };
+    let mut line = None;
+    wait_until(T, "a progress line in tail -20 of the pipeline log", || {
+        line = progress(&tail());
+        line.is_some()
+    });
+    let line = line.unwrap();
+    let step: u64 = line
+        .split("lavenderd: step ")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("a step in {line:?}"));
+    assert!(step < TRAIN_STEPS, "said mid-run: {line}");
+    println!("pipeline log mid-run: {line}");
+
+    d.wait_state("finished", T);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("lavenderd: checkpoint saved: "), "{text}");
+}
