@@ -445,7 +445,10 @@ async fn the_rate_limit_holds() {
     assert_eq!(got.len(), 5);
     for (k, push) in got.iter().enumerate() {
         let at = push.at.duration_since(start);
-        assert!(at >= window * (k as u32 / 2), "push {k} arrived after {at:?}");
+        assert!(
+            at >= window * (k as u32 / 2),
+            "push {k} arrived after {at:?}"
+        );
     }
     let bodies: Vec<String> = got.iter().map(|r| r.json()["body"].to_string()).collect();
     assert_eq!(
