@@ -36,7 +36,7 @@ pub use process::{
     alive, children, cmdline, send_signal, service_shims, stderr, stdout, write_executable,
 };
 pub use routes::router_routes;
-pub use run_dir::{events, read_json};
+pub use run_dir::{events, heartbeat_step, read_json};
 pub use schema::{assert_valid, schema, schema_path};
 pub use terminal::{TerminalRun, run_on_terminal};
 pub use wait::wait_until;

@@ -18,3 +18,10 @@ pub fn read_json(path: &Path) -> Value {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// The training step of the run's `heartbeat.json`; `None` while there is none or
+/// it does not parse.
+pub fn heartbeat_step(run_dir: &Path) -> Option<u64> {
+    let bytes = std::fs::read(run_dir.join("heartbeat.json")).ok()?;
+    serde_json::from_slice::<Value>(&bytes).ok()?["step"].as_u64()
+}

@@ -463,12 +463,25 @@ mod tests {
         let (mut w, mut rx) = native_watcher(false);
         w.watch(Some(old.path()));
         w.watch(Some(new.path()));
-        // What the switch itself reports is not the point here.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        while rx.try_recv().is_ok() {}
+        // A heartbeat in the old directory, then an event line in the new one: the
+        // events of one inotify instance come in order, so once the new line is
+        // reported, a report of the old heartbeat would have come with it or before.
+        // (What the switch itself reports, `Other`, is not the point here.)
         lavender::atomic::write_file(&lavender::heartbeat::path(old.path()), b"{}").unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(rx.try_recv().is_err(), "the old directory still reports");
+        std::fs::write(lavender::events::path(new.path()), "{}\n").unwrap();
+        let mut seen = Vec::new();
+        while !seen.contains(&Change::Events) {
+            let next = tokio::time::timeout(Duration::from_secs(5), rx.recv());
+            seen.push(next.await.expect("the new directory's event line").unwrap());
+        }
+        // The rest of the batch that reported it.
+        while let Ok(c) = rx.try_recv() {
+            seen.push(c);
+        }
+        assert!(
+            !seen.contains(&Change::Heartbeat),
+            "the old directory still reports: {seen:?}"
+        );
         let seen = changes_after(&mut rx, || {
             lavender::atomic::write_file(&lavender::heartbeat::path(new.path()), b"{}").unwrap();
         })

@@ -26,7 +26,10 @@ fn sighup_reloads_the_config_without_touching_the_worker() {
     wait_until(Duration::from_secs(5), "the worker to hang", || {
         env.status()["training"]["step"].as_u64() == Some(2)
     });
-    std::thread::sleep(Duration::from_millis(1500));
+    // Older than the 1 s the reload will set, still within the 300 s in force.
+    wait_until(Duration::from_secs(10), "a heartbeat 2 s old", || {
+        env.status()["training"]["heartbeat_age_s"].as_u64() >= Some(2)
+    });
     assert_eq!(
         env.status()["training"]["heartbeat_stale"],
         false,
@@ -151,7 +154,7 @@ fn runs_checkpoints_logs_and_prune() {
         env.wait_state("finished", Duration::from_secs(10));
         // Done-markers make the next start a no-op: clear them for a second run.
         std::fs::remove_dir_all(env.state_dir().join("done")).unwrap();
-        std::thread::sleep(Duration::from_millis(1100)); // run names have one-second resolution
+        // A start in the same second gets the next second's run name (run::create_run).
     }
     let runs = env.tcp("GET", "/runs", None, None).json();
     let runs = runs.as_array().unwrap();
@@ -289,10 +292,9 @@ fn a_moved_data_root_keeps_its_checkpoints_and_step() {
     let before = env.train_calls().len();
     env.start(&["--resume", "latest"]);
     // The launch runs off the actor: the call is recorded once the worker runs.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while env.train_calls().len() == before && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(Duration::from_secs(30), "the resumed train step", || {
+        env.train_calls().len() > before
+    });
     let calls = env.train_calls();
     let resume = calls
         .get(before)
@@ -319,7 +321,6 @@ fn keep_runs_prunes_old_runs_when_a_pipeline_finishes() {
         env.wait_state("finished", Duration::from_secs(10));
         if round == 0 {
             std::fs::remove_dir_all(env.state_dir().join("done")).unwrap();
-            std::thread::sleep(Duration::from_millis(1100));
         }
     }
     // Pruning follows the transition to finished; give it a moment.

@@ -357,15 +357,19 @@ fn a_wedged_pipeline_actor_withholds_the_watchdog_ping() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Give the actor time to block in open(2), then watch: no pings for a while.
-    std::thread::sleep(Duration::from_millis(600));
-    let wedged_at = notify.count("WATCHDOG");
-    std::thread::sleep(Duration::from_millis(1200));
-    assert_eq!(
-        notify.count("WATCHDOG"),
-        wedged_at,
-        "WATCHDOG=1 must stop while the pipeline actor is wedged"
+    // Once the actor blocks in open(2), the pings (every 200 ms) stop: six periods
+    // without one.
+    wait_until(
+        Duration::from_secs(10),
+        "WATCHDOG=1 to stop while the pipeline actor is wedged",
+        || {
+            notify
+                .values("WATCHDOG")
+                .last()
+                .is_some_and(|(at, _)| at.elapsed() >= Duration::from_millis(1200))
+        },
     );
+    let wedged_at = notify.count("WATCHDOG");
     assert_eq!(
         env.uds("GET", "/healthz", None).map(|r| r.status),
         Some(200),
@@ -472,7 +476,10 @@ fn a_slow_sbatch_delays_neither_the_status_nor_a_stop_nor_the_watchdog() {
         .expect("the socket answers");
     let stop_took = t.elapsed();
     // A few more pings, still within the blocked sbatch.
-    std::thread::sleep(Duration::from_millis(500));
+    let pings_at_stop = notify.count("WATCHDOG");
+    wait_until(Duration::from_secs(5), "pings after the stop", || {
+        notify.count("WATCHDOG") >= pings_at_stop + 2
+    });
     let window_end = Instant::now();
     assert!(
         !called("sbatch-returned"),

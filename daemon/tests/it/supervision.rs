@@ -224,7 +224,13 @@ fn a_sigkilled_daemon_leaves_the_worker_running_and_a_new_one_adopts_it() {
     env.wait_step(5, Duration::from_secs(10));
     let worker = env.worker_pid().unwrap();
     env.kill_daemons(); // SIGKILL
-    std::thread::sleep(Duration::from_millis(200));
+    let run = env.run_dir();
+    let at_kill = heartbeat_step(&run).expect("a heartbeat");
+    wait_until(
+        Duration::from_secs(10),
+        "training to go on without the daemon",
+        || heartbeat_step(&run) >= Some(at_kill + 3),
+    );
     assert!(alive(worker), "training goes on without the daemon");
 
     // No daemon: status from the files, liveness from pid + start time.

@@ -713,3 +713,18 @@ async fn a_detach_waits_for_the_launch_in_flight() {
         "the record names the worker left running: {record:?}"
     );
 }
+
+/// The worker's start is kept at the precision its records are written at (whole
+/// milliseconds): a heartbeat or a failure it writes in the millisecond it started
+/// is its own for the judge, the hang watch and the status alike, not taken for the
+/// previous worker's (a nanosecond start made such a record look older).
+#[tokio::test(start_paused = true)]
+async fn a_workers_start_is_kept_at_its_records_precision() {
+    use chrono::SubsecRound;
+    let before = lavender::time::now_utc().trunc_subsecs(3);
+    let h = harness(|_| {});
+    h.start().await;
+    let started = h.pipeline.record().worker.expect("a worker").started_at;
+    assert_eq!(started, started.trunc_subsecs(3), "{started:?}");
+    assert!(started >= before, "{started:?} < {before:?}");
+}
