@@ -247,9 +247,10 @@ mod tests {
         let c = Config::from_yaml_str("launch:\n  slurm:\n    on_node_failure: wait\n", "x.yaml")
             .unwrap();
         assert_eq!(c.launch.slurm.on_node_failure, NodeFailurePolicy::Wait);
-        let err = Config::from_yaml_str("launch:\n  slurm:\n    on_node_failure: retry\n", "x.yaml")
-            .unwrap_err()
-            .to_string();
+        let err =
+            Config::from_yaml_str("launch:\n  slurm:\n    on_node_failure: retry\n", "x.yaml")
+                .unwrap_err()
+                .to_string();
         assert!(
             err.contains("on_node_failure") && err.contains("requeue") && err.contains("x.yaml:3"),
             "{err}"

@@ -94,10 +94,7 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             "hung: the worker was restarted".to_string(),
             message.clone(),
         )],
-        Alert::NodeLost { message, .. } => vec![push(
-            "node lost".to_string(),
-            message.clone(),
-        )],
+        Alert::NodeLost { message, .. } => vec![push("node lost".to_string(), message.clone())],
         Alert::RolledBack {
             message,
             rollback,

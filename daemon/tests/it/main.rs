@@ -19,6 +19,7 @@ mod python_torchrun;
 mod readme_api;
 mod service_notify;
 mod service_units;
+mod slurm_cluster;
 mod slurm_e2e;
 mod status_watch;
 mod supervision;

@@ -384,8 +384,7 @@ impl Actor {
             };
         }
         self.commit();
-        if let (true, Some(message), Some(step)) = (newly_lost, message, self.record.active_step)
-        {
+        if let (true, Some(message), Some(step)) = (newly_lost, message, self.record.active_step) {
             self.alert(Alert::NodeLost { step, message });
         }
     }

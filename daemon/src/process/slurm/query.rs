@@ -84,7 +84,14 @@ pub fn parse_scontrol(text: &str) -> Option<JobInfo> {
     let num_nodes = field(line, "NumNodes")
         .and_then(|n| n.split('-').next())
         .and_then(|n| n.parse().ok());
-    Some(job_info(state, node, outcome, reason, batch_first(nodes, node_ref(line)), num_nodes))
+    Some(job_info(
+        state,
+        node,
+        outcome,
+        reason,
+        batch_first(nodes, node_ref(line)),
+        num_nodes,
+    ))
 }
 
 fn node_ref(line: &str) -> Option<&str> {
@@ -111,7 +118,9 @@ pub fn parse_sacct(text: &str) -> Option<JobInfo> {
         .next()
         .map(str::trim)
         .filter(|n| !n.is_empty() && *n != "None assigned");
-    let nodes = node_list.map(super::nodes::expand_hostlist).unwrap_or_default();
+    let nodes = node_list
+        .map(super::nodes::expand_hostlist)
+        .unwrap_or_default();
     let node = nodes.first().cloned();
     Some(job_info(state, node, outcome, None, nodes, None))
 }
@@ -210,7 +219,8 @@ mod tests {
                 num_nodes: Some(1),
             })
         );
-        let pending = "JobId=7 JobState=PENDING Reason=BeginTime ExitCode=0:0 NodeList=(null) NumNodes=2-2";
+        let pending =
+            "JobId=7 JobState=PENDING Reason=BeginTime ExitCode=0:0 NodeList=(null) NumNodes=2-2";
         assert_eq!(
             parse_scontrol(pending),
             Some(JobInfo::Active {

@@ -47,7 +47,11 @@ pub fn until_done(
                     node,
                     outcome,
                     nodes,
-                } => (JobUpdate::new(state, node, None, nodes), Some(outcome), None),
+                } => (
+                    JobUpdate::new(state, node, None, nodes),
+                    Some(outcome),
+                    None,
+                ),
                 JobInfo::Unknown => (
                     JobUpdate::new(
                         "UNKNOWN".into(),
@@ -105,7 +109,9 @@ async fn node_lost(
             .as_deref()
             .and_then(|dir| lavender::heartbeat::read(&lavender::heartbeat::path(dir)).ok())
             .map(|hb| hb.step);
-        let wanted = num_nodes.unwrap_or(ran_on.len() as u32);
+        // While it completes on the nodes left, NumNodes counts only those: the job
+        // wants as many as it ran on.
+        let wanted = num_nodes.unwrap_or(0).max(ran_on.len() as u32);
         let message = nodes::loss_message(&lost, step, wanted, policy);
         tracing::warn!(job_id, policy = policy.as_str(), "{message}");
         let acted = match policy {
