@@ -247,7 +247,12 @@ fn the_launcher_sigkilled_leaves_no_rank_alive_and_the_run_finishes() {
         .filter(|e| e["kind"] == "failed")
         .collect();
     assert!(failed.is_empty(), "no generation failed: {failed:?}");
-    let zombies = zombies_of(daemon);
-    assert!(zombies.is_empty(), "zombies of the daemon: {zombies:?}");
+    // The daemon reaps what it adopted (the ranks, the log relay once the log's
+    // input ended) every 2 s: none is left a zombie for long.
+    wait_until(
+        Duration::from_secs(30),
+        "no zombie child of the daemon",
+        || zombies_of(daemon).is_empty(),
+    );
     say(format!("torchrun: finished at step {max_steps}, no zombie"));
 }
