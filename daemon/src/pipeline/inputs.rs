@@ -167,9 +167,9 @@ impl StepInputs {
         let files = before.0.contains_key(FILES_KEY);
         let mut parts = Vec::new();
         let mut changed_files = Vec::new();
-        let mut note = |key: &str, how: &str| match key.strip_prefix(FILE_PREFIX) {
+        let mut note = |key: &str, how: &'static str| match key.strip_prefix(FILE_PREFIX) {
             Some(_) if !files => {}
-            Some(path) => changed_files.push(format!("{path} {how}")),
+            Some(path) => changed_files.push((path.to_string(), how)),
             None if key == FILES_KEY => {}
             None => parts.push(format!("{key} changed")),
         };
@@ -184,9 +184,14 @@ impl StepInputs {
             note(key, "removed");
         }
         parts.sort();
+        changed_files.sort();
         let more = changed_files.len().saturating_sub(FILES_NAMED);
         changed_files.truncate(FILES_NAMED);
-        parts.extend(changed_files);
+        parts.extend(
+            changed_files
+                .into_iter()
+                .map(|(path, how)| format!("{path} {how}")),
+        );
         if more > 0 {
             parts.push(format!("{more} more file(s)"));
         }

@@ -23,7 +23,9 @@ impl Actor {
             tracing::info!("{line}");
         }
         self.timings = Timings::from_config(&config.supervisor);
-        self.backend = backend_for(&self.layout, &config);
+        if config.launch != self.config.launch {
+            self.backend = backend_for(&self.layout, &config);
+        }
         self.config = config;
         Ok(report)
     }

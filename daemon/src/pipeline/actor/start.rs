@@ -90,7 +90,9 @@ impl Actor {
             self.source.file = Some(file.path.clone());
         }
         self.timings = Timings::from_config(&config.supervisor);
-        self.backend = backend_for(&self.layout, &config);
+        if config.launch != self.config.launch {
+            self.backend = backend_for(&self.layout, &config);
+        }
         self.config = config;
         self.record = record;
         self.pending_start = Some(PendingStart {

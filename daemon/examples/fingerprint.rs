@@ -1,0 +1,56 @@
+//! Times the fingerprint `start` takes of a source folder (`pipeline/files.rs`, the
+//! function the done-markers use): FILES files of SIZE bytes written into a scratch
+//! folder, then PASSES fingerprints of it. Prints one JSON object. Run by
+//! `bench/fingerprint/run.sh`.
+//!
+//!     cargo run --release -p lavenderd --example fingerprint -- [FILES] [SIZE] [PASSES] [DIR]
+
+use std::time::Instant;
+
+use lavenderd::pipeline::files;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, default: u64| {
+        args.get(i)
+            .map(|a| a.parse::<u64>().expect("FILES, SIZE and PASSES are numbers"))
+            .unwrap_or(default)
+    };
+    let (count, size, passes) = (arg(0, 10_000), arg(1, 2048), arg(2, 5).max(1));
+    let scratch = tempfile_dir(args.get(3));
+    let corpus = scratch.join("corpus");
+    std::fs::create_dir_all(&corpus).expect("create the scratch folder");
+    for i in 0..count {
+        // Ten sub-folders, as a corpus split by topic or month would be.
+        let dir = corpus.join(format!("part{}", i % 10));
+        std::fs::create_dir_all(&dir).expect("create a sub-folder");
+        let body: Vec<u8> = (0..size).map(|b| b"abcdefgh \n"[((b + i) % 10) as usize]).collect();
+        std::fs::write(dir.join(format!("doc{i:06}.txt")), body).expect("write a file");
+    }
+    let mut secs = Vec::new();
+    let mut seen = 0;
+    for _ in 0..passes {
+        let t = Instant::now();
+        let fps = files::fingerprints(&corpus);
+        secs.push(t.elapsed().as_secs_f64());
+        seen = fps.len();
+        assert!(fps.iter().all(|(_, fp)| fp.contains("sha256=")));
+    }
+    assert_eq!(seen as u64, count, "every file fingerprinted");
+    let mut sorted = secs.clone();
+    sorted.sort_by(f64::total_cmp);
+    println!(
+        "{{\"files\": {count}, \"size\": {size}, \"passes\": {passes}, \"seconds\": {secs:?}, \"median_s\": {:.4}, \"min_s\": {:.4}}}",
+        sorted[sorted.len() / 2],
+        sorted[0]
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// `DIR` (a folder of its own is made inside), else one under the temporary folder.
+fn tempfile_dir(dir: Option<&String>) -> std::path::PathBuf {
+    let base = dir.map_or_else(std::env::temp_dir, std::path::PathBuf::from);
+    let path = base.join(format!("lavender-fingerprint-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    path
+}
