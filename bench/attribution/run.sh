@@ -13,6 +13,8 @@
 #
 #   bash bench/attribution/run.sh           # needs `make build` and bergson in .venv
 #   SKIP_UNBATCHED=1 bash bench/attribution/run.sh
+#   UNBATCHED_SECONDS=600 bash bench/attribution/run.sh   # stop it then; extrapolate
+#   LAVENDERD=target/debug/lavenderd WORKER=target/debug/lavender-worker bash …  # debug build
 #
 # Results in target/bench/attribution/: each call's JSON report and stderr, and
 # summary.txt. Takes about 25 minutes on an idle two-core machine (the unbatched
@@ -61,10 +63,44 @@ attribute() {
   echo "$name: $(cat "$out/$name.seconds") s (load average $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$out/summary.txt"
 }
 
+# The unbatched call, at most UNBATCHED_SECONDS when set: then it is stopped and its
+# whole time extrapolated from its progress (the time so far plus its ETA, which
+# assumes its rate so far), written as such.
+unbatched() {
+  local s e pid
+  s=$(date +%s.%N)
+  setsid "$LAVENDERD" --data-root "$root" attribute --run "$run" --queries "$out/q1.jsonl" --top 5 \
+    --json --batch-tokens 128 --no-cache >"$out/unbatched.json" 2>"$out/unbatched.stderr" &
+  pid=$!
+  if [ -n "${UNBATCHED_SECONDS:-}" ]; then
+    local deadline=$(($(date +%s) + UNBATCHED_SECONDS))
+    while kill -0 "$pid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    if kill -0 "$pid" 2>/dev/null; then
+      e=$(date +%s.%N)
+      kill -- "-$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      local last
+      last=$(grep '^{' "$out/unbatched.stderr" | tail -1)
+      "$PY" - "$last" "$s" "$e" "$out" <<'PY' | tee -a "$out/summary.txt"
+import json, sys
+p, s, e, out = json.loads(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+total = e - s + p["eta_s"]
+open(f"{out}/unbatched.seconds", "w").write(f"{total:.1f}\n")
+print(f"unbatched: stopped after {e - s:.0f} s at pass {p['pass']}/{p['passes']} ({p['done']}/{p['total']} {p['unit']}, {p['rows_per_s']} rows/s); extrapolated {total:.0f} s (load average {open('/proc/loadavg').read().split()[0]})")
+PY
+      return
+    fi
+  fi
+  wait "$pid"
+  e=$(date +%s.%N)
+  calc "round($e - $s, 1)" >"$out/unbatched.seconds"
+  echo "unbatched: $(cat "$out/unbatched.seconds") s (load average $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$out/summary.txt"
+}
+
 attribute cold "$out/q1.jsonl"
 attribute warm "$out/q2.jsonl"
 if [ -z "${SKIP_UNBATCHED:-}" ]; then
-  attribute unbatched "$out/q1.jsonl" --batch-tokens 128 --no-cache
+  unbatched
 fi
 
 # The compute floor: multiply-adds of a forward and backward per token (2 × the
