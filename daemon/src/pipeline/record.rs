@@ -297,8 +297,11 @@ mod tests {
                     job_id: "42".into(),
                     node: Some("gpu7".into()),
                     state: Some("RUNNING".into()),
-                    nodes: vec!["gpu7".into(), "gpu8".into()],
-                    message: Some("node gpu8 lost at step 3; waiting for 2 nodes".into()),
+                    seen: Box::new(crate::process::slurm::JobSeen {
+                        nodes: vec!["gpu7".into(), "gpu8".into()],
+                        message: Some("node gpu8 lost at step 3; waiting for 2 nodes".into()),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 },
             },

@@ -130,8 +130,8 @@ pub fn compose(
                     node: j.node.clone(),
                     state: j.state.clone(),
                     reason: j.reason.clone(),
-                    nodes: j.nodes.clone(),
-                    message: j.message.clone(),
+                    nodes: j.seen.nodes.clone(),
+                    message: j.seen.message.clone(),
                 }
             }),
             recovery: record.recovery.clone(),

@@ -630,6 +630,9 @@ fn lavender_worker_on_two_nodes_is_refused(cluster: &Cluster) {
     );
 }
 
+/// One scenario on the shared cluster.
+type Scenario = fn(&Cluster);
+
 #[test]
 fn slurm_two_nodes() {
     require_modules(&["torch"]);
@@ -643,7 +646,7 @@ fn slurm_two_nodes() {
     };
     // In this order (the last alone: it takes a node down). `SLURM_CLUSTER_ONLY=<name>`
     // runs one (when reproducing a failure).
-    let scenarios: [(&str, fn(&Cluster)); 3] = [
+    let scenarios: [(&str, Scenario); 3] = [
         (
             "lavender_worker_on_two_nodes_is_refused",
             lavender_worker_on_two_nodes_is_refused,

@@ -54,8 +54,13 @@ impl Actor {
 
         // `on_node_failure: fail` cancelled the job when a node was lost: the
         // pipeline fails with that, rather than restart as after a crash.
-        if let Some(job) = worker.handle.slurm_job().filter(|j| j.failed_on_node_loss) {
+        if let Some(job) = worker
+            .handle
+            .slurm_job()
+            .filter(|j| j.seen.failed_on_node_loss)
+        {
             let reason = job
+                .seen
                 .message
                 .clone()
                 .unwrap_or_else(|| format!("Slurm job {}: a node was lost", job.job_id));

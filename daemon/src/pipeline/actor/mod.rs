@@ -368,16 +368,16 @@ impl Actor {
             return;
         };
         let update = change.update;
-        let newly_lost = update.message.is_some() && update.message != slurm.message;
+        let newly_lost = update.message.is_some() && update.message != slurm.seen.message;
         slurm.state = Some(update.state);
         slurm.reason = update.reason;
         if update.node.is_some() {
             slurm.node = update.node;
         }
-        slurm.nodes = update.nodes;
-        slurm.message = update.message;
-        slurm.failed_on_node_loss = update.failed_on_node_loss;
-        let message = slurm.message.clone();
+        slurm.seen.nodes = update.nodes;
+        slurm.seen.message = update.message;
+        slurm.seen.failed_on_node_loss = update.failed_on_node_loss;
+        let message = slurm.seen.message.clone();
         if let Some(w) = self.worker.as_mut() {
             w.handle = WorkerHandle::Slurm {
                 slurm: slurm.clone(),

@@ -22,6 +22,15 @@ pub struct SlurmJob {
     pub state: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What the watcher saw of it beyond its state (boxed: a handle stays small
+    /// in the pipeline's messages).
+    #[serde(flatten)]
+    pub seen: Box<JobSeen>,
+}
+
+/// A job's nodes and what happened to them, as last seen.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSeen {
     /// The allocation's nodes, the batch node first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<String>,

@@ -107,7 +107,10 @@ pub fn submit(cfg: &SlurmConfig, jobs_dir: &Path, spec: &SpawnSpec) -> Result<Sl
     Ok(SlurmJob {
         job_id,
         state: Some("PENDING".into()),
-        run_dir: spec.run_dir.clone().filter(|_| spec.trains()),
+        seen: Box::new(super::JobSeen {
+            run_dir: spec.run_dir.clone().filter(|_| spec.trains()),
+            ..super::JobSeen::default()
+        }),
         ..SlurmJob::default()
     })
 }

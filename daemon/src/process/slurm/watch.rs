@@ -25,10 +25,10 @@ pub fn until_done(
         let mut last: Option<JobUpdate> = None;
         // The nodes it ran on last, while it runs; a watcher that takes over a job
         // (a restarted daemon) starts from what the previous one saw.
-        let mut ran_on = job.nodes.clone();
+        let mut ran_on = job.seen.nodes.clone();
         let mut was_running = job.state.as_deref() == Some("RUNNING");
-        let mut loss = job.message.clone();
-        let mut failed = job.failed_on_node_loss;
+        let mut loss = job.seen.message.clone();
+        let mut failed = job.seen.failed_on_node_loss;
         loop {
             let id = job_id.clone();
             let info = tokio::task::spawn_blocking(move || query::look(&id))
@@ -99,7 +99,11 @@ async fn node_lost(
     num_nodes: Option<u32>,
     policy: NodeFailurePolicy,
 ) -> Option<String> {
-    let (job_id, ran_on, run_dir) = (job.job_id.clone(), ran_on.to_vec(), job.run_dir.clone());
+    let (job_id, ran_on, run_dir) = (
+        job.job_id.clone(),
+        ran_on.to_vec(),
+        job.seen.run_dir.clone(),
+    );
     tokio::task::spawn_blocking(move || {
         let lost = nodes::lost_now(&ran_on);
         if lost.is_empty() {
