@@ -759,25 +759,32 @@ fn tail_of_the_pipeline_log_mid_run_shows_step_loss_and_eta() {
         text.lines()
             .find(|l| {
                 l.contains("lavenderd: step ")
-                    && l.contains(&format!("/{TRAIN_STEPS} (pretrain)"))
-                    && l.contains("loss ")
+                    && l.contains(" (pretrain): loss ")
                     && l.contains("ETA ")
             })
             .map(str::to_string)
     };
-    let mut line = None;
-    wait_until(T, "a progress line in tail -20 of the pipeline log", || {
-        line = progress(&tail());
-        line.is_some()
-    });
-    let line = line.unwrap();
-    let step: u64 = line
+    let deadline = Instant::now() + T;
+    let line = loop {
+        let text = tail();
+        if let Some(line) = progress(&text) {
+            break line;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no progress line in tail -20 of {}:\n{text}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (step, total): (u64, u64) = line
         .split("lavenderd: step ")
         .nth(1)
-        .and_then(|r| r.split('/').next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("a step in {line:?}"));
-    assert!(step < TRAIN_STEPS, "said mid-run: {line}");
+        .and_then(|r| r.split(' ').next())
+        .and_then(|s| s.split_once('/'))
+        .and_then(|(s, t)| Some((s.parse().ok()?, t.parse().ok()?)))
+        .unwrap_or_else(|| panic!("step/total in {line:?}"));
+    assert!(step < total, "said mid-run: {line}");
     println!("pipeline log mid-run: {line}");
 
     d.wait_state("finished", T);
