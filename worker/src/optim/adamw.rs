@@ -4,7 +4,9 @@
 //! `_fused_adamw_` nor the `_foreach_*` kernels. Because every parameter is a view
 //! into one flat buffer (see `model::params`), the update runs over cache-sized
 //! slices of that buffer, eight kernels each, whatever the number of parameters —
-//! the effect of a fused kernel. Measured on one CPU thread against the per-tensor
+//! the effect of a fused kernel. Slices suit a CPU's cache; on an accelerator,
+//! where each kernel is a launch (≈ 3,800 a step in 1 MiB slices at GPT-2 small),
+//! the whole buffer is one slice: eight launches a step. Measured on one CPU thread against the per-tensor
 //! loop torch.optim.AdamW runs on CPU: 1.2× faster at 0.24 M parameters, 1.9× at
 //! 3.7 M, 3.3× at 124 M (GPT-2 small). The moments are flat too and are saved by
 //! parameter name.
@@ -13,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Result, bail, ensure};
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use crate::model::params::ParamSet;
 use crate::model::tensor_file::{self, TensorFile};
@@ -30,8 +32,17 @@ pub struct AdamWConfig {
     pub weight_decay: f64,
 }
 
-/// Elements per slice of the flat buffers in one update (1 MiB of f32).
+/// Elements per slice of the flat buffers in one update on the CPU (1 MiB of f32).
 const CHUNK: i64 = 1 << 18;
+
+/// Elements per update on `device` for a buffer of `n`: cache-sized slices on the
+/// CPU, the whole buffer elsewhere.
+fn slice_len(device: Device, n: i64) -> i64 {
+    match device {
+        Device::Cpu => CHUNK,
+        _ => n.max(1),
+    }
+}
 
 struct Coefficients {
     lr: f64,
@@ -87,6 +98,13 @@ impl AdamW {
 
     /// One update of every parameter from the flat gradient `grad` at learning rate `lr`.
     pub fn step(&mut self, params: &ParamSet, grad: &Tensor, lr: f64) {
+        let flat = params.flat();
+        let slice = slice_len(flat.device(), flat.size()[0]);
+        self.step_in_slices(params, grad, lr, slice);
+    }
+
+    /// [`Self::step`] in slices of `slice` elements.
+    fn step_in_slices(&mut self, params: &ParamSet, grad: &Tensor, lr: f64, slice: i64) {
         let _guard = tch::no_grad_guard();
         self.step += 1;
         let c = self.cfg;
@@ -104,7 +122,7 @@ impl AdamW {
         // Cache-sized slices: a few whole-slice kernels each, temporaries stay small.
         let mut start = 0;
         while start < n {
-            let len = CHUNK.min(n - start);
+            let len = slice.min(n - start);
             let part = |t: &Tensor| t.narrow(0, start, len);
             let decay_len = (decayed - start).clamp(0, len);
             update(
@@ -298,6 +316,46 @@ mod tests {
         let got_b = &params.get("b.bias").unwrap().tensor;
         assert!((got_w - expect_w).abs().max().double_value(&[]) < 1e-6);
         assert!((got_b - expect_b).abs().max().double_value(&[]) < 1e-6);
+    }
+
+    #[test]
+    fn the_whole_buffer_at_once_is_bit_identical_to_slices() {
+        // The accelerators' path (one slice) against the CPU's, on the CPU.
+        let spec = |name: &str, n: i64, decay| ParamSpec {
+            name: name.into(),
+            shape: vec![n],
+            decay,
+            init: Init::Ones,
+        };
+        let n = 2 * CHUNK + 12_345;
+        let make = || {
+            let params = ParamSet::new(
+                vec![spec("w.weight", n, true), spec("b.bias", n, false)],
+                Device::Cpu,
+            );
+            tch::manual_seed(7);
+            let _guard = tch::no_grad_guard();
+            params
+                .flat()
+                .narrow(0, 0, 2 * n)
+                .copy_(&Tensor::randn([2 * n], (Kind::Float, Device::Cpu)));
+            params
+        };
+        let (sliced, whole) = (make(), make());
+        assert!(sliced.flat().equal(whole.flat()));
+        let (mut a, mut b) = (AdamW::new(cfg(), &sliced), AdamW::new(cfg(), &whole));
+        assert_eq!(slice_len(Device::Cpu, 2 * n), CHUNK);
+        assert_eq!(slice_len(Device::Cuda(0), 2 * n), 2 * n);
+        for (i, lr) in [0.01, 0.005, 0.002].into_iter().enumerate() {
+            tch::manual_seed(100 + i as i64);
+            let grad = Tensor::randn([2 * n], (Kind::Float, Device::Cpu));
+            a.step_in_slices(&sliced, &grad, lr, CHUNK);
+            b.step_in_slices(&whole, &grad, lr, 2 * n);
+        }
+        assert!(sliced.flat().equal(whole.flat()), "parameters differ");
+        assert!(a.exp_avg.equal(&b.exp_avg), "exp_avg differs");
+        assert!(a.exp_avg_sq.equal(&b.exp_avg_sq), "exp_avg_sq differs");
+        assert!(!sliced.flat().equal(make().flat()), "the steps moved them");
     }
 
     #[test]
