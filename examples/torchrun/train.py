@@ -110,7 +110,8 @@ def main() -> int:
     # Batches a rollback skips: step s trains on the data of step s + offset.
     offset += w.skip_steps
     print(
-        f"torchrun rank {rank} on {socket.gethostname()} (pid {os.getpid()}): run {w.run_dir}, from step {start}, data offset {offset}",
+        f"torchrun rank {rank} on {socket.gethostname()} (pid {os.getpid()}): "
+        f"run {w.run_dir}, from step {start}, data offset {offset}",
         flush=True,
     )
 
