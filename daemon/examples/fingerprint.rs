@@ -13,7 +13,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize, default: u64| {
         args.get(i)
-            .map(|a| a.parse::<u64>().expect("FILES, SIZE and PASSES are numbers"))
+            .map(|a| {
+                a.parse::<u64>()
+                    .expect("FILES, SIZE and PASSES are numbers")
+            })
             .unwrap_or(default)
     };
     let (count, size, passes) = (arg(0, 10_000), arg(1, 2048), arg(2, 5).max(1));
@@ -24,7 +27,9 @@ fn main() {
         // Ten sub-folders, as a corpus split by topic or month would be.
         let dir = corpus.join(format!("part{}", i % 10));
         std::fs::create_dir_all(&dir).expect("create a sub-folder");
-        let body: Vec<u8> = (0..size).map(|b| b"abcdefgh \n"[((b + i) % 10) as usize]).collect();
+        let body: Vec<u8> = (0..size)
+            .map(|b| b"abcdefgh \n"[((b + i) % 10) as usize])
+            .collect();
         std::fs::write(dir.join(format!("doc{i:06}.txt")), body).expect("write a file");
     }
     let mut secs = Vec::new();

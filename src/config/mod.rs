@@ -33,8 +33,8 @@ pub use error::{ConfigError, ConfigErrorKind, Origin};
 pub use launch::{LaunchBackend, LaunchConfig, NodeFailurePolicy, SlurmConfig};
 pub use layers::{DATA_ROOT_VAR, LoadOptions};
 pub use logging::{LoggingConfig, MIN_MAX_BYTES};
-pub use paths::{MissingPath, PATH_KEYS, missing_paths};
 pub use notify::{BarkConfig, NotifyConfig, NtfyConfig, WebhookConfig, WebhookFormat};
+pub use paths::{MissingPath, PATH_KEYS, missing_paths};
 pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{
     Config, DataConfig, DedupConfig, Device, EmaConfig, FilterConfig, HardExamplesConfig,

@@ -178,10 +178,7 @@ pub fn missing_paths(config: &Config) -> Vec<MissingPath> {
 fn glob_base(path: &Path) -> PathBuf {
     let mut base = PathBuf::new();
     for c in path.components() {
-        if c.as_os_str()
-            .to_string_lossy()
-            .contains(['*', '?', '['])
-        {
+        if c.as_os_str().to_string_lossy().contains(['*', '?', '[']) {
             break;
         }
         base.push(c);
@@ -252,10 +249,7 @@ mod tests {
         // The environment's value is the working directory's.
         assert_eq!(c.data.dpo_jsonl, Some(elsewhere.join("dpo.jsonl")));
         assert_eq!(c.model.init_from, Some(project.join("../models/gpt2")));
-        assert_eq!(
-            c.notify.bark.env_file,
-            Some(project.join("my.bark.env"))
-        );
+        assert_eq!(c.notify.bark.env_file, Some(project.join("my.bark.env")));
         // A bare program stays for PATH; an existing file argument is rebased; a flag
         // and a name of nothing are passed as written; a program with a `/` is rebased.
         assert_eq!(
@@ -276,7 +270,10 @@ mod tests {
         let c = load(&file, &elsewhere, &[], &[]);
         assert_eq!(
             c.worker.command,
-            [project.join("bin/worker").display().to_string(), "--x".into()]
+            [
+                project.join("bin/worker").display().to_string(),
+                "--x".into()
+            ]
         );
     }
 
@@ -301,7 +298,10 @@ mod tests {
             [
                 ("data.sources[1].path".to_string(), dir.path().join("gone")),
                 ("data.sources[3].path".to_string(), dir.path().join("nope")),
-                ("model.init_from".to_string(), dir.path().join("models/gpt2")),
+                (
+                    "model.init_from".to_string(),
+                    dir.path().join("models/gpt2")
+                ),
                 ("worker.command[0]".to_string(), dir.path().join("bin/w")),
             ]
         );

@@ -27,9 +27,7 @@ use crate::alert::AlertSender;
 use crate::feed::{self, Feed};
 use crate::layout::Layout;
 use crate::notify::{self, EventFollower, Notifier};
-use crate::pipeline::{
-    self, ConfigSource, PipelineHandle, ReloadReport, StartRequest, StopCause,
-};
+use crate::pipeline::{self, ConfigSource, PipelineHandle, ReloadReport, StartRequest, StopCause};
 use crate::retention::{Retention, RetentionHandle, RetentionSettings};
 use crate::server::{self, AppState};
 use crate::settings::Settings;
@@ -306,7 +304,8 @@ impl Daemon {
     async fn reload(&self) -> Result<ReloadReport, String> {
         let report = self.pipeline.reload().await?;
         if let Some(config) = &report.config {
-            if let Err(e) = crate::logging::rotate_own_log(&self.layout.daemon_log(), config.logging)
+            if let Err(e) =
+                crate::logging::rotate_own_log(&self.layout.daemon_log(), config.logging)
             {
                 tracing::warn!("{e:#}");
             }

@@ -105,12 +105,8 @@ impl ConfigSource {
             && local
         {
             let found = if program == locate::DEFAULT_WORKER {
-                locate::worker_program(
-                    program,
-                    self.path_var.as_deref(),
-                    self.exe_dir.as_deref(),
-                )
-                .map_err(|e| e.to_string())
+                locate::worker_program(program, self.path_var.as_deref(), self.exe_dir.as_deref())
+                    .map_err(|e| e.to_string())
             } else {
                 on_path(program, self.path_var.as_deref())
                     .map(|_| program.clone())
@@ -170,7 +166,8 @@ mod tests {
     fn a_file_read_again_must_be_what_the_operator_read_and_missing_paths_name_their_line() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("lavender.yaml");
-        let text = "data:\n  sources:\n    - path: corpus\nworker: {command: [no-such-program-here]}\n";
+        let text =
+            "data:\n  sources:\n    - path: corpus\nworker: {command: [no-such-program-here]}\n";
         std::fs::write(&file, text).unwrap();
         let source = ConfigSource {
             path_var: Some(dir.path().as_os_str().to_owned()),

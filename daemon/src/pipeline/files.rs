@@ -134,10 +134,7 @@ mod tests {
             files_of(&corpus),
             [corpus.join("a.txt"), corpus.join("sub/b.txt")]
         );
-        assert_eq!(
-            files_of(&corpus.join("*.txt")),
-            [corpus.join("a.txt")]
-        );
+        assert_eq!(files_of(&corpus.join("*.txt")), [corpus.join("a.txt")]);
         assert_eq!(files_of(&corpus.join("a.txt")), [corpus.join("a.txt")]);
         assert!(files_of(&dir.path().join("nothing")).is_empty());
 

@@ -89,23 +89,16 @@ pub(super) enum Command {
     Hung(HungReport),
     /// The watchdog learned a longer steady heartbeat interval for the run
     /// (`supervisor.stale_after_s: auto`); the record keeps it.
-    Interval {
-        run_dir: PathBuf,
-        longest_s: f64,
-    },
+    Interval { run_dir: PathBuf, longest_s: f64 },
     /// Read the config file again (SIGHUP, `lavenderd reload`).
     Reload {
         reply: oneshot::Sender<Result<ReloadReport, String>>,
     },
     /// A round trip that proves the actor's loop still turns (the service watchdog).
-    Ping {
-        reply: oneshot::Sender<()>,
-    },
+    Ping { reply: oneshot::Sender<()> },
     /// The daemon is about to re-execute itself: the record on disk is current; the
     /// actor ends without touching the worker (the next daemon re-adopts it).
-    Detach {
-        reply: oneshot::Sender<()>,
-    },
+    Detach { reply: oneshot::Sender<()> },
 }
 
 /// A worker that has not written a heartbeat within its phase's allowance.

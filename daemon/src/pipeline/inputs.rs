@@ -288,7 +288,11 @@ mod tests {
         std::fs::write(corpus.join("a.txt"), "alpha").unwrap();
         std::fs::write(corpus.join("b.txt"), "beta").unwrap();
         let first = downloads_of(&root, &corpus);
-        assert!(downloads_of(&root, &corpus).changed_since(&first).is_empty());
+        assert!(
+            downloads_of(&root, &corpus)
+                .changed_since(&first)
+                .is_empty()
+        );
         std::fs::write(corpus.join("c.txt"), "gamma").unwrap();
         std::fs::write(corpus.join("a.txt"), "ALPHA").unwrap();
         std::fs::remove_file(corpus.join("b.txt")).unwrap();
@@ -303,7 +307,8 @@ mod tests {
         );
         // A marker from before files were fingerprinted compares none.
         let mut old = first.clone();
-        old.0.retain(|k, _| !k.starts_with(FILE_PREFIX) && k != FILES_KEY);
+        old.0
+            .retain(|k, _| !k.starts_with(FILE_PREFIX) && k != FILES_KEY);
         assert!(downloads_of(&root, &corpus).changed_since(&old).is_empty());
         // Many files: five named, the rest counted.
         for i in 0..8 {

@@ -18,9 +18,9 @@ pub(crate) mod resumable;
 pub(crate) mod rollback;
 pub(crate) mod stop;
 
+pub use config_file::ConfigSource;
 pub use handle::{HungReport, PipelineHandle, StartError, StartReply};
 pub use record::{PipelineRecord, StopCause};
-pub use config_file::ConfigSource;
 pub use reload::ReloadReport;
 pub use request::{ConfigFileRef, StartRequest};
 pub use stop::StopReport;

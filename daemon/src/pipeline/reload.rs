@@ -35,9 +35,13 @@ impl TakesEffect {
                 || key.starts_with(&format!("{prefix}."))
                 || key.starts_with(&format!("{prefix}["))
         };
-        if ["supervisor.listen", "supervisor.allow_non_loopback", "supervisor.watcher"]
-            .iter()
-            .any(|k| under(k))
+        if [
+            "supervisor.listen",
+            "supervisor.allow_non_loopback",
+            "supervisor.watcher",
+        ]
+        .iter()
+        .any(|k| under(k))
             || under("api")
             || under("data_root")
             || under("data_root_candidates")

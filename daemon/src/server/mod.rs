@@ -61,8 +61,7 @@ pub struct AppState {
 pub type RestartRequests = tokio::sync::mpsc::Sender<()>;
 
 /// Where a reload's answer goes.
-pub type ReloadReply =
-    tokio::sync::oneshot::Sender<Result<crate::pipeline::ReloadReport, String>>;
+pub type ReloadReply = tokio::sync::oneshot::Sender<Result<crate::pipeline::ReloadReport, String>>;
 /// Asks the daemon's serving loop to reload its config, as SIGHUP does.
 pub type ReloadRequests = tokio::sync::mpsc::Sender<ReloadReply>;
 

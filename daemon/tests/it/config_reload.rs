@@ -12,7 +12,11 @@ const T: Duration = Duration::from_secs(30);
 
 #[test]
 fn another_config_is_refused_while_running_and_a_reload_names_each_change() {
-    let mut env = Env::new(&["--total-steps", "100000", "--step-ms", "20"], "", "[train]");
+    let mut env = Env::new(
+        &["--total-steps", "100000", "--step-ms", "20"],
+        "",
+        "[train]",
+    );
     let daemon_pid = env.serve();
     env.start(&[]);
     env.wait_step(2, T);
@@ -70,7 +74,8 @@ fn another_config_is_refused_while_running_and_a_reload_names_each_change() {
     let out = env.run(&["reload"]);
     assert!(!out.status.success());
     assert!(
-        stderr(&out).contains(&format!("{}:", env.config.display())) && stderr(&out).contains("chunk"),
+        stderr(&out).contains(&format!("{}:", env.config.display()))
+            && stderr(&out).contains("chunk"),
         "{}",
         stderr(&out)
     );

@@ -94,13 +94,17 @@ fn a_project_folder_started_from_another_folder_runs_its_own_files_and_start_nam
     let d = Lavenderd::with_real_worker(&project, &config(20));
     let data_root = project.join("data");
     assert_eq!(d.data_root, data_root);
-    let show_log = || std::fs::read_to_string(data_root.join("state/lavenderd.log")).unwrap_or_default();
+    let show_log =
+        || std::fs::read_to_string(data_root.join("state/lavenderd.log")).unwrap_or_default();
 
     // Started from another folder: a background daemon, the project's own paths.
     let out = started(&lavenderd_in(&elsewhere, &["start", "--scale", "tiny"]));
     let config_file = project.join("lavender.yaml");
     assert!(
-        out.contains(&format!("config: {} (no previous start)", config_file.display())),
+        out.contains(&format!(
+            "config: {} (no previous start)",
+            config_file.display()
+        )),
         "{out}"
     );
     let st = d.wait_state("finished", T);
@@ -137,12 +141,13 @@ fn a_project_folder_started_from_another_folder_runs_its_own_files_and_start_nam
 
     // A file added to the corpus folder: downloads runs again and start names it.
     let added = project.join("corpus/more.txt");
-    std::fs::write(&added, "SPEAKER1:\nA new speech of the river and the crown.").unwrap();
+    std::fs::write(
+        &added,
+        "SPEAKER1:\nA new speech of the river and the crown.",
+    )
+    .unwrap();
     let out = started(&lavenderd_in(&elsewhere, &["start", "--scale", "tiny"]));
-    assert!(
-        out.contains("(unchanged since the last start)"),
-        "{out}"
-    );
+    assert!(out.contains("(unchanged since the last start)"), "{out}");
     assert!(
         out.contains(&format!(
             "notice: downloads runs again: {} added since it ran at ",
@@ -150,7 +155,10 @@ fn a_project_folder_started_from_another_folder_runs_its_own_files_and_start_nam
         )),
         "{out}"
     );
-    assert!(out.contains("finished steps run again: downloads, dedup, filter"), "{out}");
+    assert!(
+        out.contains("finished steps run again: downloads, dedup, filter"),
+        "{out}"
+    );
     d.wait_state("finished", T);
     assert_eq!(
         downloads_inputs(&data_root),

@@ -10,9 +10,9 @@ use anyhow::{Context, Result, bail};
 use crate::cli::{ListenArgs, PipelineFlags};
 use crate::client::Client;
 use crate::confirm::confirm;
+use crate::pipeline::ConfigFileRef;
 use crate::pipeline::config_file::sha256_hex;
 use crate::pipeline::resumable;
-use crate::pipeline::ConfigFileRef;
 use crate::pipeline::{PipelineRecord, StartReply};
 use crate::settings::{GlobalArgs, Settings};
 

@@ -10,16 +10,16 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::{
-    Actor, JobChange, backend_for, LaunchDone, Launching, LiveWorker, PendingRestart, PendingStart, Relaunch,
-    WorkerExit,
+    Actor, JobChange, LaunchDone, Launching, LiveWorker, PendingRestart, PendingStart, Relaunch,
+    WorkerExit, backend_for,
 };
 use crate::alert::Alert;
 use crate::pipeline::config_file::LoadedConfig;
 use crate::pipeline::handle::{StartError, StartReply};
-use crate::pipeline::restart::Timings;
 use crate::pipeline::plan;
 use crate::pipeline::record::WorkerRecord;
 use crate::pipeline::request::StartRequest;
+use crate::pipeline::restart::Timings;
 use crate::process::Launched;
 
 impl Actor {
@@ -40,7 +40,10 @@ impl Actor {
         };
         if self.record.is_active() || self.launching.is_some() {
             let pid = self.worker.as_ref().and_then(|w| w.handle.pid());
-            let refusal = match loaded.as_ref().and_then(|l| self.differs_from_running(&req, l)) {
+            let refusal = match loaded
+                .as_ref()
+                .and_then(|l| self.differs_from_running(&req, l))
+            {
                 Some(message) => StartError::ConfigDiffers(message),
                 None => StartError::AlreadyRunning {
                     state: self.record.state,

@@ -12,7 +12,12 @@ use crate::server::error::ApiError;
 /// (the daemon keeps the config it had).
 pub async fn post(State(app): State<AppState>) -> Result<Json<ReloadReport>, ApiError> {
     let (reply, rx) = tokio::sync::oneshot::channel();
-    let gone = || ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the daemon is shutting down");
+    let gone = || {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the daemon is shutting down",
+        )
+    };
     app.reload.send(reply).await.map_err(|_| gone())?;
     let report = rx.await.map_err(|_| gone())?;
     report
