@@ -204,7 +204,8 @@ def test_a_resume_that_names_nothing_exits_with_the_config_code_and_a_message(tm
     assert proc.returncode == 78
     assert "cannot resume" in err and "nope" in err
     # Said in the run as well, for a launcher that turns every exit into 1.
-    failed = [e for e in protocol.read_events(tmp_path / "checkpoints" / "run-2026-01-01_00-00-00") if e["kind"] == "failed"]
+    run = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
+    failed = [e for e in protocol.read_events(run) if e["kind"] == "failed"]
     assert len(failed) == 1
     assert failed[0]["failure"]["kind"] == "config" and "nope" in failed[0]["failure"]["message"]
 
