@@ -9,9 +9,10 @@
 //!   `data.dpo_jsonl`, `model.init_from`, `notify.bark.env_file`;
 //! - `worker.command`: its program when it holds a `/` (a bare name such as `python`
 //!   or `lavender-worker` is looked up on `PATH` when the worker starts, never
-//!   rebased), and each later argument that does not start with `-` and names a file
-//!   or folder that exists relative to the base at load time (`[python, train.py]`
-//!   with `train.py` beside the config file). Other arguments are passed as written.
+//!   rebased), and each later argument written as a path (not starting with `-`, and
+//!   holding a `/` or a file extension) that names a file or folder existing relative
+//!   to the base at load time (`[python, train.py]` with `train.py` beside the config
+//!   file). Other arguments (flags, bare words such as `data`) are passed as written.
 //!
 //! After this, every such value in the loaded config is absolute when a working
 //! directory was given ([`super::LoadOptions::cwd`]).
@@ -71,13 +72,20 @@ pub(crate) fn rebase(root: &mut Node, cwd: Option<&Path>) {
             let names_file = if i == 0 {
                 text.contains('/')
             } else {
-                !text.starts_with('-') && base.join(&text).exists()
+                looks_like_a_path(&text) && base.join(&text).exists()
             };
             if names_file {
                 arg.value = Value::Str(join(&base, &text).display().to_string());
             }
         }
     }
+}
+
+/// An argument written as a path: not a flag, and with a `/` or a file extension
+/// (`train.py`, `conf/run.yaml`). A bare word (`data`, `train`) is an argument's value
+/// even when a folder of that name happens to be there.
+fn looks_like_a_path(text: &str) -> bool {
+    !text.starts_with('-') && (text.contains('/') || text.chars().skip(1).any(|c| c == '.'))
 }
 
 fn get_mut<'a>(mut node: &'a mut Node, keys: &[&str]) -> Option<&'a mut Node> {
@@ -213,6 +221,7 @@ mod tests {
         let project = dir.path().join("project");
         let elsewhere = dir.path().join("elsewhere");
         std::fs::create_dir_all(project.join("scripts")).unwrap();
+        std::fs::create_dir_all(project.join("data")).unwrap();
         std::fs::create_dir_all(&elsewhere).unwrap();
         std::fs::write(project.join("train.py"), "").unwrap();
         let file = project.join("lavender.yaml");
@@ -221,7 +230,7 @@ mod tests {
             "data_root: ./data\n\
              data:\n  sources:\n    - path: corpus/\n    - {path: dumps/*.jsonl, format: jsonl}\n    - {path: /abs/corpus}\n    - {embedded: tinyshakespeare}\n  sft_jsonl: sft.jsonl\n\
              model: {init_from: ../models/gpt2}\n\
-             worker:\n  command: [python, train.py, --flag, missing.py, scripts/../train.py]\n\
+             worker:\n  command: [python, train.py, --flag, missing.py, scripts/../train.py, data]\n\
              notify: {bark: {env_file: my.bark.env}}\n",
         )
         .unwrap();
@@ -260,6 +269,7 @@ mod tests {
                 "--flag".into(),
                 "missing.py".into(),
                 project.join("scripts/../train.py").display().to_string(),
+                "data".into(),
             ]
         );
         // An override is the working directory's too.
