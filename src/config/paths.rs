@@ -122,10 +122,13 @@ fn base(origin: &Origin, cwd: Option<&Path>) -> Option<PathBuf> {
         Origin::File { name, .. } if &**name == DEFAULT_ORIGIN => None,
         Origin::File { name, .. } => {
             let dir = Path::new(&**name).parent().unwrap_or(Path::new(""));
-            Some(match cwd {
+            let dir = match cwd {
                 Some(cwd) => cwd.join(dir),
                 None => dir.to_path_buf(),
-            })
+            };
+            // The file was just read, so its folder exists: its canonical name has no
+            // `..` (`--config ../project/lavender.yaml`) and names the same folder.
+            Some(std::fs::canonicalize(&dir).unwrap_or(dir))
         }
         Origin::Env(_) | Origin::Override(_) => Some(cwd?.to_path_buf()),
     }

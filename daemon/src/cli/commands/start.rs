@@ -99,7 +99,8 @@ pub fn config_ref(settings: &Settings) -> Result<Option<ConfigFileRef>> {
     };
     let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
     Ok(Some(ConfigFileRef {
-        path: path.clone(),
+        // Without `..` (`--config ../project/lavender.yaml`), as the daemon shows it.
+        path: std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()),
         sha256: sha256_hex(&bytes),
     }))
 }
