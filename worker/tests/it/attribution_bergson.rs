@@ -1026,16 +1026,17 @@ fn batch_size_agreement(tmp: &Path, report: &Value) {
     }
     let compare = r#"
 import json, sys
+from pathlib import Path
 import numpy as np
 from bergson.data import load_scores
-a, b = (np.asarray(load_scores(d)[:], dtype=np.float64) for d in sys.argv[1:3])
+a, b = (np.asarray(load_scores(Path(d))[:], dtype=np.float64) for d in sys.argv[1:3])
 out = []
 for q in range(a.shape[1]):
     x, y = a[:, q], b[:, q]
     out.append({
         "top": [np.argsort(x)[:5].tolist(), np.argsort(y)[:5].tolist()],
         "max_rel": float(np.abs(x - y).max() / np.abs(x).max()),
-        "max_elem_rel": float((np.abs(x - y) / np.abs(x)).max()),
+        "max_elem_rel": float((np.abs(x - y) / np.maximum(np.abs(x), 1e-30)).max()),
     })
 print(json.dumps(out))
 "#;
