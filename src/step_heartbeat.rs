@@ -38,9 +38,7 @@ impl StepHeartbeat {
 
     /// The parsed `timestamp`, or `None` when it is not RFC 3339.
     pub fn time(&self) -> Option<DateTime<Utc>> {
-        DateTime::parse_from_rfc3339(&self.timestamp)
-            .ok()
-            .map(|t| t.with_timezone(&Utc))
+        crate::time::parse_rfc3339(&self.timestamp)
     }
 }
 

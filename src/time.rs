@@ -12,6 +12,14 @@ pub fn rfc3339_z(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
+/// An RFC 3339 time read back as UTC; `None` when `s` is not one. The one reader
+/// of the times records carry (heartbeats, step heartbeats, events).
+pub fn parse_rfc3339(s: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
 /// A span as people say it, in its two largest units: `45s`, `6m 12s`, `3h 12m`,
 /// `2d 3h`. The one duration format of pushes, status views and progress lines.
 pub fn duration(d: std::time::Duration) -> String {

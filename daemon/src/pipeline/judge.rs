@@ -12,6 +12,7 @@ use lavender::config::PipelineStep;
 use lavender::events::{self, kind};
 use lavender::failure::{Failure, FailureKind};
 use lavender::heartbeat::{self, WorkerState};
+use lavender::time::parse_rfc3339 as parse_time;
 use serde_json::Value;
 
 use crate::exit::ExitOutcome;
@@ -85,12 +86,6 @@ fn failed_event(run_dir: &Path, since: Option<DateTime<Utc>>) -> Option<Failure>
             Some(value) => read_failure(value),
             None => Failure::new(FailureKind::Crash, e.message.clone()),
         })
-}
-
-fn parse_time(s: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
 }
 
 /// A failure the daemon tells from the exit alone.
