@@ -205,7 +205,7 @@ fn attribute(root: &Path, run: &Path, query: &str, dir: &Path) -> (Value, Vec<Va
             progress.push(v);
         } else {
             assert!(
-                line.starts_with("attribute: "),
+                line.starts_with("attribute: ") || line.starts_with("data root: "),
                 "a foreign line on the terminal: {line}"
             );
         }
