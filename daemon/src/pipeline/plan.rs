@@ -168,6 +168,11 @@ pub fn nothing_to_do(
     }
     let chunk = req.chunk.unwrap_or(config.chunk);
     let scale = req.scale.unwrap_or(config.scale);
+    // Another scale or chunk than the pipeline last ran is work to do, even where the
+    // steps' markers are all there.
+    if current.scale.is_some_and(|s| s != scale) || current.chunk.is_some_and(|c| c != chunk) {
+        return None;
+    }
     let mut worker_config = config.clone();
     worker_config.scale = scale;
     worker_config.chunk = chunk;

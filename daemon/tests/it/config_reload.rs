@@ -47,7 +47,8 @@ fn another_config_is_refused_while_running_and_a_reload_names_each_change() {
     assert_eq!(
         stdout(&out),
         format!(
-            "config reloaded from {}: 2 key(s) changed\n  supervisor.stop_timeout_s: takes effect now\n  training.batch_size: takes effect at the next `lavenderd start`\n",
+            "data root: {} (--data-root)\nconfig reloaded from {}: 2 key(s) changed\n  supervisor.stop_timeout_s: takes effect now\n  training.batch_size: takes effect at the next `lavenderd start`\n",
+            env.data_root.display(),
             env.config.display()
         )
     );

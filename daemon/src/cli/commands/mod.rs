@@ -232,7 +232,7 @@ enum Say {
     /// Its first line on stdout (human output).
     Stdout,
     /// On stderr: its stdout is a JSON array (or a JSON document it does not own),
-    /// which a field cannot join, or a daemon's log.
+    /// which a field cannot join, a service file, or a daemon's log.
     Stderr,
     /// In its JSON object, as the `data_root` field (`status --json`, `export --json`).
     Field,
@@ -250,6 +250,7 @@ fn say_for(command: &Command) -> Say {
         }
         | Command::Export { json: true, .. } => Say::Field,
         Command::Serve { .. }
+        | Command::Service { .. }
         | Command::Runs { json: true }
         | Command::Checkpoints { json: true, .. }
         | Command::Attribute { json: true, .. } => Say::Stderr,
