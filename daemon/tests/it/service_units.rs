@@ -482,7 +482,10 @@ fn user_install_writes_the_unit_enables_it_and_status_and_uninstall_follow() {
     let out = t.run(&["uninstall", "--user"], "0");
     assert!(!out.status.success(), "{}", stdout(&out));
     let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // The data root it read, then the one line that says what --yes would do.
+    let lines: Vec<&str> = err.trim().lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[0].starts_with("data root: "), "{err}");
     assert!(err.contains("--yes"), "{err}");
     assert!(t.unit().exists());
     assert_eq!(
