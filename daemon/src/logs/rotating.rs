@@ -36,14 +36,10 @@ type OnRotate = Box<dyn Fn(&File) + Send>;
 
 impl RotatingFile {
     /// Opens `path` for appending (creating it and its directory), continuing a log
-    /// that is already there. Only the log's own directory is made: a data root that
-    /// is gone (a disk unplugged) is not made again beneath its mount point.
+    /// that is already there.
     pub fn open(path: &Path, limits: LoggingConfig) -> io::Result<RotatingFile> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            match std::fs::create_dir(dir) {
-                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
-                _ => {}
-            }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
         }
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         let len = file.metadata()?.len();

@@ -119,7 +119,10 @@ pub fn say(text: &str) {
         let _ = a.pipe.write_all(line.as_bytes());
         return;
     }
+    // Only into a log folder that is there: a data root that is gone (a disk
+    // unplugged) is not made again beneath its mount point.
     if let Some((path, limits)) = &s.log_file
+        && path.parent().is_some_and(|d| d.is_dir())
         && let Ok(mut log) = RotatingFile::open(path, *limits)
     {
         let _ = log.append(line.as_bytes());
