@@ -183,8 +183,14 @@ fn ok(line: &str, out: &Output) -> String {
 /// The first line a command printed: the data root it read and how it was chosen,
 /// which must be `root`, the per-user default (nothing names another).
 fn says_root(line: &str, out: &Output, root: &Path) {
+    // On stdout, or on stderr where stdout is a file's text (`service install`).
     let text = stdout(out);
-    let first = text.lines().next().unwrap_or_default();
+    let first = [text.as_str(), stderr(out).as_str()]
+        .into_iter()
+        .map(|t| t.lines().next().unwrap_or_default().to_string())
+        .find(|l| l.starts_with("data root: "))
+        .unwrap_or_default();
+    let first = first.as_str();
     assert!(
         first.starts_with(&format!(
             "data root: {} (the per-user default ~/.local/share/lavender",
