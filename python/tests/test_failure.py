@@ -42,7 +42,16 @@ def test_exceptions_are_classified():
 def run(tmp_path, mode):
     run_dir = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
     proc = subprocess.run(
-        [sys.executable, str(HERE / "fail_script.py"), mode, "train", "--data-root", str(tmp_path), "--run-dir", str(run_dir)],
+        [
+            sys.executable,
+            str(HERE / "fail_script.py"),
+            mode,
+            "train",
+            "--data-root",
+            str(tmp_path),
+            "--run-dir",
+            str(run_dir),
+        ],
         env=dict(os.environ, PYTHONPATH=str(SRC)),
         capture_output=True,
         text=True,

@@ -258,7 +258,7 @@ mod tests {
         assert_eq!(n.len(), 1);
         assert_eq!(n[0].kind, "restarting");
         // A kind of its own is told, and the first restart is at once.
-        let oom = Alert::Crashed {
+        let oom = |repeats| Alert::Crashed {
             step: PipelineStep::Train,
             outcome: ExitOutcome::Code(81),
             failure: Failure::new(FailureKind::OutOfMemory, "CUDA out of memory"),
@@ -266,29 +266,20 @@ mod tests {
             max_restarts: 3,
             restart_in: Duration::ZERO,
             log_file: None,
-            repeats: Repeats::default(),
+            repeats,
         };
-        let n = pushes(&oom, P, 20);
+        let n = pushes(&oom(Repeats::default()), P, 20);
         assert_eq!(
             n[0].title,
             "[lavender] failed (out_of_memory): CUDA out of memory"
         );
         assert_eq!(n[1].body, "resuming from the latest checkpoint now");
         // The same failure again after a long attempt: the push says where the counts stand.
-        let again = Alert::Crashed {
-            step: PipelineStep::Train,
-            outcome: ExitOutcome::Code(81),
-            failure: Failure::new(FailureKind::OutOfMemory, "CUDA out of memory"),
-            restart: 1,
-            max_restarts: 3,
-            restart_in: Duration::ZERO,
-            log_file: None,
-            repeats: Repeats {
-                same_failure: 2,
-                max_same_failure: 3,
-                count_reset: true,
-            },
-        };
+        let again = oom(Repeats {
+            same_failure: 2,
+            max_same_failure: 3,
+            count_reset: true,
+        });
         let n = pushes(&again, P, 20);
         assert_eq!(
             n[1].body,

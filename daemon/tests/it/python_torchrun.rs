@@ -20,30 +20,37 @@ fn rank_pids(agent: i32) -> Vec<i32> {
         .collect()
 }
 
-#[test]
-fn torchrun_two_ranks_stop_resume_kill_one_rank_restart_finish() {
+/// The example's DDP loop on two ranks under `torchrun --standalone` (no restarts of
+/// its own: lavenderd restarts), saving every 10 steps; `extra` arguments after.
+fn torchrun_env(max_steps: u64, extra: &[&str]) -> Env {
     require_modules(&["torch"]);
-    let command: Vec<String> = vec![
+    let mut command: Vec<String> = vec![
         venv_tool("torchrun"),
         "--standalone".into(),
         "--nproc_per_node=2".into(),
         "--max_restarts=0".into(),
         example("torchrun/train.py"),
         "--max-steps".into(),
-        MAX_STEPS.to_string(),
-        "--save-every".into(),
-        "10".into(),
-        "--batch-size".into(),
-        "4".into(),
-        "--seq-len".into(),
-        "32".into(),
+        max_steps.to_string(),
     ];
+    for a in ["--save-every", "10", "--batch-size", "4", "--seq-len", "32"]
+        .iter()
+        .chain(extra)
+    {
+        command.push(a.to_string());
+    }
     let mut env = Env::python(
         &command,
         "  max_restarts: 2",
         &format!("training:\n  keep_checkpoints: {KEEP}"),
     );
     env.worker_name = "train.py".into();
+    env
+}
+
+#[test]
+fn torchrun_two_ranks_stop_resume_kill_one_rank_restart_finish() {
+    let mut env = torchrun_env(MAX_STEPS, &[]);
     env.serve();
 
     // 1. start → running with steps, two ranks under the torchrun agent.
@@ -182,31 +189,8 @@ fn zombies_of(pid: u32) -> Vec<i32> {
 /// restart resumes from a checkpoint that exists; the run finishes; no zombie is left.
 #[test]
 fn the_launcher_sigkilled_leaves_no_rank_alive_and_the_run_finishes() {
-    require_modules(&["torch"]);
     let max_steps: u64 = 200;
-    let command: Vec<String> = vec![
-        venv_tool("torchrun"),
-        "--standalone".into(),
-        "--nproc_per_node=2".into(),
-        "--max_restarts=0".into(),
-        example("torchrun/train.py"),
-        "--max-steps".into(),
-        max_steps.to_string(),
-        "--save-every".into(),
-        "10".into(),
-        "--batch-size".into(),
-        "4".into(),
-        "--seq-len".into(),
-        "32".into(),
-        "--eval-batches".into(),
-        "0".into(),
-    ];
-    let mut env = Env::python(
-        &command,
-        "  max_restarts: 2",
-        &format!("training:\n  keep_checkpoints: {KEEP}"),
-    );
-    env.worker_name = "train.py".into();
+    let mut env = torchrun_env(max_steps, &["--eval-batches", "0"]);
     let daemon = env.serve();
     env.start(&[]);
     let run = env.run_dir();

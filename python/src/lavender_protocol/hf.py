@@ -155,9 +155,7 @@ class LavenderCallback(TrainerCallback):
             if target.exists():
                 shutil.rmtree(target)
             checkpoints.commit_directory(staged, target)
-        final = self._stop_save_step == state.global_step or (
-            state.max_steps and state.global_step >= state.max_steps
-        )
+        final = self._stop_save_step == state.global_step or (state.max_steps and state.global_step >= state.max_steps)
         val = self._eval_loss if self._eval_step == state.global_step else None
         w._step = int(state.global_step)
         w.committed(target, final=bool(final), val_loss=val)
