@@ -34,7 +34,7 @@ impl ConfigOrigins {
     /// `training.stages.1.lr`); the nearest existing parent's for a path that does
     /// not exist; `None` when not even its first key is a config key (`WORLD_SIZE`).
     pub fn of(&self, key: &str) -> Option<Origin> {
-        let segments = tree::parse_key_path(key)?;
+        let segments = canonical(key)?;
         (1..=segments.len())
             .rev()
             .find_map(|n| self.0.get(&tree::render_key_path(&segments[..n])))
@@ -44,7 +44,7 @@ impl ConfigOrigins {
     /// Records that `key` was set by `origin` (a start's `--scale` over the file's
     /// `scale`).
     pub fn set(&mut self, key: &str, origin: Origin) {
-        if let Some(segments) = tree::parse_key_path(key) {
+        if let Some(segments) = canonical(key) {
             self.0.insert(tree::render_key_path(&segments), origin);
         }
     }
@@ -95,6 +95,21 @@ impl ConfigOrigins {
             .collect();
         Ok(ConfigOrigins(origins))
     }
+}
+
+/// The segments of a key path, a number between dots taken as a list index (no
+/// config key is a number): `training.stages.1.lr` is `training.stages[1].lr`.
+fn canonical(key: &str) -> Option<Vec<Segment>> {
+    let segments = tree::parse_key_path(key)?;
+    Some(
+        segments
+            .into_iter()
+            .map(|s| match s {
+                Segment::Key(k) => k.parse().map_or(Segment::Key(k), Segment::Index),
+                index => index,
+            })
+            .collect(),
+    )
 }
 
 fn flatten(node: &Node, path: &mut Vec<Segment>, out: &mut BTreeMap<String, Origin>) {

@@ -219,6 +219,6 @@ mod tests {
         let missing = dir.path().join("gone.json");
         let loaded = args(copy.clone(), Some(missing)).load().unwrap();
         let at = loaded.origins.of("training.seq_len").unwrap().to_string();
-        assert!(at.starts_with(&format!("{}:4:", copy.display())), "{at}");
+        assert!(at.starts_with(&format!("{}:3:", copy.display())), "{at}");
     }
 }
