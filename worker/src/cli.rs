@@ -210,7 +210,8 @@ mod tests {
         assert_eq!(f.kind, FailureKind::Config);
         assert!(
             f.message.starts_with(&format!("{}:3:", file.display()))
-                && f.message.ends_with(": training.seq_len: too long for this model"),
+                && f.message
+                    .ends_with(": training.seq_len: too long for this model"),
             "{}",
             f.message
         );
