@@ -67,6 +67,12 @@ impl Layout {
         self.state_dir.join("pipeline-config.yaml")
     }
 
+    /// Where each value of [`Layout::worker_config`] was set (the operator's file and
+    /// line, a variable, a flag), named to the worker with `LAVENDER_CONFIG_ORIGINS`.
+    pub fn worker_config_origins(&self) -> PathBuf {
+        self.state_dir.join("pipeline-config.origins.json")
+    }
+
     /// Done-markers of one chunk: `<state>/done/chunk<N>/<step>`.
     pub fn done_marker(&self, chunk: u32, step: PipelineStep) -> PathBuf {
         self.state_dir

@@ -19,14 +19,23 @@ pub enum Origin {
     Env(String),
     /// A command-line override `key=value`, by its key path.
     Override(String),
+    /// A flag of a command that sets a key, as typed (`lavenderd start --scale tiny`
+    /// sets `scale`).
+    Flag(String),
 }
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // A value nobody set: say so, and where setting it belongs.
+            Origin::File { name, line, column } if &**name == super::DEFAULT_ORIGIN => write!(
+                f,
+                "{name}:{line}:{column} (a built-in default; set the key in your config file to change it)"
+            ),
             Origin::File { name, line, column } => write!(f, "{name}:{line}:{column}"),
             Origin::Env(var) => write!(f, "environment variable {var}"),
             Origin::Override(key) => write!(f, "override `{key}=…`"),
+            Origin::Flag(flag) => write!(f, "`{flag}`"),
         }
     }
 }
@@ -54,6 +63,16 @@ impl ConfigError {
             origin: None,
             kind: Box::new(kind),
         }
+    }
+
+    /// A value that breaks a rule known where it is used (the worker's): `message`
+    /// says what is wrong and what to do. Located with
+    /// [`super::ConfigOrigins::relocate`].
+    pub fn invalid(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError::new(ConfigErrorKind::Invalid {
+            path: path.into(),
+            message: message.into(),
+        })
     }
 
     pub(crate) fn at(mut self, origin: Option<Origin>) -> Self {

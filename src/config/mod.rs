@@ -13,6 +13,7 @@ mod launch;
 mod layers;
 mod logging;
 mod notify;
+mod origins;
 mod paths;
 mod scale;
 mod sections;
@@ -34,6 +35,7 @@ pub use launch::{LaunchBackend, LaunchConfig, NodeFailurePolicy, SlurmConfig};
 pub use layers::{DATA_ROOT_VAR, LoadOptions};
 pub use logging::{LoggingConfig, MIN_MAX_BYTES};
 pub use notify::{BarkConfig, NotifyConfig, NtfyConfig, WebhookConfig, WebhookFormat};
+pub use origins::{ConfigOrigins, ORIGINS_VAR};
 pub use paths::{MissingPath, PATH_KEYS, missing_paths};
 pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{
@@ -264,19 +266,6 @@ impl Config {
     }
 }
 
-/// Where each value of a loaded config came from (its file and line, the environment
-/// variable or the override that set it).
-#[derive(Debug, Clone)]
-pub struct ConfigOrigins(Node);
-
-impl ConfigOrigins {
-    /// The origin of the value at a key path (`data.sources[0].path`); the nearest
-    /// existing parent's for a path that does not exist.
-    pub fn of(&self, key: &str) -> Option<Origin> {
-        tree::locate(&self.0, key)
-    }
-}
-
 /// Whether relative paths are rebased (see `paths.rs`), and against which working
 /// directory values from the environment and overrides are taken.
 enum Rebase<'a> {
@@ -317,5 +306,5 @@ fn build(
         let origin = e.path().and_then(|p| tree::locate(&root, p));
         e.at(origin)
     })?;
-    Ok((config, ConfigOrigins(root)))
+    Ok((config, ConfigOrigins::of_tree(&root)))
 }

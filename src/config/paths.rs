@@ -130,7 +130,7 @@ fn base(origin: &Origin, cwd: Option<&Path>) -> Option<PathBuf> {
             // `..` (`--config ../project/lavender.yaml`) and names the same folder.
             Some(std::fs::canonicalize(&dir).unwrap_or(dir))
         }
-        Origin::Env(_) | Origin::Override(_) => Some(cwd?.to_path_buf()),
+        Origin::Env(_) | Origin::Override(_) | Origin::Flag(_) => Some(cwd?.to_path_buf()),
     }
 }
 

@@ -37,8 +37,13 @@ impl StdError for Tagged {
     }
 }
 
-/// Tags `error` with `kind`.
+/// Tags `error` with `kind`; an error tagged already keeps its tag, the one given
+/// where it was made (a tag directly on a tag would hide it: `Tagged`'s source is its
+/// error's source).
 pub fn tag(error: anyhow::Error, kind: FailureKind) -> anyhow::Error {
+    if error.is::<Tagged>() {
+        return error;
+    }
     anyhow::Error::new(Tagged {
         kind,
         step: None,

@@ -46,7 +46,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     );
     let s = Settings::load(&args.step)?;
     tch::set_num_threads(s.threads as i32);
-    let device = crate::train::device::from_flag(args.device.as_deref(), s.config.device)?;
+    let device =
+        crate::train::device::from_flag(args.device.as_deref(), s.config.device, &s.origins)?;
     let (model, ck) =
         load_for_inference(&s.checkpoints_root(), &args.checkpoint, s.model(0)?, device)?;
     // The run's own tokenizer is the encoding its weights were trained with.

@@ -48,7 +48,8 @@ pub fn run(args: MineHardArgs) -> Result<()> {
         crate::progress::beat(STEP, 0);
     }
     tch::set_num_threads(s.threads as i32);
-    let device = crate::train::device::from_flag(args.device.as_deref(), s.config.device)?;
+    let device =
+        crate::train::device::from_flag(args.device.as_deref(), s.config.device, &s.origins)?;
     let (model, ck) =
         load_for_inference(&s.checkpoints_root(), &args.checkpoint, s.model(0)?, device)?;
     let tokens = Tokens::open(&s.data_root.join(lavender::data_root::TOKENS))?;

@@ -78,6 +78,14 @@ impl ConfigSource {
         }))
     }
 
+    /// Where each value of the config without a file came from (the built-in
+    /// defaults and the environment), for the worker's errors.
+    pub fn origins_without_file(&self) -> Option<ConfigOrigins> {
+        Config::load_located(&self.opts)
+            .ok()
+            .map(|(_, origins)| origins)
+    }
+
     /// One line per path the config names that is not there (see
     /// [`lavender::config::missing_paths`]), plus a bare `worker.command` program found
     /// nowhere on `PATH` (nor, for `lavender-worker`, beside lavenderd); not under

@@ -15,6 +15,9 @@
 //! `precompute`, `data.sft_jsonl`, `data.dpo_jsonl` and the files of
 //! `model.init_from`. A file added, removed or changed is named by `start`. Markers
 //! written before files were fingerprinted (no [`FILES_KEY`]) compare no files.
+//! Fingerprinting reads files (a source folder may hold thousands), so the daemon does
+//! it on the blocking pool ([`LocalFiles::read`]) and hands the result to the actor,
+//! which compares and records ([`StepInputs::with_files`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,6 +40,43 @@ pub const FILES_KEY: &str = "files fingerprinted";
 const FILE_PREFIX: &str = "file ";
 /// At most this many files are named in one line; the rest are counted.
 const FILES_NAMED: usize = 5;
+
+/// The local files of the steps that read some, each with its fingerprint
+/// (`files.rs`), as they were when read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalFiles(BTreeMap<PipelineStep, Vec<(PathBuf, String)>>);
+
+impl LocalFiles {
+    /// Fingerprints the local files of every step of `config` that reads some. This
+    /// reads them (small ones whole): call it off the actor, on the blocking pool.
+    pub fn read(config: &Config) -> LocalFiles {
+        let steps = config.steps.iter().copied();
+        LocalFiles::read_steps(steps, config)
+    }
+
+    /// [`LocalFiles::read`] for `steps` only.
+    pub fn read_steps(
+        steps: impl IntoIterator<Item = PipelineStep>,
+        config: &Config,
+    ) -> LocalFiles {
+        let mut out = BTreeMap::new();
+        for step in steps {
+            if let Some(paths) = local_files(step, config) {
+                let files = paths
+                    .iter()
+                    .flat_map(|p| super::files::fingerprints(p))
+                    .collect();
+                out.insert(step, files);
+            }
+        }
+        LocalFiles(out)
+    }
+}
+
+/// Whether `step` reads local files (whose fingerprints are part of its inputs).
+pub fn reads_local_files(step: PipelineStep) -> bool {
+    matches!(step, PipelineStep::Downloads | PipelineStep::Precompute)
+}
 
 /// The local files `step` reads (see the module's doc).
 fn local_files(step: PipelineStep, config: &Config) -> Option<Vec<PathBuf>> {
@@ -113,8 +153,24 @@ fn manifest_identity(m: &StepManifest, data_root: &Path) -> Value {
 }
 
 impl StepInputs {
-    /// `step`'s inputs now, for a run of `chunk` with `config` on `data_root`.
+    /// `step`'s inputs now, for a run of `chunk` with `config` on `data_root`; reads
+    /// its local files (see [`LocalFiles::read`]). The daemon reads them off the actor
+    /// and calls [`StepInputs::with_files`].
+    #[cfg(test)]
     pub fn of(step: PipelineStep, config: &Config, data_root: &Path, chunk: u32) -> StepInputs {
+        let files = LocalFiles::read_steps([step], config);
+        StepInputs::with_files(step, config, data_root, chunk, &files)
+    }
+
+    /// [`StepInputs::of`] with its local files already fingerprinted (`files`, which
+    /// holds them when the step reads any).
+    pub fn with_files(
+        step: PipelineStep,
+        config: &Config,
+        data_root: &Path,
+        chunk: u32,
+        files: &LocalFiles,
+    ) -> StepInputs {
         let mut parts = BTreeMap::new();
         let tree = serde_json::to_value(config).unwrap_or(Value::Null);
         for key in step.config_keys() {
@@ -130,13 +186,11 @@ impl StepInputs {
             };
             parts.insert(format!("output of {up}"), hash);
         }
-        if let Some(paths) = local_files(step, config) {
+        if reads_local_files(step) {
             parts.insert(FILES_KEY.into(), "1".into());
-            for path in paths {
-                for (file, fp) in super::files::fingerprints(&path) {
-                    let shown = file.strip_prefix(data_root).unwrap_or(&file);
-                    parts.insert(format!("{FILE_PREFIX}{}", shown.display()), fp);
-                }
+            for (file, fp) in files.0.get(&step).into_iter().flatten() {
+                let shown = file.strip_prefix(data_root).unwrap_or(file);
+                parts.insert(format!("{FILE_PREFIX}{}", shown.display()), fp.clone());
             }
         }
         if step == PipelineStep::Train {

@@ -4,12 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use lavender::config::{Config, PipelineStep, Scale};
+use lavender::config::{Config, ConfigOrigins, ORIGINS_VAR, Origin, PipelineStep, Scale};
 use lavender::status::{PipelineState, StepState};
 
 use super::config_file;
 use super::handle::StartError;
-use super::inputs::StepInputs;
+use super::inputs::{LocalFiles, StepInputs};
 use super::markers;
 use super::record::{PipelineRecord, StepEntry};
 use super::request::StartRequest;
@@ -30,15 +30,29 @@ pub struct Prepared {
     pub config_line: String,
 }
 
+/// What a start runs with: the config, where each of its values was set (when
+/// known), and its steps' local files as fingerprinted off the actor.
+pub struct StartConfig<'a> {
+    pub config: &'a Config,
+    pub origins: Option<&'a ConfigOrigins>,
+    pub files: &'a LocalFiles,
+}
+
 /// Prepares the run `req` asks for: checks the request, plans the steps, resolves
-/// the checkpoint training resumes from, writes the worker's resolved config and
-/// creates the run directory. Nothing is launched.
+/// the checkpoint training resumes from, writes the worker's resolved config (and
+/// beside it where each value was set, for the worker's errors) and creates the run
+/// directory. Nothing is launched.
 pub fn prepare(
     layout: &Layout,
-    config: &Config,
+    start: StartConfig<'_>,
     current: &PipelineRecord,
     req: StartRequest,
 ) -> Result<Prepared, StartError> {
+    let StartConfig {
+        config,
+        origins,
+        files,
+    } = start;
     req.validate().map_err(StartError::Invalid)?;
     if let Some(root) = &req.data_root
         && !same_path(root, &layout.data_root)
@@ -60,11 +74,28 @@ pub fn prepare(
     let mut worker_config = config.clone();
     worker_config.scale = scale;
     worker_config.chunk = chunk;
+    let origins = origins.map(|o| flagged_origins(o, &req));
+    // Another scale than the file's may not fit its other values (training.seq_len
+    // against the scale's context length): said here, not by the worker.
+    worker_config.validate().map_err(|e| {
+        let e = match &origins {
+            Some(o) => o.relocate(e),
+            None => e,
+        };
+        StartError::Invalid(e.to_string())
+    })?;
     let force_from = req.force.then(|| req.from_step.unwrap_or(config.steps[0]));
     let Planned {
         steps,
         notices: mut plan_notices,
-    } = plan_steps(layout, &worker_config, chunk, req.skip_train, force_from);
+    } = plan_steps(
+        layout,
+        &worker_config,
+        chunk,
+        req.skip_train,
+        force_from,
+        files,
+    );
     let trains = steps
         .iter()
         .any(|s| s.name == PipelineStep::Train && s.state == StepState::Pending);
@@ -94,6 +125,7 @@ pub fn prepare(
     );
     lavender::atomic::write_file(&cfg_path, worker_config.to_yaml().as_bytes())
         .map_err(|e| StartError::Spawn(e.to_string()))?;
+    write_origins(layout, origins.as_ref()).map_err(StartError::Spawn)?;
     // Shards already built (build_shards/precompute manifests) that are fewer than
     // the scale asks for are worth a line before the run starts.
     let mut notices: Vec<String> = lavender::manifest::data_counts(&layout.data_root)
@@ -156,6 +188,7 @@ pub fn prepare(
 pub fn nothing_to_do(
     layout: &Layout,
     config: &Config,
+    files: &LocalFiles,
     current: &PipelineRecord,
     req: &StartRequest,
 ) -> Option<String> {
@@ -176,7 +209,7 @@ pub fn nothing_to_do(
     let mut worker_config = config.clone();
     worker_config.scale = scale;
     worker_config.chunk = chunk;
-    let planned = plan_steps(layout, &worker_config, chunk, req.skip_train, None);
+    let planned = plan_steps(layout, &worker_config, chunk, req.skip_train, None, files);
     if planned.steps.iter().any(|s| s.state == StepState::Pending) {
         return None;
     }
@@ -201,13 +234,15 @@ pub struct Planned {
 /// The configured steps with their starting state for this chunk: skipped
 /// (`--skip-train`: train and what follows), done (a done-marker whose recorded inputs
 /// are still the step's inputs), or pending. From the first done step whose inputs
-/// changed since it ran, or from `force_from`, every step runs again.
+/// changed since it ran, or from `force_from`, every step runs again. `files`: the
+/// local files of `config`'s steps ([`LocalFiles::read`]).
 pub fn plan_steps(
     layout: &Layout,
     config: &Config,
     chunk: u32,
     skip_train: bool,
     force_from: Option<PipelineStep>,
+    files: &LocalFiles,
 ) -> Planned {
     let mut past_train = false;
     let mut rerun = false;
@@ -230,8 +265,8 @@ pub fn plan_steps(
         }
         let marker = markers::read(layout, chunk, name);
         if !rerun && let Some(recorded) = marker.as_ref().and_then(|m| m.inputs.as_ref()) {
-            let changed =
-                StepInputs::of(name, config, &layout.data_root, chunk).changed_since(recorded);
+            let changed = StepInputs::with_files(name, config, &layout.data_root, chunk, files)
+                .changed_since(recorded);
             if !changed.is_empty() {
                 rerun = true;
                 notices.push(format!(
@@ -267,6 +302,43 @@ pub fn not_a_step(name: &str, config: &Config) -> String {
         "--from-step {name}: not a step of this pipeline; its steps are {}",
         steps.join(", ")
     )
+}
+
+/// `origins` with the keys the start request sets (`--scale`, `--chunk`) named by
+/// their flag.
+fn flagged_origins(origins: &ConfigOrigins, req: &StartRequest) -> ConfigOrigins {
+    let mut origins = origins.clone();
+    if let Some(scale) = req.scale {
+        origins.set(
+            "scale",
+            Origin::Flag(format!("lavenderd start --scale {scale}")),
+        );
+    }
+    if let Some(chunk) = req.chunk {
+        origins.set(
+            "chunk",
+            Origin::Flag(format!("lavenderd start --chunk {chunk}")),
+        );
+    }
+    origins
+}
+
+/// Writes where each value of the worker's config was set beside it (the worker
+/// names the operator's file and line in its errors about them), or removes a stale
+/// one when that is not known.
+fn write_origins(layout: &Layout, origins: Option<&ConfigOrigins>) -> Result<(), String> {
+    let path = layout.worker_config_origins();
+    match origins {
+        Some(o) => {
+            lavender::atomic::write_file(&path, o.to_json().as_bytes()).map_err(|e| e.to_string())
+        }
+        None => match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("remove {}: {e}", path.display()))
+            }
+            _ => Ok(()),
+        },
+    }
 }
 
 /// The config the worker of the current pipeline was given (`state/pipeline-config.yaml`),
@@ -358,6 +430,11 @@ pub fn spawn_spec(
         record.resume_from.clone()
     };
     let mut env = config.worker.env.clone();
+    let origins = layout.worker_config_origins();
+    if origins.is_file() {
+        // The worker names where a value was set in its errors about it.
+        env.insert(ORIGINS_VAR.to_string(), origins.display().to_string());
+    }
     if forced(config, record, step) {
         // The worker's data steps rebuild their outputs even when up to date.
         env.insert(FORCE_VAR.to_string(), "true".to_string());
@@ -419,14 +496,14 @@ mod tests {
         let l = layout(dir.path());
         let config = Config::default();
         markers::write(&l, 1, PipelineStep::Downloads, None, None).unwrap();
-        let plan = plan_steps(&l, &config, 1, true, None).steps;
+        let plan = plan_steps(&l, &config, 1, true, None, &LocalFiles::read(&config)).steps;
         let get = |n| plan.iter().find(|s| s.name == n).unwrap().state;
         assert_eq!(get(PipelineStep::Downloads), StepState::Done);
         assert_eq!(get(PipelineStep::Dedup), StepState::Pending);
         assert_eq!(get(PipelineStep::Train), StepState::Skipped);
         assert_eq!(get(PipelineStep::MineHard), StepState::Skipped);
         // Markers are per chunk.
-        let plan2 = plan_steps(&l, &config, 2, false, None).steps;
+        let plan2 = plan_steps(&l, &config, 2, false, None, &LocalFiles::read(&config)).steps;
         assert!(plan2.iter().all(|s| s.state == StepState::Pending));
         assert_eq!(plan.len(), PipelineStep::ALL.len());
     }
@@ -449,14 +526,14 @@ mod tests {
         let l = layout(dir.path());
         let config = Config::default();
         finish_all(&l, &config);
-        let same = plan_steps(&l, &config, 1, false, None);
+        let same = plan_steps(&l, &config, 1, false, None, &LocalFiles::read(&config));
         assert!(same.steps.iter().all(|s| s.state == StepState::Done));
         assert!(same.notices.is_empty(), "{:?}", same.notices);
 
         let mut changed = config.clone();
         changed.data.filter.min_chars = 50;
         changed.training.log_every = 99; // read by no step's outputs
-        let plan = plan_steps(&l, &changed, 1, false, None);
+        let plan = plan_steps(&l, &changed, 1, false, None, &LocalFiles::read(&changed));
         let pending_from = plan
             .steps
             .iter()
@@ -485,7 +562,14 @@ mod tests {
         let l = layout(dir.path());
         let config = Config::default();
         finish_all(&l, &config);
-        let plan = plan_steps(&l, &config, 1, false, Some(PipelineStep::Train));
+        let plan = plan_steps(
+            &l,
+            &config,
+            1,
+            false,
+            Some(PipelineStep::Train),
+            &LocalFiles::read(&config),
+        );
         use PipelineStep::*;
         use StepState::*;
         assert_eq!(
@@ -548,7 +632,12 @@ mod tests {
             scale: Some(Scale::Small),
             ..StartRequest::default()
         };
-        let prepared = prepare(&l, &config, &PipelineRecord::idle(), req).unwrap();
+        let start = StartConfig {
+            config: &config,
+            origins: None,
+            files: &LocalFiles::read(&config),
+        };
+        let prepared = prepare(&l, start, &PipelineRecord::idle(), req).unwrap();
         assert_eq!(prepared.scale, Scale::Small);
         assert_eq!(prepared.record.scale, Some(Scale::Small));
         let given = Config::load(&lavender::config::LoadOptions {
@@ -563,6 +652,89 @@ mod tests {
             "{:?}",
             spec.argv()
         );
+    }
+
+    /// The worker's config goes with where each value was set (the operator's file
+    /// and line, the start's flags), which the worker names in its errors; a scale
+    /// that does not fit the file's values is refused before any launch, naming
+    /// the file's line.
+    #[test]
+    fn the_worker_is_told_where_each_value_was_set_and_a_scale_that_does_not_fit_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = layout(&dir.path().join("data"));
+        l.ensure_state_dir().unwrap();
+        let file = dir.path().join("lavender.yaml");
+        std::fs::write(
+            &file,
+            "steps: [train]\nscale: small\ntraining:\n  seq_len: 256\n",
+        )
+        .unwrap();
+        let (config, origins) = Config::load_located(&lavender::config::LoadOptions {
+            file: Some(file.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        let files = LocalFiles::read(&config);
+        let start = |origins| StartConfig {
+            config: &config,
+            origins,
+            files: &files,
+        };
+        let at = |scale| StartRequest {
+            scale: Some(scale),
+            ..StartRequest::default()
+        };
+        let line4 = format!("{}:4:", file.display());
+
+        // Scale tiny's context (128) is shorter than the file's seq_len.
+        match prepare(
+            &l,
+            start(Some(&origins)),
+            &PipelineRecord::idle(),
+            at(Scale::Tiny),
+        ) {
+            Err(StartError::Invalid(m)) => assert!(
+                m.starts_with(&line4) && m.contains("training.seq_len: 256 is out of range"),
+                "{m}"
+            ),
+            Err(e) => panic!("{e:?}"),
+            Ok(_) => panic!("scale tiny was accepted with seq_len 256"),
+        }
+        assert!(
+            !l.worker_config().exists(),
+            "nothing is written for a refused start"
+        );
+
+        let prepared = prepare(
+            &l,
+            start(Some(&origins)),
+            &PipelineRecord::idle(),
+            at(Scale::Small),
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(l.worker_config_origins()).unwrap();
+        let written = ConfigOrigins::from_json(&text).unwrap();
+        assert_eq!(
+            written.of("scale").unwrap().to_string(),
+            "`lavenderd start --scale small`"
+        );
+        assert!(
+            written
+                .of("training.seq_len")
+                .unwrap()
+                .to_string()
+                .starts_with(&line4),
+            "{text}"
+        );
+        let spec = spawn_spec(&l, &config, &prepared.record, PipelineStep::Train, false);
+        let named = l.worker_config_origins().display().to_string();
+        assert_eq!(spec.env.get(ORIGINS_VAR), Some(&named));
+
+        // Not known (no config file): the stale file is removed, the worker told nothing.
+        let prepared = prepare(&l, start(None), &PipelineRecord::idle(), at(Scale::Small)).unwrap();
+        assert!(!l.worker_config_origins().exists());
+        let spec = spawn_spec(&l, &config, &prepared.record, PipelineStep::Train, false);
+        assert_eq!(spec.env.get(ORIGINS_VAR), None);
     }
 
     #[test]

@@ -15,6 +15,6 @@ pub(crate) mod spawn;
 pub(crate) mod spec;
 
 // Crate-private so rustc reports what nothing uses.
-pub(crate) use backend::{Backend, JobUpdate, Launched, WorkerHandle};
+pub(crate) use backend::{Backend, ExitFuture, JobUpdate, Launched, WorkerHandle};
 pub(crate) use identity::ProcessIdentity;
 pub(crate) use spec::SpawnSpec;

@@ -369,10 +369,14 @@ fn local_files(ctx: &Ctx, i: usize, source: &PathSource) -> Result<Vec<(PathBuf,
     let is_glob = pattern.contains(['*', '?', '[']);
     // (file, its path relative to `base`); `base` names the source under corpus/raw/.
     let (base, files): (PathBuf, Vec<PathBuf>) = if source.format == SourceFormat::Datasets {
-        ensure!(
-            path.is_dir(),
-            "data.sources[{i}]: {shown} is not a directory; a datasets source is the folder save_to_disk wrote"
-        );
+        if !path.is_dir() {
+            return Err(ctx.settings.config_error(
+                &format!("data.sources[{i}].path"),
+                format!(
+                    "{shown} is not a directory; a datasets source is the folder save_to_disk wrote"
+                ),
+            ));
+        }
         let files = records::datasets::data_files(&path, source.split.as_deref())
             .with_context(|| format!("data.sources[{i}]"))?;
         (path.clone(), files)
@@ -390,10 +394,12 @@ fn local_files(ctx: &Ctx, i: usize, source: &PathSource) -> Result<Vec<(PathBuf,
                 files.push(m);
             }
         }
-        ensure!(
-            !files.is_empty(),
-            "data.sources[{i}]: no file matches {pattern}; check the path (relative paths start at the config file's directory)"
-        );
+        if files.is_empty() {
+            return Err(ctx.settings.config_error(
+                &format!("data.sources[{i}].path"),
+                format!("no file matches {pattern}; check the path (relative paths start at the config file's directory)"),
+            ));
+        }
         (glob_base(&path), files)
     } else {
         let meta = std::fs::metadata(&path).with_context(|| {
@@ -402,11 +408,15 @@ fn local_files(ctx: &Ctx, i: usize, source: &PathSource) -> Result<Vec<(PathBuf,
         if meta.is_dir() {
             let mut files = Vec::new();
             walk_format(&path, source, &mut files)?;
-            ensure!(
-                !files.is_empty() || source.format == SourceFormat::Text,
-                "data.sources[{i}]: {shown} has no {} files; give the files' directory, a glob, or the format they have",
-                format_extensions(source.format).join(" or ")
-            );
+            if files.is_empty() && source.format != SourceFormat::Text {
+                return Err(ctx.settings.config_error(
+                    &format!("data.sources[{i}].path"),
+                    format!(
+                        "{shown} has no {} files; give the files' directory, a glob, or the format they have",
+                        format_extensions(source.format).join(" or ")
+                    ),
+                ));
+            }
             (path.clone(), files)
         } else {
             (

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use serde_json::json;
 
 use super::documents::{DocWriter, read_docs};
@@ -91,10 +91,13 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let (documents, bytes, _) = out.finish()?;
     let total_removed: u64 = removed.iter().sum();
     if documents == 0 {
-        bail!(
-            "filter removed every document ({}); loosen data.filter",
-            describe(&removed)
-        );
+        return Err(ctx.settings.config_error(
+            "data.filter",
+            format!(
+                "filter removed every document ({}); loosen data.filter",
+                describe(&removed)
+            ),
+        ));
     }
 
     let mut m = step::new_manifest(STEP, VERSION, config_hash, inputs);

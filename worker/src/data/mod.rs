@@ -45,7 +45,15 @@ impl DataStep {
 /// Run one data step; a failure is also recorded as a `failed` event of the run
 /// (`failure::record_step_failure`), which lavenderd reads.
 pub fn run(step: DataStep, args: &StepArgs) -> Result<()> {
-    let ctx = Ctx::new(Settings::load(args)?)?;
+    // A config rejected on loading is the step's failure too.
+    let settings = Settings::load(args).inspect_err(|e| {
+        if let Some(run_dir) = &args.run_dir
+            && std::fs::create_dir_all(run_dir).is_ok()
+        {
+            crate::failure::record_step_failure(run_dir, step.name(), e);
+        }
+    })?;
+    let ctx = Ctx::new(settings)?;
     if let Some(run_dir) = &ctx.settings.run_dir {
         crate::progress::beat_into(run_dir);
         crate::progress::beat(step.name(), 0);

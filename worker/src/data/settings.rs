@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use lavender::config::DataConfig;
+use lavender::config::{ConfigOrigins, DataConfig};
 
 use crate::cli::StepArgs;
 
@@ -25,6 +25,8 @@ pub struct Settings {
     /// Relative paths in `data` (sources, JSONL files) are taken from here: the config
     /// file's directory, or the working directory without a file.
     pub config_dir: PathBuf,
+    /// Where each value was set, named by errors about them ([`Settings::config_error`]).
+    pub origins: ConfigOrigins,
 }
 
 impl Settings {
@@ -48,7 +50,13 @@ impl Settings {
             run_dir: args.run_dir.clone(),
             force: args.force,
             config_dir: loaded.config_dir,
+            origins: loaded.origins,
         })
+    }
+
+    /// An error about the value of `key` (see `cli::config_error`).
+    pub fn config_error(&self, key: &str, message: impl Into<String>) -> anyhow::Error {
+        crate::cli::config_error(&self.origins, key, message)
     }
 
     /// A path from the config, relative ones taken from the config file's directory.
@@ -74,6 +82,7 @@ mod tests {
             chunk: Some(3),
             force: false,
             overrides: sets.iter().map(|s| s.to_string()).collect(),
+            config_origins: None,
         }
     }
 

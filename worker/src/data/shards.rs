@@ -3,7 +3,7 @@
 //! split does not depend on order. `shards/manifest.json` lists every shard with its
 //! document count, bytes and sha256, and which shards the configured (chunk, scale) uses.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -102,10 +102,13 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     progress.finish();
     let (vdocs, vbytes, vsha) = validation.finish()?;
     if shards.is_empty() {
-        bail!(
-            "build_shards: every document went to validation (data.shards.validation_fraction = {}); lower it or add data",
-            s.data.shards.validation_fraction
-        );
+        return Err(s.config_error(
+            "data.shards.validation_fraction",
+            format!(
+                "build_shards: every document went to validation ({}); lower it or add data",
+                s.data.shards.validation_fraction
+            ),
+        ));
     }
 
     let train_docs: u64 = shards.iter().map(|e| e.documents).sum();

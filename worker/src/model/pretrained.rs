@@ -3,11 +3,13 @@
 //! precompute would train, and its weights (`model.safetensors`, or the `torch.save`
 //! archive `pytorch_model.bin`) are where training starts. Checked when opened, so a
 //! directory that is not such a checkpoint says which file is missing before any work.
+//! The messages of [`Pretrained::open`] are about the value of `model.init_from`; the
+//! caller names the key and where it was set (`cli::config_error`).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail, ensure};
-use lavender::config::Config;
+use lavender::config::{Config, ConfigError};
 use lavender::export::TorchDtype;
 use serde_json::Value;
 
@@ -47,11 +49,11 @@ impl Pretrained {
         let shown = dir.display();
         ensure!(
             dir.is_dir(),
-            "model.init_from: {shown} is not a directory; give a Hugging Face GPT-2 checkpoint directory ({HOLDS})"
+            "{shown} is not a directory; give a Hugging Face GPT-2 checkpoint directory ({HOLDS})"
         );
         let missing = |file: &str, what: &str| {
             anyhow::anyhow!(
-                "model.init_from: {shown} is not a Hugging Face GPT-2 checkpoint: {file} is missing; {what}"
+                "{shown} is not a Hugging Face GPT-2 checkpoint: {file} is missing; {what}"
             )
         };
         let config = dir.join(CONFIG_JSON);
@@ -69,7 +71,7 @@ impl Pretrained {
         let Some(weights) = weights else {
             if dir.join("model.safetensors.index.json").is_file() {
                 bail!(
-                    "model.init_from: {shown} holds a sharded checkpoint (model.safetensors.index.json); save it as one file (`save_pretrained(dir, max_shard_size=\"100GB\")`)"
+                    "{shown} holds a sharded checkpoint (model.safetensors.index.json); save it as one file (`save_pretrained(dir, max_shard_size=\"100GB\")`)"
                 );
             }
             return Err(missing(
@@ -95,7 +97,7 @@ impl Pretrained {
     /// Sets the config's model shape to the checkpoint's. A size key the config sets
     /// to another value is an error naming both; the layer-norm epsilon is the
     /// checkpoint's.
-    pub fn shape_config(&self, config: &mut Config) -> Result<()> {
+    pub fn shape_config(&self, config: &mut Config) -> Result<(), ConfigError> {
         let m = &mut config.model;
         let s = &self.shape;
         for (key, set, have) in [
@@ -107,10 +109,13 @@ impl Pretrained {
             if let Some(v) = *set
                 && v != have
             {
-                bail!(
-                    "model.{key} = {v}, but model.init_from ({}) has {key} {have}; remove model.{key}: the checkpoint sets the model's shape",
-                    self.dir.display()
-                );
+                return Err(ConfigError::invalid(
+                    format!("model.{key}"),
+                    format!(
+                        "{v}, but model.init_from ({}) has {key} {have}; remove model.{key}: the checkpoint sets the model's shape",
+                        self.dir.display()
+                    ),
+                ));
             }
             *set = Some(have);
         }
@@ -158,19 +163,17 @@ impl Pretrained {
 fn read_shape(path: &Path) -> Result<Shape> {
     let shown = path.display();
     let bytes = std::fs::read(path).with_context(|| format!("could not read {shown}"))?;
-    let v: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| anyhow::anyhow!("model.init_from: {shown} is not JSON ({e})"))?;
+    let v: Value =
+        serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!("{shown} is not JSON ({e})"))?;
     let model_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
     ensure!(
         model_type == "gpt2",
-        "model.init_from: {shown} has model_type {model_type:?}; lavender trains GPT-2 (model_type \"gpt2\", GPT2LMHeadModel)"
+        "{shown} has model_type {model_type:?}; lavender trains GPT-2 (model_type \"gpt2\", GPT2LMHeadModel)"
     );
-    let dims = lavender::export::ModelDims::from_config_json(&v).map_err(|key| {
-        anyhow::anyhow!("model.init_from: {shown} has no positive integer {key:?}")
-    })?;
+    let dims = lavender::export::ModelDims::from_config_json(&v)
+        .map_err(|key| anyhow::anyhow!("{shown} has no positive integer {key:?}"))?;
     let small = |n: u64, key: &str| {
-        u32::try_from(n)
-            .with_context(|| format!("model.init_from: {shown}: {key} {n} is too large"))
+        u32::try_from(n).with_context(|| format!("{shown}: {key} {n} is too large"))
     };
     let shape = Shape {
         vocab_size: small(dims.vocab_size, "vocab_size")?,
@@ -182,14 +185,14 @@ fn read_shape(path: &Path) -> Result<Shape> {
     };
     ensure!(
         shape.n_embd.is_multiple_of(shape.n_head),
-        "model.init_from: {shown}: n_embd {} is not a multiple of n_head {}",
+        "{shown}: n_embd {} is not a multiple of n_head {}",
         shape.n_embd,
         shape.n_head
     );
     let differs = |key: &str, ok: &dyn Fn(&Value) -> bool| -> Result<()> {
         match v.get(key) {
             Some(value) if !ok(value) => bail!(
-                "model.init_from: {shown} has {key}: {value}, which lavender's GPT-2 block does not compute; start from a standard GPT-2 configuration"
+                "{shown} has {key}: {value}, which lavender's GPT-2 block does not compute; start from a standard GPT-2 configuration"
             ),
             _ => Ok(()),
         }
@@ -276,9 +279,11 @@ mod tests {
         );
         let mut c = Config::default();
         c.model.n_layer = Some(6);
-        let err = p.shape_config(&mut c).unwrap_err().to_string();
+        let err = p.shape_config(&mut c).unwrap_err();
+        assert_eq!(err.path(), Some("model.n_layer"));
+        let err = err.to_string();
         assert!(
-            err.contains("model.n_layer = 6") && err.contains("has n_layer 2"),
+            err.contains("model.n_layer: 6, but") && err.contains("has n_layer 2"),
             "{err}"
         );
     }

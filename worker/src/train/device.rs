@@ -1,8 +1,8 @@
 //! Picking the compute device: `auto` takes CUDA, then MPS, then the CPU; `cuda:N`
 //! names a GPU. The worker is one process on one device.
 
-use anyhow::{Result, anyhow, bail};
-use lavender::config::Device as Choice;
+use anyhow::{Result, anyhow};
+use lavender::config::{ConfigOrigins, Device as Choice};
 use tch::Device;
 
 /// libtorch's lib/ folder this binary was linked against (set by build.rs).
@@ -12,31 +12,42 @@ pub fn parse(s: &str) -> Result<Choice> {
     s.parse().map_err(|e| anyhow!("--device: {e}"))
 }
 
-/// The device a command runs on: its `--device` flag when given, else the config's.
-pub fn from_flag(flag: Option<&str>, configured: Choice) -> Result<Device> {
-    select(match flag {
-        Some(d) => parse(d)?,
-        None => configured,
-    })
+/// The device a command runs on: its `--device` flag when given, else the config's
+/// `device` (an error then names where it was set, `origins`).
+pub fn from_flag(
+    flag: Option<&str>,
+    configured: Choice,
+    origins: &ConfigOrigins,
+) -> Result<Device> {
+    match flag {
+        Some(d) => {
+            let choice = parse(d)?;
+            select(choice, "--device").map_err(|why| anyhow!("--device {choice}: {why}"))
+        }
+        None => select(configured, "device:").map_err(|why| {
+            crate::cli::config_error(origins, "device", format!("{configured}: {why}"))
+        }),
+    }
 }
 
-pub fn select(choice: Choice) -> Result<Device> {
+/// The device `choice` names on this machine, or why it cannot be used and what to
+/// do (`set`: how the choice is made, `--device` or `device:`).
+fn select(choice: Choice, set: &str) -> Result<Device, String> {
     match choice {
         Choice::Cpu => Ok(Device::Cpu),
         Choice::Cuda(index) => {
-            let shown = choice.to_string();
             if !cuda_available() {
-                bail!(
-                    "--device {shown}: no usable CUDA device (driver, GPU, or a CUDA build of libtorch in {LIBTORCH_LIB} is missing); use --device auto or cpu"
-                )
+                return Err(format!(
+                    "no usable CUDA device (driver, GPU, or a CUDA build of libtorch in {LIBTORCH_LIB} is missing); use {set} auto or cpu"
+                ));
             }
             let n = index.unwrap_or(0) as usize;
             let count = tch::Cuda::device_count().max(0) as usize;
             if n >= count {
-                bail!(
-                    "--device {shown}: this machine has {count} CUDA device(s), numbered 0..{}; pick one of them (CUDA_VISIBLE_DEVICES renumbers them)",
+                return Err(format!(
+                    "this machine has {count} CUDA device(s), numbered 0..{}; pick one of them (CUDA_VISIBLE_DEVICES renumbers them)",
                     count.saturating_sub(1)
-                )
+                ));
             }
             Ok(Device::Cuda(n))
         }
@@ -44,9 +55,9 @@ pub fn select(choice: Choice) -> Result<Device> {
             if tch::utils::has_mps() {
                 Ok(Device::Mps)
             } else {
-                bail!(
-                    "--device mps: this machine or libtorch build has no MPS; use --device auto or cpu"
-                )
+                Err(format!(
+                    "this machine or libtorch build has no MPS; use {set} auto or cpu"
+                ))
             }
         }
         Choice::Auto => Ok(if cuda_available() {

@@ -102,8 +102,8 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
     *run_dir_out = args.step.run_dir.clone();
     let s = Settings::load(&args.step).kind(FailureKind::Config)?;
     tch::set_num_threads(s.threads as i32);
-    let device =
-        device::from_flag(args.device.as_deref(), s.config.device).kind(FailureKind::Config)?;
+    let device = device::from_flag(args.device.as_deref(), s.config.device, &s.origins)
+        .kind(FailureKind::Config)?;
     let precision = Precision::resolve(s.config.training.precision, device);
     let tf32 = s.config.training.tf32 && matches!(device, tch::Device::Cuda(_));
     if tf32 {

@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
-use lavender::config::{Config, SaveOptimizerState};
+use lavender::config::{Config, ConfigError, ConfigOrigins, SaveOptimizerState};
 
-use crate::cli::StepArgs;
+use crate::cli::{Loaded, StepArgs, config_error};
 use crate::model::GptConfig;
 use crate::model::pretrained::Pretrained;
 use crate::optim::AdamWConfig;
@@ -65,6 +65,8 @@ pub struct Settings {
     /// `model.init_from`, opened: the model's shape (already in `config`), vocabulary
     /// and starting weights.
     pub pretrained: Option<Pretrained>,
+    /// Where each value of `config` was set (see `cli::Loaded::origins`).
+    pub origins: ConfigOrigins,
 }
 
 impl Settings {
@@ -76,25 +78,35 @@ impl Settings {
     /// The layered config of `args` (see [`StepArgs::load`]).
     /// With `model.init_from`, the checkpoint's shape replaces the scale's (see
     /// [`Pretrained::shape_config`]) and the run's config records its absolute path.
+    /// A value the trainer cannot use is an error naming its key and where it was set.
     pub fn load(args: &StepArgs) -> Result<Settings> {
-        let loaded = args.load()?;
-        let mut config = loaded.config;
+        let Loaded {
+            mut config,
+            data_root,
+            config_dir,
+            origins,
+        } = args.load()?;
         let pretrained = match config.model.init_from.take() {
             Some(dir) => {
-                let dir = loaded.config_dir.join(dir);
-                let p = Pretrained::open(&dir)?;
-                p.shape_config(&mut config)?;
+                let dir = config_dir.join(dir);
+                let p = Pretrained::open(&dir)
+                    .map_err(|e| config_error(&origins, "model.init_from", format!("{e:#}")))?;
+                p.shape_config(&mut config)
+                    .map_err(|e| origins.relocate(e))?;
                 config.model.init_from = Some(dir);
                 Some(p)
             }
             None => None,
         };
-        let mut s = Settings::from_config(config, loaded.data_root)?;
+        let mut s = Settings::from_config(config, data_root).map_err(|e| origins.relocate(e))?;
         s.pretrained = pretrained;
+        s.origins = origins;
         Ok(s)
     }
 
-    pub fn from_config(config: Config, data_root: PathBuf) -> Result<Settings> {
+    /// The trainer's settings from `config`; a value it cannot use is an error naming
+    /// its key (located by the caller).
+    pub fn from_config(config: Config, data_root: PathBuf) -> Result<Settings, ConfigError> {
         let t = &config.training;
         let o = &config.optimizer;
         let mut stages = Vec::new();
@@ -103,9 +115,14 @@ impl Settings {
                 "pretrain" => StageKind::Pretrain,
                 "sft" => StageKind::Sft,
                 "dpo" => StageKind::Dpo,
-                other => bail!(
-                    "training.stages[{i}].name = {other:?}: the trainer runs stages named pretrain, sft and dpo"
-                ),
+                other => {
+                    return Err(ConfigError::invalid(
+                        format!("training.stages[{i}].name"),
+                        format!(
+                            "{other:?} is not a stage the trainer runs; name it pretrain, sft or dpo"
+                        ),
+                    ));
+                }
             };
             stages.push(Stage {
                 name: s.name.clone(),
@@ -118,11 +135,25 @@ impl Settings {
         }
         let n_positions = config.model_size().n_positions;
         if t.seq_len > n_positions {
-            bail!(
-                "training.seq_len = {} exceeds the model's n_positions = {n_positions} (scale {}); lower seq_len or set model.n_positions",
-                t.seq_len,
-                config.scale
-            );
+            // Checked by the config's validation, except against a checkpoint's own
+            // context length, which only the worker reads.
+            let (whose, fix) = match &config.model.init_from {
+                Some(dir) => (
+                    format!("model.init_from's, {}", dir.display()),
+                    String::new(),
+                ),
+                None => (
+                    format!("scale {}", config.scale),
+                    " or set model.n_positions".into(),
+                ),
+            };
+            return Err(ConfigError::invalid(
+                "training.seq_len",
+                format!(
+                    "{} exceeds the model's n_positions = {n_positions} ({whose}); lower training.seq_len to {n_positions} or less{fix}",
+                    t.seq_len
+                ),
+            ));
         }
         let threads = match config.threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -154,6 +185,7 @@ impl Settings {
             stages,
             config,
             pretrained: None,
+            origins: ConfigOrigins::default(),
         })
     }
 
@@ -209,6 +241,7 @@ mod tests {
             chunk: None,
             force: false,
             overrides: sets.iter().map(|s| s.to_string()).collect(),
+            config_origins: None,
         };
         Settings::load(&args).unwrap()
     }

@@ -278,9 +278,12 @@ fn nothing_to_do(settings: &Settings, flags: &super::PipelineFlags) -> Result<Op
     let layout = &settings.layout;
     let req = flags.request(Some(layout.data_root.clone()), &settings.config)?;
     let record = crate::pipeline::PipelineRecord::load(layout)?;
+    // The command's own process: reading the files here blocks no one.
+    let files = crate::pipeline::inputs::LocalFiles::read(&settings.config);
     Ok(crate::pipeline::plan::nothing_to_do(
         layout,
         &settings.config,
+        &files,
         &record,
         &req,
     ))

@@ -79,7 +79,13 @@ impl Actor {
             Verdict::Success => {
                 let chunk = self.record.chunk.unwrap_or(self.config.chunk);
                 let ran_with = plan::worker_config(&self.layout, &self.config);
-                let inputs = StepInputs::of(step, &ran_with, &self.layout.data_root, chunk);
+                let inputs = StepInputs::with_files(
+                    step,
+                    &ran_with,
+                    &self.layout.data_root,
+                    chunk,
+                    &exit.files,
+                );
                 if let Err(e) = markers::write(
                     &self.layout,
                     chunk,

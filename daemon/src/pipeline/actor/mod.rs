@@ -6,8 +6,10 @@
 //! restart) and `resume` (an interrupted pipeline resumed at daemon start).
 //!
 //! The actor never blocks: what may take seconds (`sbatch`, `scontrol`, `scancel`,
-//! deleting old runs) runs on the blocking pool, and a launch reports back with a
-//! [`LaunchDone`], so a status, a stop or the watchdog's ping is answered meanwhile.
+//! deleting old runs, fingerprinting a source folder's files) runs on the blocking
+//! pool, and a launch reports back with a [`LaunchDone`], a start's fingerprints with
+//! a [`Fingerprinted`], so a status, a stop or the watchdog's ping is answered
+//! meanwhile.
 
 mod exit;
 mod hung;
@@ -31,13 +33,14 @@ use tokio::time::Instant;
 
 use super::config_file::ConfigSource;
 use super::handle::{Command, HungReport, PipelineHandle, StartError, StartReply};
+use super::inputs::{LocalFiles, reads_local_files};
 use super::record::{PipelineRecord, StopCause, WorkerRecord};
 use super::restart::Timings;
 use super::stop::{StopMark, StopReport};
 use crate::alert::{Alert, AlertSender};
 use crate::exit::ExitOutcome;
 use crate::layout::Layout;
-use crate::process::{Backend, JobUpdate, Launched, WorkerHandle};
+use crate::process::{Backend, ExitFuture, JobUpdate, Launched, WorkerHandle};
 
 struct LiveWorker {
     generation: u64,
@@ -54,6 +57,8 @@ struct LiveWorker {
 struct WorkerExit {
     generation: u64,
     outcome: ExitOutcome,
+    /// The local files of its step once it ended (`inputs.rs`), for its done-marker.
+    files: LocalFiles,
 }
 
 /// A Slurm job of worker `generation` changed state or node.
@@ -91,6 +96,16 @@ enum Relaunch {
 struct LaunchDone {
     generation: u64,
     result: Result<Launched>,
+}
+
+/// A start whose steps' local files were fingerprinted on the blocking pool; the
+/// actor goes on with it in [`Actor::on_fingerprinted`].
+struct Fingerprinted {
+    req: super::request::StartRequest,
+    reply: oneshot::Sender<Result<StartReply, StartError>>,
+    config: Config,
+    origins: Option<lavender::config::ConfigOrigins>,
+    files: LocalFiles,
 }
 
 /// A start whose reply waits for its first step's launch.
@@ -143,6 +158,7 @@ struct Actor {
     exits_tx: mpsc::UnboundedSender<WorkerExit>,
     jobs_tx: mpsc::UnboundedSender<JobChange>,
     launches_tx: mpsc::UnboundedSender<LaunchDone>,
+    fingerprints_tx: mpsc::UnboundedSender<Fingerprinted>,
     backend: Backend,
     worker: Option<LiveWorker>,
     generation: u64,
@@ -202,11 +218,13 @@ fn spawn_sourced(
     let (exits_tx, exits_rx) = mpsc::unbounded_channel();
     let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
     let (launches_tx, launches_rx) = mpsc::unbounded_channel();
+    let (fingerprints_tx, fingerprints_rx) = mpsc::unbounded_channel();
     let mut actor = Actor {
         timings: Timings::from_config(&config.supervisor),
         backend,
         jobs_tx,
         launches_tx,
+        fingerprints_tx,
         layout,
         config,
         source,
@@ -227,7 +245,13 @@ fn spawn_sourced(
         alerts,
     };
     actor.recover();
-    tokio::spawn(actor.run(cmds_rx, exits_rx, jobs_rx, launches_rx));
+    tokio::spawn(actor.run(Inbox {
+        cmds: cmds_rx,
+        exits: exits_rx,
+        jobs: jobs_rx,
+        launches: launches_rx,
+        fingerprints: fingerprints_rx,
+    }));
     Ok(PipelineHandle {
         cmds,
         snapshot: snapshot_rx,
@@ -245,14 +269,24 @@ async fn sleep_until_opt(at: Option<Instant>) {
     }
 }
 
+/// What the actor hears: commands, and what its tasks off the actor report.
+struct Inbox {
+    cmds: mpsc::Receiver<Command>,
+    exits: mpsc::UnboundedReceiver<WorkerExit>,
+    jobs: mpsc::UnboundedReceiver<JobChange>,
+    launches: mpsc::UnboundedReceiver<LaunchDone>,
+    fingerprints: mpsc::UnboundedReceiver<Fingerprinted>,
+}
+
 impl Actor {
-    async fn run(
-        mut self,
-        mut cmds: mpsc::Receiver<Command>,
-        mut exits: mpsc::UnboundedReceiver<WorkerExit>,
-        mut jobs: mpsc::UnboundedReceiver<JobChange>,
-        mut launches: mpsc::UnboundedReceiver<LaunchDone>,
-    ) {
+    async fn run(mut self, inbox: Inbox) {
+        let Inbox {
+            mut cmds,
+            mut exits,
+            mut jobs,
+            mut launches,
+            mut fingerprints,
+        } = inbox;
         loop {
             let stop_kill_at = self
                 .stopping
@@ -271,6 +305,7 @@ impl Actor {
                     None => break,
                 },
                 Some(done) = launches.recv() => self.on_launched(done),
+                Some(f) = fingerprints.recv() => self.on_fingerprinted(f),
                 Some(exit) = exits.recv() => self.on_exit(exit),
                 Some(change) = jobs.recv() => self.on_job_change(change),
                 _ = sleep_until_opt(self.restart_at) => self.on_restart_due(),
@@ -336,8 +371,7 @@ impl Actor {
 
     /// A re-adopted worker is not our child: poll it (kill(pid, 0) + start time, or
     /// the Slurm job's state).
-    fn watch_adopted(&self, generation: u64, handle: WorkerHandle) {
-        let exits = self.exits_tx.clone();
+    fn watch_adopted(&self, generation: u64, step: PipelineStep, handle: WorkerHandle) {
         let jobs = self.jobs_tx.clone();
         let exit = self.backend.watch_adopted(
             &handle,
@@ -346,13 +380,40 @@ impl Actor {
                 let _ = jobs.send(JobChange { generation, update });
             }),
         );
+        self.report_exit(generation, step, exit);
+    }
+
+    /// Reports the end of worker `generation` of `step` once `exit` resolves, with the
+    /// local files `step` read fingerprinted on the blocking pool after it ended (its
+    /// done-marker records them; a source folder may hold thousands of files).
+    fn report_exit(&self, generation: u64, step: PipelineStep, exit: ExitFuture) {
+        let exits = self.exits_tx.clone();
+        let ran_with = self.ran_with(step);
         tokio::spawn(async move {
             let outcome = exit.await;
+            let files = match ran_with {
+                Some(config) => {
+                    tokio::task::spawn_blocking(move || LocalFiles::read_steps([step], &config))
+                        .await
+                        .unwrap_or_else(|e| {
+                            tracing::error!("fingerprinting the files of step {step} failed: {e}");
+                            LocalFiles::default()
+                        })
+                }
+                None => LocalFiles::default(),
+            };
             let _ = exits.send(WorkerExit {
                 generation,
                 outcome,
+                files,
             });
         });
+    }
+
+    /// The config `step`'s worker ran with (the pipeline's copy), when the step reads
+    /// local files.
+    fn ran_with(&self, step: PipelineStep) -> Option<Config> {
+        reads_local_files(step).then(|| super::plan::worker_config(&self.layout, &self.config))
     }
 
     /// A Slurm job moved (pending → running on a node → requeued …): the status shows it.

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::{Actor, LiveWorker, Stopping, WorkerExit};
 use crate::alert::Alert;
 use crate::exit::ExitOutcome;
+use crate::pipeline::inputs::LocalFiles;
 use crate::pipeline::judge::{Verdict, judge};
 use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::StopMark;
@@ -39,7 +40,7 @@ impl Actor {
                     own_child: false,
                     resumed_from_step: w.resumed_from_step,
                 });
-                self.watch_adopted(self.generation, w.handle.clone());
+                self.watch_adopted(self.generation, w.step, w.handle.clone());
                 if self.record.state == PipelineState::Stopping {
                     // The stop was under way when the previous daemon died: finish it.
                     self.stopping = Some(Stopping {
@@ -106,9 +107,16 @@ impl Actor {
                     resume_after: interrupted,
                 });
             }
+            // At the daemon's start, before the actor serves anything: its files
+            // are read here.
+            let files = self
+                .ran_with(w.step)
+                .map(|config| LocalFiles::read_steps([w.step], &config))
+                .unwrap_or_default();
             self.on_exit(WorkerExit {
                 generation: self.generation,
                 outcome: ExitOutcome::Unknown,
+                files,
             });
             return;
         }

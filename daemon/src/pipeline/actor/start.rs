@@ -1,21 +1,24 @@
-//! A start and what follows it: the run prepared (see `plan::prepare`), each step
-//! launched in turn (off the actor: `sbatch` may take seconds), the "finished"
-//! alert and old runs pruned at the end.
+//! A start and what follows it: the config read, its steps' local files
+//! fingerprinted (off the actor: a source folder may hold thousands), the run
+//! prepared (see `plan::prepare`), each step launched in turn (off the actor:
+//! `sbatch` may take seconds), the "finished" alert and old runs pruned at the end.
+
+use std::path::Path;
 
 use chrono::SubsecRound;
-use lavender::config::PipelineStep;
+use lavender::config::{Config, PipelineStep};
 use lavender::status::{PipelineState, StepState};
 use nix::sys::signal::Signal;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::{
-    Actor, JobChange, LaunchDone, Launching, LiveWorker, PendingRestart, PendingStart, Relaunch,
-    WorkerExit, backend_for,
+    Actor, Fingerprinted, JobChange, LaunchDone, Launching, LiveWorker, PendingRestart,
+    PendingStart, Relaunch, backend_for,
 };
 use crate::alert::Alert;
-use crate::pipeline::config_file::LoadedConfig;
 use crate::pipeline::handle::{StartError, StartReply};
+use crate::pipeline::inputs::{LocalFiles, reads_local_files};
 use crate::pipeline::plan;
 use crate::pipeline::record::WorkerRecord;
 use crate::pipeline::request::StartRequest;
@@ -23,9 +26,10 @@ use crate::pipeline::restart::Timings;
 use crate::process::Launched;
 
 impl Actor {
-    /// Reads the config the start names (or the daemon's own file, again), prepares
-    /// the run and launches its first step; `reply` is answered once that launch has
-    /// gone one way or the other.
+    /// Reads the config the start names (or the daemon's own file, again) and has
+    /// its steps' local files fingerprinted on the blocking pool; the start goes on in
+    /// [`Actor::on_fingerprinted`]. `reply` is answered once the first step's launch
+    /// has gone one way or the other.
     pub(super) fn start(
         &mut self,
         mut req: StartRequest,
@@ -38,22 +42,14 @@ impl Actor {
                 return;
             }
         };
-        if self.record.is_active() || self.launching.is_some() {
-            let pid = self.worker.as_ref().and_then(|w| w.handle.pid());
-            let refusal = match loaded
-                .as_ref()
-                .and_then(|l| self.differs_from_running(&req, l))
-            {
-                Some(message) => StartError::ConfigDiffers(message),
-                None => StartError::AlreadyRunning {
-                    state: self.record.state,
-                    pid,
-                },
-            };
+        if let Some(refusal) = self.refusal(
+            &req,
+            loaded.as_ref().map(|l| (&l.config, l.file.path.as_path())),
+        ) {
             let _ = reply.send(Err(refusal));
             return;
         }
-        let config = match loaded {
+        let (config, origins) = match loaded {
             Some(l) => {
                 let missing = self.source.missing(&l.config, Some(&l.origins));
                 if !missing.is_empty() {
@@ -61,22 +57,75 @@ impl Actor {
                     return;
                 }
                 req.config = Some(l.file);
-                l.config
+                (l.config, Some(l.origins))
             }
-            None => self.config.clone(),
+            None => (self.config.clone(), self.source.origins_without_file()),
         };
+        if !config.steps.iter().any(|&s| reads_local_files(s)) {
+            // No file to read: the start goes on at once.
+            self.on_fingerprinted(Fingerprinted {
+                req,
+                reply,
+                config,
+                origins,
+                files: LocalFiles::default(),
+            });
+            return;
+        }
+        let done = self.fingerprints_tx.clone();
+        tokio::spawn(async move {
+            let read = config.clone();
+            let files = match tokio::task::spawn_blocking(move || LocalFiles::read(&read)).await {
+                Ok(files) => files,
+                Err(e) => {
+                    let _ = reply.send(Err(StartError::Spawn(format!(
+                        "fingerprinting the files the steps read failed: {e}"
+                    ))));
+                    return;
+                }
+            };
+            let _ = done.send(Fingerprinted {
+                req,
+                reply,
+                config,
+                origins,
+                files,
+            });
+        });
+    }
+
+    /// A start's files fingerprinted: prepares the run and launches its first step
+    /// (unless another start began meanwhile).
+    pub(super) fn on_fingerprinted(&mut self, f: Fingerprinted) {
+        let Fingerprinted {
+            req,
+            reply,
+            config,
+            origins,
+            files,
+        } = f;
+        let file = req.config.as_ref().map(|c| c.path.clone());
+        if let Some(refusal) = self.refusal(&req, file.as_deref().map(|p| (&config, p))) {
+            let _ = reply.send(Err(refusal));
+            return;
+        }
         // Nothing to run: the record, the run and the pushes stay as they were.
-        if let Some(line) = plan::nothing_to_do(&self.layout, &config, &self.record, &req) {
+        if let Some(line) = plan::nothing_to_do(&self.layout, &config, &files, &self.record, &req) {
             let _ = reply.send(Ok(self.nothing_to_do(&req, line)));
             return;
         }
+        let start = plan::StartConfig {
+            config: &config,
+            origins: origins.as_ref(),
+            files: &files,
+        };
         let plan::Prepared {
             record,
             chunk,
             scale,
             notices,
             config_line,
-        } = match plan::prepare(&self.layout, &config, &self.record, req) {
+        } = match plan::prepare(&self.layout, start, &self.record, req) {
             Ok(prepared) => prepared,
             Err(e) => {
                 let _ = reply.send(Err(e));
@@ -111,11 +160,35 @@ impl Actor {
         }
     }
 
+    /// Why a start is refused while a pipeline is active (or its first step is being
+    /// launched): the keys its config (`asked`: the config and its file) differs in,
+    /// else that it runs. `None` when nothing is active.
+    fn refusal(&self, req: &StartRequest, asked: Option<(&Config, &Path)>) -> Option<StartError> {
+        if !(self.record.is_active() || self.launching.is_some()) {
+            return None;
+        }
+        let pid = self.worker.as_ref().and_then(|w| w.handle.pid());
+        Some(
+            match asked.and_then(|(config, file)| self.differs_from_running(req, config, file)) {
+                Some(message) => StartError::ConfigDiffers(message),
+                None => StartError::AlreadyRunning {
+                    state: self.record.state,
+                    pid,
+                },
+            },
+        )
+    }
+
     /// While a pipeline runs, a start naming a config whose values differ from those
     /// it started with: the refusal naming the keys.
-    fn differs_from_running(&self, req: &StartRequest, loaded: &LoadedConfig) -> Option<String> {
+    fn differs_from_running(
+        &self,
+        req: &StartRequest,
+        config: &Config,
+        file: &Path,
+    ) -> Option<String> {
         let running = plan::worker_config(&self.layout, &self.config);
-        let mut asked = loaded.config.clone();
+        let mut asked = config.clone();
         asked.scale = req.scale.or(self.record.scale).unwrap_or(asked.scale);
         asked.chunk = req.chunk.or(self.record.chunk).unwrap_or(asked.chunk);
         let keys = lavender::config::changed_keys(&running, &asked);
@@ -129,7 +202,7 @@ impl Actor {
                 PipelineState::Stopping => "stopping",
                 _ => "running",
             },
-            loaded.file.path.display(),
+            file.display(),
             keys.join(", ")
         ))
     }
@@ -366,14 +439,6 @@ impl Actor {
         if let Some(alert) = said.flatten() {
             self.alert(alert);
         }
-        let exits = self.exits_tx.clone();
-        let exit = launched.exit;
-        tokio::spawn(async move {
-            let outcome = exit.await;
-            let _ = exits.send(WorkerExit {
-                generation,
-                outcome,
-            });
-        });
+        self.report_exit(generation, step, launched.exit);
     }
 }

@@ -33,17 +33,22 @@ fn harness_after(
     saved: Option<PipelineRecord>,
     supervisor: impl FnOnce(&mut SupervisorConfig),
 ) -> Harness {
+    let mut config = Config {
+        steps: vec![PipelineStep::Train],
+        ..Config::default()
+    };
+    supervisor(&mut config.supervisor);
+    harness_of(saved, config)
+}
+
+/// An actor with `config` on a data root whose `state/pipeline.json` is `saved`.
+fn harness_of(saved: Option<PipelineRecord>, config: Config) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path().join("data"), None);
     layout.ensure_state_dir().unwrap();
     if let Some(mut record) = saved {
         record.save(&layout).unwrap();
     }
-    let mut config = Config {
-        steps: vec![PipelineStep::Train],
-        ..Config::default()
-    };
-    supervisor(&mut config.supervisor);
     let (tx, alerts) = mpsc::unbounded_channel();
     let fake = FakeBackend::default();
     let pipeline = spawn_with(layout, config, tx, Backend::fake(fake.clone())).expect("the actor");
@@ -727,4 +732,52 @@ async fn a_workers_start_is_kept_at_its_records_precision() {
     let started = h.pipeline.record().worker.expect("a worker").started_at;
     assert_eq!(started, started.trunc_subsecs(3), "{started:?}");
     assert!(started >= before, "{started:?} < {before:?}");
+}
+
+/// A source folder's files are fingerprinted on the blocking pool, at the start and
+/// when the step's worker ends: its done-marker records them, and the next start
+/// names a file added to the folder.
+#[tokio::test(start_paused = true)]
+async fn a_source_folder_fingerprinted_off_the_actor_names_a_file_added() {
+    let corpus_dir = tempfile::tempdir().unwrap();
+    let corpus = corpus_dir.path().join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    std::fs::write(corpus.join("a.txt"), "alpha").unwrap();
+    let mut config = Config {
+        steps: vec![PipelineStep::Downloads],
+        ..Config::default()
+    };
+    config.data.sources = vec![lavender::config::DataSource::Path(
+        lavender::config::PathSource::text(&corpus),
+    )];
+    let h = harness_of(None, config);
+    h.pipeline
+        .start(StartRequest::default())
+        .await
+        .expect("started");
+    assert_eq!(h.fake.launched(), [PipelineStep::Downloads]);
+    h.fake.exit(0, ExitOutcome::Code(0));
+    h.wait_state(PipelineState::Finished).await;
+    let layout = Layout::new(h._dir.path().join("data"), None);
+    let marker = crate::pipeline::markers::read(&layout, 1, PipelineStep::Downloads).unwrap();
+    let recorded = marker.inputs.expect("inputs recorded");
+    let a = format!("file {}", corpus.join("a.txt").display());
+    assert!(recorded.0.contains_key(&a), "{recorded:?}");
+
+    std::fs::write(corpus.join("b.txt"), "beta").unwrap();
+    let reply = h
+        .pipeline
+        .start(StartRequest::default())
+        .await
+        .expect("started again");
+    let added = format!("{} added", corpus.join("b.txt").display());
+    assert!(
+        reply.notices.iter().any(|n| n.contains(&added)),
+        "{:?}",
+        reply.notices
+    );
+    assert_eq!(
+        h.fake.launched(),
+        [PipelineStep::Downloads, PipelineStep::Downloads]
+    );
 }

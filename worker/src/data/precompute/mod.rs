@@ -63,7 +63,10 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let pretrained = s
         .init_from
         .as_deref()
-        .map(crate::model::pretrained::Pretrained::open)
+        .map(|dir| {
+            crate::model::pretrained::Pretrained::open(dir)
+                .map_err(|e| s.config_error("model.init_from", format!("{e:#}")))
+        })
         .transpose()?;
     let mut slice = json!({
         "tokenizer": s.data.tokenizer,
