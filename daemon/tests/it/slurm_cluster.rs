@@ -8,7 +8,7 @@
 //!   job, and the final weights equal an uninterrupted two-node run's, bit for bit;
 //! - the same run under a two-minute time limit: Slurm's notice reaches both ranks,
 //!   rank 0 saves, the job goes back in the queue and resumes from that save on both
-//!   nodes, and its final weights equal the uninterrupted run's too;
+//!   nodes, and its next checkpoint equals the uninterrupted run's at that step;
 //! - a node lost mid-run (`scripts/slurm/cluster-node.sh fail n2`: its processes
 //!   killed, its link down): Slurm marks it DOWN and requeues the job; the status and
 //!   a push say "node n2 lost at step N; waiting for 2 nodes" while it waits; the node
@@ -360,6 +360,16 @@ fn running_on_two(st: &Value, min_step: u64) -> bool {
 }
 
 /// The final checkpoint's `model.pt` of a finished run directory.
+/// The `model.pt` of a run directory's checkpoint of `step`.
+fn weights_at(run: &Path, step: u64) -> PathBuf {
+    let found = lavender::checkpoint::list_run_checkpoints(run)
+        .unwrap()
+        .into_iter()
+        .find(|c| c.state.step == step)
+        .unwrap_or_else(|| panic!("a checkpoint of step {step} in {}", run.display()));
+    run.join(found.name).join("model.pt")
+}
+
 fn final_weights(run: &Path) -> PathBuf {
     let last = lavender::checkpoint::list_run_checkpoints(run)
         .unwrap()
@@ -489,9 +499,9 @@ fn uninterrupted(cluster: &Cluster, yaml: &str) -> (Run, PathBuf) {
 /// minute starting, was told to save before its first step.) The notice reaches both
 /// ranks through the batch script, rank 0 saves once, the job goes back in the queue
 /// (the same job) and resumes from that save on both nodes. While it waits, its limit
-/// is lengthened so that the resumed run finishes: a second notice would only repeat
-/// the cycle. Returns the run and its final weights.
-fn time_limited(cluster: &Cluster, yaml: &str) -> (Run, PathBuf) {
+/// is lengthened so that no second notice repeats the cycle. Returns the run, the step
+/// of its first checkpoint after the resume and that checkpoint's weights.
+fn time_limited(cluster: &Cluster, yaml: &str) -> (Run, u64, PathBuf) {
     let yaml = edited(
         yaml,
         "  slurm:\n",
@@ -616,13 +626,30 @@ fn time_limited(cluster: &Cluster, yaml: &str) -> (Run, PathBuf) {
         run.text()
     ));
 
-    let st = run.wait(SLOW, "the requeued run to finish", |st| {
-        if st["pipeline"]["state"] == "finished" {
-            return true;
+    // The resumed run's next checkpoint (a step the uninterrupted run saves too) is
+    // where the two are compared; the run need not train on to its end for that.
+    let mut next = None;
+    run.wait(SLOW, "the resumed run's next checkpoint", |st| {
+        if st["pipeline"]["state"] != "finished" {
+            watch(st, &mut seen);
         }
-        watch(st, &mut seen);
-        false
+        next = python::complete(&run_dir)
+            .into_iter()
+            .find(|c| c.1 > save_step);
+        next.is_some()
     });
+    let (_, compared_at) = next.unwrap();
+    let weights = weights_at(&run_dir, compared_at);
+    if run.d.status()["pipeline"]["state"] != "finished" {
+        let said = run.d.stop_saved();
+        say(format!("time limit: stopped after the checkpoint of step {compared_at}: {said}"));
+    }
+    // Nothing saved was lost: the notice's save, the next and the stop's, all complete.
+    let kept = python::complete(&run_dir);
+    assert!(
+        kept.iter().any(|c| c.1 == save_step) && kept.iter().any(|c| c.1 == compared_at),
+        "{kept:?}"
+    );
     // Once per notice; a notice that came before the ranks started (a machine slower
     // than any seen) made no save and is harmless, so more are allowed.
     let info = cluster.job(&job);
@@ -633,16 +660,19 @@ fn time_limited(cluster: &Cluster, yaml: &str) -> (Run, PathBuf) {
         "the requeued job waited for its BeginTime: {seen:?}"
     );
     say(format!(
-        "time limit: finished at step {} after {requeues} requeue(s); Slurm states seen {seen:?}",
-        st["training"]["step"]
+        "time limit: {requeues} requeue(s), Slurm states seen {seen:?}; checkpoints {kept:?}"
     ));
-    let weights = final_weights(&run_dir);
-    (run, weights)
+    (run, compared_at, weights)
 }
 
-/// Compares two saved states tensor by tensor: (every tensor bit-identical, largest
-/// absolute difference, the files byte-identical).
+/// Compares two saved states: (every tensor bit-identical, largest absolute
+/// difference, the files byte-identical). Byte-identical files hold the same tensors;
+/// torch (tens of seconds to start on a loaded machine) reads them only when the files
+/// differ, to tell by how much.
 fn compare_weights(a: &Path, b: &Path) -> (bool, f64, bool) {
+    if std::fs::read(a).unwrap() == std::fs::read(b).unwrap() {
+        return (true, 0.0, true);
+    }
     let code = r#"
 import sys, torch
 a = torch.load(sys.argv[1], weights_only=True)
@@ -666,35 +696,43 @@ print(same, worst)
     let mut words = text.split_whitespace();
     let same = words.next() == Some("True");
     let worst: f64 = words.next().unwrap().parse().unwrap();
-    let bytes = std::fs::read(a).unwrap() == std::fs::read(b).unwrap();
-    (same, worst, bytes)
+    (same, worst, false)
 }
 
 fn two_node_runs_stopped_or_time_limited_match_an_uninterrupted_one(cluster: &Cluster) {
     // Long enough that the stop lands mid-run on a fast machine, short enough to finish;
-    // the three jobs (one CPU of each node each) at once.
+    // a checkpoint every 50 steps (saving changes no arithmetic) for the time-limited
+    // run to be compared at. The three jobs (one CPU of each node each) at once.
     let (a, b, c) = std::thread::scope(|s| {
-        let a = s.spawn(|| stopped_and_resumed(cluster, &config_yaml(300, 100_000, 29511)));
-        let b = s.spawn(|| uninterrupted(cluster, &config_yaml(300, 100_000, 29512)));
-        let c = s.spawn(|| time_limited(cluster, &config_yaml(300, 100_000, 29514)));
+        let a = s.spawn(|| stopped_and_resumed(cluster, &config_yaml(300, 50, 29511)));
+        let b = s.spawn(|| uninterrupted(cluster, &config_yaml(300, 50, 29512)));
+        let c = s.spawn(|| time_limited(cluster, &config_yaml(300, 50, 29514)));
         (a.join(), b.join(), c.join())
     });
-    let ((_a_run, a), (_b_run, b), (_c_run, c)) = (
+    let ((_a_run, a), (b_run, b), (_c_run, step, c)) = (
         a.expect("stopped and resumed"),
         b.expect("uninterrupted"),
         c.expect("requeued at its time limit"),
     );
-    for (what, weights) in [("stopped+resumed", &a), ("requeued at its time limit", &c)] {
-        let (same, worst, bytes) = compare_weights(weights, &b);
+    let b_at_step = weights_at(&b_run.d.run_dir(), step);
+    for (what, weights, reference) in [
+        ("stopped+resumed, final".to_string(), &a, &b),
+        (
+            format!("requeued at its time limit, step {step}"),
+            &c,
+            &b_at_step,
+        ),
+    ] {
+        let (same, worst, bytes) = compare_weights(weights, reference);
         say(format!(
-            "final weights, {what} vs uninterrupted: tensors bit-identical: {same}, \
+            "weights, {what} vs uninterrupted: tensors bit-identical: {same}, \
              largest difference {worst:e}, files byte-identical: {bytes}\n  {}\n  {}",
             weights.display(),
-            b.display()
+            reference.display()
         ));
         assert!(
             same && worst == 0.0,
-            "{what}: the final weights differ from the uninterrupted run's (largest difference {worst:e})"
+            "{what}: the weights differ from the uninterrupted run's (largest difference {worst:e})"
         );
     }
 }
