@@ -519,7 +519,11 @@ fn time_limited(cluster: &Cluster, yaml: &str) -> (Run, u64, PathBuf) {
     });
     let job = job_of(&st);
     let info = cluster.job(&job);
-    assert_eq!(field(&info, "TimeLimit").as_deref(), Some("00:02:00"), "{info}");
+    assert_eq!(
+        field(&info, "TimeLimit").as_deref(),
+        Some("00:02:00"),
+        "{info}"
+    );
     let run_dir = run.d.run_dir();
     say(format!(
         "time limit: job {job} on {:?}, limit 2 minutes, notice 30 s before; `lavenderd status`:\n{}",
@@ -599,7 +603,8 @@ fn time_limited(cluster: &Cluster, yaml: &str) -> (Run, u64, PathBuf) {
         "rank 0 resumed from the save"
     );
     assert!(
-        !run.log_lines("SIGTERM to the batch shell (time limit near").is_empty()
+        !run.log_lines("SIGTERM to the batch shell (time limit near")
+            .is_empty()
             && !run.log_lines("back to the queue").is_empty(),
         "the batch script took the notice and requeued the job:\n{}",
         run.worker_log()
@@ -642,7 +647,9 @@ fn time_limited(cluster: &Cluster, yaml: &str) -> (Run, u64, PathBuf) {
     let weights = weights_at(&run_dir, compared_at);
     if run.d.status()["pipeline"]["state"] != "finished" {
         let said = run.d.stop_saved();
-        say(format!("time limit: stopped after the checkpoint of step {compared_at}: {said}"));
+        say(format!(
+            "time limit: stopped after the checkpoint of step {compared_at}: {said}"
+        ));
     }
     // Nothing saved was lost: the notice's save, the next and the stop's, all complete.
     let kept = python::complete(&run_dir);
