@@ -871,7 +871,8 @@ fn lost_node_waits_and_resumes_or_fails(cluster: &Cluster) {
         assert!(kept.contains(c), "{c:?} kept: {kept:?}");
     }
     say(format!(
-        "on_node_failure: fail: job {failing_job} cancelled, checkpoints {kept:?} kept\n\
+        "on_node_failure: fail: job {failing_job} cancelled, checkpoints {kept:?} kept; \
+         pipeline.last_error: {error}\n\
          `lavenderd status`:\n{}",
         failing.text()
     ));
