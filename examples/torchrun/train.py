@@ -16,7 +16,9 @@ recording the steps to skip; this script skips them by moving its data position
 (`data_offset`, kept in each checkpoint so a later resume replays the same data).
 
 Options after lavender's own: --max-steps, --save-every, --batch-size, --seq-len, --lr,
---eval-batches (held-out batches evaluated before each save; 0 = none).
+--eval-batches (held-out batches evaluated before each save; 0 = none), --min-step-ms (a
+step lasts at least this long; 0 = as fast as it goes: a run that must outlast a deadline,
+such as a Slurm time limit in a test, on any machine; the arithmetic is the same).
 """
 
 import argparse
@@ -25,6 +27,7 @@ import math
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -85,6 +88,7 @@ def main() -> int:
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--eval-batches", type=int, default=2)
+    p.add_argument("--min-step-ms", type=int, default=0)
     opts = p.parse_args(w.args.rest)
     w.total_steps = opts.max_steps
 
@@ -118,6 +122,7 @@ def main() -> int:
     with w:
         w.start(step=start, world_size=td.get_world_size())
         for step in range(start + 1, opts.max_steps + 1):
+            began = time.monotonic()
             lr = opts.lr * 0.5 * (1 + math.cos(math.pi * step / opts.max_steps))
             for group in opt.param_groups:
                 group["lr"] = lr
@@ -131,6 +136,7 @@ def main() -> int:
             td.all_reduce(mean_loss)
             mean_loss = mean_loss.item() / td.get_world_size()
             w.step(step, loss=mean_loss, lr=lr, grad_norm=grad_norm.item())
+            time.sleep(max(0.0, began + opts.min_step_ms / 1000 - time.monotonic()))
             diverged = detector.observe(step, mean_loss, grad_norm.item())
             if diverged:
                 print(f"torchrun rank {rank}: {diverged.message}", flush=True)

@@ -32,6 +32,8 @@
 # in use here), SLURM_CLUSTER_PORT (6827), SLURM_NODE_CPUS (4 per node),
 # SLURM_START_TIMEOUT (60 s for the nodes to come up).
 set -euo pipefail
+SLURM_SCRIPT=slurm/start-cluster.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 BASE=${SLURM_CLUSTER_DIR:-/tmp/lavender-slurm-cluster}
 N=${SLURM_CLUSTER_NODES:-2}
@@ -45,16 +47,6 @@ CONF=$BASE/slurm.conf
 SOCK=$BASE/munge/munge.socket
 HOST=$(hostname -s)
 export SLURM_CONF=$CONF
-T0=$(date +%s%N)
-log() { local ms=$(( ($(date +%s%N) - T0) / 1000000 )); printf '[slurm/start-cluster.sh +%d.%03ds] %s\n' $((ms/1000)) $((ms%1000)) "$*"; }
-die() { echo "[slurm/start-cluster.sh] $*" >&2; exit 1; }
-
-alive() {   # alive PIDFILE NAME: the pid in PIDFILE runs and is called NAME
-  local pid
-  [ -s "$1" ] || return 1
-  pid=$(cat "$1")
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = "$2" ]
-}
 
 # ---- 0. what is needed --------------------------------------------------------
 missing=()
@@ -113,52 +105,18 @@ log "network: $BR $NET.1/24, nodes n1..n$N at $NET.11..$NET.$((10 + N)) (no defa
   for i in $(seq 1 "$N"); do echo "$NET.$((10 + i)) n$i"; done
 } > "$BASE/hosts"
 NEWCONF=$(mktemp)
-cat > "$NEWCONF" <<EOF
-# written by lavender's scripts/slurm/start-cluster.sh
-ClusterName=lavender-cluster
-SlurmctldHost=$HOST($NET.1)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket=$SOCK,cred_expire=5
-CredType=cred/munge
-MpiDefault=none
-ProctrackType=proctrack/pgid
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/filetxt
-JobCompLoc=$LOG/jobcomp.log
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-StateSaveLocation=$STATE/ctld
-SlurmdSpoolDir=$STATE/d-%n
-SlurmctldPidFile=$RUN/slurmctld.pid
-SlurmdPidFile=$RUN/slurmd-%n.pid
-SlurmctldLogFile=$LOG/slurmctld.log
-SlurmdLogFile=$LOG/slurmd-%n.log
-SlurmctldPort=$PORT
-SlurmdPort=$((PORT + 1))
-SlurmdTimeout=10
-ReturnToService=2
-SlurmdParameters=config_overrides
-MinJobAge=300
-KillWait=10
-EOF
-for i in $(seq 1 "$N"); do
-  echo "NodeName=n$i NodeHostname=n$i NodeAddr=$NET.$((10 + i)) CPUs=$NCPU RealMemory=1000 State=UNKNOWN" >> "$NEWCONF"
-done
-echo "PartitionName=cluster Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >> "$NEWCONF"
-conf_changed=0
-if ! cmp -s "$NEWCONF" "$CONF"; then
-  mv "$NEWCONF" "$CONF"; chmod 644 "$CONF"; conf_changed=1; log "wrote $CONF"
-else
-  rm -f "$NEWCONF"
-fi
+{
+  CLUSTER_NAME=lavender-cluster CTLD_HOST="$HOST($NET.1)" AUTH_INFO="socket=$SOCK,cred_expire=5" \
+    PROCTRACK=proctrack/pgid SLURMD_TAG=-%n SLURMD_TIMEOUT=10 slurm_conf
+  for i in $(seq 1 "$N"); do
+    echo "NodeName=n$i NodeHostname=n$i NodeAddr=$NET.$((10 + i)) CPUs=$NCPU RealMemory=1000 State=UNKNOWN"
+  done
+  echo "PartitionName=cluster Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+} > "$NEWCONF"
+install_conf "$NEWCONF" "$CONF"
 
 # ---- 3. munged (its own socket) --------------------------------------------------
-[ -s /etc/munge/munge.key ] || { /usr/sbin/mungekey --create --force; chown munge:munge /etc/munge/munge.key; chmod 600 /etc/munge/munge.key; }
+munge_key
 chown munge:munge "$BASE/munge"
 if ! alive "$BASE/munge/munged.pid" munged; then
   runuser -u munge -- /usr/sbin/munged --socket="$SOCK" --pid-file="$BASE/munge/munged.pid" \
@@ -169,22 +127,11 @@ if ! alive "$BASE/munge/munged.pid" munged; then
 fi
 
 # ---- 4. slurmctld, then a slurmd per node ------------------------------------------
-stop_pid() {   # stop_pid PIDFILE NAME
-  alive "$1" "$2" || return 0
-  local pid; pid=$(cat "$1"); kill -TERM "$pid"
-  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-}
 if [ "$conf_changed" = 1 ]; then   # a changed config needs every daemon restarted
   for f in "$RUN"/slurmd-*.pid; do [ -e "$f" ] && stop_pid "$f" slurmd; done
   stop_pid "$RUN/slurmctld.pid" slurmctld
 fi
-if ! alive "$RUN/slurmctld.pid" slurmctld; then
-  /usr/sbin/slurmctld -f "$CONF"
-  for _ in $(seq 100); do alive "$RUN/slurmctld.pid" slurmctld && scontrol ping 2>/dev/null | grep -q 'is UP' && break; sleep 0.1; done
-  alive "$RUN/slurmctld.pid" slurmctld || die "slurmctld did not start; see $LOG/slurmctld.log"
-  log "slurmctld started (pid $(cat "$RUN/slurmctld.pid"))"
-fi
+start_slurmctld "$CONF"
 for i in $(seq 1 "$N"); do
   node=n$i pf=$RUN/slurmd-n$i.pid
   alive "$pf" slurmd && continue

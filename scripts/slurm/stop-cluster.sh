@@ -7,27 +7,11 @@
 # start-cluster.sh made it a mount point. Idempotent; SLURM_CLUSTER_DIR as for
 # start-cluster.sh. Jobs are kept with SLURM_STOP_KEEP_JOBS=1.
 set -uo pipefail
+SLURM_SCRIPT=slurm/stop-cluster.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 BASE=${SLURM_CLUSTER_DIR:-/tmp/lavender-slurm-cluster}
 RUN=$BASE/run
 export SLURM_CONF=$BASE/slurm.conf
-say() { echo "[slurm/stop-cluster.sh] $*"; }
-
-alive() {
-  local pid
-  [ -s "$1" ] || return 1
-  pid=$(cat "$1")
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = "$2" ]
-}
-stop_pid() {   # stop_pid PIDFILE NAME
-  if alive "$1" "$2"; then
-    local pid; pid=$(cat "$1")
-    say "stopping $2 (pid $pid)"
-    kill -TERM "$pid"
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then say "$2 (pid $pid) did not exit, SIGKILL"; kill -KILL "$pid"; fi
-  fi
-  rm -f "$1"
-}
 
 if [ "${SLURM_STOP_KEEP_JOBS:-0}" != 1 ] && alive "$RUN/slurmctld.pid" slurmctld; then
   jobs=$(squeue -h -o %i 2>/dev/null | tr '\n' ' ')

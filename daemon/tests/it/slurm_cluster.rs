@@ -6,10 +6,14 @@
 //! - the status names the job and both nodes, and rank 0's heartbeat drives it;
 //!   `stop` saves once and ends the job, `start --resume latest` continues in a new
 //!   job, and the final weights equal an uninterrupted two-node run's, bit for bit;
+//! - the same run under a two-minute time limit: Slurm's notice reaches both ranks,
+//!   rank 0 saves, the job goes back in the queue and resumes from that save on both
+//!   nodes, and its next checkpoint equals the uninterrupted run's at that step;
 //! - a node lost mid-run (`scripts/slurm/cluster-node.sh fail n2`: its processes
 //!   killed, its link down): Slurm marks it DOWN and requeues the job; the status and
 //!   a push say "node n2 lost at step N; waiting for 2 nodes" while it waits; the node
-//!   back, the job resumes from the latest complete checkpoint;
+//!   back, the job resumes from the latest complete checkpoint; a second job beside
+//!   it, with `on_node_failure: fail`, is cancelled and its pipeline fails naming n2;
 //! - lavender-worker on two nodes is refused before anything is submitted;
 //! - the doc's status lines have the shape of the live ones.
 //!
@@ -89,6 +93,16 @@ impl Cluster {
 
     fn job(&self, id: &str) -> String {
         self.slurm("scontrol", &["-o", "show", "job", id])
+    }
+
+    /// `scontrol update ARGS…`; true when Slurm took it.
+    fn update(&self, args: &[&str]) -> bool {
+        Command::new("scontrol")
+            .arg("update")
+            .args(args)
+            .env("SLURM_CONF", &self.conf)
+            .status()
+            .is_ok_and(|s| s.success())
     }
 
     fn node_state(&self, node: &str) -> String {
@@ -216,6 +230,13 @@ fn config_yaml(max_steps: u64, save_every: u64, rdzv_port: u16) -> String {
     )
 }
 
+/// `yaml` with its first `from` replaced by `to` (a change to the doc's configuration
+/// that must apply).
+fn edited(yaml: &str, from: &str, to: &str) -> String {
+    assert!(yaml.contains(from), "no {from:?} to change in:\n{yaml}");
+    yaml.replacen(from, to, 1)
+}
+
 /// A daemon in a tempdir running `yaml` against the cluster.
 struct Run {
     d: Lavenderd,
@@ -282,17 +303,34 @@ impl Run {
         found.unwrap()
     }
 
-    /// `torchrun rank R on <host> (pid P)` lines of the worker's log: (rank, host, pid).
-    fn ranks(&self) -> Vec<(u64, String, u64)> {
+    /// `torchrun rank R on <host> (pid P): run …, from step S, …` lines of the worker's
+    /// log, one per rank and start: (rank, host, pid, S).
+    fn ranks(&self) -> Vec<(u64, String, u64, u64)> {
         self.worker_log()
             .lines()
             .filter_map(|l| {
                 let rest = l.strip_prefix("torchrun rank ")?;
                 let (rank, rest) = rest.split_once(" on ")?;
                 let (host, rest) = rest.split_once(" (pid ")?;
-                let (pid, _) = rest.split_once(')')?;
-                Some((rank.parse().ok()?, host.to_string(), pid.parse().ok()?))
+                let (pid, rest) = rest.split_once(')')?;
+                let (_, from) = rest.split_once(", from step ")?;
+                let (from, _) = from.split_once(',')?;
+                Some((
+                    rank.parse().ok()?,
+                    host.to_string(),
+                    pid.parse().ok()?,
+                    from.parse().ok()?,
+                ))
             })
+            .collect()
+    }
+
+    /// The worker log's lines that contain `text`.
+    fn log_lines(&self, text: &str) -> Vec<String> {
+        self.worker_log()
+            .lines()
+            .filter(|l| l.contains(text))
+            .map(str::to_string)
             .collect()
     }
 }
@@ -322,6 +360,16 @@ fn running_on_two(st: &Value, min_step: u64) -> bool {
 }
 
 /// The final checkpoint's `model.pt` of a finished run directory.
+/// The `model.pt` of a run directory's checkpoint of `step`.
+fn weights_at(run: &Path, step: u64) -> PathBuf {
+    let found = lavender::checkpoint::list_run_checkpoints(run)
+        .unwrap()
+        .into_iter()
+        .find(|c| c.state.step == step)
+        .unwrap_or_else(|| panic!("a checkpoint of step {step} in {}", run.display()));
+    run.join(found.name).join("model.pt")
+}
+
 fn final_weights(run: &Path) -> PathBuf {
     let last = lavender::checkpoint::list_run_checkpoints(run)
         .unwrap()
@@ -391,12 +439,7 @@ fn stopped_and_resumed(cluster: &Cluster, yaml: &str) -> (Run, PathBuf) {
     assert_eq!(finals.len(), 1, "rank 0 saves once: {finals:?}");
     let stop_step = step_of(&finals[0]);
     assert!(said.contains(finals[0]["path"].as_str().unwrap()), "{said}");
-    let stopped: Vec<String> = run
-        .worker_log()
-        .lines()
-        .filter(|l| l.contains("stopped after step"))
-        .map(str::to_string)
-        .collect();
+    let stopped = run.log_lines("stopped after step");
     assert_eq!(stopped.len(), 2, "both ranks stopped: {stopped:?}");
     assert!(
         stopped
@@ -447,9 +490,196 @@ fn uninterrupted(cluster: &Cluster, yaml: &str) -> (Run, PathBuf) {
     (run, weights)
 }
 
-/// Compares two saved states tensor by tensor: (every tensor bit-identical, largest
-/// absolute difference, the files byte-identical).
+/// The same run under a two-minute time limit (`launch.slurm.time_limit`) whose notice
+/// comes 30 s before it (`grace_s`: time for the ranks to agree and save on a loaded
+/// machine). Slurm checks limits every 30 s and sends the notice at the first check
+/// less than grace + 30 s before the limit: 60 to 90 s after the job started, whatever
+/// the machine; each step lasting at least 350 ms (the same arithmetic), the 300 steps
+/// outlast that on any machine. (With one minute, a loaded machine's torchrun, up to a
+/// minute starting, was told to save before its first step.) The notice reaches both
+/// ranks through the batch script, rank 0 saves once, the job goes back in the queue
+/// (the same job) and resumes from that save on both nodes. While it waits, its limit
+/// is lengthened so that no second notice repeats the cycle. Returns the run, the step
+/// of its first checkpoint after the resume and that checkpoint's weights.
+fn time_limited(cluster: &Cluster, yaml: &str) -> (Run, u64, PathBuf) {
+    let yaml = edited(
+        yaml,
+        "  slurm:\n",
+        "  slurm:\n    time_limit: \"2\"\n    grace_s: 30\n",
+    );
+    let yaml = edited(
+        &yaml,
+        ", --eval-batches,",
+        ", --min-step-ms, \"350\", --eval-batches,",
+    );
+    let run = Run::new(cluster, &yaml, "");
+    run.d.start(&[]);
+    let st = run.wait(SLOW, "a two-node job under a time limit", |st| {
+        running_on_two(st, 1)
+    });
+    let job = job_of(&st);
+    let info = cluster.job(&job);
+    assert_eq!(
+        field(&info, "TimeLimit").as_deref(),
+        Some("00:02:00"),
+        "{info}"
+    );
+    let run_dir = run.d.run_dir();
+    say(format!(
+        "time limit: job {job} on {:?}, limit 2 minutes, notice 30 s before; `lavenderd status`:\n{}",
+        nodes_of(&st),
+        run.text()
+    ));
+
+    // The status all along: never a crash nor a lost node; once the job waits in the
+    // queue again, the longer limit.
+    let mut seen: Vec<String> = Vec::new();
+    let mut waiting: Option<String> = None;
+    let watch = |st: &Value, seen: &mut Vec<String>| {
+        let slurm = &st["pipeline"]["slurm"];
+        let state = format!(
+            "{} ({})",
+            slurm["state"].as_str().unwrap_or("-"),
+            slurm["reason"].as_str().unwrap_or("-")
+        );
+        if seen.last() != Some(&state) {
+            seen.push(state);
+        }
+        assert!(
+            !matches!(
+                st["pipeline"]["state"].as_str(),
+                Some("crashed" | "failed" | "stopped")
+            ),
+            "a time limit's requeue is neither a crash nor a stop: {st:#}"
+        );
+        assert_eq!(slurm["message"], Value::Null, "no node was lost: {st:#}");
+    };
+    let saved = run.wait_event(
+        &run_dir,
+        Duration::from_secs(180),
+        "the time limit's notice to make rank 0 save",
+        "final_saved",
+    );
+    let save_step = step_of(&saved);
+    let mut loaded = None;
+    run.wait(SLOW, "the requeued job to resume from the save", |st| {
+        watch(st, &mut seen);
+        if waiting.is_none()
+            && st["pipeline"]["slurm"]["state"] == "PENDING"
+            && cluster.update(&[&format!("JobId={job}"), "TimeLimit=10"])
+        {
+            waiting = Some(run.text());
+        }
+        loaded = run
+            .events(&run_dir)
+            .into_iter()
+            .find(|e| e["kind"] == "checkpoint_loaded");
+        loaded.is_some()
+    });
+    let waiting = waiting.unwrap_or_else(|| {
+        panic!("the requeued job was never seen waiting in the queue: {seen:?}")
+    });
+    say(format!(
+        "time limit: the notice made rank 0 save at step {save_step}; the job back in the queue, \
+         `lavenderd status`:\n{waiting}"
+    ));
+    // Both ranks stopped after the saved step, and that save is complete.
+    let stopped = run.log_lines("stopped after step");
+    assert_eq!(stopped.len(), 2, "both ranks stopped: {stopped:?}");
+    assert!(
+        stopped
+            .iter()
+            .all(|l| l.ends_with(&format!("stopped after step {save_step}"))),
+        "after the saved step {save_step}: {stopped:?}"
+    );
+    let complete = python::complete(&run_dir);
+    assert!(
+        complete.iter().any(|c| c.1 == save_step),
+        "the save at step {save_step} is complete: {complete:?}"
+    );
+    assert_eq!(
+        step_of(loaded.as_ref().unwrap()),
+        save_step,
+        "rank 0 resumed from the save"
+    );
+    assert!(
+        !run.log_lines("SIGTERM to the batch shell (time limit near")
+            .is_empty()
+            && !run.log_lines("back to the queue").is_empty(),
+        "the batch script took the notice and requeued the job:\n{}",
+        run.worker_log()
+    );
+    // Both ranks of the requeued job start from it, one on each node.
+    let mut resumed = Vec::new();
+    let st = run.wait(SLOW, "both ranks of the requeued job to start", |st| {
+        watch(st, &mut seen);
+        resumed = run
+            .ranks()
+            .into_iter()
+            .filter(|r| r.3 == save_step)
+            .collect();
+        resumed.len() == 2 && running_on_two(st, save_step + 1)
+    });
+    let mut hosts: Vec<&str> = resumed.iter().map(|r| r.1.as_str()).collect();
+    hosts.sort();
+    assert_eq!(hosts, ["n1", "n2"], "one rank per node: {resumed:?}");
+    assert_eq!(job_of(&st), job, "the same job, requeued");
+    assert_eq!(st["pipeline"]["restarts"], 0, "a requeue is not a crash");
+    say(format!(
+        "time limit: job {job} runs again, both ranks from step {save_step} ({resumed:?}); \
+         `lavenderd status`:\n{}",
+        run.text()
+    ));
+
+    // The resumed run's next checkpoint (a step the uninterrupted run saves too) is
+    // where the two are compared; the run need not train on to its end for that.
+    let mut next = None;
+    run.wait(SLOW, "the resumed run's next checkpoint", |st| {
+        if st["pipeline"]["state"] != "finished" {
+            watch(st, &mut seen);
+        }
+        next = python::complete(&run_dir)
+            .into_iter()
+            .find(|c| c.1 > save_step);
+        next.is_some()
+    });
+    let (_, compared_at) = next.unwrap();
+    let weights = weights_at(&run_dir, compared_at);
+    if run.d.status()["pipeline"]["state"] != "finished" {
+        let said = run.d.stop_saved();
+        say(format!(
+            "time limit: stopped after the checkpoint of step {compared_at}: {said}"
+        ));
+    }
+    // Nothing saved was lost: the notice's save, the next and the stop's, all complete.
+    let kept = python::complete(&run_dir);
+    assert!(
+        kept.iter().any(|c| c.1 == save_step) && kept.iter().any(|c| c.1 == compared_at),
+        "{kept:?}"
+    );
+    // Once per notice; a notice that came before the ranks started (a machine slower
+    // than any seen) made no save and is harmless, so more are allowed.
+    let info = cluster.job(&job);
+    let requeues: u32 = field(&info, "Restarts").unwrap().parse().unwrap();
+    assert!(requeues >= 1, "{info}");
+    assert!(
+        seen.iter().any(|s| s == "PENDING (BeginTime)"),
+        "the requeued job waited for its BeginTime: {seen:?}"
+    );
+    say(format!(
+        "time limit: {requeues} requeue(s), Slurm states seen {seen:?}; checkpoints {kept:?}"
+    ));
+    (run, compared_at, weights)
+}
+
+/// Compares two saved states: (every tensor bit-identical, largest absolute
+/// difference, the files byte-identical). Byte-identical files hold the same tensors;
+/// torch (tens of seconds to start on a loaded machine) reads them only when the files
+/// differ, to tell by how much.
 fn compare_weights(a: &Path, b: &Path) -> (bool, f64, bool) {
+    if std::fs::read(a).unwrap() == std::fs::read(b).unwrap() {
+        return (true, 0.0, true);
+    }
     let code = r#"
 import sys, torch
 a = torch.load(sys.argv[1], weights_only=True)
@@ -473,32 +703,48 @@ print(same, worst)
     let mut words = text.split_whitespace();
     let same = words.next() == Some("True");
     let worst: f64 = words.next().unwrap().parse().unwrap();
-    let bytes = std::fs::read(a).unwrap() == std::fs::read(b).unwrap();
-    (same, worst, bytes)
+    (same, worst, false)
 }
 
-fn two_node_run_stops_resumes_and_matches_an_uninterrupted_one(cluster: &Cluster) {
-    // Long enough that the stop lands mid-run on a fast machine, short enough to finish.
-    let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| stopped_and_resumed(cluster, &config_yaml(600, 100_000, 29511)));
-        let b = s.spawn(|| uninterrupted(cluster, &config_yaml(600, 100_000, 29512)));
-        (a.join(), b.join())
+fn two_node_runs_stopped_or_time_limited_match_an_uninterrupted_one(cluster: &Cluster) {
+    // Long enough that the stop lands mid-run on a fast machine, short enough to finish;
+    // a checkpoint every 50 steps (saving changes no arithmetic) for the time-limited
+    // run to be compared at. The three jobs (one CPU of each node each) at once.
+    let (a, b, c) = std::thread::scope(|s| {
+        let a = s.spawn(|| stopped_and_resumed(cluster, &config_yaml(300, 50, 29511)));
+        let b = s.spawn(|| uninterrupted(cluster, &config_yaml(300, 50, 29512)));
+        let c = s.spawn(|| time_limited(cluster, &config_yaml(300, 50, 29514)));
+        (a.join(), b.join(), c.join())
     });
-    let ((_a_run, a), (_b_run, b)) = (a.expect("stopped and resumed"), b.expect("uninterrupted"));
-    let (same, worst, bytes) = compare_weights(&a, &b);
-    say(format!(
-        "final weights, stopped+resumed vs uninterrupted: tensors bit-identical: {same}, \
-         largest difference {worst:e}, files byte-identical: {bytes}\n  {}\n  {}",
-        a.display(),
-        b.display()
-    ));
-    assert!(
-        same && worst == 0.0,
-        "the final weights differ (largest difference {worst:e})"
+    let ((_a_run, a), (b_run, b), (_c_run, step, c)) = (
+        a.expect("stopped and resumed"),
+        b.expect("uninterrupted"),
+        c.expect("requeued at its time limit"),
     );
+    let b_at_step = weights_at(&b_run.d.run_dir(), step);
+    for (what, weights, reference) in [
+        ("stopped+resumed, final".to_string(), &a, &b),
+        (
+            format!("requeued at its time limit, step {step}"),
+            &c,
+            &b_at_step,
+        ),
+    ] {
+        let (same, worst, bytes) = compare_weights(weights, reference);
+        say(format!(
+            "weights, {what} vs uninterrupted: tensors bit-identical: {same}, \
+             largest difference {worst:e}, files byte-identical: {bytes}\n  {}\n  {}",
+            weights.display(),
+            reference.display()
+        ));
+        assert!(
+            same && worst == 0.0,
+            "{what}: the weights differ from the uninterrupted run's (largest difference {worst:e})"
+        );
+    }
 }
 
-fn lost_node_waits_and_resumes(cluster: &Cluster) {
+fn lost_node_waits_and_resumes_or_fails(cluster: &Cluster) {
     let pushes = tokio::runtime::Runtime::new().unwrap();
     let rec = pushes.block_on(notify::Recorder::start());
     let run = Run::new(
@@ -506,10 +752,27 @@ fn lost_node_waits_and_resumes(cluster: &Cluster) {
         &config_yaml(100_000, 20, 29513),
         &rec.webhook_yaml(""),
     );
+    // Beside it, on the same two nodes, a job that fails on a lost node.
+    let failing = Run::new(
+        cluster,
+        &edited(
+            &config_yaml(100_000, 20, 29515),
+            "on_node_failure: requeue",
+            "on_node_failure: fail",
+        ),
+        "",
+    );
     run.d.start(&[]);
+    failing.d.start(&[]);
     let st = run.wait(SLOW, "a two-node job past two checkpoints", |st| {
         running_on_two(st, 45) && st["training"]["checkpoints"].as_u64().unwrap_or(0) >= 2
     });
+    let fst = failing.wait(SLOW, "the second two-node job past a checkpoint", |st| {
+        running_on_two(st, 1) && st["training"]["checkpoints"].as_u64().unwrap_or(0) >= 1
+    });
+    let failing_job = job_of(&fst);
+    let failing_dir = failing.d.run_dir();
+    let failing_saved = python::complete(&failing_dir);
     let job = job_of(&st);
     let run_dir = run.d.run_dir();
     let saved_before = python::complete(&run_dir);
@@ -582,6 +845,38 @@ fn lost_node_waits_and_resumes(cluster: &Cluster) {
     }
     let newest = after.last().unwrap().1;
 
+    // `on_node_failure: fail`: the daemon cancelled the requeued job; the pipeline
+    // failed naming the node, and kept what it had saved.
+    let fst = failing.wait(
+        Duration::from_secs(180),
+        "the job with on_node_failure: fail to fail its pipeline",
+        |st| st["pipeline"]["state"] == "failed",
+    );
+    let error = fst["pipeline"]["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("node n2 lost at step ")
+            && error.contains("the job is cancelled (launch.slurm.on_node_failure: fail)"),
+        "{fst:#}"
+    );
+    assert_eq!(fst["pipeline"]["restarts"], 0, "not restarted: {fst:#}");
+    assert_eq!(fst["pipeline"]["slurm"], Value::Null, "{fst:#}");
+    let info = cluster.job(&failing_job);
+    assert_eq!(
+        field(&info, "JobState").as_deref(),
+        Some("CANCELLED"),
+        "{info}"
+    );
+    let kept = python::complete(&failing_dir);
+    for c in &failing_saved {
+        assert!(kept.contains(c), "{c:?} kept: {kept:?}");
+    }
+    say(format!(
+        "on_node_failure: fail: job {failing_job} cancelled, checkpoints {kept:?} kept; \
+         pipeline.last_error: {error}\n\
+         `lavenderd status`:\n{}",
+        failing.text()
+    ));
+
     cluster.node("restore", "n2");
     let loaded = run.wait_event(
         &run_dir,
@@ -610,6 +905,11 @@ fn lost_node_waits_and_resumes(cluster: &Cluster) {
         run.text()
     ));
     run.d.stop_saved();
+    let fst = failing.d.status();
+    assert_eq!(
+        fst["pipeline"]["state"], "failed",
+        "the failed pipeline did not start again with n2 back: {fst:#}"
+    );
 }
 
 fn lavender_worker_on_two_nodes_is_refused(cluster: &Cluster) {
@@ -652,10 +952,13 @@ fn slurm_two_nodes() {
             lavender_worker_on_two_nodes_is_refused,
         ),
         (
-            "two_node_run_stops_resumes_and_matches_an_uninterrupted_one",
-            two_node_run_stops_resumes_and_matches_an_uninterrupted_one,
+            "two_node_runs_stopped_or_time_limited_match_an_uninterrupted_one",
+            two_node_runs_stopped_or_time_limited_match_an_uninterrupted_one,
         ),
-        ("lost_node_waits_and_resumes", lost_node_waits_and_resumes),
+        (
+            "lost_node_waits_and_resumes_or_fails",
+            lost_node_waits_and_resumes_or_fails,
+        ),
     ];
     let only = std::env::var("SLURM_CLUSTER_ONLY").ok();
     for (name, scenario) in scenarios {
