@@ -7,9 +7,10 @@
 # (slurm_cluster: its own slurmctld, ports and munged, so both run at once) on torchrun
 # and a lost node being noticed, and the rest of the suite runs in that time instead of
 # after it. The default pipeline's attribution test stays in the main run: it and the
-# worker's tests both train with libtorch, and beside each other on two cores they
-# took longer than one after the other (a clean-clone CI: the worker's tests 689 s
-# with it beside). --no-fail-fast: one failing binary does not hide the others.
+# worker's tests are both CPU-bound libtorch work, so on two cores running them side by
+# side only shares the cores (a clean-clone CI with it beside: the worker's tests took
+# 689 s, the attribution test 1,049 s). --no-fail-fast: one failing binary does not
+# hide the others.
 # Logs: target/pytest.log, target/test.log and target/test-slurm.log.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
