@@ -2,6 +2,7 @@
 //! alerts carry and the pushes spell out. A leaf, below the backends and the alerts.
 
 use std::os::unix::process::ExitStatusExt as _;
+use std::pin::Pin;
 use std::process::ExitStatus;
 
 use serde::{Deserialize, Serialize};
@@ -42,6 +43,9 @@ impl std::fmt::Display for ExitOutcome {
         }
     }
 }
+
+/// Resolves when a launched worker ends, with how it ended.
+pub type ExitFuture = Pin<Box<dyn Future<Output = ExitOutcome> + Send>>;
 
 #[cfg(test)]
 mod tests {

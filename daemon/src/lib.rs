@@ -7,6 +7,7 @@ pub mod cli;
 pub(crate) mod client;
 pub(crate) mod confirm;
 pub(crate) mod daemon;
+pub mod events;
 pub(crate) mod exe;
 pub mod exit;
 pub(crate) mod feed;

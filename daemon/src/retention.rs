@@ -1,6 +1,6 @@
 //! Checkpoint retention enforced by the daemon (`supervisor.retention: daemon`).
 //!
-//! The one follower of `events.jsonl` (`notify::EventFollower`) hands each run's
+//! The one follower of `events.jsonl` (`events::EventFollower`) hands each run's
 //! new events to [`Retention`]; after a `checkpoint_saved` or `final_saved` event it
 //! applies the run's `training.keep_checkpoints` + newest + best-by-validation-loss
 //! rules with [`lavender::checkpoint::enforce_retention_with`], the same code

@@ -24,9 +24,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::alert::AlertSender;
+use crate::events::EventFollower;
 use crate::feed::{self, Feed};
 use crate::layout::Layout;
-use crate::notify::{self, EventFollower, Notifier};
+use crate::notify::{self, Notifier};
 use crate::pipeline::{self, ConfigSource, PipelineHandle, ReloadReport, StartRequest, StopCause};
 use crate::retention::{Retention, RetentionHandle, RetentionSettings};
 use crate::server::{self, AppState};

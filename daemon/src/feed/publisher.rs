@@ -2,7 +2,7 @@
 //! the run directory, the periodic tick) and every pipeline transition it
 //! publishes what changed — the state, the heartbeat, new `events.jsonl` lines —
 //! and counts worker restarts for `/metrics`. The events come from the one
-//! follower of `events.jsonl` (`notify::EventFollower`), which pushes the
+//! follower of `events.jsonl` (`events::EventFollower`), which pushes the
 //! milestones in the same pass.
 
 use std::sync::Arc;
@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::{Value, json};
 
 use super::{Feed, Kind, Snapshot};
+use crate::events::EventFollower;
 use crate::layout::Layout;
-use crate::notify::EventFollower;
 use crate::pipeline::{PipelineHandle, PipelineRecord};
 use crate::status::StatusCache;
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use lavender::config::BarkConfig;
 use serde_json::json;
 
-use super::channel::{self, DeliveryError};
+use super::delivery::{self, DeliveryError};
 use super::message::{Level, Notification};
 
 /// The public server, used when neither the config nor the env file names one.
@@ -127,8 +127,8 @@ impl Bark {
             payload["url"] = json!(url);
         }
         let req = http.post(format!("{}/push", self.server)).json(&payload);
-        let (status, body) = channel::send(req).await?;
-        let answer = channel::judge(status, &body)?;
+        let (status, body) = delivery::send(req).await?;
+        let answer = delivery::judge(status, &body)?;
         // Bark answers 200 with its own code; anything but 200 there is a refusal.
         let code = serde_json::from_str::<serde_json::Value>(&body)
             .ok()
@@ -137,11 +137,11 @@ impl Bark {
             Some(200) => Ok(answer),
             Some(code) if code >= 500 => Err(DeliveryError::retry(format!(
                 "Bark answered code {code}: {}",
-                channel::clip(&body, 300)
+                delivery::clip(&body, 300)
             ))),
             _ => Err(DeliveryError::fatal(format!(
                 "Bark did not confirm the push: {}",
-                channel::clip(&body, 300)
+                delivery::clip(&body, 300)
             ))),
         }
     }

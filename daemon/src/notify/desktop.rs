@@ -6,7 +6,7 @@ use std::process::Stdio;
 
 use tokio::process::Command;
 
-use super::channel::{self, DeliveryError};
+use super::delivery::{self, DeliveryError};
 use super::message::{Level, Notification};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,13 +123,13 @@ impl Desktop {
             Ok(if out.trim().is_empty() {
                 format!("{name} exited 0")
             } else {
-                channel::clip(&out, 300)
+                delivery::clip(&out, 300)
             })
         } else {
             Err(DeliveryError::retry(format!(
                 "{name} failed ({}): {}",
                 output.status,
-                channel::clip(&String::from_utf8_lossy(&output.stderr), 300)
+                delivery::clip(&String::from_utf8_lossy(&output.stderr), 300)
             )))
         }
     }

@@ -19,10 +19,6 @@
 //! milestone_text(&Event, prefix) -> Option<String>           // the seed's formats
 //! milestone(&Event, prefix) -> Option<Notification>          // level: Milestone (Alert for `error` events)
 //!
-//! EventFollower::new(Some(&notifier), &state_dir, &data_root) // push offsets from <state_dir>/notify-offsets.json
-//!     .with_retention(retention)                             // also tells the daemon's retention (retention.rs)
-//! follower.poll(&run_dir) -> Result<Followed { events, pushed }>  // the one follower of events.jsonl: new events
-//!                                                            // for the feed; persists the offset, pushes new milestones
 //! ```
 //!
 //! # Delivery rules
@@ -44,21 +40,20 @@
 mod alert;
 mod bark;
 mod channel;
+mod delivery;
 mod desktop;
-mod follower;
 pub(crate) mod format;
 mod message;
 mod notifier;
 mod ntfy;
-mod offsets;
 mod queue;
 mod rate;
 mod sink;
 mod webhook;
 
 pub use alert::{disk_low_need, log_tail, pushes};
-pub use follower::{EventFollower, Followed};
 pub use format::{milestone, milestone_text};
 pub use message::{Level, Notification};
-pub use notifier::{ChannelCounts, Notifier, Options, Timings};
+pub use notifier::{Notifier, Options};
+pub use queue::{ChannelCounts, Timings};
 pub use sink::spawn_sink;

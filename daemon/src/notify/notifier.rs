@@ -4,57 +4,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use lavender::config::NotifyConfig;
-
-use crate::backoff::Backoff;
-use serde::Serialize;
 use tokio::time::Instant;
 
 use super::channel::{self, Channel};
 use super::message::{Level, Notification};
-use super::queue::{self, Lane, Policy};
-
-/// Pushes per channel since the daemon started.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct ChannelCounts {
-    /// Delivered: the server accepted them.
-    pub sent: u64,
-    /// Given up on after the last attempt (or refused by the server).
-    pub failed: u64,
-    /// Never attempted: coalesced repeats of an alert, or pushed out of a full queue.
-    pub dropped: u64,
-}
-
-/// The delivery timings; injectable so tests run in milliseconds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Timings {
-    /// Bound on one delivery attempt.
-    pub attempt_timeout: Duration,
-    /// The wait before retry N.
-    pub retry_backoff: Backoff,
-    /// The rate limit's window (`max_per_minute` pushes per window).
-    pub rate_window: Duration,
-    /// A repeat of the previous alert's kind within this is dropped.
-    pub coalesce_window: Duration,
-}
-
-impl Timings {
-    pub fn from_config(cfg: &NotifyConfig) -> Timings {
-        Timings {
-            attempt_timeout: Duration::from_secs(cfg.timeout_s),
-            retry_backoff: Backoff::new(
-                cfg.retry_backoff_s
-                    .iter()
-                    .map(|&s| Duration::from_secs(s))
-                    .collect(),
-            ),
-            rate_window: Duration::from_secs(60),
-            coalesce_window: Duration::from_secs(cfg.coalesce_s),
-        }
-    }
-}
+use super::queue::{self, ChannelCounts, Lane, Policy, Timings};
 
 /// What [`Notifier::start_with`] takes beyond the config.
 #[derive(Debug, Clone)]

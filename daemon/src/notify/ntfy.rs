@@ -4,7 +4,7 @@
 use lavender::config::NtfyConfig;
 use reqwest::header::HeaderValue;
 
-use super::channel::{self, DeliveryError};
+use super::delivery::{self, DeliveryError};
 use super::message::{Level, Notification};
 
 pub(super) struct Ntfy {
@@ -58,7 +58,7 @@ impl Ntfy {
         if let Some(token) = &self.token {
             req = req.bearer_auth(token);
         }
-        let (status, body) = channel::send(req).await?;
-        channel::judge(status, &body)
+        let (status, body) = delivery::send(req).await?;
+        delivery::judge(status, &body)
     }
 }

@@ -4,7 +4,7 @@
 use lavender::config::WebhookFormat;
 use serde_json::{Value, json};
 
-use super::channel::{self, DeliveryError};
+use super::delivery::{self, DeliveryError};
 use super::message::Notification;
 
 /// Discord rejects longer contents.
@@ -50,8 +50,8 @@ impl Webhook {
         n: &Notification,
     ) -> Result<String, DeliveryError> {
         let req = http.post(&self.url).json(&self.payload(n));
-        let (status, body) = channel::send(req).await?;
-        channel::judge(status, &body)
+        let (status, body) = delivery::send(req).await?;
+        delivery::judge(status, &body)
     }
 }
 

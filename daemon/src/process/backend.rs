@@ -4,7 +4,6 @@
 //! with a [`WorkerHandle`] and does not care which.
 
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -12,11 +11,9 @@ use lavender::config::{LaunchBackend, LaunchConfig, SlurmConfig};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 
-use super::slurm::{self, SlurmJob};
+use super::slurm::{self, JobUpdates, SlurmJob};
 use super::{ProcessIdentity, SpawnSpec};
-use crate::exit::ExitOutcome;
-
-pub type ExitFuture = Pin<Box<dyn Future<Output = ExitOutcome> + Send>>;
+use crate::exit::{ExitFuture, ExitOutcome};
 
 /// What identifies a running step across daemon restarts (saved in `pipeline.json`).
 /// Untagged so that state files written before Slurm support still load as `Local`.
@@ -106,42 +103,6 @@ impl std::fmt::Display for WorkerHandle {
         }
     }
 }
-
-/// A Slurm job's place and state as last seen, for the status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobUpdate {
-    pub node: Option<String>,
-    pub state: String,
-    /// Why the job waits (`BeginTime`, `Resources`, …); none while it runs.
-    pub reason: Option<String>,
-    /// Its nodes, the batch node first; empty while pending.
-    pub nodes: Vec<String>,
-    /// What happened to it, for a person (a lost node), while it matters.
-    pub message: Option<String>,
-    /// A lost node made `on_node_failure: fail` cancel it.
-    pub failed_on_node_loss: bool,
-}
-
-impl JobUpdate {
-    pub fn new(
-        state: String,
-        node: Option<String>,
-        reason: Option<String>,
-        nodes: Vec<String>,
-    ) -> JobUpdate {
-        JobUpdate {
-            node,
-            state,
-            reason,
-            nodes,
-            message: None,
-            failed_on_node_loss: false,
-        }
-    }
-}
-
-/// Called by a Slurm watcher whenever the job's state or node changes.
-pub type JobUpdates = Box<dyn Fn(JobUpdate) + Send + Sync>;
 
 /// A launched step: how to find it again, and a future that resolves when it ends.
 pub struct Launched {

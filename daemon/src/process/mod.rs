@@ -15,6 +15,8 @@ pub(crate) mod spawn;
 pub(crate) mod spec;
 
 // Crate-private so rustc reports what nothing uses.
-pub(crate) use backend::{Backend, ExitFuture, JobUpdate, Launched, WorkerHandle};
+pub(crate) use crate::exit::ExitFuture;
+pub(crate) use backend::{Backend, Launched, WorkerHandle};
 pub(crate) use identity::ProcessIdentity;
+pub(crate) use slurm::JobUpdate;
 pub(crate) use spec::SpawnSpec;

@@ -18,7 +18,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::watch::{Change, DirWatch, change_of_entry};
+use super::change::{Change, DirWatch, change_of_entry};
 
 fn mask() -> WatchMask {
     WatchMask::CREATE

@@ -6,6 +6,7 @@
 //! `lavenderd status --json` computes the same from the files when no daemon runs.
 
 pub mod cache;
+mod change;
 mod clock;
 pub mod compose;
 pub mod disk;

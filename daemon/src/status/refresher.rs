@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 use super::cache::{StatusCache, StatusSnapshot};
+use super::change::Change;
 use super::clock::{Clock, SystemClock};
 use super::hang_clock::HangClock;
-use super::watch::{Change, RunDirWatcher, WatchOptions};
+use super::watch::{RunDirWatcher, WatchOptions};
 use super::{FileFacts, StatusSettings};
 use crate::layout::Layout;
 use crate::notify::{ChannelCounts, Notifier};

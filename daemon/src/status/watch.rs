@@ -12,7 +12,7 @@
 //! worker replaces the heartbeat several times a second, and reading it alone
 //! costs a small part of reading every file the status is made of.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,10 +20,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use lavender::config::Watcher as WatcherKind;
-use lavender::log_history::{FILE as ARRAY, SIDECAR};
 #[cfg(not(target_os = "linux"))]
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
+
+use super::change::{Change, DirWatch, change_of_entry};
 
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
@@ -32,41 +33,6 @@ pub struct WatchOptions {
     /// The native watcher fails as if the inotify watch limit were reached (`serve`'s
     /// hidden `--simulate-inotify-exhausted`), to show the fallback to polling.
     pub simulate_exhausted: bool,
-}
-
-/// What a change in the run directory asks of the refresher, least to most; a burst
-/// of changes asks for the largest (`max`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Change {
-    /// `events.jsonl` grew. The status does not read it, but the feed follows it
-    /// after every published snapshot: publish one, or a milestone waits for the
-    /// next heartbeat (seconds apart for a real worker).
-    Events,
-    /// `heartbeat.json` was replaced or removed: read it alone.
-    Heartbeat,
-    /// Anything else (a checkpoint renamed into place or pruned, an entry not known
-    /// here, the directory itself, events lost): read every file.
-    Other,
-}
-
-/// What a change to the run directory's entry `name` asks for; `None`: nothing the
-/// status or the feed reads.
-pub(super) fn change_of_entry(name: &OsStr) -> Option<Change> {
-    let Some(name) = name.to_str() else {
-        return Some(Change::Other);
-    };
-    match name {
-        lavender::heartbeat::FILE => Some(Change::Heartbeat),
-        lavender::events::FILE => Some(Change::Events),
-        // Appended every step (the history read on request by `/runs/{id}/history`)
-        // or at every save (`train.log`, for people): reading the status for them
-        // doubled the reads per heartbeat.
-        SIDECAR | ARRAY | lavender::trainlog::FILE => None,
-        // Hidden entries are never checkpoints (the listing skips them): temporaries
-        // in flight (`.tmp-*`) and staged saves. Their rename into place is the change.
-        n if n.starts_with('.') => None,
-        _ => Some(Change::Other),
-    }
 }
 
 /// What one event asks for; `None`: no change the refresher needs.
@@ -97,12 +63,6 @@ fn change_of(event: &notify::Event) -> Option<Change> {
 pub enum Backend {
     Native,
     Poll,
-}
-
-/// A backend: the OS's events, or a thread that polls.
-pub(super) trait DirWatch: Send {
-    fn watch(&mut self, dir: &Path) -> notify::Result<()>;
-    fn unwatch(&mut self, dir: &Path);
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -376,6 +336,8 @@ fn is_change(kind: &notify::EventKind) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lavender::log_history::SIDECAR;
+    use std::ffi::OsStr;
 
     #[test]
     fn limits_are_told_apart_from_other_errors() {

@@ -4,7 +4,7 @@
 //! restart`), the run's longest steady heartbeat interval handed to the actor to
 //! keep (`stale_after_s: auto`), free space falling under the disk-low need. (The
 //! run's milestones are pushed by the feed's follower of `events.jsonl`,
-//! `notify::EventFollower`.)
+//! `events::EventFollower`.)
 
 use std::path::PathBuf;
 use std::sync::Arc;

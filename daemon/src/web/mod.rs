@@ -35,7 +35,7 @@ impl WebState {
         cache: StatusCache,
         pipeline: PipelineHandle,
         layout: Layout,
-        follower: crate::notify::EventFollower,
+        follower: crate::events::EventFollower,
     ) -> WebState {
         let counters = publisher::spawn(feed.clone(), cache.clone(), pipeline, layout, follower);
         WebState {

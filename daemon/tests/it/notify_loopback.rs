@@ -11,8 +11,9 @@ use lavender::events;
 use lavender::failure::{Failure, FailureKind};
 use lavender_testkit::notify::*;
 use lavenderd::alert::Alert;
+use lavenderd::events::EventFollower;
 use lavenderd::exit::ExitOutcome;
-use lavenderd::notify::{EventFollower, Level, Notification, Notifier, Options, milestone, pushes};
+use lavenderd::notify::{Level, Notification, Notifier, Options, milestone, pushes};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 

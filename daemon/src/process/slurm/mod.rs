@@ -7,6 +7,7 @@ pub mod nodes;
 pub mod query;
 pub mod script;
 pub mod submit;
+pub mod text;
 pub mod watch;
 
 use serde::{Deserialize, Serialize};
@@ -71,3 +72,39 @@ pub(crate) fn run(program: &str, args: &[String]) -> anyhow::Result<String> {
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
+
+/// A Slurm job's place and state as last seen, for the status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobUpdate {
+    pub node: Option<String>,
+    pub state: String,
+    /// Why the job waits (`BeginTime`, `Resources`, …); none while it runs.
+    pub reason: Option<String>,
+    /// Its nodes, the batch node first; empty while pending.
+    pub nodes: Vec<String>,
+    /// What happened to it, for a person (a lost node), while it matters.
+    pub message: Option<String>,
+    /// A lost node made `on_node_failure: fail` cancel it.
+    pub failed_on_node_loss: bool,
+}
+
+impl JobUpdate {
+    pub fn new(
+        state: String,
+        node: Option<String>,
+        reason: Option<String>,
+        nodes: Vec<String>,
+    ) -> JobUpdate {
+        JobUpdate {
+            node,
+            state,
+            reason,
+            nodes,
+            message: None,
+            failed_on_node_loss: false,
+        }
+    }
+}
+
+/// Called by a Slurm watcher whenever the job's state or node changes.
+pub type JobUpdates = Box<dyn Fn(JobUpdate) + Send + Sync>;

@@ -4,61 +4,6 @@
 
 use lavender::config::NodeFailurePolicy;
 
-/// Expands a Slurm host list: `n[1-3,7]` → n1 n2 n3 n7, `gpu-[07-08],login` →
-/// gpu-07 gpu-08 login (zero padding kept). Text it does not understand is kept
-/// as one name rather than dropped.
-pub fn expand_hostlist(list: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    for item in split_top_level(list) {
-        let Some((prefix, rest)) = item.split_once('[') else {
-            if !item.is_empty() {
-                names.push(item.to_string());
-            }
-            continue;
-        };
-        let Some((ranges, suffix)) = rest.split_once(']') else {
-            names.push(item.to_string());
-            continue;
-        };
-        let before = names.len();
-        for range in ranges.split(',') {
-            let (lo, hi) = range.split_once('-').unwrap_or((range, range));
-            match (lo.parse::<u64>(), hi.parse::<u64>()) {
-                (Ok(a), Ok(b)) if a <= b && b - a < 100_000 => {
-                    for n in a..=b {
-                        names.push(format!("{prefix}{n:0width$}{suffix}", width = lo.len()));
-                    }
-                }
-                _ => {
-                    names.truncate(before);
-                    names.push(item.to_string());
-                    break;
-                }
-            }
-        }
-    }
-    names
-}
-
-/// Splits at the commas that are not inside brackets.
-fn split_top_level(list: &str) -> Vec<&str> {
-    let mut parts = Vec::new();
-    let (mut depth, mut start) = (0usize, 0usize);
-    for (i, c) in list.char_indices() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth = depth.saturating_sub(1),
-            ',' if depth == 0 => {
-                parts.push(list[start..i].trim());
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    parts.push(list[start..].trim());
-    parts
-}
-
 /// A node state (`scontrol`'s `State=`, e.g. `DOWN+NOT_RESPONDING`, `IDLE+DRAIN`)
 /// in which its jobs cannot run: the node died or stopped answering. A drained
 /// node is an operator's choice, not a loss.
@@ -72,8 +17,8 @@ pub fn is_lost(state: &str) -> bool {
 pub fn parse_lost(text: &str) -> Vec<String> {
     text.lines()
         .filter_map(|line| {
-            let name = super::query::field(line, "NodeName")?;
-            let state = super::query::field(line, "State")?;
+            let name = super::text::field(line, "NodeName")?;
+            let state = super::text::field(line, "State")?;
             is_lost(state).then(|| name.to_string())
         })
         .collect()
@@ -128,19 +73,6 @@ pub fn loss_message(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn host_lists_expand() {
-        assert_eq!(expand_hostlist("n[1-2]"), ["n1", "n2"]);
-        assert_eq!(expand_hostlist("n1"), ["n1"]);
-        assert_eq!(
-            expand_hostlist("gpu-[07-09,11],login"),
-            ["gpu-07", "gpu-08", "gpu-09", "gpu-11", "login"]
-        );
-        assert_eq!(expand_hostlist("a,b"), ["a", "b"]);
-        assert_eq!(expand_hostlist(""), Vec::<String>::new());
-        assert_eq!(expand_hostlist("n[x-y]"), ["n[x-y]"], "kept, not dropped");
-    }
 
     #[test]
     fn lost_nodes_are_down_or_silent_not_drained() {

@@ -3,6 +3,7 @@
 //! only `sacct` does, and only where accounting (slurmdbd) is set up. Without
 //! either the exit status is unknown and the heartbeat decides (see pipeline/judge).
 
+use super::text::field;
 use crate::exit::ExitOutcome;
 
 /// One look at a job.
@@ -57,13 +58,6 @@ fn outcome_of(exit_code: &str) -> ExitOutcome {
     }
 }
 
-/// The value of `key=` in a one-line `scontrol -o` record (values never hold spaces
-/// for the keys read here).
-pub(crate) fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-}
-
 /// Parses `scontrol -o show job <id>`.
 pub fn parse_scontrol(text: &str) -> Option<JobInfo> {
     let line = text.lines().find(|l| l.contains("JobState="))?;
@@ -78,7 +72,7 @@ pub fn parse_scontrol(text: &str) -> Option<JobInfo> {
         .map(str::to_string);
     let nodes = field(line, "NodeList")
         .filter(|n| *n != "(null)")
-        .map(super::nodes::expand_hostlist)
+        .map(super::text::expand_hostlist)
         .unwrap_or_default();
     // "2" or, while pending, "2-2".
     let num_nodes = field(line, "NumNodes")
@@ -119,7 +113,7 @@ pub fn parse_sacct(text: &str) -> Option<JobInfo> {
         .map(str::trim)
         .filter(|n| !n.is_empty() && *n != "None assigned");
     let nodes = node_list
-        .map(super::nodes::expand_hostlist)
+        .map(super::text::expand_hostlist)
         .unwrap_or_default();
     let node = nodes.first().cloned();
     Some(job_info(state, node, outcome, None, nodes, None))

@@ -8,11 +8,10 @@ use std::time::Duration;
 
 use lavender::config::NodeFailurePolicy;
 
-use super::SlurmJob;
 use super::nodes;
 use super::query::{self, JobInfo};
-use crate::exit::ExitOutcome;
-use crate::process::backend::{ExitFuture, JobUpdate, JobUpdates};
+use super::{JobUpdate, JobUpdates, SlurmJob};
+use crate::exit::{ExitFuture, ExitOutcome};
 
 pub fn until_done(
     job: SlurmJob,

@@ -12,10 +12,9 @@ use std::path::{Path, PathBuf};
 
 use lavender::events::{self, Event, EventBatch};
 
-use super::format::milestone;
-use super::notifier::Notifier;
 use super::offsets;
 use crate::layout::Layout;
+use crate::notify::{Notifier, milestone};
 use crate::retention::Retention;
 
 pub struct EventFollower {
