@@ -1,7 +1,38 @@
-//! The token arrays' index (`<data_root>/tokens/index.json`), what `precompute`
-//! writes and the trainer and `lavenderd attribute` read; how pretraining cuts a
-//! token array into windows; and how a token id reads back as bytes. The format
-//! itself (files, dtypes, records) is described in the worker's `tokens` module.
+//! The token-array format: what `precompute` writes and the trainer and
+//! `lavenderd attribute` read; how pretraining cuts a token array into windows; and how
+//! a token id reads back as bytes. The worker's `tokens` module writes and memory-maps
+//! the files.
+//!
+//! Layout under `<data_root>/tokens/`:
+//!
+//! ```text
+//! tokenizer.json            HF tokenizers format (byte-level BPE)
+//! index.json                [`TokenIndex`] (written after every file it names)
+//! pretrain/shard-00000.bin  one file per shard of shards/manifest.json
+//! pretrain/validation.bin
+//! sft/train.bin  sft/train.idx  sft/heldout.bin  sft/heldout.idx
+//! dpo/train.bin  dpo/train.idx  dpo/heldout.bin  dpo/heldout.idx
+//! ```
+//!
+//! `index.json`:
+//! `{"format":1,"dtype":"u16"|"u32","vocab_size":N,"bos_id":n,"eos_id":n,"pad_id":n,
+//!   "pretrain":{"shards":[{"shard":"shard-00000","file":"pretrain/shard-00000.bin","tokens":N}],
+//!               "validation":{"file":"pretrain/validation.bin","tokens":N}},
+//!   "sft":{"train":{"file":"sft/train.bin","index":"sft/train.idx","count":N},"heldout":{…}},
+//!   "dpo":{"train":{"file":"dpo/train.bin","index":"dpo/train.idx","count":N},"heldout":{…}}}`
+//!
+//! - `.bin`: little-endian token ids of `dtype` (`u16` when the vocabulary fits, else `u32`).
+//!   A pretrain shard is its documents' tokens, each document followed by `eos_id`.
+//! - `.idx`: little-endian `u64` records. SFT: `(offset, prompt_len, response_len)`;
+//!   DPO: `(offset, prompt_len, chosen_len, rejected_len)`. `offset` counts tokens from the
+//!   start of the matching `.bin`; the data there is prompt then response (SFT) or prompt,
+//!   chosen, rejected (DPO). Every part after the prompt ends with `eos_id` (so a model
+//!   learns where a response stops); prompts do not.
+//! - `bos_id` equals `eos_id` (`<|endoftext|>`, as in GPT-2); `pad_id` is `<|pad|>`.
+//!
+//! The worker checks every file's size against the index when it maps it, so a
+//! truncated or mismatched file is an error at open, never a wrong answer or a panic
+//! later.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -10,7 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, IoContext, Result};
 
-/// The version of this format; `open` refuses any other.
+/// The version of this format; [`TokenIndex::read`] refuses any other.
 pub const FORMAT: u32 = 1;
 pub const INDEX_FILE: &str = "index.json";
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
@@ -39,6 +70,15 @@ impl Dtype {
             Dtype::U16 => 2,
             Dtype::U32 => 4,
         }
+    }
+
+    /// The token ids in `bytes` (little-endian, a whole number of tokens; a trailing
+    /// part of a token is ignored).
+    pub fn decode(self, bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
+        bytes.chunks_exact(self.width()).map(move |c| match self {
+            Dtype::U16 => u32::from(u16::from_le_bytes([c[0], c[1]])),
+            Dtype::U32 => u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+        })
     }
 }
 
@@ -201,27 +241,28 @@ pub fn read_array(path: &Path, dtype: Dtype) -> Result<Vec<u32>> {
             ),
         });
     }
-    Ok(match dtype {
-        Dtype::U16 => bytes
-            .chunks_exact(2)
-            .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
-            .collect(),
-        Dtype::U32 => bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-    })
+    Ok(dtype.decode(&bytes).collect())
 }
 
 impl TokenIndex {
-    /// Reads `<tokens_dir>/index.json`.
+    /// Reads `<tokens_dir>/index.json`; an index of another [`FORMAT`] is an error.
     pub fn read(tokens_dir: &Path) -> Result<TokenIndex> {
         let path = tokens_dir.join(INDEX_FILE);
         let text = std::fs::read(&path).ctx("read", &path)?;
-        serde_json::from_slice(&text).map_err(|e| Error::Malformed {
-            path,
+        let index: TokenIndex = serde_json::from_slice(&text).map_err(|e| Error::Malformed {
+            path: path.clone(),
             reason: format!("not a token index: {e}"),
-        })
+        })?;
+        if index.format != FORMAT {
+            return Err(Error::Malformed {
+                path,
+                reason: format!(
+                    "token format {}, this build reads format {FORMAT}; rerun `lavender-worker precompute --force`",
+                    index.format
+                ),
+            });
+        }
+        Ok(index)
     }
 }
 

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use super::error::{ConfigError, ConfigErrorKind, Origin};
 use super::tree::{self, Node, Segment};
+use crate::data_root::DATA_ROOT_VAR;
 
 /// What [`super::Config::load`] layers over the defaults. The environment is passed in
 /// (not read) so that callers and tests decide what it is.
@@ -21,9 +22,6 @@ pub struct LoadOptions {
     /// relative.
     pub cwd: Option<PathBuf>,
 }
-
-/// The data root variable; read by [`crate::data_root::resolve`], not layered.
-pub const DATA_ROOT_VAR: &str = "LAVENDER_DATA_ROOT";
 
 /// Short forms for the most-used keys.
 const SHORTHANDS: &[(&str, &str)] = &[

@@ -28,11 +28,12 @@ mod tests;
 use std::path::Path;
 use std::sync::LazyLock;
 
+pub use crate::data_root::DATA_ROOT_VAR;
 pub use api::{ApiConfig, HostPort};
 pub use diff::changed_keys;
 pub use error::{ConfigError, ConfigErrorKind, Origin};
 pub use launch::{LaunchBackend, LaunchConfig, NodeFailurePolicy, SlurmConfig};
-pub use layers::{DATA_ROOT_VAR, LoadOptions};
+pub use layers::LoadOptions;
 pub use logging::{LoggingConfig, MIN_MAX_BYTES};
 pub use notify::{BarkConfig, NotifyConfig, NtfyConfig, WebhookConfig, WebhookFormat};
 pub use origins::{ConfigOrigins, ORIGINS_VAR};

@@ -2,15 +2,14 @@
 //! `on_failure`, `on_diverged`), how long each phase of a worker may go without a
 //! heartbeat (`stale_after_s`, learned when `auto`), and whether an interrupted
 //! pipeline resumes when the daemon starts. The keys sit in the `supervisor:`
-//! section ([`super::SupervisorConfig`]); their types and rules are here.
+//! section ([`super::SupervisorConfig`]); their types are here, their checks in
+//! `validate.rs`.
 
 use std::fmt;
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
-use super::error::{ConfigError, ConfigErrorKind};
-use super::sections::SupervisorConfig;
 use crate::failure::FailureKind;
 
 /// `supervisor.stale_after_s`: how long a training worker may go without a
@@ -165,101 +164,6 @@ pub enum OnDiverged {
     Rollback,
     /// The pipeline fails, naming the divergence.
     Fail,
-}
-
-fn invalid(path: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError::new(ConfigErrorKind::Invalid {
-        path: path.to_string(),
-        message: message.into(),
-    })
-}
-
-/// A wait in seconds that must be more than zero.
-fn positive_seconds(path: &str, value: f64) -> Result<(), ConfigError> {
-    if value.is_finite() && value > 0.0 {
-        Ok(())
-    } else {
-        Err(invalid(
-            path,
-            format!("{value} is not a wait in seconds; give a number greater than 0"),
-        ))
-    }
-}
-
-pub(crate) fn validate(s: &SupervisorConfig) -> Result<(), ConfigError> {
-    if let StaleAfter::Seconds(secs) = s.stale_after_s
-        && !(secs.is_finite() && secs > 0.0)
-    {
-        return Err(invalid(
-            "supervisor.stale_after_s",
-            format!("{secs} is not a timeout; give `auto` or a number of seconds greater than 0"),
-        ));
-    }
-    let a = &s.stale_auto;
-    if !(a.factor.is_finite() && a.factor >= 1.0) {
-        return Err(invalid(
-            "supervisor.stale_auto.factor",
-            format!(
-                "{} is too small: the allowance is factor × the longest interval seen; give 1 or more (e.g. 5)",
-                a.factor
-            ),
-        ));
-    }
-    positive_seconds("supervisor.stale_auto.floor_s", a.floor_s)?;
-    positive_seconds("supervisor.stale_auto.ceiling_s", a.ceiling_s)?;
-    if a.ceiling_s < a.floor_s {
-        return Err(invalid(
-            "supervisor.stale_auto.ceiling_s",
-            format!(
-                "{} is below supervisor.stale_auto.floor_s ({}); give a ceiling at least the floor",
-                a.ceiling_s, a.floor_s
-            ),
-        ));
-    }
-    for (key, value) in [
-        ("startup_grace_s", s.startup_grace_s),
-        ("loading_grace_s", s.loading_grace_s),
-        ("evaluating_grace_s", s.evaluating_grace_s),
-        ("saving_grace_s", s.saving_grace_s),
-    ] {
-        if value == 0 {
-            return Err(invalid(
-                &format!("supervisor.{key}"),
-                "0 is not a timeout; give a number of seconds of at least 1",
-            ));
-        }
-    }
-    positive_seconds("supervisor.stall_kill_grace_s", s.stall_kill_grace_s)?;
-    if s.max_same_failure == 0 {
-        return Err(invalid(
-            "supervisor.max_same_failure",
-            "give at least 1 (times in a row the same failure may end a worker before the pipeline fails; 3 by default)",
-        ));
-    }
-    if s.rollback_window_steps == 0 {
-        return Err(invalid(
-            "supervisor.rollback_window_steps",
-            "give at least 1 (training steps between two divergences for the earlier rollback to stop counting; 1000 by default)",
-        ));
-    }
-    if s.max_no_progress_restarts == 0 {
-        return Err(invalid(
-            "supervisor.max_no_progress_restarts",
-            "give at least 1 (restarts in a row that did not train past the step they resumed from, before the pipeline fails)",
-        ));
-    }
-    validate_data_step_allowance(s)
-}
-
-/// `supervisor.data_step_stale_after_s`: the data steps' and `mine_hard`'s allowance.
-fn validate_data_step_allowance(s: &SupervisorConfig) -> Result<(), ConfigError> {
-    if s.data_step_stale_after_s == 0 {
-        return Err(invalid(
-            "supervisor.data_step_stale_after_s",
-            "0 is not a timeout; give a number of seconds of at least 1 (how long a data step or mine_hard may go without a progress beat)",
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@ use std::fmt::Display;
 
 use super::error::{ConfigError, ConfigErrorKind};
 use super::scale::Scale;
-use super::sections::Config;
+use super::sections::{Config, SupervisorConfig};
 use super::source::{Compression, DataSource, PathSource, SourceFormat};
+use super::supervision::StaleAfter;
 
 type Check = Result<(), ConfigError>;
 
@@ -452,5 +453,94 @@ fn validate_supervisor(c: &Config) -> Check {
         at_least("supervisor.keep_runs", keep, 1)?;
     }
     at_least("supervisor.poll_interval_ms", s.poll_interval_ms, 10)?;
-    super::supervision::validate(s)
+    supervision_rules(s)
+}
+
+/// A wait in seconds that must be more than zero.
+fn positive_seconds(path: &str, value: f64) -> Result<(), ConfigError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(invalid(
+            path,
+            format!("{value} is not a wait in seconds; give a number greater than 0"),
+        ))
+    }
+}
+
+/// The hang, failure and divergence keys (`supervision.rs`), checked together.
+fn supervision_rules(s: &SupervisorConfig) -> Result<(), ConfigError> {
+    if let StaleAfter::Seconds(secs) = s.stale_after_s
+        && !(secs.is_finite() && secs > 0.0)
+    {
+        return Err(invalid(
+            "supervisor.stale_after_s",
+            format!("{secs} is not a timeout; give `auto` or a number of seconds greater than 0"),
+        ));
+    }
+    let a = &s.stale_auto;
+    if !(a.factor.is_finite() && a.factor >= 1.0) {
+        return Err(invalid(
+            "supervisor.stale_auto.factor",
+            format!(
+                "{} is too small: the allowance is factor × the longest interval seen; give 1 or more (e.g. 5)",
+                a.factor
+            ),
+        ));
+    }
+    positive_seconds("supervisor.stale_auto.floor_s", a.floor_s)?;
+    positive_seconds("supervisor.stale_auto.ceiling_s", a.ceiling_s)?;
+    if a.ceiling_s < a.floor_s {
+        return Err(invalid(
+            "supervisor.stale_auto.ceiling_s",
+            format!(
+                "{} is below supervisor.stale_auto.floor_s ({}); give a ceiling at least the floor",
+                a.ceiling_s, a.floor_s
+            ),
+        ));
+    }
+    for (key, value) in [
+        ("startup_grace_s", s.startup_grace_s),
+        ("loading_grace_s", s.loading_grace_s),
+        ("evaluating_grace_s", s.evaluating_grace_s),
+        ("saving_grace_s", s.saving_grace_s),
+    ] {
+        if value == 0 {
+            return Err(invalid(
+                &format!("supervisor.{key}"),
+                "0 is not a timeout; give a number of seconds of at least 1",
+            ));
+        }
+    }
+    positive_seconds("supervisor.stall_kill_grace_s", s.stall_kill_grace_s)?;
+    if s.max_same_failure == 0 {
+        return Err(invalid(
+            "supervisor.max_same_failure",
+            "give at least 1 (times in a row the same failure may end a worker before the pipeline fails; 3 by default)",
+        ));
+    }
+    if s.rollback_window_steps == 0 {
+        return Err(invalid(
+            "supervisor.rollback_window_steps",
+            "give at least 1 (training steps between two divergences for the earlier rollback to stop counting; 1000 by default)",
+        ));
+    }
+    if s.max_no_progress_restarts == 0 {
+        return Err(invalid(
+            "supervisor.max_no_progress_restarts",
+            "give at least 1 (restarts in a row that did not train past the step they resumed from, before the pipeline fails)",
+        ));
+    }
+    validate_data_step_allowance(s)
+}
+
+/// `supervisor.data_step_stale_after_s`: the data steps' and `mine_hard`'s allowance.
+fn validate_data_step_allowance(s: &SupervisorConfig) -> Result<(), ConfigError> {
+    if s.data_step_stale_after_s == 0 {
+        return Err(invalid(
+            "supervisor.data_step_stale_after_s",
+            "0 is not a timeout; give a number of seconds of at least 1 (how long a data step or mine_hard may go without a progress beat)",
+        ));
+    }
+    Ok(())
 }

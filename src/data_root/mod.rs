@@ -27,4 +27,6 @@ mod resolve;
 mod tests;
 
 pub use identity::{Identity, RootGone};
-pub use resolve::{Choice, DataRootEnv, FOLDER_NAME, Resolved, Sources, holds_data_root, resolve};
+pub use resolve::{
+    Choice, DATA_ROOT_VAR, DataRootEnv, FOLDER_NAME, Resolved, Sources, holds_data_root, resolve,
+};

@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::config::DATA_ROOT_VAR;
+/// The data root variable; read here, not layered with the config.
+pub const DATA_ROOT_VAR: &str = "LAVENDER_DATA_ROOT";
 
 /// The folder that makes a data root beside a project (step 5).
 pub const FOLDER_NAME: &str = "data-root";

@@ -1,34 +1,7 @@
-//! The token-array format: what `precompute` writes and the trainer reads.
-//!
-//! Layout under `<data_root>/tokens/`:
-//!
-//! ```text
-//! tokenizer.json            HF tokenizers format (byte-level BPE)
-//! index.json                this module's `TokenIndex` (written after every file it names)
-//! pretrain/shard-00000.bin  one file per shard of shards/manifest.json
-//! pretrain/validation.bin
-//! sft/train.bin  sft/train.idx  sft/heldout.bin  sft/heldout.idx
-//! dpo/train.bin  dpo/train.idx  dpo/heldout.bin  dpo/heldout.idx
-//! ```
-//!
-//! `index.json`:
-//! `{"format":1,"dtype":"u16"|"u32","vocab_size":N,"bos_id":n,"eos_id":n,"pad_id":n,
-//!   "pretrain":{"shards":[{"shard":"shard-00000","file":"pretrain/shard-00000.bin","tokens":N}],
-//!               "validation":{"file":"pretrain/validation.bin","tokens":N}},
-//!   "sft":{"train":{"file":"sft/train.bin","index":"sft/train.idx","count":N},"heldout":{…}},
-//!   "dpo":{"train":{"file":"dpo/train.bin","index":"dpo/train.idx","count":N},"heldout":{…}}}`
-//!
-//! - `.bin`: little-endian token ids of `dtype` (`u16` when the vocabulary fits, else `u32`).
-//!   A pretrain shard is its documents' tokens, each document followed by `eos_id`.
-//! - `.idx`: little-endian `u64` records. SFT: `(offset, prompt_len, response_len)`;
-//!   DPO: `(offset, prompt_len, chosen_len, rejected_len)`. `offset` counts tokens from the
-//!   start of the matching `.bin`; the data there is prompt then response (SFT) or prompt,
-//!   chosen, rejected (DPO). Every part after the prompt ends with `eos_id` (so a model
-//!   learns where a response stops); prompts do not.
-//! - `bos_id` equals `eos_id` (`<|endoftext|>`, as in GPT-2); `pad_id` is `<|pad|>`.
-//!
-//! Every file is memory-mapped on open and its size checked against the index, so a
-//! truncated or mismatched file is an error at `open`, never a wrong answer or a panic later.
+//! The token arrays' reader and writers: `precompute` writes them with [`ArrayWriter`],
+//! [`RecordWriter`] and [`write_index`]; the trainer reads them memory-mapped
+//! ([`Tokens`], [`TokenArray`]). The format (files, dtypes, records, the index) is
+//! the core's `lavender::tokens`.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -57,21 +30,12 @@ pub struct Tokens {
 
 impl Tokens {
     pub fn open(tokens_dir: &Path) -> Result<Tokens> {
-        let path = tokens_dir.join(INDEX_FILE);
-        let text = std::fs::read_to_string(&path).with_context(|| {
+        let index = TokenIndex::read(tokens_dir).with_context(|| {
             format!(
                 "could not read the token index {}; run `lavender-worker precompute` first",
-                path.display()
+                tokens_dir.join(INDEX_FILE).display()
             )
         })?;
-        let index: TokenIndex = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a valid token index", path.display()))?;
-        ensure!(
-            index.format == FORMAT,
-            "{} has token format {}, this build reads format {FORMAT}; rerun `lavender-worker precompute --force`",
-            path.display(),
-            index.format
-        );
         Ok(Tokens {
             index,
             dir: tokens_dir.to_path_buf(),
@@ -240,17 +204,10 @@ impl TokenArray {
         );
         let bytes = self.map.as_deref().unwrap_or(&[]);
         let w = self.dtype.width();
-        let slice = &bytes[start * w..(start + len) * w];
-        match self.dtype {
-            Dtype::U16 => slice
-                .chunks_exact(2)
-                .map(|c| u16::from_le_bytes([c[0], c[1]]) as i64)
-                .collect(),
-            Dtype::U32 => slice
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
-                .collect(),
-        }
+        self.dtype
+            .decode(&bytes[start * w..(start + len) * w])
+            .map(i64::from)
+            .collect()
     }
 }
 
