@@ -5,6 +5,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// How errors in the built-in defaults name them.
+pub(crate) const DEFAULT_ORIGIN: &str = "configs/default.yaml";
+
 /// Where a config value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
@@ -28,7 +31,7 @@ impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             // A value nobody set: say so, and where setting it belongs.
-            Origin::File { name, line, column } if &**name == super::DEFAULT_ORIGIN => write!(
+            Origin::File { name, line, column } if &**name == DEFAULT_ORIGIN => write!(
                 f,
                 "{name}:{line}:{column} (a built-in default; set the key in your config file to change it)"
             ),

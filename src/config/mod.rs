@@ -61,8 +61,7 @@ pub const LAVENDER_WORKER: &str = "lavender-worker";
 /// Where the multi-GPU path (a lavender-protocol script under torchrun) is described.
 pub const MULTI_GPU_DOC: &str = "docs/PYTHON.md";
 
-/// How errors in the built-in defaults name them.
-pub(crate) const DEFAULT_ORIGIN: &str = "configs/default.yaml";
+pub(crate) use error::DEFAULT_ORIGIN;
 
 static DEFAULT_TREE: LazyLock<Node> = LazyLock::new(|| {
     tree::parse_document(DEFAULT_YAML, DEFAULT_ORIGIN)

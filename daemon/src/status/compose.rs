@@ -2,41 +2,15 @@
 //! pipeline record, and the clock (ages are computed now, not when cached).
 
 use chrono::{DateTime, Utc};
-use lavender::config::{Config, PipelineStep, Scale, ScalesConfig};
+use lavender::config::PipelineStep;
 use lavender::status::{
     DataStatus, PipelineState, PipelineStatus, SCHEMA_VERSION, Status, TrainingStatus,
 };
 
 use super::FileFacts;
-use super::stall::{self, StallSettings, Watch};
+use super::settings::StatusSettings;
+use super::stall::{self, Watch};
 use crate::pipeline::PipelineRecord;
-
-/// The config values the status needs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StatusSettings {
-    /// The allowances of a worker's phases, and what a hang gets.
-    pub stall: StallSettings,
-    pub default_scale: Scale,
-    pub default_chunk: u32,
-    pub steps: Vec<PipelineStep>,
-    /// `notify.disk_floor_mib`: the floor of the disk-low alert.
-    pub disk_floor_mib: u64,
-    /// The scale presets, for the shards each scale wants.
-    pub scales: ScalesConfig,
-}
-
-impl StatusSettings {
-    pub fn from_config(config: &Config) -> StatusSettings {
-        StatusSettings {
-            stall: StallSettings::from_config(&config.supervisor),
-            default_scale: config.scale,
-            default_chunk: config.chunk,
-            steps: config.steps.clone(),
-            disk_floor_mib: config.notify.disk_floor_mib,
-            scales: config.scales,
-        }
-    }
-}
 
 /// The watch on the worker `record` names, when it counts as alive (see [`compose`]).
 pub fn stall_watch(

@@ -16,15 +16,17 @@ pub mod health;
 #[cfg(target_os = "linux")]
 mod inotify;
 pub mod refresher;
+mod settings;
 pub mod stall;
 pub mod tasks;
 pub mod watch;
 pub mod watchdog;
 
 pub use cache::{StatusCache, StatusSnapshot};
-pub use compose::{StatusSettings, compose};
+pub use compose::compose;
 pub use facts::FileFacts;
 pub use refresher::RefreshOptions;
+pub use settings::StatusSettings;
 
 use crate::layout::Layout;
 use crate::pipeline::PipelineRecord;

@@ -81,7 +81,7 @@ impl Layers {
 
 /// Rust source with comments, string and character literals blanked out, so a
 /// path in a doc comment or a message is not taken for an import.
-fn code_only(src: &str) -> String {
+pub(super) fn code_only(src: &str) -> String {
     let chars: Vec<char> = src.chars().collect();
     let mut out = String::with_capacity(src.len());
     let mut i = 0;
@@ -192,7 +192,7 @@ fn paths_below(code: &str, root: &str) -> Vec<String> {
 }
 
 /// The paths a use-tree at the start of `text` names, each prefixed with `prefix`.
-fn spell_out(text: &str, prefix: &str) -> Vec<String> {
+pub(super) fn spell_out(text: &str, prefix: &str) -> Vec<String> {
     let text = text.trim_start();
     if let Some(group) = text.strip_prefix('{') {
         let mut depth = 0;
@@ -258,7 +258,7 @@ fn module_of(src: &Path, file: &Path) -> String {
     }
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(super) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())) {
         let path = entry.expect("a directory entry").path();
         if path.is_dir() {

@@ -4,6 +4,7 @@
 
 mod api;
 mod architecture;
+mod circles;
 mod cli_commands;
 mod config_reload;
 mod data_root;

@@ -1,6 +1,7 @@
 //! The training loop: stages in order, optimizer steps, evaluation, checkpoints,
 //! and a stop flag checked at every step boundary.
 
+mod in_flight;
 mod save;
 
 use std::path::PathBuf;
@@ -33,7 +34,7 @@ use crate::hard_examples;
 use crate::model::Gpt;
 use crate::optim::{AdamW, LrSchedule, clip_grad_norm};
 use crate::tokens::{Split, Tokens};
-use save::{NextBuffers, PendingSave, SaveBuffers};
+use in_flight::{NextBuffers, PendingSave, SaveBuffers};
 
 /// How a call to [`Trainer::run`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use lavender::trainlog;
 use serde_json::{Value, json};
 
 use super::Trainer;
-use crate::model::tensor_file::FileImage;
+use super::in_flight::{NextBuffers, PendingSave, Written};
 use crate::model::{self, MODEL_FILE};
 use crate::optim::adamw::OPTIMIZER_FILE;
 use crate::train::checkpointing::{DIVERGENCE, FINAL_STAGE, REFERENCE_STEP, SKIP_STEPS};
@@ -28,106 +28,6 @@ use crate::train::precision::LOSS_SCALER_KEY;
 use crate::train::settings::StageKind;
 
 const RNG_SCHEME: &str = "stateless: data order from (seed, stage, epoch), dropout reseeded from (seed, step, micro-batch)";
-
-/// Host memory for a checkpoint's files, reused from one save to the next: its
-/// pages are faulted in by the first save, later ones only copy into it.
-#[derive(Default)]
-pub struct SaveBuffers {
-    weights: FileImage,
-    moments: FileImage,
-    ema: FileImage,
-}
-
-impl SaveBuffers {
-    /// Buffers for checkpoints of `params` parameters (`with_moments`: and their
-    /// two optimizer moments), their pages faulted in on a background thread while
-    /// training starts, so that not even the first save stalls training for that.
-    pub fn prepare(params: i64, with_moments: bool, with_ema: bool) -> NextBuffers {
-        let bytes = usize::try_from(params).unwrap_or(0) * std::mem::size_of::<f32>();
-        let thread = std::thread::Builder::new()
-            .name("checkpoint-buffers".into())
-            .spawn(move || SaveBuffers {
-                weights: FileImage::with_pages_for(bytes),
-                moments: if with_moments {
-                    FileImage::with_pages_for(2 * bytes)
-                } else {
-                    FileImage::default()
-                },
-                ema: if with_ema {
-                    FileImage::with_pages_for(bytes)
-                } else {
-                    FileImage::default()
-                },
-            });
-        thread.map_or(NextBuffers::Absent, NextBuffers::Preparing)
-    }
-}
-
-/// Host memory for the next save's copy.
-pub enum NextBuffers {
-    /// Being faulted in since training started (see [`SaveBuffers::prepare`]).
-    Preparing(std::thread::JoinHandle<SaveBuffers>),
-    /// Back from the previous save's writer.
-    Ready(SaveBuffers),
-    /// None at hand (lent to the writer, or preparing could not start): a save
-    /// that finds none allocates its own.
-    Absent,
-}
-
-impl NextBuffers {
-    fn take(&mut self) -> SaveBuffers {
-        match std::mem::replace(self, NextBuffers::Absent) {
-            NextBuffers::Preparing(thread) => thread.join().unwrap_or_default(),
-            NextBuffers::Ready(buffers) => buffers,
-            NextBuffers::Absent => SaveBuffers::default(),
-        }
-    }
-}
-
-/// What the writer thread hands back: the committed checkpoint, what retention
-/// dropped after it, the buffers for the next save, how long it took to write the
-/// files (into the page cache, their writeback started) and when it was durable.
-struct Written {
-    path: PathBuf,
-    dropped: Vec<PathBuf>,
-    buffers: SaveBuffers,
-    write: Duration,
-    durable_at: Instant,
-}
-
-/// A save whose files are written, fsynced and committed on a background thread
-/// while training goes on. At most one exists: [`Trainer::save`] waits for it before
-/// it starts another, so two writers never race on the run directory (counters,
-/// retention) and host memory holds one copy of the state, not one per save.
-pub struct PendingSave {
-    writer: std::thread::JoinHandle<Result<Written>>,
-    name: String,
-    stage: String,
-    kind: Option<StageKind>,
-    step: u64,
-    loss: Option<f64>,
-    /// The EMA weights' validation loss at this step (`training.ema`).
-    ema_eval_loss: Option<f64>,
-    epoch: f64,
-    epochs: Option<u32>,
-    remaining_hours: Option<f64>,
-    /// When the save began (its `SAVE` line in train.log).
-    at: chrono::DateTime<chrono::Utc>,
-    /// When the copy to host memory began: the save's own clock.
-    began: Instant,
-    /// How long training stood still for it: the whole of [`Trainer::save`], of
-    /// which `waited` went on the previous save and `copy` on the copy.
-    stall: Duration,
-    waited: Duration,
-    copy: Duration,
-}
-
-impl PendingSave {
-    /// The writer is done (committed, or failed); joining it will not block.
-    pub fn is_done(&self) -> bool {
-        self.writer.is_finished()
-    }
-}
 
 impl Trainer {
     /// Starts a checkpoint named after `stage`: waits for the save in flight (if
