@@ -7,6 +7,7 @@ pub mod files;
 pub(crate) mod handle;
 pub(crate) mod inputs;
 pub(crate) mod judge;
+pub(crate) mod machine;
 pub(crate) mod markers;
 pub(crate) mod plan;
 pub(crate) mod policy;
