@@ -7,11 +7,11 @@ use std::path::Path;
 use lavender::config::PipelineStep;
 use lavender::failure::Failure;
 use lavender::status::{PipelineState, Recovery, RecoveryReason, StepState};
-use tokio::time::Instant;
 
+use super::Actor;
 use super::hung::hung_text;
 use super::resume::resume_reason;
-use super::{Actor, LiveWorker, PendingRestart, Relaunch};
+use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Relaunch};
 use crate::alert::{Alert, Repeats};
 use crate::exit::ExitOutcome;
 use crate::pipeline::policy::{self, Cause, Decision, SameFailure, Streak};
@@ -82,14 +82,16 @@ impl Actor {
                 self.record.restarts = restart;
                 self.record.state = PipelineState::Crashed;
                 self.record.restart_pending = true;
-                self.restart_at = Some(Instant::now() + delay);
-                self.last_exit = Some(outcome);
                 self.record.last_error = Some(match &why {
                     PendingRestart::Hung(report) => hung_text(report),
                     PendingRestart::Failed(f) => f.message.clone(),
                     PendingRestart::RolledBack { message, .. } => message.clone(),
                 });
-                self.pending = Some(why);
+                self.on(Event::RestartDecided {
+                    delay,
+                    why: Some(why),
+                    last_exit: Some(outcome),
+                });
                 self.commit();
                 if let Some(failure) = failure {
                     self.alert(Alert::Crashed {
@@ -123,13 +125,16 @@ impl Actor {
             .unwrap_or(0)
     }
 
-    pub(super) fn on_restart_due(&mut self) {
-        self.restart_at = None;
+    /// The backoff passed: the active step launched again from its latest checkpoint.
+    pub(super) fn on_restart_due(
+        &mut self,
+        why: Option<PendingRestart>,
+        last_exit: Option<ExitOutcome>,
+    ) {
         let Some(step) = self.record.active_step else {
             return;
         };
-        let why = self.pending.take();
-        self.spawn_step(step, true, Some(Relaunch::Restart(why)));
+        self.spawn_step(step, true, Some(Relaunch::Restart(why)), last_exit, None);
     }
 
     /// A worker the daemon launched again by itself runs: `pipeline.recovery` says
@@ -185,10 +190,6 @@ impl Actor {
         }
     }
 
-    pub(super) fn fail(&mut self, step: PipelineStep, reason: String) {
-        self.fail_after(step, reason, None, None);
-    }
-
     pub(super) fn fail_after(
         &mut self,
         step: PipelineStep,
@@ -202,10 +203,6 @@ impl Actor {
         self.record.restart_pending = false;
         self.record.worker = None;
         self.record.last_error = Some(reason.clone());
-        self.restart_at = None;
-        self.last_exit = None;
-        self.pending = None;
-        self.hung = None;
         self.commit();
         self.alert(Alert::Failed {
             step,
