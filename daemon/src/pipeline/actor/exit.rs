@@ -57,7 +57,12 @@ impl Actor {
 
     /// A running worker ended by itself: the next step, the step stopped from
     /// outside, or a failure for the policy.
-    pub(super) fn judge_exit(&mut self, worker: LiveWorker, outcome: ExitOutcome, files: LocalFiles) {
+    pub(super) fn judge_exit(
+        &mut self,
+        worker: LiveWorker,
+        outcome: ExitOutcome,
+        files: LocalFiles,
+    ) {
         self.ended(&worker, outcome);
         let step = worker.step;
         // `on_node_failure: fail` cancelled the job when a node was lost: the
@@ -87,13 +92,8 @@ impl Actor {
             Verdict::Success => {
                 let chunk = self.record.chunk.unwrap_or(self.config.chunk);
                 let ran_with = plan::worker_config(&self.layout, &self.config);
-                let inputs = StepInputs::with_files(
-                    step,
-                    &ran_with,
-                    &self.layout.data_root,
-                    chunk,
-                    &files,
-                );
+                let inputs =
+                    StepInputs::with_files(step, &ran_with, &self.layout.data_root, chunk, &files);
                 if let Err(e) = markers::write(
                     &self.layout,
                     chunk,

@@ -1,8 +1,8 @@
 //! The pipeline actor: one task owns the state machine (its phase, stepped by
-//! `pipeline/machine/`, the effects performed by `effects.rs`) and the worker;
+//! `pipeline/machine/`; the effects performed by `effects.rs`) and the worker;
 //! everything else talks to it through the [`PipelineHandle`]'s commands and
-//! watches its published record. A file per transition: `start` (and the steps that follow),
-//! `exit`, `restart` (a failed or hung worker restarted, or the pipeline failed),
+//! watches its published record. A file per transition: `start` (and the steps
+//! that follow), `exit`, `restart` (a failed or hung worker restarted, or the pipeline failed),
 //! `hung` (a worker that stopped beating killed), `stop`, `recover` (after a daemon
 //! restart) and `resume` (an interrupted pipeline resumed at daemon start).
 //!

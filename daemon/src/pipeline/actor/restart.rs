@@ -11,9 +11,9 @@ use lavender::status::{PipelineState, Recovery, RecoveryReason, StepState};
 use super::Actor;
 use super::hung::hung_text;
 use super::resume::resume_reason;
-use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Relaunch};
 use crate::alert::{Alert, Repeats};
 use crate::exit::ExitOutcome;
+use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Relaunch};
 use crate::pipeline::policy::{self, Cause, Decision, SameFailure, Streak};
 
 impl Actor {

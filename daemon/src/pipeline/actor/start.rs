@@ -355,13 +355,13 @@ impl Actor {
         };
         self.on(Event::LaunchAsked {
             launch,
-            spec,
+            spec: Box::new(spec),
             start,
         });
     }
 
     /// Launches worker `generation` off the actor; it reports back with a [`LaunchDone`].
-    pub(super) fn launch(&mut self, generation: u64, spec: SpawnSpec) {
+    pub(super) fn launch(&mut self, generation: u64, spec: Box<SpawnSpec>) {
         self.launches_in_flight += 1;
         let step = spec.step;
         let jobs = self.jobs_tx.clone();

@@ -52,11 +52,7 @@ impl Actor {
         cause: StopCause,
         reply: oneshot::Sender<StopReport>,
     ) {
-        self.record.restart_pending = false;
-        self.record.state = PipelineState::Stopped;
-        self.record.stop_cause = Some(cause);
-        self.record.set_step(step, StepState::Pending);
-        self.commit();
+        self.stopped_without_worker(Some(step), cause);
         let root = self.layout.checkpoints_root();
         let run_dir = self.record.run_dir.as_deref();
         let _ = reply.send(StopReport::during_launch(step, &root, run_dir));
@@ -72,15 +68,21 @@ impl Actor {
         let root = self.layout.checkpoints_root();
         let mut report = StopReport::nothing_running(&root, self.record.run_dir.as_deref());
         if self.record.restart_pending {
-            self.record.restart_pending = false;
-            self.record.state = PipelineState::Stopped;
-            self.record.stop_cause = Some(cause);
-            if let Some(step) = self.record.active_step {
-                self.record.set_step(step, StepState::Pending);
-            }
-            self.commit();
+            self.stopped_without_worker(self.record.active_step, cause);
             report.message = format!("cancelled the pending restart; {}", report.message);
         }
         let _ = reply.send(report);
+    }
+
+    /// Stopped with no worker to wait for: no restart follows, `step` runs again
+    /// at the next start.
+    fn stopped_without_worker(&mut self, step: Option<PipelineStep>, cause: StopCause) {
+        self.record.restart_pending = false;
+        self.record.state = PipelineState::Stopped;
+        self.record.stop_cause = Some(cause);
+        if let Some(step) = step {
+            self.record.set_step(step, StepState::Pending);
+        }
+        self.commit();
     }
 }

@@ -16,7 +16,10 @@ use crate::process::{SpawnSpec, WorkerHandle};
 
 pub(crate) enum Effect {
     /// Launch worker `generation` off the actor; it reports back with a `LaunchDone`.
-    Launch { generation: u64, spec: SpawnSpec },
+    Launch {
+        generation: u64,
+        spec: Box<SpawnSpec>,
+    },
     /// The launched worker runs (the phase holds it): record it, say why it was
     /// launched again, watch its exit.
     Supervise { launch: Launching },
@@ -33,7 +36,10 @@ pub(crate) enum Effect {
     /// Answer the start that waited for its first launch, from the record as it is.
     AnswerStart(PendingStart),
     /// SIGTERM to the worker's process group or Slurm job.
-    Terminate { handle: WorkerHandle, own_child: bool },
+    Terminate {
+        handle: WorkerHandle,
+        own_child: bool,
+    },
     /// SIGKILL to the worker's process group or Slurm job.
     Kill {
         handle: WorkerHandle,
@@ -41,10 +47,7 @@ pub(crate) enum Effect {
         reason: KillReason,
     },
     /// A stop began (after its SIGTERM): the record says stopping.
-    StopBegun {
-        cause: StopCause,
-        timeout: Duration,
-    },
+    StopBegun { cause: StopCause, timeout: Duration },
     /// A stop with no worker running: nothing to stop, or the restart due cancelled.
     StopWithoutWorker {
         cause: StopCause,

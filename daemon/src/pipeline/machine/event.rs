@@ -18,7 +18,7 @@ pub(crate) enum Event {
     /// due, a resume at daemon start.
     LaunchAsked {
         launch: Launching,
-        spec: SpawnSpec,
+        spec: Box<SpawnSpec>,
         start: Option<PendingStart>,
     },
     /// Launch `generation` reported back: its worker, or why it could not start.

@@ -145,7 +145,10 @@ pub(crate) enum PendingRestart {
     Hung(HungReport),
     Failed(Failure),
     /// A divergence rolled back (`rollback.rs`); `message` says to what.
-    RolledBack { failure: Failure, message: String },
+    RolledBack {
+        failure: Failure,
+        message: String,
+    },
 }
 
 impl PendingRestart {

@@ -137,6 +137,11 @@ fn running(t0: Instant) -> Phase {
         worker: live(1, handle(10), t0),
     }
 }
+fn running_queued(t0: Instant) -> Phase {
+    Phase::Running {
+        worker: live(1, queued_job(), t0),
+    }
+}
 fn stopping(t0: Instant, kill_at: Option<Instant>) -> Phase {
     Phase::Stopping {
         worker: live(1, handle(10), t0),
@@ -146,7 +151,9 @@ fn stopping(t0: Instant, kill_at: Option<Instant>) -> Phase {
 fn killing_hung(t0: Instant) -> Phase {
     Phase::KillingHung {
         worker: live(1, handle(10), t0),
-        escalation: Escalation::Term { kill_at: t0 + GRACE },
+        escalation: Escalation::Term {
+            kill_at: t0 + GRACE,
+        },
         report: report(handle(10)),
     }
 }
@@ -162,7 +169,7 @@ fn backing_off(t0: Instant) -> Phase {
 fn launch_asked(generation: u64, start_waits: bool) -> Event {
     Event::LaunchAsked {
         launch: launch(generation),
-        spec: spec(),
+        spec: Box::new(spec()),
         start: start_waits.then(start),
     }
 }
@@ -238,7 +245,8 @@ fn later(after: Duration, mut row: Row) -> Row {
     row
 }
 
-/// Every transition of the machine.
+/// Every transition of the machine, one row a line.
+#[rustfmt::skip]
 fn table(t0: Instant) -> Vec<Row> {
     let s = Duration::from_secs;
     vec![
@@ -261,14 +269,7 @@ fn table(t0: Instant) -> Vec<Row> {
         row(idle(), exited(1), "Idle", &[]),
         // Hangs.
         row(running(t0), hung(handle(10)), "KillingHung", &["Terminate", "HungKillBegun"]),
-        row(
-            Phase::Running {
-                worker: live(1, queued_job(), t0),
-            },
-            hung(queued_job()),
-            "Running",
-            &["QueuedNotHung"],
-        ),
+        row(running_queued(t0), hung(queued_job()), "Running", &["QueuedNotHung"]),
         row(running(t0), hung(handle(99)), "Running", &[]),
         row(stopping(t0, Some(t0 + TIMEOUT)), hung(handle(10)), "Stopping", &[]),
         row(killing_hung(t0), hung(handle(10)), "KillingHung", &[]),
@@ -319,11 +320,19 @@ fn transition_table() {
 fn the_timers_are_set_from_the_clock_passed_in() {
     let t0 = Instant::now();
     let (next, _) = step(running(t0), stop_asked(), t0);
-    assert_eq!(next.deadline(), Some(t0 + TIMEOUT), "SIGKILL at the stop timeout");
+    assert_eq!(
+        next.deadline(),
+        Some(t0 + TIMEOUT),
+        "SIGKILL at the stop timeout"
+    );
     let (next, _) = step(running(t0), hung(handle(10)), t0);
     assert_eq!(next.deadline(), Some(t0 + GRACE), "SIGKILL after the grace");
     let (next, _) = step(idle(), restart_decided(), t0);
-    assert_eq!(next.deadline(), Some(t0 + Duration::from_secs(5)), "the backoff");
+    assert_eq!(
+        next.deadline(),
+        Some(t0 + Duration::from_secs(5)),
+        "the backoff"
+    );
     let (next, _) = step(next, Event::TimerFired, t0 + Duration::from_secs(5));
     assert_eq!(next.deadline(), None, "no timer once the restart is due");
     let (next, _) = step(stopping(t0, Some(t0)), Event::TimerFired, t0);
@@ -347,7 +356,10 @@ fn a_launch_asked_while_busy_answers_the_start_and_launches_nothing() {
     let t0 = Instant::now();
     let (next, effects) = step(running(t0), launch_asked(2, true), t0);
     let effects: Vec<&str> = effects.iter().map(Effect::name).collect();
-    assert_eq!((next.name(), effects.as_slice()), ("Running", &["AnswerStart"][..]));
+    assert_eq!(
+        (next.name(), effects.as_slice()),
+        ("Running", &["AnswerStart"][..])
+    );
 }
 
 #[test]
@@ -357,17 +369,21 @@ fn a_failed_restart_launch_keeps_the_crash_it_follows() {
     restart.after_crash = true;
     restart.last_exit = Some(ExitOutcome::Code(137));
     let failure = lavender::failure::Failure::new(lavender::failure::FailureKind::Crash, "oom");
-    restart.relaunch = Some(Relaunch::Restart(Some(PendingRestart::Failed(failure.clone()))));
+    restart.relaunch = Some(Relaunch::Restart(Some(PendingRestart::Failed(
+        failure.clone(),
+    ))));
     let from = Phase::Launching {
         launch: restart,
         start: None,
     };
     let (_, effects) = step(from, launch_failed(1), t0);
-    let [Effect::LaunchFailed {
-        last_exit,
-        failure: said,
-        ..
-    }] = effects.as_slice()
+    let [
+        Effect::LaunchFailed {
+            last_exit,
+            failure: said,
+            ..
+        },
+    ] = effects.as_slice()
     else {
         panic!("the launch failed");
     };
