@@ -20,8 +20,9 @@ impl Actor {
     /// The hung worker got its SIGTERM: the record says why.
     pub(super) fn hung_kill_begun(&mut self, report: &HungReport, grace: Duration) {
         let text = hung_text(report);
+        let worker = self.phase.worker().map_or(&report.worker, |w| &w.handle);
         tracing::warn!(
-            worker = %report.worker,
+            worker = %worker,
             "{text} ({} allows {:.1} s); killing it (SIGTERM, SIGKILL after {:.1} s) to restart it",
             report.allowance_key,
             report.allowance.as_secs_f64(),

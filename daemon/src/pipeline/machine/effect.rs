@@ -97,25 +97,45 @@ pub(crate) enum KillReason {
     HungGrace,
 }
 
+/// The effects by name, as the diagram labels them.
+pub(crate) const EFFECTS: [&str; 16] = [
+    "Launch",
+    "Supervise",
+    "LaunchFailed",
+    "Cancel",
+    "AnswerStart",
+    "Terminate",
+    "Kill",
+    "StopBegun",
+    "StopWithoutWorker",
+    "StopDuringLaunch",
+    "Stopped",
+    "HungKillBegun",
+    "QueuedNotHung",
+    "Judge",
+    "HungEnded",
+    "RestartDue",
+];
+
 impl Effect {
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Effect::Launch { .. } => "Launch",
-            Effect::Supervise { .. } => "Supervise",
-            Effect::LaunchFailed { .. } => "LaunchFailed",
-            Effect::Cancel { .. } => "Cancel",
-            Effect::AnswerStart(_) => "AnswerStart",
-            Effect::Terminate { .. } => "Terminate",
-            Effect::Kill { .. } => "Kill",
-            Effect::StopBegun { .. } => "StopBegun",
-            Effect::StopWithoutWorker { .. } => "StopWithoutWorker",
-            Effect::StopDuringLaunch { .. } => "StopDuringLaunch",
-            Effect::Stopped { .. } => "Stopped",
-            Effect::HungKillBegun { .. } => "HungKillBegun",
-            Effect::QueuedNotHung { .. } => "QueuedNotHung",
-            Effect::Judge { .. } => "Judge",
-            Effect::HungEnded { .. } => "HungEnded",
-            Effect::RestartDue { .. } => "RestartDue",
+            Effect::Launch { .. } => EFFECTS[0],
+            Effect::Supervise { .. } => EFFECTS[1],
+            Effect::LaunchFailed { .. } => EFFECTS[2],
+            Effect::Cancel { .. } => EFFECTS[3],
+            Effect::AnswerStart(_) => EFFECTS[4],
+            Effect::Terminate { .. } => EFFECTS[5],
+            Effect::Kill { .. } => EFFECTS[6],
+            Effect::StopBegun { .. } => EFFECTS[7],
+            Effect::StopWithoutWorker { .. } => EFFECTS[8],
+            Effect::StopDuringLaunch { .. } => EFFECTS[9],
+            Effect::Stopped { .. } => EFFECTS[10],
+            Effect::HungKillBegun { .. } => EFFECTS[11],
+            Effect::QueuedNotHung { .. } => EFFECTS[12],
+            Effect::Judge { .. } => EFFECTS[13],
+            Effect::HungEnded { .. } => EFFECTS[14],
+            Effect::RestartDue { .. } => EFFECTS[15],
         }
     }
 }

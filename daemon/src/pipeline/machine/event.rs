@@ -58,19 +58,33 @@ pub(crate) enum Event {
     TimerFired,
 }
 
+/// The events by name (`LaunchFinished` and `Adopted` by how they went), as the diagram labels them.
+pub(crate) const EVENTS: [&str; 10] = [
+    "LaunchAsked",
+    "LaunchFinished ok",
+    "LaunchFinished failed",
+    "WorkerExited",
+    "HungJudged",
+    "StopAsked",
+    "RestartDecided",
+    "Adopted",
+    "Adopted stopping",
+    "TimerFired",
+];
+
 impl Event {
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Event::LaunchAsked { .. } => "LaunchAsked",
-            Event::LaunchFinished { result: Ok(_), .. } => "LaunchFinished ok",
-            Event::LaunchFinished { result: Err(_), .. } => "LaunchFinished failed",
-            Event::WorkerExited { .. } => "WorkerExited",
-            Event::HungJudged { .. } => "HungJudged",
-            Event::StopAsked { .. } => "StopAsked",
-            Event::RestartDecided { .. } => "RestartDecided",
-            Event::Adopted { stop: None, .. } => "Adopted",
-            Event::Adopted { stop: Some(_), .. } => "Adopted stopping",
-            Event::TimerFired => "TimerFired",
+            Event::LaunchAsked { .. } => EVENTS[0],
+            Event::LaunchFinished { result: Ok(_), .. } => EVENTS[1],
+            Event::LaunchFinished { result: Err(_), .. } => EVENTS[2],
+            Event::WorkerExited { .. } => EVENTS[3],
+            Event::HungJudged { .. } => EVENTS[4],
+            Event::StopAsked { .. } => EVENTS[5],
+            Event::RestartDecided { .. } => EVENTS[6],
+            Event::Adopted { stop: None, .. } => EVENTS[7],
+            Event::Adopted { stop: Some(_), .. } => EVENTS[8],
+            Event::TimerFired => EVENTS[9],
         }
     }
 }

@@ -9,6 +9,8 @@ use lavender::heartbeat::WorkerState;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::effect::EFFECTS;
+use super::event::EVENTS;
 use super::phase::PHASES;
 use super::*;
 use crate::exit::ExitOutcome;
@@ -432,6 +434,18 @@ fn the_architecture_doc_draws_this_machine() {
         assert!(
             rows.iter().any(|r| r.from.name() == phase),
             "the table has no row from {phase}"
+        );
+    }
+    for event in EVENTS {
+        assert!(
+            rows.iter().any(|r| r.event.name() == event),
+            "the table has no row for {event}"
+        );
+    }
+    for effect in EFFECTS {
+        assert!(
+            rows.iter().any(|r| r.effects.contains(&effect)),
+            "the table has no row asking {effect}"
         );
     }
     let drawn = format!("```mermaid\n{}```", diagram(&rows));
