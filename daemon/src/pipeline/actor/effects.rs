@@ -100,7 +100,7 @@ impl Actor {
                 let last_step = report.step;
                 self.restart_after(&worker, PendingRestart::Hung(report), outcome, last_step);
             }
-            Effect::RestartDue { why, last_exit } => self.on_restart_due(why, last_exit),
+            Effect::RestartDue(restart) => self.on_restart_due(restart),
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::alert::Alert;
 use crate::exit::ExitOutcome;
 use crate::pipeline::inputs::LocalFiles;
 use crate::pipeline::judge::{Verdict, judge};
-use crate::pipeline::machine::{Escalation, Event, LiveWorker, Stop};
+use crate::pipeline::machine::{Escalation, Event, LiveWorker, Restart, Stop};
 use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::StopMark;
 
@@ -123,8 +123,10 @@ impl Actor {
         if self.record.restart_pending {
             self.on(Event::RestartDecided {
                 delay: self.timings.restart_delay(self.record.restarts),
-                why: None,
-                last_exit: None,
+                restart: Restart {
+                    why: None,
+                    last_exit: None,
+                },
             });
         } else if self.record.state == PipelineState::Running {
             // The daemon died between two steps.

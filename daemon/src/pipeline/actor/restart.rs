@@ -13,7 +13,7 @@ use super::hung::hung_text;
 use super::resume::resume_reason;
 use crate::alert::{Alert, Repeats};
 use crate::exit::ExitOutcome;
-use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Relaunch};
+use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Relaunch, Restart};
 use crate::pipeline::policy::{self, Cause, Decision, SameFailure, Streak};
 
 impl Actor {
@@ -89,8 +89,10 @@ impl Actor {
                 });
                 self.on(Event::RestartDecided {
                     delay,
-                    why: Some(why),
-                    last_exit: Some(outcome),
+                    restart: Restart {
+                        why: Some(why),
+                        last_exit: Some(outcome),
+                    },
                 });
                 self.commit();
                 if let Some(failure) = failure {
@@ -126,15 +128,11 @@ impl Actor {
     }
 
     /// The backoff passed: the active step launched again from its latest checkpoint.
-    pub(super) fn on_restart_due(
-        &mut self,
-        why: Option<PendingRestart>,
-        last_exit: Option<ExitOutcome>,
-    ) {
+    pub(super) fn on_restart_due(&mut self, restart: Restart) {
         let Some(step) = self.record.active_step else {
             return;
         };
-        self.spawn_step(step, true, Some(Relaunch::Restart(why)), last_exit, None);
+        self.spawn_step(step, Some(Relaunch::Restart(restart)), None);
     }
 
     /// A worker the daemon launched again by itself runs: `pipeline.recovery` says
@@ -147,20 +145,29 @@ impl Actor {
     ) -> Option<Alert> {
         let from_text = checkpoint_text(from);
         let (reason, message) = match &why {
-            Relaunch::Restart(Some(PendingRestart::Hung(report))) => (
+            Relaunch::Restart(Restart {
+                why: Some(PendingRestart::Hung(report)),
+                ..
+            }) => (
                 RecoveryReason::Hung,
                 format!("{}; restarted from {from_text}", hung_text(report)),
             ),
-            Relaunch::Restart(Some(PendingRestart::Failed(f))) => (
+            Relaunch::Restart(Restart {
+                why: Some(PendingRestart::Failed(f)),
+                ..
+            }) => (
                 RecoveryReason::Failed,
                 format!("{}: {}; restarted from {from_text}", f.kind, f.message),
             ),
-            Relaunch::Restart(Some(PendingRestart::RolledBack { message, .. })) => (
+            Relaunch::Restart(Restart {
+                why: Some(PendingRestart::RolledBack { message, .. }),
+                ..
+            }) => (
                 RecoveryReason::RolledBack,
                 format!("{message}; restarted from {from_text}"),
             ),
             // Decided by a daemon before this one.
-            Relaunch::Restart(None) => (
+            Relaunch::Restart(Restart { why: None, .. }) => (
                 RecoveryReason::Failed,
                 format!(
                     "{}; restarted from {from_text}",
@@ -178,9 +185,10 @@ impl Actor {
         tracing::info!(%step, "{message}");
         self.record.recovery = Some(recovery(reason, &message, from));
         match why {
-            Relaunch::Restart(Some(PendingRestart::Hung(_))) => {
-                Some(Alert::HungRestarted { step, message })
-            }
+            Relaunch::Restart(Restart {
+                why: Some(PendingRestart::Hung(_)),
+                ..
+            }) => Some(Alert::HungRestarted { step, message }),
             Relaunch::Resume(_) => Some(Alert::Resumed {
                 step,
                 reason,

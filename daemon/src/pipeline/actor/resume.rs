@@ -34,7 +34,7 @@ impl Actor {
             return;
         }
         // `relaunched` (restart.rs) says so once the worker runs.
-        self.spawn_step(step, true, Some(Relaunch::Resume(cause)), None, None);
+        self.spawn_step(step, Some(Relaunch::Resume(cause)), None);
     }
 }
 

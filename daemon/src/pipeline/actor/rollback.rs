@@ -15,7 +15,7 @@ use lavender::status::PipelineState;
 use super::Actor;
 use crate::alert::Alert;
 use crate::exit::ExitOutcome;
-use crate::pipeline::machine::{Event, PendingRestart};
+use crate::pipeline::machine::{Event, PendingRestart, Restart};
 use crate::pipeline::rollback::{self, NoRollback, Rollback};
 
 impl Actor {
@@ -63,11 +63,13 @@ impl Actor {
         // At once: the data that diverged is skipped, so the restart is not a retry.
         self.on(Event::RestartDecided {
             delay: Duration::ZERO,
-            why: Some(PendingRestart::RolledBack {
-                failure,
-                message: message.clone(),
-            }),
-            last_exit: Some(outcome),
+            restart: Restart {
+                why: Some(PendingRestart::RolledBack {
+                    failure,
+                    message: message.clone(),
+                }),
+                last_exit: Some(outcome),
+            },
         });
         self.commit();
         self.alert(Alert::RolledBack {

@@ -12,7 +12,6 @@ use tokio::sync::oneshot;
 
 use super::{Actor, Fingerprinted, JobChange, LaunchDone, backend_for};
 use crate::alert::Alert;
-use crate::exit::ExitOutcome;
 use crate::pipeline::handle::{StartError, StartReply};
 use crate::pipeline::inputs::{LocalFiles, reads_local_files};
 use crate::pipeline::machine::{Event, Launching, PendingStart, Phase, Relaunch};
@@ -272,7 +271,7 @@ impl Actor {
                     self.answer_start(start);
                 }
             }
-            Some(step) => self.spawn_step(step, false, None, None, start),
+            Some(step) => self.spawn_step(step, None, start),
         }
     }
 
@@ -322,17 +321,15 @@ impl Actor {
 
     /// Launches `step` on the blocking pool (`sbatch` may take seconds; a local spawn
     /// forks); [`Actor::on_launched`] takes the worker, or fails the step.
-    /// `after_crash`: from the run's newest complete checkpoint; `relaunch`: why the
-    /// daemon launches it again by itself; `last_exit`: how the worker it restarts
-    /// ended; `start`: the start whose reply waits for this launch.
+    /// `relaunch`: why the daemon launches it again by itself (from the run's
+    /// newest complete checkpoint); `start`: the start whose reply waits for it.
     pub(super) fn spawn_step(
         &mut self,
         step: PipelineStep,
-        after_crash: bool,
         relaunch: Option<Relaunch>,
-        last_exit: Option<ExitOutcome>,
         start: Option<PendingStart>,
     ) {
+        let after_crash = relaunch.is_some();
         let spec = plan::spawn_spec(&self.layout, &self.config, &self.record, step, after_crash);
         // A training worker brought back by the daemon: the step its checkpoint was
         // saved at (0 without one). Ending without training past it is no progress.
@@ -346,11 +343,9 @@ impl Actor {
         let launch = Launching {
             generation: self.generation,
             step,
-            after_crash,
             resume: spec.resume.clone(),
             resumed_from_step,
             relaunch,
-            last_exit,
             started_at: lavender::time::now_utc().trunc_subsecs(3),
         };
         self.on(Event::LaunchAsked {
@@ -401,8 +396,11 @@ impl Actor {
             return;
         };
         let handle = worker.handle.clone();
-        let (step, generation, after_crash) =
-            (launching.step, launching.generation, launching.after_crash);
+        let (step, generation, after_crash) = (
+            launching.step,
+            launching.generation,
+            launching.after_crash(),
+        );
         let resumed_from_step = launching.resumed_from_step;
         tracing::info!(%step, worker = %handle, after_crash, "worker started");
         let started_at = launching.started_at;

@@ -6,7 +6,7 @@ use lavender::config::PipelineStep;
 use lavender::failure::Failure;
 use tokio::sync::oneshot;
 
-use super::phase::{Launching, LiveWorker, PendingRestart, PendingStart, Stop};
+use super::phase::{Launching, LiveWorker, PendingStart, Restart, Stop};
 use crate::exit::ExitOutcome;
 use crate::pipeline::handle::HungReport;
 use crate::pipeline::inputs::LocalFiles;
@@ -84,10 +84,7 @@ pub(crate) enum Effect {
         outcome: ExitOutcome,
     },
     /// The backoff passed: relaunch the active step from its latest checkpoint.
-    RestartDue {
-        why: Option<PendingRestart>,
-        last_exit: Option<ExitOutcome>,
-    },
+    RestartDue(Restart),
 }
 
 /// Why a worker gets SIGKILL, for the log.
@@ -135,7 +132,7 @@ impl Effect {
             Effect::QueuedNotHung { .. } => EFFECTS[12],
             Effect::Judge { .. } => EFFECTS[13],
             Effect::HungEnded { .. } => EFFECTS[14],
-            Effect::RestartDue { .. } => EFFECTS[15],
+            Effect::RestartDue(_) => EFFECTS[15],
         }
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::phase::{Launching, LiveWorker, PendingRestart, PendingStart, Stop};
+use super::phase::{Launching, LiveWorker, PendingStart, Restart, Stop};
 use crate::exit::ExitOutcome;
 use crate::pipeline::handle::HungReport;
 use crate::pipeline::inputs::LocalFiles;
@@ -41,13 +41,8 @@ pub(crate) enum Event {
         reply: oneshot::Sender<StopReport>,
         mark: StopMark,
     },
-    /// The policy restarts the worker that ended after `delay` (`why`, `last_exit`:
-    /// `None` when a daemon before this one decided it).
-    RestartDecided {
-        delay: Duration,
-        why: Option<PendingRestart>,
-        last_exit: Option<ExitOutcome>,
-    },
+    /// The policy restarts the worker that ended after `delay`.
+    RestartDecided { delay: Duration, restart: Restart },
     /// At daemon start, a worker of the previous daemon found alive (`stop`: its
     /// stop was under way), or found ended (its exit follows).
     Adopted {

@@ -37,13 +37,7 @@ pub(crate) enum Phase {
         report: HungReport,
     },
     /// A failed or hung worker waiting for its restart at `at` (the backoff).
-    BackingOff {
-        at: Instant,
-        /// Why the restart was decided (`None`: by a daemon before this one).
-        why: Option<PendingRestart>,
-        /// How the worker ended: the "failed" alert tells it if the restart cannot start.
-        last_exit: Option<ExitOutcome>,
-    },
+    BackingOff { at: Instant, restart: Restart },
 }
 
 /// The phases in the order the diagram lists them.
@@ -116,28 +110,40 @@ pub(crate) struct LiveWorker {
 pub(crate) struct Launching {
     pub generation: u64,
     pub step: PipelineStep,
-    pub after_crash: bool,
     /// The checkpoint it resumes from, and that checkpoint's step when the daemon
     /// brings a training worker back (a restart, a resume).
     pub resume: Option<PathBuf>,
     pub resumed_from_step: Option<u64>,
-    /// Why the daemon launches it again, for what it says once it runs.
+    /// Why the daemon launches it again (from the run's latest complete
+    /// checkpoint), for what it says once it runs; `None`: a step of a start.
     pub relaunch: Option<Relaunch>,
-    /// How the worker before it ended, when it is a restart: the "failed" alert
-    /// tells it if this launch fails.
-    pub last_exit: Option<ExitOutcome>,
     /// When the launch began, in whole milliseconds: the worker may write before
     /// the launch reports back, and its records carry their time at that precision,
     /// so a record of its first millisecond is never older than its start.
     pub started_at: DateTime<Utc>,
 }
 
+impl Launching {
+    /// Launched again after the worker before it ended: from its latest checkpoint.
+    pub(crate) fn after_crash(&self) -> bool {
+        self.relaunch.is_some()
+    }
+}
+
 /// A step launched again by the daemon itself.
 pub(crate) enum Relaunch {
-    /// After a failure or a hang (`None`: decided by a daemon before this one).
-    Restart(Option<PendingRestart>),
+    /// After a failure or a hang.
+    Restart(Restart),
     /// At daemon start, a pipeline interrupted by the daemon's exit or a power loss.
     Resume(StopCause),
+}
+
+/// A restart the policy decided.
+pub(crate) struct Restart {
+    /// Why (`None`: decided by a daemon before this one).
+    pub why: Option<PendingRestart>,
+    /// How the worker ended: the "failed" alert tells it if the restart cannot start.
+    pub last_exit: Option<ExitOutcome>,
 }
 
 /// Why the restart that is due was decided, for what it says once started.

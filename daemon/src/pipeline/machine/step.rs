@@ -4,7 +4,7 @@ use tokio::time::Instant;
 
 use super::effect::{Effect, KillReason};
 use super::event::Event;
-use super::phase::{Escalation, LiveWorker, Phase, Relaunch, Stop};
+use super::phase::{Escalation, LiveWorker, Phase, Relaunch, Restart, Stop};
 
 /// The phase after `event` at `now`, and what the actor is to do about it, in order.
 pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effect>) {
@@ -44,14 +44,16 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
                         (Phase::Running { worker }, effects.collect())
                     }
                     Err(reason) => {
-                        let failure = match &launch.relaunch {
-                            Some(Relaunch::Restart(Some(why))) => why.failure().cloned(),
-                            _ => None,
+                        let (last_exit, failure) = match launch.relaunch {
+                            Some(Relaunch::Restart(Restart { why, last_exit })) => {
+                                (last_exit, why.as_ref().and_then(|w| w.failure()).cloned())
+                            }
+                            _ => (None, None),
                         };
                         let failed = Effect::LaunchFailed {
                             step: launch.step,
                             reason,
-                            last_exit: launch.last_exit,
+                            last_exit,
                             failure,
                         };
                         (Phase::Idle, [failed].into_iter().chain(start).collect())
@@ -185,16 +187,11 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
             ),
         },
 
-        Event::RestartDecided {
-            delay,
-            why,
-            last_exit,
-        } => match phase {
+        Event::RestartDecided { delay, restart } => match phase {
             Phase::Idle => (
                 Phase::BackingOff {
                     at: now + delay,
-                    why,
-                    last_exit,
+                    restart,
                 },
                 Vec::new(),
             ),
@@ -238,8 +235,8 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
                 };
                 (killing, vec![kill])
             }
-            Phase::BackingOff { at, why, last_exit } if now >= at => {
-                (Phase::Idle, vec![Effect::RestartDue { why, last_exit }])
+            Phase::BackingOff { at, restart } if now >= at => {
+                (Phase::Idle, vec![Effect::RestartDue(restart)])
             }
             other => (other, Vec::new()),
         },

@@ -60,11 +60,9 @@ fn launch(generation: u64) -> Launching {
     Launching {
         generation,
         step: PipelineStep::Train,
-        after_crash: false,
         resume: None,
         resumed_from_step: None,
         relaunch: None,
-        last_exit: None,
         started_at: lavender::time::now_utc(),
     }
 }
@@ -162,8 +160,10 @@ fn killing_hung(t0: Instant) -> Phase {
 fn backing_off(t0: Instant) -> Phase {
     Phase::BackingOff {
         at: t0 + Duration::from_secs(5),
-        why: None,
-        last_exit: Some(ExitOutcome::Code(1)),
+        restart: Restart {
+            why: None,
+            last_exit: Some(ExitOutcome::Code(1)),
+        },
     }
 }
 
@@ -211,8 +211,10 @@ fn stop_asked() -> Event {
 fn restart_decided() -> Event {
     Event::RestartDecided {
         delay: Duration::from_secs(5),
-        why: None,
-        last_exit: Some(ExitOutcome::Code(1)),
+        restart: Restart {
+            why: None,
+            last_exit: Some(ExitOutcome::Code(1)),
+        },
     }
 }
 fn adopted(t0: Instant, stopping: bool) -> Event {
@@ -368,12 +370,11 @@ fn a_launch_asked_while_busy_answers_the_start_and_launches_nothing() {
 fn a_failed_restart_launch_keeps_the_crash_it_follows() {
     let t0 = Instant::now();
     let mut restart = launch(1);
-    restart.after_crash = true;
-    restart.last_exit = Some(ExitOutcome::Code(137));
     let failure = lavender::failure::Failure::new(lavender::failure::FailureKind::Crash, "oom");
-    restart.relaunch = Some(Relaunch::Restart(Some(PendingRestart::Failed(
-        failure.clone(),
-    ))));
+    restart.relaunch = Some(Relaunch::Restart(Restart {
+        why: Some(PendingRestart::Failed(failure.clone())),
+        last_exit: Some(ExitOutcome::Code(137)),
+    }));
     let from = Phase::Launching {
         launch: restart,
         start: None,
