@@ -1,5 +1,6 @@
 //! The pipeline: the configured steps run in order by one actor that owns the
-//! state machine (idle → running(step) → stopping → stopped | finished | crashed | failed).
+//! state machine (idle → running(step) → stopping → stopped | finished | crashed | failed,
+//! as the record shows it); `machine/` writes down its phases and transitions.
 
 pub(crate) mod actor;
 pub(crate) mod config_file;
