@@ -1,5 +1,6 @@
 //! The pipeline: the configured steps run in order by one actor that owns the
-//! state machine (idle → running(step) → stopping → stopped | finished | crashed | failed).
+//! state machine (idle → running(step) → stopping → stopped | finished | crashed | failed,
+//! as the record shows it); `machine/` writes down its phases and transitions.
 
 pub(crate) mod actor;
 pub(crate) mod config_file;
@@ -7,6 +8,7 @@ pub mod files;
 pub(crate) mod handle;
 pub(crate) mod inputs;
 pub(crate) mod judge;
+pub(crate) mod machine;
 pub(crate) mod markers;
 pub(crate) mod plan;
 pub(crate) mod policy;

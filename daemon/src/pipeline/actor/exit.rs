@@ -1,57 +1,70 @@
-//! A worker ended: a stop finished, a hung worker killed (restart it), or judged:
+//! A worker ended: a stop finished, or judged (a hung worker's kill: `effects.rs`):
 //! the next step, the step stopped from outside, or a failure for the policy
 //! (`restart.rs`).
 
 use lavender::status::{PipelineState, StepState};
 
-use super::{Actor, PendingRestart, WorkerExit};
+use super::{Actor, WorkerExit};
 use crate::alert::Alert;
-use crate::pipeline::inputs::StepInputs;
+use crate::exit::ExitOutcome;
+use crate::pipeline::inputs::{LocalFiles, StepInputs};
 use crate::pipeline::judge::{Verdict, judge};
+use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Stop};
 use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::StopReport;
 use crate::pipeline::{markers, plan};
 
 impl Actor {
     pub(super) fn on_exit(&mut self, exit: WorkerExit) {
-        let Some(worker) = self.worker.take_if(|w| w.generation == exit.generation) else {
-            return;
-        };
+        let WorkerExit {
+            generation,
+            outcome,
+            files,
+        } = exit;
+        self.on(Event::WorkerExited {
+            generation,
+            outcome,
+            files,
+        });
+    }
+
+    /// The supervised `worker` ended: the record no longer names it.
+    pub(super) fn ended(&mut self, worker: &LiveWorker, outcome: ExitOutcome) {
         self.record.worker = None;
+        tracing::info!(step = %worker.step, outcome = %outcome, "worker exited");
+    }
+
+    /// The worker of a stop ended: what it saved, to who asked.
+    pub(super) fn stopped(&mut self, worker: LiveWorker, stop: Stop, outcome: ExitOutcome) {
+        self.ended(&worker, outcome);
+        let report = StopReport::after_exit(
+            worker.step,
+            &stop.mark,
+            &self.layout.checkpoints_root(),
+            stop.escalation.killed(),
+        );
+        tracing::info!("{}", report.message);
+        self.record.state = PipelineState::Stopped;
+        self.record.set_step(worker.step, StepState::Pending);
+        self.commit();
+        for waiter in stop.waiters {
+            let _ = waiter.send(report.clone());
+        }
+        if stop.resume_after {
+            self.resume_at_start(StopCause::DaemonExit);
+        }
+    }
+
+    /// A running worker ended by itself: the next step, the step stopped from
+    /// outside, or a failure for the policy.
+    pub(super) fn judge_exit(
+        &mut self,
+        worker: LiveWorker,
+        outcome: ExitOutcome,
+        files: LocalFiles,
+    ) {
+        self.ended(&worker, outcome);
         let step = worker.step;
-        tracing::info!(step = %step, outcome = %exit.outcome, "worker exited");
-
-        if let Some(stopping) = self.stopping.take() {
-            let report = StopReport::after_exit(
-                stopping.step,
-                &stopping.mark,
-                &self.layout.checkpoints_root(),
-                stopping.killed,
-            );
-            tracing::info!("{}", report.message);
-            self.record.state = PipelineState::Stopped;
-            self.record.set_step(step, StepState::Pending);
-            self.commit();
-            for waiter in stopping.waiters {
-                let _ = waiter.send(report.clone());
-            }
-            if stopping.resume_after {
-                self.resume_at_start(StopCause::DaemonExit);
-            }
-            return;
-        }
-
-        if let Some(hung) = self.hung.take() {
-            let last_step = hung.report.step;
-            self.restart_after(
-                &worker,
-                PendingRestart::Hung(hung.report),
-                exit.outcome,
-                last_step,
-            );
-            return;
-        }
-
         // `on_node_failure: fail` cancelled the job when a node was lost: the
         // pipeline fails with that, rather than restart as after a crash.
         if let Some(job) = worker
@@ -64,13 +77,13 @@ impl Actor {
                 .message
                 .clone()
                 .unwrap_or_else(|| format!("Slurm job {}: a node was lost", job.job_id));
-            self.fail_after(step, reason, Some(exit.outcome), None);
+            self.fail_after(step, reason, Some(outcome), None);
             return;
         }
 
         let judged = judge(
             step,
-            exit.outcome,
+            outcome,
             self.record.run_dir.as_deref(),
             &self.layout.data_root,
             Some(worker.started_at),
@@ -79,13 +92,8 @@ impl Actor {
             Verdict::Success => {
                 let chunk = self.record.chunk.unwrap_or(self.config.chunk);
                 let ran_with = plan::worker_config(&self.layout, &self.config);
-                let inputs = StepInputs::with_files(
-                    step,
-                    &ran_with,
-                    &self.layout.data_root,
-                    chunk,
-                    &exit.files,
-                );
+                let inputs =
+                    StepInputs::with_files(step, &ran_with, &self.layout.data_root, chunk, &files);
                 if let Err(e) = markers::write(
                     &self.layout,
                     chunk,
@@ -98,7 +106,7 @@ impl Actor {
                 self.record.set_step(step, StepState::Done);
                 self.record.active_step = None;
                 self.record.same_failure = None;
-                self.advance();
+                self.advance(None);
             }
             Verdict::StoppedExternally => {
                 self.record.state = PipelineState::Stopped;
@@ -113,7 +121,7 @@ impl Actor {
                 self.restart_after(
                     &worker,
                     PendingRestart::Failed(failure),
-                    exit.outcome,
+                    outcome,
                     judged.last_step,
                 );
             }

@@ -7,64 +7,29 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
-use tokio::time::Instant;
-
-use super::{Actor, HungKill};
+use super::Actor;
 use crate::pipeline::handle::HungReport;
+use crate::pipeline::machine::Event;
 
 impl Actor {
     pub(super) fn on_hung(&mut self, report: HungReport) {
-        let Some(worker) = &self.worker else {
-            return;
-        };
-        // A report about a worker that already ended, or one being stopped or killed.
-        if !worker.handle.same_as(&report.worker) || self.stopping.is_some() || self.hung.is_some()
-        {
-            return;
-        }
-        // A Slurm job waiting in the queue (requeued after a lost node or at its time
-        // limit) runs nothing that could beat.
-        if worker
-            .handle
-            .slurm_job()
-            .is_some_and(|j| j.state.as_deref().is_some_and(|s| s != "RUNNING"))
-        {
-            tracing::info!(worker = %worker.handle, "no heartbeat while the Slurm job is not running: not hung");
-            return;
-        }
         let grace = self.timings.stall_kill_grace;
-        let text = hung_text(&report);
+        self.on(Event::HungJudged { report, grace });
+    }
+
+    /// The hung worker got its SIGTERM: the record says why.
+    pub(super) fn hung_kill_begun(&mut self, report: &HungReport, grace: Duration) {
+        let text = hung_text(report);
+        let worker = self.phase.worker().map_or(&report.worker, |w| &w.handle);
         tracing::warn!(
-            worker = %worker.handle,
+            worker = %worker,
             "{text} ({} allows {:.1} s); killing it (SIGTERM, SIGKILL after {:.1} s) to restart it",
             report.allowance_key,
             report.allowance.as_secs_f64(),
             grace.as_secs_f64()
         );
-        self.backend
-            .signal(&worker.handle, Signal::SIGTERM, worker.own_child);
-        self.hung = Some(HungKill {
-            deadline: Instant::now() + grace,
-            killed: false,
-            report,
-        });
         self.record.last_error = Some(text);
         self.commit();
-    }
-
-    /// The grace passed: SIGKILL.
-    pub(super) fn escalate_hung(&mut self) {
-        let (Some(hung), Some(worker)) = (&mut self.hung, &self.worker) else {
-            return;
-        };
-        if hung.killed || Instant::now() < hung.deadline {
-            return;
-        }
-        tracing::warn!(worker = %worker.handle, "the hung worker is still there; SIGKILL");
-        self.backend
-            .signal(&worker.handle, Signal::SIGKILL, worker.own_child);
-        hung.killed = true;
     }
 }
 

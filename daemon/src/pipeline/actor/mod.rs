@@ -1,7 +1,8 @@
-//! The pipeline actor: one task owns the state machine and the worker; everything
-//! else talks to it through the [`PipelineHandle`]'s commands and watches its
-//! published record. A file per transition: `start` (and the steps that follow),
-//! `exit`, `restart` (a failed or hung worker restarted, or the pipeline failed),
+//! The pipeline actor: one task owns the state machine (its phase, stepped by
+//! `pipeline/machine/`; the effects performed by `effects.rs`) and the worker;
+//! everything else talks to it through the [`PipelineHandle`]'s commands and
+//! watches its published record. A file per transition: `start` (and the steps
+//! that follow), `exit`, `restart` (a failed or hung worker restarted, or the pipeline failed),
 //! `hung` (a worker that stopped beating killed), `stop`, `recover` (after a daemon
 //! restart) and `resume` (an interrupted pipeline resumed at daemon start).
 //!
@@ -11,6 +12,7 @@
 //! a [`Fingerprinted`], so a status, a stop or the watchdog's ping is answered
 //! meanwhile.
 
+mod effects;
 mod exit;
 mod hung;
 mod recover;
@@ -23,36 +25,21 @@ mod stop;
 #[cfg(test)]
 mod tests;
 
-use std::path::PathBuf;
-
 use anyhow::Result;
-use chrono::{DateTime, Utc};
 use lavender::config::{Config, PipelineStep};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::config_file::ConfigSource;
-use super::handle::{Command, HungReport, PipelineHandle, StartError, StartReply};
+use super::handle::{Command, PipelineHandle, StartError, StartReply};
 use super::inputs::{LocalFiles, reads_local_files};
-use super::record::{PipelineRecord, StopCause, WorkerRecord};
+use super::machine::{Event, Phase};
+use super::record::{PipelineRecord, WorkerRecord};
 use super::restart::Timings;
-use super::stop::{StopMark, StopReport};
 use crate::alert::{Alert, AlertSender};
 use crate::exit::ExitOutcome;
 use crate::layout::Layout;
 use crate::process::{Backend, ExitFuture, JobUpdate, Launched, WorkerHandle};
-
-struct LiveWorker {
-    generation: u64,
-    handle: WorkerHandle,
-    step: PipelineStep,
-    started: Instant,
-    started_at: DateTime<Utc>,
-    /// Spawned by this daemon (not re-adopted): its exit is reaped by us.
-    own_child: bool,
-    /// The step of the checkpoint it resumed from (see `WorkerRecord`).
-    resumed_from_step: Option<u64>,
-}
 
 struct WorkerExit {
     generation: u64,
@@ -65,31 +52,6 @@ struct WorkerExit {
 struct JobChange {
     generation: u64,
     update: JobUpdate,
-}
-
-/// The step being launched off the actor (see [`Actor::spawn_step`]).
-struct Launching {
-    generation: u64,
-    step: PipelineStep,
-    after_crash: bool,
-    /// The checkpoint it resumes from, and that checkpoint's step when the daemon
-    /// brings a training worker back (a restart, a resume).
-    resume: Option<PathBuf>,
-    resumed_from_step: Option<u64>,
-    /// Why the daemon launches it again, for what it says once it runs.
-    relaunch: Option<Relaunch>,
-    /// When the launch began, in whole milliseconds: the worker may write before
-    /// the launch reports back, and its records carry their time at that precision,
-    /// so a record of its first millisecond is never older than its start.
-    started_at: DateTime<Utc>,
-}
-
-/// A step launched again by the daemon itself.
-enum Relaunch {
-    /// After a failure or a hang (`None`: decided by a daemon before this one).
-    Restart(Option<PendingRestart>),
-    /// At daemon start, a pipeline interrupted by the daemon's exit or a power loss.
-    Resume(StopCause),
 }
 
 /// How a launch went, reported back to the actor.
@@ -108,45 +70,6 @@ struct Fingerprinted {
     files: LocalFiles,
 }
 
-/// A start whose reply waits for its first step's launch.
-struct PendingStart {
-    reply: oneshot::Sender<Result<StartReply, StartError>>,
-    chunk: u32,
-    scale: lavender::config::Scale,
-    notices: Vec<String>,
-    config_line: String,
-}
-
-struct Stopping {
-    deadline: Instant,
-    killed: bool,
-    waiters: Vec<oneshot::Sender<StopReport>>,
-    mark: StopMark,
-    step: PipelineStep,
-    /// A stop for the previous daemon's exit, finished by this one: resume after it
-    /// (as the start of this daemon would have).
-    resume_after: bool,
-}
-
-/// A hung worker being killed: SIGTERM sent, SIGKILL at `deadline`; its exit
-/// restarts it.
-struct HungKill {
-    deadline: Instant,
-    killed: bool,
-    report: HungReport,
-}
-
-/// Why the restart that is due was decided, for what it says once started.
-enum PendingRestart {
-    Hung(HungReport),
-    Failed(lavender::failure::Failure),
-    /// A divergence rolled back (`rollback.rs`); `message` says to what.
-    RolledBack {
-        failure: lavender::failure::Failure,
-        message: String,
-    },
-}
-
 struct Actor {
     layout: Layout,
     config: Config,
@@ -160,24 +83,13 @@ struct Actor {
     launches_tx: mpsc::UnboundedSender<LaunchDone>,
     fingerprints_tx: mpsc::UnboundedSender<Fingerprinted>,
     backend: Backend,
-    worker: Option<LiveWorker>,
+    /// What the actor is doing about the worker (`pipeline/machine/`).
+    phase: Phase,
+    /// The last worker generation given out: a launch's report or a worker's exit
+    /// of another generation is about a worker no longer supervised.
     generation: u64,
-    restart_at: Option<Instant>,
-    /// How the worker whose restart is pending ended: the "failed" alert tells it
-    /// when that restart cannot be started.
-    last_exit: Option<ExitOutcome>,
-    /// Why the pending restart was decided (not kept across a daemon restart).
-    pending: Option<PendingRestart>,
-    stopping: Option<Stopping>,
-    hung: Option<HungKill>,
-    /// The launch whose worker the pipeline waits for; a stop abandons it.
-    launching: Option<Launching>,
     /// Launches not reported back yet, abandoned ones included.
     launches_in_flight: usize,
-    pending_start: Option<PendingStart>,
-    /// A detach waits for the launches in flight: the record must name the worker
-    /// it leaves running, and an abandoned launch's worker must be cancelled.
-    detaching: Option<oneshot::Sender<()>>,
     alerts: AlertSender,
 }
 
@@ -231,17 +143,9 @@ fn spawn_sourced(
         record,
         snapshot,
         exits_tx,
-        worker: None,
+        phase: Phase::Idle,
         generation: 0,
-        restart_at: None,
-        last_exit: None,
-        pending: None,
-        stopping: None,
-        hung: None,
-        launching: None,
         launches_in_flight: 0,
-        pending_start: None,
-        detaching: None,
         alerts,
     };
     actor.recover();
@@ -287,20 +191,13 @@ impl Actor {
             mut launches,
             mut fingerprints,
         } = inbox;
+        // A detach waits for the launches in flight: the record must name the worker
+        // it leaves running, and an abandoned launch's worker must be cancelled.
+        let mut detaching = None;
         loop {
-            let stop_kill_at = self
-                .stopping
-                .as_ref()
-                .filter(|s| !s.killed)
-                .map(|s| s.deadline);
-            let hung_kill_at = self.hung.as_ref().filter(|h| !h.killed).map(|h| h.deadline);
-            let kill_at = match (stop_kill_at, hung_kill_at) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
             tokio::select! {
                 cmd = cmds.recv() => match cmd {
-                    Some(Command::Detach { reply }) => self.detaching = Some(reply),
+                    Some(Command::Detach { reply }) => detaching = Some(reply),
                     Some(cmd) => self.on_command(cmd),
                     None => break,
                 },
@@ -308,14 +205,10 @@ impl Actor {
                 Some(f) = fingerprints.recv() => self.on_fingerprinted(f),
                 Some(exit) = exits.recv() => self.on_exit(exit),
                 Some(change) = jobs.recv() => self.on_job_change(change),
-                _ = sleep_until_opt(self.restart_at) => self.on_restart_due(),
-                _ = sleep_until_opt(kill_at) => {
-                    self.escalate();
-                    self.escalate_hung();
-                }
+                _ = sleep_until_opt(self.phase.deadline()) => self.on(Event::TimerFired),
             }
             if self.launches_in_flight == 0
-                && let Some(reply) = self.detaching.take()
+                && let Some(reply) = detaching.take()
             {
                 tracing::info!("pipeline actor detached; the worker is left running");
                 let _ = reply.send(());
@@ -418,7 +311,7 @@ impl Actor {
 
     /// A Slurm job moved (pending → running on a node → requeued …): the status shows it.
     fn on_job_change(&mut self, change: JobChange) {
-        if self.worker.as_ref().map(|w| w.generation) != Some(change.generation) {
+        if self.phase.worker().map(|w| w.generation) != Some(change.generation) {
             return;
         }
         let Some(WorkerRecord {
@@ -439,7 +332,7 @@ impl Actor {
         slurm.seen.message = update.message;
         slurm.seen.failed_on_node_loss = update.failed_on_node_loss;
         let message = slurm.seen.message.clone();
-        if let Some(w) = self.worker.as_mut() {
+        if let Some(w) = self.phase.worker_mut() {
             w.handle = WorkerHandle::Slurm {
                 slurm: slurm.clone(),
             };

@@ -7,11 +7,12 @@ use chrono::Utc;
 use lavender::status::PipelineState;
 use tokio::time::Instant;
 
-use super::{Actor, LiveWorker, Stopping, WorkerExit};
+use super::{Actor, WorkerExit};
 use crate::alert::Alert;
 use crate::exit::ExitOutcome;
 use crate::pipeline::inputs::LocalFiles;
 use crate::pipeline::judge::{Verdict, judge};
+use crate::pipeline::machine::{Escalation, Event, LiveWorker, Restart, Stop};
 use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::StopMark;
 
@@ -31,7 +32,7 @@ impl Actor {
                     .checked_sub(elapsed)
                     .unwrap_or_else(Instant::now);
                 self.generation += 1;
-                self.worker = Some(LiveWorker {
+                let worker = LiveWorker {
                     generation: self.generation,
                     handle: w.handle.clone(),
                     step: w.step,
@@ -39,24 +40,24 @@ impl Actor {
                     started_at: w.started_at,
                     own_child: false,
                     resumed_from_step: w.resumed_from_step,
-                });
+                };
                 self.watch_adopted(self.generation, w.step, w.handle.clone());
-                if self.record.state == PipelineState::Stopping {
-                    // The stop was under way when the previous daemon died: finish it.
-                    self.stopping = Some(Stopping {
-                        deadline: Instant::now() + self.timings.stop_timeout,
-                        killed: false,
-                        waiters: Vec::new(),
-                        mark: StopMark::take(
-                            self.record.run_dir.as_deref(),
-                            &self.layout.checkpoints_root(),
-                        ),
-                        step: w.step,
-                        resume_after: interrupted,
-                    });
-                } else {
+                // The stop under way when the previous daemon died: finish it.
+                let stop = (self.record.state == PipelineState::Stopping).then(|| Stop {
+                    escalation: Escalation::Term {
+                        kill_at: Instant::now() + self.timings.stop_timeout,
+                    },
+                    waiters: Vec::new(),
+                    mark: StopMark::take(
+                        self.record.run_dir.as_deref(),
+                        &self.layout.checkpoints_root(),
+                    ),
+                    resume_after: interrupted,
+                });
+                if stop.is_none() {
                     self.record.state = PipelineState::Running;
                 }
+                self.on(Event::Adopted { worker, stop });
                 tracing::info!(worker = %w.handle, step = %w.step, "re-adopted running worker");
                 self.alert(Alert::Adopted {
                     step: w.step,
@@ -84,7 +85,7 @@ impl Actor {
                 }
             }
             self.generation += 1;
-            self.worker = Some(LiveWorker {
+            let worker = LiveWorker {
                 generation: self.generation,
                 started_at: w.started_at,
                 handle: w.handle,
@@ -92,21 +93,20 @@ impl Actor {
                 started: Instant::now(),
                 own_child: false,
                 resumed_from_step: w.resumed_from_step,
+            };
+            let stop = was_stopping.then(|| Stop {
+                escalation: Escalation::Term {
+                    kill_at: Instant::now(),
+                },
+                waiters: Vec::new(),
+                mark: StopMark {
+                    run_dir: self.record.run_dir.clone(),
+                    events_offset: 0,
+                    newest_before: None,
+                },
+                resume_after: interrupted,
             });
-            if was_stopping {
-                self.stopping = Some(Stopping {
-                    deadline: Instant::now(),
-                    killed: false,
-                    waiters: Vec::new(),
-                    mark: StopMark {
-                        run_dir: self.record.run_dir.clone(),
-                        events_offset: 0,
-                        newest_before: None,
-                    },
-                    step: w.step,
-                    resume_after: interrupted,
-                });
-            }
+            self.on(Event::Adopted { worker, stop });
             // At the daemon's start, before the actor serves anything: its files
             // are read here.
             let files = self
@@ -121,11 +121,16 @@ impl Actor {
             return;
         }
         if self.record.restart_pending {
-            self.restart_at =
-                Some(Instant::now() + self.timings.restart_delay(self.record.restarts));
+            self.on(Event::RestartDecided {
+                delay: self.timings.restart_delay(self.record.restarts),
+                restart: Restart {
+                    why: None,
+                    last_exit: None,
+                },
+            });
         } else if self.record.state == PipelineState::Running {
             // The daemon died between two steps.
-            self.advance();
+            self.advance(None);
         } else if self.record.state == PipelineState::Stopping {
             self.record.state = PipelineState::Stopped;
             self.commit();

@@ -7,13 +7,13 @@ use std::path::Path;
 use lavender::config::PipelineStep;
 use lavender::failure::Failure;
 use lavender::status::{PipelineState, Recovery, RecoveryReason, StepState};
-use tokio::time::Instant;
 
+use super::Actor;
 use super::hung::hung_text;
 use super::resume::resume_reason;
-use super::{Actor, LiveWorker, PendingRestart, Relaunch};
 use crate::alert::{Alert, Repeats};
 use crate::exit::ExitOutcome;
+use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Relaunch, Restart};
 use crate::pipeline::policy::{self, Cause, Decision, SameFailure, Streak};
 
 impl Actor {
@@ -82,14 +82,18 @@ impl Actor {
                 self.record.restarts = restart;
                 self.record.state = PipelineState::Crashed;
                 self.record.restart_pending = true;
-                self.restart_at = Some(Instant::now() + delay);
-                self.last_exit = Some(outcome);
                 self.record.last_error = Some(match &why {
                     PendingRestart::Hung(report) => hung_text(report),
                     PendingRestart::Failed(f) => f.message.clone(),
                     PendingRestart::RolledBack { message, .. } => message.clone(),
                 });
-                self.pending = Some(why);
+                self.on(Event::RestartDecided {
+                    delay,
+                    restart: Restart {
+                        why: Some(why),
+                        last_exit: Some(outcome),
+                    },
+                });
                 self.commit();
                 if let Some(failure) = failure {
                     self.alert(Alert::Crashed {
@@ -123,13 +127,12 @@ impl Actor {
             .unwrap_or(0)
     }
 
-    pub(super) fn on_restart_due(&mut self) {
-        self.restart_at = None;
+    /// The backoff passed: the active step launched again from its latest checkpoint.
+    pub(super) fn on_restart_due(&mut self, restart: Restart) {
         let Some(step) = self.record.active_step else {
             return;
         };
-        let why = self.pending.take();
-        self.spawn_step(step, true, Some(Relaunch::Restart(why)));
+        self.spawn_step(step, Some(Relaunch::Restart(restart)), None);
     }
 
     /// A worker the daemon launched again by itself runs: `pipeline.recovery` says
@@ -142,20 +145,29 @@ impl Actor {
     ) -> Option<Alert> {
         let from_text = checkpoint_text(from);
         let (reason, message) = match &why {
-            Relaunch::Restart(Some(PendingRestart::Hung(report))) => (
+            Relaunch::Restart(Restart {
+                why: Some(PendingRestart::Hung(report)),
+                ..
+            }) => (
                 RecoveryReason::Hung,
                 format!("{}; restarted from {from_text}", hung_text(report)),
             ),
-            Relaunch::Restart(Some(PendingRestart::Failed(f))) => (
+            Relaunch::Restart(Restart {
+                why: Some(PendingRestart::Failed(f)),
+                ..
+            }) => (
                 RecoveryReason::Failed,
                 format!("{}: {}; restarted from {from_text}", f.kind, f.message),
             ),
-            Relaunch::Restart(Some(PendingRestart::RolledBack { message, .. })) => (
+            Relaunch::Restart(Restart {
+                why: Some(PendingRestart::RolledBack { message, .. }),
+                ..
+            }) => (
                 RecoveryReason::RolledBack,
                 format!("{message}; restarted from {from_text}"),
             ),
             // Decided by a daemon before this one.
-            Relaunch::Restart(None) => (
+            Relaunch::Restart(Restart { why: None, .. }) => (
                 RecoveryReason::Failed,
                 format!(
                     "{}; restarted from {from_text}",
@@ -173,9 +185,10 @@ impl Actor {
         tracing::info!(%step, "{message}");
         self.record.recovery = Some(recovery(reason, &message, from));
         match why {
-            Relaunch::Restart(Some(PendingRestart::Hung(_))) => {
-                Some(Alert::HungRestarted { step, message })
-            }
+            Relaunch::Restart(Restart {
+                why: Some(PendingRestart::Hung(_)),
+                ..
+            }) => Some(Alert::HungRestarted { step, message }),
             Relaunch::Resume(_) => Some(Alert::Resumed {
                 step,
                 reason,
@@ -183,10 +196,6 @@ impl Actor {
             }),
             Relaunch::Restart(_) => None,
         }
-    }
-
-    pub(super) fn fail(&mut self, step: PipelineStep, reason: String) {
-        self.fail_after(step, reason, None, None);
     }
 
     pub(super) fn fail_after(
@@ -202,10 +211,6 @@ impl Actor {
         self.record.restart_pending = false;
         self.record.worker = None;
         self.record.last_error = Some(reason.clone());
-        self.restart_at = None;
-        self.last_exit = None;
-        self.pending = None;
-        self.hung = None;
         self.commit();
         self.alert(Alert::Failed {
             step,

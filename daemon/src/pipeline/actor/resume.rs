@@ -6,7 +6,8 @@
 
 use lavender::status::{PipelineState, RecoveryReason, StepState};
 
-use super::{Actor, Relaunch};
+use super::Actor;
+use crate::pipeline::machine::Relaunch;
 use crate::pipeline::record::StopCause;
 
 impl Actor {
@@ -33,7 +34,7 @@ impl Actor {
             return;
         }
         // `relaunched` (restart.rs) says so once the worker runs.
-        self.spawn_step(step, true, Some(Relaunch::Resume(cause)));
+        self.spawn_step(step, Some(Relaunch::Resume(cause)), None);
     }
 }
 

@@ -8,12 +8,14 @@
 
 use lavender::config::PipelineStep;
 use lavender::failure::Failure;
-use lavender::status::PipelineState;
-use tokio::time::Instant;
+use std::time::Duration;
 
-use super::{Actor, PendingRestart};
+use lavender::status::PipelineState;
+
+use super::Actor;
 use crate::alert::Alert;
 use crate::exit::ExitOutcome;
+use crate::pipeline::machine::{Event, PendingRestart, Restart};
 use crate::pipeline::rollback::{self, NoRollback, Rollback};
 
 impl Actor {
@@ -59,11 +61,15 @@ impl Actor {
         self.record.restart_pending = true;
         self.record.last_error = Some(message.clone());
         // At once: the data that diverged is skipped, so the restart is not a retry.
-        self.restart_at = Some(Instant::now());
-        self.last_exit = Some(outcome);
-        self.pending = Some(PendingRestart::RolledBack {
-            failure,
-            message: message.clone(),
+        self.on(Event::RestartDecided {
+            delay: Duration::ZERO,
+            restart: Restart {
+                why: Some(PendingRestart::RolledBack {
+                    failure,
+                    message: message.clone(),
+                }),
+                last_exit: Some(outcome),
+            },
         });
         self.commit();
         self.alert(Alert::RolledBack {

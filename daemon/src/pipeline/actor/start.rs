@@ -8,22 +8,18 @@ use std::path::Path;
 use chrono::SubsecRound;
 use lavender::config::{Config, PipelineStep};
 use lavender::status::{PipelineState, StepState};
-use nix::sys::signal::Signal;
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
-use super::{
-    Actor, Fingerprinted, JobChange, LaunchDone, Launching, LiveWorker, PendingRestart,
-    PendingStart, Relaunch, backend_for,
-};
+use super::{Actor, Fingerprinted, JobChange, LaunchDone, backend_for};
 use crate::alert::Alert;
 use crate::pipeline::handle::{StartError, StartReply};
 use crate::pipeline::inputs::{LocalFiles, reads_local_files};
+use crate::pipeline::machine::{Event, Launching, PendingStart, Phase, Relaunch};
 use crate::pipeline::plan;
 use crate::pipeline::record::WorkerRecord;
 use crate::pipeline::request::StartRequest;
 use crate::pipeline::restart::Timings;
-use crate::process::Launched;
+use crate::process::{ExitFuture, SpawnSpec};
 
 impl Actor {
     /// Reads the config the start names (or the daemon's own file, again) and has
@@ -147,27 +143,23 @@ impl Actor {
         }
         self.config = config;
         self.record = record;
-        self.pending_start = Some(PendingStart {
+        self.advance(Some(PendingStart {
             reply,
             chunk,
             scale,
             notices,
             config_line,
-        });
-        self.advance();
-        if self.launching.is_none() {
-            self.answer_start();
-        }
+        }));
     }
 
     /// Why a start is refused while a pipeline is active (or its first step is being
     /// launched): the keys its config (`asked`: the config and its file) differs in,
     /// else that it runs. `None` when nothing is active.
     fn refusal(&self, req: &StartRequest, asked: Option<(&Config, &Path)>) -> Option<StartError> {
-        if !(self.record.is_active() || self.launching.is_some()) {
+        if !(self.record.is_active() || matches!(self.phase, Phase::Launching { .. })) {
             return None;
         }
-        let pid = self.worker.as_ref().and_then(|w| w.handle.pid());
+        let pid = self.phase.worker().and_then(|w| w.handle.pid());
         Some(
             match asked.and_then(|(config, file)| self.differs_from_running(req, config, file)) {
                 Some(message) => StartError::ConfigDiffers(message),
@@ -225,11 +217,8 @@ impl Actor {
         }
     }
 
-    /// Answers the start waiting for its first step's launch, if one is.
-    pub(super) fn answer_start(&mut self) {
-        let Some(start) = self.pending_start.take() else {
-            return;
-        };
+    /// Answers the start that waited for its first step's launch.
+    pub(super) fn answer_start(&mut self, start: PendingStart) {
         let reply = if self.record.state == PipelineState::Failed {
             Err(StartError::Spawn(
                 self.record
@@ -243,13 +232,13 @@ impl Actor {
                 chunk: start.chunk,
                 scale: start.scale,
                 active_step: self.record.active_step,
-                pid: self.worker.as_ref().and_then(|w| w.handle.pid()),
+                pid: self.phase.worker().and_then(|w| w.handle.pid()),
                 run_dir: self.record.run_dir.clone(),
                 log_file: self.record.log_file.clone(),
                 resume_from: self.record.resume_from.clone(),
                 slurm_job: self
-                    .worker
-                    .as_ref()
+                    .phase
+                    .worker()
                     .and_then(|w| w.handle.slurm_job())
                     .map(|j| j.job_id.clone()),
                 notices: start.notices,
@@ -260,8 +249,9 @@ impl Actor {
         let _ = start.reply.send(reply);
     }
 
-    /// Starts the next pending step, or finishes the pipeline.
-    pub(super) fn advance(&mut self) {
+    /// Starts the next pending step, or finishes the pipeline; `start`: the start
+    /// whose reply waits for that.
+    pub(super) fn advance(&mut self, start: Option<PendingStart>) {
         let next = self
             .record
             .steps
@@ -277,8 +267,11 @@ impl Actor {
                 self.commit();
                 self.alert(self.finished_alert());
                 self.prune_old_runs();
+                if let Some(start) = start {
+                    self.answer_start(start);
+                }
             }
-            Some(step) => self.spawn_step(step, false, None),
+            Some(step) => self.spawn_step(step, None, start),
         }
     }
 
@@ -328,14 +321,15 @@ impl Actor {
 
     /// Launches `step` on the blocking pool (`sbatch` may take seconds; a local spawn
     /// forks); [`Actor::on_launched`] takes the worker, or fails the step.
-    /// `after_crash`: from the run's newest complete checkpoint; `relaunch`: why the
-    /// daemon launches it again by itself.
+    /// `relaunch`: why the daemon launches it again by itself (from the run's
+    /// newest complete checkpoint); `start`: the start whose reply waits for it.
     pub(super) fn spawn_step(
         &mut self,
         step: PipelineStep,
-        after_crash: bool,
         relaunch: Option<Relaunch>,
+        start: Option<PendingStart>,
     ) {
+        let after_crash = relaunch.is_some();
         let spec = plan::spawn_spec(&self.layout, &self.config, &self.record, step, after_crash);
         // A training worker brought back by the daemon: the step its checkpoint was
         // saved at (0 without one). Ending without training past it is no progress.
@@ -346,17 +340,25 @@ impl Actor {
                 .map_or(0, |s| s.step)
         });
         self.generation += 1;
-        let generation = self.generation;
-        self.launching = Some(Launching {
-            generation,
+        let launch = Launching {
+            generation: self.generation,
             step,
-            after_crash,
             resume: spec.resume.clone(),
             resumed_from_step,
             relaunch,
             started_at: lavender::time::now_utc().trunc_subsecs(3),
+        };
+        self.on(Event::LaunchAsked {
+            launch,
+            spec: Box::new(spec),
+            start,
         });
+    }
+
+    /// Launches worker `generation` off the actor; it reports back with a [`LaunchDone`].
+    pub(super) fn launch(&mut self, generation: u64, spec: Box<SpawnSpec>) {
         self.launches_in_flight += 1;
+        let step = spec.step;
         let jobs = self.jobs_tx.clone();
         let backend = self.backend.clone();
         let done = self.launches_tx.clone();
@@ -379,58 +381,39 @@ impl Actor {
     /// cancelled: it has not trained yet.
     pub(super) fn on_launched(&mut self, done: LaunchDone) {
         self.launches_in_flight = self.launches_in_flight.saturating_sub(1);
-        let Some(launching) = self.launching.take_if(|l| l.generation == done.generation) else {
-            if let Ok(launched) = done.result {
-                tracing::info!(worker = %launched.handle, "the pipeline was stopped while this worker was launched; cancelling it");
-                self.backend.signal(&launched.handle, Signal::SIGKILL, true);
-                tokio::spawn(launched.exit);
-            }
-            return;
+        let (result, exit) = match done.result {
+            Ok(launched) => (Ok(launched.handle), Some(launched.exit)),
+            Err(e) => (Err(format!("{e:#}")), None),
         };
-        let step = launching.step;
-        match done.result {
-            Ok(launched) => self.install(launching, launched),
-            Err(e) if launching.after_crash => {
-                let last_exit = self.last_exit.take();
-                let failure = match launching.relaunch {
-                    Some(Relaunch::Restart(Some(
-                        PendingRestart::Failed(f) | PendingRestart::RolledBack { failure: f, .. },
-                    ))) => Some(f),
-                    _ => None,
-                };
-                self.fail_after(step, format!("{e:#}"), last_exit, failure);
-            }
-            Err(e) => self.fail(step, format!("{e:#}")),
-        }
-        self.answer_start();
+        let generation = done.generation;
+        self.on_with_exit(Event::LaunchFinished { generation, result }, exit);
     }
 
-    fn install(&mut self, launching: Launching, launched: Launched) {
-        let (step, generation, after_crash) =
-            (launching.step, launching.generation, launching.after_crash);
+    /// The launched worker runs (the phase holds it): the record names it, says why
+    /// it was launched again, and its exit is watched.
+    pub(super) fn install(&mut self, launching: Launching, exit: ExitFuture) {
+        let Some(worker) = self.phase.worker() else {
+            return;
+        };
+        let handle = worker.handle.clone();
+        let (step, generation, after_crash) = (
+            launching.step,
+            launching.generation,
+            launching.after_crash(),
+        );
         let resumed_from_step = launching.resumed_from_step;
-        tracing::info!(%step, worker = %launched.handle, after_crash, "worker started");
+        tracing::info!(%step, worker = %handle, after_crash, "worker started");
         let started_at = launching.started_at;
         self.record.worker = Some(WorkerRecord {
-            handle: launched.handle.clone(),
+            handle,
             step,
             started_at,
-            resumed_from_step,
-        });
-        self.worker = Some(LiveWorker {
-            generation,
-            handle: launched.handle,
-            step,
-            started: Instant::now(),
-            started_at,
-            own_child: true,
             resumed_from_step,
         });
         self.record.state = PipelineState::Running;
         self.record.active_step = Some(step);
         self.record.restart_pending = false;
         self.record.stop_cause = None;
-        self.last_exit = None;
         self.record.set_step(step, StepState::Running);
         let said = launching
             .relaunch
@@ -439,6 +422,6 @@ impl Actor {
         if let Some(alert) = said.flatten() {
             self.alert(alert);
         }
-        self.report_exit(generation, step, launched.exit);
+        self.report_exit(generation, step, exit);
     }
 }

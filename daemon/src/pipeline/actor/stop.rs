@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
+use lavender::config::PipelineStep;
 use lavender::status::{PipelineState, StepState};
-use nix::sys::signal::Signal;
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
-use super::{Actor, Stopping};
+use super::Actor;
+use crate::pipeline::machine::Event;
 use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::{StopMark, StopReport};
 
@@ -21,80 +21,68 @@ impl Actor {
         cause: StopCause,
         reply: oneshot::Sender<StopReport>,
     ) {
-        if let Some(stopping) = &mut self.stopping {
-            stopping.waiters.push(reply);
-            return;
-        }
-        let root = self.layout.checkpoints_root();
-        if let Some(launching) = self.launching.take() {
-            // No worker yet (`sbatch` may take seconds): the pipeline stops now, and the
-            // worker is cancelled when its launch returns (see `on_launched`).
-            self.restart_at = None;
-            self.last_exit = None;
-            self.pending = None;
-            self.record.restart_pending = false;
-            self.record.state = PipelineState::Stopped;
-            self.record.stop_cause = Some(cause);
-            self.record.set_step(launching.step, StepState::Pending);
-            self.commit();
-            let run_dir = self.record.run_dir.as_deref();
-            let _ = reply.send(StopReport::during_launch(launching.step, &root, run_dir));
-            self.answer_start();
-            return;
-        }
-        let Some(worker) = &self.worker else {
-            let mut report = StopReport::nothing_running(&root, self.record.run_dir.as_deref());
-            if self.record.restart_pending {
-                // Crashed and waiting to restart: cancelling the restart is the stop.
-                self.restart_at = None;
-                self.last_exit = None;
-                self.pending = None;
-                self.record.restart_pending = false;
-                self.record.state = PipelineState::Stopped;
-                self.record.stop_cause = Some(cause);
-                if let Some(step) = self.record.active_step {
-                    self.record.set_step(step, StepState::Pending);
-                }
-                self.commit();
-                report.message = format!("cancelled the pending restart; {}", report.message);
-            }
-            let _ = reply.send(report);
-            return;
-        };
-        let mark = StopMark::take(self.record.run_dir.as_deref(), &root);
         let timeout = timeout.unwrap_or(self.timings.stop_timeout);
-        tracing::info!(worker = %worker.handle, step = %worker.step, ?timeout, "stopping: SIGTERM to the worker");
-        self.backend
-            .signal(&worker.handle, Signal::SIGTERM, worker.own_child);
-        self.stopping = Some(Stopping {
-            deadline: Instant::now() + timeout,
-            killed: false,
-            waiters: vec![reply],
+        let mark = StopMark::take(
+            self.record.run_dir.as_deref(),
+            &self.layout.checkpoints_root(),
+        );
+        self.on(Event::StopAsked {
+            timeout,
+            cause,
+            reply,
             mark,
-            step: worker.step,
-            resume_after: false,
         });
-        // A hung worker being killed is stopped instead: no restart follows.
-        self.hung = None;
+    }
+
+    /// The worker got its SIGTERM: the record says stopping, and who asked.
+    pub(super) fn stop_begun(&mut self, cause: StopCause, timeout: Duration) {
+        if let Some(worker) = self.phase.worker() {
+            tracing::info!(worker = %worker.handle, step = %worker.step, ?timeout, "stopping: SIGTERM to the worker");
+        }
         self.record.state = PipelineState::Stopping;
         self.record.stop_cause = Some(cause);
         self.commit();
     }
 
-    /// The stop timeout passed: SIGKILL the group.
-    pub(super) fn escalate(&mut self) {
-        let (Some(stopping), Some(worker)) = (&mut self.stopping, &self.worker) else {
-            return;
-        };
-        if stopping.killed || Instant::now() < stopping.deadline {
-            return;
+    /// No worker yet (`sbatch` may take seconds): the pipeline stops now, and the
+    /// worker is cancelled when its launch returns.
+    pub(super) fn stop_during_launch(
+        &mut self,
+        step: PipelineStep,
+        cause: StopCause,
+        reply: oneshot::Sender<StopReport>,
+    ) {
+        self.stopped_without_worker(Some(step), cause);
+        let root = self.layout.checkpoints_root();
+        let run_dir = self.record.run_dir.as_deref();
+        let _ = reply.send(StopReport::during_launch(step, &root, run_dir));
+    }
+
+    /// No worker: nothing to stop, or, crashed and waiting to restart, the restart
+    /// cancelled.
+    pub(super) fn stop_without_worker(
+        &mut self,
+        cause: StopCause,
+        reply: oneshot::Sender<StopReport>,
+    ) {
+        let root = self.layout.checkpoints_root();
+        let mut report = StopReport::nothing_running(&root, self.record.run_dir.as_deref());
+        if self.record.restart_pending {
+            self.stopped_without_worker(self.record.active_step, cause);
+            report.message = format!("cancelled the pending restart; {}", report.message);
         }
-        tracing::warn!(
-            worker = %worker.handle,
-            "the worker did not exit within the stop timeout; SIGKILL"
-        );
-        self.backend
-            .signal(&worker.handle, Signal::SIGKILL, worker.own_child);
-        stopping.killed = true;
+        let _ = reply.send(report);
+    }
+
+    /// Stopped with no worker to wait for: no restart follows, `step` runs again
+    /// at the next start.
+    fn stopped_without_worker(&mut self, step: Option<PipelineStep>, cause: StopCause) {
+        self.record.restart_pending = false;
+        self.record.state = PipelineState::Stopped;
+        self.record.stop_cause = Some(cause);
+        if let Some(step) = step {
+            self.record.set_step(step, StepState::Pending);
+        }
+        self.commit();
     }
 }

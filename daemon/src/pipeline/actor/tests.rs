@@ -11,6 +11,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::*;
+use crate::pipeline::handle::HungReport;
 use crate::pipeline::record::{StepEntry, StopCause};
 use crate::pipeline::request::StartRequest;
 use crate::process::ProcessIdentity;

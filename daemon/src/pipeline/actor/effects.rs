@@ -1,0 +1,106 @@
+//! The executor of the state machine (`pipeline/machine/`): each event the actor
+//! hears is stepped through [`step`] with the clock, and the effects it returns are
+//! performed here, in order: launches off the actor, signals, the record, alerts.
+
+use nix::sys::signal::Signal;
+use tokio::time::Instant;
+
+use super::Actor;
+use crate::pipeline::machine::{Effect, Event, KillReason, PendingRestart, Phase, step};
+use crate::process::ExitFuture;
+
+impl Actor {
+    /// Steps the machine with `event` and performs what it asks.
+    pub(super) fn on(&mut self, event: Event) {
+        self.on_with_exit(event, None);
+    }
+
+    /// [`Actor::on`] for a launch reported back: `exit` resolves when its worker ends.
+    pub(super) fn on_with_exit(&mut self, event: Event, mut exit: Option<ExitFuture>) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Idle);
+        let (from, heard) = (phase.name(), event.name());
+        let (next, effects) = step(phase, event, Instant::now());
+        tracing::debug!(
+            "pipeline: {from} + {heard} -> {} / {:?}",
+            next.name(),
+            effects.iter().map(Effect::name).collect::<Vec<_>>()
+        );
+        self.phase = next;
+        for effect in effects {
+            self.perform(effect, &mut exit);
+        }
+    }
+
+    fn perform(&mut self, effect: Effect, exit: &mut Option<ExitFuture>) {
+        match effect {
+            Effect::Launch { generation, spec } => self.launch(generation, spec),
+            Effect::Supervise { launch } => match exit.take() {
+                Some(exit) => self.install(launch, exit),
+                None => tracing::error!(step = %launch.step, "a worker installed without its exit"),
+            },
+            Effect::LaunchFailed {
+                step,
+                reason,
+                last_exit,
+                failure,
+            } => self.fail_after(step, reason, last_exit, failure),
+            Effect::Cancel { handle } => {
+                tracing::info!(worker = %handle, "the pipeline was stopped while this worker was launched; cancelling it");
+                self.backend.signal(&handle, Signal::SIGKILL, true);
+                if let Some(exit) = exit.take() {
+                    tokio::spawn(exit);
+                }
+            }
+            Effect::AnswerStart(start) => self.answer_start(start),
+            Effect::Terminate { handle, own_child } => {
+                self.backend.signal(&handle, Signal::SIGTERM, own_child);
+            }
+            Effect::Kill {
+                handle,
+                own_child,
+                reason,
+            } => {
+                match reason {
+                    KillReason::StopTimeout => tracing::warn!(
+                        worker = %handle,
+                        "the worker did not exit within the stop timeout; SIGKILL"
+                    ),
+                    KillReason::HungGrace => {
+                        tracing::warn!(worker = %handle, "the hung worker is still there; SIGKILL")
+                    }
+                }
+                self.backend.signal(&handle, Signal::SIGKILL, own_child);
+            }
+            Effect::StopBegun { cause, timeout } => self.stop_begun(cause, timeout),
+            Effect::StopWithoutWorker { cause, reply } => self.stop_without_worker(cause, reply),
+            Effect::StopDuringLaunch { step, cause, reply } => {
+                self.stop_during_launch(step, cause, reply)
+            }
+            Effect::Stopped {
+                worker,
+                stop,
+                outcome,
+            } => self.stopped(worker, stop, outcome),
+            Effect::HungKillBegun { report, grace } => self.hung_kill_begun(&report, grace),
+            Effect::QueuedNotHung { handle } => tracing::info!(
+                worker = %handle,
+                "no heartbeat while the Slurm job is not running: not hung"
+            ),
+            Effect::Judge {
+                worker,
+                outcome,
+                files,
+            } => self.judge_exit(worker, outcome, files),
+            Effect::HungEnded {
+                worker,
+                report,
+                outcome,
+            } => {
+                self.ended(&worker, outcome);
+                let last_step = report.step;
+                self.restart_after(&worker, PendingRestart::Hung(report), outcome, last_step);
+            }
+            Effect::RestartDue(restart) => self.on_restart_due(restart),
+        }
+    }
+}
