@@ -15,9 +15,9 @@ use lavender::skips::SkipRange;
 use lavender::status::{PipelineState, Recovery, StepState};
 use serde::{Deserialize, Serialize};
 
-use super::StartRequest;
 use crate::layout::Layout;
 use crate::process::WorkerHandle;
+use lavender_api::StartRequest;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepEntry {

@@ -9,7 +9,7 @@ use crate::alert::Alert;
 use crate::pipeline::inputs::StepInputs;
 use crate::pipeline::judge::{Verdict, judge};
 use crate::pipeline::record::StopCause;
-use crate::pipeline::stop::StopReport;
+use crate::pipeline::stop::{StopReport, StopReports as _};
 use crate::pipeline::{markers, plan};
 
 impl Actor {

@@ -3,18 +3,12 @@ use std::path::PathBuf;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use serde::Deserialize;
+use lavender_api::{HistoryQuery, Route};
 
 use crate::server::AppState;
 use crate::server::error::ApiError;
 use crate::web::history::response::{DEFAULT_POINTS, MAX_POINTS};
 use crate::web::history::{HistoryError, HistoryResponse};
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Params {
-    points: Option<usize>,
-}
 
 /// The id `current` names the run the status is about.
 pub const CURRENT: &str = "current";
@@ -24,7 +18,7 @@ pub const CURRENT: &str = "current";
 pub async fn get(
     State(app): State<AppState>,
     Path(id): Path<String>,
-    Query(params): Query<Params>,
+    Query(params): Query<HistoryQuery>,
 ) -> Result<Json<HistoryResponse>, ApiError> {
     let points = params.points.unwrap_or(DEFAULT_POINTS);
     if points < 2 {
@@ -73,8 +67,9 @@ fn run_dir(app: &AppState, id: &str) -> Result<(String, PathBuf), ApiError> {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!(
-                "no run {name:?} under {}; GET /runs lists them (or use `{CURRENT}`)",
-                root.display()
+                "no run {name:?} under {}; {} lists them (or use `{CURRENT}`)",
+                root.display(),
+                Route::Runs
             ),
         ));
     }
