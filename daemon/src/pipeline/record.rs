@@ -191,6 +191,29 @@ impl PipelineRecord {
 mod tests {
     use super::*;
 
+    /// Others read the record through the core (`lavender::pipeline_file`), daemon
+    /// down: what they read there is what the daemon saved.
+    #[test]
+    fn the_core_reads_what_the_daemon_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("data"), None);
+        std::fs::create_dir_all(&layout.state_dir).unwrap();
+        let mut record = PipelineRecord::idle();
+        record.state = PipelineState::Crashed;
+        record.restart_pending = true;
+        record.run_dir = Some(layout.checkpoints_root().join("run-1"));
+        record.log_file = Some(layout.logs_dir().join("pipeline_chunk1.log"));
+        record.save(&layout).unwrap();
+        let file =
+            lavender::pipeline_file::PipelineFile::read(&layout.state_dir, &layout.data_root)
+                .unwrap();
+        assert_eq!(file.state, record.state);
+        assert_eq!(file.run_dir, record.run_dir);
+        assert_eq!(file.log_file, record.log_file);
+        assert_eq!(file.is_active(), record.is_active());
+        assert_eq!(file.has_worker(), record.worker.is_some());
+    }
+
     /// State files written by earlier versions must keep loading after an upgrade,
     /// or a daemon restart would lose track of a running worker.
     #[test]

@@ -737,9 +737,9 @@ const BEHIND_THE_API: [&str; 4] = ["pipeline", "status", "server", "feed"];
 const CLI_STILL_NAMES: &[(&str, &str)] = &[
     (
         "pipeline::PipelineRecord",
-        "`state/pipeline.json` with the daemon down (prune's active run, logs' current \
-         log, daemon stop's last state); the record's writer and its types are the \
-         pipeline's",
+        "`start` reads the record for what only the pipeline knows: whether `--fresh` \
+         walks away from a resumable run, whether the chunk has nothing to do (others \
+         read `state/pipeline.json` through `lavender::pipeline_file`)",
     ),
     (
         "pipeline::resumable",
