@@ -15,6 +15,8 @@ mod daemon;
 #[cfg(feature = "messages")]
 mod error;
 #[cfg(feature = "messages")]
+mod history;
+#[cfg(feature = "messages")]
 mod listing;
 #[cfg(feature = "messages")]
 mod reload;
@@ -32,7 +34,11 @@ pub use daemon::{Health, RestartReply};
 #[cfg(feature = "messages")]
 pub use error::ErrorBody;
 #[cfg(feature = "messages")]
-pub use listing::{CheckpointInfo, CheckpointsQuery, HistoryQuery, LogsQuery, RunInfo};
+pub use history::{
+    DEFAULT_POINTS, HistoryQuery, HistoryResponse, MAX_POINTS, Point, SeriesOut, StageMark,
+};
+#[cfg(feature = "messages")]
+pub use listing::{CheckpointInfo, CheckpointsQuery, LogsQuery, RunInfo};
 #[cfg(feature = "messages")]
 pub use reload::{KeyChange, ReloadReport, TakesEffect};
 #[cfg(feature = "messages")]

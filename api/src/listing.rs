@@ -1,5 +1,5 @@
-//! `GET /runs`, `GET /checkpoints`, `GET /logs` and `GET /runs/{id}/history`: what
-//! the data root holds, as the API and the CLI list it.
+//! `GET /runs`, `GET /checkpoints` and `GET /logs`: what the data root holds, as
+//! the API and the CLI list it.
 
 use std::path::PathBuf;
 
@@ -45,11 +45,4 @@ pub struct CheckpointsQuery {
 #[serde(deny_unknown_fields)]
 pub struct LogsQuery {
     pub lines: Option<usize>,
-}
-
-/// `GET /runs/{id}/history?points=N`: at most N points per series.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HistoryQuery {
-    pub points: Option<usize>,
 }

@@ -49,7 +49,8 @@ pub enum Route {
     Dashboard,
     /// `GET /metrics`: Prometheus text format.
     Metrics,
-    /// `GET /runs/{id}/history?points=N` ([`crate::HistoryQuery`]): a run's curves.
+    /// `GET /runs/{id}/history?points=N` ([`crate::HistoryQuery`]): a run's curves
+    /// ([`crate::HistoryResponse`]).
     History,
     /// `GET /events`: Server-Sent Events, resumable with `Last-Event-ID`.
     Events,

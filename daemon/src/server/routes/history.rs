@@ -3,12 +3,11 @@ use std::path::PathBuf;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use lavender_api::{HistoryQuery, Route};
+use lavender_api::{DEFAULT_POINTS, HistoryQuery, HistoryResponse, MAX_POINTS, Route};
 
 use crate::server::AppState;
 use crate::server::error::ApiError;
-use crate::web::history::response::{DEFAULT_POINTS, MAX_POINTS};
-use crate::web::history::{HistoryError, HistoryResponse};
+use crate::web::history::{HistoryError, response};
 
 /// The id `current` names the run the status is about.
 pub const CURRENT: &str = "current";
@@ -33,7 +32,7 @@ pub async fn get(
     tokio::task::spawn_blocking(move || {
         history.load(&dir).map(|l| {
             tracing::debug!(run = %run, parse = ?l.parse, "history answered");
-            Json(HistoryResponse::new(run, l.source, &l.series, points))
+            Json(response(run, l.source, &l.series, points))
         })
     })
     .await
