@@ -952,6 +952,19 @@ fn route_strings_are_written_only_in_the_api_route_table() {
 }
 
 #[test]
+fn the_router_serves_every_route_of_the_table_and_no_other() {
+    let served = lavender_testkit::router_routes(include_str!("../../src/server/mod.rs"));
+    let table: std::collections::BTreeSet<String> = lavender_api::Route::ALL
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        served, table,
+        "daemon/src/server/mod.rs answers every route of lavender_api::Route and no other"
+    );
+}
+
+#[test]
 fn the_route_check_reads_literals_and_knows_the_routes() {
     let literals = string_literals(
         r##"
