@@ -14,6 +14,7 @@ pub mod hard_examples;
 pub mod heartbeat;
 pub mod log_history;
 pub mod manifest;
+pub mod pipeline_file;
 pub mod run;
 pub mod skips;
 pub mod status;

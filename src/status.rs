@@ -404,6 +404,18 @@ impl DiskStatus {
 }
 
 impl Status {
+    /// The steps of the status's map (kept by name) in the pipeline's order; a name
+    /// that is not a pipeline step comes after them.
+    pub fn ordered_steps(&self) -> Vec<(&str, StepState)> {
+        let mut steps: Vec<(&str, StepState)> = self
+            .steps
+            .iter()
+            .map(|(name, state)| (name.as_str(), *state))
+            .collect();
+        steps.sort_by_key(|(name, _)| PipelineStep::display_rank(name));
+        steps
+    }
+
     /// The status of a data root where nothing has run yet: every key present,
     /// every unknown value `null`, no steps.
     pub fn never_started(now: DateTime<Utc>) -> Status {

@@ -4,8 +4,9 @@
 //! a request costs one write, a read or two and two allocations (the head and the
 //! body); the daemon's CLI runs it on a blocking thread.
 //!
-//! - [`Request`] builds a request; [`Request::render`] gives the bytes to send, once
-//!   or many times ([`Rendered`]).
+//! - [`Request`] builds a request, to a route of the API's table with
+//!   [`Request::to`] (`lavender_api::Route`); [`Request::render`] gives the bytes to
+//!   send, once or many times ([`Rendered`]).
 //! - [`Connection`] exchanges requests and answers on one stream (kept alive, or
 //!   pipelined), decoding bodies framed by `Content-Length`, chunks or the close,
 //!   and can hand out a chunked body piece by piece (an event stream).

@@ -2,6 +2,8 @@
 
 use std::fmt::Write as _;
 
+use lavender_api::Route;
+
 /// A request to render: method, target path, `Host`, extra headers, body.
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -23,6 +25,11 @@ impl Request {
             headers: String::new(),
             body: Vec::new(),
         }
+    }
+
+    /// A route of the API's table (`lavender_api::Route`), on its method.
+    pub fn to(route: Route) -> Request {
+        Request::new(route.method().as_str(), route.path())
     }
 
     pub fn get(path: &str) -> Request {
@@ -133,5 +140,9 @@ mod tests {
             "POST /pipeline/start HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n{\"scale\":\"tiny\"}"
         );
         assert!(Request::new("HEAD", "/").render().head_only);
+        assert_eq!(
+            text(&Request::to(Route::Stop)),
+            text(&Request::post("/pipeline/stop"))
+        );
     }
 }

@@ -1,13 +1,16 @@
 //! The daemon's client over its Unix socket, for the CLI and the service commands:
 //! one request per connection through the workspace's one HTTP/1.1 client
-//! (`lavender-client`), on a blocking thread. A leaf: it imports nothing of the
-//! daemon, so every layer may use it.
+//! (`lavender-client`), on a blocking thread, to a route of the API's table
+//! (`lavender-api`). A leaf: it imports nothing of the daemon, so every layer may
+//! use it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use lavender_api::{ErrorBody, Route};
 use lavender_client::{Connection, Request, Target};
+use serde::Serialize;
 
 pub struct Client {
     socket: PathBuf,
@@ -27,10 +30,7 @@ impl Response {
 
     /// The `error` of a `{"error": ...}` body, else the body.
     pub fn error_text(&self) -> String {
-        serde_json::from_str::<serde_json::Value>(&self.body)
-            .ok()
-            .and_then(|v| v.get("error")?.as_str().map(str::to_string))
-            .unwrap_or_else(|| self.body.trim().to_string())
+        ErrorBody::text_of(&self.body)
     }
 }
 
@@ -43,35 +43,34 @@ impl Client {
 
     /// True when a daemon answers on the socket within 2 s.
     pub async fn is_up(&self) -> bool {
-        let asked = self.send("GET", "/healthz", None, Some(Duration::from_secs(2)));
+        let asked = self.send(Route::Healthz, None, Some(Duration::from_secs(2)));
         matches!(asked.await, Ok(r) if r.status == 200)
     }
 
-    /// `method path` with a JSON body; waits as long as the daemon takes (a stop
-    /// waits for the worker's save).
-    pub async fn request(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&serde_json::Value>,
-    ) -> Result<Response> {
-        self.send(method, path, body, None).await
+    /// `route` with no body; waits as long as the daemon takes.
+    pub async fn request(&self, route: Route) -> Result<Response> {
+        self.send(route, None, None).await
+    }
+
+    /// `route` with `body` as JSON; waits as long as the daemon takes (a stop waits
+    /// for the worker's save).
+    pub async fn request_with(&self, route: Route, body: &impl Serialize) -> Result<Response> {
+        let body = serde_json::to_string(body).context("write the request's body")?;
+        self.send(route, Some(body), None).await
     }
 
     async fn send(
         &self,
-        method: &str,
-        path: &str,
-        body: Option<&serde_json::Value>,
+        route: Route,
+        body: Option<String>,
         timeout: Option<Duration>,
     ) -> Result<Response> {
-        let mut request = Request::new(method, path).close();
+        let mut request = Request::to(route).close();
         if let Some(body) = body {
-            request = request.json(body.to_string());
+            request = request.json(body);
         }
         let request = request.render();
         let socket = self.socket.clone();
-        let what = format!("{method} {path}");
         tokio::task::spawn_blocking(move || {
             let stream = Target::Unix(socket.clone())
                 .connect()
@@ -79,7 +78,7 @@ impl Client {
             stream.set_timeouts(timeout)?;
             let answer = Connection::new(stream)
                 .exchange(&request)
-                .with_context(|| format!("read the daemon's answer to {what}"))?;
+                .with_context(|| format!("read the daemon's answer to {route}"))?;
             Ok(Response {
                 status: answer.status,
                 body: answer.text().into_owned(),

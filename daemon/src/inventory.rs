@@ -3,37 +3,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use lavender_api::{CheckpointInfo, RunInfo};
 
 use crate::layout::Layout;
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunInfo {
-    pub name: String,
-    pub path: PathBuf,
-    pub started: String,
-    pub checkpoints: u64,
-    pub latest_checkpoint: Option<String>,
-    /// The checkpoint this run resumed from (`<run>/lineage.json`), as
-    /// `run-…/checkpoint` when it is another run's, else its path.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resumed_from: Option<String>,
-    /// The runs that together trained this one, oldest first, this one last, when
-    /// it resumed another (`lavender::run::chain`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub chain: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckpointInfo {
-    pub name: String,
-    pub path: PathBuf,
-    pub stage: String,
-    pub step: u64,
-    pub saved_at: String,
-    pub loss: Option<f64>,
-    pub val_loss: Option<f64>,
-}
 
 /// Runs, newest first.
 pub fn runs(layout: &Layout) -> Result<Vec<RunInfo>> {

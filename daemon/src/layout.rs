@@ -7,10 +7,6 @@ use lavender::config::PipelineStep;
 use lavender::data_root;
 use lavender::run::CHECKPOINTS_DIR;
 
-/// The data root's directories a recorded path may point into: what is looked for
-/// when an old record's absolute path no longer exists because the root was moved.
-const MOVABLE_DIRS: &[&str] = &[CHECKPOINTS_DIR, data_root::LOGS];
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     pub data_root: PathBuf,
@@ -49,7 +45,7 @@ impl Layout {
     }
 
     pub fn pipeline_json(&self) -> PathBuf {
-        self.state_dir.join("pipeline.json")
+        self.state_dir.join(lavender::pipeline_file::FILE)
     }
 
     /// Held (flock) by the serving daemon; holds its pid.
@@ -82,37 +78,14 @@ impl Layout {
     }
 
     /// How a path is written into the daemon's records (`pipeline.json`, done-markers):
-    /// relative to the data root when inside it, so the records stay true after the
-    /// data root is moved (`mv` to another disk); unchanged otherwise.
+    /// relative to the data root when inside it (`lavender::data_root::to_recorded`).
     pub fn to_recorded(&self, path: &Path) -> PathBuf {
-        match path.strip_prefix(&self.data_root) {
-            Ok(rel) if !rel.as_os_str().is_empty() => rel.to_path_buf(),
-            _ => path.to_path_buf(),
-        }
+        data_root::to_recorded(&self.data_root, path)
     }
 
-    /// A recorded path made usable: a relative one lies under the data root. An
-    /// absolute one (records written before paths were relative) is kept, unless it
-    /// no longer exists and the same `checkpoints/…` or `logs/…` tail exists under
-    /// this data root: the root was moved since.
+    /// A recorded path made usable (`lavender::data_root::resolve_recorded`).
     pub fn resolve_recorded(&self, path: &Path) -> PathBuf {
-        if path.is_relative() {
-            return self.data_root.join(path);
-        }
-        if path.exists() {
-            return path.to_path_buf();
-        }
-        let parts: Vec<_> = path.components().collect();
-        for (i, part) in parts.iter().enumerate().rev() {
-            let name = part.as_os_str();
-            if MOVABLE_DIRS.iter().any(|d| name == *d) {
-                let moved: PathBuf = self.data_root.join(parts[i..].iter().collect::<PathBuf>());
-                if moved.exists() {
-                    return moved;
-                }
-            }
-        }
-        path.to_path_buf()
+        data_root::resolve_recorded(&self.data_root, path)
     }
 
     /// Creates the state directory (mode 0700: it holds the token and the socket).

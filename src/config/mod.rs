@@ -264,6 +264,25 @@ impl Config {
             .enumerate()
             .find(|(_, s)| s.name == name)
     }
+
+    /// The step of this pipeline named `name` (`--from-step`); else the line that
+    /// says it is none and names them.
+    pub fn step_named(&self, name: &str) -> Result<PipelineStep, String> {
+        self.steps
+            .iter()
+            .copied()
+            .find(|s| s.as_str() == name)
+            .ok_or_else(|| self.not_a_step(name))
+    }
+
+    /// `--from-step NAME` names no step of this pipeline: which ones it has.
+    pub fn not_a_step(&self, name: &str) -> String {
+        let steps: Vec<&str> = self.steps.iter().map(|s| s.as_str()).collect();
+        format!(
+            "--from-step {name}: not a step of this pipeline; its steps are {}",
+            steps.join(", ")
+        )
+    }
 }
 
 /// Whether relative paths are rebased (see `paths.rs`), and against which working

@@ -22,11 +22,13 @@ pub const CHECKPOINTS: &str = "checkpoints";
 pub const LOGS: &str = "logs";
 
 mod identity;
+mod recorded;
 mod resolve;
 #[cfg(test)]
 mod tests;
 
 pub use identity::{Identity, RootGone};
+pub use recorded::{resolve_recorded, to_recorded};
 pub use resolve::{
     Choice, DATA_ROOT_VAR, DataRootEnv, FOLDER_NAME, Resolved, Sources, holds_data_root, resolve,
 };

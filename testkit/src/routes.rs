@@ -4,10 +4,24 @@
 
 use std::collections::BTreeSet;
 
+use lavender_api::Route;
+
 /// `GET /status`, … as the router's source (`daemon/src/server/mod.rs`, included by
-/// the test) declares them: `.route("/p", get(…).post(…))`.
+/// the test) declares them: `.answer(Route::Status, …)`, a route of the API's table
+/// on its method, or `.route("/p", get(…).post(…))`.
 pub fn router_routes(source: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
+    for piece in source.split(".answer(Route::").skip(1) {
+        let name: String = piece
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let route = Route::ALL
+            .into_iter()
+            .find(|r| format!("{r:?}") == name)
+            .unwrap_or_else(|| panic!("Route::{name} is no route of lavender_api::Route"));
+        out.insert(route.to_string());
+    }
     for piece in source.split(".route(\"").skip(1) {
         let (path, rest) = piece.split_once('"').unwrap();
         // The handler expression: up to the parenthesis closing `.route(`.

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use lavender::config::Scale;
+use lavender_api::StartRequest;
 
-use crate::pipeline::StartRequest;
 use crate::settings::GlobalArgs;
 
 /// lavenderd: supervise a training pipeline (daemon and CLI).
@@ -50,8 +50,8 @@ pub struct TuningArgs {
 }
 
 impl TuningArgs {
-    pub fn status_options(&self) -> crate::status::RefreshOptions {
-        let mut opts = crate::status::RefreshOptions::default();
+    pub fn status_options(&self) -> crate::daemon::RefreshOptions {
+        let mut opts = crate::daemon::RefreshOptions::default();
         if let Some(ms) = self.status_safety_refresh_ms {
             opts.safety_refresh = std::time::Duration::from_millis(ms.max(1));
         }
@@ -113,14 +113,7 @@ impl PipelineFlags {
         let from_step = self
             .from_step
             .as_deref()
-            .map(|name| {
-                config
-                    .steps
-                    .iter()
-                    .copied()
-                    .find(|s| s.as_str() == name)
-                    .ok_or_else(|| anyhow::anyhow!(crate::pipeline::plan::not_a_step(name, config)))
-            })
+            .map(|name| config.step_named(name).map_err(anyhow::Error::msg))
             .transpose()?;
         Ok(StartRequest {
             scale: self.scale,

@@ -12,8 +12,6 @@ use lavender::status::{Status, StepState};
 use lavender::time::duration;
 
 use crate::cli::commands::status::fetch;
-use crate::feed::snapshot::ordered_steps;
-use crate::pipeline::PipelineRecord;
 use crate::settings::Settings;
 
 const BAR_WIDTH: usize = 32;
@@ -102,17 +100,18 @@ pub fn view(s: &Status, clock: &str) -> String {
             .map(|g| format!("{g:.1} GiB free"))
             .unwrap_or_else(|| "unknown".into()),
     ));
-    let steps: Vec<String> = ordered_steps(&PipelineRecord::idle(), s)
-        .iter()
-        .map(|st| {
-            let mark = match st.state {
+    let steps: Vec<String> = s
+        .ordered_steps()
+        .into_iter()
+        .map(|(name, state)| {
+            let mark = match state {
                 StepState::Done => "✓",
                 StepState::Running => "▶",
                 StepState::Failed => "✗",
                 StepState::Skipped => "-",
                 StepState::Pending => "·",
             };
-            format!("{mark} {}", st.name)
+            format!("{mark} {name}")
         })
         .collect();
     if !steps.is_empty() {

@@ -11,6 +11,9 @@ pub mod progress;
 pub mod reexec;
 pub mod sd_notify;
 
+/// How the status refresher runs: part of what `serve` is given.
+pub use crate::status::RefreshOptions;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,12 +26,14 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use lavender_api::{ReloadReport, StartRequest};
+
 use crate::alert::AlertSender;
 use crate::events::EventFollower;
 use crate::feed::{self, Feed};
 use crate::layout::Layout;
 use crate::notify::{self, Notifier};
-use crate::pipeline::{self, ConfigSource, PipelineHandle, ReloadReport, StartRequest, StopCause};
+use crate::pipeline::{self, ConfigSource, PipelineHandle, StopCause};
 use crate::retention::{Retention, RetentionHandle, RetentionSettings};
 use crate::server::{self, AppState};
 use crate::settings::Settings;
@@ -47,7 +52,7 @@ pub struct ServeOptions {
     /// Foreground mode: a live progress line, and exit when the pipeline ends.
     pub foreground: bool,
     /// The status refresher's timings (`serve`'s hidden options).
-    pub status: status::RefreshOptions,
+    pub status: RefreshOptions,
 }
 
 /// What the daemon ended with, for the exit code.
@@ -303,17 +308,14 @@ impl Daemon {
     /// the status, retention and the daemon's log rotation at once; the worker is left
     /// alone. What is not reloaded is said key by key (see `pipeline/reload.rs`).
     async fn reload(&self) -> Result<ReloadReport, String> {
-        let report = self.pipeline.reload().await?;
-        if let Some(config) = &report.config {
-            if let Err(e) =
-                crate::logging::rotate_own_log(&self.layout.daemon_log(), config.logging)
-            {
-                tracing::warn!("{e:#}");
-            }
-            self.cache.set_settings(StatusSettings::from_config(config));
-            self.retention.set(RetentionSettings::from_config(config));
+        let reload = self.pipeline.reload().await?;
+        let config = &reload.config;
+        if let Err(e) = crate::logging::rotate_own_log(&self.layout.daemon_log(), config.logging) {
+            tracing::warn!("{e:#}");
         }
-        Ok(report)
+        self.cache.set_settings(StatusSettings::from_config(config));
+        self.retention.set(RetentionSettings::from_config(config));
+        Ok(reload.report)
     }
 
     fn redraw(&self) {
@@ -470,7 +472,7 @@ struct StatusParts {
 /// status cache and the web views over it.
 fn status_tasks(
     settings: &Settings,
-    refresh: &status::RefreshOptions,
+    refresh: &RefreshOptions,
     pipeline: &PipelineHandle,
     parts: StatusParts,
 ) -> Result<(StatusCache, WebState)> {

@@ -2,7 +2,6 @@
 //! contract, the steps in pipeline order (the status keeps them in a map), the
 //! run the status is about, and the last error.
 
-use lavender::config::PipelineStep;
 use lavender::status::{Status, StepState};
 use serde::Serialize;
 
@@ -63,14 +62,12 @@ pub fn ordered_steps(record: &PipelineRecord, status: &Status) -> Vec<StepLine> 
             })
             .collect();
     }
-    let mut steps: Vec<StepLine> = status
-        .steps
-        .iter()
+    status
+        .ordered_steps()
+        .into_iter()
         .map(|(name, state)| StepLine {
-            name: name.clone(),
-            state: *state,
+            name: name.to_string(),
+            state,
         })
-        .collect();
-    steps.sort_by_key(|s| PipelineStep::display_rank(&s.name));
-    steps
+        .collect()
 }

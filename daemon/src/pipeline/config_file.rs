@@ -9,9 +9,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use lavender::config::{Config, ConfigOrigins, LoadOptions};
-use sha2::{Digest, Sha256};
+use lavender_api::{ConfigFileRef, sha256_hex};
 
-use super::request::ConfigFileRef;
 use crate::process::locate;
 
 /// Where the daemon's config comes from: its file (absolute) and the environment it
@@ -136,13 +135,6 @@ fn on_path(program: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
     std::env::split_paths(path?)
         .map(|d| d.join(program))
         .find(|p| p.is_file())
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// `config: FILE (changed since the last start: a, b)`, what a start says about the

@@ -5,43 +5,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use lavender::config::{PipelineStep, Scale};
+use lavender::config::PipelineStep;
 use lavender::heartbeat::WorkerState;
 use lavender::status::PipelineState;
-use serde::{Deserialize, Serialize};
+use lavender_api::{StartRequest, StopReport};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::record::{PipelineRecord, StopCause};
-use super::reload::ReloadReport;
-use super::request::StartRequest;
-use super::stop::StopReport;
+use super::reload::Reload;
 use crate::process::WorkerHandle;
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StartReply {
-    pub state: PipelineState,
-    pub chunk: u32,
-    pub scale: Scale,
-    pub active_step: Option<PipelineStep>,
-    pub pid: Option<u32>,
-    pub run_dir: Option<PathBuf>,
-    pub log_file: Option<PathBuf>,
-    pub resume_from: Option<PathBuf>,
-    /// The Slurm job of the first step (launch.backend: slurm).
-    #[serde(default)]
-    pub slurm_job: Option<String>,
-    /// Lines to show the operator, e.g. that the built shards are fewer than the
-    /// scale asks for.
-    #[serde(default)]
-    pub notices: Vec<String>,
-    /// `config: FILE (changed since the last start: KEY, …)`: what the start runs with.
-    #[serde(default)]
-    pub config: Option<String>,
-    /// The start had nothing to run (every step finished, no `--force`) and did
-    /// nothing: the line that says so, and the only one to show.
-    #[serde(default)]
-    pub nothing_to_do: Option<String>,
-}
+// The actor answers a start with the API's reply.
+pub(crate) use lavender_api::StartReply;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum StartError {
@@ -92,7 +66,7 @@ pub(super) enum Command {
     Interval { run_dir: PathBuf, longest_s: f64 },
     /// Read the config file again (SIGHUP, `lavenderd reload`).
     Reload {
-        reply: oneshot::Sender<Result<ReloadReport, String>>,
+        reply: oneshot::Sender<Result<Reload, String>>,
     },
     /// A round trip that proves the actor's loop still turns (the service watchdog).
     Ping { reply: oneshot::Sender<()> },
@@ -179,7 +153,7 @@ impl PipelineHandle {
     /// Has the actor read its config file again; the report says what changed and
     /// when each change takes effect, and carries the new config for the daemon's
     /// other parts.
-    pub async fn reload(&self) -> Result<ReloadReport, String> {
+    pub async fn reload(&self) -> Result<Reload, String> {
         let (reply, rx) = oneshot::channel();
         self.cmds
             .send(Command::Reload { reply })

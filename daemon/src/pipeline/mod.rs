@@ -14,15 +14,17 @@ pub(crate) mod plan;
 pub(crate) mod policy;
 pub(crate) mod record;
 pub(crate) mod reload;
-pub(crate) mod request;
 pub(crate) mod restart;
 pub(crate) mod resumable;
 pub(crate) mod rollback;
 pub(crate) mod stop;
 
 pub use config_file::ConfigSource;
-pub use handle::{HungReport, PipelineHandle, StartError, StartReply};
+pub use handle::{HungReport, PipelineHandle, StartError};
 pub use record::{PipelineRecord, StopCause};
-pub use reload::ReloadReport;
-pub use request::{ConfigFileRef, StartRequest};
-pub use stop::StopReport;
+pub use reload::Reload;
+
+/// A start's request is the API's (`lavender_api`); the actor names it by this path.
+pub(crate) mod request {
+    pub use lavender_api::StartRequest;
+}

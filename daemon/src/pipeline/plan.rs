@@ -12,10 +12,10 @@ use super::handle::StartError;
 use super::inputs::{LocalFiles, StepInputs};
 use super::markers;
 use super::record::{PipelineRecord, StepEntry};
-use super::request::StartRequest;
 use super::resumable;
 use crate::layout::Layout;
 use crate::process::SpawnSpec;
+use lavender_api::StartRequest;
 
 /// A start made concrete, before its first step runs.
 pub struct Prepared {
@@ -23,10 +23,10 @@ pub struct Prepared {
     pub record: PipelineRecord,
     pub chunk: u32,
     pub scale: Scale,
-    /// Lines for the operator (see [`StartReply::notices`](super::StartReply)).
+    /// Lines for the operator (see [`StartReply::notices`](lavender_api::StartReply)).
     pub notices: Vec<String>,
     /// The config this start runs with, against the last start's (see
-    /// [`StartReply::config`](super::StartReply)).
+    /// [`StartReply::config`](lavender_api::StartReply)).
     pub config_line: String,
 }
 
@@ -69,7 +69,7 @@ pub fn prepare(
     if let Some(from) = req.from_step
         && !config.steps.contains(&from)
     {
-        return Err(StartError::Invalid(not_a_step(from.as_str(), config)));
+        return Err(StartError::Invalid(config.not_a_step(from.as_str())));
     }
     let mut worker_config = config.clone();
     worker_config.scale = scale;
@@ -293,15 +293,6 @@ pub fn plan_steps(
         last.push_str(&format!("; finished steps run again: {}", names.join(", ")));
     }
     Planned { steps, notices }
-}
-
-/// The one line for a `--from-step` that is not a step of this pipeline.
-pub fn not_a_step(name: &str, config: &Config) -> String {
-    let steps: Vec<&str> = config.steps.iter().map(|s| s.as_str()).collect();
-    format!(
-        "--from-step {name}: not a step of this pipeline; its steps are {}",
-        steps.join(", ")
-    )
 }
 
 /// `origins` with the keys the start request sets (`--scale`, `--chunk`) named by
@@ -590,7 +581,7 @@ mod tests {
                 "--force: the steps from train on run again; finished steps run again: train, mine_hard"
             ]
         );
-        assert!(not_a_step("trian", &config).ends_with(
+        assert!(config.not_a_step("trian").ends_with(
             "its steps are downloads, dedup, filter, build_shards, precompute, train, mine_hard"
         ));
     }

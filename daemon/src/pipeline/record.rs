@@ -15,9 +15,9 @@ use lavender::skips::SkipRange;
 use lavender::status::{PipelineState, Recovery, StepState};
 use serde::{Deserialize, Serialize};
 
-use super::StartRequest;
 use crate::layout::Layout;
 use crate::process::WorkerHandle;
+use lavender_api::StartRequest;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepEntry {
@@ -190,6 +190,29 @@ impl PipelineRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Others read the record through the core (`lavender::pipeline_file`), daemon
+    /// down: what they read there is what the daemon saved.
+    #[test]
+    fn the_core_reads_what_the_daemon_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("data"), None);
+        std::fs::create_dir_all(&layout.state_dir).unwrap();
+        let mut record = PipelineRecord::idle();
+        record.state = PipelineState::Crashed;
+        record.restart_pending = true;
+        record.run_dir = Some(layout.checkpoints_root().join("run-1"));
+        record.log_file = Some(layout.logs_dir().join("pipeline_chunk1.log"));
+        record.save(&layout).unwrap();
+        let file =
+            lavender::pipeline_file::PipelineFile::read(&layout.state_dir, &layout.data_root)
+                .unwrap();
+        assert_eq!(file.state, record.state);
+        assert_eq!(file.run_dir, record.run_dir);
+        assert_eq!(file.log_file, record.log_file);
+        assert_eq!(file.is_active(), record.is_active());
+        assert_eq!(file.has_worker(), record.worker.is_some());
+    }
 
     /// State files written by earlier versions must keep loading after an upgrade,
     /// or a daemon restart would lose track of a running worker.

@@ -7,29 +7,19 @@
 //! the notification channels, the file watcher, the data root) waits for the daemon's
 //! next start (`lavenderd daemon restart` keeps the worker training).
 
-use std::fmt;
 use std::path::PathBuf;
 
 use lavender::config::Config;
-use serde::{Deserialize, Serialize};
+use lavender_api::{KeyChange, ReloadReport, TakesEffect};
 
-/// When a changed key takes effect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TakesEffect {
-    /// At once: the supervisor's timings, the status, retention, log rotation.
-    Now,
-    /// When the daemon next starts a worker (a restart, the next step).
-    NextWorker,
-    /// At the next `lavenderd start`: what the pipeline computes.
-    NextStart,
-    /// When the daemon itself starts again (`lavenderd daemon restart`).
-    NextDaemon,
+/// The rule of when a changed key takes effect; the API carries the answer.
+pub trait TakesEffectRule {
+    /// By key (a dotted path as [`lavender::config::changed_keys`] gives it).
+    fn of(key: &str) -> TakesEffect;
 }
 
-impl TakesEffect {
-    /// The rule, by key (a dotted path as [`lavender::config::changed_keys`] gives it).
-    pub fn of(key: &str) -> TakesEffect {
+impl TakesEffectRule for TakesEffect {
+    fn of(key: &str) -> TakesEffect {
         let under = |prefix: &str| {
             key == prefix
                 || key.starts_with(&format!("{prefix}."))
@@ -62,40 +52,16 @@ impl TakesEffect {
     }
 }
 
-impl fmt::Display for TakesEffect {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TakesEffect::Now => "now",
-            TakesEffect::NextWorker => "at the next worker start",
-            TakesEffect::NextStart => "at the next `lavenderd start`",
-            TakesEffect::NextDaemon => {
-                "when the daemon starts again (lavenderd daemon restart keeps the worker training)"
-            }
-        })
-    }
+/// A reload as the daemon keeps it: the report the API answers with, and the
+/// config now in force for the daemon's other parts (not sent over the API).
+#[derive(Debug, Clone)]
+pub struct Reload {
+    pub report: ReloadReport,
+    pub config: Config,
 }
 
-/// One changed key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyChange {
-    pub key: String,
-    pub takes_effect: TakesEffect,
-}
-
-/// What a reload read and what changed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReloadReport {
-    /// The file read; `None`: the daemon runs on the built-in defaults and its
-    /// environment.
-    pub file: Option<PathBuf>,
-    pub changes: Vec<KeyChange>,
-    /// The config now in force for the daemon's other parts (not sent over the API).
-    #[serde(skip)]
-    pub config: Option<Config>,
-}
-
-impl ReloadReport {
-    pub fn new(file: Option<PathBuf>, before: &Config, after: Config) -> ReloadReport {
+impl Reload {
+    pub fn new(file: Option<PathBuf>, before: &Config, after: Config) -> Reload {
         let changes = lavender::config::changed_keys(before, &after)
             .into_iter()
             .map(|key| KeyChange {
@@ -103,32 +69,15 @@ impl ReloadReport {
                 key,
             })
             .collect();
-        ReloadReport {
-            file,
-            changes,
-            config: Some(after),
+        Reload {
+            report: ReloadReport { file, changes },
+            config: after,
         }
     }
 
-    /// The lines a reload logs and `lavenderd reload` prints: the file, then one line
-    /// per changed key.
+    /// The lines a reload logs (see [`ReloadReport::lines`]).
     pub fn lines(&self) -> Vec<String> {
-        let name = self
-            .file
-            .as_ref()
-            .map_or("the built-in defaults".to_string(), |f| {
-                f.display().to_string()
-            });
-        let mut out = vec![match self.changes.len() {
-            0 => format!("config reloaded from {name}: nothing changed"),
-            n => format!("config reloaded from {name}: {n} key(s) changed"),
-        }];
-        out.extend(
-            self.changes
-                .iter()
-                .map(|c| format!("  {}: takes effect {}", c.key, c.takes_effect)),
-        );
-        out
+        self.report.lines()
     }
 }
 
@@ -162,7 +111,7 @@ mod tests {
         let mut b = a.clone();
         b.data.filter.min_chars += 1;
         b.supervisor.stop_timeout_s += 1;
-        let report = ReloadReport::new(Some("/p/l.yaml".into()), &a, b);
+        let report = Reload::new(Some("/p/l.yaml".into()), &a, b);
         assert_eq!(
             report.lines(),
             [

@@ -15,8 +15,8 @@ use serde::Deserialize;
 
 use super::markers;
 use super::record::PipelineRecord;
-use super::request::{MAX_CHUNK, StartRequest};
 use crate::layout::Layout;
+use lavender_api::{MAX_CHUNK, StartRequest};
 
 /// An unfinished run that `start --resume` would continue.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,21 +7,7 @@ use std::path::{Path, PathBuf};
 use lavender::config::PipelineStep;
 use lavender::events::{self, kind};
 use lavender::heartbeat::{self, WorkerState};
-use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StopReport {
-    /// A worker was running (or a restart was pending) when the stop came.
-    pub was_running: bool,
-    pub step: Option<PipelineStep>,
-    /// The checkpoint written because of this stop, if any.
-    pub saved_checkpoint: Option<PathBuf>,
-    /// The newest complete checkpoint now (what `--resume latest` would use).
-    pub latest_checkpoint: Option<PathBuf>,
-    /// The worker ignored SIGTERM past the timeout and was killed.
-    pub killed: bool,
-    pub message: String,
-}
+pub(crate) use lavender_api::StopReport;
 
 /// Where the stop began, to tell a checkpoint saved by it from older ones.
 #[derive(Debug, Clone)]
@@ -95,28 +81,31 @@ pub fn saved_since(mark: &StopMark, checkpoints_root: &Path, killed: bool) -> Op
         .or_else(|| newest_complete(Some(run_dir), checkpoints_root).filter(|p| is_new(p)))
 }
 
-impl StopReport {
-    pub fn nothing_running(checkpoints_root: &Path, run_dir: Option<&Path>) -> StopReport {
-        let latest = newest_complete(run_dir, checkpoints_root);
-        StopReport {
-            was_running: false,
-            step: None,
-            saved_checkpoint: None,
-            message: match &latest {
-                Some(p) => format!(
-                    "nothing was running; newest complete checkpoint: {}",
-                    p.display()
-                ),
-                None => "nothing was running; there is no complete checkpoint".into(),
-            },
-            latest_checkpoint: latest,
-            killed: false,
-        }
+/// The stop reports the daemon makes: what it reads of the run's files to say what
+/// a stop saved.
+pub trait StopReports {
+    fn nothing_running(checkpoints_root: &Path, run_dir: Option<&Path>) -> StopReport;
+    fn during_launch(
+        step: PipelineStep,
+        checkpoints_root: &Path,
+        run_dir: Option<&Path>,
+    ) -> StopReport;
+    fn after_exit(
+        step: PipelineStep,
+        mark: &StopMark,
+        checkpoints_root: &Path,
+        killed: bool,
+    ) -> StopReport;
+}
+
+impl StopReports for StopReport {
+    fn nothing_running(checkpoints_root: &Path, run_dir: Option<&Path>) -> StopReport {
+        StopReport::idle(newest_complete(run_dir, checkpoints_root))
     }
 
     /// A stop that came while the step's worker was being launched: nothing trained
     /// yet, so nothing was saved; the worker is cancelled once it exists.
-    pub fn during_launch(
+    fn during_launch(
         step: PipelineStep,
         checkpoints_root: &Path,
         run_dir: Option<&Path>,
@@ -138,7 +127,7 @@ impl StopReport {
         }
     }
 
-    pub fn after_exit(
+    fn after_exit(
         step: PipelineStep,
         mark: &StopMark,
         checkpoints_root: &Path,

@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use lavender_api::ErrorBody;
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -27,7 +28,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (
             self.status,
-            Json(serde_json::json!({ "error": self.message })),
+            Json(ErrorBody {
+                error: self.message,
+            }),
         )
             .into_response()
     }

@@ -20,10 +20,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use axum::handler::Handler;
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::{MethodFilter, on};
 use axum::serve::ListenerExt as _;
 use axum::{Router, ServiceExt as _};
+use lavender_api::{Method, Route};
 use tokio::net::{TcpListener, UnixListener};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -61,7 +63,7 @@ pub struct AppState {
 pub type RestartRequests = tokio::sync::mpsc::Sender<()>;
 
 /// Where a reload's answer goes.
-pub type ReloadReply = tokio::sync::oneshot::Sender<Result<crate::pipeline::ReloadReport, String>>;
+pub type ReloadReply = tokio::sync::oneshot::Sender<Result<lavender_api::ReloadReport, String>>;
 /// Asks the daemon's serving loop to reload its config, as SIGHUP does.
 pub type ReloadRequests = tokio::sync::mpsc::Sender<ReloadReply>;
 
@@ -73,6 +75,22 @@ impl axum::extract::FromRef<AppState> for crate::status::StatusCache {
     }
 }
 
+/// A router's routes named from the API's table: its path, answered by `handler`
+/// on its method alone.
+trait Answer {
+    fn answer<H: Handler<T, AppState>, T: 'static>(self, route: Route, handler: H) -> Self;
+}
+
+impl Answer for Router<AppState> {
+    fn answer<H: Handler<T, AppState>, T: 'static>(self, route: Route, handler: H) -> Self {
+        let method = match route.method() {
+            Method::Get => MethodFilter::GET,
+            Method::Post => MethodFilter::POST,
+        };
+        self.route(route.path(), on(method, handler))
+    }
+}
+
 /// Every route; `serve` puts the guard of each transport around it.
 pub fn router(app: AppState) -> Router {
     // Answered from memory, with no layer of their own: they cannot hang (no timeout to arm) and
@@ -80,30 +98,27 @@ pub fn router(app: AppState) -> Router {
     // The status route is the one clients poll, so every per-request cost here is
     // paid thousands of times a second.
     let hot = Router::new()
-        .route("/status", get(routes::status::get))
-        .route("/healthz", get(routes::healthz::get));
+        .answer(Route::Status, routes::status::get)
+        .answer(Route::Healthz, routes::healthz::get);
     let quick = Router::new()
-        .route("/runs", get(routes::runs::get))
-        .route("/checkpoints", get(routes::checkpoints::get))
-        .route("/logs", get(routes::logs::get))
-        .route("/pipeline/start", post(routes::start::post))
-        .route("/daemon/restart", post(routes::restart::post))
-        .route("/daemon/reload", post(routes::reload::post))
-        .route("/", get(routes::dashboard::get))
-        .route("/metrics", get(routes::metrics::get))
-        .route("/runs/{id}/history", get(routes::history::get))
+        .answer(Route::Runs, routes::runs::get)
+        .answer(Route::Checkpoints, routes::checkpoints::get)
+        .answer(Route::Logs, routes::logs::get)
+        .answer(Route::Start, routes::start::post)
+        .answer(Route::DaemonRestart, routes::restart::post)
+        .answer(Route::DaemonReload, routes::reload::post)
+        .answer(Route::Dashboard, routes::dashboard::get)
+        .answer(Route::Metrics, routes::metrics::get)
+        .answer(Route::History, routes::history::get)
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
         ));
-    let slow = Router::new()
-        .route("/pipeline/stop", post(routes::stop::post))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            STOP_REQUEST_TIMEOUT,
-        ));
+    let slow = Router::new().answer(Route::Stop, routes::stop::post).layer(
+        TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, STOP_REQUEST_TIMEOUT),
+    );
     // A stream lasts as long as the client stays; it ends when the feed closes.
-    let streams = Router::new().route("/events", get(routes::events::get));
+    let streams = Router::new().answer(Route::Events, routes::events::get);
     let rest = quick
         .merge(slow)
         .merge(streams)

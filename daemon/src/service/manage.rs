@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use lavender_api::{Health, Route};
 
 use super::spec::ServiceSpec;
 use super::{Scope, ServiceOs, launchd, render, systemd};
@@ -303,14 +304,14 @@ pub async fn status(spec: &ServiceSpec, settings: &Settings) -> Result<ExitCode>
         }
     };
     let socket = settings.layout.socket();
-    match Client::new(&socket).request("GET", "/healthz", None).await {
+    match Client::new(&socket).request(Route::Healthz).await {
         Ok(r) if r.status == 200 => {
-            let v: serde_json::Value = r.json()?;
+            let h: Health = r.json()?;
             println!(
                 "daemon: answering on {} (pid {}, pipeline {})",
                 socket.display(),
-                v["pid"],
-                v["state"].as_str().unwrap_or("?")
+                h.pid,
+                h.state
             );
         }
         _ => println!("daemon: not answering on {}", socket.display()),

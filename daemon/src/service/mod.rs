@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
+use lavender_api::{Health, Route};
 
 pub use spec::ServiceSpec;
 
@@ -126,13 +127,10 @@ async fn warn_if_a_daemon_runs_outside(spec: &ServiceSpec, settings: &Settings) 
         return;
     }
     let client = crate::client::Client::new(&settings.layout.socket());
-    let Ok(resp) = client.request("GET", "/healthz", None).await else {
+    let Ok(resp) = client.request(Route::Healthz).await else {
         return;
     };
-    let pid = resp
-        .json::<serde_json::Value>()
-        .ok()
-        .and_then(|v| v["pid"].as_u64());
+    let pid = resp.json::<Health>().ok().map(|h| h.pid);
     if let (200, Some(pid)) = (resp.status, pid) {
         eprintln!(
             "note: lavenderd (pid {pid}) already serves {} outside the service; the service's daemon \

@@ -1,6 +1,7 @@
 //! docs/ARCHITECTURE.md stays true of the daemon's structure: its layer order
 //! ("Daemon layers") holds for every `crate::` path in `daemon/src`, and every
-//! top-level module is placed in it.
+//! top-level module is placed in it; the CLI reaches the daemon through the API
+//! ("The API"), whose route table is the one place a route is written.
 
 use std::path::{Path, PathBuf};
 
@@ -604,6 +605,7 @@ fn module_exists(index: &[String], root: &Path, module: &str) -> bool {
         ("lavenderd", "daemon/src/"),
         ("lavender_worker", "worker/src/"),
         ("lavender_client", "client/src/"),
+        ("lavender_api", "api/src/"),
         ("lavender_testkit", "testkit/src/"),
     ];
     // (the module's file, the folder of its children)
@@ -724,4 +726,277 @@ fn the_architecture_check_reads_paths_modules_and_skips_what_is_not_the_reposito
     assert!(module_exists(&index, &root, "notify::pushes"));
     assert!(!module_exists(&index, &root, "notify::no_such_item"));
     assert!(!module_exists(&index, &root, "lavender::no_such_module::x"));
+}
+
+/// The daemon's modules behind the API: the CLI names none of them.
+const BEHIND_THE_API: [&str; 4] = ["pipeline", "status", "server", "feed"];
+
+/// What of [`BEHIND_THE_API`] the CLI still names, and why (docs/ARCHITECTURE.md,
+/// "The API"). Each goes once the core reads that part of the on-disk contract; an
+/// entry the CLI no longer names fails the test, so the list only shrinks.
+const CLI_STILL_NAMES: &[(&str, &str)] = &[
+    (
+        "pipeline::PipelineRecord",
+        "`start` reads the record for what only the pipeline knows: whether `--fresh` \
+         walks away from a resumable run, whether the chunk has nothing to do (others \
+         read `state/pipeline.json` through `lavender::pipeline_file`)",
+    ),
+    (
+        "pipeline::resumable",
+        "`start --fresh` asks before walking away from a resumable run, daemon up or not",
+    ),
+    (
+        "pipeline::ConfigSource",
+        "`config check` names the files a config names that are missing, as a start would",
+    ),
+    (
+        "pipeline::inputs::LocalFiles::read",
+        "`start` says a finished chunk has nothing to do before starting a daemon",
+    ),
+    (
+        "pipeline::plan::nothing_to_do",
+        "`start` says a finished chunk has nothing to do before starting a daemon",
+    ),
+    (
+        "status::offline",
+        "`status` with the daemon down composes the contract from the files as the daemon does",
+    ),
+    (
+        "status::StatusSettings",
+        "the settings `status::offline` takes",
+    ),
+];
+
+/// Every `crate::` path in `files` (shown path, source) into [`BEHIND_THE_API`]
+/// that `allowed` does not list (an entry allows what lies below it), as `file: path`.
+fn behind_the_api(files: &[(String, String)], allowed: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (file, src) in files {
+        for path in paths_below(&code_only(src), "crate") {
+            let module = path.split("::").next().unwrap_or_default();
+            let listed = allowed
+                .iter()
+                .any(|a| path == *a || path.starts_with(&format!("{a}::")));
+            if BEHIND_THE_API.contains(&module) && !listed {
+                found.push(format!("{file}: crate::{path}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_cli_reaches_the_daemon_through_the_api() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut paths = Vec::new();
+    rust_files(&src.join("cli"), &mut paths);
+    paths.sort();
+    let files: Vec<(String, String)> = paths
+        .iter()
+        .map(|p| {
+            let shown = format!("daemon/src/{}", p.strip_prefix(&src).unwrap().display());
+            let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {shown}: {e}"));
+            (shown, text)
+        })
+        .collect();
+    let allowed: Vec<&str> = CLI_STILL_NAMES.iter().map(|(p, _)| *p).collect();
+    let found = behind_the_api(&files, &allowed);
+    assert!(
+        found.is_empty(),
+        "the CLI names the daemon's {BEHIND_THE_API:?} modules; ask the daemon through the API \
+         (lavender-api, crate::client) or, with the daemon down, read the files through the \
+         core (docs/ARCHITECTURE.md, \"The API\"):\n{}",
+        found.join("\n")
+    );
+    let named: Vec<String> = behind_the_api(&files, &[])
+        .into_iter()
+        .filter_map(|n| Some(n.split_once(": crate::")?.1.to_string()))
+        .collect();
+    let stale: Vec<&str> = allowed
+        .iter()
+        .copied()
+        .filter(|a| {
+            !named
+                .iter()
+                .any(|n| n == a || n.starts_with(&format!("{a}::")))
+        })
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "CLI_STILL_NAMES lists what the CLI no longer names; remove it: {stale:?}"
+    );
+}
+
+/// The string literals of Rust `src` outside its comments, as written between the
+/// quotes (escapes left as they are).
+fn string_literals(src: &str) -> Vec<String> {
+    let chars: Vec<char> = src.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        } else if c == 'r'
+            && matches!(next, Some('"') | Some('#'))
+            && !ident_char(chars.get(i.wrapping_sub(1)))
+        {
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while chars.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if chars.get(j) != Some(&'"') {
+                i += 1;
+                continue;
+            }
+            let start = j + 1;
+            j = start;
+            while j < chars.len()
+                && !(chars[j] == '"' && (0..hashes).all(|k| chars.get(j + 1 + k) == Some(&'#')))
+            {
+                j += 1;
+            }
+            out.push(chars[start..j.min(chars.len())].iter().collect());
+            i = j + 1 + hashes;
+        } else if c == '"' {
+            let start = i + 1;
+            i = start;
+            while i < chars.len() && chars[i] != '"' {
+                i += if chars[i] == '\\' { 2 } else { 1 };
+            }
+            out.push(chars[start..i.min(chars.len())].iter().collect());
+            i += 1;
+        } else if c == '\'' {
+            // A character literal ('x', '\n', '"'), else a lifetime ('a).
+            match (next, chars.get(i + 2)) {
+                (Some('\\'), _) => {
+                    i += 2;
+                    while i < chars.len() && chars[i] != '\'' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                (Some(_), Some('\'')) => i += 3,
+                _ => i += 1,
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The route `literal` spells, if any: a route's path, with a query or its `{…}`
+/// segments filled in. `/` (the dashboard) is left out: it is every path's separator.
+fn route_in(literal: &str) -> Option<lavender_api::Route> {
+    lavender_api::Route::ALL.into_iter().find(|r| {
+        let path = r.path();
+        let stem = path.split('{').next().unwrap_or(path);
+        path != "/"
+            && (literal == path
+                || literal.starts_with(&format!("{path}?"))
+                || (stem != path && literal.starts_with(stem)))
+    })
+}
+
+#[test]
+fn route_strings_are_written_only_in_the_api_route_table() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let table = root.join("api/src/routes.rs");
+    let mut found = Vec::new();
+    for dir in ["src", "api/src", "client/src", "daemon/src"] {
+        let mut paths = Vec::new();
+        rust_files(&root.join(dir), &mut paths);
+        paths.sort();
+        for p in paths.iter().filter(|p| **p != table) {
+            let text =
+                std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+            // Tests may spell a route out: they check what goes over the wire.
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for literal in string_literals(code) {
+                if let Some(route) = route_in(&literal) {
+                    found.push(format!(
+                        "{}: \"{literal}\" spells {route}",
+                        p.strip_prefix(&root).unwrap().display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a route written outside api/src/routes.rs; name it from lavender_api::Route:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_router_serves_every_route_of_the_table_and_no_other() {
+    let served = lavender_testkit::router_routes(include_str!("../../src/server/mod.rs"));
+    let table: std::collections::BTreeSet<String> = lavender_api::Route::ALL
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        served, table,
+        "daemon/src/server/mod.rs answers every route of lavender_api::Route and no other"
+    );
+}
+
+#[test]
+fn the_route_check_reads_literals_and_knows_the_routes() {
+    let literals = string_literals(
+        r##"
+        // "/status" in a comment
+        let a = "/status"; let b = r#"/pipeline/stop"#; let c = '"'; let d: &'a str = "/";
+        let e = format!("/runs/{id}/history?points={n}"); /* "/healthz" */ let f = "x\"y";
+        "##,
+    );
+    assert_eq!(
+        literals,
+        [
+            "/status",
+            "/pipeline/stop",
+            "/",
+            "/runs/{id}/history?points={n}",
+            "x\\\"y"
+        ]
+    );
+    use lavender_api::Route;
+    assert_eq!(route_in("/status"), Some(Route::Status));
+    assert_eq!(route_in("/logs?lines=5"), Some(Route::Logs));
+    assert_eq!(route_in("/runs/current/history"), Some(Route::History));
+    assert_eq!(route_in("/runs"), Some(Route::Runs));
+    assert_eq!(route_in("/"), None);
+    assert_eq!(route_in("/statusx"), None);
+    let files = [(
+        "daemon/src/cli/x.rs".to_string(),
+        "use crate::{pipeline::PipelineRecord, client::Client}; crate::status::offline();"
+            .to_string(),
+    )];
+    assert_eq!(
+        behind_the_api(&files, &["status::offline"]),
+        ["daemon/src/cli/x.rs: crate::pipeline::PipelineRecord"]
+    );
 }

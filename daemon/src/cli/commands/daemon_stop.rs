@@ -8,13 +8,13 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use lavender::pipeline_file::PipelineFile;
 use lavender::status::PipelineState;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::stop::EXIT_NOT_RUNNING;
 use crate::daemon::lock;
-use crate::pipeline::PipelineRecord;
 use crate::settings::Settings;
 
 /// Beyond the stop timeout (after which the daemon kills the worker): time for the
@@ -50,7 +50,7 @@ pub async fn run(settings: &Settings) -> Result<ExitCode> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let record = PipelineRecord::load(layout)?;
+    let record = PipelineFile::read(&layout.state_dir, &layout.data_root)?;
     let newest = record
         .run_dir
         .as_deref()

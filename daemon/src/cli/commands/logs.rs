@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use lavender::pipeline_file::PipelineFile;
 
 use crate::logs::follow::Follower;
-use crate::pipeline::PipelineRecord;
 use crate::settings::Settings;
 
 /// How often `-f` looks for new lines.
@@ -18,7 +18,7 @@ const POLL: Duration = Duration::from_millis(250);
 pub async fn run(settings: &Settings, follow: bool, lines: usize) -> Result<ExitCode> {
     let layout = &settings.layout;
     let keep = settings.config.logging.keep;
-    let record = PipelineRecord::load(layout)?;
+    let record = PipelineFile::read(&layout.state_dir, &layout.data_root)?;
     let Some(path) = crate::logs::current_log(layout, record.log_file.as_deref()) else {
         bail!("no pipeline log yet in {}", layout.logs_dir().display());
     };
@@ -51,7 +51,8 @@ pub async fn run(settings: &Settings, follow: bool, lines: usize) -> Result<Exit
             .poll(&mut buf)
             .with_context(|| format!("read {}", follower.path().display()))?;
         // A new pipeline start opens a new log: follow it, from its start.
-        let record = PipelineRecord::load(layout).unwrap_or_else(|_| PipelineRecord::idle());
+        let record = PipelineFile::read(&layout.state_dir, &layout.data_root)
+            .unwrap_or_else(|_| PipelineFile::idle());
         if let Some(newer) = crate::logs::current_log(layout, record.log_file.as_deref())
             && newer != follower.path()
             && let Ok(next) = Follower::from_start(&newer, keep)

@@ -5,8 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
+use lavender_api::{ReloadReport, Route};
+
 use crate::client::Client;
-use crate::pipeline::ReloadReport;
 use crate::settings::Settings;
 
 pub async fn run(settings: &Settings) -> Result<ExitCode> {
@@ -18,7 +19,7 @@ pub async fn run(settings: &Settings) -> Result<ExitCode> {
             layout.socket().display()
         );
     }
-    let resp = client.request("POST", "/daemon/reload", None).await?;
+    let resp = client.request(Route::DaemonReload).await?;
     if resp.status != 200 {
         bail!("{}", resp.error_text());
     }

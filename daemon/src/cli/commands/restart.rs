@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use serde_json::Value;
+use lavender_api::{Health, RestartReply, Route, ServedStatus};
 
 use crate::client::Client;
 use crate::settings::Settings;
@@ -23,24 +23,20 @@ pub async fn run(settings: &Settings) -> Result<ExitCode> {
             layout.socket().display()
         );
     }
-    let resp = client.request("POST", "/daemon/restart", None).await?;
+    let resp = client.request(Route::DaemonRestart).await?;
     if resp.status != 200 {
         bail!("{}", resp.error_text());
     }
-    let before: Value = resp.json()?;
-    let old_start = before["started_at"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let pid = before["pid"].as_u64().unwrap_or_default();
+    let before: RestartReply = resp.json()?;
+    let pid = before.pid;
     let deadline = Instant::now() + RESTART_WAIT;
     let health = loop {
-        if let Ok(r) = client.request("GET", "/healthz", None).await
+        if let Ok(r) = client.request(Route::Healthz).await
             && r.status == 200
-            && let Ok(v) = r.json::<Value>()
-            && v["started_at"].as_str().is_some_and(|s| s != old_start)
+            && let Ok(h) = r.json::<Health>()
+            && h.started_at != before.started_at
         {
-            break v;
+            break h;
         }
         if Instant::now() > deadline {
             bail!(
@@ -50,18 +46,18 @@ pub async fn run(settings: &Settings) -> Result<ExitCode> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let version = health["version"].as_str().unwrap_or("?");
-    match before["worker_pid"].as_u64() {
+    let version = &health.version;
+    match before.worker_pid {
         Some(worker) => {
             let status = client
-                .request("GET", "/status", None)
+                .request(Route::Status)
                 .await?
-                .json::<Value>()?;
-            let now = status["pipeline"]["pid"].as_u64();
-            if now != Some(worker) {
+                .json::<ServedStatus>()?
+                .status;
+            if status.pipeline.pid != Some(worker) {
                 bail!(
-                    "lavenderd {version} restarted (pid {pid}), but it does not show worker pid {worker} running (pipeline state {}); see `lavenderd status` and `lavenderd logs`",
-                    status["pipeline"]["state"]
+                    "lavenderd {version} restarted (pid {pid}), but it does not show worker pid {worker} running (pipeline state {:?}); see `lavenderd status` and `lavenderd logs`",
+                    status.pipeline.state.as_str()
                 );
             }
             println!(
@@ -70,7 +66,7 @@ pub async fn run(settings: &Settings) -> Result<ExitCode> {
         }
         None => println!(
             "lavenderd {version} restarted (pid {pid}); no worker was running (pipeline {})",
-            health["state"].as_str().unwrap_or("?")
+            health.state
         ),
     }
     Ok(ExitCode::SUCCESS)

@@ -6,14 +6,13 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use lavender_api::{ConfigFileRef, Route, StartReply};
 
 use crate::cli::{ListenArgs, PipelineFlags};
 use crate::client::Client;
 use crate::confirm::confirm;
-use crate::pipeline::ConfigFileRef;
-use crate::pipeline::config_file::sha256_hex;
+use crate::pipeline::PipelineRecord;
 use crate::pipeline::resumable;
-use crate::pipeline::{PipelineRecord, StartReply};
 use crate::settings::{GlobalArgs, Settings};
 
 const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -47,10 +46,7 @@ pub async fn run(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let body = serde_json::to_value(&req)?;
-    let resp = client
-        .request("POST", "/pipeline/start", Some(&body))
-        .await?;
+    let resp = client.request_with(Route::Start, &req).await?;
     match resp.status {
         200 => {
             let reply: StartReply = resp.json()?;
@@ -98,11 +94,9 @@ pub fn config_ref(settings: &Settings) -> Result<Option<ConfigFileRef>> {
         return Ok(None);
     };
     let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
-    Ok(Some(ConfigFileRef {
-        // Without `..` (`--config ../project/lavender.yaml`), as the daemon shows it.
-        path: std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()),
-        sha256: sha256_hex(&bytes),
-    }))
+    // Without `..` (`--config ../project/lavender.yaml`), as the daemon shows it.
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+    Ok(Some(ConfigFileRef::new(&path, &bytes)))
 }
 
 /// `--fresh` over an unfinished run walks away from its training: asked first on a

@@ -5,26 +5,16 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use lavender::status::Status;
-use serde::{Deserialize, Serialize};
+use lavender_api::{Route, ServedStatus};
 
 use crate::client::Client;
 use crate::settings::Settings;
 use crate::status::StatusSettings;
 
-/// A status body as served: the contract, then every key the daemon adds to it
-/// (`notifications`, …), so `status --json` prints all of `GET /status`.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct ServedStatus {
-    #[serde(flatten)]
-    pub status: Status,
-    #[serde(flatten)]
-    pub extra: serde_json::Map<String, serde_json::Value>,
-}
-
 /// From the daemon, `GET /status` whole; with no daemon, the contract from the files.
 pub async fn fetch_served(settings: &Settings) -> Result<ServedStatus> {
     let client = Client::new(&settings.layout.socket());
-    if let Ok(resp) = client.request("GET", "/status", None).await
+    if let Ok(resp) = client.request(Route::Status).await
         && resp.status == 200
     {
         return resp.json();

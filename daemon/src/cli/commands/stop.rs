@@ -6,8 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
+use lavender_api::{Route, StopReport, StopRequest};
+
 use crate::client::Client;
-use crate::pipeline::StopReport;
 use crate::settings::Settings;
 
 pub const EXIT_NOT_SAVED: u8 = 3;
@@ -23,14 +24,17 @@ pub async fn run(settings: &Settings, timeout: Option<f64>) -> Result<ExitCode> 
                 settings.layout.socket().display()
             );
         }
-        let report = StopReport::nothing_running(&settings.layout.checkpoints_root(), None);
+        // The newest complete checkpoint across the runs, as a daemon would answer.
+        let latest = lavender::checkpoint::list_checkpoints(&settings.layout.checkpoints_root())
+            .ok()
+            .and_then(|mut all| all.pop())
+            .map(|c| c.path);
+        let report = StopReport::idle(latest);
         println!("no daemon is running; {}", report.message);
         return Ok(ExitCode::from(EXIT_NOT_RUNNING));
     }
-    let body = serde_json::json!({ "timeout_s": timeout });
-    let resp = client
-        .request("POST", "/pipeline/stop", Some(&body))
-        .await?;
+    let body = StopRequest { timeout_s: timeout };
+    let resp = client.request_with(Route::Stop, &body).await?;
     if resp.status != 200 {
         bail!("{}", resp.error_text());
     }

@@ -11,7 +11,7 @@ use crate::pipeline::inputs::{LocalFiles, StepInputs};
 use crate::pipeline::judge::{Verdict, judge};
 use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Stop};
 use crate::pipeline::record::StopCause;
-use crate::pipeline::stop::StopReport;
+use crate::pipeline::stop::{StopReport, StopReports as _};
 use crate::pipeline::{markers, plan};
 
 impl Actor {

@@ -4,7 +4,7 @@
 //! touched, nor is the config its pipeline started with.
 
 use super::{Actor, backend_for};
-use crate::pipeline::reload::ReloadReport;
+use crate::pipeline::reload::Reload as ReloadReport;
 use crate::pipeline::restart::Timings;
 
 impl Actor {

@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 use super::Actor;
 use crate::pipeline::machine::Event;
 use crate::pipeline::record::StopCause;
-use crate::pipeline::stop::{StopMark, StopReport};
+use crate::pipeline::stop::{StopMark, StopReport, StopReports as _};
 
 impl Actor {
     pub(super) fn stop(

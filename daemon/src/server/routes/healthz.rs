@@ -1,19 +1,19 @@
 use axum::Json;
 use axum::extract::State;
-use serde_json::{Value, json};
+use lavender_api::Health;
 
 use crate::server::AppState;
 
 /// `GET /healthz`: the daemon answers; its pid, when this daemon image started
 /// (it changes when the daemon restarts alone, the pid does not) and the pipeline state.
-pub async fn get(State(app): State<AppState>) -> Json<Value> {
+pub async fn get(State(app): State<AppState>) -> Json<Health> {
     let record = app.pipeline.record();
-    Json(json!({
-        "ok": true,
-        "pid": std::process::id(),
-        "version": env!("CARGO_PKG_VERSION"),
-        "started_at": &*app.started_at,
-        "data_root": app.layout.data_root,
-        "state": record.state,
-    }))
+    Json(Health {
+        data_root: app.layout.data_root.clone(),
+        ok: true,
+        pid: std::process::id(),
+        started_at: app.started_at.to_string(),
+        state: record.state,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    })
 }

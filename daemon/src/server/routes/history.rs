@@ -3,18 +3,11 @@ use std::path::PathBuf;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use serde::Deserialize;
+use lavender_api::{DEFAULT_POINTS, HistoryQuery, HistoryResponse, MAX_POINTS, Route};
 
 use crate::server::AppState;
 use crate::server::error::ApiError;
-use crate::web::history::response::{DEFAULT_POINTS, MAX_POINTS};
-use crate::web::history::{HistoryError, HistoryResponse};
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Params {
-    points: Option<usize>,
-}
+use crate::web::history::{HistoryError, response};
 
 /// The id `current` names the run the status is about.
 pub const CURRENT: &str = "current";
@@ -24,7 +17,7 @@ pub const CURRENT: &str = "current";
 pub async fn get(
     State(app): State<AppState>,
     Path(id): Path<String>,
-    Query(params): Query<Params>,
+    Query(params): Query<HistoryQuery>,
 ) -> Result<Json<HistoryResponse>, ApiError> {
     let points = params.points.unwrap_or(DEFAULT_POINTS);
     if points < 2 {
@@ -39,7 +32,7 @@ pub async fn get(
     tokio::task::spawn_blocking(move || {
         history.load(&dir).map(|l| {
             tracing::debug!(run = %run, parse = ?l.parse, "history answered");
-            Json(HistoryResponse::new(run, l.source, &l.series, points))
+            Json(response(run, l.source, &l.series, points))
         })
     })
     .await
@@ -73,8 +66,9 @@ fn run_dir(app: &AppState, id: &str) -> Result<(String, PathBuf), ApiError> {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!(
-                "no run {name:?} under {}; GET /runs lists them (or use `{CURRENT}`)",
-                root.display()
+                "no run {name:?} under {}; {} lists them (or use `{CURRENT}`)",
+                root.display(),
+                Route::Runs
             ),
         ));
     }

@@ -1,7 +1,7 @@
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use serde::Deserialize;
+use lavender_api::LogsQuery;
 
 use crate::server::AppState;
 use crate::server::error::ApiError;
@@ -9,16 +9,10 @@ use crate::server::error::ApiError;
 const DEFAULT_LINES: usize = 100;
 const MAX_LINES: usize = 10_000;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Params {
-    lines: Option<usize>,
-}
-
 /// `GET /logs?lines=N`: the last N lines of the pipeline log, as text.
 pub async fn get(
     State(app): State<AppState>,
-    Query(params): Query<Params>,
+    Query(params): Query<LogsQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let n = params.lines.unwrap_or(DEFAULT_LINES).min(MAX_LINES);
     let record = app.pipeline.record();

@@ -2,7 +2,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 
-use crate::pipeline::ReloadReport;
+use lavender_api::ReloadReport;
+
 use crate::server::AppState;
 use crate::server::error::ApiError;
 

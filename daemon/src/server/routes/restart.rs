@@ -2,7 +2,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use lavender::status::PipelineState;
-use serde_json::{Value, json};
+use lavender_api::RestartReply;
 
 use crate::server::AppState;
 use crate::server::error::ApiError;
@@ -11,7 +11,7 @@ use crate::server::error::ApiError;
 /// place); the worker keeps training and is re-adopted.
 /// Answers at once with what restarts; `GET /healthz` shows a new `started_at`
 /// once the new daemon serves.
-pub async fn post(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn post(State(app): State<AppState>) -> Result<Json<RestartReply>, ApiError> {
     let Some(restart) = &app.restart else {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -28,11 +28,11 @@ pub async fn post(State(app): State<AppState>) -> Result<Json<Value>, ApiError> 
     let worker = record.worker.as_ref();
     // A second request while one is pending finds the channel full: same restart.
     let _ = restart.try_send(());
-    Ok(Json(json!({
-        "pid": std::process::id(),
-        "started_at": &*app.started_at,
-        "state": record.state,
-        "worker": worker.map(|w| w.handle.to_string()),
-        "worker_pid": worker.and_then(|w| w.handle.pid()),
-    })))
+    Ok(Json(RestartReply {
+        pid: std::process::id(),
+        started_at: app.started_at.to_string(),
+        state: record.state,
+        worker: worker.map(|w| w.handle.to_string()),
+        worker_pid: worker.and_then(|w| w.handle.pid()),
+    }))
 }

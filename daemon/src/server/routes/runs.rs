@@ -1,7 +1,9 @@
 use axum::Json;
 use axum::extract::State;
 
-use crate::inventory::{self, RunInfo};
+use lavender_api::RunInfo;
+
+use crate::inventory;
 use crate::server::AppState;
 use crate::server::error::ApiError;
 

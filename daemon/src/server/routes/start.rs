@@ -3,7 +3,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::pipeline::{StartError, StartReply, StartRequest};
+use lavender_api::{ResumableRefusal, StartReply, StartRequest};
+
+use crate::pipeline::StartError;
 use crate::server::AppState;
 use crate::server::error::ApiError;
 use crate::server::strict_json::StrictJson;
@@ -31,12 +33,12 @@ pub async fn post(
                 ..
             } => (
                 status,
-                Json(serde_json::json!({
-                    "error": e.to_string(),
-                    "run_dir": run_dir,
-                    "resume_command": resume_command,
-                    "fresh_command": fresh_command,
-                })),
+                Json(ResumableRefusal {
+                    error: e.to_string(),
+                    fresh_command: fresh_command.clone(),
+                    resume_command: resume_command.clone(),
+                    run_dir: run_dir.clone(),
+                }),
             )
                 .into_response(),
             _ => ApiError::new(status, e.to_string()).into_response(),

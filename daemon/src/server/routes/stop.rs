@@ -3,25 +3,17 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use serde::Deserialize;
+use lavender_api::{StopReport, StopRequest};
 
-use crate::pipeline::StopReport;
 use crate::server::AppState;
 use crate::server::error::ApiError;
 use crate::server::strict_json::StrictJson;
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct StopBody {
-    /// Seconds between SIGTERM and SIGKILL; default `supervisor.stop_timeout_s`.
-    timeout_s: Option<f64>,
-}
 
 /// `POST /pipeline/stop`: SIGTERM, wait, SIGKILL after the timeout; answers with
 /// what the stop saved once the worker has exited.
 pub async fn post(
     State(app): State<AppState>,
-    StrictJson(body): StrictJson<StopBody>,
+    StrictJson(body): StrictJson<StopRequest>,
 ) -> Result<Json<StopReport>, ApiError> {
     let timeout = match body.timeout_s {
         Some(s) if !(s.is_finite() && s >= 0.0) => {

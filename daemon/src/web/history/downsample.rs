@@ -2,7 +2,7 @@
 //! bucket keeps its lowest and its highest point, in step order. A loss spike or
 //! dip survives any zoom level, which averaging or striding would hide.
 
-pub type Point = [f64; 2];
+use lavender_api::Point;
 
 /// The bucket boundaries for `len` points cut into `buckets`: bucket `b` holds
 /// indices `bounds(b).0 .. bounds(b).1`.

@@ -10,4 +10,4 @@ pub mod response;
 
 pub use cache::{HistoryCache, HistoryError};
 pub use parse::Series;
-pub use response::HistoryResponse;
+pub use response::response;

@@ -5,9 +5,9 @@
 
 use std::borrow::Cow;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use super::downsample::Point;
+use lavender_api::{Point, StageMark};
 
 /// Weight of the newest loss in the smoothed curve: the worker's own `loss_smooth`
 /// (an exponential moving average with this weight), so curve and heartbeat agree.
@@ -22,13 +22,6 @@ struct Entry<'a> {
     eval_loss: Option<f64>,
     #[serde(borrow)]
     stage: Option<Cow<'a, str>>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StageMark {
-    pub name: String,
-    /// The first step logged in this stage.
-    pub step: f64,
 }
 
 #[derive(Debug, Clone, Default)]

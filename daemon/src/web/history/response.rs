@@ -1,59 +1,33 @@
-//! The JSON answer of `GET /runs/{id}/history`.
+//! The JSON answer of `GET /runs/{id}/history` (`lavender_api::HistoryResponse`),
+//! made from a run's parsed series.
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use lavender_api::{HistoryResponse, Point, SeriesOut};
 
-use super::downsample::{Point, min_max};
-use super::parse::{Series, StageMark};
+use super::downsample::min_max;
+use super::parse::Series;
 
-/// Points per series when the request does not say.
-pub const DEFAULT_POINTS: usize = 1000;
-/// More than a screen has pixels for; a cap keeps responses bounded.
-pub const MAX_POINTS: usize = 20_000;
-
-#[derive(Debug, Serialize)]
-pub struct HistoryResponse {
-    pub run: String,
-    /// The file read: `log_history.jsonl` or `log_history.json`.
-    pub source: &'static str,
-    pub entries: u64,
-    pub skipped: u64,
-    pub max_points: usize,
-    /// loss, loss_smooth, learning_rate, grad_norm, eval_loss.
-    pub series: BTreeMap<&'static str, SeriesOut>,
-    pub stages: Vec<StageMark>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct SeriesOut {
-    /// Points before downsampling.
-    pub total: usize,
-    /// `[step, value]` pairs, in step order.
-    pub points: Vec<Point>,
-}
-
-impl HistoryResponse {
-    pub fn new(run: String, source: &'static str, s: &Series, max_points: usize) -> Self {
-        let out = |pts: &[Point]| SeriesOut {
-            total: pts.len(),
-            points: min_max(pts, max_points),
-        };
-        let series = BTreeMap::from([
-            ("loss", out(&s.loss)),
-            ("loss_smooth", out(&s.loss_smooth)),
-            ("learning_rate", out(&s.learning_rate)),
-            ("grad_norm", out(&s.grad_norm)),
-            ("eval_loss", out(&s.eval_loss)),
-        ]);
-        HistoryResponse {
-            run,
-            source,
-            entries: s.entries,
-            skipped: s.skipped,
-            max_points,
-            series,
-            stages: s.stages.clone(),
-        }
+/// The answer for `run`, read from `source`, with at most `max_points` per series.
+pub fn response(run: String, source: &str, s: &Series, max_points: usize) -> HistoryResponse {
+    let out = |pts: &[Point]| SeriesOut {
+        total: pts.len(),
+        points: min_max(pts, max_points),
+    };
+    let series = BTreeMap::from([
+        ("loss".to_string(), out(&s.loss)),
+        ("loss_smooth".to_string(), out(&s.loss_smooth)),
+        ("learning_rate".to_string(), out(&s.learning_rate)),
+        ("grad_norm".to_string(), out(&s.grad_norm)),
+        ("eval_loss".to_string(), out(&s.eval_loss)),
+    ]);
+    HistoryResponse {
+        run,
+        source: source.to_string(),
+        entries: s.entries,
+        skipped: s.skipped,
+        max_points,
+        series,
+        stages: s.stages.clone(),
     }
 }

@@ -1,10 +1,13 @@
-//! What `lavenderd start` and `POST /pipeline/start` ask for: the operator guide's
-//! flags. Unknown fields are rejected so a typo is never silently ignored.
+//! `POST /pipeline/start`: what `lavenderd start` asks for (the operator guide's
+//! flags) and what the daemon answers. Unknown fields are rejected so a typo is
+//! never silently ignored.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use lavender::config::{PipelineStep, Scale};
+use lavender::status::PipelineState;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -51,6 +54,25 @@ pub struct ConfigFileRef {
     pub sha256: String,
 }
 
+impl ConfigFileRef {
+    /// The file at `path` as read in `bytes`.
+    pub fn new(path: &Path, bytes: &[u8]) -> ConfigFileRef {
+        ConfigFileRef {
+            path: path.to_path_buf(),
+            sha256: sha256_hex(bytes),
+        }
+    }
+}
+
+/// SHA-256 of `bytes` in lowercase hex: how a start names the content it read, and
+/// how the daemon checks it reads the same.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 pub const MAX_CHUNK: u32 = 4;
 
 impl StartRequest {
@@ -88,6 +110,43 @@ impl StartRequest {
     }
 }
 
+/// A start's answer (200).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartReply {
+    pub state: PipelineState,
+    pub chunk: u32,
+    pub scale: Scale,
+    pub active_step: Option<PipelineStep>,
+    pub pid: Option<u32>,
+    pub run_dir: Option<PathBuf>,
+    pub log_file: Option<PathBuf>,
+    pub resume_from: Option<PathBuf>,
+    /// The Slurm job of the first step (launch.backend: slurm).
+    #[serde(default)]
+    pub slurm_job: Option<String>,
+    /// Lines to show the operator, e.g. that the built shards are fewer than the
+    /// scale asks for.
+    #[serde(default)]
+    pub notices: Vec<String>,
+    /// `config: FILE (changed since the last start: KEY, …)`: what the start runs with.
+    #[serde(default)]
+    pub config: Option<String>,
+    /// The start had nothing to run (every step finished, no `--force`) and did
+    /// nothing: the line that says so, and the only one to show.
+    #[serde(default)]
+    pub nothing_to_do: Option<String>,
+}
+
+/// A start refused (409) because an unfinished run could be resumed and neither
+/// `resume` nor `fresh` was given: the error and the two ways on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumableRefusal {
+    pub error: String,
+    pub fresh_command: String,
+    pub resume_command: String,
+    pub run_dir: PathBuf,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +166,14 @@ mod tests {
             ..StartRequest::default()
         };
         assert!(req.validate().unwrap_err().contains("1..=4"));
+    }
+
+    #[test]
+    fn a_config_file_is_named_by_the_hash_of_its_bytes() {
+        let r = ConfigFileRef::new(Path::new("/p/l.yaml"), b"abc");
+        assert_eq!(
+            r.sha256,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 }
