@@ -217,7 +217,7 @@ fn test_settings() -> StatusSettings {
     supervisor.stale_after_s = lavender::config::StaleAfter::Seconds(300.0);
     supervisor.startup_grace_s = 60;
     StatusSettings {
-        stall: super::stall::StallSettings::from_config(&supervisor),
+        supervisor,
         default_scale: lavender::config::Scale::Tiny,
         default_chunk: 1,
         steps: Vec::new(),

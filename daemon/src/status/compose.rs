@@ -30,7 +30,7 @@ pub fn stall_watch(
     stall::assess(
         worker,
         said.as_ref(),
-        &settings.stall,
+        &settings.supervisor,
         record.heartbeat_interval_s,
     )
 }

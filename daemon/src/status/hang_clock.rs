@@ -124,7 +124,7 @@ mod tests {
     use lavender::heartbeat::WorkerState;
 
     use super::super::clock::Clock;
-    use super::super::stall::{Allowances, Beat, StallSettings, said, watch};
+    use super::super::stall::{Allowances, Beat, allowances as of_supervisor, said, watch};
     use super::*;
 
     /// A machine's clocks driven by the test: time passes awake, asleep, or the wall
@@ -184,8 +184,8 @@ mod tests {
     }
 
     fn allowances() -> Allowances {
-        StallSettings {
-            stale_after: StaleAfter::Seconds(300.0),
+        let supervisor = lavender::config::SupervisorConfig {
+            stale_after_s: StaleAfter::Seconds(300.0),
             stale_auto: StaleAuto {
                 factor: 5.0,
                 floor_s: 2.0,
@@ -196,9 +196,10 @@ mod tests {
             evaluating_grace_s: 1800,
             saving_grace_s: 1800,
             on_stall: OnStall::Restart,
-            data_step_s: 1800,
-        }
-        .allowances(None)
+            data_step_stale_after_s: 1800,
+            ..lavender::config::Config::default().supervisor
+        };
+        of_supervisor(&supervisor, None)
     }
 
     /// The worker started at `started`, whose heartbeat on disk is `beat`, looked at

@@ -1,15 +1,14 @@
 //! The config values the status needs, read once per config (at start and at each
 //! reload) and handed to the refresher, the cache and [`super::compose`].
 
-use lavender::config::{Config, PipelineStep, Scale, ScalesConfig};
-
-use super::stall::StallSettings;
+use lavender::config::{Config, PipelineStep, Scale, ScalesConfig, SupervisorConfig};
 
 /// The config values the status needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusSettings {
-    /// The allowances of a worker's phases, and what a hang gets.
-    pub stall: StallSettings,
+    /// The `supervisor:` section: the allowances of a worker's phases, and what a
+    /// hang gets.
+    pub supervisor: SupervisorConfig,
     pub default_scale: Scale,
     pub default_chunk: u32,
     pub steps: Vec<PipelineStep>,
@@ -22,7 +21,7 @@ pub struct StatusSettings {
 impl StatusSettings {
     pub fn from_config(config: &Config) -> StatusSettings {
         StatusSettings {
-            stall: StallSettings::from_config(&config.supervisor),
+            supervisor: config.supervisor.clone(),
             default_scale: config.scale,
             default_chunk: config.chunk,
             steps: config.steps.clone(),

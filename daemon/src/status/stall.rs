@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use lavender::config::{OnStall, PipelineStep, StaleAfter, StaleAuto, SupervisorConfig};
+use lavender::config::{PipelineStep, StaleAfter, SupervisorConfig};
 use lavender::heartbeat::{Heartbeat, WorkerState};
 use lavender::step_heartbeat::StepHeartbeat;
 
@@ -34,49 +34,21 @@ fn allowance_key(phase: WorkerState) -> &'static str {
     }
 }
 
-/// The stall settings of the `supervisor:` section.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StallSettings {
-    pub stale_after: StaleAfter,
-    pub stale_auto: StaleAuto,
-    pub startup_grace_s: u64,
-    pub loading_grace_s: u64,
-    pub evaluating_grace_s: u64,
-    pub saving_grace_s: u64,
-    pub on_stall: OnStall,
-    /// `data_step_stale_after_s`: a data step or `mine_hard` between two progress beats.
-    pub data_step_s: u64,
-}
-
-impl StallSettings {
-    pub fn from_config(sup: &SupervisorConfig) -> StallSettings {
-        StallSettings {
-            stale_after: sup.stale_after_s,
-            stale_auto: sup.stale_auto,
-            startup_grace_s: sup.startup_grace_s,
-            loading_grace_s: sup.loading_grace_s,
-            evaluating_grace_s: sup.evaluating_grace_s,
-            saving_grace_s: sup.saving_grace_s,
-            on_stall: sup.on_stall,
-            data_step_s: sup.data_step_stale_after_s,
-        }
-    }
-
-    /// The allowance of each phase, for a run whose longest steady interval between
-    /// two training heartbeats so far is `learned_s` (`stale_after_s: auto`).
-    pub fn allowances(&self, learned_s: Option<f64>) -> Allowances {
-        let training_s = match self.stale_after {
-            StaleAfter::Seconds(s) => s,
-            StaleAfter::Auto => self.stale_auto.allowance_s(learned_s),
-        };
-        Allowances {
-            startup: Duration::from_secs(self.startup_grace_s),
-            loading: Duration::from_secs(self.loading_grace_s),
-            evaluating: Duration::from_secs(self.evaluating_grace_s),
-            saving: Duration::from_secs(self.saving_grace_s),
-            training: Duration::from_secs_f64(training_s.max(0.0)),
-            data_step: Duration::from_secs(self.data_step_s),
-        }
+/// The allowance of each phase under the `supervisor:` section `sup`, for a run
+/// whose longest steady interval between two training heartbeats so far is
+/// `learned_s` (`stale_after_s: auto`).
+pub fn allowances(sup: &SupervisorConfig, learned_s: Option<f64>) -> Allowances {
+    let training_s = match sup.stale_after_s {
+        StaleAfter::Seconds(s) => s,
+        StaleAfter::Auto => sup.stale_auto.allowance_s(learned_s),
+    };
+    Allowances {
+        startup: Duration::from_secs(sup.startup_grace_s),
+        loading: Duration::from_secs(sup.loading_grace_s),
+        evaluating: Duration::from_secs(sup.evaluating_grace_s),
+        saving: Duration::from_secs(sup.saving_grace_s),
+        training: Duration::from_secs_f64(training_s.max(0.0)),
+        data_step: Duration::from_secs(sup.data_step_stale_after_s),
     }
 }
 
@@ -274,11 +246,11 @@ pub fn said_by(
 pub fn assess(
     worker: Option<&WorkerRecord>,
     said: Option<&Said>,
-    settings: &StallSettings,
+    supervisor: &SupervisorConfig,
     learned_s: Option<f64>,
 ) -> Option<Watch> {
     let said = said.filter(|s| worker.is_some_and(|w| w.step == s.work))?;
-    watch(said, &settings.allowances(learned_s))
+    watch(said, &allowances(supervisor, learned_s))
 }
 
 /// Learns the longest steady interval between two training heartbeats of a run,
@@ -337,6 +309,7 @@ impl IntervalLearner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lavender::config::{OnStall, StaleAuto};
 
     fn t(s: f64) -> DateTime<Utc> {
         DateTime::from_timestamp_millis((1_800_000_000.0 * 1000.0 + s * 1000.0) as i64).unwrap()
@@ -354,9 +327,9 @@ mod tests {
         said(started, beat).and_then(|s| watch(&s, a))
     }
 
-    fn settings(stale_after: StaleAfter) -> StallSettings {
-        StallSettings {
-            stale_after,
+    fn settings(stale_after: StaleAfter) -> SupervisorConfig {
+        SupervisorConfig {
+            stale_after_s: stale_after,
             stale_auto: StaleAuto {
                 factor: 5.0,
                 floor_s: 2.0,
@@ -367,13 +340,14 @@ mod tests {
             evaluating_grace_s: 50,
             saving_grace_s: 60,
             on_stall: OnStall::Restart,
-            data_step_s: 70,
+            data_step_stale_after_s: 70,
+            ..lavender::config::Config::default().supervisor
         }
     }
 
     #[test]
     fn each_phase_has_its_own_allowance_from_its_own_start() {
-        let a = settings(StaleAfter::Seconds(10.0)).allowances(None);
+        let a = allowances(&settings(StaleAfter::Seconds(10.0)), None);
         let started = t(0.0);
         // No heartbeat yet, or the previous worker's: starting up, from the start.
         for old in [None, Some(beat(-5.0, WorkerState::Training, 9))] {
@@ -426,7 +400,7 @@ mod tests {
 
     #[test]
     fn a_data_step_has_its_own_allowance_from_its_own_progress_beat() {
-        let a = settings(StaleAfter::Seconds(10.0)).allowances(None);
+        let a = allowances(&settings(StaleAfter::Seconds(10.0)), None);
         let started = t(0.0);
         let step_beat = |at: f64, step: &str| StepHeartbeat {
             step: step.into(),
@@ -464,7 +438,7 @@ mod tests {
 
     #[test]
     fn a_long_save_is_not_a_hang_but_the_same_silence_while_training_is() {
-        let a = settings(StaleAfter::Seconds(1.0)).allowances(None);
+        let a = allowances(&settings(StaleAfter::Seconds(1.0)), None);
         let saving = watch_of(t(0.0), Some(&beat(5.0, WorkerState::Saving, 20)), &a).unwrap();
         let training = watch_of(t(0.0), Some(&beat(5.0, WorkerState::Training, 20)), &a).unwrap();
         assert!(!saving.overdue(t(8.0)));
@@ -475,7 +449,7 @@ mod tests {
     fn auto_learns_from_steady_training_intervals_only() {
         let s = settings(StaleAfter::Auto);
         // Nothing learned yet: the ceiling.
-        assert_eq!(s.allowances(None).training, Duration::from_secs(100));
+        assert_eq!(allowances(&s, None).training, Duration::from_secs(100));
         let mut l = IntervalLearner::new(None);
         let w = t(0.0);
         // The first interval of a worker is warm-up.
@@ -496,7 +470,7 @@ mod tests {
             Some(2.0)
         );
         assert_eq!(
-            s.allowances(l.longest_s()).training,
+            allowances(&s, l.longest_s()).training,
             Duration::from_secs(10)
         );
         // A restarted worker warms up again; the run's longest is kept.
@@ -507,13 +481,13 @@ mod tests {
         assert_eq!(l.observe(w2, &beat(112.0, WorkerState::Training, 7)), None);
         assert_eq!(l.longest_s(), Some(2.0));
         // Floor and ceiling.
-        assert_eq!(s.allowances(Some(0.01)).training, Duration::from_secs(2));
+        assert_eq!(allowances(&s, Some(0.01)).training, Duration::from_secs(2));
         assert_eq!(
-            s.allowances(Some(1000.0)).training,
+            allowances(&s, Some(1000.0)).training,
             Duration::from_secs(100)
         );
         // A number overrides what was learned.
-        let fixed = settings(StaleAfter::Seconds(7.5)).allowances(Some(2.0));
+        let fixed = allowances(&settings(StaleAfter::Seconds(7.5)), Some(2.0));
         assert_eq!(fixed.training, Duration::from_secs_f64(7.5));
     }
 }

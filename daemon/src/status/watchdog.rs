@@ -57,7 +57,7 @@ async fn run(
         ) {
             // With `on_stall: restart` the actor tells of the hang once it restarted it.
             let told_by_actor = matches!(alert, Alert::Stale { .. })
-                && snap.settings.stall.on_stall == OnStall::Restart;
+                && snap.settings.supervisor.on_stall == OnStall::Restart;
             if !told_by_actor {
                 let _ = alerts.send(alert);
             }
@@ -120,7 +120,7 @@ impl HangWatch {
         {
             pipeline.report_interval(run.clone(), longest);
         }
-        if snap.settings.stall.on_stall != OnStall::Restart
+        if snap.settings.supervisor.on_stall != OnStall::Restart
             || self.reported == Some(worker.started_at)
         {
             return;
