@@ -2,7 +2,6 @@
 //! state machine (idle → running(step) → stopping → stopped | finished | crashed | failed).
 
 pub(crate) mod actor;
-pub(crate) mod config_file;
 pub mod files;
 pub(crate) mod handle;
 pub(crate) mod inputs;
@@ -17,7 +16,6 @@ pub(crate) mod resumable;
 pub(crate) mod rollback;
 pub(crate) mod stop;
 
-pub use config_file::ConfigSource;
 pub use handle::{HungReport, PipelineHandle, StartError};
 pub use record::{PipelineRecord, StopCause};
 pub use reload::Reload;
