@@ -114,6 +114,14 @@ pub fn latest_complete(run_dir: &Path) -> Result<Option<Checkpoint>> {
     Ok(list_run_checkpoints(run_dir)?.pop())
 }
 
+/// The newest complete checkpoint of `run_dir` when it has one, else the newest of
+/// every run under `checkpoints_root`; unreadable folders count as empty.
+pub fn newest_complete(run_dir: Option<&Path>, checkpoints_root: &Path) -> Option<Checkpoint> {
+    run_dir
+        .and_then(|d| latest_complete(d).ok().flatten())
+        .or_else(|| list_checkpoints(checkpoints_root).ok()?.pop())
+}
+
 /// The counter for the next save in `run_dir`: one past the highest ever used there,
 /// counting complete, incomplete and in-flight checkpoints and the run's train.log,
 /// so a resumed run never reuses a number even after retention deleted old ones.

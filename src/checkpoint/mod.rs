@@ -10,7 +10,7 @@ mod retention;
 pub use builder::CheckpointBuilder;
 pub use listing::{
     Checkpoint, EXPORT_MARKER, is_complete, latest_complete, list_checkpoints,
-    list_run_checkpoints, next_counter, resolve_resume,
+    list_run_checkpoints, newest_complete, next_counter, resolve_resume,
 };
 pub use name::{CheckpointName, valid_stage_name};
 pub use prune::{PruneReport, dir_size, prune_plan, prune_runs, remove_runs};

@@ -29,11 +29,12 @@ use tokio::task::JoinHandle;
 use lavender_api::{ReloadReport, StartRequest};
 
 use crate::alert::AlertSender;
+use crate::config_source::ConfigSource;
 use crate::events::EventFollower;
 use crate::feed::{self, Feed};
 use crate::layout::Layout;
 use crate::notify::{self, Notifier};
-use crate::pipeline::{self, ConfigSource, PipelineHandle, StopCause};
+use crate::pipeline::{self, PipelineHandle, StopCause};
 use crate::retention::{Retention, RetentionHandle, RetentionSettings};
 use crate::server::{self, AppState};
 use crate::settings::Settings;

@@ -3,7 +3,6 @@
 //! as the record shows it); `machine/` writes down its phases and transitions.
 
 pub(crate) mod actor;
-pub(crate) mod config_file;
 pub mod files;
 pub(crate) mod handle;
 pub(crate) mod inputs;
@@ -19,7 +18,6 @@ pub(crate) mod resumable;
 pub(crate) mod rollback;
 pub(crate) mod stop;
 
-pub use config_file::ConfigSource;
 pub use handle::{HungReport, PipelineHandle, StartError};
 pub use record::{PipelineRecord, StopCause};
 pub use reload::Reload;

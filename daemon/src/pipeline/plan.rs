@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use lavender::config::{Config, ConfigOrigins, ORIGINS_VAR, Origin, PipelineStep, Scale};
 use lavender::status::{PipelineState, StepState};
 
-use super::config_file;
 use super::handle::StartError;
 use super::inputs::{LocalFiles, StepInputs};
 use super::markers;
@@ -118,7 +117,7 @@ pub fn prepare(
     };
 
     let cfg_path = layout.worker_config();
-    let config_notice = config_file::start_notice(
+    let config_notice = crate::config_source::start_notice(
         req.config.as_ref().map(|c| c.path.as_path()),
         last_worker_config(layout).as_ref(),
         &worker_config,

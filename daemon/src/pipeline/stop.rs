@@ -32,14 +32,7 @@ impl StopMark {
 
 /// Newest complete checkpoint of the run, else across all runs.
 pub fn newest_complete(run_dir: Option<&Path>, checkpoints_root: &Path) -> Option<PathBuf> {
-    run_dir
-        .and_then(|d| lavender::checkpoint::latest_complete(d).ok().flatten())
-        .or_else(|| {
-            lavender::checkpoint::list_checkpoints(checkpoints_root)
-                .ok()?
-                .pop()
-        })
-        .map(|c| c.path)
+    lavender::checkpoint::newest_complete(run_dir, checkpoints_root).map(|c| c.path)
 }
 
 /// The checkpoint this stop saved, if one was: a `final_saved` event since the stop

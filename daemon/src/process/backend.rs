@@ -171,7 +171,7 @@ impl Backend {
         }
         let mut spec = spec.clone();
         if let Some(program) = spec.command.first_mut() {
-            *program = super::locate::worker_program_here(program)?;
+            *program = crate::locate::worker_program_here(program)?;
         }
         let spec = &spec;
         match self.kind {

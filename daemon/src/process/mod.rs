@@ -8,7 +8,6 @@ pub(crate) mod backend;
 pub mod fake;
 pub(crate) mod generation;
 pub(crate) mod identity;
-pub(crate) mod locate;
 pub(crate) mod signal;
 pub(crate) mod slurm;
 pub(crate) mod spawn;

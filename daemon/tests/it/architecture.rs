@@ -746,10 +746,6 @@ const CLI_STILL_NAMES: &[(&str, &str)] = &[
         "`start --fresh` asks before walking away from a resumable run, daemon up or not",
     ),
     (
-        "pipeline::ConfigSource",
-        "`config check` names the files a config names that are missing, as a start would",
-    ),
-    (
         "pipeline::inputs::LocalFiles::read",
         "`start` says a finished chunk has nothing to do before starting a daemon",
     ),

@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::pipeline::ConfigSource;
+use crate::config_source::ConfigSource;
 use crate::settings::{GlobalArgs, Settings};
 
 /// `config check`: load and validate the layered config; print it resolved (relative

@@ -24,11 +24,8 @@ pub async fn run(settings: &Settings, timeout: Option<f64>) -> Result<ExitCode> 
                 settings.layout.socket().display()
             );
         }
-        // The newest complete checkpoint across the runs, as a daemon would answer.
-        let latest = lavender::checkpoint::list_checkpoints(&settings.layout.checkpoints_root())
-            .ok()
-            .and_then(|mut all| all.pop())
-            .map(|c| c.path);
+        let root = settings.layout.checkpoints_root();
+        let latest = lavender::checkpoint::newest_complete(None, &root).map(|c| c.path);
         let report = StopReport::idle(latest);
         println!("no daemon is running; {}", report.message);
         return Ok(ExitCode::from(EXIT_NOT_RUNNING));

@@ -30,13 +30,13 @@ use lavender::config::{Config, PipelineStep};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::config_file::ConfigSource;
 use super::handle::{Command, PipelineHandle, StartError, StartReply};
 use super::inputs::{LocalFiles, reads_local_files};
 use super::machine::{Event, Phase};
 use super::record::{PipelineRecord, WorkerRecord};
 use super::restart::Timings;
 use crate::alert::{Alert, AlertSender};
+use crate::config_source::ConfigSource;
 use crate::exit::ExitOutcome;
 use crate::layout::Layout;
 use crate::process::{Backend, ExitFuture, JobUpdate, Launched, WorkerHandle};

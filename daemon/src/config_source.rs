@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use lavender::config::{Config, ConfigOrigins, LoadOptions};
 use lavender_api::{ConfigFileRef, sha256_hex};
 
-use crate::process::locate;
+use crate::locate;
 
 /// Where the daemon's config comes from: its file (absolute) and the environment it
 /// is layered with (the `LAVENDER_*` variables, the working directory and `PATH` of
