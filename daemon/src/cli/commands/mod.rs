@@ -117,7 +117,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             ema,
             json,
         } => {
-            use lavender::export::{self, ExportOptions, Selection};
+            use lavender_export::{self as export, ExportOptions, Selection};
             let run = export::locate_run(&settings.layout.checkpoints_root(), run.as_deref())?;
             let selection = if all {
                 Selection::All
@@ -153,7 +153,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             use_adam_preconditioner,
             json,
         } => {
-            use lavender::export::{self, ResolveOptions};
+            use lavender_export::{self as export, ResolveOptions};
             let list = |option, spec: Option<String>| {
                 spec.as_deref()
                     .map(|s| export::parse_list(option, s))

@@ -33,7 +33,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use lavender::export::{self, EXPORT_DIR, EXPORT_MARKER, OPTIMIZER_PT, ResolveOptions, Resolved};
+use lavender_export::{
+    self as export, EXPORT_DIR, EXPORT_MARKER, OPTIMIZER_PT, ResolveOptions, Resolved,
+};
 use serde::Serialize;
 use serde_json::{Value, json};
 
