@@ -10,8 +10,11 @@
 //! [`resolve`] makes a bergson SOURCE config (`approx_unrolling_cfg`) for exported
 //! checkpoints, filling what it leaves unset (per-segment `lr_list` and
 //! `step_size_list`, `momentum` in SOURCE's sense, `use_adam_preconditioner`)
-//! from the run that produced them. Nothing here needs libtorch.
+//! from the run that produced them. [`attribute`] runs bergson's SOURCE over the
+//! exports and ranks a run's training documents per query (`lavenderd attribute`,
+//! with a Python helper). Nothing here needs libtorch.
 
+pub mod attribute;
 mod error;
 mod exporter;
 mod hf_config;

@@ -206,7 +206,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             json,
         } => attribute::run(
             &settings,
-            &attribute::AttributeArgs {
+            &lavender_export::attribute::AttributeArgs {
                 run,
                 queries,
                 train,

@@ -13,8 +13,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use lavender::checkpoint::EXPORT_MARKER;
 use lavender::tokens::{self, TokenBytes, TokenIndex};
-use lavender_export::EXPORT_MARKER;
 use serde_json::Value;
 
 /// One document of a shard's JSONL file.
