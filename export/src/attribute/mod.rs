@@ -51,7 +51,7 @@ const HELPER: &str = include_str!("helper.py");
 pub const INSTALL_HINT: &str = "run `bash scripts/attribution-setup.sh` in the lavender checkout (it installs bergson==2.5.1 into .venv, keeping torch 2.13.0), or pass --python with an interpreter that has bergson 2.5.1";
 
 #[derive(Debug, Clone)]
-pub struct AttributeArgs {
+pub struct AttributeOptions {
     pub run: String,
     pub queries: PathBuf,
     pub train: Option<PathBuf>,
@@ -298,7 +298,7 @@ fn best_windows(
 }
 
 /// `lavenderd attribute`: `checkpoints_root` is where the data root keeps its runs.
-pub fn run(checkpoints_root: &Path, a: &AttributeArgs) -> Result<ExitCode> {
+pub fn run(checkpoints_root: &Path, a: &AttributeOptions) -> Result<ExitCode> {
     let run = locate_run(checkpoints_root, Some(&a.run))?;
     // Absolute: bergson and the helper run in the work directory.
     let run = std::path::absolute(&run).unwrap_or(run);
