@@ -8,7 +8,6 @@ pub mod data_order;
 pub mod data_root;
 pub mod error;
 pub mod events;
-pub mod export;
 pub mod failure;
 pub mod hard_examples;
 pub mod heartbeat;

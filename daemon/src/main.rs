@@ -2,15 +2,16 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
-use lavenderd::cli::{Cli, commands};
+use lavenderd::cli::{Cli, Invocation, commands};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(code) = cli.command.run_relay() {
-        return code;
-    }
+    let command = match cli.command {
+        Invocation::LogRelay(relay) => return relay.run(),
+        Invocation::Command(command) => command,
+    };
     // In the foreground the lines go to the daemon log file, which wants no colours.
-    lavenderd::logging::init(std::io::stderr().is_terminal() && !cli.command.is_foreground());
+    lavenderd::logging::init(std::io::stderr().is_terminal() && !command.is_foreground());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -22,7 +23,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(commands::dispatch(cli)) {
+    match runtime.block_on(commands::dispatch(cli.global, command)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("lavenderd: {e:#}");

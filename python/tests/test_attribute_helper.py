@@ -1,4 +1,4 @@
-"""`lavenderd attribute`'s Python helper (daemon/src/cli/commands/attribute/helper.py):
+"""`lavenderd attribute`'s Python helper (export/src/attribute/helper.py):
 the label sampler its Hessian passes use instead of torch.multinomial, and its check
 of the bergson internals it is written against."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-HELPER = Path(__file__).resolve().parents[2] / "daemon/src/cli/commands/attribute/helper.py"
+HELPER = Path(__file__).resolve().parents[2] / "export/src/attribute/helper.py"
 
 
 def load_helper():

@@ -12,7 +12,7 @@ use crate::run;
 use crate::trainer_state::{self, TrainerState};
 use crate::trainlog;
 
-/// Inside each export (`lavender::export`): where it came from, and lavender's own
+/// Inside each export (`lavender_export`): where it came from, and lavender's own
 /// trainer state. A directory holding it is a copy in Hugging Face's layout, not a
 /// save of the training, so listing skips it.
 pub const EXPORT_MARKER: &str = "lavender_export.json";

@@ -2,6 +2,4 @@
 //! dependencies) with a module per subject. Run one subject with
 //! `cargo test -p lavender --test it <module>::`.
 
-mod export_files;
-mod export_resolve;
 mod status_schema;

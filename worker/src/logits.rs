@@ -22,7 +22,7 @@ pub struct LogitsArgs {
 
 /// Prints `{"checkpoint", "ids", "logits": [[f32; vocab]; ids]}` on stdout.
 pub fn run(a: LogitsArgs) -> Result<()> {
-    let d = lavender::export::model_dims(&a.checkpoint)?;
+    let d = lavender_export::model_dims(&a.checkpoint)?;
     let n = a.ids.len() as i64;
     ensure!(
         n as u64 <= d.n_positions,

@@ -22,7 +22,19 @@ pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Invocation,
+}
+
+/// What the binary is asked to do: the hidden `log-relay`, which runs before any
+/// thread exists (it forks), or one of the commands, which run on the async runtime.
+#[derive(Subcommand, Debug)]
+pub enum Invocation {
+    /// The relay between a worker's output and its rotating log (started by the
+    /// daemon for each worker; not for people).
+    #[command(hide = true)]
+    LogRelay(LogRelayArgs),
+    #[command(flatten)]
+    Command(Command),
 }
 
 #[derive(Args, Debug, Clone, Default)]
@@ -132,27 +144,9 @@ impl PipelineFlags {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the daemon in the foreground: API on TCP and the Unix socket.
-    Serve {
-        #[command(flatten)]
-        listen: ListenArgs,
-        #[command(flatten)]
-        tuning: TuningArgs,
-        /// Leave a pipeline interrupted by the previous daemon's exit stopped (as
-        /// `supervisor.resume_on_start: false`); `start` passes it to the daemon it
-        /// starts, since its own request says what to run.
-        #[arg(long, hide = true)]
-        no_resume: bool,
-    },
+    Serve(ServeArgs),
     /// Start the pipeline (starting a background daemon if none runs).
-    Start {
-        #[command(flatten)]
-        flags: PipelineFlags,
-        /// Run daemon and pipeline in this terminal with a progress line; Ctrl-C stops gracefully.
-        #[arg(long)]
-        foreground: bool,
-        #[command(flatten)]
-        listen: ListenArgs,
-    },
+    Start(StartArgs),
     /// Stop the pipeline: SIGTERM, wait for the save, SIGKILL after the timeout.
     /// Exit code 0: the stop saved a checkpoint; 3: stopped, no checkpoint saved; 4: nothing was running.
     Stop {
@@ -169,22 +163,7 @@ pub enum Command {
         action: DaemonAction,
     },
     /// Pipeline status (works without a daemon, from the files).
-    Status {
-        /// The status contract as JSON.
-        #[arg(long, conflicts_with = "watch")]
-        json: bool,
-        /// Redraw a compact view every --interval seconds (Ctrl-C ends it).
-        #[arg(long)]
-        watch: bool,
-        /// Seconds between redraws with --watch.
-        #[arg(
-            long,
-            value_name = "SECONDS",
-            default_value_t = 2.0,
-            requires = "watch"
-        )]
-        interval: f64,
-    },
+    Status(StatusArgs),
     /// Show the pipeline log.
     Logs {
         /// Keep printing new lines.
@@ -217,91 +196,14 @@ pub enum Command {
         yes: bool,
     },
     /// Export a run's checkpoints for Hugging Face / attribution tools (no libtorch).
-    Export {
-        #[arg(long, value_name = "ID")]
-        run: Option<String>,
-        #[arg(long, num_args = 1.., conflicts_with = "all", value_name = "NAME")]
-        checkpoints: Vec<String>,
-        #[arg(long)]
-        all: bool,
-        #[arg(long, value_name = "DIR")]
-        out: Option<PathBuf>,
-        #[arg(long)]
-        force: bool,
-        /// Export the weights' moving average (training.ema) instead of the weights,
-        /// into <run>/exported-ema/ unless --out says otherwise.
-        #[arg(long)]
-        ema: bool,
-        #[arg(long)]
-        json: bool,
-    },
+    Export(ExportArgs),
     /// Print a bergson SOURCE config fragment (`approx_unrolling_cfg`) for exported
     /// CHECKPOINTs, filling lr_list, step_size_list, momentum and
     /// use_adam_preconditioner from the run that produced them.
-    Resolve {
-        #[arg(required = true, value_name = "CHECKPOINT")]
-        checkpoints: Vec<PathBuf>,
-        /// Segments SOURCE splits the checkpoints into (must divide their number; default: one per checkpoint).
-        #[arg(long, value_name = "L")]
-        segments: Option<usize>,
-        #[arg(long, value_name = "P")]
-        model_path: Option<PathBuf>,
-        /// SOURCE's momentum: heavy-ball SGD β (default from the run: 0.0 for AdamW).
-        #[arg(long, value_name = "B")]
-        momentum: Option<f64>,
-        /// Every step's learning rate, step 1 first (default: the run's log_history.json).
-        #[arg(long, value_name = "LRS|@FILE")]
-        step_lrs: Option<String>,
-        /// SOURCE's per-segment average learning rates (with --step-size-list).
-        #[arg(long, value_name = "LRS|@FILE", requires = "step_size_list")]
-        lr_list: Option<String>,
-        /// SOURCE's per-segment optimizer step counts (with --lr-list).
-        #[arg(long, value_name = "NS|@FILE", requires = "lr_list")]
-        step_size_list: Option<String>,
-        #[arg(long, value_name = "BOOL")]
-        use_adam_preconditioner: Option<bool>,
-        /// The full resolution as JSON (values, their sources, per-segment lr×steps).
-        #[arg(long)]
-        json: bool,
-    },
+    Resolve(ResolveArgs),
     /// Rank a run's training documents for each query by bergson's SOURCE over the
     /// run's exported checkpoints (needs bergson: scripts/attribution-setup.sh).
-    Attribute {
-        /// Run name (run-YYYY-MM-DD_HH-MM-SS) or path; its checkpoints must be exported.
-        #[arg(long, value_name = "ID")]
-        run: String,
-        /// Queries: JSONL, one {"text": ...} per line.
-        #[arg(long, value_name = "FILE.jsonl")]
-        queries: PathBuf,
-        /// Training documents to score: JSONL, one {"text": ...} per line.
-        #[arg(long, value_name = "FILE.jsonl", conflicts_with = "from_run")]
-        train: Option<PathBuf>,
-        /// Score the run's own training text (its data root's filtered corpus; the default).
-        #[arg(long)]
-        from_run: bool,
-        /// Documents to show per query.
-        #[arg(long, value_name = "K", default_value_t = 10)]
-        top: usize,
-        /// Segments SOURCE splits the checkpoints into (must divide their number; default: one per checkpoint).
-        #[arg(long, value_name = "L")]
-        segments: Option<usize>,
-        /// Where to write the JSON result (default: <run>/attribution/<time>/attribution.json).
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-        /// Python with bergson 2.5.1 (default: ./.venv/bin/python, else python3).
-        #[arg(long, value_name = "PATH")]
-        python: Option<PathBuf>,
-        /// Tokens per SOURCE batch (rows × the longest row), at least the model's context.
-        #[arg(long, value_name = "N", default_value_t = crate::cli::commands::attribute::BATCH_TOKENS)]
-        batch_tokens: u64,
-        /// Compute the query-independent Hessian passes afresh and do not keep them
-        /// (default: reuse and keep them in <run>/attribution/cache/).
-        #[arg(long)]
-        no_cache: bool,
-        /// Print the result as JSON (progress as JSON lines on stderr).
-        #[arg(long)]
-        json: bool,
-    },
+    Attribute(AttributeArgs),
     /// Push notifications.
     Notify {
         #[command(subcommand)]
@@ -317,47 +219,162 @@ pub enum Command {
         #[command(subcommand)]
         action: crate::service::ServiceAction,
     },
-    /// The relay between a worker's output and its rotating log (started by the
-    /// daemon for each worker; not for people).
-    #[command(hide = true)]
-    LogRelay {
-        #[arg(long, value_name = "PATH")]
-        file: PathBuf,
-        #[arg(long, value_name = "BYTES")]
-        max_bytes: u64,
-        #[arg(long, value_name = "N")]
-        keep: u32,
-    },
 }
 
 impl Command {
-    /// `log-relay`: runs before anything else (it forks, so no thread may exist yet);
-    /// the process's exit code when this command was it.
-    pub fn run_relay(&self) -> Option<std::process::ExitCode> {
-        let Command::LogRelay {
-            file,
-            max_bytes,
-            keep,
-        } = self
-        else {
-            return None;
-        };
-        let limits = lavender::config::LoggingConfig {
-            max_bytes: *max_bytes,
-            keep: *keep,
-        };
-        Some(crate::logs::relay::run(file, limits))
-    }
-
     /// `start --foreground`: the daemon runs in this terminal with its view.
     pub fn is_foreground(&self) -> bool {
-        matches!(
-            self,
-            Command::Start {
-                foreground: true,
-                ..
-            }
-        )
+        matches!(self, Command::Start(s) if s.foreground)
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub listen: ListenArgs,
+    #[command(flatten)]
+    pub tuning: TuningArgs,
+    /// Leave a pipeline interrupted by the previous daemon's exit stopped (as
+    /// `supervisor.resume_on_start: false`); `start` passes it to the daemon it
+    /// starts, since its own request says what to run.
+    #[arg(long, hide = true)]
+    pub no_resume: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct StartArgs {
+    #[command(flatten)]
+    pub flags: PipelineFlags,
+    /// Run daemon and pipeline in this terminal with a progress line; Ctrl-C stops gracefully.
+    #[arg(long)]
+    pub foreground: bool,
+    #[command(flatten)]
+    pub listen: ListenArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The status contract as JSON.
+    #[arg(long, conflicts_with = "watch")]
+    pub json: bool,
+    /// Redraw a compact view every --interval seconds (Ctrl-C ends it).
+    #[arg(long)]
+    pub watch: bool,
+    /// Seconds between redraws with --watch.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 2.0,
+        requires = "watch"
+    )]
+    pub interval: f64,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    #[arg(long, value_name = "ID")]
+    pub run: Option<String>,
+    #[arg(long, num_args = 1.., conflicts_with = "all", value_name = "NAME")]
+    pub checkpoints: Vec<String>,
+    #[arg(long)]
+    pub all: bool,
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[arg(long)]
+    pub force: bool,
+    /// Export the weights' moving average (training.ema) instead of the weights,
+    /// into <run>/exported-ema/ unless --out says otherwise.
+    #[arg(long)]
+    pub ema: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ResolveArgs {
+    #[arg(required = true, value_name = "CHECKPOINT")]
+    pub checkpoints: Vec<PathBuf>,
+    /// Segments SOURCE splits the checkpoints into (must divide their number; default: one per checkpoint).
+    #[arg(long, value_name = "L")]
+    pub segments: Option<usize>,
+    #[arg(long, value_name = "P")]
+    pub model_path: Option<PathBuf>,
+    /// SOURCE's momentum: heavy-ball SGD β (default from the run: 0.0 for AdamW).
+    #[arg(long, value_name = "B")]
+    pub momentum: Option<f64>,
+    /// Every step's learning rate, step 1 first (default: the run's log_history.json).
+    #[arg(long, value_name = "LRS|@FILE")]
+    pub step_lrs: Option<String>,
+    /// SOURCE's per-segment average learning rates (with --step-size-list).
+    #[arg(long, value_name = "LRS|@FILE", requires = "step_size_list")]
+    pub lr_list: Option<String>,
+    /// SOURCE's per-segment optimizer step counts (with --lr-list).
+    #[arg(long, value_name = "NS|@FILE", requires = "lr_list")]
+    pub step_size_list: Option<String>,
+    #[arg(long, value_name = "BOOL")]
+    pub use_adam_preconditioner: Option<bool>,
+    /// The full resolution as JSON (values, their sources, per-segment lr×steps).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct AttributeArgs {
+    /// Run name (run-YYYY-MM-DD_HH-MM-SS) or path; its checkpoints must be exported.
+    #[arg(long, value_name = "ID")]
+    pub run: String,
+    /// Queries: JSONL, one {"text": ...} per line.
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub queries: PathBuf,
+    /// Training documents to score: JSONL, one {"text": ...} per line.
+    #[arg(long, value_name = "FILE.jsonl", conflicts_with = "from_run")]
+    pub train: Option<PathBuf>,
+    /// Score the run's own training text (its data root's filtered corpus; the default).
+    #[arg(long)]
+    pub from_run: bool,
+    /// Documents to show per query.
+    #[arg(long, value_name = "K", default_value_t = 10)]
+    pub top: usize,
+    /// Segments SOURCE splits the checkpoints into (must divide their number; default: one per checkpoint).
+    #[arg(long, value_name = "L")]
+    pub segments: Option<usize>,
+    /// Where to write the JSON result (default: <run>/attribution/<time>/attribution.json).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Python with bergson 2.5.1 (default: ./.venv/bin/python, else python3).
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// Tokens per SOURCE batch (rows × the longest row), at least the model's context.
+    #[arg(long, value_name = "N", default_value_t = lavender_export::attribute::BATCH_TOKENS)]
+    pub batch_tokens: u64,
+    /// Compute the query-independent Hessian passes afresh and do not keep them
+    /// (default: reuse and keep them in <run>/attribution/cache/).
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Print the result as JSON (progress as JSON lines on stderr).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct LogRelayArgs {
+    #[arg(long, value_name = "PATH")]
+    pub file: PathBuf,
+    #[arg(long, value_name = "BYTES")]
+    pub max_bytes: u64,
+    #[arg(long, value_name = "N")]
+    pub keep: u32,
+}
+
+impl LogRelayArgs {
+    /// `log-relay`: runs before anything else (it forks, so no thread may exist yet);
+    /// the process's exit code.
+    pub fn run(&self) -> std::process::ExitCode {
+        let limits = lavender::config::LoggingConfig {
+            max_bytes: self.max_bytes,
+            keep: self.keep,
+        };
+        crate::logs::relay::run(&self.file, limits)
     }
 }
 

@@ -603,6 +603,7 @@ fn module_exists(index: &[String], root: &Path, module: &str) -> bool {
     let crate_roots = [
         ("lavender", "src/"),
         ("lavenderd", "daemon/src/"),
+        ("lavender_export", "export/src/"),
         ("lavender_worker", "worker/src/"),
         ("lavender_client", "client/src/"),
         ("lavender_api", "api/src/"),

@@ -34,7 +34,7 @@ pub fn load_for_inference(
     };
     // The run's config.yaml names the sizes it trained, whatever scale is asked now.
     if let Some(run) = ck.path.parent()
-        && let Ok(rc) = lavender::export::RunConfig::read(run)
+        && let Ok(rc) = lavender_export::RunConfig::read(run)
     {
         let m = &rc.model;
         let size = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);

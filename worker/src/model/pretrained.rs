@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail, ensure};
 use lavender::config::{Config, ConfigError};
-use lavender::export::TorchDtype;
+use lavender_export::TorchDtype;
 use serde_json::Value;
 
 use super::{Gpt, load_named};
@@ -131,9 +131,9 @@ impl Pretrained {
             super::load_weights(model, &self.weights).with_context(context)?;
             return Ok(());
         }
-        // A torch.save archive of the state dict, read by lavender::export (libtorch's
+        // A torch.save archive of the state dict, read by lavender_export (libtorch's
         // own loader stops at the dict's `_metadata`).
-        let loaded = lavender::export::load_state_dict(&self.weights).with_context(context)?;
+        let loaded = lavender_export::load_state_dict(&self.weights).with_context(context)?;
         let mut tensors = Vec::with_capacity(loaded.len());
         for (name, t) in loaded {
             let kind = match t.dtype() {
@@ -170,7 +170,7 @@ fn read_shape(path: &Path) -> Result<Shape> {
         model_type == "gpt2",
         "{shown} has model_type {model_type:?}; lavender trains GPT-2 (model_type \"gpt2\", GPT2LMHeadModel)"
     );
-    let dims = lavender::export::ModelDims::from_config_json(&v)
+    let dims = lavender_export::ModelDims::from_config_json(&v)
         .map_err(|key| anyhow::anyhow!("{shown} has no positive integer {key:?}"))?;
     let small = |n: u64, key: &str| {
         u32::try_from(n).with_context(|| format!("{shown}: {key} {n} is too large"))

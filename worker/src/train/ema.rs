@@ -13,7 +13,7 @@ use lavender::config::EmaConfig;
 
 use crate::model::{self, Gpt, tensor_file::FileImage};
 
-pub use lavender::export::EMA_FILE;
+pub use lavender_export::EMA_FILE;
 
 pub struct Ema {
     cfg: EmaConfig,

@@ -6,7 +6,7 @@
 //! every checkpoint. The array is written as Hugging Face's readers (and bergson's
 //! SOURCE, which maps every entry's `step` to its `learning_rate`) take it: each
 //! evaluation on its step's training entry, or with that step's rate
-//! ([`lavender::export::for_hf_readers`]); the sidecar keeps them as logged. On resume the sidecar is cut back to the checkpoint's step:
+//! ([`lavender_export::for_hf_readers`]); the sidecar keeps them as logged. On resume the sidecar is cut back to the checkpoint's step:
 //! steps after it were lost with the process and are trained again.
 
 use std::fs::{File, OpenOptions};
@@ -91,7 +91,7 @@ impl History {
                 _ => None,
             })
             .collect();
-        let (entries, _) = lavender::export::for_hf_readers(&entries);
+        let (entries, _) = lavender_export::for_hf_readers(&entries);
         lavender::atomic::write_json(&self.array, &entries)?;
         Ok(())
     }

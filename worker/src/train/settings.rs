@@ -219,12 +219,12 @@ impl Settings {
         })
     }
 
-    /// The run's `config.yaml` ([`lavender::export::run_config_yaml`]): bergson's
+    /// The run's `config.yaml` ([`lavender_export::run_config_yaml`]): bergson's
     /// reading of the run (`train:`: AdamW, the final model's export), the resolved
     /// config (with the model sizes it trains, whether set or the scale's), then
     /// SOURCE's `momentum` (0.0) and AdamW's `adam_beta1`.
     pub fn run_config_yaml(&self, run_dir: &std::path::Path) -> String {
-        lavender::export::run_config_yaml(&self.config, run_dir, self.total_steps())
+        lavender_export::run_config_yaml(&self.config, run_dir, self.total_steps())
     }
 }
 
@@ -260,7 +260,7 @@ mod tests {
         // The run's config.yaml names the sizes trained, which export reads.
         let s = at("medium", &[]);
         let path = std::path::Path::new("run/config.yaml");
-        let rc = lavender::export::RunConfig::parse(
+        let rc = lavender_export::RunConfig::parse(
             &s.run_config_yaml(std::path::Path::new("/run")),
             path,
         )

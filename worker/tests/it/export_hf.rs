@@ -1,5 +1,5 @@
 //! Train a tiny model with the real pipeline (data steps on a small corpus, then
-//! `train`), export it with `lavender::export`, and load the export with Hugging
+//! `train`), export it with `lavender_export`, and load the export with Hugging
 //! Face `transformers` in the project's .venv: same logits as the tch model, text
 //! from `pipeline("text-generation")`, the tokenizer's ids, the per-step learning
 //! rates and moments. Installs `transformers` into .venv when missing
@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use lavender::export::{self, ExportOptions, ExportStatus, ResolveOptions, Selection};
+use lavender_export::{self as export, ExportOptions, ExportStatus, ResolveOptions, Selection};
 use lavender_testkit::read_json;
 use lavender_testkit::training::{run_ok, worker};
 use serde_json::Value;

@@ -3,12 +3,15 @@
 pub mod attribute;
 pub mod config;
 pub mod daemon_stop;
+pub mod export;
 pub mod listing;
 pub mod logs;
 pub mod notify;
 pub mod prune;
 pub mod reload;
+pub mod resolve;
 pub mod restart;
+pub mod serve;
 pub mod start;
 pub mod status;
 pub mod stop;
@@ -17,217 +20,79 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::{Cli, Command, ConfigAction, DaemonAction, NotifyAction};
-use crate::daemon::{self, DaemonExit, ServeOptions};
-use crate::settings::Settings;
+use super::{
+    AttributeArgs, Command, ConfigAction, DaemonAction, ExportArgs, NotifyAction, PipelineFlags,
+    StartArgs, StatusArgs, watch,
+};
+use crate::settings::{GlobalArgs, Settings};
 
-pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
-    if let Command::Config {
-        action: ConfigAction::Check,
-    } = &cli.command
-    {
-        return config::check(&cli.global);
+pub async fn dispatch(global: GlobalArgs, command: Command) -> Result<ExitCode> {
+    let say = say_for(&command);
+    // Loaded by the commands that read a data root, which say which first.
+    let settings = || Settings::load(&global).inspect(|s| announce(s, say));
+    match command {
+        Command::Serve(args) => serve::run(settings()?, args).await,
+        Command::Start(args) => start_pipeline(settings()?, &global, args).await,
+        Command::Stop { timeout } => stop::run(&settings()?, timeout).await,
+        Command::Reload => reload::run(&settings()?).await,
+        Command::Daemon { action } => daemon_action(&settings()?, action).await,
+        Command::Status(args) if args.watch => watch::run(&settings()?, args.interval).await,
+        Command::Status(args) => status::run(&settings()?, args.json).await,
+        Command::Logs { follow, lines } => logs::run(&settings()?, follow, lines).await,
+        Command::Runs { json } => listing::runs(&settings()?, json),
+        Command::Checkpoints { run, json } => {
+            listing::checkpoints(&settings()?, run.as_deref(), json)
+        }
+        Command::Prune { keep_runs, yes } => prune::run(&settings()?, keep_runs, yes),
+        Command::Service { action } => crate::service::run(&settings()?, action).await,
+        Command::Export(args) => export::run(&settings()?, args),
+        Command::Resolve(args) => resolve::run(args),
+        Command::Attribute(args) => attribute::run(&settings()?, args),
+        Command::Notify { action } => notify_action(&settings()?, action).await,
+        // It loads the config itself, to say what is wrong with it.
+        Command::Config { action } => config_action(&global, action),
     }
-    let mut settings = Settings::load(&cli.global)?;
-    announce(&settings, &cli.command);
-    if let Command::Start { flags, .. } = &cli.command
-        && let Some(line) = nothing_to_do(&settings, flags)?
-    {
+}
+
+/// `start`: a start with nothing to do says so before any daemon is started or
+/// asked; `--foreground` runs the daemon in this process.
+async fn start_pipeline(
+    settings: Settings,
+    global: &GlobalArgs,
+    args: StartArgs,
+) -> Result<ExitCode> {
+    if let Some(line) = nothing_to_do(&settings, &args.flags)? {
         println!("{line}");
         return Ok(ExitCode::SUCCESS);
     }
-    match cli.command {
-        Command::Serve {
-            listen,
-            tuning,
-            no_resume,
-        } => {
-            if no_resume {
-                settings.config.supervisor.resume_on_start = false;
-            }
-            daemon::run(ServeOptions {
-                settings,
-                listen: listen.listen,
-                allow_non_loopback: listen.allow_non_loopback,
-                start: None,
-                foreground: false,
-                status: tuning.status_options(),
-            })
-            .await?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Start {
-            flags,
-            foreground: true,
-            listen,
-        } => {
-            let req = flags.request(cli.global.data_root.clone(), &settings.config)?;
-            start::confirm_fresh(&settings, &flags)?;
-            // The start says what to run: an interrupted pipeline is not resumed first.
-            settings.config.supervisor.resume_on_start = false;
-            crate::logging::to_file(&settings.layout.daemon_log(), settings.config.logging)?;
-            eprintln!(
-                "lavenderd: daemon log {} (warnings and errors also show here)",
-                settings.layout.daemon_log().display()
-            );
-            let exit = daemon::run(ServeOptions {
-                settings,
-                listen: listen.listen,
-                allow_non_loopback: listen.allow_non_loopback,
-                start: Some(req),
-                foreground: true,
-                status: Default::default(),
-            })
-            .await?;
-            Ok(match exit {
-                DaemonExit::PipelineEnded(lavender::status::PipelineState::Failed) => {
-                    ExitCode::FAILURE
-                }
-                _ => ExitCode::SUCCESS,
-            })
-        }
-        Command::Start { flags, listen, .. } => {
-            start::run(&settings, &cli.global, &flags, &listen).await
-        }
-        Command::Stop { timeout } => stop::run(&settings, timeout).await,
-        Command::Reload => reload::run(&settings).await,
-        Command::Daemon {
-            action: DaemonAction::Restart,
-        } => restart::run(&settings).await,
-        Command::Daemon {
-            action: DaemonAction::Stop,
-        } => daemon_stop::run(&settings).await,
-        Command::Status {
-            watch: true,
-            interval,
-            ..
-        } => crate::cli::watch::run(&settings, interval).await,
-        Command::Status { json, .. } => status::run(&settings, json).await,
-        Command::Logs { follow, lines } => logs::run(&settings, follow, lines).await,
-        Command::Runs { json } => listing::runs(&settings, json),
-        Command::Checkpoints { run, json } => listing::checkpoints(&settings, run.as_deref(), json),
-        Command::Prune { keep_runs, yes } => prune::run(&settings, keep_runs, yes),
-        Command::Service { action } => crate::service::run(&settings, action).await,
-        Command::Export {
-            run,
-            checkpoints,
-            all,
-            out,
-            force,
-            ema,
-            json,
-        } => {
-            use lavender::export::{self, ExportOptions, Selection};
-            let run = export::locate_run(&settings.layout.checkpoints_root(), run.as_deref())?;
-            let selection = if all {
-                Selection::All
-            } else if checkpoints.is_empty() {
-                Selection::Latest
-            } else {
-                Selection::Named(checkpoints)
-            };
-            let r = export::export(&ExportOptions {
-                run,
-                selection,
-                out,
-                force,
-                ema,
-            })?;
-            if json {
-                let mut out: serde_json::Value = serde_json::from_str(&export::export_json(&r))?;
-                out["data_root"] = settings.data_root.to_json();
-                println!("{}", serde_json::to_string_pretty(&out)?);
-            } else {
-                print!("{}", export::export_text(&r));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Resolve {
-            checkpoints,
-            segments,
-            model_path,
-            momentum,
-            step_lrs,
-            lr_list,
-            step_size_list,
-            use_adam_preconditioner,
-            json,
-        } => {
-            use lavender::export::{self, ResolveOptions};
-            let list = |option, spec: Option<String>| {
-                spec.as_deref()
-                    .map(|s| export::parse_list(option, s))
-                    .transpose()
-            };
-            let step_size_list = list("--step-size-list", step_size_list)?
-                .map(|l| {
-                    l.into_iter()
-                        .map(|n| {
-                            (n >= 0.0 && n.fract() == 0.0)
-                                .then_some(n as u64)
-                                .ok_or_else(|| {
-                                    anyhow::anyhow!("--step-size-list: {n} is not a step count")
-                                })
-                        })
-                        .collect::<Result<Vec<u64>>>()
-                })
-                .transpose()?;
-            let r = export::resolve(&ResolveOptions {
-                checkpoints,
-                model_path,
-                momentum,
-                step_lrs: list("--step-lrs", step_lrs)?,
-                segments,
-                lr_list: list("--lr-list", lr_list)?,
-                step_size_list,
-                use_adam_preconditioner,
-            })?;
-            print!(
-                "{}",
-                if json {
-                    export::resolve_json(&r)
-                } else {
-                    export::resolve_yaml(&r)
-                }
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Attribute {
-            run,
-            queries,
-            train,
-            from_run: _,
-            top,
-            segments,
-            out,
-            python,
-            batch_tokens,
-            no_cache,
-            json,
-        } => attribute::run(
-            &settings,
-            &attribute::AttributeArgs {
-                run,
-                queries,
-                train,
-                top,
-                segments,
-                out,
-                python,
-                json,
-                batch_tokens,
-                no_cache,
-            },
-        ),
-        Command::Notify {
-            action: NotifyAction::Test { channel },
-        } => notify::test(&settings, channel.as_deref()).await,
-        Command::Config { .. } => unreachable!("handled above"),
-        Command::LogRelay { .. } => unreachable!("main runs it before the runtime starts"),
+    if args.foreground {
+        serve::foreground(settings, global, args).await
+    } else {
+        start::run(&settings, global, &args.flags, &args.listen).await
+    }
+}
+
+async fn daemon_action(settings: &Settings, action: DaemonAction) -> Result<ExitCode> {
+    match action {
+        DaemonAction::Restart => restart::run(settings).await,
+        DaemonAction::Stop => daemon_stop::run(settings).await,
+    }
+}
+
+async fn notify_action(settings: &Settings, action: NotifyAction) -> Result<ExitCode> {
+    match action {
+        NotifyAction::Test { channel } => notify::test(settings, channel.as_deref()).await,
+    }
+}
+
+fn config_action(global: &GlobalArgs, action: ConfigAction) -> Result<ExitCode> {
+    match action {
+        ConfigAction::Check => config::check(global),
     }
 }
 
 /// Where a command says which data root it reads and how it was chosen.
+#[derive(Clone, Copy)]
 enum Say {
     /// Its first line on stdout (human output).
     Stdout,
@@ -242,18 +107,18 @@ enum Say {
 
 fn say_for(command: &Command) -> Say {
     match command {
-        Command::Resolve { .. } | Command::Config { .. } | Command::LogRelay { .. } => Say::Nothing,
-        Command::Status {
+        Command::Resolve(_) | Command::Config { .. } => Say::Nothing,
+        Command::Status(StatusArgs {
             json: true,
             watch: false,
             ..
-        }
-        | Command::Export { json: true, .. } => Say::Field,
-        Command::Serve { .. }
+        })
+        | Command::Export(ExportArgs { json: true, .. }) => Say::Field,
+        Command::Serve(_)
         | Command::Service { .. }
         | Command::Runs { json: true }
         | Command::Checkpoints { json: true, .. }
-        | Command::Attribute { json: true, .. } => Say::Stderr,
+        | Command::Attribute(AttributeArgs { json: true, .. }) => Say::Stderr,
         _ => Say::Stdout,
     }
 }
@@ -261,10 +126,10 @@ fn say_for(command: &Command) -> Say {
 /// Says which data root the command reads and how it was chosen and, when that
 /// folder holds nothing while another place it looks at does, which and the flag
 /// (docs/OPERATIONS.md, "Which data root").
-fn announce(settings: &Settings, command: &Command) {
+fn announce(settings: &Settings, say: Say) {
     let root = &settings.data_root;
     let lines = std::iter::once(root.line()).chain(root.hint());
-    match say_for(command) {
+    match say {
         Say::Stdout => lines.for_each(|l| println!("{l}")),
         Say::Stderr => lines.for_each(|l| eprintln!("{l}")),
         Say::Field | Say::Nothing => {}
@@ -274,7 +139,7 @@ fn announce(settings: &Settings, command: &Command) {
 /// A start on a chunk whose steps have all finished (and no `--force`): the line that
 /// says so, before any daemon is started or asked. A daemon that runs answers the
 /// same itself when the files said otherwise (`pipeline::plan::nothing_to_do`).
-fn nothing_to_do(settings: &Settings, flags: &super::PipelineFlags) -> Result<Option<String>> {
+fn nothing_to_do(settings: &Settings, flags: &PipelineFlags) -> Result<Option<String>> {
     let layout = &settings.layout;
     let req = flags.request(Some(layout.data_root.clone()), &settings.config)?;
     let record = crate::pipeline::PipelineRecord::load(layout)?;

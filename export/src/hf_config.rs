@@ -7,15 +7,11 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::run_config::RunConfig;
-use super::tensors::{self, MODEL_FILE, Weights};
-use super::{ExportError, Result};
-use crate::error::IoContext;
-
-pub const CONFIG_JSON: &str = "config.json";
-pub const GENERATION_CONFIG_JSON: &str = "generation_config.json";
-pub const TOKENIZER_JSON: &str = "tokenizer.json";
-pub const TOKENIZER_CONFIG_JSON: &str = "tokenizer_config.json";
+use crate::error::{ExportError, Result};
+use crate::names::{CONFIG_JSON, MODEL_FILE};
+use crate::run_config::RunConfig;
+use crate::tensors::{self, Weights};
+use lavender::error::IoContext;
 
 /// lavender's tokenizer: end of text, also the beginning of a sequence as in GPT-2.
 const EOS_NAMES: [&str; 3] = ["<|endoftext|>", "</s>", "<eos>"];
@@ -109,7 +105,7 @@ pub fn model_dims(checkpoint: &Path) -> Result<ModelDims> {
             ExportError::invalid(&config_json, format!("has no positive integer {key:?}"))
         });
     }
-    if crate::checkpoint::is_complete(checkpoint)
+    if lavender::checkpoint::is_complete(checkpoint)
         && let Some(run) = checkpoint.parent()
     {
         let rc = RunConfig::read(run)?;

@@ -12,14 +12,14 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::exporter::EXPORT_DIR;
-use super::history::LogHistory;
-use super::run_config::{CONFIG_FILE, RunConfig};
-use super::segments::{self, Segment};
-use super::step::{checkpoint_step, dir_name};
-use super::{ExportError, Result};
-use crate::checkpoint::EXPORT_MARKER;
-use crate::error::IoContext;
+use crate::error::{ExportError, Result};
+use crate::history::LogHistory;
+use crate::names::{CONFIG_FILE, EXPORT_DIR};
+use crate::run_config::RunConfig;
+use crate::segments::{self, Segment};
+use crate::step::{checkpoint_step, dir_name};
+use lavender::checkpoint::EXPORT_MARKER;
+use lavender::error::IoContext;
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ResolveOptions {
@@ -308,8 +308,8 @@ pub fn parse_list(option: &'static str, spec: &str) -> Result<Vec<f64>> {
 /// saved it, cannot be loaded by attribution tools: say so up front rather than fail
 /// later inside `from_pretrained`.
 fn refuse_unusable(path: &Path) -> Result<()> {
-    let marker = path.join(crate::trainer_state::FILE);
-    if marker.is_file() && !crate::checkpoint::is_complete(path) {
+    let marker = path.join(lavender::trainer_state::FILE);
+    if marker.is_file() && !lavender::checkpoint::is_complete(path) {
         return Err(ExportError::invalid(
             marker,
             "is empty or does not parse, so this checkpoint is incomplete (its save was interrupted); pass a complete checkpoint",
@@ -317,7 +317,7 @@ fn refuse_unusable(path: &Path) -> Result<()> {
     }
     // A Hugging Face checkpoint is complete too, but it is already in the format the
     // tools read: only lavender's own trainer_state.json means "export first".
-    if !crate::trainer_state::is_lavender_own(path) || path.join(EXPORT_MARKER).is_file() {
+    if !lavender::trainer_state::is_lavender_own(path) || path.join(EXPORT_MARKER).is_file() {
         return Ok(());
     }
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());

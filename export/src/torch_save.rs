@@ -12,8 +12,8 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use super::{ExportError, Result};
-use crate::error::IoContext;
+use crate::error::{ExportError, Result};
+use lavender::error::IoContext;
 
 /// Element types a storage can hold, with torch's storage class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -33,11 +33,17 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use lavender::export::{self, EXPORT_DIR, EXPORT_MARKER, OPTIMIZER_PT, ResolveOptions, Resolved};
+use lavender::checkpoint::EXPORT_MARKER;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::settings::Settings;
+use crate::exporter::locate_run;
+use crate::hf_config::model_dims;
+use crate::names::{EXPORT_DIR, OPTIMIZER_PT};
+use crate::output::resolve_yaml;
+use crate::resolve::{ResolveOptions, Resolved, resolve};
+use crate::run_config::RunConfig;
+use crate::step::step_from_name;
 
 /// The Python half: token-length checks and reading bergson's score store.
 const HELPER: &str = include_str!("helper.py");
@@ -45,7 +51,7 @@ const HELPER: &str = include_str!("helper.py");
 pub const INSTALL_HINT: &str = "run `bash scripts/attribution-setup.sh` in the lavender checkout (it installs bergson==2.5.1 into .venv, keeping torch 2.13.0), or pass --python with an interpreter that has bergson 2.5.1";
 
 #[derive(Debug, Clone)]
-pub struct AttributeArgs {
+pub struct AttributeOptions {
     pub run: String,
     pub queries: PathBuf,
     pub train: Option<PathBuf>,
@@ -291,12 +297,13 @@ fn best_windows(
     out
 }
 
-pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
-    let run = export::locate_run(&settings.layout.checkpoints_root(), Some(&a.run))?;
+/// `lavenderd attribute`: `checkpoints_root` is where the data root keeps its runs.
+pub fn run(checkpoints_root: &Path, a: &AttributeOptions) -> Result<ExitCode> {
+    let run = locate_run(checkpoints_root, Some(&a.run))?;
     // Absolute: bergson and the helper run in the work directory.
     let run = std::path::absolute(&run).unwrap_or(run);
     let checkpoints = exported_checkpoints(&run)?;
-    let resolved = export::resolve(&ResolveOptions {
+    let resolved = resolve(&ResolveOptions {
         checkpoints: checkpoints.clone(),
         segments: a.segments,
         ..ResolveOptions::default()
@@ -313,14 +320,14 @@ pub fn run(settings: &Settings, a: &AttributeArgs) -> Result<ExitCode> {
         }
     }
     let model = checkpoints.last().expect("at least one checkpoint").clone();
-    let context = export::model_dims(&model)?.n_positions;
+    let context = model_dims(&model)?.n_positions;
     let (train_src, train) = match &a.train {
         Some(p) => (
             p.clone(),
             TrainingData::Documents(read_documents(p, "--train")?),
         ),
         None => {
-            let rc = export::RunConfig::read(&run)?;
+            let rc = RunConfig::read(&run)?;
             let w = windows::from_run(&run, &model, rc.seq_len, context)?;
             let src = run.parent().and_then(Path::parent).map_or_else(
                 || run.clone(),
@@ -660,7 +667,7 @@ fn exported_checkpoints(run: &Path) -> Result<Vec<PathBuf>> {
     if let Ok(entries) = fs::read_dir(&dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(step) = export::step_from_name(&name)
+            if let Some(step) = step_from_name(&name)
                 && name.starts_with("checkpoint-")
                 && e.path().join(EXPORT_MARKER).is_file()
             {
@@ -749,7 +756,7 @@ fn bergson_config(
     token_batch: u64,
 ) -> String {
     let q = |p: &Path| serde_json::to_string(&p.display().to_string()).expect("strings");
-    let fragment = export::resolve_yaml(r);
+    let fragment = resolve_yaml(r);
     let mut s = String::new();
     s.push_str(
         "# Written by `lavenderd attribute`. Rerun it with `python attribute_helper.py source <this file>`\n\

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::{ExportError, Result};
+use crate::error::{ExportError, Result};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Segment {

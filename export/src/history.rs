@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use super::{ExportError, Result};
-use crate::error::IoContext;
-use crate::log_history::FILE as HISTORY_FILE;
+use crate::error::{ExportError, Result};
+use lavender::error::IoContext;
+use lavender::log_history::FILE as HISTORY_FILE;
 
 /// The history as Hugging Face readers take it, every entry with a `learning_rate`
 /// (SOURCE builds `{step: learning_rate}` over every entry of the history it
@@ -147,7 +147,7 @@ impl LogHistory {
         if now.entries != self.entries {
             return Ok(None);
         }
-        crate::atomic::write_json(&self.path, &all)?;
+        lavender::atomic::write_json(&self.path, &all)?;
         self.entries = all;
         Ok(Some(changed))
     }

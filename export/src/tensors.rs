@@ -6,14 +6,10 @@ use std::path::Path;
 
 use safetensors::tensor::{Dtype, SafeTensors};
 
-use super::{ExportError, Result, torch_save};
-use crate::error::IoContext;
+use crate::error::{ExportError, Result};
+use crate::torch_save;
+use lavender::error::IoContext;
 
-pub const MODEL_FILE: &str = "model.safetensors";
-pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
-/// The weights' moving average (`training.ema`): the same names and layout as the
-/// weights, so it exports as a model.
-pub const EMA_FILE: &str = "ema.safetensors";
 /// Tied to `transformer.wte.weight`; Hugging Face re-ties it on load.
 const LM_HEAD: &str = "lm_head.weight";
 const WTE: &str = "transformer.wte.weight";
@@ -255,10 +251,6 @@ pub fn read_moments(path: &Path, weights: &Weights) -> Result<Moments> {
         bytes,
     })
 }
-
-/// `optimizer.pt` beside `optimizer.safetensors`: the same moments in torch.optim
-/// AdamW's `state_dict()` layout, which attribution tools load with `torch.load`.
-pub const OPTIMIZER_PT: &str = "optimizer.pt";
 
 /// GPT-2's parameter names in `GPT2LMHeadModel.named_parameters()` order (the tied
 /// `lm_head` is not listed): the indices of an optimizer's `state_dict()`.

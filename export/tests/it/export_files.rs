@@ -1,10 +1,10 @@
-//! `lavender::export::export` on a fabricated run: the Hugging Face layout, the
+//! `lavender_export::export` on a fabricated run: the Hugging Face layout, the
 //! optimizer moments bitwise, the dense learning rates, reuse and atomicity.
 
 use std::fs;
 use std::path::Path;
 
-use lavender::export::{self, Carried, ExportOptions, ExportStatus, Selection};
+use lavender_export::{self as export, Carried, ExportOptions, ExportStatus, Selection};
 use lavender_testkit::fabricated_run::*;
 use lavender_testkit::read_json;
 use safetensors::SafeTensors;

@@ -13,7 +13,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use lavender::export::EXPORT_MARKER;
+use lavender::checkpoint::EXPORT_MARKER;
 use lavender::tokens::{self, TokenBytes, TokenIndex};
 use serde_json::Value;
 

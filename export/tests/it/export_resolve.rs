@@ -1,12 +1,12 @@
-//! `lavender::export::resolve` and step parsing: each field of SOURCE's config is
+//! `lavender_export::resolve` and step parsing: each field of SOURCE's config is
 //! filled from the run only when not given, foreign checkpoints infer nothing,
 //! unexported ones are refused.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use lavender::export::{
-    self, ExportError, ExportOptions, Field, ResolveOptions, Selection, checkpoint_step,
+use lavender_export::{
+    self as export, ExportError, ExportOptions, Field, ResolveOptions, Selection, checkpoint_step,
 };
 use lavender_testkit::fabricated_run::*;
 use serde_json::Value;

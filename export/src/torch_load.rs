@@ -6,14 +6,14 @@
 //! `torch._utils._rebuild_tensor_v2` and `torch.*Storage`, as `torch.load(...,
 //! weights_only=True)` allows. Anything else is an error, never code run.
 //!
-//! [`torch_save`]: super::torch_save
+//! [`torch_save`]: crate::torch_save
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::torch_save::Dtype;
-use super::{ExportError, Result};
-use crate::error::IoContext;
+use crate::error::{ExportError, Result};
+use crate::torch_save::Dtype;
+use lavender::error::IoContext;
 
 /// One tensor of the state dict, made contiguous: little-endian `data` of `shape`.
 #[derive(Debug, Clone, PartialEq)]
@@ -513,8 +513,8 @@ impl<'a> Unpickler<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::torch_save::{self, Py, Tensor};
     use super::*;
+    use crate::torch_save::{self, Py, Tensor};
 
     #[test]
     fn what_torch_save_writes_reads_back() {

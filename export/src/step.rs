@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use super::{ExportError, Result};
-use crate::trainer_state;
+use crate::error::{ExportError, Result};
+use lavender::trainer_state;
 
 /// The step in a `checkpoint-<N>` (Hugging Face), `step_<N>` or `step_<N>.ckpt`
 /// name; `None` for any other name.
@@ -28,7 +28,7 @@ pub fn checkpoint_step(path: &Path) -> Result<u64> {
     if let Some(step) = dir_name(path).as_deref().and_then(step_from_name) {
         return Ok(step);
     }
-    if crate::checkpoint::is_complete(path) {
+    if lavender::checkpoint::is_complete(path) {
         return Ok(trainer_state::read(path)?.step);
     }
     Err(ExportError::NoStep {

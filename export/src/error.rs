@@ -7,7 +7,7 @@ use std::path::PathBuf;
 pub enum ExportError {
     /// Reading or writing a file failed, or a core format did not parse.
     #[error(transparent)]
-    Core(#[from] crate::Error),
+    Core(#[from] lavender::Error),
     /// A file exists but its content is not what lavender writes.
     #[error("{}: {reason}", path.display())]
     Invalid { path: PathBuf, reason: String },
@@ -69,3 +69,5 @@ impl ExportError {
         }
     }
 }
+
+pub type Result<T, E = ExportError> = std::result::Result<T, E>;

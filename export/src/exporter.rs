@@ -8,25 +8,22 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::hf_config::{
-    self, CONFIG_JSON, GENERATION_CONFIG_JSON, ModelDims, SpecialTokens, TOKENIZER_CONFIG_JSON,
-    TOKENIZER_JSON,
+use crate::error::{ExportError, Result};
+use crate::hf_config::{self, ModelDims, SpecialTokens};
+use crate::hf_state::{HfState, sorted};
+use crate::history::LogHistory;
+use crate::names::{
+    CONFIG_JSON, EMA_FILE, EXPORT_DIR, EXPORT_EMA_DIR, GENERATION_CONFIG_JSON, MODEL_FILE,
+    OPTIMIZER_FILE, OPTIMIZER_PT, TOKENIZER_CONFIG_JSON, TOKENIZER_JSON,
 };
-use super::hf_state::{HfState, sorted};
-use super::history::LogHistory;
-use super::run_config::RunConfig;
-use super::staging;
-use super::tensors::{self, EMA_FILE, MODEL_FILE, OPTIMIZER_FILE, OPTIMIZER_PT};
-use super::{ExportError, Result};
-use crate::atomic::StagedDir;
-use crate::checkpoint::{self, Checkpoint, EXPORT_MARKER};
-use crate::error::IoContext;
-use crate::{run, trainer_state};
+use crate::run_config::RunConfig;
+use crate::staging;
+use crate::tensors;
+use lavender::atomic::StagedDir;
+use lavender::checkpoint::{self, Checkpoint, EXPORT_MARKER};
+use lavender::error::IoContext;
+use lavender::{run, trainer_state};
 
-/// Default export directory inside a run: `<run>/exported/checkpoint-<step>/`.
-pub const EXPORT_DIR: &str = "exported";
-/// Default directory of the moving-average weights' exports (`--ema`).
-pub const EXPORT_EMA_DIR: &str = "exported-ema";
 /// Bumped when the export's content changes, so older exports are rebuilt.
 /// 2: `optimizer.pt` beside `optimizer.safetensors`; every `log_history` entry has
 /// a `learning_rate` (evaluations on their step's training entry).
@@ -393,7 +390,7 @@ fn link_or_copy(src: &Path, dst: &Path) -> Result<(Carried, Option<String>)> {
             };
             Ok((Carried::Copied, Some(why)))
         }
-        Err(e) => Err(crate::Error::io("hard-link", dst, e).into()),
+        Err(e) => Err(lavender::Error::io("hard-link", dst, e).into()),
     }
 }
 

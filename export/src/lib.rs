@@ -10,13 +10,17 @@
 //! [`resolve`] makes a bergson SOURCE config (`approx_unrolling_cfg`) for exported
 //! checkpoints, filling what it leaves unset (per-segment `lr_list` and
 //! `step_size_list`, `momentum` in SOURCE's sense, `use_adam_preconditioner`)
-//! from the run that produced them. Nothing here needs libtorch.
+//! from the run that produced them. [`attribute`] runs bergson's SOURCE over the
+//! exports and ranks a run's training documents per query (`lavenderd attribute`,
+//! with a Python helper). Nothing here needs libtorch.
 
+pub mod attribute;
 mod error;
 mod exporter;
 mod hf_config;
 mod hf_state;
 mod history;
+mod names;
 mod output;
 mod resolve;
 mod run_config;
@@ -26,24 +30,25 @@ mod step;
 mod tensors;
 mod torch_load;
 mod torch_save;
+mod yaml;
 
-pub use crate::checkpoint::EXPORT_MARKER;
-pub use error::ExportError;
+pub use error::{ExportError, Result};
 pub use exporter::{
-    Carried, EXPORT_DIR, EXPORT_EMA_DIR, ExportOptions, ExportReport, ExportStatus,
-    ExportedCheckpoint, Selection, export, locate_run,
+    Carried, ExportOptions, ExportReport, ExportStatus, ExportedCheckpoint, Selection, export,
+    locate_run,
 };
 pub use hf_config::{ModelDims, SpecialTokens, model_dims};
 pub use history::{LogHistory, for_hf_readers};
-pub use output::{export_json, export_text, resolve_json, resolve_yaml, yaml_float};
+pub use lavender::checkpoint::EXPORT_MARKER;
+pub use names::{CONFIG_FILE, EMA_FILE, EXPORT_DIR, EXPORT_EMA_DIR, OPTIMIZER_PT};
+pub use output::{export_json, export_text, resolve_json, resolve_yaml};
 pub use resolve::{
     Field, ResolveOptions, Resolved, ResolvedCheckpoint, Sources, parse_list, resolve,
 };
 pub use run_config::{RunConfig, run_config_yaml};
 pub use segments::{Segment, terminal_velocity_factor};
 pub use step::{checkpoint_step, step_from_name};
-pub use tensors::{EMA_FILE, OPTIMIZER_PT, hf_parameter_order};
+pub use tensors::hf_parameter_order;
 pub use torch_load::{LoadedTensor, load_state_dict};
 pub use torch_save::Dtype as TorchDtype;
-
-pub type Result<T, E = ExportError> = std::result::Result<T, E>;
+pub use yaml::yaml_float;

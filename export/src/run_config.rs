@@ -12,7 +12,7 @@
 //! (bergson takes a top-level `steps` for its own list of commands), and then
 //! `momentum: 0.0` (SOURCE's heavy-ball β) and `adam_beta1`.
 //!
-//! Read as a partial view rather than through [`crate::config::Config`]: the file
+//! Read as a partial view rather than through [`lavender::config::Config`]: the file
 //! carries keys the strict pipeline config does not know, and an export must not
 //! fail because a run was written by an older or newer lavender with a key more or
 //! less. Runs written before `adam_beta1` existed say `momentum: <β1>`; they read
@@ -22,13 +22,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::exporter::EXPORT_DIR;
-use super::output::yaml_float;
-use super::{ExportError, Result};
-use crate::config::Config;
-use crate::error::IoContext;
-
-pub const CONFIG_FILE: &str = "config.yaml";
+use crate::error::{ExportError, Result};
+use crate::names::{CONFIG_FILE, EXPORT_DIR};
+use crate::yaml::yaml_float;
+use lavender::config::Config;
+use lavender::error::IoContext;
 
 /// The run's `config.yaml` (see the module's documentation): bergson's `train:`
 /// section, `config` resolved (the model sizes it trains), then SOURCE's
@@ -282,7 +280,7 @@ impl RunConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use lavender::config::Config;
 
     #[test]
     fn reads_a_resolved_config_and_the_workers_momentum_key() {

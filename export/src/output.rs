@@ -3,8 +3,9 @@
 
 use std::fmt::Write;
 
-use super::exporter::{ExportReport, ExportStatus};
-use super::resolve::{Field, Resolved};
+use crate::exporter::{ExportReport, ExportStatus};
+use crate::resolve::{Field, Resolved};
+use crate::yaml::{yaml_float, yaml_list, yaml_str};
 
 fn pretty<T: serde::Serialize>(v: &T) -> String {
     // Plain data (paths, numbers, strings): serialization cannot fail.
@@ -73,49 +74,6 @@ fn source(f: Field) -> &'static str {
         Field::Run => "from the run",
         Field::Unset => "unset",
     }
-}
-
-/// A float as YAML 1.1 (PyYAML, which bergson reads configs with) parses back to
-/// the same float: a `.` in the mantissa and a signed exponent (`1.0e-05`, not
-/// `1e-5`, which PyYAML takes for a string).
-pub fn yaml_float(x: f64) -> String {
-    if !x.is_finite() {
-        return if x.is_nan() {
-            ".nan".into()
-        } else if x > 0.0 {
-            ".inf".into()
-        } else {
-            "-.inf".into()
-        };
-    }
-    // Debug is the shortest text that reads back as the same f64.
-    let d = format!("{x:?}");
-    match d.split_once('e') {
-        None => d,
-        Some((mantissa, exp)) => {
-            let mantissa = if mantissa.contains('.') {
-                mantissa.to_string()
-            } else {
-                format!("{mantissa}.0")
-            };
-            let exp = if exp.starts_with('-') {
-                exp.to_string()
-            } else {
-                format!("+{exp}")
-            };
-            format!("{mantissa}e{exp}")
-        }
-    }
-}
-
-/// A string as a YAML scalar: double-quoted JSON, which YAML reads as the same string.
-fn yaml_str(s: &str) -> String {
-    serde_json::to_string(s).expect("strings serialize")
-}
-
-fn yaml_list<T>(items: &[T], f: impl Fn(&T) -> String) -> String {
-    let inner: Vec<String> = items.iter().map(f).collect();
-    format!("[{}]", inner.join(", "))
 }
 
 /// The `approx_unrolling_cfg:` fragment of a bergson `approxunrolling` step, with

@@ -1,11 +1,11 @@
-//! An export directory is built as a [`StagedDir`](crate::atomic::StagedDir): under a
+//! An export directory is built as a [`StagedDir`](lavender::atomic::StagedDir): under a
 //! hidden `.tmp-` name, renamed into place (replacing an older export of the same
 //! name), so an interrupted export never leaves a directory that looks complete.
 
 use std::fs;
 use std::path::Path;
 
-use crate::atomic::staged_leftover;
+use lavender::atomic::staged_leftover;
 
 /// Removes `.tmp-` directories in `dir` left by export processes that are gone.
 /// Only on Linux, where `/proc` says whether a process is alive; elsewhere they stay
