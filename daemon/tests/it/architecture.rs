@@ -83,8 +83,15 @@ impl Layers {
 /// Rust source with comments, string and character literals blanked out, so a
 /// path in a doc comment or a message is not taken for an import.
 pub(super) fn code_only(src: &str) -> String {
+    lex(src).0
+}
+
+/// `src` as [`code_only`] gives it, and its string literals as written between the
+/// quotes (escapes left as they are).
+fn lex(src: &str) -> (String, Vec<String>) {
     let chars: Vec<char> = src.chars().collect();
     let mut out = String::with_capacity(src.len());
+    let mut literals = Vec::new();
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
@@ -127,11 +134,13 @@ pub(super) fn code_only(src: &str) -> String {
                 continue;
             }
             j += 1;
+            let start = j;
             loop {
                 if j >= chars.len() {
                     break;
                 }
                 if chars[j] == '"' && (0..hashes).all(|k| chars.get(j + 1 + k) == Some(&'#')) {
+                    literals.push(chars[start..j].iter().collect());
                     j += 1 + hashes;
                     break;
                 }
@@ -141,9 +150,11 @@ pub(super) fn code_only(src: &str) -> String {
             i = j;
         } else if c == '"' {
             i += 1;
+            let start = i;
             while i < chars.len() && chars[i] != '"' {
                 i += if chars[i] == '\\' { 2 } else { 1 };
             }
+            literals.push(chars[start..i.min(chars.len())].iter().collect());
             i += 1;
             out.push_str("\"\"");
         } else if c == '\'' {
@@ -167,7 +178,7 @@ pub(super) fn code_only(src: &str) -> String {
             i += 1;
         }
     }
-    out
+    (out, literals)
 }
 
 fn ident_char(c: Option<&char>) -> bool {
@@ -827,81 +838,7 @@ fn the_cli_reaches_the_daemon_through_the_api() {
 /// The string literals of Rust `src` outside its comments, as written between the
 /// quotes (escapes left as they are).
 fn string_literals(src: &str) -> Vec<String> {
-    let chars: Vec<char> = src.chars().collect();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied();
-        if c == '/' && next == Some('/') {
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
-        } else if c == '/' && next == Some('*') {
-            let mut depth = 0;
-            while i < chars.len() {
-                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
-                    depth += 1;
-                    i += 2;
-                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-        } else if c == 'r'
-            && matches!(next, Some('"') | Some('#'))
-            && !ident_char(chars.get(i.wrapping_sub(1)))
-        {
-            let mut j = i + 1;
-            let mut hashes = 0;
-            while chars.get(j) == Some(&'#') {
-                hashes += 1;
-                j += 1;
-            }
-            if chars.get(j) != Some(&'"') {
-                i += 1;
-                continue;
-            }
-            let start = j + 1;
-            j = start;
-            while j < chars.len()
-                && !(chars[j] == '"' && (0..hashes).all(|k| chars.get(j + 1 + k) == Some(&'#')))
-            {
-                j += 1;
-            }
-            out.push(chars[start..j.min(chars.len())].iter().collect());
-            i = j + 1 + hashes;
-        } else if c == '"' {
-            let start = i + 1;
-            i = start;
-            while i < chars.len() && chars[i] != '"' {
-                i += if chars[i] == '\\' { 2 } else { 1 };
-            }
-            out.push(chars[start..i.min(chars.len())].iter().collect());
-            i += 1;
-        } else if c == '\'' {
-            // A character literal ('x', '\n', '"'), else a lifetime ('a).
-            match (next, chars.get(i + 2)) {
-                (Some('\\'), _) => {
-                    i += 2;
-                    while i < chars.len() && chars[i] != '\'' {
-                        i += 1;
-                    }
-                    i += 1;
-                }
-                (Some(_), Some('\'')) => i += 3,
-                _ => i += 1,
-            }
-        } else {
-            i += 1;
-        }
-    }
-    out
+    lex(src).1
 }
 
 /// The route `literal` spells, if any: a route's path, with a query or its `{…}`
