@@ -34,7 +34,7 @@ use crate::feed::{self, Feed};
 use crate::layout::Layout;
 use crate::notify::{self, Notifier};
 use crate::pipeline::{self, ConfigSource, PipelineHandle, StopCause};
-use crate::retention::{Retention, RetentionHandle, RetentionSettings};
+use crate::retention::{Retention, RetentionHandle};
 use crate::server::{self, AppState};
 use crate::settings::Settings;
 use crate::status::{self, StatusCache, StatusSettings};
@@ -182,10 +182,7 @@ impl Daemon {
             ConfigSource::from_process(settings.config_file.clone()),
             alerts.clone(),
         )?;
-        let (pruner, retention) = Retention::start(
-            RetentionSettings::from_config(&settings.config),
-            layout.checkpoints_root(),
-        );
+        let (pruner, retention) = Retention::start(&settings.config, layout.checkpoints_root());
         let parts = StatusParts {
             feed,
             notifier: notifier.clone(),
@@ -314,7 +311,7 @@ impl Daemon {
             tracing::warn!("{e:#}");
         }
         self.cache.set_settings(StatusSettings::from_config(config));
-        self.retention.set(RetentionSettings::from_config(config));
+        self.retention.set(config);
         Ok(reload.report)
     }
 
