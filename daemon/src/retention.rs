@@ -23,27 +23,11 @@ use lavender::config::{Config, Retention as RetentionMode};
 use lavender::events::{self, Event, kind};
 use tokio::sync::mpsc;
 
-/// What retention needs from the config.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RetentionSettings {
-    pub mode: RetentionMode,
-    /// `training.keep_checkpoints`.
-    pub keep: usize,
-}
-
-impl RetentionSettings {
-    pub fn from_config(config: &Config) -> RetentionSettings {
-        RetentionSettings {
-            mode: config.supervisor.retention,
-            keep: config.training.keep_checkpoints as usize,
-        }
-    }
-}
-
 /// Decides from a run's events, as the follower reads them, when a pass is due, and
 /// hands it to the pass task.
 pub struct Retention {
-    settings: Arc<Mutex<RetentionSettings>>,
+    /// The config in force: `supervisor.retention`, `training.keep_checkpoints`.
+    config: Arc<Mutex<Config>>,
     checkpoints_root: PathBuf,
     run_dir: Option<PathBuf>,
     worker_prunes: bool,
@@ -51,16 +35,16 @@ pub struct Retention {
     passes: Option<mpsc::UnboundedSender<Pass>>,
 }
 
-/// Changes the settings of a running [`Retention`] (config reload).
+/// Changes the config of a running [`Retention`] (config reload).
 #[derive(Clone)]
 pub struct RetentionHandle {
-    settings: Arc<Mutex<RetentionSettings>>,
+    config: Arc<Mutex<Config>>,
 }
 
 impl RetentionHandle {
-    pub fn set(&self, settings: RetentionSettings) {
-        if let Ok(mut s) = self.settings.lock() {
-            *s = settings;
+    pub fn set(&self, config: &Config) {
+        if let Ok(mut c) = self.config.lock() {
+            c.clone_from(config);
         }
     }
 }
@@ -74,16 +58,13 @@ pub struct Pass {
 
 impl Retention {
     /// Decides only; [`Retention::start`] also runs the passes.
-    pub fn new(
-        settings: RetentionSettings,
-        checkpoints_root: PathBuf,
-    ) -> (Retention, RetentionHandle) {
-        let settings = Arc::new(Mutex::new(settings));
+    pub fn new(config: &Config, checkpoints_root: PathBuf) -> (Retention, RetentionHandle) {
+        let config = Arc::new(Mutex::new(config.clone()));
         let handle = RetentionHandle {
-            settings: settings.clone(),
+            config: config.clone(),
         };
         let retention = Retention {
-            settings,
+            config,
             checkpoints_root,
             run_dir: None,
             worker_prunes: false,
@@ -95,11 +76,8 @@ impl Retention {
 
     /// Runs each due pass on the blocking pool, one at a time; passes asked for
     /// while one runs are merged into the next (needs a tokio runtime).
-    pub fn start(
-        settings: RetentionSettings,
-        checkpoints_root: PathBuf,
-    ) -> (Retention, RetentionHandle) {
-        let (mut retention, handle) = Retention::new(settings, checkpoints_root);
+    pub fn start(config: &Config, checkpoints_root: PathBuf) -> (Retention, RetentionHandle) {
+        let (mut retention, handle) = Retention::new(config, checkpoints_root);
         let (tx, mut rx) = mpsc::unbounded_channel::<Pass>();
         retention.passes = Some(tx);
         tokio::spawn(async move {
@@ -135,8 +113,14 @@ impl Retention {
             }
             saved |= event.kind == kind::CHECKPOINT_SAVED || event.kind == kind::FINAL_SAVED;
         }
-        let settings = self.settings.lock().ok()?.clone();
-        if !saved || settings.mode == RetentionMode::Worker || self.worker_prunes {
+        let (mode, keep) = {
+            let config = self.config.lock().ok()?;
+            (
+                config.supervisor.retention,
+                config.training.keep_checkpoints as usize,
+            )
+        };
+        if !saved || mode == RetentionMode::Worker || self.worker_prunes {
             return None;
         }
         if !inside(run_dir, &self.checkpoints_root) {
@@ -152,7 +136,7 @@ impl Retention {
         }
         Some(Pass {
             run_dir: run_dir.to_path_buf(),
-            keep: settings.keep,
+            keep,
         })
     }
 
@@ -202,11 +186,12 @@ mod tests {
 
     use std::time::Duration;
 
-    fn settings(keep: usize) -> RetentionSettings {
-        RetentionSettings {
-            mode: RetentionMode::Daemon,
-            keep,
-        }
+    /// A config with `retention: mode` and `keep_checkpoints: keep`.
+    fn config(mode: RetentionMode, keep: u32) -> Config {
+        let mut config = Config::default();
+        config.supervisor.retention = mode;
+        config.training.keep_checkpoints = keep;
+        config
     }
 
     /// The follower's part: a run's new events handed to [`Retention::due`], and the
@@ -218,8 +203,8 @@ mod tests {
     }
 
     impl Follow {
-        fn new(checkpoints: &Path, settings: RetentionSettings) -> Follow {
-            let (retention, handle) = Retention::new(settings, checkpoints.to_path_buf());
+        fn new(checkpoints: &Path, config: Config) -> Follow {
+            let (retention, handle) = Retention::new(&config, checkpoints.to_path_buf());
             Follow {
                 retention,
                 handle,
@@ -293,7 +278,7 @@ mod tests {
     fn keeps_keep_newest_and_best_and_logs_the_retain_line() {
         let r = run();
         events::append(&r.dir, &Event::new(kind::RUN_STARTED, "go")).unwrap();
-        let mut f = Follow::new(&r.checkpoints, settings(2));
+        let mut f = Follow::new(&r.checkpoints, config(RetentionMode::Daemon, 2));
         save(&r.dir, 1, Some(3.0));
         save(&r.dir, 2, Some(0.5));
         for c in 3..=6 {
@@ -328,20 +313,17 @@ mod tests {
         for c in 1..=5 {
             save(&r.dir, c, None);
         }
-        let mut f = Follow::new(&r.checkpoints, settings(1));
+        let mut f = Follow::new(&r.checkpoints, config(RetentionMode::Daemon, 1));
         assert_eq!(f.poll(&r.dir), None);
         assert_eq!(names(&r.dir).len(), 5);
 
         // A restart by a worker that does not declare it: the daemon prunes again.
         events::append(&r.dir, &Event::new(kind::RUN_STARTED, "again")).unwrap();
         save(&r.dir, 6, None);
-        f.handle.set(RetentionSettings {
-            mode: RetentionMode::Worker,
-            ..settings(1)
-        });
+        f.handle.set(&config(RetentionMode::Worker, 1));
         assert_eq!(f.poll(&r.dir), None);
         assert_eq!(names(&r.dir).len(), 6);
-        f.handle.set(settings(1));
+        f.handle.set(&config(RetentionMode::Daemon, 1));
         save(&r.dir, 7, None);
         assert_eq!(f.poll(&r.dir).unwrap().len(), 6);
         assert_eq!(names(&r.dir), ["train-12-00-07-0007"]);
@@ -361,7 +343,7 @@ mod tests {
         let name: CheckpointName = "train-12-00-09-0009".parse().unwrap();
         let inflight = CheckpointBuilder::begin(&r.dir, &name).unwrap();
         std::fs::write(inflight.dir().join("model.pt"), b"half").unwrap();
-        let dropped = Follow::new(&r.checkpoints, settings(1))
+        let dropped = Follow::new(&r.checkpoints, config(RetentionMode::Daemon, 1))
             .poll(&r.dir)
             .unwrap();
         assert_eq!(dropped.len(), 2);
@@ -378,7 +360,7 @@ mod tests {
             save(&outside, c, None);
         }
         assert_eq!(
-            Follow::new(&r.checkpoints, settings(1)).poll(&outside),
+            Follow::new(&r.checkpoints, config(RetentionMode::Daemon, 1)).poll(&outside),
             None
         );
         assert_eq!(names(&outside).len(), 4);
@@ -387,7 +369,7 @@ mod tests {
             save(&r.checkpoints, c, None);
         }
         assert_eq!(
-            Follow::new(&r.checkpoints, settings(1)).poll(&r.checkpoints),
+            Follow::new(&r.checkpoints, config(RetentionMode::Daemon, 1)).poll(&r.checkpoints),
             None
         );
     }

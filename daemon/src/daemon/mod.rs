@@ -35,7 +35,7 @@ use crate::feed::{self, Feed};
 use crate::layout::Layout;
 use crate::notify::{self, Notifier};
 use crate::pipeline::{self, PipelineHandle, StopCause};
-use crate::retention::{Retention, RetentionHandle, RetentionSettings};
+use crate::retention::{Retention, RetentionHandle};
 use crate::server::{self, AppState};
 use crate::settings::Settings;
 use crate::status::{self, StatusCache, StatusSettings};
@@ -183,10 +183,7 @@ impl Daemon {
             ConfigSource::from_process(settings.config_file.clone()),
             alerts.clone(),
         )?;
-        let (pruner, retention) = Retention::start(
-            RetentionSettings::from_config(&settings.config),
-            layout.checkpoints_root(),
-        );
+        let (pruner, retention) = Retention::start(&settings.config, layout.checkpoints_root());
         let parts = StatusParts {
             feed,
             notifier: notifier.clone(),
@@ -315,7 +312,7 @@ impl Daemon {
             tracing::warn!("{e:#}");
         }
         self.cache.set_settings(StatusSettings::from_config(config));
-        self.retention.set(RetentionSettings::from_config(config));
+        self.retention.set(config);
         Ok(reload.report)
     }
 

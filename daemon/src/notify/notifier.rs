@@ -12,7 +12,8 @@ use super::channel::{self, Channel};
 use super::message::{Level, Notification};
 use super::queue::{self, ChannelCounts, Lane, Policy, Timings};
 
-/// What [`Notifier::start_with`] takes beyond the config.
+/// What [`Notifier::start_with`] takes beyond the config: what tests inject, which
+/// the config cannot say ([`Options::from_config`] is the daemon's).
 #[derive(Debug, Clone)]
 pub struct Options {
     pub timings: Timings,

@@ -26,7 +26,9 @@ pub struct ChannelCounts {
     pub dropped: u64,
 }
 
-/// The delivery timings; injectable so tests run in milliseconds.
+/// The delivery timings; injectable so tests run in milliseconds. A type of its own,
+/// not the `notify:` section: the section says whole seconds, and the rate window
+/// has no key (it is the minute of `max_per_minute`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Timings {
     /// Bound on one delivery attempt.

@@ -14,7 +14,7 @@ use lavender::config::{FailureAction, OnDiverged, PipelineStep, SupervisorConfig
 use lavender::failure::{Failure, FailureKind};
 use serde::{Deserialize, Serialize};
 
-use super::restart::Timings;
+use super::restart;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
@@ -117,7 +117,6 @@ pub fn decide(
     cause: &Cause,
     streak: Streak,
     sup: &SupervisorConfig,
-    timings: &Timings,
 ) -> Decision {
     let what = match cause {
         Cause::Failed(failure) => {
@@ -153,7 +152,7 @@ pub fn decide(
             reason: same_failure_text(failure, streak),
         };
     }
-    if streak.restarts >= timings.max_restarts {
+    if streak.restarts >= sup.max_restarts {
         return Decision::Fail {
             reason: format!(
                 "{what}; gave up after {} restart(s) (supervisor.max_restarts)",
@@ -164,7 +163,7 @@ pub fn decide(
     let restart = streak.restarts + 1;
     Decision::Restart {
         restart,
-        delay: timings.restart_delay(restart),
+        delay: restart::restart_delay(sup, restart),
     }
 }
 
@@ -251,7 +250,6 @@ mod tests {
     #[test]
     fn failures_that_repeat_fail_at_once_naming_cause_and_fix() {
         let s = sup();
-        let t = Timings::from_config(&s);
         for kind in [
             FailureKind::Config,
             FailureKind::IncompatibleCheckpoint,
@@ -262,7 +260,6 @@ mod tests {
                 &Cause::Failed(&failure(kind)),
                 streak(0, 0),
                 &s,
-                &t,
             ) {
                 Decision::Fail { reason } => {
                     assert!(
@@ -278,7 +275,6 @@ mod tests {
     #[test]
     fn a_crash_restarts_at_once_then_after_the_backoff() {
         let s = sup();
-        let t = Timings::from_config(&s);
         let crash = failure(FailureKind::Crash);
         let delays: Vec<Duration> = (0..3)
             .map(|n| {
@@ -287,7 +283,6 @@ mod tests {
                     &Cause::Failed(&crash),
                     streak(n, 0),
                     &s,
-                    &t,
                 ) {
                     Decision::Restart { restart, delay } => {
                         assert_eq!(restart, n + 1);
@@ -306,14 +301,14 @@ mod tests {
             ]
         );
         assert!(matches!(
-            decide(PipelineStep::Train, &Cause::Failed(&crash), streak(3, 0), &s, &t),
+            decide(PipelineStep::Train, &Cause::Failed(&crash), streak(3, 0), &s),
             Decision::Fail { reason } if reason.contains("supervisor.max_restarts")
         ));
         // A hang restarts the same way, whatever on_failure says of crashes.
         let mut never = s.clone();
         never.on_failure.crash = FailureAction::Fail;
         assert!(matches!(
-            decide(PipelineStep::Train, &Cause::Hung, streak(0, 0), &never, &t),
+            decide(PipelineStep::Train, &Cause::Hung, streak(0, 0), &never),
             Decision::Restart { restart: 1, .. }
         ));
     }
@@ -321,7 +316,6 @@ mod tests {
     #[test]
     fn restarts_without_progress_fail() {
         let s = sup();
-        let t = Timings::from_config(&s);
         assert_eq!(Streak::no_progress_after(0, None, Some(3)), 0);
         assert_eq!(Streak::no_progress_after(1, Some(40), Some(40)), 2);
         assert_eq!(Streak::no_progress_after(1, Some(40), None), 2);
@@ -333,7 +327,6 @@ mod tests {
                 &Cause::Failed(&crash),
                 streak(1, 1),
                 &s,
-                &t
             ),
             Decision::Restart { .. }
         ));
@@ -342,7 +335,6 @@ mod tests {
             &Cause::Failed(&crash),
             streak(2, 2),
             &s,
-            &t,
         ) {
             Decision::Fail { reason } => assert!(
                 reason.contains("did not train past step 40")
@@ -356,7 +348,6 @@ mod tests {
     #[test]
     fn divergence_follows_on_diverged_and_memory_on_failure() {
         let mut s = sup();
-        let t = Timings::from_config(&s);
         let diverged = failure(FailureKind::Diverged);
         assert_eq!(
             decide(
@@ -364,29 +355,22 @@ mod tests {
                 &Cause::Failed(&diverged),
                 streak(0, 0),
                 &s,
-                &t
             ),
             Decision::Rollback
         );
         s.on_diverged = OnDiverged::Fail;
         assert!(matches!(
-            decide(PipelineStep::Train, &Cause::Failed(&diverged), streak(0, 0), &s, &t),
+            decide(PipelineStep::Train, &Cause::Failed(&diverged), streak(0, 0), &s),
             Decision::Fail { reason } if reason.contains("diverged")
         ));
         let oom = failure(FailureKind::OutOfMemory);
         assert!(matches!(
-            decide(
-                PipelineStep::Train,
-                &Cause::Failed(&oom),
-                streak(0, 0),
-                &s,
-                &t
-            ),
+            decide(PipelineStep::Train, &Cause::Failed(&oom), streak(0, 0), &s,),
             Decision::Restart { .. }
         ));
         s.on_failure.out_of_memory = FailureAction::Fail;
         assert!(matches!(
-            decide(PipelineStep::Train, &Cause::Failed(&oom), streak(0, 0), &s, &t),
+            decide(PipelineStep::Train, &Cause::Failed(&oom), streak(0, 0), &s),
             Decision::Fail { reason } if reason.contains("out of memory")
         ));
     }
@@ -394,7 +378,6 @@ mod tests {
     #[test]
     fn the_same_failure_at_the_same_place_fails_whatever_the_restart_count() {
         let s = sup();
-        let t = Timings::from_config(&s);
         let boom = failure(FailureKind::Crash);
         let first = SameFailure::after(None, &boom, Some(137), 20);
         assert_eq!(first.count, 1);
@@ -425,7 +408,7 @@ mod tests {
             failed_at: Some(137),
             ..streak(0, 0)
         };
-        match decide(PipelineStep::Train, &Cause::Failed(&boom), third, &s, &t) {
+        match decide(PipelineStep::Train, &Cause::Failed(&boom), third, &s) {
             Decision::Fail { reason } => assert!(
                 reason.contains("the same failure 3 times in a row at step 137")
                     && reason.contains("boom")
@@ -440,7 +423,7 @@ mod tests {
             ..streak(0, 0)
         };
         assert!(matches!(
-            decide(PipelineStep::Train, &Cause::Failed(&boom), twice, &s, &t),
+            decide(PipelineStep::Train, &Cause::Failed(&boom), twice, &s),
             Decision::Restart { restart: 1, .. }
         ));
     }
@@ -448,7 +431,6 @@ mod tests {
     #[test]
     fn a_data_step_failure_says_the_workers_message_and_a_fix_that_applies() {
         let s = sup();
-        let t = Timings::from_config(&s);
         let missing = Failure::new(
             FailureKind::Data,
             "documents/ is missing: run the downloads step first",
@@ -458,7 +440,6 @@ mod tests {
             &Cause::Failed(&missing),
             streak(0, 0),
             &s,
-            &t,
         ) {
             Decision::Fail { reason } => {
                 assert!(

@@ -1,7 +1,7 @@
-//! Timings of supervision: restart backoff and limits, stop timeout, the grace a
-//! hung worker gets between SIGTERM and SIGKILL, liveness polling. From the
-//! config's `supervisor:` section (tests shorten the backoff with fractional
-//! seconds, `restart_backoff_s: [0.05, 0.1]`).
+//! Timings of supervision, as durations of the config's `supervisor:` section:
+//! restart backoff and the reset of the restart count, stop timeout, the grace a
+//! hung worker gets between SIGTERM and SIGKILL, liveness polling (tests shorten
+//! the backoff with fractional seconds, `restart_backoff_s: [0.05, 0.1]`).
 
 use std::time::Duration;
 
@@ -9,42 +9,37 @@ use lavender::config::SupervisorConfig;
 
 use crate::backoff::Backoff;
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct Timings {
-    /// The wait before the 2nd, 3rd, … restart in a row (see [`Timings::restart_delay`]).
-    pub backoff: Backoff,
-    pub max_restarts: u32,
-    pub reset_after: Duration,
-    pub stop_timeout: Duration,
-    /// How often a re-adopted worker (not our child) is checked for liveness.
-    pub poll_interval: Duration,
-    /// SIGTERM → SIGKILL for a hung worker.
-    pub stall_kill_grace: Duration,
+/// The wait before restart `n` in a row (1-based): none before the first, as
+/// torchrun restarts at once; then `restart_backoff_s` in turn, its last value
+/// repeating.
+pub fn restart_delay(sup: &SupervisorConfig, n: u32) -> Duration {
+    if n <= 1 {
+        Duration::ZERO
+    } else {
+        Backoff::from_secs(&sup.restart_backoff_s).before(n - 1)
+    }
 }
 
-impl Timings {
-    pub fn from_config(sup: &SupervisorConfig) -> Timings {
-        Timings {
-            backoff: Backoff::from_secs(&sup.restart_backoff_s),
-            max_restarts: sup.max_restarts,
-            reset_after: Duration::from_secs(sup.restart_reset_after_s),
-            stop_timeout: Duration::from_secs(sup.stop_timeout_s),
-            poll_interval: Duration::from_millis(sup.poll_interval_ms.clamp(10, 5_000)),
-            stall_kill_grace: Duration::try_from_secs_f64(sup.stall_kill_grace_s)
-                .unwrap_or(Duration::from_secs(10)),
-        }
-    }
+/// A worker that ran this long ends the restarts in a row (`restart_reset_after_s`).
+pub fn reset_after(sup: &SupervisorConfig) -> Duration {
+    Duration::from_secs(sup.restart_reset_after_s)
+}
 
-    /// The wait before restart `n` in a row (1-based): none before the first, as
-    /// torchrun restarts at once; then `restart_backoff_s` in turn, its last value
-    /// repeating.
-    pub fn restart_delay(&self, n: u32) -> Duration {
-        if n <= 1 {
-            Duration::ZERO
-        } else {
-            self.backoff.before(n - 1)
-        }
-    }
+/// SIGTERM → SIGKILL for a worker being stopped (`stop_timeout_s`).
+pub fn stop_timeout(sup: &SupervisorConfig) -> Duration {
+    Duration::from_secs(sup.stop_timeout_s)
+}
+
+/// How often a re-adopted worker (not our child) is checked for liveness
+/// (`poll_interval_ms`, kept within 10 ms and 5 s).
+pub fn poll_interval(sup: &SupervisorConfig) -> Duration {
+    Duration::from_millis(sup.poll_interval_ms.clamp(10, 5_000))
+}
+
+/// SIGTERM → SIGKILL for a hung worker (`stall_kill_grace_s`; 10 s if it is not a
+/// duration).
+pub fn stall_kill_grace(sup: &SupervisorConfig) -> Duration {
+    Duration::try_from_secs_f64(sup.stall_kill_grace_s).unwrap_or(Duration::from_secs(10))
 }
 
 #[cfg(test)]
@@ -53,21 +48,20 @@ mod tests {
 
     #[test]
     fn the_first_restart_is_immediate_then_the_backoff_repeats_its_last() {
-        let t = Timings::from_config(&lavender::config::Config::default().supervisor);
-        assert_eq!(t.restart_delay(1), Duration::ZERO);
-        assert_eq!(t.restart_delay(2), Duration::from_secs(10));
-        assert_eq!(t.restart_delay(3), Duration::from_secs(30));
-        assert_eq!(t.restart_delay(4), Duration::from_secs(90));
-        assert_eq!(t.restart_delay(8), Duration::from_secs(90));
+        let sup = lavender::config::Config::default().supervisor;
+        assert_eq!(restart_delay(&sup, 1), Duration::ZERO);
+        assert_eq!(restart_delay(&sup, 2), Duration::from_secs(10));
+        assert_eq!(restart_delay(&sup, 3), Duration::from_secs(30));
+        assert_eq!(restart_delay(&sup, 4), Duration::from_secs(90));
+        assert_eq!(restart_delay(&sup, 8), Duration::from_secs(90));
     }
 
     #[test]
     fn fractional_seconds_are_milliseconds() {
         let mut sup = lavender::config::Config::default().supervisor;
         sup.restart_backoff_s = vec![0.05, 0.25];
-        let t = Timings::from_config(&sup);
-        assert_eq!(t.backoff.before(1), Duration::from_millis(50));
-        assert_eq!(t.backoff.before(2), Duration::from_millis(250));
-        assert_eq!(t.backoff.before(3), Duration::from_millis(250));
+        assert_eq!(restart_delay(&sup, 2), Duration::from_millis(50));
+        assert_eq!(restart_delay(&sup, 3), Duration::from_millis(250));
+        assert_eq!(restart_delay(&sup, 4), Duration::from_millis(250));
     }
 }

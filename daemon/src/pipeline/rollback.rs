@@ -15,6 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use lavender::checkpoint::{self, Checkpoint};
+use lavender::config::SupervisorConfig;
 use lavender::failure::Failure;
 use lavender::skips::{self, SkipRange, Skips};
 
@@ -53,9 +54,9 @@ fn resume_step(ck: &Checkpoint, chunk: u32) -> u64 {
 
 /// Plans the rollback of the run in `run_dir` (chunk `chunk`, started from
 /// `started_from`) after `failure`, detected at `detected` (the failure's `step`, or
-/// the worker's last reported step), at time `at` (RFC 3339). `limits.max_rollbacks`
+/// the worker's last reported step), at time `at` (RFC 3339). `sup.max_rollbacks`
 /// counts the ranges already in the run's record that were detected less than
-/// `limits.window_steps` steps before `detected` (a divergence replayed after a
+/// `sup.rollback_window_steps` steps before `detected` (a divergence replayed after a
 /// rollback is detected before the range's end, and counts too): spikes far apart
 /// each get their rollback, a spike that keeps coming back fails.
 pub fn plan(
@@ -64,7 +65,7 @@ pub fn plan(
     started_from: Option<&Path>,
     failure: &Failure,
     detected: u64,
-    limits: Limits,
+    sup: &SupervisorConfig,
     at: &str,
 ) -> Result<Rollback, NoRollback> {
     let read = |e: lavender::Error| NoRollback(format!("cannot roll back: {e}"));
@@ -72,13 +73,13 @@ pub fn plan(
     let recent = done
         .ranges
         .iter()
-        .filter(|r| detected < r.to_step.saturating_add(limits.window_steps))
+        .filter(|r| detected < r.to_step.saturating_add(sup.rollback_window_steps))
         .count();
-    if recent >= limits.max_rollbacks as usize {
+    if recent >= sup.max_rollbacks as usize {
         return Err(NoRollback(format!(
             "{}; gave up after {recent} rollback(s) (supervisor.max_rollbacks) within {} steps (supervisor.rollback_window_steps){}",
             failure.message,
-            limits.window_steps,
+            sup.rollback_window_steps,
             last_ranges(&done)
         )));
     }
@@ -118,23 +119,6 @@ pub fn plan(
         set_aside: after.into_iter().map(|c| c.path).collect(),
         number: recent + 1,
     })
-}
-
-/// How many rollbacks may come how close together (`supervisor.max_rollbacks`,
-/// `supervisor.rollback_window_steps`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    pub max_rollbacks: u32,
-    pub window_steps: u64,
-}
-
-impl Limits {
-    pub fn from_config(sup: &lavender::config::SupervisorConfig) -> Limits {
-        Limits {
-            max_rollbacks: sup.max_rollbacks,
-            window_steps: sup.rollback_window_steps,
-        }
-    }
 }
 
 /// ", the last from step 120 to 140" for a failure message.
@@ -198,19 +182,25 @@ mod tests {
     }
 
     const AT: &str = "2026-01-01T00:00:00Z";
-    const LIMITS: Limits = Limits {
-        max_rollbacks: 2,
-        window_steps: 1000,
-    };
+
+    /// The `supervisor:` section with `max_rollbacks` and `rollback_window_steps`.
+    fn limits(max_rollbacks: u32, rollback_window_steps: u64) -> SupervisorConfig {
+        SupervisorConfig {
+            max_rollbacks,
+            rollback_window_steps,
+            ..lavender::config::Config::default().supervisor
+        }
+    }
 
     #[test]
     fn back_to_the_newest_checkpoint_before_the_spike_setting_aside_the_later_ones() {
+        let sup = &limits(2, 1000);
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path();
         save(run, "pretrain-00-00-01-0001", 50, 1);
         let c60 = save(run, "pretrain-00-00-02-0002", 60, 1);
         let c70 = save(run, "pretrain-00-00-03-0003", 70, 1);
-        let rb = plan(run, 1, None, &diverged(74, 70), 74, LIMITS, AT).unwrap();
+        let rb = plan(run, 1, None, &diverged(74, 70), 74, sup, AT).unwrap();
         assert_eq!(rb.target.as_deref(), Some(c60.as_path()));
         assert_eq!(rb.set_aside, std::slice::from_ref(&c70));
         assert_eq!(
@@ -229,11 +219,11 @@ mod tests {
         );
 
         // Diverging again before any new save: the same checkpoint, a second range.
-        let rb = plan(run, 1, None, &diverged(63, 61), 63, LIMITS, AT).unwrap();
+        let rb = plan(run, 1, None, &diverged(63, 61), 63, sup, AT).unwrap();
         assert_eq!((rb.target.as_deref(), rb.number), (Some(c60.as_path()), 2));
         apply(run, &rb).unwrap();
         // A third time: max_rollbacks (2) is reached; the failure names it.
-        let no = plan(run, 1, None, &diverged(62, 61), 62, LIMITS, AT).unwrap_err();
+        let no = plan(run, 1, None, &diverged(62, 61), 62, sup, AT).unwrap_err();
         assert!(
             no.0.contains("loss spiked")
                 && no
@@ -246,17 +236,18 @@ mod tests {
 
     #[test]
     fn without_an_earlier_checkpoint_of_the_run_back_to_where_the_pipeline_started() {
+        let sup = &limits(2, 1000);
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path().join("run-b");
         let c5 = save(&run, "pretrain-00-00-01-0001", 5, 2);
         // Started afresh: back to step 0, the run's checkpoint set aside.
-        let rb = plan(&run, 2, None, &diverged(8, 4), 8, LIMITS, AT).unwrap();
+        let rb = plan(&run, 2, None, &diverged(8, 4), 8, sup, AT).unwrap();
         assert_eq!((rb.target.clone(), rb.range.from_step), (None, 0));
         assert_eq!(rb.set_aside, [c5]);
         assert_eq!(rb.range.checkpoint, "");
         // Started from chunk 1's last checkpoint: back to it, this chunk's step 0.
         let prev = save(&dir.path().join("run-a"), "final-00-00-09-0009", 980, 1);
-        let rb = plan(&run, 2, Some(&prev), &diverged(8, 4), 8, LIMITS, AT).unwrap();
+        let rb = plan(&run, 2, Some(&prev), &diverged(8, 4), 8, sup, AT).unwrap();
         assert_eq!(
             (rb.target.as_deref(), rb.range.from_step),
             (Some(prev.as_path()), 0)
@@ -264,10 +255,10 @@ mod tests {
         // Started from a checkpoint of the same chunk (start --resume): its step.
         let same = save(&dir.path().join("run-c"), "pretrain-00-00-09-0010", 300, 2);
         let fresh = dir.path().join("run-d");
-        let rb = plan(&fresh, 2, Some(&same), &diverged(308, 304), 308, LIMITS, AT).unwrap();
+        let rb = plan(&fresh, 2, Some(&same), &diverged(308, 304), 308, sup, AT).unwrap();
         assert_eq!(rb.range.from_step, 300);
         // A divergence detected at the start checkpoint's step cannot be rolled back.
-        let no = plan(&fresh, 2, Some(&same), &diverged(300, 290), 300, LIMITS, AT).unwrap_err();
+        let no = plan(&fresh, 2, Some(&same), &diverged(300, 290), 300, sup, AT).unwrap_err();
         assert!(no.0.contains("nothing to roll back to"), "{}", no.0);
     }
 
@@ -275,10 +266,7 @@ mod tests {
     /// rollback with `max_rollbacks: 2`; three close together fail on the third.
     #[test]
     fn separate_spikes_each_roll_back_and_a_spike_that_keeps_coming_back_fails() {
-        let limits = Limits {
-            max_rollbacks: 2,
-            window_steps: 100,
-        };
+        let limits = &limits(2, 100);
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path();
         for (n, step) in [1000u64, 2000, 3000].into_iter().enumerate() {

@@ -10,10 +10,11 @@ use std::time::Duration;
 use super::Actor;
 use crate::pipeline::handle::HungReport;
 use crate::pipeline::machine::Event;
+use crate::pipeline::restart::stall_kill_grace;
 
 impl Actor {
     pub(super) fn on_hung(&mut self, report: HungReport) {
-        let grace = self.timings.stall_kill_grace;
+        let grace = stall_kill_grace(&self.config.supervisor);
         self.on(Event::HungJudged { report, grace });
     }
 

@@ -34,7 +34,6 @@ use super::handle::{Command, PipelineHandle, StartError, StartReply};
 use super::inputs::{LocalFiles, reads_local_files};
 use super::machine::{Event, Phase};
 use super::record::{PipelineRecord, WorkerRecord};
-use super::restart::Timings;
 use crate::alert::{Alert, AlertSender};
 use crate::config_source::ConfigSource;
 use crate::exit::ExitOutcome;
@@ -75,7 +74,6 @@ struct Actor {
     config: Config,
     /// Where `config` was read from; a start and a reload read it again.
     source: ConfigSource,
-    timings: Timings,
     record: PipelineRecord,
     snapshot: watch::Sender<PipelineRecord>,
     exits_tx: mpsc::UnboundedSender<WorkerExit>,
@@ -132,7 +130,6 @@ fn spawn_sourced(
     let (launches_tx, launches_rx) = mpsc::unbounded_channel();
     let (fingerprints_tx, fingerprints_rx) = mpsc::unbounded_channel();
     let mut actor = Actor {
-        timings: Timings::from_config(&config.supervisor),
         backend,
         jobs_tx,
         launches_tx,
@@ -268,7 +265,7 @@ impl Actor {
         let jobs = self.jobs_tx.clone();
         let exit = self.backend.watch_adopted(
             &handle,
-            self.timings.poll_interval,
+            super::restart::poll_interval(&self.config.supervisor),
             Box::new(move |update| {
                 let _ = jobs.send(JobChange { generation, update });
             }),

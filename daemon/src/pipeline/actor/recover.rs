@@ -14,6 +14,7 @@ use crate::pipeline::inputs::LocalFiles;
 use crate::pipeline::judge::{Verdict, judge};
 use crate::pipeline::machine::{Escalation, Event, LiveWorker, Restart, Stop};
 use crate::pipeline::record::StopCause;
+use crate::pipeline::restart::{restart_delay, stop_timeout};
 use crate::pipeline::stop::StopMark;
 
 impl Actor {
@@ -45,7 +46,7 @@ impl Actor {
                 // The stop under way when the previous daemon died: finish it.
                 let stop = (self.record.state == PipelineState::Stopping).then(|| Stop {
                     escalation: Escalation::Term {
-                        kill_at: Instant::now() + self.timings.stop_timeout,
+                        kill_at: Instant::now() + stop_timeout(&self.config.supervisor),
                     },
                     waiters: Vec::new(),
                     mark: StopMark::take(
@@ -122,7 +123,7 @@ impl Actor {
         }
         if self.record.restart_pending {
             self.on(Event::RestartDecided {
-                delay: self.timings.restart_delay(self.record.restarts),
+                delay: restart_delay(&self.config.supervisor, self.record.restarts),
                 restart: Restart {
                     why: None,
                     last_exit: None,

@@ -5,7 +5,6 @@
 
 use super::{Actor, backend_for};
 use crate::pipeline::reload::Reload as ReloadReport;
-use crate::pipeline::restart::Timings;
 
 impl Actor {
     pub(super) fn reload(&mut self) -> Result<ReloadReport, String> {
@@ -22,7 +21,6 @@ impl Actor {
         for line in report.lines() {
             tracing::info!("{line}");
         }
-        self.timings = Timings::from_config(&config.supervisor);
         if config.launch != self.config.launch {
             self.backend = backend_for(&self.layout, &config);
         }

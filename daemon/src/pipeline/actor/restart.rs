@@ -15,6 +15,7 @@ use crate::alert::{Alert, Repeats};
 use crate::exit::ExitOutcome;
 use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Relaunch, Restart};
 use crate::pipeline::policy::{self, Cause, Decision, SameFailure, Streak};
+use crate::pipeline::restart::reset_after;
 
 impl Actor {
     /// `worker` ended (`why`); `last_step`: the training step it last reported.
@@ -26,8 +27,8 @@ impl Actor {
         last_step: Option<u64>,
     ) {
         let step = worker.step;
-        let count_reset =
-            worker.started.elapsed() >= self.timings.reset_after && self.record.restarts > 0;
+        let count_reset = worker.started.elapsed() >= reset_after(&self.config.supervisor)
+            && self.record.restarts > 0;
         if count_reset {
             // It ran long enough: this failure starts a fresh count.
             self.record.restarts = 0;
@@ -67,7 +68,7 @@ impl Actor {
             }
             PendingRestart::Hung(_) => None,
         };
-        match policy::decide(step, &cause, streak, &self.config.supervisor, &self.timings) {
+        match policy::decide(step, &cause, streak, &self.config.supervisor) {
             Decision::Fail { reason } => self.fail_after(step, reason, Some(outcome), failure),
             Decision::Rollback => match failure {
                 Some(failure) => self.roll_back(step, failure, outcome, last_step),
@@ -101,7 +102,7 @@ impl Actor {
                         outcome,
                         failure,
                         restart,
-                        max_restarts: self.timings.max_restarts,
+                        max_restarts: self.config.supervisor.max_restarts,
                         restart_in: delay,
                         log_file: self.record.log_file.clone(),
                         repeats: Repeats {

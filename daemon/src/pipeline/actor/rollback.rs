@@ -97,7 +97,7 @@ impl Actor {
             self.record.resume_from.as_deref(),
             failure,
             detected,
-            rollback::Limits::from_config(&self.config.supervisor),
+            &self.config.supervisor,
             &at,
         )?;
         rollback::apply(run_dir, &rb)

@@ -18,7 +18,6 @@ use crate::pipeline::machine::{Event, Launching, PendingStart, Phase, Relaunch};
 use crate::pipeline::plan;
 use crate::pipeline::record::WorkerRecord;
 use crate::pipeline::request::StartRequest;
-use crate::pipeline::restart::Timings;
 use crate::process::{ExitFuture, SpawnSpec};
 
 impl Actor {
@@ -137,7 +136,6 @@ impl Actor {
         if let Some(file) = record.request.as_ref().and_then(|r| r.config.as_ref()) {
             self.source.file = Some(file.path.clone());
         }
-        self.timings = Timings::from_config(&config.supervisor);
         if config.launch != self.config.launch {
             self.backend = backend_for(&self.layout, &config);
         }

@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 use super::Actor;
 use crate::pipeline::machine::Event;
 use crate::pipeline::record::StopCause;
+use crate::pipeline::restart::stop_timeout;
 use crate::pipeline::stop::{StopMark, StopReport, StopReports as _};
 
 impl Actor {
@@ -21,7 +22,7 @@ impl Actor {
         cause: StopCause,
         reply: oneshot::Sender<StopReport>,
     ) {
-        let timeout = timeout.unwrap_or(self.timings.stop_timeout);
+        let timeout = timeout.unwrap_or(stop_timeout(&self.config.supervisor));
         let mark = StopMark::take(
             self.record.run_dir.as_deref(),
             &self.layout.checkpoints_root(),
