@@ -9,7 +9,10 @@
 //! [`torch_save`]: crate::torch_save
 
 use std::collections::HashMap;
+use std::io::Cursor;
 use std::path::Path;
+
+use zip::{CompressionMethod, ZipArchive};
 
 use crate::error::{ExportError, Result};
 use crate::torch_save::Dtype;
@@ -94,89 +97,25 @@ pub fn load_state_dict(path: &Path) -> Result<Vec<(String, LoadedTensor)>> {
     Ok(out)
 }
 
-fn u16_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?) as u64)
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?) as u64)
-}
-
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
-}
-
-/// The archive's records by name (stored records only: torch never compresses).
+/// The archive's records by name, each the slice of `b` it is stored in (stored
+/// records only: torch never compresses).
 fn zip_records(b: &[u8]) -> std::result::Result<HashMap<String, &[u8]>, String> {
-    const EOCD: &[u8] = &[0x50, 0x4b, 0x05, 0x06];
-    let truncated = || "truncated or damaged".to_string();
-    let tail = b.len().saturating_sub(22 + 0xFFFF);
-    let eocd = b[tail..]
-        .windows(4)
-        .rposition(|w| w == EOCD)
-        .map(|p| tail + p)
-        .ok_or("no end of central directory")?;
-    let (mut count, mut cd) = (
-        u16_at(b, eocd + 10).ok_or_else(truncated)?,
-        u32_at(b, eocd + 16).ok_or_else(truncated)?,
-    );
-    // Zip64: the locator just before the end record points at the zip64 end record.
-    if eocd >= 20 && u32_at(b, eocd - 20) == Some(0x0706_4b50) {
-        let z = u64_at(b, eocd - 12).ok_or_else(truncated)? as usize;
-        if u32_at(b, z) != Some(0x0606_4b50) {
-            return Err(truncated());
-        }
-        count = u64_at(b, z + 32).ok_or_else(truncated)?;
-        cd = u64_at(b, z + 48).ok_or_else(truncated)?;
-    }
+    let mut archive = ZipArchive::new(Cursor::new(b)).map_err(|e| e.to_string())?;
     let mut records = HashMap::new();
-    let mut at = cd as usize;
-    for _ in 0..count {
-        if u32_at(b, at) != Some(0x0201_4b50) {
-            return Err(truncated());
-        }
-        let method = u16_at(b, at + 10).ok_or_else(truncated)?;
-        let mut size = u32_at(b, at + 20).ok_or_else(truncated)?;
-        let mut uncompressed = u32_at(b, at + 24).ok_or_else(truncated)?;
-        let name_len = u16_at(b, at + 28).ok_or_else(truncated)? as usize;
-        let extra_len = u16_at(b, at + 30).ok_or_else(truncated)? as usize;
-        let comment_len = u16_at(b, at + 32).ok_or_else(truncated)? as usize;
-        let mut offset = u32_at(b, at + 42).ok_or_else(truncated)?;
-        let name = b.get(at + 46..at + 46 + name_len).ok_or_else(truncated)?;
-        let name = String::from_utf8_lossy(name).into_owned();
-        // The zip64 extra field holds, in this order, the values that did not fit.
-        let mut e = at + 46 + name_len;
-        let extra_end = e + extra_len;
-        while e + 4 <= extra_end {
-            let id = u16_at(b, e).ok_or_else(truncated)?;
-            let len = u16_at(b, e + 2).ok_or_else(truncated)? as usize;
-            if id == 1 {
-                let mut f = e + 4;
-                for v in [&mut uncompressed, &mut size, &mut offset] {
-                    if *v == 0xFFFF_FFFF {
-                        *v = u64_at(b, f).ok_or_else(truncated)?;
-                        f += 8;
-                    }
-                }
-            }
-            e += 4 + len;
-        }
-        if method != 0 {
+    for i in 0..archive.len() {
+        let record = archive.by_index_raw(i).map_err(|e| e.to_string())?;
+        let name = record.name().map_err(|e| e.to_string())?.into_owned();
+        if record.compression() != CompressionMethod::Stored {
             return Err(format!(
-                "record {name} is compressed (method {method}), which torch.save never does"
+                "record {name} is compressed ({}), which torch.save never does",
+                record.compression()
             ));
         }
-        let local = offset as usize;
-        if u32_at(b, local) != Some(0x0403_4b50) {
-            return Err(truncated());
-        }
-        let start = local
-            + 30
-            + u16_at(b, local + 26).ok_or_else(truncated)? as usize
-            + u16_at(b, local + 28).ok_or_else(truncated)? as usize;
-        let data = b.get(start..start + size as usize).ok_or_else(truncated)?;
+        let data = record
+            .data_start()
+            .and_then(|start| b.get(start as usize..(start + record.size()) as usize))
+            .ok_or("truncated or damaged")?;
         records.insert(name, data);
-        at = extra_end + comment_len;
     }
     Ok(records)
 }

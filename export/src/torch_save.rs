@@ -5,12 +5,16 @@
 //! uses only what that unpickler allows (dicts, lists, tuples, numbers, strings,
 //! `torch._utils._rebuild_tensor_v2`, `torch.*Storage`, `collections.OrderedDict`).
 //!
-//! Records start on 64-byte boundaries as torch aligns them (`mmap=True` loads
-//! need it); sizes past 4 GiB use zip64.
+//! The container is the `zip` crate's: records start on 64-byte boundaries as torch
+//! aligns them (`mmap=True` loads need it); sizes past 4 GiB use zip64.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
+
+use zip::CompressionMethod;
+use zip::result::ZipError;
+use zip::write::SimpleFileOptions;
 
 use crate::error::{ExportError, Result};
 use lavender::error::IoContext;
@@ -248,178 +252,34 @@ pub(crate) fn save_with(root: &Py<'_>, path: &Path, force_zip64: bool) -> Result
         .filter(|s| !s.is_empty() && s.is_ascii())
         .unwrap_or_else(|| "archive".to_string());
     let file = File::create(path).ctx("create", path)?;
-    let mut zip = ZipWriter {
-        out: BufWriter::new(file),
-        at: 0,
-        entries: Vec::new(),
-        force_zip64,
+    let zip_err = |e: ZipError| match e {
+        ZipError::Io(e) => ExportError::from(lavender::Error::io("write", path, e)),
+        e => ExportError::invalid(path, format!("cannot write it as a zip archive: {e}")),
     };
-    let write =
-        |zip: &mut ZipWriter, name: String, data: &[u8]| zip.entry(&name, data).ctx("write", path);
-    write(&mut zip, format!("{prefix}/data.pkl"), &pkl)?;
-    write(&mut zip, format!("{prefix}/byteorder"), b"little")?;
+    let mut zip = zip::ZipWriter::new(BufWriter::new(file));
+    let mut write = |name: String, data: &[u8]| -> Result<()> {
+        let options = SimpleFileOptions::default()
+            .compression_method(CompressionMethod::Stored)
+            .large_file(force_zip64 || data.len() as u64 >= u64::from(u32::MAX))
+            // Padded in an extra field with id "FB", as torch's writer does.
+            .with_alignment_and_header_id(ALIGN, u16::from_le_bytes(*b"FB"));
+        zip.start_file(name, options).map_err(zip_err)?;
+        zip.write_all(data).ctx("write", path)?;
+        Ok(())
+    };
+    write(format!("{prefix}/data.pkl"), &pkl)?;
+    write(format!("{prefix}/byteorder"), b"little")?;
     for (i, t) in storages.iter().enumerate() {
-        write(&mut zip, format!("{prefix}/data/{i}"), t.data)?;
+        write(format!("{prefix}/data/{i}"), t.data)?;
     }
-    write(&mut zip, format!("{prefix}/version"), b"3\n")?;
-    zip.finish().ctx("write", path)?;
+    write(format!("{prefix}/version"), b"3\n")?;
+    // Made durable by whoever commits the file (the export's staging fsyncs).
+    zip.finish().map_err(zip_err)?.flush().ctx("write", path)?;
     Ok(())
 }
 
 /// Records start at multiples of this, as in torch's writer.
-const ALIGN: u64 = 64;
-const U32_MAX: u64 = 0xFFFF_FFFF;
-
-struct Entry {
-    name: String,
-    offset: u64,
-    size: u64,
-    crc: u32,
-}
-
-struct ZipWriter {
-    out: BufWriter<File>,
-    at: u64,
-    entries: Vec<Entry>,
-    force_zip64: bool,
-}
-
-impl ZipWriter {
-    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.out.write_all(bytes)?;
-        self.at += bytes.len() as u64;
-        Ok(())
-    }
-
-    fn zip64(&self, size: u64, offset: u64) -> bool {
-        self.force_zip64 || size >= U32_MAX || offset >= U32_MAX
-    }
-
-    /// One stored record: local header (zip64 sizes when needed, padding in an
-    /// extra field so the data starts aligned), then the bytes.
-    fn entry(&mut self, name: &str, data: &[u8]) -> std::io::Result<()> {
-        let offset = self.at;
-        let size = data.len() as u64;
-        let crc = crc32fast::hash(data);
-        let zip64 = self.zip64(size, 0);
-        let mut extra = Vec::new();
-        if zip64 {
-            extra.extend_from_slice(&0x0001u16.to_le_bytes());
-            extra.extend_from_slice(&16u16.to_le_bytes());
-            extra.extend_from_slice(&size.to_le_bytes());
-            extra.extend_from_slice(&size.to_le_bytes());
-        }
-        let header_len = 30 + name.len() as u64 + extra.len() as u64;
-        let unaligned = (offset + header_len + 4) % ALIGN;
-        let pad = if unaligned == 0 { 0 } else { ALIGN - unaligned };
-        // A padding field: id "FB" (as torch's writer), then zeros.
-        extra.extend_from_slice(b"FB");
-        extra.extend_from_slice(&(pad as u16).to_le_bytes());
-        extra.resize(extra.len() + pad as usize, 0);
-
-        let small = |v: u64| if zip64 { U32_MAX as u32 } else { v as u32 };
-        let mut h = Vec::with_capacity(30 + name.len() + extra.len());
-        h.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
-        h.extend_from_slice(&(if zip64 { 45u16 } else { 20 }).to_le_bytes());
-        h.extend_from_slice(&0u16.to_le_bytes()); // flags
-        h.extend_from_slice(&0u16.to_le_bytes()); // stored
-        h.extend_from_slice(&0u16.to_le_bytes()); // time
-        h.extend_from_slice(&0x21u16.to_le_bytes()); // date: 1980-01-01
-        h.extend_from_slice(&crc.to_le_bytes());
-        h.extend_from_slice(&small(size).to_le_bytes());
-        h.extend_from_slice(&small(size).to_le_bytes());
-        h.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        h.extend_from_slice(&(extra.len() as u16).to_le_bytes());
-        h.extend_from_slice(name.as_bytes());
-        h.extend_from_slice(&extra);
-        self.put(&h)?;
-        debug_assert_eq!(self.at % ALIGN, 0);
-        self.put(data)?;
-        self.entries.push(Entry {
-            name: name.to_string(),
-            offset,
-            size,
-            crc,
-        });
-        Ok(())
-    }
-
-    /// The central directory and its end records (zip64 ones when needed).
-    fn finish(mut self) -> std::io::Result<()> {
-        let cd_start = self.at;
-        let entries = std::mem::take(&mut self.entries);
-        for e in &entries {
-            let zip64 = self.zip64(e.size, e.offset);
-            let mut extra = Vec::new();
-            if zip64 {
-                extra.extend_from_slice(&0x0001u16.to_le_bytes());
-                extra.extend_from_slice(&24u16.to_le_bytes());
-                extra.extend_from_slice(&e.size.to_le_bytes());
-                extra.extend_from_slice(&e.size.to_le_bytes());
-                extra.extend_from_slice(&e.offset.to_le_bytes());
-            }
-            let small = |v: u64| if zip64 { U32_MAX as u32 } else { v as u32 };
-            let mut h = Vec::with_capacity(46 + e.name.len() + extra.len());
-            h.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
-            h.extend_from_slice(&(if zip64 { 45u16 } else { 20 }).to_le_bytes()); // made by
-            h.extend_from_slice(&(if zip64 { 45u16 } else { 20 }).to_le_bytes()); // needed
-            h.extend_from_slice(&0u16.to_le_bytes());
-            h.extend_from_slice(&0u16.to_le_bytes());
-            h.extend_from_slice(&0u16.to_le_bytes());
-            h.extend_from_slice(&0x21u16.to_le_bytes());
-            h.extend_from_slice(&e.crc.to_le_bytes());
-            h.extend_from_slice(&small(e.size).to_le_bytes());
-            h.extend_from_slice(&small(e.size).to_le_bytes());
-            h.extend_from_slice(&(e.name.len() as u16).to_le_bytes());
-            h.extend_from_slice(&(extra.len() as u16).to_le_bytes());
-            h.extend_from_slice(&0u16.to_le_bytes()); // comment
-            h.extend_from_slice(&0u16.to_le_bytes()); // disk
-            h.extend_from_slice(&0u16.to_le_bytes()); // internal attributes
-            h.extend_from_slice(&0u32.to_le_bytes()); // external attributes
-            h.extend_from_slice(&small(e.offset).to_le_bytes());
-            h.extend_from_slice(e.name.as_bytes());
-            h.extend_from_slice(&extra);
-            self.put(&h)?;
-        }
-        let cd_size = self.at - cd_start;
-        let count = entries.len() as u64;
-        let zip64 = self.force_zip64 || cd_start >= U32_MAX || count >= 0xFFFF;
-        if zip64 {
-            let eocd64 = self.at;
-            let mut r = Vec::with_capacity(56 + 20);
-            r.extend_from_slice(&0x0606_4b50u32.to_le_bytes());
-            r.extend_from_slice(&44u64.to_le_bytes());
-            r.extend_from_slice(&45u16.to_le_bytes());
-            r.extend_from_slice(&45u16.to_le_bytes());
-            r.extend_from_slice(&0u32.to_le_bytes());
-            r.extend_from_slice(&0u32.to_le_bytes());
-            r.extend_from_slice(&count.to_le_bytes());
-            r.extend_from_slice(&count.to_le_bytes());
-            r.extend_from_slice(&cd_size.to_le_bytes());
-            r.extend_from_slice(&cd_start.to_le_bytes());
-            // Locator.
-            r.extend_from_slice(&0x0706_4b50u32.to_le_bytes());
-            r.extend_from_slice(&0u32.to_le_bytes());
-            r.extend_from_slice(&eocd64.to_le_bytes());
-            r.extend_from_slice(&1u32.to_le_bytes());
-            self.put(&r)?;
-        }
-        let small16 = |v: u64| if zip64 { 0xFFFF } else { v as u16 };
-        let small32 = |v: u64| if zip64 { U32_MAX as u32 } else { v as u32 };
-        let mut r = Vec::with_capacity(22);
-        r.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
-        r.extend_from_slice(&0u16.to_le_bytes());
-        r.extend_from_slice(&0u16.to_le_bytes());
-        r.extend_from_slice(&small16(count).to_le_bytes());
-        r.extend_from_slice(&small16(count).to_le_bytes());
-        r.extend_from_slice(&small32(cd_size).to_le_bytes());
-        r.extend_from_slice(&small32(cd_start).to_le_bytes());
-        r.extend_from_slice(&0u16.to_le_bytes());
-        self.put(&r)?;
-        // Made durable by whoever commits the file (the export's staging fsyncs).
-        self.out.flush()
-    }
-}
+const ALIGN: u16 = 64;
 
 #[cfg(test)]
 mod tests {
