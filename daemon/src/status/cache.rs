@@ -226,6 +226,27 @@ fn test_settings() -> StatusSettings {
     }
 }
 
+/// A never-started pipeline's snapshot, and a cache holding it with the sender
+/// that publishes the next ones, for tests of the cache's readers.
+#[cfg(test)]
+impl StatusCache {
+    pub(crate) fn never_started(
+        now: DateTime<Utc>,
+    ) -> (StatusCache, watch::Sender<Arc<StatusSnapshot>>) {
+        let settings = test_settings();
+        let snapshot = StatusSnapshot::compose(
+            PipelineRecord::idle(),
+            FileFacts::empty(),
+            settings.clone(),
+            BTreeMap::new(),
+            now,
+        );
+        let (publish, snapshots) = watch::channel(Arc::new(snapshot));
+        let cache = StatusCache::new(snapshots, Arc::new(watch::Sender::new(settings)));
+        (cache, publish)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

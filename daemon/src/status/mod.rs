@@ -22,7 +22,7 @@ pub mod tasks;
 pub mod watch;
 pub mod watchdog;
 
-pub use cache::StatusCache;
+pub use cache::{StatusCache, StatusSnapshot};
 pub use compose::compose;
 pub use facts::FileFacts;
 pub use refresher::RefreshOptions;
