@@ -15,8 +15,8 @@ use chrono::{DateTime, Duration, NaiveDateTime, Utc};
 
 use crate::error::{Error, IoContext, Result};
 
-/// Under the data root, where runs live.
-pub const CHECKPOINTS_DIR: &str = crate::data_root::CHECKPOINTS;
+/// A run directory's name: this prefix, then the time it began (under the data
+/// root's `crate::data_root::CHECKPOINTS`).
 pub const RUN_PREFIX: &str = "run-";
 const RUN_TIME_FORMAT: &str = "%Y-%m-%d_%H-%M-%S";
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use lavender::config::PipelineStep;
 use lavender::data_root;
-use lavender::run::CHECKPOINTS_DIR;
+use lavender::data_root::CHECKPOINTS;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
@@ -24,7 +24,7 @@ impl Layout {
     }
 
     pub fn checkpoints_root(&self) -> PathBuf {
-        self.data_root.join(CHECKPOINTS_DIR)
+        self.data_root.join(CHECKPOINTS)
     }
 
     pub fn logs_dir(&self) -> PathBuf {

@@ -269,7 +269,7 @@ impl<'a> Trainer<'a> {
             writes: rank() == 0,
         };
         if let Some(spec) = &args.resume {
-            let root = args.data_root.join(lavender::run::CHECKPOINTS_DIR);
+            let root = args.data_root.join(lavender::data_root::CHECKPOINTS);
             match checkpoint::resolve_resume(spec, &root) {
                 Ok(ckpt) => {
                     t.step = ckpt.state.step;

@@ -72,7 +72,7 @@ pub struct Settings {
 impl Settings {
     /// `<data_root>/checkpoints/`: every run's checkpoints, where `latest` is looked for.
     pub fn checkpoints_root(&self) -> PathBuf {
-        self.data_root.join(lavender::run::CHECKPOINTS_DIR)
+        self.data_root.join(lavender::data_root::CHECKPOINTS)
     }
 
     /// The layered config of `args` (see [`StepArgs::load`]).
