@@ -66,26 +66,7 @@ fn dtype_name(d: Dtype) -> Option<&'static str> {
 
 /// The parameter names of a GPT-2 with `n_layer` blocks, as Hugging Face names them.
 fn gpt2_names(n_layer: u64) -> BTreeSet<String> {
-    let mut names: BTreeSet<String> =
-        [WTE, WPE, "transformer.ln_f.weight", "transformer.ln_f.bias"]
-            .into_iter()
-            .map(String::from)
-            .collect();
-    for i in 0..n_layer {
-        for part in [
-            "ln_1",
-            "attn.c_attn",
-            "attn.c_proj",
-            "ln_2",
-            "mlp.c_fc",
-            "mlp.c_proj",
-        ] {
-            for kind in ["weight", "bias"] {
-                names.insert(format!("transformer.h.{i}.{part}.{kind}"));
-            }
-        }
-    }
-    names
+    hf_parameter_order(n_layer).into_iter().collect()
 }
 
 fn layer_of(name: &str) -> Option<u64> {
