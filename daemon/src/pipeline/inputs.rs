@@ -24,9 +24,9 @@ use std::path::{Path, PathBuf};
 
 use lavender::config::{Config, DataSource, PipelineStep};
 use lavender::manifest::{self, StepManifest};
+use lavender_api::sha256_hex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 /// A step's inputs: part name → SHA-256 of its value (`absent` when there is none).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,13 +105,6 @@ fn local_files(step: PipelineStep, config: &Config) -> Option<Vec<PathBuf>> {
         ),
         _ => None,
     }
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 fn hash_value(v: &Value) -> String {
