@@ -94,8 +94,9 @@ test-gpu: setup
 # Attribution on the default pipeline (worker/tests/attribution_default.rs): `start
 # --scale tiny`, `export --all`, `attribute` with a verbatim training window, which
 # must rank its document first, then a second query on the cached Hessian passes.
-# `make test` runs the same test at two exported checkpoints; this one, at all five,
-# is not part of it (SOURCE over the tiny run's 5,574 windows at five checkpoints).
+# `make test` runs the same test at two exported checkpoints on a sample of 929
+# windows (`--windows 1000`); this one, at all five and all 5,574 windows, is not
+# part of it.
 test-attribution: setup
 	@bash scripts/attribution-setup.sh
 	@$(TORCH_ENV) cargo build -p lavenderd

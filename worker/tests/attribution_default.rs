@@ -9,8 +9,10 @@
 //! `<run>/attribution/cache/`, and finds its own window's document first too.
 //!
 //! - `at_two_checkpoints_…` (part of `make test`): the newest two of the run's
-//!   checkpoints exported, SOURCE over all 5,574 training windows at each; one
-//!   query (the cache's reuse is `attribution_bergson`'s and the full test's).
+//!   checkpoints exported, SOURCE over a sample of the training windows
+//!   (`--windows 1000`: every 6th of the 5,574, the query's window among them) at
+//!   each; one query (the cache's reuse is `attribution_bergson`'s and the full
+//!   test's).
 //! - `at_every_checkpoint_…` (`make test-attribution`, feature
 //!   `attribution-tests`): every checkpoint exported (five), as `export --all`,
 //!   and the second query on the cache.
@@ -71,9 +73,15 @@ fn require_bergson() {
 }
 
 /// Training windows of the run's chunk that lie inside one document (no
-/// end-of-text token in them), from the middle of its first shard on: each one's
-/// text and the document it belongs to.
-fn windows_inside_a_document(data_root: &Path, seq_len: usize, n: usize) -> Vec<(String, String)> {
+/// end-of-text token in them), from the middle of its first shard on, among
+/// every `every`-th window of the trainer's numbering: each one's text and the
+/// document it belongs to.
+fn windows_inside_a_document(
+    data_root: &Path,
+    seq_len: usize,
+    n: usize,
+    every: usize,
+) -> Vec<(String, String)> {
     let index = TokenIndex::read(&data_root.join("tokens")).unwrap();
     let shard = &index.pretrain.shards[0];
     let ids = tokens::read_array(&data_root.join("tokens").join(&shard.file), index.dtype).unwrap();
@@ -95,7 +103,11 @@ fn windows_inside_a_document(data_root: &Path, seq_len: usize, n: usize) -> Vec<
     // Windows in the trainer's cut; from the middle of the shard.
     let starts: Vec<usize> = tokens::pretrain_window_starts(ids.len(), seq_len).collect();
     let mut out: Vec<(String, String)> = Vec::new();
-    for &s in &starts[starts.len() / 2..] {
+    let from = starts.len() / 2;
+    for (i, &s) in starts.iter().enumerate().skip(from) {
+        if i % every != 0 {
+            continue;
+        }
         // Not at a document's first token (the previous one is its EOT), so the
         // window is a document's middle.
         if ids[s..=s + seq_len].contains(&index.eos_id) || s == 0 || ids[s - 1] == index.eos_id {
@@ -176,9 +188,15 @@ fn seq_len(run: &Path) -> usize {
         .unwrap()
 }
 
-/// `lavenderd attribute --json` with one query: the report, the progress objects
-/// on stderr, and the time it took.
-fn attribute(root: &Path, run: &Path, query: &str, dir: &Path) -> (Value, Vec<Value>, f64) {
+/// `lavenderd attribute --json` with one query (and `extra` arguments): the
+/// report, the progress objects on stderr, and the time it took.
+fn attribute(
+    root: &Path,
+    run: &Path,
+    query: &str,
+    dir: &Path,
+    extra: &[String],
+) -> (Value, Vec<Value>, f64) {
     let queries = dir.join(format!("query-{}.jsonl", query.len()));
     fs::write(
         &queries,
@@ -193,7 +211,8 @@ fn attribute(root: &Path, run: &Path, query: &str, dir: &Path) -> (Value, Vec<Va
             .arg(run)
             .arg("--queries")
             .arg(&queries)
-            .args(["--top", "5", "--json"]),
+            .args(["--top", "5", "--json"])
+            .args(extra),
     );
     let took = t.elapsed().as_secs_f64();
     // Only lavenderd's own lines on the terminal, and its progress: no library's.
@@ -214,15 +233,38 @@ fn attribute(root: &Path, run: &Path, query: &str, dir: &Path) -> (Value, Vec<Va
     (serde_json::from_str(&stdout).unwrap(), progress, took)
 }
 
-/// The window's document ranks first, through the window itself.
-fn ranks_first(report: &Value, window: &str, document: &str, seq_len: usize) {
+/// The run's pretraining windows, all shards: what `--windows` samples from.
+fn all_windows(data_root: &Path, seq_len: usize) -> usize {
+    let index = TokenIndex::read(&data_root.join("tokens")).unwrap();
+    index
+        .pretrain
+        .shards
+        .iter()
+        .map(|shard| {
+            let ids = tokens::read_array(&data_root.join("tokens").join(&shard.file), index.dtype)
+                .unwrap();
+            tokens::pretrain_window_starts(ids.len(), seq_len).count()
+        })
+        .sum()
+}
+
+/// The window's document ranks first, through the window itself; `every`: the
+/// spacing of the windows scored.
+fn ranks_first(report: &Value, window: &str, document: &str, seq_len: usize, every: usize) {
     let windows = &report["train_windows"];
     assert_eq!(
         windows["tokens"].as_u64(),
         Some(seq_len as u64 + 1),
         "{windows}"
     );
-    assert!(windows["count"].as_u64().unwrap() > 1000, "{windows}");
+    assert!(windows["of"].as_u64().unwrap() > 1000, "{windows}");
+    assert_eq!(windows["every"].as_u64(), Some(every as u64), "{windows}");
+    let of = windows["of"].as_u64().unwrap() as usize;
+    assert_eq!(
+        windows["count"].as_u64(),
+        Some(of.div_ceil(every) as u64),
+        "{windows}"
+    );
     let top = &report["queries"][0]["top"];
     for r in top.as_array().unwrap() {
         let w = &r["window"];
@@ -245,6 +287,7 @@ fn ranks_first(report: &Value, window: &str, document: &str, seq_len: usize) {
     );
     let w = &first["window"];
     assert_eq!(w["text"].as_str(), Some(window), "{w:#}");
+    assert_eq!(w["index"].as_u64().unwrap() as usize % every, 0, "{w:#}");
     assert_eq!(
         w["end"].as_u64().unwrap() - w["start"].as_u64().unwrap(),
         seq_len as u64 + 1,
@@ -282,8 +325,9 @@ fn passes_reported(progress: &[Value], passes: u64) {
 }
 
 /// The pipeline, `export` of `keep` checkpoints (the newest; all when `None`),
-/// then a cold `attribute` and, when `warm`, a second one on its cache.
-fn attribution_on_the_default_pipeline(keep: Option<usize>, warm: bool) {
+/// then a cold `attribute` (on a sample of at most `sample` windows, all when
+/// `None`) and, when `warm`, a second one on its cache.
+fn attribution_on_the_default_pipeline(keep: Option<usize>, sample: Option<usize>, warm: bool) {
     require_bergson();
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("data-root");
@@ -303,12 +347,20 @@ fn attribution_on_the_default_pipeline(keep: Option<usize>, warm: bool) {
     };
     run_ok(&mut export);
     let seq_len = seq_len(&run);
-    let asked = windows_inside_a_document(&root, seq_len, 2);
+    let (every, extra) = match sample {
+        // `--windows n` keeps every k-th window, k = ⌈all / n⌉.
+        Some(n) => (
+            all_windows(&root, seq_len).div_ceil(n),
+            vec!["--windows".to_string(), n.to_string()],
+        ),
+        None => (1, Vec::new()),
+    };
+    let asked = windows_inside_a_document(&root, seq_len, 2, every);
 
     // Cold: every pass, then the Hessian passes cached.
-    let (report, progress, cold) = attribute(&root, &run, &asked[0].0, tmp.path());
+    let (report, progress, cold) = attribute(&root, &run, &asked[0].0, tmp.path(), &extra);
     eprintln!("lavenderd attribute, cold, {exported} checkpoints: {cold:.0} s");
-    ranks_first(&report, &asked[0].0, &asked[0].1, seq_len);
+    ranks_first(&report, &asked[0].0, &asked[0].1, seq_len, every);
     assert_eq!(report["checkpoints"].as_array().unwrap().len(), exported);
     assert_eq!(
         report["hessians"]["cache"], "computed",
@@ -329,9 +381,9 @@ fn attribution_on_the_default_pipeline(keep: Option<usize>, warm: bool) {
         return;
     }
     // Warm: another query, the query's part only, in a fresh folder.
-    let (again, progress, warm) = attribute(&root, &run, &asked[1].0, tmp.path());
+    let (again, progress, warm) = attribute(&root, &run, &asked[1].0, tmp.path(), &extra);
     eprintln!("lavenderd attribute, warm (Hessians cached): {warm:.0} s");
-    ranks_first(&again, &asked[1].0, &asked[1].1, seq_len);
+    ranks_first(&again, &asked[1].0, &asked[1].1, seq_len, every);
     assert_eq!(
         again["hessians"]["cache"], "reused",
         "{}",
@@ -348,12 +400,12 @@ fn attribution_on_the_default_pipeline(keep: Option<usize>, warm: bool) {
 
 #[test]
 fn at_two_checkpoints_a_verbatim_training_window_ranks_its_document_first() {
-    attribution_on_the_default_pipeline(Some(2), false);
+    attribution_on_the_default_pipeline(Some(2), Some(1000), false);
 }
 
 #[cfg(feature = "attribution-tests")]
 #[test]
 fn at_every_checkpoint_a_verbatim_training_window_ranks_its_document_first_and_the_next_query_reuses_the_hessians()
  {
-    attribution_on_the_default_pipeline(None, true);
+    attribution_on_the_default_pipeline(None, None, true);
 }

@@ -351,6 +351,11 @@ pub struct AttributeArgs {
     /// (default: reuse and keep them in <run>/attribution/cache/).
     #[arg(long)]
     pub no_cache: bool,
+    /// Score an evenly spaced sample of at most N of the run's training windows
+    /// (every k-th in the trainer's order), the Hessians estimated on the same
+    /// sample: minutes instead of hours on a large run (default: all of them).
+    #[arg(long, value_name = "N", conflicts_with = "train")]
+    pub windows: Option<usize>,
     /// Print the result as JSON (progress as JSON lines on stderr).
     #[arg(long)]
     pub json: bool,

@@ -64,6 +64,9 @@ pub struct AttributeOptions {
     pub batch_tokens: u64,
     /// Neither reuse nor keep the Hessian passes.
     pub no_cache: bool,
+    /// Score an evenly spaced sample of at most this many of the run's windows
+    /// ([`windows::TrainingWindows::sample`]); all when `None`.
+    pub windows: Option<usize>,
 }
 
 /// `--batch-tokens`' default: 63 of the tiny pipeline's 65-token windows, 15 of
@@ -153,7 +156,12 @@ struct Hessians {
 
 #[derive(Debug, Serialize)]
 struct TrainWindows {
+    /// Windows scored.
     count: usize,
+    /// The run's windows: `count` unless `--windows` took a sample.
+    of: usize,
+    /// The sample's spacing: every `every`-th window in the trainer's numbering.
+    every: usize,
     /// Tokens per window: `training.seq_len + 1` (inputs and their next-token
     /// labels), at most the model's context.
     tokens: usize,
@@ -243,7 +251,7 @@ impl TrainingData {
                             tokens: Some(d.tokens),
                         },
                         window: Some(WindowRef {
-                            index: win,
+                            index: window.index,
                             shard: window.shard.clone(),
                             start: window.start,
                             end: window.start + window.ids.len(),
@@ -328,7 +336,16 @@ pub fn run(checkpoints_root: &Path, a: &AttributeOptions) -> Result<ExitCode> {
         ),
         None => {
             let rc = RunConfig::read(&run)?;
-            let w = windows::from_run(&run, &model, rc.seq_len, context)?;
+            let mut w = windows::from_run(&run, &model, rc.seq_len, context)?;
+            if let Some(n) = a.windows {
+                if n == 0 {
+                    bail!(
+                        "--windows 0 leaves nothing to score: pass at least 1, or leave it out for all {} windows",
+                        w.total
+                    );
+                }
+                w.sample(n);
+            }
             let src = run.parent().and_then(Path::parent).map_or_else(
                 || run.clone(),
                 |root| root.join(lavender::data_root::SHARDS),
@@ -367,8 +384,8 @@ pub fn run(checkpoints_root: &Path, a: &AttributeOptions) -> Result<ExitCode> {
             run.display()
         ),
         TrainingData::Windows(w) => eprintln!(
-            "attribute: the run's training data: {} windows of {} tokens from {} documents (chunk {}, shards {}), {} queries, {} checkpoints of {}",
-            w.windows.len(),
+            "attribute: the run's training data: {} of {} tokens from {} documents (chunk {}, shards {}), {} queries, {} checkpoints of {}",
+            windows::counted(w.windows.len(), w.total, w.every),
             w.window_tokens,
             w.documents.len(),
             w.chunk.map_or("?".to_string(), |c| c.to_string()),
@@ -546,6 +563,8 @@ pub fn run(checkpoints_root: &Path, a: &AttributeOptions) -> Result<ExitCode> {
             TrainingData::Documents(_) => None,
             TrainingData::Windows(w) => Some(TrainWindows {
                 count: w.windows.len(),
+                of: w.total,
+                every: w.every,
                 tokens: w.window_tokens,
                 chunk: w.chunk,
                 shards: w.shards.clone(),
@@ -607,8 +626,8 @@ fn report_text(r: &Report) -> String {
     };
     let data = match &r.train_windows {
         Some(w) => format!(
-            "the run's training data: {} windows of {} tokens from {} documents of chunk {} ({}); a document's score is its best window's",
-            w.count,
+            "the run's training data: {} of {} tokens from {} documents of chunk {} ({}); a document's score is its best window's",
+            windows::counted(w.count, w.of, w.every),
             w.tokens,
             r.train_documents,
             w.chunk.map_or("?".to_string(), |c| c.to_string()),

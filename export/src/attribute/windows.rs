@@ -42,6 +42,9 @@ pub(crate) struct Overlap {
 
 #[derive(Debug)]
 pub(crate) struct Window {
+    /// 0-based, in the trainer's numbering (shard by shard, from the start), kept
+    /// when the windows are [sampled](TrainingWindows::sample).
+    pub index: usize,
     pub shard: String,
     /// Token offset of its first token in the shard's array.
     pub start: usize,
@@ -59,7 +62,31 @@ pub(crate) struct TrainingWindows {
     /// context when that is shorter).
     pub window_tokens: usize,
     pub windows: Vec<Window>,
+    /// The run's windows before [`TrainingWindows::sample`]; `windows.len()` when all.
+    pub total: usize,
+    /// The sample's spacing: every `every`-th window (1: all of them).
+    pub every: usize,
     pub documents: Vec<Document>,
+}
+
+impl TrainingWindows {
+    /// Keeps an evenly spaced sample of at most `n` windows (`n` ≥ 1): every k-th
+    /// in the trainer's numbering from the first, k = ⌈total / n⌉. Documents stay
+    /// (those no kept window touches get no score).
+    pub fn sample(&mut self, n: usize) {
+        let k = self.total.div_ceil(n.max(1)).max(1);
+        self.windows.retain(|w| w.index % k == 0);
+        self.every = k;
+    }
+}
+
+/// "5574 windows", or "929 windows (every 6th of 5574: --windows)" for a sample.
+pub(crate) fn counted(count: usize, of: usize, every: usize) -> String {
+    if every > 1 {
+        format!("{count} windows (every {every}th of {of}: --windows)")
+    } else {
+        format!("{count} windows")
+    }
 }
 
 /// The windows of the shards the run's checkpoint `export` trained on (its
@@ -120,6 +147,8 @@ pub(crate) fn from_run(
         shards: shards.clone(),
         window_tokens,
         windows: Vec::new(),
+        total: 0,
+        every: 1,
         documents: Vec::new(),
     };
     for shard in &shards {
@@ -150,6 +179,7 @@ pub(crate) fn from_run(
             seq_len + 1
         );
     }
+    out.total = out.windows.len();
     Ok(out)
 }
 
@@ -234,6 +264,7 @@ fn add_shard(
             })
             .collect();
         out.windows.push(Window {
+            index: out.windows.len(),
             shard: shard.to_string(),
             start,
             ids,
@@ -288,6 +319,8 @@ mod tests {
             shards: vec!["shard-00000".into()],
             window_tokens: 4,
             windows: Vec::new(),
+            total: 0,
+            every: 1,
             documents: Vec::new(),
         };
         add_shard(&mut w, "shard-00000", &array, 0, &jsonl, &t, 3).unwrap();
@@ -305,6 +338,10 @@ mod tests {
         assert_eq!(o, [(0, 3, 4, 3, 6), (1, 0, 2, 0, 5), (2, 0, 1, 0, 1)]);
         assert_eq!(w.windows[1].text, "<e>é<e>b");
         assert_eq!(char_span(&w.documents[1].text, 0, 2), (0, 1));
+        assert_eq!(
+            w.windows.iter().map(|w| w.index).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
 
         // A JSONL that does not match the array is refused, naming both.
         fs::write(&jsonl, "{\"text\": \"abc\"}\n").unwrap();
@@ -315,5 +352,46 @@ mod tests {
             err.contains("holds 1 documents but its token array 3 document ends"),
             "{err}"
         );
+    }
+
+    fn numbered(total: usize) -> TrainingWindows {
+        TrainingWindows {
+            chunk: None,
+            shards: Vec::new(),
+            window_tokens: 2,
+            windows: (0..total)
+                .map(|index| Window {
+                    index,
+                    shard: "s".into(),
+                    start: 2 * index,
+                    ids: vec![1, 2],
+                    text: String::new(),
+                    overlaps: Vec::new(),
+                })
+                .collect(),
+            total,
+            every: 1,
+            documents: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_sample_is_every_kth_window_in_the_trainers_numbering() {
+        let kept = |total: usize, n: usize| {
+            let mut w = numbered(total);
+            w.sample(n);
+            (
+                w.every,
+                w.windows.iter().map(|w| w.index).collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(kept(10, 3), (4, vec![0, 4, 8]));
+        assert_eq!(kept(10, 5), (2, vec![0, 2, 4, 6, 8]));
+        assert_eq!(kept(10, 10), (1, (0..10).collect()));
+        assert_eq!(kept(10, 1000), (1, (0..10).collect()));
+        assert_eq!(kept(10, 1), (10, vec![0]));
+        // At most n, never more: 5,574 windows, 1,000 asked, every 6th: 929.
+        let (every, idx) = kept(5_574, 1_000);
+        assert_eq!((every, idx.len()), (6, 929));
     }
 }

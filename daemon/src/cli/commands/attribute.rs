@@ -21,6 +21,7 @@ pub fn run(settings: &Settings, args: AttributeArgs) -> Result<ExitCode> {
         json: args.json,
         batch_tokens: args.batch_tokens,
         no_cache: args.no_cache,
+        windows: args.windows,
     };
     attribute::run(&settings.layout.checkpoints_root(), &options)
 }
