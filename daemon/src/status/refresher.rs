@@ -204,31 +204,38 @@ impl Refresher {
         let first = self.snapshots.borrow().clone();
         let mut facts = first.facts.clone();
         watch_run_dir(&mut watcher, facts.run_dir.as_deref());
+        // A file written between `spawn`'s first read and the watch going in place
+        // raised no event: read once more, now that the watch is there.
+        let mut read_now = Some(Wake::Read);
         let mut refreshed_at = Instant::now();
         let mut events_mark = 0u64;
         loop {
             let expires = self.snapshots.borrow().expires_at();
-            let wake = tokio::select! {
-                Some(change) = events.recv() => {
-                    // The first change of a quiet spell is read at once (a heartbeat
-                    // shows in the status within milliseconds); a burst (a checkpoint
-                    // save, a fast worker's heartbeats) is read at most once per COALESCE.
-                    let next = refreshed_at + COALESCE;
-                    if Instant::now() < next {
-                        tokio::time::sleep_until(tokio::time::Instant::from_std(next)).await;
+            let wake = if let Some(wake) = read_now.take() {
+                wake
+            } else {
+                tokio::select! {
+                    Some(change) = events.recv() => {
+                        // The first change of a quiet spell is read at once (a heartbeat
+                        // shows in the status within milliseconds); a burst (a checkpoint
+                        // save, a fast worker's heartbeats) is read at most once per COALESCE.
+                        let next = refreshed_at + COALESCE;
+                        if Instant::now() < next {
+                            tokio::time::sleep_until(tokio::time::Instant::from_std(next)).await;
+                        }
+                        let mut burst = Burst::default().add(change);
+                        while let Ok(change) = events.try_recv() {
+                            burst = burst.add(change);
+                        }
+                        events_mark += u64::from(burst.events);
+                        burst.wake()
                     }
-                    let mut burst = Burst::default().add(change);
-                    while let Ok(change) = events.try_recv() {
-                        burst = burst.add(change);
-                    }
-                    events_mark += u64::from(burst.events);
-                    burst.wake()
+                    changed = self.records.changed() => if changed.is_ok() { Wake::Read } else { Wake::Quit },
+                    changed = self.settings.changed() => if changed.is_ok() { Wake::Read } else { Wake::Quit },
+                    alive = changed_opt(self.counted.as_mut()) => if alive { Wake::Compose } else { Wake::Quit },
+                    _ = tick.tick() => Wake::Read,
+                    _ = sleep_until_utc(expires) => Wake::Compose,
                 }
-                changed = self.records.changed() => if changed.is_ok() { Wake::Read } else { Wake::Quit },
-                changed = self.settings.changed() => if changed.is_ok() { Wake::Read } else { Wake::Quit },
-                alive = changed_opt(self.counted.as_mut()) => if alive { Wake::Compose } else { Wake::Quit },
-                _ = tick.tick() => Wake::Read,
-                _ = sleep_until_utc(expires) => Wake::Compose,
             };
             let inputs_changed = self.records.has_changed().unwrap_or(false)
                 || self.settings.has_changed().unwrap_or(false);
