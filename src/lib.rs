@@ -11,6 +11,7 @@ pub mod events;
 pub mod failure;
 pub mod hard_examples;
 pub mod heartbeat;
+pub mod layout;
 pub mod log_history;
 pub mod manifest;
 pub mod pipeline_file;
