@@ -45,8 +45,9 @@ impl Layout {
         self.state_dir.join("token")
     }
 
+    /// The pipeline's record ([`crate::pipeline_file::PipelineRecord`]).
     pub fn pipeline_json(&self) -> PathBuf {
-        self.state_dir.join(crate::pipeline_file::FILE)
+        self.state_dir.join("pipeline.json")
     }
 
     /// Held (flock) by the serving daemon; holds its pid.

@@ -5,8 +5,8 @@
 use lavender::status::{Status, StepState};
 use serde::Serialize;
 
-use crate::pipeline::PipelineRecord;
 use crate::status::StatusCache;
+use lavender::pipeline_file::PipelineRecord;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Snapshot {

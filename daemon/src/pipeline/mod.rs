@@ -11,7 +11,6 @@ pub(crate) mod machine;
 pub(crate) mod markers;
 pub(crate) mod plan;
 pub(crate) mod policy;
-pub(crate) mod record;
 pub(crate) mod reload;
 pub(crate) mod restart;
 pub(crate) mod resumable;
@@ -19,7 +18,6 @@ pub(crate) mod rollback;
 pub(crate) mod stop;
 
 pub use handle::{HungReport, PipelineHandle, StartError};
-pub use record::{PipelineRecord, StopCause};
 pub use reload::Reload;
 
 /// A start's request is the API's (`lavender_api`); the actor names it by this path.

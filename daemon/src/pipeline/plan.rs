@@ -10,10 +10,10 @@ use lavender::status::{PipelineState, StepState};
 use super::handle::StartError;
 use super::inputs::{LocalFiles, StepInputs};
 use super::markers;
-use super::record::{PipelineRecord, StepEntry};
 use super::resumable;
 use crate::layout::Layout;
 use crate::process::SpawnSpec;
+use lavender::pipeline_file::{PipelineRecord, StepEntry};
 use lavender_api::StartRequest;
 
 /// A start made concrete, before its first step runs.

@@ -14,8 +14,8 @@ use lavender::heartbeat::WorkerState;
 use serde::Deserialize;
 
 use super::markers;
-use super::record::PipelineRecord;
 use crate::layout::Layout;
+use lavender::pipeline_file::PipelineRecord;
 use lavender_api::{MAX_CHUNK, StartRequest};
 
 /// An unfinished run that `start --resume` would continue.

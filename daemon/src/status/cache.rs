@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use super::compose::stall_watch;
 use super::{FileFacts, StatusSettings, compose};
 use crate::notify::ChannelCounts;
-use crate::pipeline::PipelineRecord;
+use lavender::pipeline_file::PipelineRecord;
 
 /// Everything the status is composed from, and the composed body.
 #[derive(Debug)]

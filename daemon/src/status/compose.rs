@@ -10,7 +10,8 @@ use lavender::status::{
 use super::FileFacts;
 use super::settings::StatusSettings;
 use super::stall::{self, Watch};
-use crate::pipeline::PipelineRecord;
+use crate::process::Alive;
+use lavender::pipeline_file::PipelineRecord;
 
 /// The watch on the worker `record` names, when it counts as alive (see [`compose`]).
 pub fn stall_watch(

@@ -14,8 +14,8 @@ use lavender::step_heartbeat::StepHeartbeat;
 use super::StatusSettings;
 use super::stall::Said;
 use crate::layout::Layout;
-use crate::pipeline::PipelineRecord;
 use crate::pipeline::markers;
+use lavender::pipeline_file::PipelineRecord;
 
 #[derive(Debug, Clone)]
 pub struct FileFacts {

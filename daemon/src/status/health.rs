@@ -9,7 +9,7 @@ use lavender::config::PipelineStep;
 use lavender::status::{PipelineState, Status};
 
 use crate::alert::Alert;
-use crate::pipeline::PipelineRecord;
+use lavender::pipeline_file::PipelineRecord;
 
 pub struct HeartbeatWatch {
     /// When the heartbeat went stale (the stall alert was sent).

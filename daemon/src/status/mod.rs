@@ -29,7 +29,7 @@ pub use refresher::RefreshOptions;
 pub use settings::StatusSettings;
 
 use crate::layout::Layout;
-use crate::pipeline::PipelineRecord;
+use lavender::pipeline_file::PipelineRecord;
 
 /// The status from the files alone (no daemon): pipeline.json, the worker's
 /// liveness by pid + start time, heartbeat, checkpoints, manifests, disk.

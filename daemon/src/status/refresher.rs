@@ -21,7 +21,8 @@ use super::watch::{RunDirWatcher, WatchOptions};
 use super::{FileFacts, StatusSettings};
 use crate::layout::Layout;
 use crate::notify::{ChannelCounts, Notifier};
-use crate::pipeline::{PipelineHandle, PipelineRecord};
+use crate::pipeline::PipelineHandle;
+use lavender::pipeline_file::PipelineRecord;
 
 /// How long a disk reading is reused.
 const DISK_READING: Duration = Duration::from_secs(2);

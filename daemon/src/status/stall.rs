@@ -17,7 +17,7 @@ use lavender::config::{PipelineStep, StaleAfter, SupervisorConfig};
 use lavender::heartbeat::{Heartbeat, WorkerState};
 use lavender::step_heartbeat::StepHeartbeat;
 
-use crate::pipeline::record::WorkerRecord;
+use lavender::pipeline_file::WorkerRecord;
 
 /// The config key of the data steps' and `mine_hard`'s allowance.
 pub const DATA_STEP_KEY: &str = "supervisor.data_step_stale_after_s";

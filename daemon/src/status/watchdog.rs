@@ -21,7 +21,8 @@ use super::stall::{Beat, IntervalLearner, Watch};
 use crate::alert::{Alert, AlertSender};
 use crate::layout::Layout;
 use crate::notify::disk_low_need;
-use crate::pipeline::{HungReport, PipelineHandle, PipelineRecord};
+use crate::pipeline::{HungReport, PipelineHandle};
+use lavender::pipeline_file::PipelineRecord;
 
 pub fn spawn(
     layout: Layout,

@@ -748,12 +748,6 @@ const BEHIND_THE_API: [&str; 4] = ["pipeline", "status", "server", "feed"];
 /// entry the CLI no longer names fails the test, so the list only shrinks.
 const CLI_STILL_NAMES: &[(&str, &str)] = &[
     (
-        "pipeline::PipelineRecord",
-        "`start` reads the record for what only the pipeline knows: whether `--fresh` \
-         walks away from a resumable run, whether the chunk has nothing to do (others \
-         read `state/pipeline.json` through `lavender::pipeline_file`)",
-    ),
-    (
         "pipeline::resumable",
         "`start --fresh` asks before walking away from a resumable run, daemon up or not",
     ),

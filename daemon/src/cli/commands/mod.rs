@@ -142,7 +142,7 @@ fn announce(settings: &Settings, say: Say) {
 fn nothing_to_do(settings: &Settings, flags: &PipelineFlags) -> Result<Option<String>> {
     let layout = &settings.layout;
     let req = flags.request(Some(layout.data_root.clone()), &settings.config)?;
-    let record = crate::pipeline::PipelineRecord::load(layout)?;
+    let record = lavender::pipeline_file::PipelineRecord::load(layout)?;
     // The command's own process: reading the files here blocks no one.
     let files = crate::pipeline::inputs::LocalFiles::read(&settings.config);
     Ok(crate::pipeline::plan::nothing_to_do(

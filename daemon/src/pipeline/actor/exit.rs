@@ -10,9 +10,9 @@ use crate::exit::ExitOutcome;
 use crate::pipeline::inputs::{LocalFiles, StepInputs};
 use crate::pipeline::judge::{Verdict, judge};
 use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Stop};
-use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::{StopReport, StopReports as _};
 use crate::pipeline::{markers, plan};
+use lavender::pipeline_file::StopCause;
 
 impl Actor {
     pub(super) fn on_exit(&mut self, exit: WorkerExit) {

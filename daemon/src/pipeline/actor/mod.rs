@@ -33,12 +33,12 @@ use tokio::time::Instant;
 use super::handle::{Command, PipelineHandle, StartError, StartReply};
 use super::inputs::{LocalFiles, reads_local_files};
 use super::machine::{Event, Phase};
-use super::record::{PipelineRecord, WorkerRecord};
 use crate::alert::{Alert, AlertSender};
 use crate::config_source::ConfigSource;
 use crate::exit::ExitOutcome;
 use crate::layout::Layout;
 use crate::process::{Backend, ExitFuture, JobUpdate, Launched, WorkerHandle};
+use lavender::pipeline_file::{PipelineRecord, WorkerRecord};
 
 struct WorkerExit {
     generation: u64,

@@ -16,9 +16,9 @@ use crate::pipeline::handle::{StartError, StartReply};
 use crate::pipeline::inputs::{LocalFiles, reads_local_files};
 use crate::pipeline::machine::{Event, Launching, PendingStart, Phase, Relaunch};
 use crate::pipeline::plan;
-use crate::pipeline::record::WorkerRecord;
 use crate::pipeline::request::StartRequest;
 use crate::process::{ExitFuture, SpawnSpec};
+use lavender::pipeline_file::WorkerRecord;
 
 impl Actor {
     /// Reads the config the start names (or the daemon's own file, again) and has

@@ -12,10 +12,10 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::*;
 use crate::pipeline::handle::HungReport;
-use crate::pipeline::record::{StepEntry, StopCause};
 use crate::pipeline::request::StartRequest;
 use crate::process::ProcessIdentity;
 use crate::process::fake::FakeBackend;
+use lavender::pipeline_file::{StepEntry, StopCause};
 
 struct Harness {
     _dir: tempfile::TempDir,
