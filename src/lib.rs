@@ -3,6 +3,7 @@
 
 pub mod atomic;
 pub mod checkpoint;
+pub mod compose;
 pub mod config;
 pub mod data_order;
 pub mod data_root;
@@ -17,6 +18,7 @@ pub mod manifest;
 pub mod pipeline_file;
 pub mod run;
 pub mod skips;
+pub mod stall;
 pub mod status;
 pub mod step_heartbeat;
 pub mod time;

@@ -28,10 +28,6 @@ pub struct DoneMarker {
     pub inputs: Option<StepInputs>,
 }
 
-pub fn is_done(layout: &Layout, chunk: u32, step: PipelineStep) -> bool {
-    layout.done_marker(chunk, step).is_file()
-}
-
 pub fn read(layout: &Layout, chunk: u32, step: PipelineStep) -> Option<DoneMarker> {
     let bytes = std::fs::read(layout.done_marker(chunk, step)).ok()?;
     let mut marker: DoneMarker = serde_json::from_slice(&bytes).ok()?;

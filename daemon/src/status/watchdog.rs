@@ -15,14 +15,14 @@ use lavender::config::OnStall;
 use tokio::sync::watch;
 
 use super::cache::StatusSnapshot;
-use super::compose::stall_watch;
 use super::health::HeartbeatWatch;
-use super::stall::{Beat, IntervalLearner, Watch};
 use crate::alert::{Alert, AlertSender};
 use crate::layout::Layout;
 use crate::notify::disk_low_need;
 use crate::pipeline::{HungReport, PipelineHandle};
+use lavender::compose::stall_watch;
 use lavender::pipeline_file::PipelineRecord;
+use lavender::stall::{Beat, IntervalLearner, Watch};
 
 pub fn spawn(
     layout: Layout,

@@ -759,14 +759,6 @@ const CLI_STILL_NAMES: &[(&str, &str)] = &[
         "pipeline::plan::nothing_to_do",
         "`start` says a finished chunk has nothing to do before starting a daemon",
     ),
-    (
-        "status::offline",
-        "`status` with the daemon down composes the contract from the files as the daemon does",
-    ),
-    (
-        "status::StatusSettings",
-        "the settings `status::offline` takes",
-    ),
 ];
 
 /// Every `crate::` path in `files` (shown path, source) into [`BEHIND_THE_API`]

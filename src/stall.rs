@@ -12,12 +12,12 @@
 
 use std::time::Duration;
 
+use crate::config::{PipelineStep, StaleAfter, SupervisorConfig};
+use crate::heartbeat::{Heartbeat, WorkerState};
+use crate::step_heartbeat::StepHeartbeat;
 use chrono::{DateTime, SubsecRound, Utc};
-use lavender::config::{PipelineStep, StaleAfter, SupervisorConfig};
-use lavender::heartbeat::{Heartbeat, WorkerState};
-use lavender::step_heartbeat::StepHeartbeat;
 
-use lavender::pipeline_file::WorkerRecord;
+use crate::pipeline_file::WorkerRecord;
 
 /// The config key of the data steps' and `mine_hard`'s allowance.
 pub const DATA_STEP_KEY: &str = "supervisor.data_step_stale_after_s";
@@ -309,7 +309,7 @@ impl IntervalLearner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lavender::config::{OnStall, StaleAuto};
+    use crate::config::{OnStall, StaleAuto};
 
     fn t(s: f64) -> DateTime<Utc> {
         DateTime::from_timestamp_millis((1_800_000_000.0 * 1000.0 + s * 1000.0) as i64).unwrap()
@@ -341,7 +341,7 @@ mod tests {
             saving_grace_s: 60,
             on_stall: OnStall::Restart,
             data_step_stale_after_s: 70,
-            ..lavender::config::Config::default().supervisor
+            ..crate::config::Config::default().supervisor
         }
     }
 
@@ -404,7 +404,7 @@ mod tests {
         let started = t(0.0);
         let step_beat = |at: f64, step: &str| StepHeartbeat {
             step: step.into(),
-            timestamp: lavender::time::rfc3339_z(t(at)),
+            timestamp: crate::time::rfc3339_z(t(at)),
             pid: 1,
             items: 5,
         };
