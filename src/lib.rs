@@ -21,6 +21,7 @@ pub mod skips;
 pub mod stall;
 pub mod status;
 pub mod step_heartbeat;
+pub mod steps;
 pub mod time;
 pub mod tokens;
 pub mod trainer_state;

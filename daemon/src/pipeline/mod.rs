@@ -3,17 +3,13 @@
 //! as the record shows it); `machine/` writes down its phases and transitions.
 
 pub(crate) mod actor;
-pub mod files;
 pub(crate) mod handle;
-pub(crate) mod inputs;
 pub(crate) mod judge;
 pub(crate) mod machine;
-pub(crate) mod markers;
 pub(crate) mod plan;
 pub(crate) mod policy;
 pub(crate) mod reload;
 pub(crate) mod restart;
-pub(crate) mod resumable;
 pub(crate) mod rollback;
 pub(crate) mod stop;
 

@@ -111,7 +111,7 @@ impl Backend {
         }
         match handle {
             WorkerHandle::Local(_) => {
-                signal_worker(&handle, signal, own_child);
+                signal_worker(handle, signal, own_child);
             }
             WorkerHandle::Slurm { .. } => {
                 let handle = handle.clone();

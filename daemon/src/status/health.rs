@@ -33,7 +33,7 @@ impl HeartbeatWatch {
 
     /// After a refresh: the alerts due. `heartbeat_at`: when the heartbeat on disk
     /// was written, if there is one; `allowance_s`: the allowance of the phase the
-    /// worker is in (`status/stall.rs`); `being_killed`: the worker running now was
+    /// worker is in (`lavender::stall`); `being_killed`: the worker running now was
     /// reported hung, so a heartbeat it writes while it goes (a save on SIGTERM) is
     /// no recovery.
     pub fn observe(

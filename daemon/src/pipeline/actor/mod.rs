@@ -31,7 +31,6 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::handle::{Command, PipelineHandle, StartError, StartReply};
-use super::inputs::{LocalFiles, reads_local_files};
 use super::machine::{Event, Phase};
 use crate::alert::{Alert, AlertSender};
 use crate::config_source::ConfigSource;
@@ -39,6 +38,7 @@ use crate::exit::ExitOutcome;
 use crate::layout::Layout;
 use crate::process::{Backend, ExitFuture, JobUpdate, Launched, WorkerHandle};
 use lavender::pipeline_file::{PipelineRecord, WorkerRecord};
+use lavender::steps::inputs::{LocalFiles, reads_local_files};
 
 struct WorkerExit {
     generation: u64,

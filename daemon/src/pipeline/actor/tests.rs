@@ -760,7 +760,7 @@ async fn a_source_folder_fingerprinted_off_the_actor_names_a_file_added() {
     h.fake.exit(0, ExitOutcome::Code(0));
     h.wait_state(PipelineState::Finished).await;
     let layout = Layout::new(h._dir.path().join("data"), None);
-    let marker = crate::pipeline::markers::read(&layout, 1, PipelineStep::Downloads).unwrap();
+    let marker = lavender::steps::markers::read(&layout, 1, PipelineStep::Downloads).unwrap();
     let recorded = marker.inputs.expect("inputs recorded");
     let a = format!("file {}", corpus.join("a.txt").display());
     assert!(recorded.0.contains_key(&a), "{recorded:?}");
