@@ -6,7 +6,7 @@
 //! from the run's own heartbeats when `auto`), each counted from the last thing the
 //! worker said (its start, else its latest heartbeat): a phase change restarts the
 //! clock. Under the daemon that instant is measured on the monotonic clock, and a
-//! suspend or a wall-clock jump grants the allowance afresh (`hang_clock.rs`).
+//! suspend or a wall-clock jump grants the allowance afresh (`daemon/src/status/hang_clock.rs`).
 //! Pure: the clock is passed in. The status shows the verdict as
 //! `heartbeat_stale`; the watchdog hands it to the pipeline actor, which acts.
 
@@ -101,8 +101,8 @@ impl Beat {
 /// until its first heartbeat), its training step when its heartbeat names one, and
 /// when it said it. Each new heartbeat, and so each phase change, restarts the
 /// phase's allowance (`loading` then `starting` gets a fresh start-up allowance).
-/// `since` is dated by the wall clock here; under the daemon `hang_clock.rs` dates
-/// it again on the monotonic clock.
+/// `since` is dated by the wall clock here; under the daemon
+/// `daemon/src/status/hang_clock.rs` dates it again on the monotonic clock.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Said {
     /// The pipeline step the worker runs: training has phases; a data step or

@@ -42,7 +42,7 @@ pub struct FileFacts {
     /// Step states from the done-markers, for a pipeline that has not started.
     pub idle_steps: BTreeMap<String, StepState>,
     /// What the live worker last said, dated on the monotonic clock by the daemon's
-    /// refresher (`hang_clock.rs`); `None` when read from the files alone (then the
+    /// refresher (`daemon/src/status/hang_clock.rs`); `None` when read from the files alone (then the
     /// wall clock dates it).
     pub said: Option<Said>,
     /// The runs that together trained the run, oldest first, when it resumed

@@ -1,6 +1,6 @@
 //! The watchdog: follows the refresher's snapshots and raises what they imply —
 //! the heartbeat going stale and recovering (`health.rs`), a hung worker handed to
-//! the pipeline actor to kill and restart (`stall.rs`, `supervisor.on_stall:
+//! the pipeline actor to kill and restart (`lavender::stall`, `supervisor.on_stall:
 //! restart`), the run's longest steady heartbeat interval handed to the actor to
 //! keep (`stale_after_s: auto`), free space falling under the disk-low need. (The
 //! run's milestones are pushed by the feed's follower of `events.jsonl`,

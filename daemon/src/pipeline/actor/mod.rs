@@ -43,7 +43,7 @@ use lavender::steps::inputs::{LocalFiles, reads_local_files};
 struct WorkerExit {
     generation: u64,
     outcome: ExitOutcome,
-    /// The local files of its step once it ended (`inputs.rs`), for its done-marker.
+    /// The local files of its step once it ended (`lavender::steps::inputs`), for its done-marker.
     files: LocalFiles,
 }
 
