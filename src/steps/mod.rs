@@ -144,3 +144,117 @@ pub fn same_path(a: &Path, b: &Path) -> bool {
         _ => absolute(a) == absolute(b),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(dir: &Path) -> Layout {
+        Layout::new(dir.to_path_buf(), None)
+    }
+
+    #[test]
+    fn skip_train_skips_train_and_what_follows_and_markers_mean_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = layout(dir.path());
+        let config = Config::default();
+        markers::write(&l, 1, PipelineStep::Downloads, None, None).unwrap();
+        let plan = plan_steps(&l, &config, 1, true, None, &LocalFiles::read(&config)).steps;
+        let get = |n| plan.iter().find(|s| s.name == n).unwrap().state;
+        assert_eq!(get(PipelineStep::Downloads), StepState::Done);
+        assert_eq!(get(PipelineStep::Dedup), StepState::Pending);
+        assert_eq!(get(PipelineStep::Train), StepState::Skipped);
+        assert_eq!(get(PipelineStep::MineHard), StepState::Skipped);
+        // Markers are per chunk.
+        let plan2 = plan_steps(&l, &config, 2, false, None, &LocalFiles::read(&config)).steps;
+        assert!(plan2.iter().all(|s| s.state == StepState::Pending));
+        assert_eq!(plan.len(), PipelineStep::ALL.len());
+    }
+
+    /// Markers as the actor writes them: each step's inputs at the time.
+    fn finish_all(l: &Layout, config: &Config) {
+        for &step in &config.steps {
+            let inputs = StepInputs::of(step, config, &l.data_root, 1);
+            markers::write(l, 1, step, None, Some(inputs)).unwrap();
+        }
+    }
+
+    fn states(plan: &Planned) -> Vec<(PipelineStep, StepState)> {
+        plan.steps.iter().map(|s| (s.name, s.state)).collect()
+    }
+
+    #[test]
+    fn a_step_whose_inputs_changed_runs_again_with_every_step_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = layout(dir.path());
+        let config = Config::default();
+        finish_all(&l, &config);
+        let same = plan_steps(&l, &config, 1, false, None, &LocalFiles::read(&config));
+        assert!(same.steps.iter().all(|s| s.state == StepState::Done));
+        assert!(same.notices.is_empty(), "{:?}", same.notices);
+
+        let mut changed = config.clone();
+        changed.data.filter.min_chars = 50;
+        changed.training.log_every = 99; // read by no step's outputs
+        let plan = plan_steps(&l, &changed, 1, false, None, &LocalFiles::read(&changed));
+        let pending_from = plan
+            .steps
+            .iter()
+            .position(|s| s.state == StepState::Pending)
+            .unwrap();
+        assert_eq!(plan.steps[pending_from].name, PipelineStep::Filter);
+        assert!(
+            plan.steps[pending_from..]
+                .iter()
+                .all(|s| s.state == StepState::Pending)
+        );
+        assert_eq!(plan.notices.len(), 1, "{:?}", plan.notices);
+        let line = &plan.notices[0];
+        assert!(
+            line.starts_with("filter runs again: data.filter changed since it ran at ")
+                && line.ends_with(
+                    "; finished steps run again: filter, build_shards, precompute, train, mine_hard"
+                ),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn force_from_a_step_runs_it_and_the_rest_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = layout(dir.path());
+        let config = Config::default();
+        finish_all(&l, &config);
+        let plan = plan_steps(
+            &l,
+            &config,
+            1,
+            false,
+            Some(PipelineStep::Train),
+            &LocalFiles::read(&config),
+        );
+        use PipelineStep::*;
+        use StepState::*;
+        assert_eq!(
+            states(&plan),
+            [
+                (Downloads, Done),
+                (Dedup, Done),
+                (Filter, Done),
+                (BuildShards, Done),
+                (Precompute, Done),
+                (Train, Pending),
+                (MineHard, Pending)
+            ]
+        );
+        assert_eq!(
+            plan.notices,
+            [
+                "--force: the steps from train on run again; finished steps run again: train, mine_hard"
+            ]
+        );
+        assert!(config.not_a_step("trian").ends_with(
+            "its steps are downloads, dedup, filter, build_shards, precompute, train, mine_hard"
+        ));
+    }
+}
