@@ -114,6 +114,51 @@ impl Failure {
     }
 }
 
+/// The failure the last workers ended with, and how many in a row ended with it:
+/// the same kind and message, each at a step within one checkpoint interval of the
+/// one before. Kept in the pipeline's record, so neither `restart_reset_after_s` nor
+/// a daemon restart forgets it; a step that succeeds does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SameFailure {
+    pub kind: FailureKind,
+    pub message: String,
+    /// The training step it happened at (the failure's own, else the last reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+    pub count: u32,
+}
+
+impl SameFailure {
+    /// After a worker ended with `failure` at `step`: one more of `previous`, or the
+    /// first of a new kind. `interval`: the training steps between two checkpoints.
+    pub fn after(
+        previous: Option<&SameFailure>,
+        failure: &Failure,
+        step: Option<u64>,
+        interval: u64,
+    ) -> SameFailure {
+        let near = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => a.abs_diff(b) <= interval,
+            (None, None) => true,
+            _ => false,
+        };
+        let count = match previous {
+            Some(p)
+                if p.kind == failure.kind && p.message == failure.message && near(p.step, step) =>
+            {
+                p.count + 1
+            }
+            _ => 1,
+        };
+        SameFailure {
+            kind: failure.kind,
+            message: failure.message.clone(),
+            step,
+            count,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 
 pub mod atomic;
 pub mod checkpoint;
+pub mod compose;
 pub mod config;
 pub mod data_order;
 pub mod data_root;
@@ -11,13 +12,16 @@ pub mod events;
 pub mod failure;
 pub mod hard_examples;
 pub mod heartbeat;
+pub mod layout;
 pub mod log_history;
 pub mod manifest;
 pub mod pipeline_file;
 pub mod run;
 pub mod skips;
+pub mod stall;
 pub mod status;
 pub mod step_heartbeat;
+pub mod steps;
 pub mod time;
 pub mod tokens;
 pub mod trainer_state;

@@ -5,7 +5,7 @@
 mod lineage;
 
 pub use lineage::{
-    LINEAGE_FILE, Lineage, chain, lineage_path, parent, read_lineage, record_parent,
+    LINEAGE_FILE, Lineage, chain, lineage_path, names, parent, read_lineage, record_parent,
 };
 
 use std::fs;

@@ -3,7 +3,8 @@
 //! daemon's server routes, its CLI and the HTTP client all name them from here, so
 //! a route or a body is written once. What the daemon does to answer (plan a
 //! start, take a stop's mark, judge when a changed key takes effect) stays in the
-//! daemon.
+//! daemon. The start request is the core's (`lavender::pipeline_file::StartRequest`),
+//! named here too: the pipeline's record on disk keeps it.
 //!
 //! Without its default feature `messages`, the crate is the route table alone and
 //! has no dependency.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark 8 — the fingerprint of a source folder.
 #   `lavenderd start` fingerprints the files each `data.sources` path names, so that a
-#   file added, removed or changed reruns `downloads` (daemon/src/pipeline/files.rs).
+#   file added, removed or changed reruns `downloads` (src/steps/files.rs).
 #   This writes FILES files of SIZE bytes (under 1 MiB: each is read and hashed, the
 #   costly case) into ten sub-folders of a scratch folder and times PASSES full
 #   fingerprints of it, with the function the daemon uses (daemon/examples/fingerprint.rs).

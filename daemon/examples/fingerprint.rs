@@ -1,4 +1,4 @@
-//! Times the fingerprint `start` takes of a source folder (`pipeline/files.rs`, the
+//! Times the fingerprint `start` takes of a source folder (`lavender::steps::files`, the
 //! function the done-markers use): FILES files of SIZE bytes written into a scratch
 //! folder, then PASSES fingerprints of it. Prints one JSON object. Run by
 //! `bench/fingerprint/run.sh`.
@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use lavenderd::pipeline::files;
+use lavender::steps::files;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -25,7 +25,7 @@ pub fn runs(layout: &Layout) -> Result<Vec<RunInfo>> {
                 latest_checkpoint: ckpts.last().map(|c| c.name.clone()),
                 resumed_from: lineage.map(|l| resumed_text(&l)),
                 chain: if chain.len() > 1 {
-                    run_names(&chain)
+                    lavender::run::names(&chain)
                 } else {
                     Vec::new()
                 },
@@ -41,17 +41,6 @@ pub fn resumed_text(l: &lavender::run::Lineage) -> String {
         Some(run) => format!("{run}/{}", l.parent_checkpoint),
         None => l.resumed_from.display().to_string(),
     }
-}
-
-/// The directory names of `runs`.
-pub fn run_names(runs: &[PathBuf]) -> Vec<String> {
-    runs.iter()
-        .map(|r| {
-            r.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        })
-        .collect()
 }
 
 /// Complete checkpoints of run `run` (a run name or path; default: the newest run), oldest first.

@@ -110,6 +110,17 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// The directory names of `runs` (a [`chain`]'s, for the status and the run list).
+pub fn names(runs: &[PathBuf]) -> Vec<String> {
+    runs.iter()
+        .map(|r| {
+            r.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::{TimeZone, Utc};

@@ -34,13 +34,15 @@ use crate::events::EventFollower;
 use crate::feed::{self, Feed};
 use crate::layout::Layout;
 use crate::notify::{self, Notifier};
-use crate::pipeline::{self, PipelineHandle, StopCause};
+use crate::pipeline::{self, PipelineHandle};
 use crate::retention::{Retention, RetentionHandle};
 use crate::server::{self, AppState};
 use crate::settings::Settings;
-use crate::status::{self, StatusCache, StatusSettings};
+use crate::status::{self, StatusCache};
 use crate::web::WebState;
 use foreground::ForegroundView;
+use lavender::compose::StatusSettings;
+use lavender::pipeline_file::StopCause;
 use sd_notify::ServiceNotifier;
 
 pub struct ServeOptions {

@@ -5,8 +5,8 @@
 use lavender::status::{Status, StepState};
 use serde::Serialize;
 
-use crate::pipeline::PipelineRecord;
 use crate::status::StatusCache;
+use lavender::pipeline_file::PipelineRecord;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Snapshot {
@@ -36,7 +36,13 @@ impl Snapshot {
         let status = if snap.record == *record {
             snap.status_at(now)
         } else {
-            crate::status::compose(record, &snap.facts, &snap.settings, now, true)
+            lavender::compose::compose(
+                record,
+                &snap.facts,
+                &snap.settings,
+                now,
+                lavender::compose::Liveness::Supervised,
+            )
         };
         let run_dir = snap.facts.run_dir.clone();
         Snapshot {

@@ -11,9 +11,9 @@ use lavender::status::PipelineState;
 use lavender_api::{StartRequest, StopReport};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::record::{PipelineRecord, StopCause};
 use super::reload::Reload;
 use crate::process::WorkerHandle;
+use lavender::pipeline_file::{PipelineRecord, StopCause};
 // The actor answers a start with the API's reply.
 pub(crate) use lavender_api::StartReply;
 

@@ -3,26 +3,21 @@
 //! as the record shows it); `machine/` writes down its phases and transitions.
 
 pub(crate) mod actor;
-pub mod files;
 pub(crate) mod handle;
-pub(crate) mod inputs;
 pub(crate) mod judge;
 pub(crate) mod machine;
-pub(crate) mod markers;
 pub(crate) mod plan;
 pub(crate) mod policy;
-pub(crate) mod record;
 pub(crate) mod reload;
 pub(crate) mod restart;
-pub(crate) mod resumable;
 pub(crate) mod rollback;
 pub(crate) mod stop;
 
 pub use handle::{HungReport, PipelineHandle, StartError};
-pub use record::{PipelineRecord, StopCause};
 pub use reload::Reload;
 
-/// A start's request is the API's (`lavender_api`); the actor names it by this path.
+/// A start's request, as the API sends it (`lavender_api`) and the record keeps it
+/// (the core's `lavender::pipeline_file`); the actor names it by this path.
 pub(crate) mod request {
     pub use lavender_api::StartRequest;
 }

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use lavender::config::{FailureAction, OnDiverged, PipelineStep, SupervisorConfig};
 use lavender::failure::{Failure, FailureKind};
-use serde::{Deserialize, Serialize};
 
 use super::restart;
 
@@ -45,55 +44,10 @@ pub struct Streak {
     /// The step the no-progress workers resumed from.
     pub resumed_from: Option<u64>,
     /// Workers in a row that ended with this same failure, this one included
-    /// (see [`SameFailure`]); 0 for a hang.
+    /// (see [`SameFailure`](lavender::failure::SameFailure)); 0 for a hang.
     pub same_failure: u32,
     /// The training step the worker that just ended failed at, as far as known.
     pub failed_at: Option<u64>,
-}
-
-/// The failure the last workers ended with, and how many in a row ended with it:
-/// the same kind and message, each at a step within one checkpoint interval of the
-/// one before. Kept in the pipeline's record, so neither `restart_reset_after_s` nor
-/// a daemon restart forgets it; a step that succeeds does.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SameFailure {
-    pub kind: FailureKind,
-    pub message: String,
-    /// The training step it happened at (the failure's own, else the last reported).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<u64>,
-    pub count: u32,
-}
-
-impl SameFailure {
-    /// After a worker ended with `failure` at `step`: one more of `previous`, or the
-    /// first of a new kind. `interval`: the training steps between two checkpoints.
-    pub fn after(
-        previous: Option<&SameFailure>,
-        failure: &Failure,
-        step: Option<u64>,
-        interval: u64,
-    ) -> SameFailure {
-        let near = |a: Option<u64>, b: Option<u64>| match (a, b) {
-            (Some(a), Some(b)) => a.abs_diff(b) <= interval,
-            (None, None) => true,
-            _ => false,
-        };
-        let count = match previous {
-            Some(p)
-                if p.kind == failure.kind && p.message == failure.message && near(p.step, step) =>
-            {
-                p.count + 1
-            }
-            _ => 1,
-        };
-        SameFailure {
-            kind: failure.kind,
-            message: failure.message.clone(),
-            step,
-            count,
-        }
-    }
 }
 
 impl Streak {
@@ -224,6 +178,7 @@ pub fn cause_and_fix(step: PipelineStep, failure: &Failure) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lavender::failure::SameFailure;
 
     fn sup() -> SupervisorConfig {
         let mut s = lavender::config::Config::default().supervisor;

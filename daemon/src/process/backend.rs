@@ -9,66 +9,32 @@ use std::time::Duration;
 use anyhow::Result;
 use lavender::config::{LaunchBackend, LaunchConfig, SlurmConfig};
 use nix::sys::signal::Signal;
-use serde::{Deserialize, Serialize};
 
-use super::slurm::{self, JobUpdates, SlurmJob};
+use super::identity::Alive;
+use super::slurm::{self, JobUpdates};
 use super::{ProcessIdentity, SpawnSpec};
 use crate::exit::{ExitFuture, ExitOutcome};
 
-/// What identifies a running step across daemon restarts (saved in `pipeline.json`).
-/// Untagged so that state files written before Slurm support still load as `Local`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum WorkerHandle {
-    Slurm { slurm: SlurmJob },
-    Local(ProcessIdentity),
-}
+pub use lavender::pipeline_file::WorkerHandle;
 
-impl WorkerHandle {
-    /// The local process id; a Slurm job has none on this machine.
-    pub fn pid(&self) -> Option<u32> {
-        match self {
-            WorkerHandle::Local(id) => Some(id.pid),
-            WorkerHandle::Slurm { .. } => None,
-        }
-    }
-
-    /// The same step's process or job, whatever the Slurm job's state, node or
-    /// reason were when each was seen.
-    pub fn same_as(&self, other: &WorkerHandle) -> bool {
-        match (self, other) {
-            (WorkerHandle::Local(a), WorkerHandle::Local(b)) => a == b,
-            (WorkerHandle::Slurm { slurm: a }, WorkerHandle::Slurm { slurm: b }) => {
-                a.job_id == b.job_id
-            }
-            _ => false,
-        }
-    }
-
-    pub fn slurm_job(&self) -> Option<&SlurmJob> {
-        match self {
-            WorkerHandle::Slurm { slurm } => Some(slurm),
-            WorkerHandle::Local(_) => None,
-        }
-    }
-
+impl Alive for WorkerHandle {
     /// True while the step lives: the same process, or a Slurm job that has not
     /// ended (pending, running, requeued and pending again all count).
-    pub fn is_alive(&self) -> bool {
+    fn is_alive(&self) -> bool {
         match self {
             WorkerHandle::Local(id) => id.is_alive(),
             WorkerHandle::Slurm { slurm } => slurm::query::job_alive(&slurm.job_id),
         }
     }
+}
 
-    /// Sends `signal` to the step. `own_child`: a local group we spawned and have not
-    /// reaped yet (no identity check needed). Returns false when nothing was signalled.
-    pub fn signal(&self, signal: Signal, own_child: bool) -> bool {
-        match self {
-            WorkerHandle::Local(id) if own_child => super::signal::signal_own_group(id, signal),
-            WorkerHandle::Local(id) => super::signal::signal_group(id, signal),
-            WorkerHandle::Slurm { slurm } => slurm::control::signal(&slurm.job_id, signal),
-        }
+/// Sends `signal` to the step. `own_child`: a local group we spawned and have not
+/// reaped yet (no identity check needed). Returns false when nothing was signalled.
+pub fn signal_worker(handle: &WorkerHandle, signal: Signal, own_child: bool) -> bool {
+    match handle {
+        WorkerHandle::Local(id) if own_child => super::signal::signal_own_group(id, signal),
+        WorkerHandle::Local(id) => super::signal::signal_group(id, signal),
+        WorkerHandle::Slurm { slurm } => slurm::control::signal(&slurm.job_id, signal),
     }
 }
 
@@ -92,15 +58,6 @@ fn reap(pid: u32) -> ExitOutcome {
 async fn end_generation(worker: &ProcessIdentity) {
     if let Some(token) = &worker.generation {
         super::generation::end(token, worker, super::generation::END_DEADLINE).await;
-    }
-}
-
-impl std::fmt::Display for WorkerHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WorkerHandle::Local(id) => write!(f, "pid {}", id.pid),
-            WorkerHandle::Slurm { slurm } => write!(f, "Slurm job {}", slurm.job_id),
-        }
     }
 }
 
@@ -154,11 +111,11 @@ impl Backend {
         }
         match handle {
             WorkerHandle::Local(_) => {
-                handle.signal(signal, own_child);
+                signal_worker(handle, signal, own_child);
             }
             WorkerHandle::Slurm { .. } => {
                 let handle = handle.clone();
-                tokio::task::spawn_blocking(move || handle.signal(signal, own_child));
+                tokio::task::spawn_blocking(move || signal_worker(&handle, signal, own_child));
             }
         }
     }
@@ -256,33 +213,5 @@ impl Backend {
 
     fn poll_interval(&self) -> Duration {
         Duration::from_secs(self.slurm.poll_interval_s.max(1))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_slurm_job_is_the_same_whatever_its_state_and_a_process_by_pid_and_start() {
-        let job = |state: &str, node: Option<&str>| WorkerHandle::Slurm {
-            slurm: SlurmJob {
-                job_id: "42".into(),
-                node: node.map(str::to_string),
-                state: Some(state.into()),
-                ..SlurmJob::default()
-            },
-        };
-        assert!(job("PENDING", None).same_as(&job("RUNNING", Some("gpu7"))));
-        let local = |pid, start: &str| {
-            WorkerHandle::Local(ProcessIdentity {
-                pid,
-                start_time: start.into(),
-                generation: None,
-            })
-        };
-        assert!(local(7, "100").same_as(&local(7, "100")));
-        assert!(!local(7, "100").same_as(&local(7, "200")), "a reused pid");
-        assert!(!local(42, "1").same_as(&job("RUNNING", None)));
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::ProcessIdentity;
+use super::{Alive, ProcessIdentity};
 
 /// The variable naming a worker's generation in its environment and its descendants'.
 pub(crate) const GENERATION_ENV: &str = "LAVENDER_WORKER_GENERATION";
@@ -347,7 +347,7 @@ mod tests {
         )
         .unwrap();
         let sleeper: u32 = line.trim().parse().unwrap();
-        let leader_id = ProcessIdentity::of(leader.id()).unwrap();
+        let leader_id = crate::process::identity::of(leader.id()).unwrap();
         let found: Vec<u32> = members(&token, &leader_id)
             .iter()
             .map(|(id, _)| id.pid)
@@ -359,7 +359,7 @@ mod tests {
         let killed = end(&token, &leader_id, Duration::from_secs(10)).await;
         assert!(killed >= 1);
         assert!(
-            ProcessIdentity::of(sleeper).is_none(),
+            crate::process::identity::of(sleeper).is_none(),
             "the escaped sleep is gone (and reaped: no zombie either)"
         );
         assert!(

@@ -1,31 +1,25 @@
 //! A process is identified by its pid *and* its start time, so a pid the kernel
 //! reused for an unrelated process is never mistaken for our worker.
 
-use serde::{Deserialize, Serialize};
+pub use lavender::pipeline_file::ProcessIdentity;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessIdentity {
-    pub pid: u32,
-    /// Opaque start-time token: clock ticks since boot on Linux, `ps` lstart on macOS.
-    pub start_time: String,
-    /// A worker's generation ([`super::generation`]): the marker in the environment
-    /// of every process it starts. Absent in records written before it existed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub generation: Option<String>,
+/// The identity of the live process `pid`, or `None` if there is none (or it is a zombie).
+pub fn of(pid: u32) -> Option<ProcessIdentity> {
+    start_time(pid).map(|start_time| ProcessIdentity {
+        pid,
+        start_time,
+        generation: None,
+    })
 }
 
-impl ProcessIdentity {
-    /// The identity of the live process `pid`, or `None` if there is none (or it is a zombie).
-    pub fn of(pid: u32) -> Option<ProcessIdentity> {
-        start_time(pid).map(|start_time| ProcessIdentity {
-            pid,
-            start_time,
-            generation: None,
-        })
-    }
+/// Whether a recorded worker still lives: the daemon's probe of what the record names.
+pub trait Alive {
+    fn is_alive(&self) -> bool;
+}
 
+impl Alive for ProcessIdentity {
     /// True while this very process (same pid, same start time) is alive.
-    pub fn is_alive(&self) -> bool {
+    fn is_alive(&self) -> bool {
         exists(self.pid) && start_time(self.pid).as_deref() == Some(self.start_time.as_str())
     }
 }
@@ -78,7 +72,7 @@ mod tests {
 
     #[test]
     fn own_process_is_alive_and_a_different_start_time_is_not() {
-        let me = ProcessIdentity::of(std::process::id()).expect("own identity");
+        let me = of(std::process::id()).expect("own identity");
         assert!(me.is_alive());
         let impostor = ProcessIdentity {
             start_time: format!("{}0", me.start_time),
@@ -93,7 +87,7 @@ mod tests {
     #[test]
     fn exited_process_is_not_alive() {
         let mut child = std::process::Command::new("true").spawn().unwrap();
-        let id = ProcessIdentity::of(child.id());
+        let id = of(child.id());
         child.wait().unwrap();
         if let Some(id) = id {
             assert!(!id.is_alive());

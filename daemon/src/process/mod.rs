@@ -16,6 +16,6 @@ pub(crate) mod spec;
 // Crate-private so rustc reports what nothing uses.
 pub(crate) use crate::exit::ExitFuture;
 pub(crate) use backend::{Backend, Launched, WorkerHandle};
-pub(crate) use identity::ProcessIdentity;
+pub(crate) use identity::{Alive, ProcessIdentity};
 pub(crate) use slurm::JobUpdate;
 pub(crate) use spec::SpawnSpec;

@@ -5,7 +5,7 @@
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-use super::ProcessIdentity;
+use super::{Alive, ProcessIdentity};
 
 /// Sends `signal` to the group led by `worker`. Returns false when the worker is
 /// already gone (or its pid now belongs to another process, which is left alone).

@@ -83,7 +83,7 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned> {
     // The start time is read right after fork, so it is the worker's own.
     let identity = ProcessIdentity {
         generation: Some(generation),
-        ..ProcessIdentity::of(pid).unwrap_or(ProcessIdentity {
+        ..crate::process::identity::of(pid).unwrap_or(ProcessIdentity {
             pid,
             start_time: String::new(),
             generation: None,

@@ -19,10 +19,9 @@ use chrono::{DateTime, Datelike as _, Timelike as _, Utc};
 use lavender::status::Status;
 use tokio::sync::watch;
 
-use super::compose::stall_watch;
-use super::{FileFacts, StatusSettings, compose};
 use crate::notify::ChannelCounts;
-use crate::pipeline::PipelineRecord;
+use lavender::compose::{FileFacts, Liveness, StatusSettings, compose, stall_watch};
+use lavender::pipeline_file::PipelineRecord;
 
 /// Everything the status is composed from, and the composed body.
 #[derive(Debug)]
@@ -54,7 +53,7 @@ impl StatusSnapshot {
         counts: BTreeMap<String, ChannelCounts>,
         now: DateTime<Utc>,
     ) -> StatusSnapshot {
-        let status = compose(&record, &facts, &settings, now, true);
+        let status = compose(&record, &facts, &settings, now, Liveness::Supervised);
         let heartbeat_at = facts.heartbeat_time();
         let stale_at = stall_watch(&record, &facts, &settings, true)
             .map(|w| w.deadline())
@@ -111,7 +110,13 @@ impl StatusSnapshot {
             status.timestamp = lavender::time::rfc3339_z(now);
             status
         } else {
-            compose(&self.record, &self.facts, &self.settings, now, true)
+            compose(
+                &self.record,
+                &self.facts,
+                &self.settings,
+                now,
+                Liveness::Supervised,
+            )
         }
     }
 
@@ -119,7 +124,13 @@ impl StatusSnapshot {
     /// `notifications: {channel: {sent, failed, dropped}}` (an extra key the schema allows).
     pub fn body_at(&self, now: DateTime<Utc>) -> String {
         if !self.still_valid(now) {
-            let status = compose(&self.record, &self.facts, &self.settings, now, true);
+            let status = compose(
+                &self.record,
+                &self.facts,
+                &self.settings,
+                now,
+                Liveness::Supervised,
+            );
             return body_json(&status, &self.counts);
         }
         let mut out = String::with_capacity(self.rest.len() + 40);
@@ -285,7 +296,13 @@ mod tests {
         let later = at("2026-11-30T10:07:31.042Z");
         let served = snap.body_at(later);
         let composed = body_json(
-            &compose(&snap.record, &snap.facts, &snap.settings, later, true),
+            &compose(
+                &snap.record,
+                &snap.facts,
+                &snap.settings,
+                later,
+                Liveness::Supervised,
+            ),
             &snap.counts,
         );
         assert_eq!(served, composed);

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::clock::ClockReading;
-use super::stall::Said;
+use lavender::stall::Said;
 
 /// Less than this between two looks is the clocks' own drift, not a suspend or a
 /// jump (looks are at most seconds apart; NTP slews at most 0.5 ms/s).
@@ -124,8 +124,8 @@ mod tests {
     use lavender::heartbeat::WorkerState;
 
     use super::super::clock::Clock;
-    use super::super::stall::{Allowances, Beat, allowances as of_supervisor, said, watch};
     use super::*;
+    use lavender::stall::{Allowances, Beat, allowances as of_supervisor, said, watch};
 
     /// A machine's clocks driven by the test: time passes awake, asleep, or the wall
     /// clock is set.

@@ -9,7 +9,7 @@ use lavender::config::PipelineStep;
 use lavender::status::{PipelineState, Status};
 
 use crate::alert::Alert;
-use crate::pipeline::PipelineRecord;
+use lavender::pipeline_file::PipelineRecord;
 
 pub struct HeartbeatWatch {
     /// When the heartbeat went stale (the stall alert was sent).
@@ -33,7 +33,7 @@ impl HeartbeatWatch {
 
     /// After a refresh: the alerts due. `heartbeat_at`: when the heartbeat on disk
     /// was written, if there is one; `allowance_s`: the allowance of the phase the
-    /// worker is in (`status/stall.rs`); `being_killed`: the worker running now was
+    /// worker is in (`lavender::stall`); `being_killed`: the worker running now was
     /// reported hung, so a heartbeat it writes while it goes (a save on SIGTERM) is
     /// no recovery.
     pub fn observe(

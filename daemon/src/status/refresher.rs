@@ -18,10 +18,11 @@ use super::change::Change;
 use super::clock::{Clock, SystemClock};
 use super::hang_clock::HangClock;
 use super::watch::{RunDirWatcher, WatchOptions};
-use super::{FileFacts, StatusSettings};
 use crate::layout::Layout;
 use crate::notify::{ChannelCounts, Notifier};
-use crate::pipeline::{PipelineHandle, PipelineRecord};
+use crate::pipeline::PipelineHandle;
+use lavender::compose::{FileFacts, StatusSettings};
+use lavender::pipeline_file::PipelineRecord;
 
 /// How long a disk reading is reused.
 const DISK_READING: Duration = Duration::from_secs(2);
@@ -59,7 +60,8 @@ pub fn spawn(
 ) -> StatusCache {
     let records = pipeline.subscribe();
     let record = records.borrow().clone();
-    let mut facts = FileFacts::read(&layout, &record, &settings, true);
+    let disk = crate::disk::read(&layout.data_root);
+    let mut facts = FileFacts::read(&layout, &record, &settings, Some(disk));
     let clock: Box<dyn Clock> = Box::new(SystemClock);
     let mut hangs = HangClock::default();
     date_what_was_said(&mut hangs, clock.as_ref(), &record, &mut facts);
@@ -112,7 +114,7 @@ fn date_what_was_said(
     record: &PipelineRecord,
     facts: &mut FileFacts,
 ) {
-    let said = super::stall::said_by(
+    let said = lavender::stall::said_by(
         record.worker.as_ref(),
         facts.heartbeat.as_ref(),
         facts.step_heartbeat.as_ref(),
@@ -252,7 +254,8 @@ impl Refresher {
                     let reuse_disk = facts
                         .disk_read_at
                         .is_some_and(|t| t.elapsed() < DISK_READING);
-                    let read = FileFacts::read(&self.layout, &record, &settings, !reuse_disk);
+                    let disk = (!reuse_disk).then(|| crate::disk::read(&self.layout.data_root));
+                    let read = FileFacts::read(&self.layout, &record, &settings, disk);
                     facts = if reuse_disk {
                         read.with_disk_of(&facts)
                     } else {

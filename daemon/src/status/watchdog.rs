@@ -1,6 +1,6 @@
 //! The watchdog: follows the refresher's snapshots and raises what they imply —
 //! the heartbeat going stale and recovering (`health.rs`), a hung worker handed to
-//! the pipeline actor to kill and restart (`stall.rs`, `supervisor.on_stall:
+//! the pipeline actor to kill and restart (`lavender::stall`, `supervisor.on_stall:
 //! restart`), the run's longest steady heartbeat interval handed to the actor to
 //! keep (`stale_after_s: auto`), free space falling under the disk-low need. (The
 //! run's milestones are pushed by the feed's follower of `events.jsonl`,
@@ -15,13 +15,14 @@ use lavender::config::OnStall;
 use tokio::sync::watch;
 
 use super::cache::StatusSnapshot;
-use super::compose::stall_watch;
 use super::health::HeartbeatWatch;
-use super::stall::{Beat, IntervalLearner, Watch};
 use crate::alert::{Alert, AlertSender};
 use crate::layout::Layout;
 use crate::notify::disk_low_need;
-use crate::pipeline::{HungReport, PipelineHandle, PipelineRecord};
+use crate::pipeline::{HungReport, PipelineHandle};
+use lavender::compose::stall_watch;
+use lavender::pipeline_file::PipelineRecord;
+use lavender::stall::{Beat, IntervalLearner, Watch};
 
 pub fn spawn(
     layout: Layout,

@@ -746,34 +746,7 @@ const BEHIND_THE_API: [&str; 4] = ["pipeline", "status", "server", "feed"];
 /// What of [`BEHIND_THE_API`] the CLI still names, and why (docs/ARCHITECTURE.md,
 /// "The API"). Each goes once the core reads that part of the on-disk contract; an
 /// entry the CLI no longer names fails the test, so the list only shrinks.
-const CLI_STILL_NAMES: &[(&str, &str)] = &[
-    (
-        "pipeline::PipelineRecord",
-        "`start` reads the record for what only the pipeline knows: whether `--fresh` \
-         walks away from a resumable run, whether the chunk has nothing to do (others \
-         read `state/pipeline.json` through `lavender::pipeline_file`)",
-    ),
-    (
-        "pipeline::resumable",
-        "`start --fresh` asks before walking away from a resumable run, daemon up or not",
-    ),
-    (
-        "pipeline::inputs::LocalFiles::read",
-        "`start` says a finished chunk has nothing to do before starting a daemon",
-    ),
-    (
-        "pipeline::plan::nothing_to_do",
-        "`start` says a finished chunk has nothing to do before starting a daemon",
-    ),
-    (
-        "status::offline",
-        "`status` with the daemon down composes the contract from the files as the daemon does",
-    ),
-    (
-        "status::StatusSettings",
-        "the settings `status::offline` takes",
-    ),
-];
+const CLI_STILL_NAMES: &[(&str, &str)] = &[];
 
 /// Every `crate::` path in `files` (shown path, source) into [`BEHIND_THE_API`]
 /// that `allowed` does not list (an entry allows what lies below it), as `file: path`.

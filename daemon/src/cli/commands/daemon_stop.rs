@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lavender::pipeline_file::PipelineFile;
+use lavender::pipeline_file::PipelineRecord;
 use lavender::status::PipelineState;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -50,7 +50,7 @@ pub async fn run(settings: &Settings) -> Result<ExitCode> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let record = PipelineFile::read(&layout.state_dir, &layout.data_root)?;
+    let record = PipelineRecord::load(layout)?;
     let newest = record
         .run_dir
         .as_deref()

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use lavender::pipeline_file::PipelineFile;
+use lavender::pipeline_file::PipelineRecord;
 
 use crate::logs::follow::Follower;
 use crate::settings::Settings;
@@ -18,7 +18,7 @@ const POLL: Duration = Duration::from_millis(250);
 pub async fn run(settings: &Settings, follow: bool, lines: usize) -> Result<ExitCode> {
     let layout = &settings.layout;
     let keep = settings.config.logging.keep;
-    let record = PipelineFile::read(&layout.state_dir, &layout.data_root)?;
+    let record = PipelineRecord::load(layout)?;
     let Some(path) = crate::logs::current_log(layout, record.log_file.as_deref()) else {
         bail!("no pipeline log yet in {}", layout.logs_dir().display());
     };
@@ -51,8 +51,7 @@ pub async fn run(settings: &Settings, follow: bool, lines: usize) -> Result<Exit
             .poll(&mut buf)
             .with_context(|| format!("read {}", follower.path().display()))?;
         // A new pipeline start opens a new log: follow it, from its start.
-        let record = PipelineFile::read(&layout.state_dir, &layout.data_root)
-            .unwrap_or_else(|_| PipelineFile::idle());
+        let record = PipelineRecord::load(layout).unwrap_or_else(|_| PipelineRecord::idle());
         if let Some(newer) = crate::logs::current_log(layout, record.log_file.as_deref())
             && newer != follower.path()
             && let Ok(next) = Follower::from_start(&newer, keep)

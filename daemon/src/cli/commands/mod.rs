@@ -138,14 +138,14 @@ fn announce(settings: &Settings, say: Say) {
 
 /// A start on a chunk whose steps have all finished (and no `--force`): the line that
 /// says so, before any daemon is started or asked. A daemon that runs answers the
-/// same itself when the files said otherwise (`pipeline::plan::nothing_to_do`).
+/// same itself when the files said otherwise (the same `lavender::steps::nothing_to_do`).
 fn nothing_to_do(settings: &Settings, flags: &PipelineFlags) -> Result<Option<String>> {
     let layout = &settings.layout;
     let req = flags.request(Some(layout.data_root.clone()), &settings.config)?;
-    let record = crate::pipeline::PipelineRecord::load(layout)?;
+    let record = lavender::pipeline_file::PipelineRecord::load(layout)?;
     // The command's own process: reading the files here blocks no one.
-    let files = crate::pipeline::inputs::LocalFiles::read(&settings.config);
-    Ok(crate::pipeline::plan::nothing_to_do(
+    let files = lavender::steps::inputs::LocalFiles::read(&settings.config);
+    Ok(lavender::steps::nothing_to_do(
         layout,
         &settings.config,
         &files,

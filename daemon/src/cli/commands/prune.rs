@@ -5,18 +5,18 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use lavender::pipeline_file::PipelineFile;
+use lavender::pipeline_file::PipelineRecord;
 
 use crate::confirm::confirm;
 use crate::settings::Settings;
 
 pub fn run(settings: &Settings, keep_runs: usize, yes: bool) -> Result<ExitCode> {
     let layout = &settings.layout;
-    let record = PipelineFile::read(&layout.state_dir, &layout.data_root)?;
+    let record = PipelineRecord::load(layout)?;
     let active = record
         .run_dir
         .as_deref()
-        .filter(|_| record.is_active() || record.has_worker());
+        .filter(|_| record.is_active() || record.worker.is_some());
     let root = layout.checkpoints_root();
     let doomed = lavender::checkpoint::prune_plan(&root, keep_runs, active)
         .with_context(|| format!("list runs in {}", root.display()))?;

@@ -11,9 +11,9 @@ use lavender_api::{ConfigFileRef, Route, StartReply};
 use crate::cli::{ListenArgs, PipelineFlags};
 use crate::client::Client;
 use crate::confirm::confirm;
-use crate::pipeline::PipelineRecord;
-use crate::pipeline::resumable;
 use crate::settings::{GlobalArgs, Settings};
+use lavender::pipeline_file::PipelineRecord;
+use lavender::steps::resumable;
 
 const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(15);
 

@@ -4,12 +4,14 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
+use lavender::compose::{FileFacts, Liveness, StatusSettings, compose};
+use lavender::pipeline_file::PipelineRecord;
 use lavender::status::Status;
 use lavender_api::{Route, ServedStatus};
 
 use crate::client::Client;
+use crate::process::Alive;
 use crate::settings::Settings;
-use crate::status::StatusSettings;
 
 /// From the daemon, `GET /status` whole; with no daemon, the contract from the files.
 pub async fn fetch_served(settings: &Settings) -> Result<ServedStatus> {
@@ -19,14 +21,30 @@ pub async fn fetch_served(settings: &Settings) -> Result<ServedStatus> {
     {
         return resp.json();
     }
-    let status = crate::status::offline(
-        &settings.layout,
-        &StatusSettings::from_config(&settings.config),
-    )?;
+    let status = offline(settings)?;
     Ok(ServedStatus {
         status,
         extra: serde_json::Map::new(),
     })
+}
+
+/// The status from the files alone, composed as the daemon composes it: the record,
+/// the worker's liveness probed once (pid + start time, or the Slurm job), heartbeat,
+/// checkpoints, manifests, disk.
+fn offline(settings: &Settings) -> Result<Status> {
+    let layout = &settings.layout;
+    let record = PipelineRecord::load(layout)?;
+    let status_settings = StatusSettings::from_config(&settings.config);
+    let disk = crate::disk::read(&layout.data_root);
+    let facts = FileFacts::read(layout, &record, &status_settings, Some(disk));
+    let alive = record.worker.as_ref().is_some_and(|w| w.handle.is_alive());
+    Ok(compose(
+        &record,
+        &facts,
+        &status_settings,
+        lavender::time::now_utc(),
+        Liveness::Probed(alive),
+    ))
 }
 
 pub async fn fetch(settings: &Settings) -> Result<Status> {

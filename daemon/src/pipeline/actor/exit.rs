@@ -7,12 +7,13 @@ use lavender::status::{PipelineState, StepState};
 use super::{Actor, WorkerExit};
 use crate::alert::Alert;
 use crate::exit::ExitOutcome;
-use crate::pipeline::inputs::{LocalFiles, StepInputs};
 use crate::pipeline::judge::{Verdict, judge};
 use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Stop};
-use crate::pipeline::record::StopCause;
+use crate::pipeline::plan;
 use crate::pipeline::stop::{StopReport, StopReports as _};
-use crate::pipeline::{markers, plan};
+use lavender::pipeline_file::StopCause;
+use lavender::steps::inputs::{LocalFiles, StepInputs};
+use lavender::steps::markers;
 
 impl Actor {
     pub(super) fn on_exit(&mut self, exit: WorkerExit) {

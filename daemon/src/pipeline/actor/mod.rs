@@ -31,19 +31,19 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::handle::{Command, PipelineHandle, StartError, StartReply};
-use super::inputs::{LocalFiles, reads_local_files};
 use super::machine::{Event, Phase};
-use super::record::{PipelineRecord, WorkerRecord};
 use crate::alert::{Alert, AlertSender};
 use crate::config_source::ConfigSource;
 use crate::exit::ExitOutcome;
 use crate::layout::Layout;
 use crate::process::{Backend, ExitFuture, JobUpdate, Launched, WorkerHandle};
+use lavender::pipeline_file::{PipelineRecord, WorkerRecord};
+use lavender::steps::inputs::{LocalFiles, reads_local_files};
 
 struct WorkerExit {
     generation: u64,
     outcome: ExitOutcome,
-    /// The local files of its step once it ended (`inputs.rs`), for its done-marker.
+    /// The local files of its step once it ended (`lavender::steps::inputs`), for its done-marker.
     files: LocalFiles,
 }
 

@@ -10,12 +10,13 @@ use tokio::time::Instant;
 use super::{Actor, WorkerExit};
 use crate::alert::Alert;
 use crate::exit::ExitOutcome;
-use crate::pipeline::inputs::LocalFiles;
 use crate::pipeline::judge::{Verdict, judge};
 use crate::pipeline::machine::{Escalation, Event, LiveWorker, Restart, Stop};
-use crate::pipeline::record::StopCause;
 use crate::pipeline::restart::{restart_delay, stop_timeout};
 use crate::pipeline::stop::StopMark;
+use crate::process::Alive;
+use lavender::pipeline_file::StopCause;
+use lavender::steps::inputs::LocalFiles;
 
 impl Actor {
     /// After a daemon restart: adopt a live worker, or account for one that ended

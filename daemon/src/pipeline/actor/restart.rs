@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use lavender::config::PipelineStep;
-use lavender::failure::Failure;
+use lavender::failure::{Failure, SameFailure};
 use lavender::status::{PipelineState, Recovery, RecoveryReason, StepState};
 
 use super::Actor;
@@ -14,7 +14,7 @@ use super::resume::resume_reason;
 use crate::alert::{Alert, Repeats};
 use crate::exit::ExitOutcome;
 use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Relaunch, Restart};
-use crate::pipeline::policy::{self, Cause, Decision, SameFailure, Streak};
+use crate::pipeline::policy::{self, Cause, Decision, Streak};
 use crate::pipeline::restart::reset_after;
 
 impl Actor {

@@ -8,7 +8,7 @@ use lavender::status::{PipelineState, RecoveryReason, StepState};
 
 use super::Actor;
 use crate::pipeline::machine::Relaunch;
-use crate::pipeline::record::StopCause;
+use lavender::pipeline_file::StopCause;
 
 impl Actor {
     pub(super) fn resume_at_start(&mut self, cause: StopCause) {

@@ -13,12 +13,12 @@ use tokio::sync::oneshot;
 use super::{Actor, Fingerprinted, JobChange, LaunchDone, backend_for};
 use crate::alert::Alert;
 use crate::pipeline::handle::{StartError, StartReply};
-use crate::pipeline::inputs::{LocalFiles, reads_local_files};
 use crate::pipeline::machine::{Event, Launching, PendingStart, Phase, Relaunch};
 use crate::pipeline::plan;
-use crate::pipeline::record::WorkerRecord;
 use crate::pipeline::request::StartRequest;
 use crate::process::{ExitFuture, SpawnSpec};
+use lavender::pipeline_file::WorkerRecord;
+use lavender::steps::inputs::{LocalFiles, reads_local_files};
 
 impl Actor {
     /// Reads the config the start names (or the daemon's own file, again) and has
@@ -105,7 +105,9 @@ impl Actor {
             return;
         }
         // Nothing to run: the record, the run and the pushes stay as they were.
-        if let Some(line) = plan::nothing_to_do(&self.layout, &config, &files, &self.record, &req) {
+        if let Some(line) =
+            lavender::steps::nothing_to_do(&self.layout, &config, &files, &self.record, &req)
+        {
             let _ = reply.send(Ok(self.nothing_to_do(&req, line)));
             return;
         }

@@ -11,9 +11,9 @@ use tokio::sync::oneshot;
 
 use super::Actor;
 use crate::pipeline::machine::Event;
-use crate::pipeline::record::StopCause;
 use crate::pipeline::restart::stop_timeout;
 use crate::pipeline::stop::{StopMark, StopReport, StopReports as _};
+use lavender::pipeline_file::StopCause;
 
 impl Actor {
     pub(super) fn stop(

@@ -12,10 +12,10 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::*;
 use crate::pipeline::handle::HungReport;
-use crate::pipeline::record::{StepEntry, StopCause};
 use crate::pipeline::request::StartRequest;
 use crate::process::ProcessIdentity;
 use crate::process::fake::FakeBackend;
+use lavender::pipeline_file::{StepEntry, StopCause};
 
 struct Harness {
     _dir: tempfile::TempDir,
@@ -760,7 +760,7 @@ async fn a_source_folder_fingerprinted_off_the_actor_names_a_file_added() {
     h.fake.exit(0, ExitOutcome::Code(0));
     h.wait_state(PipelineState::Finished).await;
     let layout = Layout::new(h._dir.path().join("data"), None);
-    let marker = crate::pipeline::markers::read(&layout, 1, PipelineStep::Downloads).unwrap();
+    let marker = lavender::steps::markers::read(&layout, 1, PipelineStep::Downloads).unwrap();
     let recorded = marker.inputs.expect("inputs recorded");
     let a = format!("file {}", corpus.join("a.txt").display());
     assert!(recorded.0.contains_key(&a), "{recorded:?}");

@@ -9,10 +9,10 @@ use tokio::sync::oneshot;
 use super::phase::{Launching, LiveWorker, PendingStart, Restart, Stop};
 use crate::exit::ExitOutcome;
 use crate::pipeline::handle::HungReport;
-use crate::pipeline::inputs::LocalFiles;
-use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::StopReport;
 use crate::process::{SpawnSpec, WorkerHandle};
+use lavender::pipeline_file::StopCause;
+use lavender::steps::inputs::LocalFiles;
 
 pub(crate) enum Effect {
     /// Launch worker `generation` off the actor; it reports back with a `LaunchDone`.

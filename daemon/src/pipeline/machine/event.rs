@@ -8,10 +8,10 @@ use tokio::sync::oneshot;
 use super::phase::{Launching, LiveWorker, PendingStart, Restart, Stop};
 use crate::exit::ExitOutcome;
 use crate::pipeline::handle::HungReport;
-use crate::pipeline::inputs::LocalFiles;
-use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::{StopMark, StopReport};
 use crate::process::{SpawnSpec, WorkerHandle};
+use lavender::pipeline_file::StopCause;
+use lavender::steps::inputs::LocalFiles;
 
 pub(crate) enum Event {
     /// A step to launch: a start's first step (`start`), the next step, a restart

@@ -10,9 +10,9 @@ use tokio::time::Instant;
 
 use crate::exit::ExitOutcome;
 use crate::pipeline::handle::{HungReport, StartError, StartReply};
-use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::{StopMark, StopReport};
 use crate::process::WorkerHandle;
+use lavender::pipeline_file::StopCause;
 
 /// What the actor is doing about the pipeline's worker. The record's state says
 /// how the pipeline shows (idle, stopped, finished, failed are all `Idle` here).

@@ -15,11 +15,11 @@ use super::phase::PHASES;
 use super::*;
 use crate::exit::ExitOutcome;
 use crate::pipeline::handle::HungReport;
-use crate::pipeline::inputs::LocalFiles;
-use crate::pipeline::record::StopCause;
 use crate::pipeline::stop::StopMark;
 use crate::process::slurm::SlurmJob;
 use crate::process::{ProcessIdentity, SpawnSpec, WorkerHandle};
+use lavender::pipeline_file::StopCause;
+use lavender::steps::inputs::LocalFiles;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 const GRACE: Duration = Duration::from_secs(10);

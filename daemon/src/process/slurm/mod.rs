@@ -10,44 +10,7 @@ pub mod submit;
 pub mod text;
 pub mod watch;
 
-use serde::{Deserialize, Serialize};
-
-/// A submitted job as `pipeline.json` keeps it: its id, and where and how it was
-/// last seen (for the status).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SlurmJob {
-    pub job_id: String,
-    #[serde(default)]
-    pub node: Option<String>,
-    #[serde(default)]
-    pub state: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// What the watcher saw of it beyond its state (boxed: a handle stays small
-    /// in the pipeline's messages).
-    #[serde(flatten)]
-    pub seen: Box<JobSeen>,
-}
-
-/// A job's nodes and what happened to them, as last seen.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobSeen {
-    /// The allocation's nodes, the batch node first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nodes: Vec<String>,
-    /// What happened to the job, for a person ("node n2 lost at step 120; waiting
-    /// for 2 nodes"), while it matters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// A node was lost and `on_node_failure: fail` cancelled the job: its end fails
-    /// the pipeline instead of restarting it.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub failed_on_node_loss: bool,
-    /// The train step's run directory, where rank 0's heartbeat tells the step a lost
-    /// node interrupted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_dir: Option<std::path::PathBuf>,
-}
+pub use lavender::pipeline_file::{JobSeen, SlurmJob};
 
 /// Runs a Slurm command and returns its stdout, or an error that names the command
 /// and what it printed.

@@ -6,18 +6,18 @@
 //! from the run's own heartbeats when `auto`), each counted from the last thing the
 //! worker said (its start, else its latest heartbeat): a phase change restarts the
 //! clock. Under the daemon that instant is measured on the monotonic clock, and a
-//! suspend or a wall-clock jump grants the allowance afresh (`hang_clock.rs`).
+//! suspend or a wall-clock jump grants the allowance afresh (`daemon/src/status/hang_clock.rs`).
 //! Pure: the clock is passed in. The status shows the verdict as
 //! `heartbeat_stale`; the watchdog hands it to the pipeline actor, which acts.
 
 use std::time::Duration;
 
+use crate::config::{PipelineStep, StaleAfter, SupervisorConfig};
+use crate::heartbeat::{Heartbeat, WorkerState};
+use crate::step_heartbeat::StepHeartbeat;
 use chrono::{DateTime, SubsecRound, Utc};
-use lavender::config::{PipelineStep, StaleAfter, SupervisorConfig};
-use lavender::heartbeat::{Heartbeat, WorkerState};
-use lavender::step_heartbeat::StepHeartbeat;
 
-use crate::pipeline::record::WorkerRecord;
+use crate::pipeline_file::WorkerRecord;
 
 /// The config key of the data steps' and `mine_hard`'s allowance.
 pub const DATA_STEP_KEY: &str = "supervisor.data_step_stale_after_s";
@@ -101,8 +101,8 @@ impl Beat {
 /// until its first heartbeat), its training step when its heartbeat names one, and
 /// when it said it. Each new heartbeat, and so each phase change, restarts the
 /// phase's allowance (`loading` then `starting` gets a fresh start-up allowance).
-/// `since` is dated by the wall clock here; under the daemon `hang_clock.rs` dates
-/// it again on the monotonic clock.
+/// `since` is dated by the wall clock here; under the daemon
+/// `daemon/src/status/hang_clock.rs` dates it again on the monotonic clock.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Said {
     /// The pipeline step the worker runs: training has phases; a data step or
@@ -309,7 +309,7 @@ impl IntervalLearner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lavender::config::{OnStall, StaleAuto};
+    use crate::config::{OnStall, StaleAuto};
 
     fn t(s: f64) -> DateTime<Utc> {
         DateTime::from_timestamp_millis((1_800_000_000.0 * 1000.0 + s * 1000.0) as i64).unwrap()
@@ -341,7 +341,7 @@ mod tests {
             saving_grace_s: 60,
             on_stall: OnStall::Restart,
             data_step_stale_after_s: 70,
-            ..lavender::config::Config::default().supervisor
+            ..crate::config::Config::default().supervisor
         }
     }
 
@@ -404,7 +404,7 @@ mod tests {
         let started = t(0.0);
         let step_beat = |at: f64, step: &str| StepHeartbeat {
             step: step.into(),
-            timestamp: lavender::time::rfc3339_z(t(at)),
+            timestamp: crate::time::rfc3339_z(t(at)),
             pid: 1,
             items: 5,
         };

@@ -9,14 +9,14 @@
 
 use std::path::{Path, PathBuf};
 
-use lavender::config::PipelineStep;
-use lavender::heartbeat::WorkerState;
+use crate::config::PipelineStep;
+use crate::heartbeat::WorkerState;
 use serde::Deserialize;
 
 use super::markers;
-use super::record::PipelineRecord;
 use crate::layout::Layout;
-use lavender_api::{MAX_CHUNK, StartRequest};
+use crate::pipeline_file::PipelineRecord;
+use crate::pipeline_file::{MAX_CHUNK, StartRequest};
 
 /// An unfinished run that `start --resume` would continue.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,11 +48,11 @@ fn chunk_of(run_dir: &Path, record: &PipelineRecord) -> Option<u32> {
 /// The run a start of `chunk` would abandon, if there is one (see the module's doc).
 pub fn find(layout: &Layout, record: &PipelineRecord, chunk: u32) -> Option<Resumable> {
     let root = layout.checkpoints_root();
-    let (run, newest) = lavender::run::list_runs(&root)
+    let (run, newest) = crate::run::list_runs(&root)
         .ok()?
         .into_iter()
         .find_map(|r| {
-            let c = lavender::checkpoint::latest_complete(&r.path).ok()??;
+            let c = crate::checkpoint::latest_complete(&r.path).ok()??;
             Some((r.path, c))
         })?;
     let finished_by_marker = (1..=MAX_CHUNK).any(|c| {
@@ -60,7 +60,7 @@ pub fn find(layout: &Layout, record: &PipelineRecord, chunk: u32) -> Option<Resu
             .and_then(|m| m.run_dir)
             .is_some_and(|d| same_dir(&d, &run))
     });
-    let finished_by_heartbeat = lavender::heartbeat::read(&lavender::heartbeat::path(&run))
+    let finished_by_heartbeat = crate::heartbeat::read(&crate::heartbeat::path(&run))
         .is_ok_and(|hb| hb.state == WorkerState::Finished);
     if finished_by_marker || finished_by_heartbeat {
         return None;
@@ -69,7 +69,7 @@ pub fn find(layout: &Layout, record: &PipelineRecord, chunk: u32) -> Option<Resu
         return None;
     }
     let latest_is_it =
-        lavender::checkpoint::resolve_resume("latest", &root).is_ok_and(|c| c.path == newest.path);
+        crate::checkpoint::resolve_resume("latest", &root).is_ok_and(|c| c.path == newest.path);
     Some(Resumable {
         run_dir: run,
         checkpoint: newest.name,
@@ -129,9 +129,9 @@ fn flags(req: &StartRequest) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lavender::checkpoint::CheckpointBuilder;
-    use lavender::checkpoint::CheckpointName;
-    use lavender::trainer_state::TrainerState;
+    use crate::checkpoint::CheckpointBuilder;
+    use crate::checkpoint::CheckpointName;
+    use crate::trainer_state::TrainerState;
 
     fn run_with_checkpoint(layout: &Layout, name: &str, step: u64) -> PathBuf {
         let run = layout.checkpoints_root().join(name);
@@ -189,7 +189,7 @@ mod tests {
         let newer = run_with_checkpoint(&layout, "run-2026-01-02_00-00-00", 90);
         let hb = serde_json::json!({"step": 90, "total_steps": 90, "stage": "dpo",
             "timestamp": "2026-01-02T00:10:00Z", "pid": 1, "state": "finished"});
-        std::fs::write(lavender::heartbeat::path(&newer), hb.to_string()).unwrap();
+        std::fs::write(crate::heartbeat::path(&newer), hb.to_string()).unwrap();
         assert_eq!(find(&layout, &PipelineRecord::idle(), 1), None);
     }
 }

@@ -1,23 +1,29 @@
-//! `state/pipeline.json`: everything the daemon must remember across its own
-//! restarts (which step, which run, which worker pid + start time, restarts).
-//! Written atomically on every transition; also what `status` reads with no daemon.
-//! Paths inside the data root are written relative to it, so a stopped pipeline's
-//! data root can be moved (`mv` to another disk) and the record still finds its run,
-//! log and checkpoints; records with absolute paths (older versions) still load.
+//! `state/pipeline.json`: the daemon's record of its pipeline, everything it must
+//! remember across its own restarts (which step, which run, which worker pid + start
+//! time or Slurm job, restarts). The daemon alone writes it, atomically on every
+//! transition; commands with no daemon read it here (`status`, `logs`, `prune`,
+//! `start`). Paths inside the data root are written relative to it
+//! ([`crate::data_root::to_recorded`]), so a stopped pipeline's data root can be
+//! moved (`mv` to another disk) and the record still finds its run, log and
+//! checkpoints; records with absolute paths (older versions) still load.
+
+mod request;
+mod worker;
+
+pub use request::{ConfigFileRef, MAX_CHUNK, StartRequest, sha256_hex};
+pub use worker::{JobSeen, ProcessIdentity, SlurmJob, WorkerHandle};
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
-use lavender::config::{PipelineStep, Scale};
-use lavender::failure::Failure;
-use lavender::skips::SkipRange;
-use lavender::status::{PipelineState, Recovery, StepState};
 use serde::{Deserialize, Serialize};
 
+use crate::config::{PipelineStep, Scale};
+use crate::error::{Error, Result};
+use crate::failure::{Failure, SameFailure};
 use crate::layout::Layout;
-use crate::process::WorkerHandle;
-use lavender_api::StartRequest;
+use crate::skips::SkipRange;
+use crate::status::{PipelineState, Recovery, StepState};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepEntry {
@@ -32,7 +38,7 @@ pub struct WorkerRecord {
     pub handle: WorkerHandle,
     pub step: PipelineStep,
     /// The start-up grace for heartbeats counts from here (RFC 3339 UTC on disk).
-    #[serde(with = "lavender::time::rfc3339")]
+    #[serde(with = "crate::time::rfc3339")]
     pub started_at: DateTime<Utc>,
     /// The training step of the checkpoint it resumed from (a restart or a resume):
     /// a worker that ends without training past it made no progress.
@@ -102,7 +108,7 @@ pub struct PipelineRecord {
     /// The failure the last workers of this step ended with, and how many in a row
     /// (`supervisor.max_same_failure`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub same_failure: Option<crate::pipeline::policy::SameFailure>,
+    pub same_failure: Option<SameFailure>,
     pub updated_at: String,
 }
 
@@ -129,7 +135,7 @@ impl PipelineRecord {
             failure: None,
             rollbacks: Vec::new(),
             same_failure: None,
-            updated_at: lavender::time::rfc3339_z(lavender::time::now_utc()),
+            updated_at: crate::time::rfc3339_z(crate::time::now_utc()),
         }
     }
 
@@ -138,25 +144,24 @@ impl PipelineRecord {
     pub fn load(layout: &Layout) -> Result<PipelineRecord> {
         let path = layout.pipeline_json();
         let record: PipelineRecord = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
-                format!(
-                    "{} is not a valid pipeline state file; move it away to start afresh",
-                    path.display()
-                )
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::Malformed {
+                path: path.clone(),
+                reason: format!(
+                    "not a valid pipeline state file ({e}); move it away to start afresh"
+                ),
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(PipelineRecord::idle()),
-            Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
+            Err(e) => return Err(Error::io("read", &path, e)),
         };
         Ok(record.with_paths(|p| layout.resolve_recorded(p)))
     }
 
-    /// Writes the record atomically, paths inside the data root relative to it.
+    /// Writes the record atomically, paths inside the data root relative to it. The
+    /// daemon alone writes it, on every transition.
     pub fn save(&mut self, layout: &Layout) -> Result<()> {
-        self.updated_at = lavender::time::rfc3339_z(lavender::time::now_utc());
-        let path = layout.pipeline_json();
+        self.updated_at = crate::time::rfc3339_z(crate::time::now_utc());
         let recorded = self.clone().with_paths(|p| layout.to_recorded(p));
-        lavender::atomic::write_json(&path, &recorded)
-            .with_context(|| format!("save pipeline state to {}", path.display()))
+        crate::atomic::write_json(&layout.pipeline_json(), &recorded)
     }
 
     /// The record with `f` applied to each of its paths.
@@ -191,27 +196,35 @@ impl PipelineRecord {
 mod tests {
     use super::*;
 
-    /// Others read the record through the core (`lavender::pipeline_file`), daemon
-    /// down: what they read there is what the daemon saved.
     #[test]
-    fn the_core_reads_what_the_daemon_saved() {
+    fn the_record_reads_with_its_paths_under_the_data_root() {
         let dir = tempfile::tempdir().unwrap();
-        let layout = Layout::new(dir.path().join("data"), None);
+        let layout = Layout::new(dir.path().to_path_buf(), None);
         std::fs::create_dir_all(&layout.state_dir).unwrap();
-        let mut record = PipelineRecord::idle();
-        record.state = PipelineState::Crashed;
-        record.restart_pending = true;
-        record.run_dir = Some(layout.checkpoints_root().join("run-1"));
-        record.log_file = Some(layout.logs_dir().join("pipeline_chunk1.log"));
-        record.save(&layout).unwrap();
-        let file =
-            lavender::pipeline_file::PipelineFile::read(&layout.state_dir, &layout.data_root)
-                .unwrap();
-        assert_eq!(file.state, record.state);
-        assert_eq!(file.run_dir, record.run_dir);
-        assert_eq!(file.log_file, record.log_file);
-        assert_eq!(file.is_active(), record.is_active());
-        assert_eq!(file.has_worker(), record.worker.is_some());
+        assert_eq!(
+            PipelineRecord::load(&layout).unwrap().state,
+            PipelineState::Idle
+        );
+        std::fs::write(
+            layout.pipeline_json(),
+            r#"{"state":"running","run_dir":"checkpoints/run-1","log_file":null,
+                "worker":{"pid":7,"start_time":"1","step":"train",
+                          "started_at":"2026-01-01T00:00:00Z"},
+                "restarts":2,"chunk":1,"scale":null,"active_step":"train",
+                "resume_from":null,"last_error":null,"updated_at":"2026-01-01T00:00:00Z"}"#,
+        )
+        .unwrap();
+        let record = PipelineRecord::load(&layout).unwrap();
+        assert_eq!(record.state, PipelineState::Running);
+        assert_eq!(record.run_dir, Some(dir.path().join("checkpoints/run-1")));
+        assert!(record.is_active() && record.worker.is_some());
+
+        std::fs::write(layout.pipeline_json(), "{").unwrap();
+        let err = PipelineRecord::load(&layout).unwrap_err().to_string();
+        assert!(
+            err.contains("pipeline.json") && err.contains("move it away"),
+            "{err}"
+        );
     }
 
     /// State files written by earlier versions must keep loading after an upgrade,
@@ -316,11 +329,11 @@ mod tests {
         let mut r = PipelineRecord::idle();
         r.worker = Some(WorkerRecord {
             handle: WorkerHandle::Slurm {
-                slurm: crate::process::slurm::SlurmJob {
+                slurm: SlurmJob {
                     job_id: "42".into(),
                     node: Some("gpu7".into()),
                     state: Some("RUNNING".into()),
-                    seen: Box::new(crate::process::slurm::JobSeen {
+                    seen: Box::new(JobSeen {
                         nodes: vec!["gpu7".into(), "gpu8".into()],
                         message: Some("node gpu8 lost at step 3; waiting for 2 nodes".into()),
                         ..Default::default()

@@ -1,11 +1,21 @@
-//! The `disk` block: device and used/available GiB of the data root's filesystem.
+//! The data root's filesystem: device and used/available GiB (the status's `disk`
+//! block) and the bytes free to the worker, read through `sysinfo` and `statvfs`.
 
 use std::path::{Path, PathBuf};
 
+use lavender::compose::DiskReading;
 use lavender::status::DiskStatus;
 
+/// The filesystem holding `path` as read now, for the status.
+pub fn read(path: &Path) -> DiskReading {
+    DiskReading {
+        status: disk_status(path),
+        avail_bytes: avail_bytes(path),
+    }
+}
+
 /// The filesystem holding `path` (or its nearest existing ancestor).
-pub fn disk_status(path: &Path) -> DiskStatus {
+fn disk_status(path: &Path) -> DiskStatus {
     let Some(existing) = nearest_existing(path) else {
         return DiskStatus::unknown();
     };
@@ -40,7 +50,7 @@ pub fn disk_status(path: &Path) -> DiskStatus {
 }
 
 /// Bytes available to an unprivileged writer on the filesystem holding `path`.
-pub fn avail_bytes(path: &Path) -> Option<u64> {
+fn avail_bytes(path: &Path) -> Option<u64> {
     let st = nix::sys::statvfs::statvfs(&nearest_existing(path)?).ok()?;
     // The field types differ by platform (u32 on macOS, u64 on Linux).
     #[allow(clippy::unnecessary_cast)]

@@ -7,15 +7,21 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use lavender::heartbeat::{self, Heartbeat};
-use lavender::status::{DiskStatus, StepState};
-use lavender::step_heartbeat::StepHeartbeat;
-
 use super::StatusSettings;
-use super::stall::Said;
+use crate::heartbeat::{self, Heartbeat};
 use crate::layout::Layout;
-use crate::pipeline::PipelineRecord;
-use crate::pipeline::markers;
+use crate::pipeline_file::PipelineRecord;
+use crate::stall::Said;
+use crate::status::{DiskStatus, StepState};
+use crate::step_heartbeat::StepHeartbeat;
+
+/// The data root's filesystem as read once (the daemon reads it: `daemon/src/disk.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DiskReading {
+    pub status: DiskStatus,
+    /// Bytes free to an unprivileged writer.
+    pub avail_bytes: Option<u64>,
+}
 
 #[derive(Debug, Clone)]
 pub struct FileFacts {
@@ -36,17 +42,16 @@ pub struct FileFacts {
     /// Step states from the done-markers, for a pipeline that has not started.
     pub idle_steps: BTreeMap<String, StepState>,
     /// What the live worker last said, dated on the monotonic clock by the daemon's
-    /// refresher (`hang_clock.rs`); `None` when read from the files alone (then the
+    /// refresher (`daemon/src/status/hang_clock.rs`); `None` when read from the files alone (then the
     /// wall clock dates it).
     pub said: Option<Said>,
     /// The runs that together trained the run, oldest first, when it resumed
-    /// another (`lavender::run::chain`); empty otherwise.
+    /// another (`crate::run::chain`); empty otherwise.
     pub lineage: Vec<String>,
 }
 
 impl FileFacts {
-    /// No file read yet (tests compose from it).
-    #[cfg(test)]
+    /// No file read yet.
     pub fn empty() -> FileFacts {
         FileFacts {
             run_dir: None,
@@ -94,31 +99,33 @@ impl FileFacts {
     /// The run the status is about: the pipeline's, else the newest on disk.
     pub fn run_dir_for(layout: &Layout, record: &PipelineRecord) -> Option<PathBuf> {
         record.run_dir.clone().or_else(|| {
-            lavender::run::latest_run(&layout.checkpoints_root())
+            crate::run::latest_run(&layout.checkpoints_root())
                 .ok()
                 .flatten()
                 .map(|r| r.path)
         })
     }
 
+    /// What the files say now. `disk`: the data root's filesystem as just read (the
+    /// newest checkpoint's size is read with it), or `None` to leave it unknown.
     pub fn read(
         layout: &Layout,
         record: &PipelineRecord,
         settings: &StatusSettings,
-        with_disk: bool,
+        disk: Option<DiskReading>,
     ) -> FileFacts {
         let run_dir = Self::run_dir_for(layout, record);
         let heartbeat = read_heartbeat(run_dir.as_deref());
         let listed = run_dir
             .as_ref()
-            .and_then(|dir| lavender::checkpoint::list_run_checkpoints(dir).ok())
+            .and_then(|dir| crate::checkpoint::list_run_checkpoints(dir).ok())
             .unwrap_or_default();
         let chunk = record.chunk.unwrap_or(settings.default_chunk);
         let idle_steps = settings
             .steps
             .iter()
             .map(|s| {
-                let state = if markers::is_done(layout, chunk, *s) {
+                let state = if layout.done_marker(chunk, *s).is_file() {
                     StepState::Done
                 } else {
                     StepState::Pending
@@ -127,35 +134,34 @@ impl FileFacts {
             })
             .collect();
         let latest_checkpoint = listed.last().map(|c| c.name.clone());
-        let (disk, disk_read_at, disk_avail_bytes, latest_checkpoint_bytes) = if with_disk {
-            (
-                super::disk::disk_status(&layout.data_root),
+        let (disk, disk_read_at, disk_avail_bytes, latest_checkpoint_bytes) = match disk {
+            Some(reading) => (
+                reading.status,
                 Some(Instant::now()),
-                super::disk::avail_bytes(&layout.data_root),
+                reading.avail_bytes,
                 run_dir
                     .as_ref()
                     .zip(latest_checkpoint.as_ref())
-                    .map(|(d, c)| lavender::checkpoint::dir_size(&d.join(c)))
+                    .map(|(d, c)| crate::checkpoint::dir_size(&d.join(c)))
                     .filter(|s| *s > 0),
-            )
-        } else {
-            (DiskStatus::unknown(), None, None, None)
+            ),
+            None => (DiskStatus::unknown(), None, None, None),
         };
-        let chain = run_dir.as_deref().map(lavender::run::chain);
+        let chain = run_dir.as_deref().map(crate::run::chain);
         let lineage = chain
             .filter(|c| c.len() > 1)
-            .map(|c| crate::inventory::run_names(&c))
+            .map(|c| crate::run::names(&c))
             .unwrap_or_default();
         let step_heartbeat = run_dir
             .as_deref()
-            .and_then(|d| lavender::step_heartbeat::read(d).ok().flatten());
+            .and_then(|d| crate::step_heartbeat::read(d).ok().flatten());
         FileFacts {
             run_dir,
             heartbeat,
             step_heartbeat,
             checkpoints: listed.len() as u64,
             latest_checkpoint,
-            data_counts: lavender::manifest::data_counts(&layout.data_root),
+            data_counts: crate::manifest::data_counts(&layout.data_root),
             disk,
             disk_read_at,
             disk_avail_bytes,

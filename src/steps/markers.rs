@@ -7,11 +7,11 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
-use lavender::config::PipelineStep;
 use serde::{Deserialize, Serialize};
 
 use super::inputs::StepInputs;
+use crate::config::PipelineStep;
+use crate::error::{Error, Result};
 use crate::layout::Layout;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,10 +26,6 @@ pub struct DoneMarker {
     pub inputs_hash: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<StepInputs>,
-}
-
-pub fn is_done(layout: &Layout, chunk: u32, step: PipelineStep) -> bool {
-    layout.done_marker(chunk, step).is_file()
 }
 
 pub fn read(layout: &Layout, chunk: u32, step: PipelineStep) -> Option<DoneMarker> {
@@ -48,18 +44,17 @@ pub fn write(
 ) -> Result<()> {
     let path = layout.done_marker(chunk, step);
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
     }
     let marker = DoneMarker {
         step,
         chunk,
-        finished_at: lavender::time::rfc3339_z(lavender::time::now_utc()),
+        finished_at: crate::time::rfc3339_z(crate::time::now_utc()),
         run_dir: run_dir.map(|p| layout.to_recorded(p)),
         inputs_hash: inputs.as_ref().map(StepInputs::hash),
         inputs,
     };
-    lavender::atomic::write_json(&path, &marker)
-        .with_context(|| format!("write done-marker {}", path.display()))
+    crate::atomic::write_json(&path, &marker)
 }
 
 #[cfg(test)]

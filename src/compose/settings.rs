@@ -1,7 +1,7 @@
 //! The config values the status needs, read once per config (at start and at each
 //! reload) and handed to the refresher, the cache and [`super::compose`].
 
-use lavender::config::{Config, PipelineStep, Scale, ScalesConfig, SupervisorConfig};
+use crate::config::{Config, PipelineStep, Scale, ScalesConfig, SupervisorConfig};
 
 /// The config values the status needs.
 #[derive(Debug, Clone, PartialEq)]

@@ -22,9 +22,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use lavender::config::{Config, DataSource, PipelineStep};
-use lavender::manifest::{self, StepManifest};
-use lavender_api::sha256_hex;
+use crate::config::{Config, DataSource, PipelineStep};
+use crate::manifest::{self, StepManifest};
+use crate::pipeline_file::sha256_hex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -149,7 +149,6 @@ impl StepInputs {
     /// `step`'s inputs now, for a run of `chunk` with `config` on `data_root`; reads
     /// its local files (see [`LocalFiles::read`]). The daemon reads them off the actor
     /// and calls [`StepInputs::with_files`].
-    #[cfg(test)]
     pub fn of(step: PipelineStep, config: &Config, data_root: &Path, chunk: u32) -> StepInputs {
         let files = LocalFiles::read_steps([step], config);
         StepInputs::with_files(step, config, data_root, chunk, &files)
@@ -187,8 +186,8 @@ impl StepInputs {
             }
         }
         if step == PipelineStep::Train {
-            let minings = lavender::hard_examples::list(data_root).unwrap_or_default();
-            for m in lavender::hard_examples::newest_before(&minings, u64::from(chunk)) {
+            let minings = crate::hard_examples::list(data_root).unwrap_or_default();
+            for m in crate::hard_examples::newest_before(&minings, u64::from(chunk)) {
                 parts.insert(
                     format!("hard examples of chunk {}", m.mined.chunk),
                     hash_value(&json!({
@@ -322,7 +321,7 @@ mod tests {
 
     fn downloads_of(root: &Path, corpus: &Path) -> StepInputs {
         let mut config = Config::default();
-        config.data.sources = vec![DataSource::Path(lavender::config::PathSource::text(corpus))];
+        config.data.sources = vec![DataSource::Path(crate::config::PathSource::text(corpus))];
         StepInputs::of(PipelineStep::Downloads, &config, root, 1)
     }
 

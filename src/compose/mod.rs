@@ -1,16 +1,37 @@
-//! Putting the status together at request time: the cached file facts, the
-//! pipeline record, and the clock (ages are computed now, not when cached).
+//! The status contract ([`crate::status::Status`]) put together from the pipeline's
+//! record, what the files say ([`FileFacts`]) and the clock (ages are computed now,
+//! not when the facts were read). Pure: the daemon's refresher composes it at
+//! request time from its cached facts, and `lavenderd status` with no daemon from
+//! the files, the same way.
+
+mod facts;
+mod settings;
+
+pub use facts::{DiskReading, FileFacts};
+pub use settings::StatusSettings;
 
 use chrono::{DateTime, Utc};
-use lavender::config::PipelineStep;
-use lavender::status::{
+
+use crate::config::PipelineStep;
+use crate::pipeline_file::PipelineRecord;
+use crate::stall::{self, Watch};
+use crate::status::{
     DataStatus, PipelineState, PipelineStatus, SCHEMA_VERSION, Status, TrainingStatus,
 };
 
-use super::FileFacts;
-use super::settings::StatusSettings;
-use super::stall::{self, Watch};
-use crate::pipeline::PipelineRecord;
+/// What vouches that the worker the record names still lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// A daemon supervises it: the record names a worker exactly while the pipeline
+    /// actor supervises a live one (it clears it as soon as it reaps the process or
+    /// sees the Slurm job end), so a status costs no `/proc` read and never runs
+    /// `scontrol`.
+    Supervised,
+    /// No daemon: whether the worker was found alive, probed once from the files
+    /// (pid + start time, or the Slurm job); a record that says running while its
+    /// worker is gone reads as crashed.
+    Probed(bool),
+}
 
 /// The watch on the worker `record` names, when it counts as alive (see [`compose`]).
 pub fn stall_watch(
@@ -35,24 +56,19 @@ pub fn stall_watch(
     )
 }
 
-/// `daemon_running`: false when computed by the CLI from files; then a record that
-/// says running while its worker is gone reads as crashed.
-///
-/// Liveness: under the daemon, the record names a worker exactly while the pipeline
-/// actor supervises a live one (it clears it as soon as it reaps the process or sees
-/// the Slurm job end), so a status costs no `/proc` read and never runs `scontrol`.
-/// From files alone, the worker is probed once (pid + start time, or the Slurm job).
+/// The status now, from `record` and `facts` (see [`Liveness`]).
 pub fn compose(
     record: &PipelineRecord,
     facts: &FileFacts,
     settings: &StatusSettings,
     now: DateTime<Utc>,
-    daemon_running: bool,
+    liveness: Liveness,
 ) -> Status {
+    let daemon_running = liveness == Liveness::Supervised;
     let worker = record
         .worker
         .as_ref()
-        .filter(|w| daemon_running || w.handle.is_alive());
+        .filter(|_| liveness != Liveness::Probed(false));
     let alive = worker.is_some();
     let mut state = record.state;
     if !daemon_running
@@ -90,7 +106,7 @@ pub fn compose(
     let mut data = DataStatus::from_counts(facts.data_counts.clone(), facts.checkpoints);
     let notices = data.note_shards_wanted(scale, settings.scales.get(scale).shards.into());
     Status {
-        timestamp: lavender::time::rfc3339_z(now),
+        timestamp: crate::time::rfc3339_z(now),
         pipeline: PipelineStatus {
             running: alive,
             pid: worker.and_then(|w| w.handle.pid()),
@@ -99,7 +115,7 @@ pub fn compose(
             state,
             restarts: record.restarts,
             slurm: worker.and_then(|w| w.handle.slurm_job()).map(|j| {
-                lavender::status::SlurmJobStatus {
+                crate::status::SlurmJobStatus {
                     job_id: j.job_id.clone(),
                     node: j.node.clone(),
                     state: j.state.clone(),
