@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use lavender_api::{CheckpointInfo, RunInfo};
 
-use crate::layout::Layout;
+use lavender::layout::Layout;
 
 /// Runs, newest first.
 pub fn runs(layout: &Layout) -> Result<Vec<RunInfo>> {

@@ -14,7 +14,6 @@ pub(crate) mod exe;
 pub mod exit;
 pub(crate) mod feed;
 pub(crate) mod inventory;
-pub(crate) mod layout;
 pub(crate) mod locate;
 pub mod logging;
 pub(crate) mod logs;

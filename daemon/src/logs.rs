@@ -14,7 +14,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::layout::Layout;
+use lavender::layout::Layout;
 
 /// The current pipeline's log (`recorded`, the pipeline record's), else the newest
 /// one in `logs/`.

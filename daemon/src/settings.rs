@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use lavender::config::{Config, LoadOptions};
 use lavender::data_root::{DataRootEnv, Resolved};
 
-use crate::layout::Layout;
+use lavender::layout::Layout;
 
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct GlobalArgs {

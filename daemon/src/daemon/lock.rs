@@ -7,7 +7,7 @@ use std::io::{Read, Seek, Write};
 use anyhow::{Context, Result, bail};
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::layout::Layout;
+use lavender::layout::Layout;
 
 pub struct InstanceLock {
     _lock: Flock<File>,

@@ -32,7 +32,6 @@ use crate::alert::AlertSender;
 use crate::config_source::ConfigSource;
 use crate::events::EventFollower;
 use crate::feed::{self, Feed};
-use crate::layout::Layout;
 use crate::notify::{self, Notifier};
 use crate::pipeline::{self, PipelineHandle};
 use crate::retention::{Retention, RetentionHandle};
@@ -42,6 +41,7 @@ use crate::status::{self, StatusCache};
 use crate::web::WebState;
 use foreground::ForegroundView;
 use lavender::compose::StatusSettings;
+use lavender::layout::Layout;
 use lavender::pipeline_file::StopCause;
 use sd_notify::ServiceNotifier;
 

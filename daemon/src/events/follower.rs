@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use lavender::events::{self, Event, EventBatch};
 
 use super::offsets;
-use crate::layout::Layout;
 use crate::notify::{Notifier, milestone};
 use crate::retention::Retention;
+use lavender::layout::Layout;
 
 pub struct EventFollower {
     /// Milestone pushes; none when `notify.milestones` is off.

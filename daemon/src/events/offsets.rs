@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use lavender::error::IoContext;
 use serde::{Deserialize, Serialize};
 
-use crate::layout::Layout;
+use lavender::layout::Layout;
 
 pub(super) const FILE: &str = "notify-offsets.json";
 

@@ -12,9 +12,9 @@ use serde_json::{Value, json};
 
 use super::{Feed, Kind, Snapshot};
 use crate::events::EventFollower;
-use crate::layout::Layout;
 use crate::pipeline::PipelineHandle;
 use crate::status::StatusCache;
+use lavender::layout::Layout;
 use lavender::pipeline_file::PipelineRecord;
 
 /// Counts the daemon keeps while it runs (Prometheus counters restart with the process).

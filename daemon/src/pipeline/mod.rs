@@ -15,9 +15,3 @@ pub(crate) mod stop;
 
 pub use handle::{HungReport, PipelineHandle, StartError};
 pub use reload::Reload;
-
-/// A start's request, as the API sends it (`lavender_api`) and the record keeps it
-/// (the core's `lavender::pipeline_file`); the actor names it by this path.
-pub(crate) mod request {
-    pub use lavender_api::StartRequest;
-}

@@ -8,8 +8,8 @@ use lavender::config::{Config, ConfigOrigins, ORIGINS_VAR, Origin, PipelineStep,
 use lavender::status::{PipelineState, StepState};
 
 use super::handle::StartError;
-use crate::layout::Layout;
 use crate::process::SpawnSpec;
+use lavender::layout::Layout;
 use lavender::pipeline_file::PipelineRecord;
 use lavender::steps::inputs::LocalFiles;
 use lavender::steps::{Planned, absolute, markers, plan_steps, resumable, same_path};

@@ -30,11 +30,11 @@ use tokio::net::{TcpListener, UnixListener};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::layout::Layout;
 use crate::pipeline::PipelineHandle;
 use crate::status::StatusCache;
 use crate::web::WebState;
 use auth::{Guarded, TcpAccess, Transport, UdsPeer};
+use lavender::layout::Layout;
 
 /// Request bodies are tiny JSON objects.
 pub const BODY_LIMIT: usize = 64 * 1024;

@@ -212,7 +212,7 @@ pub fn manual_commands(spec: &ServiceSpec, steps: &[Step]) -> Result<Vec<String>
                 let staged = spec
                     .state_dir
                     .join(path.file_name().context("unit path has no file name")?);
-                crate::layout::Layout::new(spec.data_root.clone(), Some(spec.state_dir.clone()))
+                lavender::layout::Layout::new(spec.data_root.clone(), Some(spec.state_dir.clone()))
                     .ensure_state_dir()
                     .with_context(|| format!("create {}", spec.state_dir.display()))?;
                 lavender::atomic::write_file(&staged, contents.as_bytes())
@@ -241,7 +241,7 @@ pub fn install(spec: &ServiceSpec) -> Result<ExitCode> {
     // The unit makes everything but these read-only: they must exist first.
     std::fs::create_dir_all(&spec.data_root)
         .with_context(|| format!("create the data root {}", spec.data_root.display()))?;
-    crate::layout::Layout::new(spec.data_root.clone(), Some(spec.state_dir.clone()))
+    lavender::layout::Layout::new(spec.data_root.clone(), Some(spec.state_dir.clone()))
         .ensure_state_dir()
         .with_context(|| format!("create {}", spec.state_dir.display()))?;
     if !carry_out(spec, &install_steps(spec))? {

@@ -18,10 +18,10 @@ use super::change::Change;
 use super::clock::{Clock, SystemClock};
 use super::hang_clock::HangClock;
 use super::watch::{RunDirWatcher, WatchOptions};
-use crate::layout::Layout;
 use crate::notify::{ChannelCounts, Notifier};
 use crate::pipeline::PipelineHandle;
 use lavender::compose::{FileFacts, StatusSettings};
+use lavender::layout::Layout;
 use lavender::pipeline_file::PipelineRecord;
 
 /// How long a disk reading is reused.

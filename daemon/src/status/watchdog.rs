@@ -17,10 +17,10 @@ use tokio::sync::watch;
 use super::cache::StatusSnapshot;
 use super::health::HeartbeatWatch;
 use crate::alert::{Alert, AlertSender};
-use crate::layout::Layout;
 use crate::notify::disk_low_need;
 use crate::pipeline::{HungReport, PipelineHandle};
 use lavender::compose::stall_watch;
+use lavender::layout::Layout;
 use lavender::pipeline_file::PipelineRecord;
 use lavender::stall::{Beat, IntervalLearner, Watch};
 

@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use crate::feed::publisher::{self, Counters};
 use crate::feed::{Feed, Snapshot};
-use crate::layout::Layout;
 use crate::pipeline::PipelineHandle;
 use crate::status::StatusCache;
 use history::HistoryCache;
+use lavender::layout::Layout;
 
 /// The web side's share of the server state.
 #[derive(Clone)]

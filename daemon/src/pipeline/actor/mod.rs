@@ -35,8 +35,8 @@ use super::machine::{Event, Phase};
 use crate::alert::{Alert, AlertSender};
 use crate::config_source::ConfigSource;
 use crate::exit::ExitOutcome;
-use crate::layout::Layout;
 use crate::process::{Backend, ExitFuture, JobUpdate, Launched, WorkerHandle};
+use lavender::layout::Layout;
 use lavender::pipeline_file::{PipelineRecord, WorkerRecord};
 use lavender::steps::inputs::{LocalFiles, reads_local_files};
 
@@ -62,7 +62,7 @@ struct LaunchDone {
 /// A start whose steps' local files were fingerprinted on the blocking pool; the
 /// actor goes on with it in [`Actor::on_fingerprinted`].
 struct Fingerprinted {
-    req: super::request::StartRequest,
+    req: lavender::pipeline_file::StartRequest,
     reply: oneshot::Sender<Result<StartReply, StartError>>,
     config: Config,
     origins: Option<lavender::config::ConfigOrigins>,

@@ -15,8 +15,8 @@ use crate::alert::Alert;
 use crate::pipeline::handle::{StartError, StartReply};
 use crate::pipeline::machine::{Event, Launching, PendingStart, Phase, Relaunch};
 use crate::pipeline::plan;
-use crate::pipeline::request::StartRequest;
 use crate::process::{ExitFuture, SpawnSpec};
+use lavender::pipeline_file::StartRequest;
 use lavender::pipeline_file::WorkerRecord;
 use lavender::steps::inputs::{LocalFiles, reads_local_files};
 

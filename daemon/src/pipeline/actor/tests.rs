@@ -12,9 +12,9 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::*;
 use crate::pipeline::handle::HungReport;
-use crate::pipeline::request::StartRequest;
 use crate::process::ProcessIdentity;
 use crate::process::fake::FakeBackend;
+use lavender::pipeline_file::StartRequest;
 use lavender::pipeline_file::{StepEntry, StopCause};
 
 struct Harness {
