@@ -60,6 +60,20 @@ pub fn spawn(
 ) -> StatusCache {
     let records = pipeline.subscribe();
     let record = records.borrow().clone();
+    // The run directory's watch goes in place before the first read, so a file
+    // written in between raises an event.
+    let (tx, events) = mpsc::unbounded_channel();
+    let mut watcher = RunDirWatcher::new(
+        &WatchOptions {
+            simulate_exhausted: watch.simulate_exhausted || opts.simulate_inotify_exhausted,
+            ..watch
+        },
+        tx,
+    );
+    watch_run_dir(
+        &mut watcher,
+        FileFacts::run_dir_for(&layout, &record).as_deref(),
+    );
     let disk = crate::disk::read(&layout.data_root);
     let mut facts = FileFacts::read(&layout, &record, &settings, Some(disk));
     let clock: Box<dyn Clock> = Box::new(SystemClock);
@@ -85,7 +99,7 @@ pub fn spawn(
         clock,
         hangs,
     };
-    tokio::spawn(refresher.run(watch, opts));
+    tokio::spawn(refresher.run(watcher, events, opts));
     StatusCache::new(snapshots_rx, settings)
 }
 
@@ -192,52 +206,41 @@ async fn changed_opt(rx: Option<&mut watch::Receiver<()>>) -> bool {
 }
 
 impl Refresher {
-    async fn run(mut self, watch: WatchOptions, opts: RefreshOptions) {
-        let (tx, mut events) = mpsc::unbounded_channel();
-        let mut watcher = RunDirWatcher::new(
-            &WatchOptions {
-                simulate_exhausted: watch.simulate_exhausted || opts.simulate_inotify_exhausted,
-                ..watch
-            },
-            tx,
-        );
+    async fn run(
+        mut self,
+        mut watcher: RunDirWatcher,
+        mut events: mpsc::UnboundedReceiver<Change>,
+        opts: RefreshOptions,
+    ) {
         let mut tick = tokio::time::interval(opts.safety_refresh);
         tick.tick().await;
         let first = self.snapshots.borrow().clone();
         let mut facts = first.facts.clone();
-        watch_run_dir(&mut watcher, facts.run_dir.as_deref());
-        // A file written between `spawn`'s first read and the watch going in place
-        // raised no event: read once more, now that the watch is there.
-        let mut read_now = Some(Wake::Read);
         let mut refreshed_at = Instant::now();
         let mut events_mark = 0u64;
         loop {
             let expires = self.snapshots.borrow().expires_at();
-            let wake = if let Some(wake) = read_now.take() {
-                wake
-            } else {
-                tokio::select! {
-                    Some(change) = events.recv() => {
-                        // The first change of a quiet spell is read at once (a heartbeat
-                        // shows in the status within milliseconds); a burst (a checkpoint
-                        // save, a fast worker's heartbeats) is read at most once per COALESCE.
-                        let next = refreshed_at + COALESCE;
-                        if Instant::now() < next {
-                            tokio::time::sleep_until(tokio::time::Instant::from_std(next)).await;
-                        }
-                        let mut burst = Burst::default().add(change);
-                        while let Ok(change) = events.try_recv() {
-                            burst = burst.add(change);
-                        }
-                        events_mark += u64::from(burst.events);
-                        burst.wake()
+            let wake = tokio::select! {
+                Some(change) = events.recv() => {
+                    // The first change of a quiet spell is read at once (a heartbeat
+                    // shows in the status within milliseconds); a burst (a checkpoint
+                    // save, a fast worker's heartbeats) is read at most once per COALESCE.
+                    let next = refreshed_at + COALESCE;
+                    if Instant::now() < next {
+                        tokio::time::sleep_until(tokio::time::Instant::from_std(next)).await;
                     }
-                    changed = self.records.changed() => if changed.is_ok() { Wake::Read } else { Wake::Quit },
-                    changed = self.settings.changed() => if changed.is_ok() { Wake::Read } else { Wake::Quit },
-                    alive = changed_opt(self.counted.as_mut()) => if alive { Wake::Compose } else { Wake::Quit },
-                    _ = tick.tick() => Wake::Read,
-                    _ = sleep_until_utc(expires) => Wake::Compose,
+                    let mut burst = Burst::default().add(change);
+                    while let Ok(change) = events.try_recv() {
+                        burst = burst.add(change);
+                    }
+                    events_mark += u64::from(burst.events);
+                    burst.wake()
                 }
+                changed = self.records.changed() => if changed.is_ok() { Wake::Read } else { Wake::Quit },
+                changed = self.settings.changed() => if changed.is_ok() { Wake::Read } else { Wake::Quit },
+                alive = changed_opt(self.counted.as_mut()) => if alive { Wake::Compose } else { Wake::Quit },
+                _ = tick.tick() => Wake::Read,
+                _ = sleep_until_utc(expires) => Wake::Compose,
             };
             let inputs_changed = self.records.has_changed().unwrap_or(false)
                 || self.settings.has_changed().unwrap_or(false);
