@@ -71,7 +71,8 @@ prebuild:
 
 test: setup fmt test-build test-run
 
-# pytest, then the Rust suite with Slurm's end-to-end test beside it (scripts/test-run.sh).
+# The Rust suite with pytest and the Slurm tests beside it, then the default pipeline's
+# attribution test alone (scripts/test-run.sh).
 test-run: setup
 	@$(TORCH_ENV) $(LINTED) bash scripts/test-run.sh
 

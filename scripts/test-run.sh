@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # `make test-run`: every test, on what `make test-build` compiled (run with the same
-# environment, so nothing recompiles): the Rust suite, and beside it pytest
-# (python/tests; its exit 5, no test collected, fails like any other non-zero code)
-# and the Slurm tests in a second cargo: the single-node end-to-end test spends most of
-# its minute waiting on the scheduler's 30-second cycles, the two-node one
-# (slurm_cluster: its own slurmctld, ports and munged, so both run at once) on torchrun
-# and a lost node being noticed, and the rest of the suite runs in that time instead of
-# after it. The default pipeline's attribution test stays in the main run: it and the
-# worker's tests are both CPU-bound libtorch work, so on two cores running them side by
-# side only shares the cores (a clean-clone CI with it beside: the worker's tests took
-# 689 s, the attribution test 1,049 s). --no-fail-fast: one failing binary does not
-# hide the others.
-# Logs: target/pytest.log, target/test.log and target/test-slurm.log.
+# environment, so nothing recompiles), in two rounds:
+# 1. The Rust suite, and beside it pytest (python/tests; its exit 5, no test
+#    collected, fails like any other non-zero code) and the Slurm tests in a second
+#    cargo: the single-node end-to-end test spends most of its minute waiting on the
+#    scheduler's 30-second cycles, the two-node one (slurm_cluster: its own
+#    slurmctld, ports and munged, so both run at once) on torchrun and a lost node
+#    being noticed, and the rest of the suite runs in that time instead of after it.
+# 2. Then, alone, the default pipeline's attribution test (worker/tests/
+#    attribution_default.rs, `at_two_checkpoints_…`): a whole `start --scale tiny`
+#    and bergson's passes, CPU-bound libtorch work that on two cores only shares them
+#    with whatever runs beside it (beside the Slurm tests it took 185-246 s in CI,
+#    alone about 100 s). `--workspace --test` selects it with the same packages, so
+#    the same features, as the build: nothing recompiles.
+# --no-fail-fast: one failing binary does not hide the others.
+# Logs: target/pytest.log, target/test.log, target/test-slurm.log and
+# target/test-attribution.log.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 mkdir -p target
@@ -21,7 +25,10 @@ mkdir -p target
 pytest=$!
 cargo test -p lavenderd --test it -- --nocapture slurm_e2e:: slurm_cluster:: >target/test-slurm.log 2>&1 &
 slurm=$!
-cargo test --workspace --no-fail-fast -- --skip slurm_e2e:: --skip slurm_cluster:: 2>&1 | tee target/test.log
+# The attribution test, by name: its binary runs in round 2.
+attribution=at_two_checkpoints_a_verbatim_training_window_ranks_its_document_first
+cargo test --workspace --no-fail-fast -- --skip slurm_e2e:: --skip slurm_cluster:: \
+  --skip "$attribution" 2>&1 | tee target/test.log
 rest=${PIPESTATUS[0]}
 wait "$pytest"
 py=$?
@@ -33,8 +40,21 @@ slurm_rc=$?
 echo "---- the Slurm tests (one node and two), run beside (target/test-slurm.log):"
 cat target/test-slurm.log
 
+echo "---- the default pipeline's attribution test, alone (target/test-attribution.log):"
+start=$SECONDS
+cargo test --workspace --test attribution_default -- --nocapture --exact "$attribution" 2>&1 |
+  tee target/test-attribution.log
+attribution_rc=${PIPESTATUS[0]}
+echo "---- the attribution test took $((SECONDS - start)) s (exit $attribution_rc)"
+# A filter that matches nothing passes with "0 passed": a renamed test must not.
+if [ "$attribution_rc" = 0 ] && ! grep -q '^test result: ok. 1 passed' target/test-attribution.log; then
+  echo "the attribution test $attribution did not run: see target/test-attribution.log" >&2
+  attribution_rc=1
+fi
+
 failed=0
 if [ "$py" != 0 ]; then echo "pytest failed (exit $py): see target/pytest.log" >&2; failed=1; fi
 if [ "$rest" != 0 ]; then echo "the Rust tests failed (exit $rest): see target/test.log" >&2; failed=1; fi
 if [ "$slurm_rc" != 0 ]; then echo "the Slurm tests failed (exit $slurm_rc): see target/test-slurm.log" >&2; failed=1; fi
+if [ "$attribution_rc" != 0 ]; then echo "the attribution test failed (exit $attribution_rc): see target/test-attribution.log" >&2; failed=1; fi
 exit "$failed"
