@@ -214,8 +214,7 @@ impl Refresher {
     ) {
         let mut tick = tokio::time::interval(opts.safety_refresh);
         tick.tick().await;
-        let first = self.snapshots.borrow().clone();
-        let mut facts = first.facts.clone();
+        let mut facts = self.snapshots.borrow().facts.clone();
         let mut refreshed_at = Instant::now();
         let mut events_mark = 0u64;
         loop {
