@@ -218,8 +218,10 @@ impl Cdp {
     }
 }
 
-// `null` until the dashboard has loaded (navigation is asynchronous).
-const PAGE_STATE: &str = r#"!document.getElementById('losschart') ? 'null' : JSON.stringify({
+// `null` until the dashboard's document is parsed whole: navigation is
+// asynchronous, and while the parser streams the page some elements exist and
+// the later ones do not yet.
+const PAGE_STATE: &str = r#"document.readyState === 'loading' || !document.getElementById('losschart') ? 'null' : JSON.stringify({
   loss: +document.getElementById('losschart').dataset.points,
   lr: +document.getElementById('lrchart').dataset.points,
   step: parseInt(document.getElementById('step').textContent, 10),
@@ -325,7 +327,10 @@ fn the_dashboard_draws_live_training_and_stops_it_with_the_token() {
 
     cdp.eval(&submit(&env.token()));
     wait_page(&mut cdp, "the stopped state", |p| p["state"] == "stopped");
-    assert_eq!(env.status()["pipeline"]["state"], "stopped");
+    // The page hears of the transition from the event stream, which composes from the
+    // pipeline's record as it changes; `GET /status` serves the refresher's snapshot,
+    // which reads the run's files after the change: milliseconds later.
+    env.wait_state("stopped", T);
     // Kept for this tab's session only.
     assert_eq!(
         cdp.eval("sessionStorage.getItem('lavender.token')"),
