@@ -44,7 +44,8 @@ struct Story {
 pub struct Cadence {
     /// `training.log_every` (0: every step).
     pub every: u64,
-    last: Option<(u64, Instant)>,
+    /// The last line's step, time, and whether it had a loss to say.
+    last: Option<(u64, Instant, bool)>,
 }
 
 impl Cadence {
@@ -52,18 +53,21 @@ impl Cadence {
         Cadence { every, last: None }
     }
 
-    /// Whether step `step`, seen at `now`, gets a line: the first step seen does;
-    /// then one `every` steps past the last line's, once [`MIN_GAP`] has passed.
-    pub fn due(&mut self, step: u64, now: Instant) -> bool {
+    /// Whether step `step`, seen at `now` (`with_loss`: its heartbeat has a loss),
+    /// gets a line: the first step seen does, and the first with a loss after lines
+    /// without one (a run's step 0 has none yet, and a short stage may end before the
+    /// gap); then one `every` steps past the last line's, once [`MIN_GAP`] has passed.
+    pub fn due(&mut self, step: u64, with_loss: bool, now: Instant) -> bool {
         let due = match self.last {
             None => true,
-            Some((last, at)) => {
+            Some((_, _, false)) if with_loss => true,
+            Some((last, at, _)) => {
                 step >= last.saturating_add(self.every.max(1)) && now.duration_since(at) >= MIN_GAP
                     || step < last
             }
         };
         if due {
-            self.last = Some((step, now));
+            self.last = Some((step, now, with_loss));
         }
         due
     }
@@ -132,9 +136,9 @@ pub fn say(text: &str) {
 /// The training figures of a status snapshot: a line when one is due.
 pub fn progress(t: &TrainingStatus) {
     let Some(step) = t.step else { return };
-    let due = story()
-        .as_mut()
-        .is_some_and(|s| s.attached.is_some() && s.cadence.due(step, Instant::now()));
+    let due = story().as_mut().is_some_and(|s| {
+        s.attached.is_some() && s.cadence.due(step, t.loss.is_some(), Instant::now())
+    });
     if due {
         say(&progress_text(t));
     }
@@ -178,14 +182,32 @@ mod tests {
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
         let mut c = Cadence::new(10);
-        assert!(c.due(3, at(0)), "the first step seen");
-        assert!(!c.due(12, at(1)), "not yet 10 steps on");
-        assert!(!c.due(13, at(2)), "10 steps on, but within the gap");
-        assert!(c.due(14, at(6)));
-        assert!(!c.due(30, at(7)));
-        assert!(c.due(31, at(12)));
+        assert!(c.due(3, true, at(0)), "the first step seen");
+        assert!(!c.due(12, true, at(1)), "not yet 10 steps on");
+        assert!(!c.due(13, true, at(2)), "10 steps on, but within the gap");
+        assert!(c.due(14, true, at(6)));
+        assert!(!c.due(30, true, at(7)));
+        assert!(c.due(31, true, at(12)));
         // Back to an earlier step (a restart from a checkpoint): said at once.
-        assert!(c.due(20, at(13)));
+        assert!(c.due(20, true, at(13)));
+    }
+
+    #[test]
+    fn the_first_loss_is_said_at_once_after_a_line_without_one() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut c = Cadence::new(10);
+        assert!(c.due(0, false, at(0)), "step 0: no loss yet");
+        assert!(!c.due(0, false, at(100)), "still none");
+        assert!(c.due(1, true, at(200)), "the first loss, within the gap");
+        assert!(!c.due(2, true, at(300)), "then the cadence again");
+        assert!(!c.due(11, true, at(400)), "10 steps on, but within the gap");
+        assert!(c.due(11, true, at(5_300)));
+        // A worker that never reports a loss still gets its lines at the cadence.
+        let mut c = Cadence::new(10);
+        assert!(c.due(0, false, at(0)));
+        assert!(!c.due(10, false, at(1_000)));
+        assert!(c.due(10, false, at(5_000)));
     }
 
     #[test]

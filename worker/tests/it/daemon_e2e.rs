@@ -731,9 +731,10 @@ fn stop_and_resume_after_a_rollback_is_byte_identical_to_the_run_without_the_sto
 #[test]
 fn tail_of_the_pipeline_log_mid_run_shows_step_loss_and_eta() {
     let dir = tempfile::tempdir().unwrap();
-    // Pretraining saves no checkpoint before its end: on a fast machine the whole run
-    // takes seconds, and a saved line every 20 steps would push the progress line out
-    // of the last 20 lines before anyone could read it.
+    // Pretraining saves at its epochs' ends only: on a fast machine the whole run
+    // takes seconds (shorter than the least gap between two progress lines, so the
+    // line looked for is the first with a loss), and a saved line every 20 steps would
+    // push it out of the last 20 lines before anyone could read it.
     lavender_testkit::training::write_tokens(&dir.path().join("data"));
     let config = train_only("").replacen("checkpoint_every: 20}", "checkpoint_every: 100000}", 1);
     let mut d = Lavenderd::with_real_worker(dir.path(), &config);
