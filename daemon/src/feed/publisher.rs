@@ -1,6 +1,6 @@
 //! The task that fills the feed: after every status-cache refresh (file events in
-//! the run directory, the periodic tick) and every pipeline transition it
-//! publishes what changed — the state, the heartbeat, new `events.jsonl` lines —
+//! the run directory, the periodic tick) and every pipeline transition (each
+//! committed record in order, not only the latest) it publishes what changed — the state, the heartbeat, new `events.jsonl` lines —
 //! and counts worker restarts for `/metrics`. The events come from the one
 //! follower of `events.jsonl` (`events::EventFollower`), which pushes the
 //! milestones in the same pass.
@@ -16,6 +16,10 @@ use crate::pipeline::PipelineHandle;
 use crate::status::StatusCache;
 use lavender::layout::Layout;
 use lavender::pipeline_file::PipelineRecord;
+use tokio::sync::broadcast::{
+    self,
+    error::{RecvError, TryRecvError},
+};
 
 /// Counts the daemon keeps while it runs (Prometheus counters restart with the process).
 #[derive(Debug, Default)]
@@ -32,10 +36,14 @@ pub fn spawn(
     follower: EventFollower,
 ) -> Arc<Counters> {
     let counters = Arc::new(Counters::default());
+    // Subscribed here, before the daemon takes requests: the first pass shows the
+    // record as it is now, then each transition after it.
+    let transitions = pipeline.subscribe_transitions();
+    let first = pipeline.record();
     tokio::spawn(run(
         feed,
         cache,
-        pipeline,
+        (first, transitions),
         layout,
         follower,
         counters.clone(),
@@ -46,19 +54,32 @@ pub fn spawn(
 async fn run(
     feed: Feed,
     cache: StatusCache,
-    pipeline: PipelineHandle,
+    (first, mut transitions): (PipelineRecord, broadcast::Receiver<PipelineRecord>),
     layout: Layout,
     mut follower: EventFollower,
     counters: Arc<Counters>,
 ) {
     let mut refreshes = cache.subscribe_refreshes();
-    let mut records = pipeline.subscribe();
     let mut closing = feed.watch();
     let mut published = Published::default();
-    let mut restarts_seen = pipeline.record().restarts;
+    let mut restarts_seen = first.restarts;
     let mut followed: Option<(u64, PipelineRecord)> = None;
+    // The record to publish next, and the latest one (a refresh publishes it again).
+    let mut latest = first.clone();
+    let mut next = Some(first);
     loop {
-        let record: PipelineRecord = records.borrow_and_update().clone();
+        // Transitions in the order they were committed; one fallen too far behind
+        // skips to the oldest still held.
+        let record = match next.take() {
+            Some(r) => r,
+            None => match transitions.try_recv() {
+                Ok(r) => r,
+                Err(TryRecvError::Lagged(_)) => continue,
+                Err(TryRecvError::Closed) => return,
+                Err(TryRecvError::Empty) => latest.clone(),
+            },
+        };
+        latest = record.clone();
         // `restarts` grows by one per crash restart and drops to 0 on a new start
         // or after a long healthy run: count the growth only.
         if record.restarts > restarts_seen {
@@ -85,7 +106,11 @@ async fn run(
 
         tokio::select! {
             changed = refreshes.changed() => if changed.is_err() { return },
-            changed = records.changed() => if changed.is_err() { return },
+            got = transitions.recv() => match got {
+                Ok(r) => next = Some(r),
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return,
+            },
             _ = closing.wait_past(u64::MAX) => return,
         }
     }
@@ -165,5 +190,77 @@ fn milestones(feed: &Feed, layout: &Layout, follower: &mut EventFollower, snap: 
             }
         }
         Err(e) => tracing::warn!("cannot follow the events of {}: {e}", run_dir.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lavender::status::PipelineState;
+
+    /// The transitions the feed streams, as `previous → state`.
+    fn states(feed: &Feed) -> Vec<String> {
+        feed.items()
+            .iter()
+            .filter(|i| i.kind == Kind::State)
+            .map(|i| {
+                let v: Value = serde_json::from_str(&i.data).unwrap();
+                format!(
+                    "{} → {}",
+                    v["previous"].as_str().unwrap_or("-"),
+                    v["state"].as_str().unwrap()
+                )
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn every_committed_transition_is_published_in_order_however_quick() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("data"), None);
+        let (cache, _publish) = StatusCache::never_started(lavender::time::now_utc());
+        let feed = Feed::new(64);
+        let (commits, transitions) = broadcast::channel(8);
+        // Committed before the task first runs: a watch would show the last alone.
+        let mut record = PipelineRecord::idle();
+        let first = record.clone();
+        for state in [
+            PipelineState::Running,
+            PipelineState::Crashed,
+            PipelineState::Running,
+        ] {
+            record.state = state;
+            commits.send(record.clone()).unwrap();
+        }
+        let follower = EventFollower::new(None, &layout.state_dir, &layout.data_root);
+        let task = tokio::spawn(run(
+            feed.clone(),
+            cache,
+            (first, transitions),
+            layout,
+            follower,
+            Arc::default(),
+        ));
+        let mut watch = feed.watch();
+        let want = [
+            "- → idle",
+            "idle → running",
+            "running → crashed",
+            "crashed → running",
+        ];
+        let wait = async {
+            loop {
+                let seen = feed.last_seq();
+                if states(&feed).len() >= want.len() {
+                    break;
+                }
+                watch.wait_past(seen).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), wait)
+            .await
+            .unwrap_or_else(|_| panic!("the feed streamed {:?}", states(&feed)));
+        assert_eq!(states(&feed), want);
+        task.abort();
     }
 }

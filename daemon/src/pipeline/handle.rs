@@ -9,7 +9,7 @@ use lavender::config::PipelineStep;
 use lavender::heartbeat::WorkerState;
 use lavender::status::PipelineState;
 use lavender_api::{StartRequest, StopReport};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::reload::Reload;
 use crate::process::WorkerHandle;
@@ -98,6 +98,7 @@ pub struct HungReport {
 pub struct PipelineHandle {
     pub(super) cmds: mpsc::Sender<Command>,
     pub(super) snapshot: watch::Receiver<PipelineRecord>,
+    pub(super) transitions: broadcast::Sender<PipelineRecord>,
 }
 
 impl PipelineHandle {
@@ -184,5 +185,12 @@ impl PipelineHandle {
 
     pub fn subscribe(&self) -> watch::Receiver<PipelineRecord> {
         self.snapshot.clone()
+    }
+
+    /// Every record committed from now on, in order, however quickly the next one
+    /// follows (a crash restart's `crashed` lasts as long as a process spawn);
+    /// [`PipelineHandle::subscribe`] shows only the latest.
+    pub fn subscribe_transitions(&self) -> broadcast::Receiver<PipelineRecord> {
+        self.transitions.subscribe()
     }
 }

@@ -65,8 +65,9 @@ async fn a_server_that_is_down_costs_one_log_line() {
     );
     let n = Notifier::start_with(&cfg, state.path(), fast());
 
+    let push = crash();
     let started = std::time::Instant::now();
-    n.send(crash());
+    n.send(push);
     assert!(
         started.elapsed() < Duration::from_millis(50),
         "send() waited"

@@ -124,11 +124,8 @@ fn torchrun_two_ranks_stop_resume_kill_one_rank_restart_finish() {
         .state
         .step;
     assert!(resumed_step >= newest.1);
-    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
-    assert!(
-        log.contains("ALERT step train crashed (exit code"),
-        "torchrun exited non-zero:\n{log}"
-    );
+    // torchrun exited non-zero.
+    env.log_with("ALERT step train crashed (exit code");
     say(format!(
         "torchrun: restarted as {restarted} with --resume {resume} (step {resumed_step})"
     ));

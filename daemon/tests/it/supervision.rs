@@ -74,9 +74,9 @@ fn crash_restarts_from_latest_with_backoff_then_fails_after_max_restarts() {
         st["steps"]["mine_hard"], "pending",
         "the pipeline stops at the failure"
     );
-    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    // Alerts are logged in the order they are raised: the last one there, all are.
+    let log = env.log_with("ALERT pipeline failed at step train");
     assert_eq!(log.matches("ALERT step train crashed").count(), 2, "{log}");
-    assert!(log.contains("ALERT pipeline failed at step train"), "{log}");
 }
 
 #[test]
@@ -360,11 +360,7 @@ fn a_hung_worker_is_killed_and_restarted_and_the_run_finishes() {
     );
     assert_eq!(recovery["checkpoint"], name);
     assert_eq!(st["pipeline"]["restarts"], 1);
-    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
-    assert!(
-        log.contains(&format!("ALERT step train: {message}")),
-        "{log}"
-    );
+    let log = env.log_with(&format!("ALERT step train: {message}"));
     assert!(
         log.contains("the hung worker is still there; SIGKILL"),
         "{log}"
@@ -411,11 +407,7 @@ fn a_frozen_data_step_is_killed_and_run_again() {
     assert_eq!(recovery["reason"], "hung", "{st:#}");
     let message = recovery["message"].as_str().unwrap();
     assert!(message.starts_with("downloads hung for "), "{message}");
-    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
-    assert!(
-        log.contains(&format!("ALERT step downloads: {message}")),
-        "{log}"
-    );
+    let log = env.log_with(&format!("ALERT step downloads: {message}"));
     assert!(
         log.contains("supervisor.data_step_stale_after_s allows 1.0 s"),
         "{log}"
@@ -514,10 +506,10 @@ fn failures_that_will_repeat_fail_at_once_naming_the_cause_and_the_fix() {
         assert_eq!(st["pipeline"]["failure"]["kind"], kind, "{st:#}");
         assert_eq!(st["pipeline"]["restarts"], 0);
         assert_eq!(env.train_calls().len(), 1, "{kind}: restarted");
-        let log = std::fs::read_to_string(env.daemon_log()).unwrap();
         let alert = format!(
             "ALERT pipeline failed at step train: {cause}: fake {kind} failure at step 2; to fix: "
         );
+        let log = env.log_with(&alert);
         assert_eq!(log.matches(&alert).count(), 1, "{kind}: {log}");
         assert!(!log.contains("ALERT step train crashed"), "{log}");
     }

@@ -27,7 +27,7 @@ mod tests;
 
 use anyhow::Result;
 use lavender::config::{Config, PipelineStep};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::handle::{Command, PipelineHandle, StartError, StartReply};
@@ -69,6 +69,9 @@ struct Fingerprinted {
     files: LocalFiles,
 }
 
+/// Committed records a subscriber may fall behind by before it skips to the latest.
+const TRANSITIONS: usize = 64;
+
 struct Actor {
     layout: Layout,
     config: Config,
@@ -76,6 +79,8 @@ struct Actor {
     source: ConfigSource,
     record: PipelineRecord,
     snapshot: watch::Sender<PipelineRecord>,
+    /// Every committed record, in order (the watch keeps only the latest).
+    transitions: broadcast::Sender<PipelineRecord>,
     exits_tx: mpsc::UnboundedSender<WorkerExit>,
     jobs_tx: mpsc::UnboundedSender<JobChange>,
     launches_tx: mpsc::UnboundedSender<LaunchDone>,
@@ -124,6 +129,7 @@ fn spawn_sourced(
 ) -> Result<PipelineHandle> {
     let record = PipelineRecord::load(&layout)?;
     let (snapshot, snapshot_rx) = watch::channel(record.clone());
+    let (transitions, _) = broadcast::channel(TRANSITIONS);
     let (cmds, cmds_rx) = mpsc::channel(32);
     let (exits_tx, exits_rx) = mpsc::unbounded_channel();
     let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
@@ -139,6 +145,7 @@ fn spawn_sourced(
         source,
         record,
         snapshot,
+        transitions: transitions.clone(),
         exits_tx,
         phase: Phase::Idle,
         generation: 0,
@@ -156,6 +163,7 @@ fn spawn_sourced(
     Ok(PipelineHandle {
         cmds,
         snapshot: snapshot_rx,
+        transitions,
     })
 }
 
@@ -221,6 +229,8 @@ impl Actor {
             tracing::error!("{e:#}");
         }
         self.snapshot.send_replace(self.record.clone());
+        // No subscriber yet (or none left) is no error.
+        let _ = self.transitions.send(self.record.clone());
     }
 
     fn alert(&self, alert: Alert) {
