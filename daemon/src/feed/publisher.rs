@@ -1,7 +1,8 @@
 //! The task that fills the feed: after every status-cache refresh (file events in
 //! the run directory, the periodic tick) and every pipeline transition (each
-//! committed record in order, not only the latest) it publishes what changed — the state, the heartbeat, new `events.jsonl` lines —
-//! and counts worker restarts for `/metrics`. The events come from the one
+//! committed record in order, not only the latest) it publishes what changed — the
+//! state, the heartbeat, new `events.jsonl` lines — and counts worker restarts for
+//! `/metrics`. The events come from the one
 //! follower of `events.jsonl` (`events::EventFollower`), which pushes the
 //! milestones in the same pass.
 
