@@ -111,11 +111,11 @@ impl Lavenderd {
         self.log.clone()
     }
 
-    /// The daemon's log once it holds `line` (within 10 s). Alerts reach the log
-    /// through their own task, after the record (and so the status) already moved.
-    pub fn log_with(&self, line: &str) -> String {
+    /// The daemon's log once it holds `line` (within `timeout`). Alerts reach the
+    /// log through their own task, after the record (and so the status) already moved.
+    pub fn log_with(&self, line: &str, timeout: Duration) -> String {
         let mut log = String::new();
-        wait_until(Duration::from_secs(10), line, || {
+        wait_until(timeout, line, || {
             log = std::fs::read_to_string(&self.log).unwrap_or_default();
             log.contains(line)
         });

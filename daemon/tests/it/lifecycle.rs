@@ -587,11 +587,7 @@ fn finished_steps_run_again_when_forced_or_when_their_inputs_changed() {
     let text = std::fs::read_to_string(&env.config).unwrap();
     std::fs::write(&env.config, format!("{text}seed: 7\n")).unwrap();
     send_signal(daemon as i32, 1);
-    wait_until(Duration::from_secs(10), "the config reloaded", || {
-        std::fs::read_to_string(env.daemon_log())
-            .unwrap_or_default()
-            .contains("config reloaded")
-    });
+    env.log_with("config reloaded", Duration::from_secs(10));
     let out = env.start(&[]);
     let said = stdout(&out);
     assert!(

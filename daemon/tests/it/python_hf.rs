@@ -197,9 +197,8 @@ fn a_python_worker_that_never_heartbeats_is_flagged_stale_after_the_grace() {
     );
     assert!(!env.run_dir().join("heartbeat.json").exists());
     assert_eq!(env.status()["pipeline"]["running"], true);
-    wait_until(Duration::from_secs(10), "the stale alert", || {
-        std::fs::read_to_string(env.daemon_log())
-            .unwrap()
-            .contains("ALERT step train: no heartbeat yet after the start-up grace")
-    });
+    env.log_with(
+        "ALERT step train: no heartbeat yet after the start-up grace",
+        Duration::from_secs(10),
+    );
 }

@@ -125,7 +125,10 @@ fn torchrun_two_ranks_stop_resume_kill_one_rank_restart_finish() {
         .step;
     assert!(resumed_step >= newest.1);
     // torchrun exited non-zero.
-    env.log_with("ALERT step train crashed (exit code");
+    env.log_with(
+        "ALERT step train crashed (exit code",
+        Duration::from_secs(10),
+    );
     say(format!(
         "torchrun: restarted as {restarted} with --resume {resume} (step {resumed_step})"
     ));

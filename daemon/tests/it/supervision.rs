@@ -75,7 +75,10 @@ fn crash_restarts_from_latest_with_backoff_then_fails_after_max_restarts() {
         "the pipeline stops at the failure"
     );
     // Alerts are logged in the order they are raised: the last one there, all are.
-    let log = env.log_with("ALERT pipeline failed at step train");
+    let log = env.log_with(
+        "ALERT pipeline failed at step train",
+        Duration::from_secs(10),
+    );
     assert_eq!(log.matches("ALERT step train crashed").count(), 2, "{log}");
 }
 
@@ -300,11 +303,10 @@ fn with_on_stall_alert_a_hung_worker_is_flagged_and_left_alone() {
     wait_until(Duration::from_secs(8), "a stale heartbeat", || {
         env.status()["training"]["heartbeat_stale"] == true
     });
-    wait_until(Duration::from_secs(5), "the stale alert", || {
-        std::fs::read_to_string(env.daemon_log())
-            .unwrap()
-            .contains("ALERT step train: heartbeat is stale")
-    });
+    env.log_with(
+        "ALERT step train: heartbeat is stale",
+        Duration::from_secs(5),
+    );
     // The watchdog alerts instead of reporting the hang: the worker is left alone.
     let st = env.status();
     assert_eq!(st["pipeline"]["running"], true);
@@ -360,7 +362,10 @@ fn a_hung_worker_is_killed_and_restarted_and_the_run_finishes() {
     );
     assert_eq!(recovery["checkpoint"], name);
     assert_eq!(st["pipeline"]["restarts"], 1);
-    let log = env.log_with(&format!("ALERT step train: {message}"));
+    let log = env.log_with(
+        &format!("ALERT step train: {message}"),
+        Duration::from_secs(10),
+    );
     assert!(
         log.contains("the hung worker is still there; SIGKILL"),
         "{log}"
@@ -407,7 +412,10 @@ fn a_frozen_data_step_is_killed_and_run_again() {
     assert_eq!(recovery["reason"], "hung", "{st:#}");
     let message = recovery["message"].as_str().unwrap();
     assert!(message.starts_with("downloads hung for "), "{message}");
-    let log = env.log_with(&format!("ALERT step downloads: {message}"));
+    let log = env.log_with(
+        &format!("ALERT step downloads: {message}"),
+        Duration::from_secs(10),
+    );
     assert!(
         log.contains("supervisor.data_step_stale_after_s allows 1.0 s"),
         "{log}"
@@ -509,7 +517,7 @@ fn failures_that_will_repeat_fail_at_once_naming_the_cause_and_the_fix() {
         let alert = format!(
             "ALERT pipeline failed at step train: {cause}: fake {kind} failure at step 2; to fix: "
         );
-        let log = env.log_with(&alert);
+        let log = env.log_with(&alert, Duration::from_secs(10));
         assert_eq!(log.matches(&alert).count(), 1, "{kind}: {log}");
         assert!(!log.contains("ALERT step train crashed"), "{log}");
     }
@@ -678,11 +686,10 @@ fn an_operators_stop_stays_stopped_across_a_daemon_restart() {
     assert_eq!(env.pipeline_json()["stop_cause"], "operator");
     env.terminate_daemons();
     env.serve();
-    wait_until(Duration::from_secs(5), "the daemon to say so", || {
-        std::fs::read_to_string(env.daemon_log())
-            .unwrap()
-            .contains("the pipeline was stopped by the operator; it stays stopped")
-    });
+    env.log_with(
+        "the pipeline was stopped by the operator; it stays stopped",
+        Duration::from_secs(5),
+    );
     assert_eq!(env.status()["pipeline"]["state"], "stopped");
     assert_eq!(env.train_calls().len(), 1);
 }
@@ -709,11 +716,10 @@ fn with_resume_on_start_off_an_interrupted_run_stays_stopped_and_the_log_says_so
     env.wait_step(5, Duration::from_secs(10));
     env.terminate_daemons();
     env.serve();
-    wait_until(Duration::from_secs(5), "the daemon to say so", || {
-        std::fs::read_to_string(env.daemon_log()).unwrap().contains(
-            "resume on start is off (supervisor.resume_on_start), so it stays stopped: `lavenderd start --resume latest` continues it",
-        )
-    });
+    env.log_with(
+        "resume on start is off (supervisor.resume_on_start), so it stays stopped: `lavenderd start --resume latest` continues it",
+        Duration::from_secs(5),
+    );
     assert_eq!(env.status()["pipeline"]["state"], "stopped");
     assert_eq!(env.train_calls().len(), 1);
     env.terminate_daemons();
