@@ -347,6 +347,13 @@ mod tests {
         )
         .unwrap();
         let sleeper: u32 = line.trim().parse().unwrap();
+        // `$!` names the shell's fork before it has exec'd `setsid`, then `sleep`;
+        // the escape this test is about is a running `sleep`.
+        let started = std::time::Instant::now();
+        while comm(sleeper) != "sleep" {
+            assert!(started.elapsed() < Duration::from_secs(10), "no sleep");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let leader_id = crate::process::identity::of(leader.id()).unwrap();
         let found: Vec<u32> = members(&token, &leader_id)
             .iter()
