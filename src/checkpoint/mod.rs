@@ -1,7 +1,8 @@
 //! Checkpoints: `<run>/<stage>-<HH-MM-SS>-<NNNN>/` directories, complete once their
-//! `trainer_state.json` exists and parses. Naming, listing, retention, run pruning.
+//! `trainer_state.json` exists and parses; `contents` is what each should hold. Naming, listing, retention, run pruning.
 
 mod builder;
+pub mod contents;
 mod listing;
 mod name;
 mod prune;

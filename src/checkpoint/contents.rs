@@ -1,0 +1,474 @@
+//! A checkpoint's content manifest: `manifest.json`, every file of the checkpoint
+//! with its size and a content hash, written and fsynced before `trainer_state.json`
+//! (which stays the commit marker). The manifest names its hash algorithm, so a
+//! writer that has only SHA-256 (Python's standard library) and one that hashes with
+//! BLAKE3 (`lavender-worker`) are read by the same verifier.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::atomic;
+use crate::error::{Error, IoContext, Result};
+
+/// The content manifest's file name inside a checkpoint directory.
+pub const FILE: &str = "manifest.json";
+
+/// What `format` says in every content manifest.
+pub const FORMAT: &str = "lavender.checkpoint-manifest";
+
+/// The manifest format's version this code writes and reads.
+pub const VERSION: u32 = 1;
+
+/// The hash a manifest's entries were made with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HashAlgorithm {
+    Blake3,
+    Sha256,
+}
+
+impl HashAlgorithm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HashAlgorithm::Blake3 => "blake3",
+            HashAlgorithm::Sha256 => "sha256",
+        }
+    }
+
+    pub fn hasher(self) -> ContentHasher {
+        match self {
+            HashAlgorithm::Blake3 => ContentHasher::Blake3(Box::default()),
+            HashAlgorithm::Sha256 => ContentHasher::Sha256(Default::default()),
+        }
+    }
+}
+
+impl std::fmt::Display for HashAlgorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An incremental hash of one file's bytes, fed as they are written (a writer needs
+/// no second read) or as they are read back (the verifier).
+pub enum ContentHasher {
+    Blake3(Box<blake3::Hasher>),
+    Sha256(sha2::Sha256),
+}
+
+impl ContentHasher {
+    pub fn update(&mut self, bytes: &[u8]) {
+        match self {
+            ContentHasher::Blake3(h) => {
+                h.update(bytes);
+            }
+            ContentHasher::Sha256(h) => sha2::Digest::update(h, bytes),
+        }
+    }
+
+    /// The digest as lowercase hex.
+    pub fn finish_hex(self) -> String {
+        match self {
+            ContentHasher::Blake3(h) => h.finalize().to_hex().to_string(),
+            ContentHasher::Sha256(h) => hex(&sha2::Digest::finalize(h)),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// One file of a checkpoint: its path relative to the checkpoint directory (with `/`
+/// separators), its size in bytes and its hash as lowercase hex.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    pub path: String,
+    pub size: u64,
+    pub hash: String,
+}
+
+/// `manifest.json`: every file of the checkpoint but the manifest itself and
+/// `trainer_state.json` (written after it, the commit marker).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContentManifest {
+    pub format: String,
+    pub version: u32,
+    pub algorithm: HashAlgorithm,
+    pub files: Vec<FileEntry>,
+}
+
+impl ContentManifest {
+    pub fn new(algorithm: HashAlgorithm, mut files: Vec<FileEntry>) -> ContentManifest {
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        ContentManifest {
+            format: FORMAT.to_string(),
+            version: VERSION,
+            algorithm,
+            files,
+        }
+    }
+
+    /// The entry for `path` (relative, `/`-separated), if the manifest lists it.
+    pub fn entry(&self, path: &str) -> Option<&FileEntry> {
+        self.files.iter().find(|f| f.path == path)
+    }
+}
+
+/// Write `manifest` into the checkpoint directory `dir`, atomically and fsynced.
+pub fn write(dir: &Path, manifest: &ContentManifest) -> Result<()> {
+    atomic::write_json(&dir.join(FILE), manifest)
+}
+
+/// The manifest of the checkpoint at `dir`: `None` when it has none (a checkpoint
+/// written before manifests, or by a writer without one); an error when the file is
+/// there but unreadable or not a manifest this code understands.
+pub fn read(dir: &Path) -> Result<Option<ContentManifest>> {
+    let path = dir.join(FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("read", &path, e)),
+    };
+    let manifest: ContentManifest = serde_json::from_str(&text).map_err(|e| Error::Malformed {
+        path: path.clone(),
+        reason: format!("not a checkpoint content manifest: {e}"),
+    })?;
+    if manifest.format != FORMAT || manifest.version != VERSION {
+        return Err(Error::Malformed {
+            path,
+            reason: format!(
+                "format {:?} version {}; this lavender reads {FORMAT:?} version {VERSION}",
+                manifest.format, manifest.version
+            ),
+        });
+    }
+    Ok(Some(manifest))
+}
+
+/// Hash a file on disk: its size and digest, read in 1 MiB blocks.
+pub fn hash_file(path: &Path, algorithm: HashAlgorithm) -> Result<(u64, String)> {
+    let mut file = File::open(path).ctx("open", path)?;
+    let mut hasher = algorithm.hasher();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("read", path, e)),
+        };
+        hasher.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok((size, hasher.finish_hex()))
+}
+
+/// What is wrong with one file of a checkpoint, against its manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "problem", rename_all = "snake_case")]
+pub enum Damage {
+    /// The manifest lists the file; the directory does not hold it.
+    Missing { path: String },
+    /// The file's size differs from the manifest's.
+    Size {
+        path: String,
+        expected: u64,
+        found: u64,
+    },
+    /// Same size, other bytes.
+    Hash {
+        path: String,
+        expected: String,
+        found: String,
+    },
+    /// The manifest is there but cannot be read or parsed.
+    Manifest { reason: String },
+    /// The file could not be read (a permission or I/O error).
+    Unreadable { path: String, reason: String },
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Damage::Missing { path } => write!(f, "{path}: missing"),
+            Damage::Size {
+                path,
+                expected,
+                found,
+            } => write!(f, "{path}: {found} bytes, the manifest says {expected}"),
+            Damage::Hash {
+                path,
+                expected,
+                found,
+            } => write!(
+                f,
+                "{path}: content hash {}…, the manifest says {}…",
+                &found[..found.len().min(12)],
+                &expected[..expected.len().min(12)]
+            ),
+            Damage::Manifest { reason } => write!(f, "{FILE}: {reason}"),
+            Damage::Unreadable { path, reason } => write!(f, "{path}: unreadable: {reason}"),
+        }
+    }
+}
+
+/// The outcome of checking a checkpoint against its manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every file checked matches the manifest.
+    Verified { files: usize, bytes: u64 },
+    /// At least one file does not.
+    Damaged { damage: Vec<Damage> },
+    /// No manifest: nothing to check against.
+    Unverified,
+}
+
+impl Verdict {
+    pub fn is_damaged(&self) -> bool {
+        matches!(self, Verdict::Damaged { .. })
+    }
+}
+
+/// How much of a checkpoint to check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// Sizes and every file's hash (re-reads every byte).
+    Full,
+    /// Sizes only: a `stat` per file (a torn or truncated file, a missing one).
+    Sizes,
+}
+
+/// Check the checkpoint at `dir` against its manifest by re-reading the files (the
+/// writer is not trusted). `only`, when given, limits the check to those relative
+/// paths (the files a worker will load); the rest of the manifest is not read.
+pub fn verify(dir: &Path, depth: Depth, only: Option<&[&str]>) -> Verdict {
+    let manifest = match read(dir) {
+        Ok(Some(m)) => m,
+        Ok(None) => return Verdict::Unverified,
+        Err(e) => {
+            return Verdict::Damaged {
+                damage: vec![Damage::Manifest {
+                    reason: e.to_string(),
+                }],
+            };
+        }
+    };
+    let mut damage = Vec::new();
+    let mut files = 0;
+    let mut bytes = 0;
+    for entry in &manifest.files {
+        if only.is_some_and(|only| !only.contains(&entry.path.as_str())) {
+            continue;
+        }
+        files += 1;
+        bytes += entry.size;
+        if let Some(d) = check_file(dir, &manifest, entry, depth) {
+            damage.push(d);
+        }
+    }
+    if damage.is_empty() {
+        Verdict::Verified { files, bytes }
+    } else {
+        Verdict::Damaged { damage }
+    }
+}
+
+fn check_file(
+    dir: &Path,
+    manifest: &ContentManifest,
+    entry: &FileEntry,
+    depth: Depth,
+) -> Option<Damage> {
+    let path: PathBuf = dir.join(&entry.path);
+    let found = match std::fs::metadata(&path) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Some(Damage::Missing {
+                path: entry.path.clone(),
+            });
+        }
+        Err(e) => {
+            return Some(Damage::Unreadable {
+                path: entry.path.clone(),
+                reason: e.to_string(),
+            });
+        }
+    };
+    if found != entry.size {
+        return Some(Damage::Size {
+            path: entry.path.clone(),
+            expected: entry.size,
+            found,
+        });
+    }
+    if depth == Depth::Sizes {
+        return None;
+    }
+    match hash_file(&path, manifest.algorithm) {
+        Ok((_, hash)) if hash == entry.hash => None,
+        Ok((_, hash)) => Some(Damage::Hash {
+            path: entry.path.clone(),
+            expected: entry.hash.clone(),
+            found: hash,
+        }),
+        Err(e) => Some(Damage::Unreadable {
+            path: entry.path.clone(),
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// Build a manifest by hashing the files now in `dir` (every regular file under it,
+/// but the manifest and `trainer_state.json`). For writers that cannot hash as they
+/// write; `lavender-worker` hashes the bytes it writes instead.
+pub fn build_from_disk(dir: &Path, algorithm: HashAlgorithm) -> Result<ContentManifest> {
+    let mut files = Vec::new();
+    collect(dir, dir, algorithm, &mut files)?;
+    Ok(ContentManifest::new(algorithm, files))
+}
+
+fn collect(
+    root: &Path,
+    dir: &Path,
+    algorithm: HashAlgorithm,
+    out: &mut Vec<FileEntry>,
+) -> Result<()> {
+    for entry in std::fs::read_dir(dir).ctx("list", dir)? {
+        let entry = entry.ctx("list", dir)?;
+        let path = entry.path();
+        let kind = entry.file_type().ctx("stat", &path)?;
+        if kind.is_dir() {
+            collect(root, &path, algorithm, out)?;
+            continue;
+        }
+        if !kind.is_file() {
+            continue;
+        }
+        let rel = path
+            .strip_prefix(root)
+            .unwrap_or(&path)
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/");
+        if rel == FILE || rel == crate::trainer_state::FILE {
+            continue;
+        }
+        let (size, hash) = hash_file(&path, algorithm)?;
+        out.push(FileEntry {
+            path: rel,
+            size,
+            hash,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checkpoint(algorithm: HashAlgorithm) -> (tempfile::TempDir, ContentManifest) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("model.safetensors"), vec![7u8; 4096]).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/extra.bin"), b"abc").unwrap();
+        std::fs::write(dir.path().join("trainer_state.json"), b"{}").unwrap();
+        let m = build_from_disk(dir.path(), algorithm).unwrap();
+        write(dir.path(), &m).unwrap();
+        (dir, m)
+    }
+
+    #[test]
+    fn known_digests() {
+        let mut h = HashAlgorithm::Sha256.hasher();
+        h.update(b"abc");
+        assert_eq!(
+            h.finish_hex(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let mut h = HashAlgorithm::Blake3.hasher();
+        h.update(b"abc");
+        assert_eq!(
+            h.finish_hex(),
+            "6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85"
+        );
+    }
+
+    #[test]
+    fn an_intact_checkpoint_verifies_with_either_algorithm() {
+        for alg in [HashAlgorithm::Blake3, HashAlgorithm::Sha256] {
+            let (dir, m) = checkpoint(alg);
+            let paths: Vec<&str> = m.files.iter().map(|f| f.path.as_str()).collect();
+            assert_eq!(paths, ["model.safetensors", "sub/extra.bin"]);
+            assert_eq!(
+                verify(dir.path(), Depth::Full, None),
+                Verdict::Verified {
+                    files: 2,
+                    bytes: 4099
+                }
+            );
+            assert_eq!(read(dir.path()).unwrap().unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn truncation_a_flipped_byte_and_a_missing_file_are_each_named() {
+        let (dir, _) = checkpoint(HashAlgorithm::Blake3);
+        let model = dir.path().join("model.safetensors");
+        let mut bytes = std::fs::read(&model).unwrap();
+        bytes[100] ^= 1;
+        std::fs::write(&model, &bytes).unwrap();
+        let Verdict::Damaged { damage } = verify(dir.path(), Depth::Full, None) else {
+            panic!("a flipped byte verified");
+        };
+        assert!(matches!(&damage[..], [Damage::Hash { path, .. }] if path == "model.safetensors"));
+        // Sizes alone cannot see a flipped byte.
+        assert!(!verify(dir.path(), Depth::Sizes, None).is_damaged());
+
+        std::fs::write(&model, &bytes[..2048]).unwrap();
+        let Verdict::Damaged { damage } = verify(dir.path(), Depth::Sizes, None) else {
+            panic!("a truncated file verified");
+        };
+        assert_eq!(
+            damage,
+            [Damage::Size {
+                path: "model.safetensors".into(),
+                expected: 4096,
+                found: 2048
+            }]
+        );
+
+        std::fs::remove_file(dir.path().join("sub/extra.bin")).unwrap();
+        // Limited to the files a worker loads, the missing extra is not looked at.
+        let only = ["model.safetensors"];
+        let Verdict::Damaged { damage } = verify(dir.path(), Depth::Full, Some(&only)) else {
+            panic!("damaged weights verified");
+        };
+        assert_eq!(damage.len(), 1);
+        let Verdict::Damaged { damage } = verify(dir.path(), Depth::Full, None) else {
+            panic!();
+        };
+        assert!(damage.contains(&Damage::Missing {
+            path: "sub/extra.bin".into()
+        }));
+    }
+
+    #[test]
+    fn no_manifest_is_unverified_and_a_broken_one_is_damage() {
+        let (dir, _) = checkpoint(HashAlgorithm::Sha256);
+        std::fs::write(dir.path().join(FILE), b"{\"format\": 3").unwrap();
+        assert!(matches!(
+            &verify(dir.path(), Depth::Full, None),
+            Verdict::Damaged { damage } if matches!(damage[..], [Damage::Manifest { .. }])
+        ));
+        std::fs::remove_file(dir.path().join(FILE)).unwrap();
+        assert_eq!(verify(dir.path(), Depth::Full, None), Verdict::Unverified);
+    }
+}
