@@ -84,13 +84,28 @@ mod tests {
         );
     }
 
+    /// A child that ran and exited is not alive: first as a zombie (exited, not yet
+    /// reaped: kill(pid, 0) still succeeds), then reaped.
     #[test]
     fn exited_process_is_not_alive() {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let id = of(child.id());
-        child.wait().unwrap();
-        if let Some(id) = id {
-            assert!(!id.is_alive());
+        let mut child = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap();
+        let id = of(child.id()).expect("the identity of a running child");
+        assert!(id.is_alive(), "a running child is alive");
+        child.kill().unwrap();
+        #[cfg(target_os = "linux")]
+        {
+            use nix::sys::wait::{Id, WaitPidFlag, waitid};
+            // Waits for the exit but leaves the child a zombie (WNOWAIT).
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT).unwrap();
+            assert!(exists(child.id()), "the zombie is still there");
+            assert!(!id.is_alive(), "a zombie is not alive");
+            assert!(of(child.id()).is_none(), "a zombie has no identity");
         }
+        child.wait().unwrap();
+        assert!(!id.is_alive(), "a reaped child is not alive");
     }
 }

@@ -284,8 +284,10 @@ fn installing_for_another_os_is_refused_with_a_pointer_to_print() {
 }
 
 /// The example units in the repository are what the renderer writes for the
-/// default paths; `LAVENDER_UPDATE_UNITS=1 cargo test -p lavenderd --test
-/// service_units` rewrites them after a change to the renderer.
+/// default paths; `LAVENDER_UPDATE_UNITS=1 cargo test -p lavenderd --test it --
+/// service_units` rewrites them after a change to the renderer. Each file is compared
+/// before it is rewritten, and a run that rewrote one fails, so the variable never
+/// turns a stale unit into a pass.
 #[test]
 fn checked_in_units_are_what_install_writes_for_the_default_paths() {
     let path = |first: &str| {
@@ -334,6 +336,7 @@ fn checked_in_units_are_what_install_writes_for_the_default_paths() {
         ..user.clone()
     };
     let update = std::env::var_os("LAVENDER_UPDATE_UNITS").is_some();
+    let mut stale = Vec::new();
     for (file, spec) in [
         ("systemd/lavenderd.service", &base),
         ("systemd/lavenderd-user.service", &user),
@@ -341,15 +344,24 @@ fn checked_in_units_are_what_install_writes_for_the_default_paths() {
     ] {
         let path = Path::new(REPO).join(file);
         let want = render(spec);
-        if update {
-            std::fs::write(&path, &want).unwrap();
-        }
         let have = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            have == want,
-            "{file} is not what the renderer writes; run LAVENDER_UPDATE_UNITS=1 cargo test -p lavenderd --test service_units\n--- renderer ---\n{want}"
-        );
+        if have != want {
+            if update {
+                std::fs::write(&path, &want).unwrap();
+            }
+            stale.push(format!("{file}\n--- renderer ---\n{want}"));
+        }
     }
+    let fix = if update {
+        "rewritten now (LAVENDER_UPDATE_UNITS is set); review the diff and run again without it"
+    } else {
+        "run LAVENDER_UPDATE_UNITS=1 cargo test -p lavenderd --test it -- service_units"
+    };
+    assert!(
+        stale.is_empty(),
+        "not what the renderer writes ({fix}):\n{}",
+        stale.join("\n")
+    );
 }
 
 /// Stand-ins for systemctl and loginctl: they append their arguments to a file and

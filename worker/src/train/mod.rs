@@ -53,10 +53,11 @@ pub struct TrainArgs {
     /// Stop once this global step is done, exactly as on SIGTERM (save, exit 0).
     #[arg(long, value_name = "STEP", hide = true)]
     pub stop_at_step: Option<u64>,
-    /// Test hook: the N-th save of this process writes its files but never commits
-    /// them, so a save stays in flight while training goes on. The process then
-    /// never exits on its own (its next save or its end waits for that one): the
-    /// test kills it.
+    /// Test hook: the N-th save of this process writes its files and holds its commit
+    /// until a file `.tmp-release-held-save` appears in the run directory, so a save
+    /// stays in flight while training goes on. Until then the process does not exit
+    /// on its own (its next save or its end waits for that one): the test releases
+    /// the save or kills the process.
     #[cfg(feature = "test-hooks")]
     #[arg(long, value_name = "N", hide = true)]
     pub hold_save: Option<u32>,

@@ -3,7 +3,7 @@
 use std::fs;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lavender_testkit::training::*;
 use lavender_testkit::{events, read_json};
@@ -358,35 +358,98 @@ fn the_heartbeat_says_each_phase_that_holds_training() {
         }
     }
 
-    // A save waiting for the previous one (held in flight) says `saving`.
+    // A save waiting for the previous one (held in flight) says `saving`, and
+    // training stands still until that one is durable.
     let held = root.path().join("checkpoints/run-2026-01-01_00-00-09");
-    let mut child = cpu_train(root.path())
+    let child = cpu_train(root.path())
         .arg("--run-dir")
         .arg(&held)
-        .args(small_run_args(100_000, 1, 1, 2))
+        .args(small_run_args(8, 1, 1, 2))
         .args(["--hold-save", "1"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let watched = std::thread::spawn({
+        let held = held.clone();
+        move || watch_states_timed(&held, child)
+    });
     let saving_at_4 = || {
         fs::read(held.join("heartbeat.json"))
             .ok()
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .filter(|hb| hb["state"] == "saving" && hb["step"] == 4)
+            .is_some_and(|hb| hb["state"] == "saving" && hb["step"] == 4)
     };
-    lavender_testkit::wait_until(Duration::from_secs(60), "saving at step 4", || {
-        saving_at_4().is_some()
+    lavender_testkit::wait_until(Duration::from_secs(60), "saving at step 4", saving_at_4);
+    let saw_saving = Instant::now();
+    // The first save (step 2) is in flight: its files are staged, nothing committed.
+    lavender_testkit::wait_until(Duration::from_secs(60), "the held save's files", || {
+        fs::read_dir(&held).unwrap().flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with(".tmp-")
+                && e.path().join("model.safetensors").is_file()
+        })
     });
-    let first = saving_at_4().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        saving_at_4(),
-        Some(first),
-        "training went on during the save"
+    assert!(
+        checkpoints(&held).is_empty(),
+        "the held save is not committed"
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
+    assert!(
+        saving_at_4(),
+        "still saving at step 4 while the first save is held"
+    );
+    fs::write(held.join(".tmp-release-held-save"), "").unwrap();
+    let released = Instant::now();
+    let (seen, status) = watched.join().unwrap();
+    assert!(status.success(), "{seen:?}");
+    // Nothing after step 4 happened before the held save was released ...
+    let early: Vec<&(String, u64, Instant)> = seen
+        .iter()
+        .filter(|(_, step, at)| *step > 4 && *at < released)
+        .collect();
+    assert!(
+        early.is_empty(),
+        "training went on during the save: {early:?}"
+    );
+    // ... and the worker's own account: the save at step 4 reported after the held one,
+    // having waited for it at least as long as the test held it after seeing `saving`.
+    let saved: Vec<(u64, f64)> = events(&held)
+        .iter()
+        .filter(|e| e["kind"] == "checkpoint_saved")
+        .map(|e| (e["step"].as_u64().unwrap(), e["wait_s"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(saved[..2].iter().map(|s| s.0).collect::<Vec<_>>(), [2, 4]);
+    let held_for = (released - saw_saving).as_secs_f64();
+    assert!(
+        saved[1].1 >= held_for,
+        "the save at step 4 waited {} s for the held one, held {held_for} s after it said saving",
+        saved[1].1
+    );
+}
+
+/// Polls the heartbeat until the child exits: each state it said with when it was
+/// first seen, and the exit status.
+fn watch_states_timed(
+    run_dir: &Path,
+    mut child: std::process::Child,
+) -> (Vec<(String, u64, Instant)>, std::process::ExitStatus) {
+    let mut seen: Vec<(String, u64, Instant)> = Vec::new();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (seen, status);
+        }
+        if let Ok(bytes) = fs::read(run_dir.join("heartbeat.json"))
+            && let Ok(hb) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        {
+            let now = (
+                hb["state"].as_str().unwrap_or("").to_string(),
+                hb["step"].as_u64().unwrap_or(0),
+            );
+            if seen.last().map(|(s, n, _)| (s, *n)) != Some((&now.0, now.1)) {
+                seen.push((now.0, now.1, Instant::now()));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// A GPU the machine does not have is refused, saying what to do, whether the

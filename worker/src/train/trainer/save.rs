@@ -27,6 +27,11 @@ use crate::train::ema::EMA_FILE;
 use crate::train::precision::LOSS_SCALER_KEY;
 use crate::train::settings::StageKind;
 
+/// The file whose appearance in the run directory releases a save held by
+/// `--hold-save` (a `.tmp-` name: no listing counts it as a checkpoint).
+#[cfg(feature = "test-hooks")]
+const HOLD_RELEASE_FILE: &str = ".tmp-release-held-save";
+
 const RNG_SCHEME: &str = "stateless: data order from (seed, stage, epoch), dropout reseeded from (seed, step, micro-batch)";
 
 impl Trainer {
@@ -103,10 +108,11 @@ impl Trainer {
                 })?;
                 #[cfg(feature = "test-hooks")]
                 if hold {
-                    // Test hook (`--hold-save`): the files are written, the commit never
-                    // comes; the process must be killed.
-                    loop {
-                        std::thread::park();
+                    // Test hook (`--hold-save`): the files are written; the commit waits
+                    // for the test's release file (or the process is killed).
+                    let release = run_dir.join(HOLD_RELEASE_FILE);
+                    while !release.exists() {
+                        std::thread::sleep(Duration::from_millis(5));
                     }
                 }
                 let write = started.elapsed();
