@@ -10,6 +10,7 @@ mod bins;
 mod corpus;
 mod daemon;
 pub mod data_steps;
+pub mod doc_blocks;
 pub mod fabricated_run;
 mod fake_env;
 pub mod http;

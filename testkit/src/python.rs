@@ -63,6 +63,28 @@ impl Env {
         Env { dir, daemon }
     }
 
+    /// A daemon running the repository's example config `config` (relative to the
+    /// repository) as written: what a test needs besides (a port of its own, a quick
+    /// poll, restarts, this checkout's library) comes through environment variables a
+    /// user could set too, never by rewriting the config.
+    pub fn example(config: &str, worker_name: &str) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let mut daemon = Lavenderd::in_dir(dir.path(), "", worker_name);
+        daemon.config = repo().join(config);
+        daemon.backoff_ms = "200".into();
+        let pythonpath = repo().join("python/src").display().to_string();
+        daemon.env = [
+            ("LAVENDER__SUPERVISOR__LISTEN", "127.0.0.1:0"),
+            ("LAVENDER__SUPERVISOR__POLL_INTERVAL_MS", "50"),
+            ("LAVENDER__SUPERVISOR__MAX_RESTARTS", "2"),
+            ("PYTHONPATH", pythonpath.as_str()),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        Env { dir, daemon }
+    }
+
     /// The worker's log (stdout/stderr of every spawn), for failure messages.
     pub fn worker_log(&self) -> String {
         let mut text = String::new();

@@ -1,5 +1,6 @@
-//! A real `transformers.Trainer` script (examples/hf-trainer) with
-//! `lavender_protocol.hf.LavenderCallback` under the real `lavenderd`: start →
+//! A real `transformers.Trainer` script with `lavender_protocol.hf.LavenderCallback`
+//! under the real `lavenderd`, its config examples/hf-trainer/lavender.yaml as the
+//! docs show it (only the port, the poll and the restarts through the environment): start →
 //! running with steps → stop saves and names the checkpoint → `start --resume latest`
 //! continues from it → SIGKILL the worker → restart from the run's newest checkpoint →
 //! finished; every status schema-valid (the harness checks each read); the daemon's
@@ -10,34 +11,14 @@ use std::time::Duration;
 use lavender_testkit::python::*;
 use lavender_testkit::*;
 
-const MAX_STEPS: u64 = 150;
+/// examples/hf-trainer/lavender.yaml as written: 300 steps, a save every 50, keep 2.
+const MAX_STEPS: u64 = 300;
 const KEEP: usize = 2;
 const SLOW: Duration = Duration::from_secs(300);
 
 fn hf_env() -> Env {
     require_modules(&["torch", "transformers", "accelerate"]);
-    let command: Vec<String> = [
-        venv_tool("python"),
-        example("hf-trainer/train.py"),
-        "--max-steps".into(),
-        MAX_STEPS.to_string(),
-        "--save-steps".into(),
-        "10".into(),
-        "--eval-steps".into(),
-        "10".into(),
-        "--batch-size".into(),
-        "4".into(),
-        "--seq-len".into(),
-        "32".into(),
-    ]
-    .to_vec();
-    let mut env = Env::python(
-        &command,
-        "  max_restarts: 2",
-        &format!("training:\n  keep_checkpoints: {KEEP}"),
-    );
-    env.worker_name = "train.py".into();
-    env
+    Env::example("examples/hf-trainer/lavender.yaml", "train.py")
 }
 
 #[test]
