@@ -1,5 +1,6 @@
 //! A hand-written DDP loop (examples/torchrun) on two ranks under real `torchrun`
-//! (gloo on CPU) under the real `lavenderd`: start → running with steps → stop: every
+//! (gloo on CPU) under the real `lavenderd`, the first test with its config
+//! examples/torchrun/lavender.yaml as the docs show it: start → running with steps → stop: every
 //! rank stops after the same step and rank 0 saves once → `start --resume latest`
 //! continues from it → SIGKILL one rank → torchrun exits non-zero → the daemon
 //! restarts from the run's newest checkpoint → finished. Every status schema-valid.
@@ -9,7 +10,8 @@ use std::time::Duration;
 use lavender_testkit::python::*;
 use lavender_testkit::*;
 
-const MAX_STEPS: u64 = 120;
+/// examples/torchrun/lavender.yaml as written: 300 steps, a save every 50, keep 2.
+const MAX_STEPS: u64 = 300;
 const KEEP: usize = 2;
 const SLOW: Duration = Duration::from_secs(300);
 
@@ -50,7 +52,8 @@ fn torchrun_env(max_steps: u64, extra: &[&str]) -> Env {
 
 #[test]
 fn torchrun_two_ranks_stop_resume_kill_one_rank_restart_finish() {
-    let mut env = torchrun_env(MAX_STEPS, &[]);
+    require_modules(&["torch"]);
+    let mut env = Env::example("examples/torchrun/lavender.yaml", "train.py");
     env.serve();
 
     // 1. start → running with steps, two ranks under the torchrun agent.
