@@ -8,6 +8,7 @@ mod listing;
 mod name;
 mod prune;
 mod retention;
+pub mod verdicts;
 
 pub use builder::CheckpointBuilder;
 pub use listing::{

@@ -142,10 +142,7 @@ fn resumes_from(d: &Lavenderd, from: &Path, damaged: &[&Path], what: &str) {
         assert!(run.join("damaged").join(&n).is_dir(), "{n} not set aside");
         assert!(!dmg.exists(), "{n} is still where it was");
         assert_eq!(event["checkpoint"], n.as_str(), "{event}");
-        assert!(
-            event["reason"].as_str().unwrap().contains(what),
-            "{event}"
-        );
+        assert!(event["reason"].as_str().unwrap().contains(what), "{event}");
         assert!(
             daemon_log.contains(&format!("ALERT step train: checkpoint {n} is damaged")),
             "{daemon_log}"
@@ -233,7 +230,10 @@ fn an_unverified_checkpoint_the_worker_cannot_load_is_set_aside_too() {
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0]["failure"]["kind"], "damaged_checkpoint");
     let log = std::fs::read_to_string(d.daemon_log()).unwrap();
-    assert!(!log.contains("the training data is missing or corrupt"), "{log}");
+    assert!(
+        !log.contains("the training data is missing or corrupt"),
+        "{log}"
+    );
 }
 
 #[test]
