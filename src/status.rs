@@ -223,6 +223,12 @@ pub struct TrainingStatus {
     pub running: bool,
     pub checkpoints: u64,
     pub latest_checkpoint: Option<String>,
+    /// Added keys: the newest checkpoint the daemon read back and found matching its
+    /// manifest, and how many of the run's do (`checkpoint::verdicts`).
+    #[serde(default)]
+    pub latest_verified_checkpoint: Option<String>,
+    #[serde(default)]
+    pub verified_checkpoints: u64,
     pub stage: Option<String>,
     pub epoch: Option<f64>,
     /// Why the heartbeat file could not be read (empty, truncated, …), if so.
@@ -247,6 +253,8 @@ impl TrainingStatus {
             running: false,
             checkpoints: 0,
             latest_checkpoint: None,
+            latest_verified_checkpoint: None,
+            verified_checkpoints: 0,
             stage: None,
             epoch: None,
             heartbeat_error: None,

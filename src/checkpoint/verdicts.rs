@@ -1,8 +1,9 @@
 //! What the daemon found when it read each new checkpoint back against its manifest:
-//! `<run>/.verdicts/<name>.json`, one small file per checkpoint, written by the
-//! daemon's verifier alone (so a daemon restart does not hash everything again).
-//! Hidden, so nothing lists it as a checkpoint. Its presence in a run says a
-//! verifier watches the run: retention then keeps the newest checkpoint found intact
+//! `<run>/.verdict.<name>.json`, one small file per checkpoint beside it, written by
+//! the daemon's verifier alone (so a daemon restart does not hash everything again).
+//! Hidden, so nothing lists it as a checkpoint; in the run directory itself, so the
+//! status refresher's watch of the run sees each new verdict. Verdicts in a run say
+//! a verifier watches it: retention then keeps the newest checkpoint found intact
 //! and everything newer, so a run is never left without a checked checkpoint.
 
 use std::path::{Path, PathBuf};
@@ -11,10 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use super::contents::{self, Depth, Verdict};
 use super::listing::Checkpoint;
-use crate::error::{IoContext, Result};
+use crate::error::Result;
 
-/// The folder of a run that holds the verdicts.
-pub const DIR: &str = ".verdicts";
+/// The start of a verdict's file name in the run directory.
+pub const PREFIX: &str = ".verdict.";
 
 /// One checkpoint's verdict as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,18 +70,30 @@ impl Check {
 }
 
 fn path(run_dir: &Path, name: &str) -> PathBuf {
-    run_dir.join(DIR).join(format!("{name}.json"))
+    run_dir.join(format!("{PREFIX}{name}.json"))
 }
 
-/// Whether a verifier watches `run_dir` (it made the folder).
+/// The checkpoint names of the verdicts recorded in `run_dir`.
+fn recorded_names(run_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(run_dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let file = e.file_name().to_string_lossy().into_owned();
+            Some(
+                file.strip_prefix(PREFIX)?
+                    .strip_suffix(".json")?
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Whether a verifier watches `run_dir` (it recorded a verdict there).
 pub fn watched(run_dir: &Path) -> bool {
-    run_dir.join(DIR).is_dir()
-}
-
-/// The verifier begins watching `run_dir`.
-pub fn watch(run_dir: &Path) -> Result<()> {
-    let dir = run_dir.join(DIR);
-    std::fs::create_dir_all(&dir).ctx("create", &dir)
+    !recorded_names(run_dir).is_empty()
 }
 
 /// The recorded check of checkpoint `name` of `run_dir`.
@@ -95,7 +108,6 @@ pub fn read(run_dir: &Path, name: &str) -> Check {
 pub fn verify_and_record(ckpt: &Checkpoint) -> Result<Verdict> {
     let verdict = contents::verify(&ckpt.path, Depth::Full, None);
     let run_dir = ckpt.path.parent().unwrap_or(Path::new("."));
-    watch(run_dir)?;
     let recorded = Recorded {
         verdict,
         checked_at: crate::time::rfc3339_z(crate::time::now_utc()),
@@ -107,15 +119,9 @@ pub fn verify_and_record(ckpt: &Checkpoint) -> Result<Verdict> {
 /// Drops the verdicts of checkpoints no longer in the run (deleted by retention,
 /// set aside); `names` are those that are.
 pub fn forget_others(run_dir: &Path, names: &[&str]) {
-    let Ok(entries) = std::fs::read_dir(run_dir.join(DIR)) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let file = e.file_name().to_string_lossy().into_owned();
-        if let Some(name) = file.strip_suffix(".json")
-            && !names.contains(&name)
-        {
-            let _ = std::fs::remove_file(e.path());
+    for name in recorded_names(run_dir) {
+        if !names.contains(&name.as_str()) {
+            let _ = std::fs::remove_file(path(run_dir, &name));
         }
     }
 }

@@ -32,6 +32,9 @@ pub struct FileFacts {
     pub step_heartbeat: Option<StepHeartbeat>,
     pub checkpoints: u64,
     pub latest_checkpoint: Option<String>,
+    /// How many of the run's checkpoints the daemon verified, and the newest of them.
+    pub verified_checkpoints: u64,
+    pub latest_verified_checkpoint: Option<String>,
     pub data_counts: BTreeMap<String, Option<u64>>,
     pub disk: DiskStatus,
     pub disk_read_at: Option<Instant>,
@@ -59,6 +62,8 @@ impl FileFacts {
             step_heartbeat: None,
             checkpoints: 0,
             latest_checkpoint: None,
+            verified_checkpoints: 0,
+            latest_verified_checkpoint: None,
             data_counts: BTreeMap::new(),
             disk: DiskStatus::unknown(),
             disk_read_at: None,
@@ -134,6 +139,10 @@ impl FileFacts {
             })
             .collect();
         let latest_checkpoint = listed.last().map(|c| c.name.clone());
+        let (verified_checkpoints, latest_verified_checkpoint) = run_dir
+            .as_deref()
+            .map(|d| crate::checkpoint::verdicts::verified_summary(d, &listed))
+            .unwrap_or_default();
         let (disk, disk_read_at, disk_avail_bytes, latest_checkpoint_bytes) = match disk {
             Some(reading) => (
                 reading.status,
@@ -161,6 +170,8 @@ impl FileFacts {
             step_heartbeat,
             checkpoints: listed.len() as u64,
             latest_checkpoint,
+            verified_checkpoints,
+            latest_verified_checkpoint,
             data_counts: crate::manifest::data_counts(&layout.data_root),
             disk,
             disk_read_at,

@@ -102,6 +102,11 @@ pub fn compose(
         facts.checkpoints,
         facts.latest_checkpoint.clone(),
     );
+    let training = TrainingStatus {
+        verified_checkpoints: facts.verified_checkpoints,
+        latest_verified_checkpoint: facts.latest_verified_checkpoint.clone(),
+        ..training
+    };
     let scale = record.scale.unwrap_or(settings.default_scale);
     let mut data = DataStatus::from_counts(facts.data_counts.clone(), facts.checkpoints);
     let notices = data.note_shards_wanted(scale, settings.scales.get(scale).shards.into());

@@ -270,3 +270,52 @@ fn a_run_whose_only_checkpoint_is_damaged_fails_naming_it() {
         assert!(d.run_dir().join("damaged").join(name(c)).is_dir());
     }
 }
+
+/// Each save is read back by the daemon while training goes on: with manifests
+/// written into three checkpoints (one then damaged by a flipped byte), the status
+/// counts the two that verify and names the newest of them, and `lavenderd
+/// checkpoints` shows each as verified, damaged (and what) or unverified.
+#[test]
+fn the_daemon_reads_each_save_back_and_the_status_and_the_listing_say_what_it_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = daemon(dir.path(), 8);
+    let (pid, ckpts) = freeze_with(&d, 3);
+    let [.., oldest_intact, damaged, newest] = &ckpts[..] else {
+        panic!("{ckpts:?}")
+    };
+    flip_last_byte(&damaged.join("model.safetensors"));
+    lavender_testkit::send_signal(-pid, 18); // SIGCONT: the next save asks for a pass
+    let st = d.wait_status(T, "two verified checkpoints", |st| {
+        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+        st["training"]["verified_checkpoints"].as_u64().unwrap_or(0) >= 2
+    });
+    assert_eq!(
+        st["training"]["latest_verified_checkpoint"],
+        name(newest).as_str(),
+        "{st:#}"
+    );
+    let out = d.run(&["checkpoints", "--run", &name(&d.run_dir())]);
+    let text = lavender_testkit::stdout(&out);
+    let line = |c: &Path| {
+        text.lines()
+            .find(|l| l.starts_with(&name(c)))
+            .unwrap_or_else(|| panic!("{} not listed:\n{text}", name(c)))
+            .to_string()
+    };
+    assert!(line(oldest_intact).contains("  verified  "), "{text}");
+    assert!(line(newest).contains("  verified  "), "{text}");
+    assert!(
+        line(damaged).contains("damaged: model.safetensors: content hash"),
+        "{text}"
+    );
+    // A save of the worker's own (no manifest yet) is unverified once read back.
+    d.wait_state("finished", T);
+    let out = d.run(&["checkpoints", "--run", &name(&d.run_dir())]);
+    let text = lavender_testkit::stdout(&out);
+    let last = text.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("final-")
+            && (last.contains("  unverified  ") || last.contains("  pending  ")),
+        "{text}"
+    );
+}
