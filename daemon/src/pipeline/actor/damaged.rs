@@ -67,9 +67,22 @@ impl ResumeCheck {
             refusal: None,
         };
         spec.resume = checked.chosen.as_ref().map(|(p, _)| p.clone());
-        if checked.chosen.is_none() && (!checked.set_aside.is_empty() || self.earlier.is_some()) {
+        // Only a run with nothing saved yet, started from nothing, trains from step 0.
+        let named = match &self.candidates {
+            Candidates::None | Candidates::Run { then: None, .. } => None,
+            Candidates::Exact(p) | Candidates::UpTo { target: p, .. } => Some(p),
+            Candidates::Run { then: Some(p), .. } => Some(p),
+        };
+        if checked.chosen.is_none()
+            && (named.is_some() || !checked.set_aside.is_empty() || self.earlier.is_some())
+        {
             let mut each: Vec<String> = self.earlier.into_iter().collect();
             each.extend(checked.set_aside.iter().map(ToString::to_string));
+            if each.is_empty()
+                && let Some(p) = named
+            {
+                each.push(format!("{} is gone", p.display()));
+            }
             checked.refusal = Some(format!(
                 "no intact checkpoint is left to resume from: {}",
                 each.join("; ")
@@ -176,10 +189,15 @@ impl Actor {
         self.record.state = PipelineState::Crashed;
         self.record.restart_pending = true;
         self.record.last_error = Some(s.to_string());
+        // Said once the worker runs again, and named if nothing intact is left.
+        let failure = Failure {
+            message: s.to_string(),
+            ..failure.clone()
+        };
         self.on(Event::RestartDecided {
             delay: Duration::ZERO,
             restart: Restart {
-                why: Some(PendingRestart::Failed(failure.clone())),
+                why: Some(PendingRestart::Failed(failure)),
                 last_exit: Some(outcome),
             },
         });
