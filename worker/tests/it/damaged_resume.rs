@@ -151,6 +151,7 @@ fn resumes_from(d: &Lavenderd, from: &Path, damaged: &[&Path], what: &str) {
         let n = name(dmg);
         assert!(run.join("damaged").join(&n).is_dir(), "{n} not set aside");
         assert!(!dmg.exists(), "{n} is still where it was");
+        eprintln!("checkpoint_damaged: {}", event["message"]);
         assert_eq!(event["checkpoint"], n.as_str(), "{event}");
         assert!(event["reason"].as_str().unwrap().contains(what), "{event}");
         assert!(
@@ -275,6 +276,7 @@ fn a_run_whose_only_checkpoint_is_damaged_fails_naming_it() {
         error.contains("no intact checkpoint is left to resume from"),
         "{st:#}"
     );
+    eprintln!("last_error: {error}");
     for c in &ckpts {
         assert!(error.contains(&name(c)), "{st:#}");
         assert!(d.run_dir().join("damaged").join(name(c)).is_dir());
@@ -306,6 +308,10 @@ fn the_daemon_reads_each_save_back_and_the_status_and_the_listing_say_what_it_fo
     });
     let out = d.run(&["checkpoints", "--run", &name(&d.run_dir())]);
     let text = lavender_testkit::stdout(&out);
+    eprintln!(
+        "$ lavenderd checkpoints --run {}\n{text}",
+        name(&d.run_dir())
+    );
     let line = |c: &Path| {
         text.lines()
             .find(|l| l.starts_with(&name(c)))
