@@ -389,6 +389,12 @@ pub struct DiskStatus {
     pub device: Option<String>,
     pub used_gib: Option<f64>,
     pub avail_gib: Option<f64>,
+    /// Added keys: the next save's size as the newest checkpoint's, and the seconds
+    /// until the volume is full at the last hour's net rate (`compose::DiskTrend`).
+    #[serde(default)]
+    pub next_save_bytes: Option<u64>,
+    #[serde(default)]
+    pub time_to_full_s: Option<u64>,
 }
 
 impl DiskStatus {
@@ -397,6 +403,8 @@ impl DiskStatus {
             device: None,
             used_gib: None,
             avail_gib: None,
+            next_save_bytes: None,
+            time_to_full_s: None,
         }
     }
 
@@ -407,6 +415,8 @@ impl DiskStatus {
             device,
             used_gib: Some(gib(used)),
             avail_gib: Some(gib(avail)),
+            next_save_bytes: None,
+            time_to_full_s: None,
         }
     }
 }

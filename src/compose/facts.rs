@@ -42,6 +42,8 @@ pub struct FileFacts {
     /// the same reading as `disk` (the disk-low alert compares them).
     pub disk_avail_bytes: Option<u64>,
     pub latest_checkpoint_bytes: Option<u64>,
+    /// The free bytes of the readings so far, for the time to full.
+    pub disk_trend: super::DiskTrend,
     /// Step states from the done-markers, for a pipeline that has not started.
     pub idle_steps: BTreeMap<String, StepState>,
     /// What the live worker last said, dated on the monotonic clock by the daemon's
@@ -69,6 +71,7 @@ impl FileFacts {
             disk_read_at: None,
             disk_avail_bytes: None,
             latest_checkpoint_bytes: None,
+            disk_trend: super::DiskTrend::default(),
             idle_steps: BTreeMap::new(),
             said: None,
             lineage: Vec::new(),
@@ -89,6 +92,16 @@ impl FileFacts {
         self.disk_read_at = previous.disk_read_at;
         self.disk_avail_bytes = previous.disk_avail_bytes;
         self.latest_checkpoint_bytes = previous.latest_checkpoint_bytes;
+        self.disk_trend = previous.disk_trend;
+        self
+    }
+
+    /// These facts, whose disk was just read, with `previous`'s readings before it:
+    /// the trend the time to full is projected from.
+    pub fn with_trend_of(mut self, previous: &FileFacts) -> FileFacts {
+        if let Some(at) = self.disk_read_at {
+            self.disk_trend = previous.disk_trend.after(at, self.disk_avail_bytes);
+        }
         self
     }
 
@@ -177,6 +190,8 @@ impl FileFacts {
             disk_read_at,
             disk_avail_bytes,
             latest_checkpoint_bytes,
+            disk_trend: super::DiskTrend::default()
+                .after(disk_read_at.unwrap_or_else(Instant::now), disk_avail_bytes),
             idle_steps,
             said: None,
             lineage,
