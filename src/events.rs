@@ -26,6 +26,10 @@ pub mod kind {
     pub const STAGE_STARTED: &str = "stage_started";
     pub const CHECKPOINT_SAVED: &str = "checkpoint_saved";
     pub const CHECKPOINT_LOADED: &str = "checkpoint_loaded";
+    /// Written by the daemon: a checkpoint that failed its check before a resume, or
+    /// that the worker could not load, was moved to `<run>/damaged/<name>/`;
+    /// `checkpoint`, `moved_to` and `reason` say which and what was wrong.
+    pub const CHECKPOINT_DAMAGED: &str = "checkpoint_damaged";
     /// A start or resume skips data recorded in `<run>/skipped.json` after a
     /// rollback (`lavender::skips`); `steps` says how many steps' worth.
     pub const DATA_SKIPPED: &str = "data_skipped";
@@ -47,6 +51,7 @@ pub mod kind {
         STAGE_STARTED,
         CHECKPOINT_SAVED,
         CHECKPOINT_LOADED,
+        CHECKPOINT_DAMAGED,
         DATA_SKIPPED,
         STAGE_FINISHED,
         FINAL_SAVED,

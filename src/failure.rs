@@ -2,7 +2,8 @@
 //! and of its `failed` event, and the exit code that says the same when neither
 //! could be written. The daemon's restart policy is chosen by the kind: a failure
 //! that will repeat (a bad config, an incompatible checkpoint, missing data) is not
-//! retried, a divergence is rolled back, anything else is restarted.
+//! retried, a divergence is rolled back, a damaged checkpoint is set aside for the
+//! one before it, anything else is restarted.
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +20,9 @@ pub enum FailureKind {
     Config,
     /// The checkpoint to resume from does not fit: shapes, tokenizer or vocabulary.
     IncompatibleCheckpoint,
+    /// The checkpoint to resume from cannot be read: a file of it missing, cut short
+    /// or not parseable. The daemon sets it aside and resumes from the one before.
+    DamagedCheckpoint,
     /// Inputs are missing or corrupt.
     Data,
     /// Anything else, a signal included.
@@ -26,11 +30,12 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
-    pub const ALL: [FailureKind; 6] = [
+    pub const ALL: [FailureKind; 7] = [
         FailureKind::Diverged,
         FailureKind::OutOfMemory,
         FailureKind::Config,
         FailureKind::IncompatibleCheckpoint,
+        FailureKind::DamagedCheckpoint,
         FailureKind::Data,
         FailureKind::Crash,
     ];
@@ -42,6 +47,7 @@ impl FailureKind {
             FailureKind::OutOfMemory => "out_of_memory",
             FailureKind::Config => "config",
             FailureKind::IncompatibleCheckpoint => "incompatible_checkpoint",
+            FailureKind::DamagedCheckpoint => "damaged_checkpoint",
             FailureKind::Data => "data",
             FailureKind::Crash => "crash",
         }
@@ -57,6 +63,7 @@ impl FailureKind {
             FailureKind::IncompatibleCheckpoint => 79,
             FailureKind::Diverged => 80,
             FailureKind::OutOfMemory => 81,
+            FailureKind::DamagedCheckpoint => 82,
         }
     }
 

@@ -223,6 +223,12 @@ pub struct TrainingStatus {
     pub running: bool,
     pub checkpoints: u64,
     pub latest_checkpoint: Option<String>,
+    /// Added keys: the newest checkpoint the daemon read back and found matching its
+    /// manifest, and how many of the run's do (`checkpoint::verdicts`).
+    #[serde(default)]
+    pub latest_verified_checkpoint: Option<String>,
+    #[serde(default)]
+    pub verified_checkpoints: u64,
     pub stage: Option<String>,
     pub epoch: Option<f64>,
     /// Why the heartbeat file could not be read (empty, truncated, …), if so.
@@ -247,6 +253,8 @@ impl TrainingStatus {
             running: false,
             checkpoints: 0,
             latest_checkpoint: None,
+            latest_verified_checkpoint: None,
+            verified_checkpoints: 0,
             stage: None,
             epoch: None,
             heartbeat_error: None,
@@ -381,6 +389,12 @@ pub struct DiskStatus {
     pub device: Option<String>,
     pub used_gib: Option<f64>,
     pub avail_gib: Option<f64>,
+    /// Added keys: the next save's size as the newest checkpoint's, and the seconds
+    /// until the volume is full at the last hour's net rate (`compose::DiskTrend`).
+    #[serde(default)]
+    pub next_save_bytes: Option<u64>,
+    #[serde(default)]
+    pub time_to_full_s: Option<u64>,
 }
 
 impl DiskStatus {
@@ -389,6 +403,8 @@ impl DiskStatus {
             device: None,
             used_gib: None,
             avail_gib: None,
+            next_save_bytes: None,
+            time_to_full_s: None,
         }
     }
 
@@ -399,6 +415,8 @@ impl DiskStatus {
             device,
             used_gib: Some(gib(used)),
             avail_gib: Some(gib(avail)),
+            next_save_bytes: None,
+            time_to_full_s: None,
         }
     }
 }

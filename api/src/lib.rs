@@ -39,7 +39,7 @@ pub use history::{
     DEFAULT_POINTS, HistoryQuery, HistoryResponse, MAX_POINTS, Point, SeriesOut, StageMark,
 };
 #[cfg(feature = "messages")]
-pub use listing::{CheckpointInfo, CheckpointsQuery, LogsQuery, RunInfo};
+pub use listing::{CheckpointInfo, CheckpointsQuery, LogsQuery, RunInfo, Verification};
 #[cfg(feature = "messages")]
 pub use reload::{KeyChange, ReloadReport, TakesEffect};
 #[cfg(feature = "messages")]

@@ -31,6 +31,38 @@ pub struct CheckpointInfo {
     pub saved_at: String,
     pub loss: Option<f64>,
     pub val_loss: Option<f64>,
+    /// What the daemon found reading it back against its manifest.
+    #[serde(default)]
+    pub verification: Verification,
+    /// For a damaged one, what: the file, expected against found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damage: Option<String>,
+}
+
+/// A checkpoint read back by the daemon against its `manifest.json`, or not yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verification {
+    /// Every file matches the manifest.
+    Verified,
+    /// A file does not (`damage` says which and how).
+    Damaged,
+    /// Not read back yet.
+    #[default]
+    Pending,
+    /// No manifest to check against (a writer without one).
+    Unverified,
+}
+
+impl Verification {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verification::Verified => "verified",
+            Verification::Damaged => "damaged",
+            Verification::Pending => "pending",
+            Verification::Unverified => "unverified",
+        }
+    }
 }
 
 /// `GET /checkpoints?run=ID`: a run's name (default: the newest run).

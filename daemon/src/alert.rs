@@ -90,6 +90,10 @@ pub enum Alert {
         rollback: usize,
         max_rollbacks: u32,
     },
+    /// A checkpoint that failed its check before a resume, or that the worker could
+    /// not load, was moved to `<run>/damaged/<name>/`; the run resumes from the one
+    /// before. `message` names it and what was wrong.
+    CheckpointDamaged { step: PipelineStep, message: String },
     /// The daemon's start resumed a pipeline interrupted by its previous exit or a
     /// power loss (`supervisor.resume_on_start`).
     Resumed {
@@ -138,6 +142,7 @@ impl Alert {
             Alert::HungRestarted { .. } => "hung",
             Alert::NodeLost { .. } => "node_lost",
             Alert::RolledBack { .. } => "rolled_back",
+            Alert::CheckpointDamaged { .. } => "checkpoint_damaged",
             Alert::Resumed { .. } => "resumed",
             Alert::Stale { .. } => "stalled",
             Alert::Recovered { .. } => "recovered",
@@ -156,6 +161,7 @@ impl Alert {
             | Alert::HungRestarted { step, .. }
             | Alert::NodeLost { step, .. }
             | Alert::RolledBack { step, .. }
+            | Alert::CheckpointDamaged { step, .. }
             | Alert::Resumed { step, .. }
             | Alert::Stale { step, .. }
             | Alert::Recovered { step, .. }
@@ -204,6 +210,7 @@ impl std::fmt::Display for Alert {
             Alert::HungRestarted { step, message } => write!(f, "step {step}: {message}"),
             Alert::NodeLost { step, message } => write!(f, "step {step}: {message}"),
             Alert::RolledBack { step, message, .. } => write!(f, "step {step}: {message}"),
+            Alert::CheckpointDamaged { step, message } => write!(f, "step {step}: {message}"),
             Alert::Resumed { step, message, .. } => write!(f, "step {step}: {message}"),
             Alert::Adopted { step, worker } => {
                 write!(f, "re-adopted the running worker of step {step} ({worker})")

@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use lavender_api::{CheckpointInfo, RunInfo};
+use lavender_api::{CheckpointInfo, RunInfo, Verification};
 
+use lavender::checkpoint::contents::Verdict;
+use lavender::checkpoint::verdicts::{self, Check};
 use lavender::layout::Layout;
 
 /// Runs, newest first.
@@ -71,14 +73,30 @@ pub fn checkpoints(layout: &Layout, run: Option<&str>) -> Result<Vec<CheckpointI
         .with_context(|| format!("list checkpoints in {}", run_dir.display()))?;
     Ok(list
         .into_iter()
-        .map(|c| CheckpointInfo {
-            stage: c.state.stage.clone(),
-            step: c.state.step,
-            saved_at: c.state.saved_at.clone(),
-            loss: c.state.loss,
-            val_loss: c.state.val_loss,
-            name: c.name,
-            path: c.path,
+        .map(|c| {
+            let check = verdicts::read(&run_dir, &c.name);
+            CheckpointInfo {
+                stage: c.state.stage.clone(),
+                step: c.state.step,
+                saved_at: c.state.saved_at.clone(),
+                loss: c.state.loss,
+                val_loss: c.state.val_loss,
+                verification: verification(&check),
+                damage: matches!(check, Check::Done(Verdict::Damaged { .. }))
+                    .then(|| check.describe()),
+                name: c.name,
+                path: c.path,
+            }
         })
         .collect())
+}
+
+/// The API's word for a checkpoint's recorded check.
+fn verification(check: &Check) -> Verification {
+    match check {
+        Check::Pending => Verification::Pending,
+        Check::Done(Verdict::Verified { .. }) => Verification::Verified,
+        Check::Done(Verdict::Damaged { .. }) => Verification::Damaged,
+        Check::Done(Verdict::Unverified) => Verification::Unverified,
+    }
 }

@@ -25,4 +25,5 @@ pub(crate) mod server;
 pub mod service;
 pub(crate) mod settings;
 pub(crate) mod status;
+pub(crate) mod verifier;
 pub(crate) mod web;

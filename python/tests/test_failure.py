@@ -21,6 +21,7 @@ def test_kinds_and_exit_codes_are_lavenders():
         "incompatible_checkpoint": 79,
         "diverged": 80,
         "out_of_memory": 81,
+        "damaged_checkpoint": 82,
     }
     assert failure.exit_code("meteor") == 1
     with pytest.raises(ValueError, match="not one of"):

@@ -3,10 +3,12 @@
 
 mod builder;
 pub mod contents;
+pub mod fallback;
 mod listing;
 mod name;
 mod prune;
 mod retention;
+pub mod verdicts;
 
 pub use builder::CheckpointBuilder;
 pub use listing::{

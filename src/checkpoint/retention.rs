@@ -4,6 +4,8 @@
 //! preferences). A checkpoint's validation loss is the one evaluated at its own step
 //! (`trainer_state.json`'s `val_loss`); one without is never "best". Clears
 //! temporary directories left by killed saves once they are older than a grace period.
+//! In a run the daemon reads back (`verdicts`), nothing older than the newest
+//! checkpoint found intact goes before it, and that one stays.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -11,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::listing::list_run_checkpoints;
+use super::verdicts;
 use crate::atomic::TMP_PREFIX;
 use crate::error::{Error, IoContext, Result};
 
@@ -63,6 +66,13 @@ pub fn enforce_retention_with(run_dir: &Path, policy: &RetentionPolicy) -> Resul
         }
     }
     keep.extend(best.into_values().map(|(_, path)| path));
+    // Verified before anything older goes: in a run a verifier reads back
+    // (`verdicts`), the newest checkpoint found intact and every newer one (pending,
+    // or damaged and waiting to be set aside) stay; with none found intact yet, all do.
+    if verdicts::watched(run_dir) {
+        let from = verdicts::newest_good(run_dir, &ckpts).unwrap_or(0);
+        keep.extend(ckpts[from..].iter().map(|c| c.path.as_path()));
+    }
 
     let mut dropped = Vec::new();
     for c in &ckpts {
@@ -267,6 +277,37 @@ mod tests {
         enforce_retention_with(&run, &policy).unwrap();
         assert!(!inflight.dir().exists(), "a stale temporary is cleared");
         assert_eq!(names(&run).len(), 1);
+    }
+
+    /// `keep_checkpoints: 1`: a newer checkpoint that is pending or damaged does not
+    /// cost the older verified one; once a newer one verifies, the older goes.
+    #[test]
+    fn a_newer_checkpoint_that_never_verifies_does_not_cost_the_older_verified_one() {
+        use crate::checkpoint::contents::{self, HashAlgorithm};
+        let (_root, run) = run_dir();
+        let with_manifest = |c: u32| {
+            let p = save(&run, "pretrain", c, None);
+            set_mtime(&p, 1_000 + c as u64);
+            let m = contents::build_from_disk(&p, HashAlgorithm::Blake3).unwrap();
+            contents::write(&p, &m).unwrap();
+            p
+        };
+        let first = with_manifest(1);
+        let listed = |run: &Path| list_run_checkpoints(run).unwrap();
+        verdicts::verify_and_record(&listed(&run)[0]).unwrap();
+        let second = with_manifest(2);
+        // Pending: the verified one stays.
+        assert!(enforce_retention(&run, 1).unwrap().is_empty());
+        // Damaged once read back: it still stays, and so does the damaged one.
+        fs::write(second.join("model.safetensors"), b"torn").unwrap();
+        verdicts::verify_and_record(&listed(&run)[1]).unwrap();
+        let third = with_manifest(3);
+        assert!(enforce_retention(&run, 1).unwrap().is_empty());
+        assert_eq!(names(&run).len(), 3);
+        // The newest verifies: what is older goes.
+        verdicts::verify_and_record(&listed(&run)[2]).unwrap();
+        assert_eq!(enforce_retention(&run, 1).unwrap(), [first, second]);
+        assert_eq!(listed(&run)[0].path, third);
     }
 
     #[test]

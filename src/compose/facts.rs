@@ -32,6 +32,9 @@ pub struct FileFacts {
     pub step_heartbeat: Option<StepHeartbeat>,
     pub checkpoints: u64,
     pub latest_checkpoint: Option<String>,
+    /// How many of the run's checkpoints the daemon verified, and the newest of them.
+    pub verified_checkpoints: u64,
+    pub latest_verified_checkpoint: Option<String>,
     pub data_counts: BTreeMap<String, Option<u64>>,
     pub disk: DiskStatus,
     pub disk_read_at: Option<Instant>,
@@ -39,6 +42,8 @@ pub struct FileFacts {
     /// the same reading as `disk` (the disk-low alert compares them).
     pub disk_avail_bytes: Option<u64>,
     pub latest_checkpoint_bytes: Option<u64>,
+    /// The free bytes of the readings so far, for the time to full.
+    pub disk_trend: super::DiskTrend,
     /// Step states from the done-markers, for a pipeline that has not started.
     pub idle_steps: BTreeMap<String, StepState>,
     /// What the live worker last said, dated on the monotonic clock by the daemon's
@@ -59,11 +64,14 @@ impl FileFacts {
             step_heartbeat: None,
             checkpoints: 0,
             latest_checkpoint: None,
+            verified_checkpoints: 0,
+            latest_verified_checkpoint: None,
             data_counts: BTreeMap::new(),
             disk: DiskStatus::unknown(),
             disk_read_at: None,
             disk_avail_bytes: None,
             latest_checkpoint_bytes: None,
+            disk_trend: super::DiskTrend::default(),
             idle_steps: BTreeMap::new(),
             said: None,
             lineage: Vec::new(),
@@ -84,6 +92,16 @@ impl FileFacts {
         self.disk_read_at = previous.disk_read_at;
         self.disk_avail_bytes = previous.disk_avail_bytes;
         self.latest_checkpoint_bytes = previous.latest_checkpoint_bytes;
+        self.disk_trend = previous.disk_trend;
+        self
+    }
+
+    /// These facts, whose disk was just read, with `previous`'s readings before it:
+    /// the trend the time to full is projected from.
+    pub fn with_trend_of(mut self, previous: &FileFacts) -> FileFacts {
+        if let Some(at) = self.disk_read_at {
+            self.disk_trend = previous.disk_trend.after(at, self.disk_avail_bytes);
+        }
         self
     }
 
@@ -134,6 +152,10 @@ impl FileFacts {
             })
             .collect();
         let latest_checkpoint = listed.last().map(|c| c.name.clone());
+        let (verified_checkpoints, latest_verified_checkpoint) = run_dir
+            .as_deref()
+            .map(|d| crate::checkpoint::verdicts::verified_summary(d, &listed))
+            .unwrap_or_default();
         let (disk, disk_read_at, disk_avail_bytes, latest_checkpoint_bytes) = match disk {
             Some(reading) => (
                 reading.status,
@@ -161,11 +183,15 @@ impl FileFacts {
             step_heartbeat,
             checkpoints: listed.len() as u64,
             latest_checkpoint,
+            verified_checkpoints,
+            latest_verified_checkpoint,
             data_counts: crate::manifest::data_counts(&layout.data_root),
             disk,
             disk_read_at,
             disk_avail_bytes,
             latest_checkpoint_bytes,
+            disk_trend: super::DiskTrend::default()
+                .after(disk_read_at.unwrap_or_else(Instant::now), disk_avail_bytes),
             idle_steps,
             said: None,
             lineage,

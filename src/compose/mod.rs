@@ -4,9 +4,11 @@
 //! request time from its cached facts, and `lavenderd status` with no daemon from
 //! the files, the same way.
 
+mod disk_trend;
 mod facts;
 mod settings;
 
+pub use disk_trend::DiskTrend;
 pub use facts::{DiskReading, FileFacts};
 pub use settings::StatusSettings;
 
@@ -16,7 +18,7 @@ use crate::config::PipelineStep;
 use crate::pipeline_file::PipelineRecord;
 use crate::stall::{self, Watch};
 use crate::status::{
-    DataStatus, PipelineState, PipelineStatus, SCHEMA_VERSION, Status, TrainingStatus,
+    DataStatus, DiskStatus, PipelineState, PipelineStatus, SCHEMA_VERSION, Status, TrainingStatus,
 };
 
 /// What vouches that the worker the record names still lives.
@@ -102,6 +104,11 @@ pub fn compose(
         facts.checkpoints,
         facts.latest_checkpoint.clone(),
     );
+    let training = TrainingStatus {
+        verified_checkpoints: facts.verified_checkpoints,
+        latest_verified_checkpoint: facts.latest_verified_checkpoint.clone(),
+        ..training
+    };
     let scale = record.scale.unwrap_or(settings.default_scale);
     let mut data = DataStatus::from_counts(facts.data_counts.clone(), facts.checkpoints);
     let notices = data.note_shards_wanted(scale, settings.scales.get(scale).shards.into());
@@ -136,7 +143,11 @@ pub fn compose(
         steps,
         training,
         data,
-        disk: facts.disk.clone(),
+        disk: DiskStatus {
+            next_save_bytes: facts.latest_checkpoint_bytes,
+            time_to_full_s: facts.disk_trend.time_to_full_s(),
+            ..facts.disk.clone()
+        },
         schema_version: SCHEMA_VERSION,
         notices: notices.into_iter().collect(),
     }

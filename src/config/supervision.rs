@@ -148,6 +148,8 @@ impl OnFailure {
             FailureKind::Data => self.data,
             FailureKind::OutOfMemory => self.out_of_memory,
             FailureKind::Crash => self.crash,
+            // Not a choice: set aside, and restarted at once from the one before.
+            FailureKind::DamagedCheckpoint => FailureAction::Restart,
             FailureKind::Diverged => return None,
         })
     }

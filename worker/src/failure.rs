@@ -62,6 +62,21 @@ pub fn diverged(message: String, step: u64, since_step: u64) -> anyhow::Error {
     })
 }
 
+/// An error reading a file of the checkpoint being resumed: a `data` tag (a file
+/// missing, cut short or unparseable: `TensorFile::read`) becomes
+/// `damaged_checkpoint`, so the daemon resumes from the checkpoint before; any other
+/// error (a tensor of another shape: `incompatible_checkpoint`) is left as it is.
+pub fn damaged_checkpoint(error: anyhow::Error) -> anyhow::Error {
+    match error.downcast::<Tagged>() {
+        Ok(mut t) if t.kind == FailureKind::Data => {
+            t.kind = FailureKind::DamagedCheckpoint;
+            anyhow::Error::new(t)
+        }
+        Ok(t) => anyhow::Error::new(t),
+        Err(e) => e,
+    }
+}
+
 /// `result.kind(FailureKind::Data)`: tags the error, if any.
 pub trait KindExt<T> {
     fn kind(self, kind: FailureKind) -> anyhow::Result<T>;
@@ -138,6 +153,30 @@ mod tests {
     use anyhow::Context;
 
     use super::*;
+
+    #[test]
+    fn an_unreadable_checkpoint_file_is_damaged_and_a_misfit_stays_incompatible() {
+        let unreadable: anyhow::Result<()> = Err(anyhow::anyhow!("truncated"));
+        let e = unreadable
+            .with_context(|| "could not read model.safetensors")
+            .kind(FailureKind::Data)
+            .map_err(damaged_checkpoint)
+            .context("could not load the weights of checkpoint c")
+            .kind(FailureKind::IncompatibleCheckpoint)
+            .unwrap_err();
+        let f = failure_of(&e);
+        assert_eq!(f.kind, FailureKind::DamagedCheckpoint);
+        assert_eq!(
+            f.message,
+            "could not load the weights of checkpoint c: could not read model.safetensors: truncated"
+        );
+        let misfit: anyhow::Result<()> = Err(anyhow::anyhow!("no tensor h.0"));
+        let e = misfit
+            .map_err(damaged_checkpoint)
+            .kind(FailureKind::IncompatibleCheckpoint)
+            .unwrap_err();
+        assert_eq!(failure_of(&e).kind, FailureKind::IncompatibleCheckpoint);
+    }
 
     #[test]
     fn the_innermost_tag_names_the_kind_and_the_message_is_unchanged() {

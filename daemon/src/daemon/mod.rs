@@ -487,7 +487,8 @@ fn status_tasks(
         &settings.layout.state_dir,
         &settings.layout.data_root,
     )
-    .with_retention(pruner);
+    .with_retention(pruner)
+    .with_verifier(crate::verifier::Verifier::start().context("start the checkpoint verifier")?);
     let tasks =
         status::tasks::StatusTasks::start().context("start the thread of the status tasks")?;
     let layout = &settings.layout;

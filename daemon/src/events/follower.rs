@@ -15,6 +15,7 @@ use lavender::events::{self, Event, EventBatch};
 use super::offsets;
 use crate::notify::{Notifier, milestone};
 use crate::retention::Retention;
+use crate::verifier::Verifier;
 use lavender::layout::Layout;
 
 pub struct EventFollower {
@@ -25,6 +26,8 @@ pub struct EventFollower {
     feed_offset: u64,
     /// The daemon's retention, told of every event the feed gets.
     retention: Option<Retention>,
+    /// The daemon's verifier, told of every event too (it reads each save back).
+    verifier: Option<Verifier>,
 }
 
 struct Pushes {
@@ -62,12 +65,19 @@ impl EventFollower {
             feed_file: None,
             feed_offset: 0,
             retention: None,
+            verifier: None,
         }
     }
 
     /// Also hands every new event to `retention`, which prunes after saves.
     pub fn with_retention(mut self, retention: Retention) -> EventFollower {
         self.retention = Some(retention);
+        self
+    }
+
+    /// Also hands every new event to `verifier`, which reads each save back.
+    pub fn with_verifier(mut self, verifier: Verifier) -> EventFollower {
+        self.verifier = Some(verifier);
         self
     }
 
@@ -106,6 +116,9 @@ impl EventFollower {
         self.feed_offset = batch.next_offset;
         if let Some(retention) = self.retention.as_mut() {
             retention.observe(run_dir, &batch.events);
+        }
+        if let Some(verifier) = self.verifier.as_mut() {
+            verifier.observe(run_dir, &batch.events);
         }
         Ok(Followed {
             events: batch.events,

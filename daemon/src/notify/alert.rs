@@ -104,6 +104,10 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             format!("diverged: rolled back ({rollback}/{max_rollbacks})"),
             message.clone(),
         )],
+        Alert::CheckpointDamaged { message, .. } => vec![push(
+            "checkpoint damaged: set aside, resuming from the one before".to_string(),
+            message.clone(),
+        )],
         Alert::Resumed { message, .. } => {
             vec![push("resumed by itself".to_string(), message.clone())]
         }

@@ -9,6 +9,7 @@ use lavender::status::{PipelineState, StepState};
 
 use super::handle::StartError;
 use crate::process::SpawnSpec;
+use lavender::checkpoint::fallback::Candidates;
 use lavender::layout::Layout;
 use lavender::pipeline_file::PipelineRecord;
 use lavender::steps::inputs::LocalFiles;
@@ -288,6 +289,60 @@ fn crash_resume(record: &PipelineRecord) -> Option<PathBuf> {
         .or_else(|| record.resume_from.clone())
 }
 
+/// The checkpoint a launch of `step` resumes from, before the launch checks it:
+/// where the pipeline started, or after a crash the run's newest checkpoint.
+pub fn launch_resume(
+    record: &PipelineRecord,
+    step: PipelineStep,
+    after_crash: bool,
+) -> Option<PathBuf> {
+    if step != PipelineStep::Train {
+        None
+    } else if after_crash {
+        crash_resume(record)
+    } else {
+        record.resume_from.clone()
+    }
+}
+
+/// The checkpoints a training launch may resume from, newest first
+/// (`lavender::checkpoint::fallback` walks them at launch, setting aside the damaged
+/// ones): after a crash the run's own, then where the pipeline started; at a start,
+/// what `--resume` named (`latest` and a chunk's continuation walk back from it).
+pub fn resume_candidates(
+    layout: &Layout,
+    record: &PipelineRecord,
+    step: PipelineStep,
+    after_crash: bool,
+) -> Candidates {
+    let from = record.resume_from.clone();
+    if step != PipelineStep::Train {
+        return Candidates::None;
+    }
+    if after_crash && let Some(run_dir) = record.run_dir.clone() {
+        return Candidates::Run {
+            run_dir,
+            then: from,
+        };
+    }
+    let Some(target) = from else {
+        return Candidates::None;
+    };
+    match record.request.as_ref().and_then(|r| r.resume.as_deref()) {
+        Some("latest") => Candidates::UpTo {
+            target,
+            root: layout.checkpoints_root(),
+            within_run: false,
+        },
+        Some(_) => Candidates::Exact(target),
+        None => Candidates::UpTo {
+            target,
+            root: layout.checkpoints_root(),
+            within_run: true,
+        },
+    }
+}
+
 /// The launch of `step` in the pipeline `record` describes. Training resumes from
 /// where the pipeline started, or after a crash from the run's newest checkpoint.
 pub fn spawn_spec(
@@ -297,13 +352,7 @@ pub fn spawn_spec(
     step: PipelineStep,
     after_crash: bool,
 ) -> SpawnSpec {
-    let resume = if step != PipelineStep::Train {
-        None
-    } else if after_crash {
-        crash_resume(record)
-    } else {
-        record.resume_from.clone()
-    };
+    let resume = launch_resume(record, step, after_crash);
     let mut env = config.worker.env.clone();
     let origins = layout.worker_config_origins();
     if origins.is_file() {

@@ -158,6 +158,10 @@ pub fn cause_and_fix(step: PipelineStep, failure: &Failure) -> String {
             "the checkpoint does not fit the configured model",
             "resume with the config it was trained with, or start without --resume",
         ),
+        FailureKind::DamagedCheckpoint => (
+            "no intact checkpoint is left to resume from",
+            "restore a checkpoint from a backup (the damaged ones are under the run's damaged/ folder), or start without --resume",
+        ),
         FailureKind::Data => (
             "the training data is missing or corrupt",
             "rebuild it (remove the step's done-marker under state/done/ and start again) or restore it",

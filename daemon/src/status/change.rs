@@ -34,6 +34,8 @@ pub(super) fn change_of_entry(name: &OsStr) -> Option<Change> {
         // or at every save (`train.log`, for people): reading the status for them
         // doubled the reads per heartbeat.
         SIDECAR | ARRAY | lavender::trainlog::FILE => None,
+        // A checkpoint read back by the verifier: the status counts the verified.
+        n if n.starts_with(lavender::checkpoint::verdicts::PREFIX) => Some(Change::Other),
         // Hidden entries are never checkpoints (the listing skips them): temporaries
         // in flight (`.tmp-*`) and staged saves. Their rename into place is the change.
         n if n.starts_with('.') => None,

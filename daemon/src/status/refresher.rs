@@ -261,7 +261,7 @@ impl Refresher {
                     facts = if reuse_disk {
                         read.with_disk_of(&facts)
                     } else {
-                        read
+                        read.with_trend_of(&facts)
                     };
                     refreshed_at = Instant::now();
                 }

@@ -106,6 +106,7 @@ const GAUGES: &[&str] = &[
     "lavender_heartbeat_age_seconds",
     "lavender_heartbeat_stale",
     "lavender_checkpoints",
+    "lavender_verified_checkpoints",
     "lavender_disk_available_bytes",
     "lavender_pipeline_state",
 ];

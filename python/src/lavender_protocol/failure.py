@@ -3,7 +3,9 @@
 lavenderd reads `failure: {kind, message, step?, since_step?}` from the last
 heartbeat (state `failed`) or the `failed` event, else the exit code, and acts by
 kind: `config`, `incompatible_checkpoint` and `data` are not retried, `diverged` is
-rolled back to a checkpoint before `since_step`, anything else is restarted.
+rolled back to a checkpoint before `since_step`, `damaged_checkpoint` (the checkpoint
+to resume from cannot be read) sets it aside and resumes from the one before,
+anything else is restarted.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ DIVERGED = "diverged"
 OUT_OF_MEMORY = "out_of_memory"
 CONFIG = "config"
 INCOMPATIBLE_CHECKPOINT = "incompatible_checkpoint"
+DAMAGED_CHECKPOINT = "damaged_checkpoint"
 DATA = "data"
 CRASH = "crash"
 
@@ -27,6 +30,7 @@ EXIT_CODES: Dict[str, int] = {
     INCOMPATIBLE_CHECKPOINT: 79,
     DIVERGED: 80,
     OUT_OF_MEMORY: 81,
+    DAMAGED_CHECKPOINT: 82,
 }
 KINDS = tuple(EXIT_CODES)
 

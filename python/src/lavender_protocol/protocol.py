@@ -33,6 +33,8 @@ class Kind:
     STAGE_STARTED = "stage_started"
     CHECKPOINT_SAVED = "checkpoint_saved"
     CHECKPOINT_LOADED = "checkpoint_loaded"
+    #: Written by lavenderd: a checkpoint set aside as damaged (`<run>/damaged/<name>/`).
+    CHECKPOINT_DAMAGED = "checkpoint_damaged"
     DATA_SKIPPED = "data_skipped"
     STAGE_FINISHED = "stage_finished"
     FINAL_SAVED = "final_saved"

@@ -19,6 +19,7 @@ use super::data::Cursor;
 use super::divergence::DetectorState;
 use super::precision::{LOSS_SCALER_KEY, LossScaler};
 use super::settings::{Settings, StageKind};
+use crate::failure::damaged_checkpoint;
 use crate::model::{self, Gpt, MODEL_FILE};
 use crate::optim::AdamW;
 use crate::optim::adamw::OPTIMIZER_FILE;
@@ -128,16 +129,27 @@ pub fn check_tokenizer(ck: &Checkpoint, current: &[u8]) -> Result<()> {
 
 /// Loads `ck` into `model` and `opt` and works out where training resumes.
 pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> Result<Resumed> {
-    model::load_weights(model, &ck.path.join(MODEL_FILE)).with_context(|| {
-        format!(
-            "could not load the weights of checkpoint {}",
-            ck.path.display()
-        )
-    })?;
+    // A file of the checkpoint that cannot be read is a damaged checkpoint; one that
+    // reads but does not fit stays incompatible (the caller's tag).
+    model::load_weights(model, &ck.path.join(MODEL_FILE))
+        .map_err(damaged_checkpoint)
+        .with_context(|| {
+            format!(
+                "could not load the weights of checkpoint {}",
+                ck.path.display()
+            )
+        })?;
     let opt_file = ck.path.join(OPTIMIZER_FILE);
     let optimizer_loaded = opt_file.exists();
     if optimizer_loaded {
-        opt.load(&model.params, &opt_file)?;
+        opt.load(&model.params, &opt_file)
+            .map_err(damaged_checkpoint)
+            .with_context(|| {
+                format!(
+                    "could not load the optimizer state of checkpoint {}",
+                    ck.path.display()
+                )
+            })?;
     }
     let st = &ck.state;
     let ck_chunk = chunk_of(ck);

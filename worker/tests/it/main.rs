@@ -4,6 +4,7 @@
 
 mod attribution_bergson;
 mod daemon_e2e;
+mod damaged_resume;
 mod data_downloads;
 mod data_interrupt;
 mod data_pipeline;

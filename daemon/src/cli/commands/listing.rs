@@ -45,13 +45,16 @@ pub fn checkpoints(settings: &Settings, run: Option<&str>, json: bool) -> Result
     } else {
         for c in list {
             println!(
-                "{}  step {}  stage {}  loss {}  {}",
+                "{}  step {}  stage {}  loss {}  {}  {}",
                 c.name,
                 c.step,
                 c.stage,
                 c.loss
                     .map(|l| format!("{l:.4}"))
                     .unwrap_or_else(|| "-".into()),
+                c.damage
+                    .clone()
+                    .unwrap_or_else(|| c.verification.as_str().to_string()),
                 c.path.display()
             );
         }

@@ -2,6 +2,7 @@
 //! the next step, the step stopped from outside, or a failure for the policy
 //! (`restart.rs`).
 
+use lavender::failure::FailureKind;
 use lavender::status::{PipelineState, StepState};
 
 use super::{Actor, WorkerExit};
@@ -119,6 +120,11 @@ impl Actor {
             Verdict::Failed { failure, .. } => {
                 tracing::warn!(%step, kind = %failure.kind, "the worker failed: {}", failure.message);
                 self.record.failure = Some(failure.clone());
+                if failure.kind == FailureKind::DamagedCheckpoint
+                    && self.fall_back(&worker, &failure, outcome)
+                {
+                    return;
+                }
                 self.restart_after(
                     &worker,
                     PendingRestart::Failed(failure),

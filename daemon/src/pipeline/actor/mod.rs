@@ -12,6 +12,7 @@
 //! a [`Fingerprinted`], so a status, a stop or the watchdog's ping is answered
 //! meanwhile.
 
+mod damaged;
 mod effects;
 mod exit;
 mod hung;
@@ -57,6 +58,8 @@ struct JobChange {
 struct LaunchDone {
     generation: u64,
     result: Result<Launched>,
+    /// What the check of the checkpoint to resume from found (`damaged.rs`).
+    checked: Option<damaged::Checked>,
 }
 
 /// A start whose steps' local files were fingerprinted on the blocking pool; the

@@ -362,17 +362,29 @@ impl Actor {
         let jobs = self.jobs_tx.clone();
         let backend = self.backend.clone();
         let done = self.launches_tx.clone();
+        let check = self.resume_check(step);
         tokio::spawn(async move {
             let launch = tokio::task::spawn_blocking(move || {
+                let mut spec = spec;
+                // The checkpoint to resume from is read back before the worker starts.
+                let checked = check.map(|c| c.run(&mut spec));
+                if let Some(refusal) = checked.as_ref().and_then(|c| c.refusal.clone()) {
+                    return (Err(anyhow::anyhow!(refusal)), checked);
+                }
                 let updates = Box::new(move |update| {
                     let _ = jobs.send(JobChange { generation, update });
                 });
-                backend.launch(&spec, updates)
+                (backend.launch(&spec, updates), checked)
             });
-            let result = launch
-                .await
-                .unwrap_or_else(|e| Err(anyhow::anyhow!("the launch of step {step} failed: {e}")));
-            let _ = done.send(LaunchDone { generation, result });
+            let (result, checked) = launch.await.unwrap_or_else(|e| {
+                let e = anyhow::anyhow!("the launch of step {step} failed: {e}");
+                (Err(e), None)
+            });
+            let _ = done.send(LaunchDone {
+                generation,
+                result,
+                checked,
+            });
         });
     }
 
@@ -381,6 +393,9 @@ impl Actor {
     /// cancelled: it has not trained yet.
     pub(super) fn on_launched(&mut self, done: LaunchDone) {
         self.launches_in_flight = self.launches_in_flight.saturating_sub(1);
+        if let Some(checked) = done.checked {
+            self.on_checked(done.generation, checked);
+        }
         let (result, exit) = match done.result {
             Ok(launched) => (Ok(launched.handle), Some(launched.exit)),
             Err(e) => (Err(format!("{e:#}")), None),

@@ -277,6 +277,79 @@ fn save_checkpoint(run: &std::path::Path, name: &str, step: u64) {
     lavender::trainer_state::write(&dir, &state).unwrap();
 }
 
+/// A worker that cannot load its checkpoint (`damaged_checkpoint`) has it set aside
+/// and is relaunched at once from the one before, not as a crash restart; a
+/// checkpoint that does not match its manifest is set aside before a launch takes
+/// it; with nothing intact left, the pipeline fails naming each one.
+#[tokio::test(start_paused = true)]
+async fn a_damaged_checkpoint_is_set_aside_and_the_worker_relaunched_at_once_from_the_one_before() {
+    use lavender::checkpoint::contents::{self, ContentManifest, FileEntry, HashAlgorithm};
+    let mut h = harness(|_| {});
+    h.start().await;
+    let run = h.pipeline.record().run_dir.expect("a run directory");
+    for (i, name) in [
+        "pretrain-00-00-01-0001",
+        "pretrain-00-00-02-0002",
+        "pretrain-00-00-03-0003",
+    ]
+    .iter()
+    .enumerate()
+    {
+        save_checkpoint(&run, name, 10 * (i as u64 + 1));
+    }
+    // The newest lists a file it does not hold: set aside before the restart takes it.
+    let torn = ContentManifest::new(
+        HashAlgorithm::Blake3,
+        vec![FileEntry {
+            path: "model.safetensors".into(),
+            size: 8,
+            hash: "00".into(),
+        }],
+    );
+    contents::write(&run.join("pretrain-00-00-03-0003"), &torn).unwrap();
+    h.fake.exit(0, ExitOutcome::Signal(9));
+    assert!(matches!(h.alert().await, Alert::Crashed { .. }));
+    match h.alert().await {
+        Alert::CheckpointDamaged { message, .. } => assert!(
+            message.starts_with("checkpoint pretrain-00-00-03-0003 is damaged (model.safetensors: missing); set aside as ")
+                && message.ends_with("; resuming from pretrain-00-00-02-0002"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let record = h.wait_restarted(1).await;
+    let from = |r: &PipelineRecord| r.recovery.as_ref().and_then(|r| r.checkpoint.clone());
+    assert_eq!(from(&record).as_deref(), Some("pretrain-00-00-02-0002"));
+    assert!(run.join("damaged/pretrain-00-00-03-0003").is_dir());
+
+    // The worker cannot load 0002 (no manifest, so not caught before): set aside, and
+    // relaunched at once from 0001, the restart count as it was.
+    h.fake.exit(
+        1,
+        ExitOutcome::Code(FailureKind::DamagedCheckpoint.exit_code()),
+    );
+    assert!(matches!(h.alert().await, Alert::CheckpointDamaged { .. }));
+    let record = h
+        .wait_for(|r| r.state == PipelineState::Running && h.fake.launched().len() == 3)
+        .await;
+    assert_eq!(record.restarts, 1, "a fallback is not a crash restart");
+    assert_eq!(from(&record).as_deref(), Some("pretrain-00-00-01-0001"));
+    assert!(run.join("damaged/pretrain-00-00-02-0002").is_dir());
+
+    // 0001 too: nothing is left, the pipeline fails naming it.
+    h.fake.exit(
+        2,
+        ExitOutcome::Code(FailureKind::DamagedCheckpoint.exit_code()),
+    );
+    let record = h.wait_state(PipelineState::Failed).await;
+    let error = record.last_error.unwrap_or_default();
+    assert!(
+        error.contains("no intact checkpoint is left to resume from: checkpoint pretrain-00-00-01-0001 is damaged"),
+        "{error}"
+    );
+    assert_eq!(h.fake.launched().len(), 3);
+}
+
 /// The worker's last heartbeat: diverged at `step`, since `since`.
 fn diverged_at(run: &std::path::Path, step: u64, since: u64) {
     let mut failure = lavender::failure::Failure::new(FailureKind::Diverged, "loss spiked");

@@ -88,6 +88,11 @@ pub fn render(m: &Inputs<'_>) -> String {
             Some(t.checkpoints as f64),
         ),
         gauge(
+            "lavender_verified_checkpoints",
+            "Checkpoints of the current run the daemon read back and found matching their manifest.",
+            Some(t.verified_checkpoints as f64),
+        ),
+        gauge(
             "lavender_disk_available_bytes",
             "Bytes available on the data root's filesystem.",
             m.disk_available_bytes.map(|v| v as f64),

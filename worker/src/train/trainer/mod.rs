@@ -196,12 +196,14 @@ impl Trainer {
         if let Some(ema) = &mut self.ema {
             let file = ck.path.join(EMA_FILE);
             if file.is_file() {
-                ema.load(&file).with_context(|| {
-                    format!(
-                        "could not load the EMA weights of checkpoint {}",
-                        ck.path.display()
-                    )
-                })?;
+                ema.load(&file)
+                    .map_err(crate::failure::damaged_checkpoint)
+                    .with_context(|| {
+                        format!(
+                            "could not load the EMA weights of checkpoint {}",
+                            ck.path.display()
+                        )
+                    })?;
             } else {
                 ema.reset(&self.model);
                 if self.progress.pos.stage_step > 0 {

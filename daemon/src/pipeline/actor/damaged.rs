@@ -1,0 +1,227 @@
+//! A damaged checkpoint set aside and the run resumed from the one before
+//! (`lavender::checkpoint::fallback` makes the choice). Every training launch with a
+//! checkpoint to resume from checks it first, on the blocking pool with the launch:
+//! the newest candidate that verifies (or has no manifest) is taken, each damaged
+//! one moved to `<run>/damaged/<name>/`. A worker that cannot load its checkpoint
+//! (`damaged_checkpoint`) has it set aside the same way and is restarted at once:
+//! neither is a crash restart, nor a retry of the same bytes. With nothing intact
+//! left, the launch fails naming each one set aside.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lavender::checkpoint::contents::Verdict;
+use lavender::checkpoint::fallback::{self, Candidates, SetAside};
+use lavender::config::PipelineStep;
+use lavender::events::{self, Event as RunEvent, kind};
+use lavender::failure::{Failure, FailureKind};
+use lavender::status::PipelineState;
+
+use super::Actor;
+use crate::alert::Alert;
+use crate::exit::ExitOutcome;
+use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Phase, Relaunch, Restart};
+use crate::pipeline::plan;
+use crate::process::SpawnSpec;
+
+/// What a training launch checks before it starts the worker.
+pub(super) struct ResumeCheck {
+    candidates: Candidates,
+    /// A checkpoint set aside before this launch (the worker could not load it): with
+    /// nothing else intact, the failure names it too.
+    earlier: Option<String>,
+}
+
+/// What the check found, reported back with the launch.
+pub(super) struct Checked {
+    /// The checkpoint taken and its step.
+    chosen: Option<(PathBuf, u64)>,
+    verdict: Option<Verdict>,
+    set_aside: Vec<SetAside>,
+    /// Why the worker was not launched: nothing intact to resume from.
+    pub refusal: Option<String>,
+}
+
+impl ResumeCheck {
+    /// Walks the candidates (reading every byte of the one taken), sets `spec`'s
+    /// resume to the checkpoint taken. Runs on the blocking pool.
+    pub(super) fn run(self, spec: &mut SpawnSpec) -> Checked {
+        let resolved = match fallback::resolve(&self.candidates, fallback::check) {
+            Ok(r) => r,
+            Err(e) => {
+                return Checked {
+                    chosen: None,
+                    verdict: None,
+                    set_aside: Vec::new(),
+                    refusal: Some(format!("cannot check the checkpoints to resume from: {e}")),
+                };
+            }
+        };
+        let mut checked = Checked {
+            chosen: resolved
+                .chosen
+                .as_ref()
+                .map(|c| (c.path.clone(), c.state.step)),
+            verdict: resolved.verdict,
+            set_aside: resolved.set_aside,
+            refusal: None,
+        };
+        spec.resume = checked.chosen.as_ref().map(|(p, _)| p.clone());
+        // Only a run with nothing saved yet, started from nothing, trains from step 0.
+        let named = match &self.candidates {
+            Candidates::None | Candidates::Run { then: None, .. } => None,
+            Candidates::Exact(p) | Candidates::UpTo { target: p, .. } => Some(p),
+            Candidates::Run { then: Some(p), .. } => Some(p),
+        };
+        if checked.chosen.is_none()
+            && (named.is_some() || !checked.set_aside.is_empty() || self.earlier.is_some())
+        {
+            let mut each: Vec<String> = self.earlier.into_iter().collect();
+            each.extend(checked.set_aside.iter().map(ToString::to_string));
+            if each.is_empty()
+                && let Some(p) = named
+            {
+                each.push(format!("{} is gone", p.display()));
+            }
+            checked.refusal = Some(format!(
+                "no intact checkpoint is left to resume from: {}",
+                each.join("; ")
+            ));
+        }
+        checked
+    }
+}
+
+impl Actor {
+    /// The check the launch of the worker now launching makes; `None` for a step
+    /// that resumes from nothing.
+    pub(super) fn resume_check(&self, step: PipelineStep) -> Option<ResumeCheck> {
+        let Phase::Launching { launch, .. } = &self.phase else {
+            return None;
+        };
+        let candidates =
+            plan::resume_candidates(&self.layout, &self.record, step, launch.after_crash());
+        let earlier = match &launch.relaunch {
+            Some(Relaunch::Restart(Restart {
+                why: Some(PendingRestart::Failed(f)),
+                ..
+            })) if f.kind == FailureKind::DamagedCheckpoint => Some(f.message.clone()),
+            _ => None,
+        };
+        (candidates != Candidates::None || earlier.is_some()).then_some(ResumeCheck {
+            candidates,
+            earlier,
+        })
+    }
+
+    /// The check of launch `generation` is back: each checkpoint set aside is told,
+    /// and the launch resumes from the one taken.
+    pub(super) fn on_checked(&mut self, generation: u64, checked: Checked) {
+        let step = PipelineStep::Train;
+        let next = match &checked.chosen {
+            Some((path, _)) => format!("resuming from {}", plan_name(path)),
+            None if checked.refusal.is_some() => "no intact checkpoint is left".to_string(),
+            None => "training starts at step 0".to_string(),
+        };
+        for s in &checked.set_aside {
+            self.tell_set_aside(step, s, &next);
+        }
+        if let Some((path, _)) = &checked.chosen {
+            match &checked.verdict {
+                Some(Verdict::Verified { files, bytes }) => tracing::info!(
+                    "resuming from {}: verified ({files} files, {bytes} bytes read back against its manifest)",
+                    path.display()
+                ),
+                _ => tracing::info!(
+                    "resuming from {}: unverified (no manifest.json to check it against)",
+                    path.display()
+                ),
+            }
+        }
+        let Phase::Launching { launch, .. } = &mut self.phase else {
+            return;
+        };
+        if launch.generation != generation {
+            return;
+        }
+        let chosen = checked.chosen.as_ref().map(|(p, _)| p.clone());
+        if launch.resume == chosen {
+            return;
+        }
+        launch.resume = chosen.clone();
+        launch.resumed_from_step = launch
+            .resumed_from_step
+            .map(|_| checked.chosen.as_ref().map_or(0, |(_, s)| *s));
+        // A start resumes from another checkpoint than it named: the record and the
+        // run's lineage say the one it took.
+        if launch.relaunch.is_none() {
+            self.record.resume_from = chosen.clone();
+            if let (Some(run), Some(from)) = (&self.record.run_dir, &chosen)
+                && let Err(e) = lavender::run::record_parent(run, from)
+            {
+                tracing::error!("{e}");
+            }
+        }
+    }
+
+    /// The training worker ended with `damaged_checkpoint`: the checkpoint it was
+    /// given is set aside and it is restarted at once (a walk back at the launch).
+    /// False when it was given none (the policy then decides).
+    pub(super) fn fall_back(
+        &mut self,
+        worker: &LiveWorker,
+        failure: &Failure,
+        outcome: ExitOutcome,
+    ) -> bool {
+        let after_crash = worker.resumed_from_step.is_some();
+        let Some(ckpt) = plan::launch_resume(&self.record, worker.step, after_crash) else {
+            return false;
+        };
+        let s = match fallback::set_aside(&ckpt, failure.message.clone()) {
+            Ok(s) => s,
+            Err(e) => {
+                let reason = format!("{}; it cannot be set aside: {e}", failure.message);
+                self.fail_after(worker.step, reason, Some(outcome), Some(failure.clone()));
+                return true;
+            }
+        };
+        self.tell_set_aside(worker.step, &s, "restarting from the one before");
+        self.record.state = PipelineState::Crashed;
+        self.record.restart_pending = true;
+        self.record.last_error = Some(s.to_string());
+        // Said once the worker runs again, and named if nothing intact is left.
+        let failure = Failure {
+            message: s.to_string(),
+            ..failure.clone()
+        };
+        self.on(Event::RestartDecided {
+            delay: Duration::ZERO,
+            restart: Restart {
+                why: Some(PendingRestart::Failed(failure)),
+                last_exit: Some(outcome),
+            },
+        });
+        self.commit();
+        true
+    }
+
+    /// The log line, the `checkpoint_damaged` event in the run and the alert.
+    fn tell_set_aside(&self, step: PipelineStep, s: &SetAside, next: &str) {
+        let message = format!("{s}; {next}");
+        tracing::warn!(%step, "{message}");
+        if let Some(run) = &self.record.run_dir {
+            let event = RunEvent::new(kind::CHECKPOINT_DAMAGED, message.clone())
+                .with("checkpoint", &s.name)
+                .with("moved_to", &s.moved_to)
+                .with("reason", &s.reason);
+            if let Err(e) = events::append(run, &event) {
+                tracing::error!("{e}");
+            }
+        }
+        self.alert(Alert::CheckpointDamaged { step, message });
+    }
+}
+
+fn plan_name(path: &std::path::Path) -> String {
+    super::restart::checkpoint_text(Some(path))
+}

@@ -1,0 +1,196 @@
+//! What the daemon found when it read each new checkpoint back against its manifest:
+//! `<run>/.verdict.<name>.json`, one small file per checkpoint beside it, written by
+//! the daemon's verifier alone (so a daemon restart does not hash everything again).
+//! Hidden, so nothing lists it as a checkpoint; in the run directory itself, so the
+//! status refresher's watch of the run sees each new verdict. Verdicts in a run say
+//! a verifier watches it: retention then keeps the newest checkpoint found intact
+//! and everything newer, so a run is never left without a checked checkpoint.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::contents::{self, Depth, Verdict};
+use super::listing::Checkpoint;
+use crate::error::Result;
+
+/// The start of a verdict's file name in the run directory.
+pub const PREFIX: &str = ".verdict.";
+
+/// One checkpoint's verdict as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recorded {
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// When it was read back (RFC 3339 UTC).
+    pub checked_at: String,
+}
+
+/// Where a checkpoint stands for the verifier.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Check {
+    /// Not read back yet.
+    Pending,
+    Done(Verdict),
+}
+
+impl Check {
+    /// Read back and not damaged: verified, or without a manifest to check (nothing
+    /// better will come of waiting for it).
+    pub fn is_good(&self) -> bool {
+        matches!(
+            self,
+            Check::Done(Verdict::Verified { .. } | Verdict::Unverified)
+        )
+    }
+
+    /// For a person: verified, damaged (and what), pending, unverified.
+    pub fn describe(&self) -> String {
+        match self {
+            Check::Pending => "pending".into(),
+            Check::Done(Verdict::Verified { files, bytes }) => {
+                format!("verified ({files} files, {bytes} bytes)")
+            }
+            Check::Done(Verdict::Unverified) => "unverified (no manifest)".into(),
+            Check::Done(Verdict::Damaged { damage }) => {
+                format!("damaged: {}", super::fallback::describe(damage))
+            }
+        }
+    }
+
+    /// One word: `verified`, `damaged`, `pending`, `unverified`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Check::Pending => "pending",
+            Check::Done(Verdict::Verified { .. }) => "verified",
+            Check::Done(Verdict::Unverified) => "unverified",
+            Check::Done(Verdict::Damaged { .. }) => "damaged",
+        }
+    }
+}
+
+fn path(run_dir: &Path, name: &str) -> PathBuf {
+    run_dir.join(format!("{PREFIX}{name}.json"))
+}
+
+/// The checkpoint names of the verdicts recorded in `run_dir`.
+fn recorded_names(run_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(run_dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let file = e.file_name().to_string_lossy().into_owned();
+            Some(
+                file.strip_prefix(PREFIX)?
+                    .strip_suffix(".json")?
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Whether a verifier watches `run_dir` (it recorded a verdict there).
+pub fn watched(run_dir: &Path) -> bool {
+    !recorded_names(run_dir).is_empty()
+}
+
+/// The recorded check of checkpoint `name` of `run_dir`.
+pub fn read(run_dir: &Path, name: &str) -> Check {
+    std::fs::read_to_string(path(run_dir, name))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Recorded>(&t).ok())
+        .map_or(Check::Pending, |r| Check::Done(r.verdict))
+}
+
+/// Reads `ckpt` back against its manifest (every byte) and records the verdict.
+pub fn verify_and_record(ckpt: &Checkpoint) -> Result<Verdict> {
+    let verdict = contents::verify(&ckpt.path, Depth::Full, None);
+    let run_dir = ckpt.path.parent().unwrap_or(Path::new("."));
+    let recorded = Recorded {
+        verdict,
+        checked_at: crate::time::rfc3339_z(crate::time::now_utc()),
+    };
+    crate::atomic::write_json(&path(run_dir, &ckpt.name), &recorded)?;
+    Ok(recorded.verdict)
+}
+
+/// Drops the verdicts of checkpoints no longer in the run (deleted by retention,
+/// set aside); `names` are those that are.
+pub fn forget_others(run_dir: &Path, names: &[&str]) {
+    for name in recorded_names(run_dir) {
+        if !names.contains(&name.as_str()) {
+            let _ = std::fs::remove_file(path(run_dir, &name));
+        }
+    }
+}
+
+/// The index in `ckpts` (oldest first) of the newest checkpoint read back and found
+/// good ([`Check::is_good`]).
+pub fn newest_good(run_dir: &Path, ckpts: &[Checkpoint]) -> Option<usize> {
+    ckpts.iter().rposition(|c| read(run_dir, &c.name).is_good())
+}
+
+/// The newest checkpoint verified against its manifest, and how many are.
+pub fn verified_summary(run_dir: &Path, ckpts: &[Checkpoint]) -> (u64, Option<String>) {
+    let verified: Vec<&Checkpoint> = ckpts
+        .iter()
+        .filter(|c| {
+            matches!(
+                read(run_dir, &c.name),
+                Check::Done(Verdict::Verified { .. })
+            )
+        })
+        .collect();
+    (
+        verified.len() as u64,
+        verified.last().map(|c| c.name.clone()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::contents::HashAlgorithm;
+    use crate::checkpoint::listing::list_run_checkpoints;
+    use crate::checkpoint::listing::tests::{save, set_mtime};
+
+    #[test]
+    fn recorded_verdicts_read_back_and_a_missing_one_is_pending() {
+        let root = tempfile::tempdir().unwrap();
+        let run = root.path().join("run-2026-01-01_00-00-00");
+        for c in 1..=3u32 {
+            let p = save(&run, "pretrain", c, None);
+            set_mtime(&p, 1_000 * c as u64);
+            if c < 3 {
+                let m = contents::build_from_disk(&p, HashAlgorithm::Blake3).unwrap();
+                contents::write(&p, &m).unwrap();
+            }
+        }
+        let ckpts = list_run_checkpoints(&run).unwrap();
+        assert!(!watched(&run));
+        assert_eq!(newest_good(&run, &ckpts), None);
+        std::fs::write(ckpts[1].path.join("model.safetensors"), b"x").unwrap();
+        for c in &ckpts {
+            verify_and_record(c).unwrap();
+        }
+        assert!(watched(&run));
+        assert_eq!(read(&run, &ckpts[0].name).word(), "verified");
+        assert_eq!(
+            read(&run, &ckpts[1].name).describe(),
+            "damaged: model.safetensors: 1 bytes, the manifest says 7"
+        );
+        assert_eq!(read(&run, &ckpts[2].name).word(), "unverified");
+        assert_eq!(read(&run, "pretrain-12-00-09-0009"), Check::Pending);
+        // No manifest is as good as it gets; damaged is not.
+        assert_eq!(newest_good(&run, &ckpts), Some(2));
+        assert_eq!(
+            verified_summary(&run, &ckpts),
+            (1, Some(ckpts[0].name.clone()))
+        );
+        forget_others(&run, &[ckpts[0].name.as_str()]);
+        assert_eq!(read(&run, &ckpts[2].name), Check::Pending);
+        assert_eq!(read(&run, &ckpts[0].name).word(), "verified");
+    }
+}
