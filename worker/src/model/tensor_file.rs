@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use lavender::checkpoint::contents::{FileEntry, HashAlgorithm};
+use lavender::checkpoint::contents::{ContentHasher, FileEntry, HashAlgorithm};
 use safetensors::tensor::{Dtype, SafeTensors};
 use tch::{Device, Kind, Tensor};
 
@@ -73,9 +73,9 @@ pub fn snapshot(
 /// How much a file is written before its writeback is started (see
 /// [`FileImage::write_buffered`]).
 const WRITEBACK_CHUNK: usize = 64 << 20;
-/// How much of an image the hasher takes at a time (BLAKE3 hashes a large block on
-/// all its SIMD lanes; the writers read the same memory meanwhile).
-const HASH_BLOCK: usize = 1 << 20;
+/// How much of an image the hasher takes at a time (BLAKE3 splits a large block
+/// between threads and SIMD lanes; the writers read the same memory meanwhile).
+const HASH_BLOCK: usize = 16 << 20;
 /// One O_DIRECT write's size (a multiple of [`PAGE`]).
 #[cfg(target_os = "linux")]
 const DIRECT_CHUNK: usize = 8 << 20;
@@ -242,7 +242,15 @@ impl FileImage {
             let hasher = s.spawn(|| {
                 let mut h = algorithm.hasher();
                 for block in self.bytes.as_slice().chunks(HASH_BLOCK) {
-                    h.update(block);
+                    match &mut h {
+                        // BLAKE3 is a tree: a block's subtrees hash on every core, so
+                        // the larger file's hash keeps up with its write while
+                        // training holds the cores.
+                        ContentHasher::Blake3(b) => {
+                            b.update_rayon(block);
+                        }
+                        other => other.update(block),
+                    }
                 }
                 h.finish_hex()
             });
