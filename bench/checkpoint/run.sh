@@ -11,17 +11,24 @@
 #     Ratio = dd time / durable save time; stall = stall time / dd time, over the
 #     saves training continues after (not the final one, which waits until durable
 #     by design).
+#   - Verify: `lavenderd verify` reading the run's kept checkpoints back against their
+#     manifests (every byte hashed) against `b3sum` of the same files, both from the
+#     page cache on every core (hyperfine, VERIFY_RUNS runs each). Ratio = b3sum's
+#     time / verify's time (throughput ratio). VERIFY=0 skips it (a lavenderd
+#     without the command).
 #   - Retention: one pass of lavender's retention over a run holding 1,000
 #     checkpoints (keep 3), against `ls -1dt */ | tail | xargs rm -rf` on an
 #     identical run (bench/loadgen `retention`).
 #
-#   bash bench/checkpoint/run.sh        # SAVES=4 EVERY=3 N_EMBD=640 N_LAYER=8 CHECKPOINTS=1000
+#   bash bench/checkpoint/run.sh        # SAVES=4 EVERY=3 N_EMBD=640 N_LAYER=8 CHECKPOINTS=1000 VERIFY_RUNS=5
 #
-# Targets: durable save at least 0.9x dd's speed; stall at most 0.5x dd's time. Not a test.
+# Targets: durable save at least 0.9x dd's speed; stall at most 0.5x dd's time;
+# verify at least 0.8x b3sum's throughput. Not a test.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/../lib.sh"
-bench_need worker loadgen jq
+VERIFY="${VERIFY:-1}"
+if [ "$VERIFY" = 1 ]; then bench_need worker loadgen jq lavenderd hyperfine b3sum; else bench_need worker loadgen jq; fi
 bench_out checkpoint
 
 SAVES="${SAVES:-4}"
@@ -91,6 +98,25 @@ def secs(key):
 print(f"  ({len(stalls)} saves training went on after: stall {secs('stall_seconds')} s; "
       f"of which copy to host memory {secs('copy_seconds')} s, waiting for the previous save {secs('wait_seconds')} s)")
 PY
+
+if [ "$VERIFY" = 1 ]; then
+  run="$(jq -r .run "$BENCH_OUT/saves.json")"
+  files=("$run"/*/*.safetensors)
+  vbytes="$(cat "${files[@]}" | wc -c)"
+  echo
+  echo "verify: $(calc "round($vbytes / 1e6)") MB in ${#files[@]} files of $(basename "$run")"
+  hyperfine -N --style basic --warmup 1 --runs "${VERIFY_RUNS:-5}" --export-json "$BENCH_OUT/verify.json" \
+    -n "lavenderd verify" "$LAVENDERD --data-root $data verify --run $(basename "$run")" \
+    -n "b3sum" "b3sum ${files[*]}" >"$BENCH_OUT/verify.txt"
+  "$PY" - "$BENCH_OUT/verify.json" "$vbytes" <<'PY' | tee -a "$BENCH_OUT/report.txt"
+import json, sys
+r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
+mb = int(sys.argv[2]) / 1e6
+v, b = r["lavenderd verify"]["median"], r["b3sum"]["median"]
+print(f"lavenderd verify: median {v:.3f} s = {mb / v:.0f} MB/s; b3sum: median {b:.3f} s = {mb / b:.0f} MB/s")
+print(f"ratio (verify throughput / b3sum's): {b / v:.2f}x -> target >= 0.8: {'met' if b / v >= 0.8 else 'MISSED'}")
+PY
+fi
 
 echo
 echo "retention over $CHECKPOINTS checkpoints (keep 3)"

@@ -45,25 +45,29 @@ pub fn resumed_text(l: &lavender::run::Lineage) -> String {
     }
 }
 
+/// The directory of run `id` (a run name or path), which must exist.
+pub fn run_dir(layout: &Layout, id: &str) -> Result<PathBuf> {
+    let root = layout.checkpoints_root();
+    let as_path = PathBuf::from(id);
+    let dir = if as_path.is_absolute() {
+        as_path
+    } else {
+        root.join(id)
+    };
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "no run {id:?} under {}; `lavenderd runs` lists them",
+            root.display()
+        );
+    }
+    Ok(dir)
+}
+
 /// Complete checkpoints of run `run` (a run name or path; default: the newest run), oldest first.
 pub fn checkpoints(layout: &Layout, run: Option<&str>) -> Result<Vec<CheckpointInfo>> {
     let root = layout.checkpoints_root();
     let run_dir = match run {
-        Some(id) => {
-            let as_path = PathBuf::from(id);
-            let dir = if as_path.is_absolute() {
-                as_path
-            } else {
-                root.join(id)
-            };
-            if !dir.is_dir() {
-                anyhow::bail!(
-                    "no run {id:?} under {}; `lavenderd runs` lists them",
-                    root.display()
-                );
-            }
-            dir
-        }
+        Some(id) => run_dir(layout, id)?,
         None => match lavender::run::latest_run(&root)? {
             Some(r) => r.path,
             None => return Ok(Vec::new()),

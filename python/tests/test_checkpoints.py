@@ -149,3 +149,46 @@ def test_create_run_moves_to_the_next_second_on_a_clash(tmp_path):
     a = ck.create_run(tmp_path, t)
     b = ck.create_run(tmp_path, t)
     assert (a.name, b.name) == ("run-2026-04-24_16-08-45", "run-2026-04-24_16-08-46")
+
+
+def _sha256(path):
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_commit_writes_the_manifest_before_the_marker(run, monkeypatch):
+    from lavender_protocol import _fs
+
+    written = []
+    real = _fs.write_json
+    monkeypatch.setattr(_fs, "write_json", lambda path, value: (written.append(path.name), real(path, value)))
+    p = ck.PendingCheckpoint.begin(run, "train-01-02-03-0001")
+    (p.dir / "model.safetensors").write_bytes(b"weights" * 1000)
+    (p.dir / "sub").mkdir()
+    (p.dir / "sub" / "opt.pt").write_bytes(b"")
+    path = p.commit(ck.trainer_state(step=1, stage="train"))
+    assert written == [ck.MANIFEST_FILE, ck.TRAINER_STATE_FILE]
+    manifest = json.loads((path / ck.MANIFEST_FILE).read_text())
+    assert (manifest["format"], manifest["version"], manifest["algorithm"]) == (
+        "lavender.checkpoint-manifest",
+        1,
+        "sha256",
+    )
+    assert manifest["files"] == [
+        {"path": "model.safetensors", "size": 7000, "hash": _sha256(path / "model.safetensors")},
+        {"path": "sub/opt.pt", "size": 0, "hash": _sha256(path / "sub" / "opt.pt")},
+    ]
+
+
+def test_commit_directory_writes_the_manifest_of_a_trainer_save(run):
+    staged = run / ".tmp-hf-staging" / "checkpoint-7"
+    staged.mkdir(parents=True)
+    (staged / "trainer_state.json").write_text('{"global_step": 7}')
+    (staged / "model.safetensors").write_bytes(b"m" * 3000)
+    (staged / "rng_state.pth").write_bytes(b"r")
+    target = ck.commit_directory(staged, run / "checkpoint-7")
+    manifest = json.loads((target / ck.MANIFEST_FILE).read_text())
+    # The Trainer's own trainer_state.json is the marker, not a listed file.
+    assert [(f["path"], f["size"]) for f in manifest["files"]] == [("model.safetensors", 3000), ("rng_state.pth", 1)]
+    assert manifest["files"][0]["hash"] == _sha256(target / "model.safetensors")

@@ -78,6 +78,8 @@ def test_a_save_is_complete_named_and_announced(tmp_path):
     assert hb["latest_checkpoint"] == path.name and hb["state"] == "training"
     assert protocol.saved_names(run) == [path.name]
     assert ck.next_counter(run) == 2
+    manifest = json.loads((path / ck.MANIFEST_FILE).read_text())
+    assert [(f["path"], f["size"]) for f in manifest["files"]] == [("model.bin", 1)]
 
 
 def test_a_failed_save_leaves_nothing(tmp_path):
@@ -253,3 +255,6 @@ def test_hf_a_periodic_save_under_way_at_sigterm_is_not_the_final_one(tmp_path):
     saves = ("checkpoint_saved", "final_saved")
     saved = [(e["kind"], e["step"]) for e in protocol.read_events(run) if e["kind"] in saves]
     assert saved == [("checkpoint_saved", 30), ("final_saved", 31)]
+    # on_save wrote each checkpoint's manifest into the Trainer's folder before it appeared.
+    manifest = json.loads((run / "checkpoint-31" / ck.MANIFEST_FILE).read_text())
+    assert [f["path"] for f in manifest["files"]] == ["model.safetensors"]

@@ -149,8 +149,52 @@ pub fn read(dir: &Path) -> Result<Option<ContentManifest>> {
     Ok(Some(manifest))
 }
 
+/// Take `path` out of the manifest of the checkpoint at `dir` (if it has one that
+/// lists it), before that file is deleted from a committed checkpoint (the older
+/// checkpoints' optimizer state under `save_optimizer_state: last`): a crash between
+/// the two leaves a file the manifest does not name, never a listed one missing.
+pub fn forget(dir: &Path, path: &str) -> Result<()> {
+    let Some(mut manifest) = read(dir)? else {
+        return Ok(());
+    };
+    let before = manifest.files.len();
+    manifest.files.retain(|f| f.path != path);
+    if manifest.files.len() == before {
+        return Ok(());
+    }
+    write(dir, &manifest)
+}
+
+/// How a verifier reads and hashes one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hashing {
+    /// Read in 1 MiB blocks on the calling thread: for a daemon beside training.
+    OneThread,
+    /// BLAKE3 from a memory map on every core (as `b3sum` does), SHA-256 as
+    /// [`Hashing::OneThread`]: for a command whose only work this is. The file must
+    /// not shrink while it is hashed (a map past its end faults), so not for a
+    /// process that must survive that.
+    AllCores,
+}
+
 /// Hash a file on disk: its size and digest, read in 1 MiB blocks.
 pub fn hash_file(path: &Path, algorithm: HashAlgorithm) -> Result<(u64, String)> {
+    hash_file_with(path, algorithm, Hashing::OneThread)
+}
+
+/// [`hash_file`], read and hashed as `hashing` says.
+pub fn hash_file_with(
+    path: &Path,
+    algorithm: HashAlgorithm,
+    hashing: Hashing,
+) -> Result<(u64, String)> {
+    if hashing == Hashing::AllCores && algorithm == HashAlgorithm::Blake3 {
+        let mut hasher = blake3::Hasher::new();
+        hasher
+            .update_mmap_rayon(path)
+            .map_err(|e| Error::io("read", path, e))?;
+        return Ok((hasher.count(), hasher.finalize().to_hex().to_string()));
+    }
     let mut file = File::open(path).ctx("open", path)?;
     let mut hasher = algorithm.hasher();
     let mut buf = vec![0u8; 1 << 20];
@@ -248,6 +292,11 @@ pub enum Depth {
 /// writer is not trusted). `only`, when given, limits the check to those relative
 /// paths (the files a worker will load); the rest of the manifest is not read.
 pub fn verify(dir: &Path, depth: Depth, only: Option<&[&str]>) -> Verdict {
+    verify_with(dir, depth, only, Hashing::OneThread)
+}
+
+/// [`verify`], each file hashed as `hashing` says.
+pub fn verify_with(dir: &Path, depth: Depth, only: Option<&[&str]>, hashing: Hashing) -> Verdict {
     let manifest = match read(dir) {
         Ok(Some(m)) => m,
         Ok(None) => return Verdict::Unverified,
@@ -268,7 +317,7 @@ pub fn verify(dir: &Path, depth: Depth, only: Option<&[&str]>) -> Verdict {
         }
         files += 1;
         bytes += entry.size;
-        if let Some(d) = check_file(dir, &manifest, entry, depth) {
+        if let Some(d) = check_file(dir, &manifest, entry, depth, hashing) {
             damage.push(d);
         }
     }
@@ -284,6 +333,7 @@ fn check_file(
     manifest: &ContentManifest,
     entry: &FileEntry,
     depth: Depth,
+    hashing: Hashing,
 ) -> Option<Damage> {
     let path: PathBuf = dir.join(&entry.path);
     let found = match std::fs::metadata(&path) {
@@ -310,7 +360,7 @@ fn check_file(
     if depth == Depth::Sizes {
         return None;
     }
-    match hash_file(&path, manifest.algorithm) {
+    match hash_file_with(&path, manifest.algorithm, hashing) {
         Ok((_, hash)) if hash == entry.hash => None,
         Ok((_, hash)) => Some(Damage::Hash {
             path: entry.path.clone(),
@@ -419,6 +469,27 @@ mod tests {
     }
 
     #[test]
+    fn every_core_hashes_to_the_same_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        // Past blake3's threshold for a memory map (16 KiB), over several chunks.
+        let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let path = dir.path().join("big.bin");
+        std::fs::write(&path, &bytes).unwrap();
+        for alg in [HashAlgorithm::Blake3, HashAlgorithm::Sha256] {
+            assert_eq!(
+                hash_file_with(&path, alg, Hashing::AllCores).unwrap(),
+                hash_file(&path, alg).unwrap()
+            );
+        }
+        assert_eq!(
+            hash_file_with(&path, HashAlgorithm::Blake3, Hashing::AllCores)
+                .unwrap()
+                .1,
+            blake3::hash(&bytes).to_hex().to_string()
+        );
+    }
+
+    #[test]
     fn truncation_a_flipped_byte_and_a_missing_file_are_each_named() {
         let (dir, _) = checkpoint(HashAlgorithm::Blake3);
         let model = dir.path().join("model.safetensors");
@@ -458,6 +529,25 @@ mod tests {
         assert!(damage.contains(&Damage::Missing {
             path: "sub/extra.bin".into()
         }));
+    }
+
+    #[test]
+    fn a_forgotten_file_may_go_and_the_rest_still_verifies() {
+        let (dir, _) = checkpoint(HashAlgorithm::Blake3);
+        forget(dir.path(), "sub/extra.bin").unwrap();
+        std::fs::remove_file(dir.path().join("sub/extra.bin")).unwrap();
+        assert_eq!(
+            verify(dir.path(), Depth::Full, None),
+            Verdict::Verified {
+                files: 1,
+                bytes: 4096
+            }
+        );
+        // Twice, or without a manifest: nothing to do.
+        forget(dir.path(), "sub/extra.bin").unwrap();
+        std::fs::remove_file(dir.path().join(FILE)).unwrap();
+        forget(dir.path(), "model.safetensors").unwrap();
+        assert!(!dir.path().join(FILE).exists());
     }
 
     #[test]

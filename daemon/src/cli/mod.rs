@@ -1,5 +1,5 @@
 //! The command line: `serve | start | stop | daemon restart | status | logs | runs |
-//! checkpoints | prune | export | resolve | attribute | notify test | config check |
+//! checkpoints | verify | prune | export | resolve | attribute | notify test | config check |
 //! service`. Commands that change the pipeline talk to the daemon over its Unix socket;
 //! read-only ones work from the files, daemon or not.
 
@@ -183,6 +183,18 @@ pub enum Command {
         /// Run name (run-YYYY-MM-DD_HH-MM-SS) or path.
         #[arg(long, value_name = "ID")]
         run: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check checkpoints against their manifests, reading every byte (default: the
+    /// newest run). Exit code 0 only when every checkpoint with a manifest verifies.
+    Verify {
+        /// Run name (run-YYYY-MM-DD_HH-MM-SS) or path.
+        #[arg(long, value_name = "ID", conflicts_with = "all")]
+        run: Option<String>,
+        /// Every run of the data root.
+        #[arg(long)]
+        all: bool,
         #[arg(long)]
         json: bool,
     },

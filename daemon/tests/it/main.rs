@@ -25,6 +25,7 @@ mod slurm_cluster;
 mod slurm_e2e;
 mod status_watch;
 mod supervision;
+mod verify;
 mod web_browser;
 mod web_events;
 mod web_history;

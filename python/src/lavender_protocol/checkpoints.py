@@ -3,7 +3,8 @@
 A checkpoint is a directory of the run, `<stage>-<HH-MM-SS>-<NNNN>` (stage of
 `[a-z0-9_]`, UTC clock, a counter that only grows within the run), complete once its
 `trainer_state.json` exists and parses. It is built in a hidden `.tmp-` directory,
-every file is fsynced, `trainer_state.json` goes in last and the directory is renamed
+every file is hashed and fsynced, `manifest.json` (each file's size and SHA-256) is
+written, `trainer_state.json` goes in last and the directory is renamed
 into place, so a checkpoint is either complete or invisible. A Hugging Face
 `checkpoint-<N>/` whose `trainer_state.json` parses (it carries `global_step`)
 counts too.
@@ -11,6 +12,7 @@ counts too.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -23,6 +25,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from . import _fs, _time, protocol
 
 TRAINER_STATE_FILE = "trainer_state.json"
+#: The content manifest (lavender's `checkpoint::contents`): every other file's size and hash.
+MANIFEST_FILE = "manifest.json"
+MANIFEST_FORMAT = "lavender.checkpoint-manifest"
+MANIFEST_VERSION = 1
+_HASH_BLOCK = 1 << 20
 CHECKPOINTS_DIR = "checkpoints"
 RUN_PREFIX = "run-"
 
@@ -232,11 +239,48 @@ def create_run(checkpoints_root: Path, at: Optional[datetime] = None) -> Path:
     raise RuntimeError(f"could not create a run directory in {root}: 120 names in a row are taken")
 
 
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            _fs.fsync_file(Path(dirpath) / name)
+def _hash_and_fsync(path: Path) -> Tuple[int, str]:
+    """One pass over a file just written: its size and SHA-256 (read back from the
+    page cache, where the bytes still are), then its fsync on the same descriptor."""
+    digest = hashlib.sha256()
+    buf = bytearray(_HASH_BLOCK)
+    view = memoryview(buf)
+    size = 0
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            digest.update(view[:n])
+            size += n
+        os.fsync(f.fileno())
+    return size, digest.hexdigest()
+
+
+def write_manifest(ckpt_dir: Path) -> Dict[str, Any]:
+    """Hash every file of the checkpoint being built (all but `manifest.json` and
+    `trainer_state.json`), fsync each on the way, and write `manifest.json` durably:
+    what lavender verifies the checkpoint against (`lavenderd verify`). Called after
+    the files are written and before the marker. Returns the manifest."""
+    root = Path(ckpt_dir)
+    files = []
+    for dirpath, dirs, names in os.walk(root):
+        dirs.sort()
+        for name in names:
+            path = Path(dirpath) / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            rel = path.relative_to(root).as_posix()
+            if rel in (MANIFEST_FILE, TRAINER_STATE_FILE):
+                _fs.fsync_file(path)
+                continue
+            size, digest = _hash_and_fsync(path)
+            files.append({"path": rel, "size": size, "hash": digest})
         _fs.fsync_dir(Path(dirpath))
+    files.sort(key=lambda f: f["path"])
+    manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "algorithm": "sha256", "files": files}
+    _fs.write_json(root / MANIFEST_FILE, manifest)
+    return manifest
 
 
 @dataclass
@@ -263,7 +307,7 @@ class PendingCheckpoint:
         """fsync every file, write trainer_state.json last, rename into place."""
         if "step" not in state or "stage" not in state:
             raise ValueError("trainer_state needs at least `step` and `stage`")
-        _fsync_tree(self.dir)
+        write_manifest(self.dir)
         _fs.write_json(self.dir / TRAINER_STATE_FILE, state)
         _fs.fsync_dir(self.dir)
         os.rename(self.dir, self.target)
@@ -279,11 +323,12 @@ class PendingCheckpoint:
 
 def commit_directory(staged: Path, target: Path) -> Path:
     """Make a directory written by someone else (an HF save) a checkpoint atomically:
-    fsync its files, then rename it into place. `target` must not exist yet."""
+    hash and fsync its files, write its manifest, then rename it into place.
+    `target` must not exist yet."""
     staged, target = Path(staged), Path(target)
     if target.exists():
         raise FileExistsError(f"checkpoint {target} already exists")
-    _fsync_tree(staged)
+    write_manifest(staged)
     os.rename(staged, target)
     _fs.fsync_dir(target.parent)
     if staged.parent != target.parent:

@@ -18,8 +18,9 @@
   heartbeat;
 - saves are committed atomically: the Trainer writes `checkpoint-<N>/` into a hidden
   staging directory of the run (`cb.output_dir`); once complete (its
-  `trainer_state.json` and RNG state written) every file is fsynced and the directory
-  is renamed into the run, where lavender lists it as a checkpoint;
+  `trainer_state.json` and RNG state written) every file is hashed and fsynced, its
+  `manifest.json` written, and the directory renamed into the run, where lavender
+  lists it as a checkpoint;
 - `--resume PATH|latest` becomes `resume_from_checkpoint`.
 """
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use lavender::checkpoint::contents::{ContentHasher, FileEntry, HashAlgorithm};
 use safetensors::tensor::{Dtype, SafeTensors};
 use tch::{Device, Kind, Tensor};
 
@@ -72,6 +73,9 @@ pub fn snapshot(
 /// How much a file is written before its writeback is started (see
 /// [`FileImage::write_buffered`]).
 const WRITEBACK_CHUNK: usize = 64 << 20;
+/// How much of an image the hasher takes at a time (BLAKE3 splits a large block
+/// between threads and SIMD lanes; the writers read the same memory meanwhile).
+const HASH_BLOCK: usize = 16 << 20;
 /// One O_DIRECT write's size (a multiple of [`PAGE`]).
 #[cfg(target_os = "linux")]
 const DIRECT_CHUNK: usize = 8 << 20;
@@ -218,6 +222,48 @@ impl FileImage {
             copy(first);
         });
         Ok(())
+    }
+
+    /// The file's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.bytes.len as u64
+    }
+
+    /// [`Self::write_unsynced`] as `dir/name`, the same bytes hashed with `algorithm`
+    /// on a thread beside the writers: the manifest's entry comes from the bytes
+    /// written, with no second read of the file. Not durable yet (as there).
+    pub fn write_hashed(
+        &self,
+        dir: &Path,
+        name: &str,
+        algorithm: HashAlgorithm,
+    ) -> Result<FileEntry> {
+        let (written, hash) = std::thread::scope(|s| {
+            let hasher = s.spawn(|| {
+                let mut h = algorithm.hasher();
+                for block in self.bytes.as_slice().chunks(HASH_BLOCK) {
+                    match &mut h {
+                        // BLAKE3 is a tree: a block's subtrees hash on every core, so
+                        // the larger file's hash keeps up with its write while
+                        // training holds the cores.
+                        ContentHasher::Blake3(b) => {
+                            b.update_rayon(block);
+                        }
+                        other => other.update(block),
+                    }
+                }
+                h.finish_hex()
+            });
+            let written = self.write_unsynced(&dir.join(name));
+            (written, hasher.join())
+        });
+        written?;
+        let hash = hash.map_err(|_| anyhow::anyhow!("the hashing thread for {name} panicked"))?;
+        Ok(FileEntry {
+            path: name.to_string(),
+            size: self.size(),
+            hash,
+        })
     }
 
     /// Creates `path`, writes the image and fsyncs it: durable once this returns.
@@ -495,6 +541,27 @@ mod tests {
             st.f_type,
             libc::EXT4_SUPER_MAGIC | libc::XFS_SUPER_MAGIC | libc::BTRFS_SUPER_MAGIC
         )
+    }
+
+    /// The entry hashed beside the writers is the file's own: what the verifier
+    /// finds reading it back.
+    #[test]
+    fn a_hashed_write_names_the_bytes_on_disk() {
+        let n = (3 << 20) + 1000;
+        let t = Tensor::arange(n as i64, (Kind::Float, Device::Cpu));
+        let image = snapshot(&[("t".to_string(), &t)], BTreeMap::new()).expect("snapshot");
+        let dir = tempfile::tempdir().expect("tempdir");
+        for alg in [HashAlgorithm::Blake3, HashAlgorithm::Sha256] {
+            let entry = image
+                .write_hashed(dir.path(), "t.safetensors", alg)
+                .unwrap();
+            let path = dir.path().join("t.safetensors");
+            assert_eq!(entry.path, "t.safetensors");
+            assert_eq!(
+                (entry.size, entry.hash),
+                lavender::checkpoint::contents::hash_file(&path, alg).unwrap()
+            );
+        }
     }
 
     #[test]

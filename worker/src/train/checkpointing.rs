@@ -4,9 +4,11 @@
 //! A checkpoint directory holds `model.safetensors` (Hugging Face names),
 //! `optimizer.safetensors` (`<param>.exp_avg` / `<param>.exp_avg_sq`, metadata step,
 //! betas, eps, weight_decay; per `training.save_optimizer_state`), `ema.safetensors`
-//! (the weights' moving average, with `training.ema`), and `trainer_state.json`,
-//! written last (with fp16's loss scale under `loss_scaler`). The DPO reference model is kept once per run
-//! as `dpo-reference.safetensors`, not in every checkpoint. Saving is the Trainer's
+//! (the weights' moving average, with `training.ema`), `manifest.json` (each of
+//! those files' size and BLAKE3 hash, from the bytes as they were written:
+//! `lavender::checkpoint::contents`), and `trainer_state.json`, written last (with
+//! fp16's loss scale under `loss_scaler`). The DPO reference model is kept once per
+//! run as `dpo-reference.safetensors`, not in every checkpoint. Saving is the Trainer's
 //! ([`super::trainer`]).
 
 use std::path::Path;

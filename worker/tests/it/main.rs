@@ -15,6 +15,7 @@ mod readme_commands;
 mod scale_notice;
 mod train_hf_layout;
 mod train_inference;
+mod train_manifest;
 mod train_optimizer_state;
 mod train_resume;
 mod train_stages;

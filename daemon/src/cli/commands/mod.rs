@@ -15,6 +15,7 @@ pub mod serve;
 pub mod start;
 pub mod status;
 pub mod stop;
+pub mod verify;
 
 use std::process::ExitCode;
 
@@ -43,6 +44,7 @@ pub async fn dispatch(global: GlobalArgs, command: Command) -> Result<ExitCode> 
         Command::Checkpoints { run, json } => {
             listing::checkpoints(&settings()?, run.as_deref(), json)
         }
+        Command::Verify { run, all, json } => verify::run(&settings()?, run.as_deref(), all, json),
         Command::Prune { keep_runs, yes } => prune::run(&settings()?, keep_runs, yes),
         Command::Service { action } => crate::service::run(&settings()?, action).await,
         Command::Export(args) => export::run(&settings()?, args),
@@ -118,6 +120,7 @@ fn say_for(command: &Command) -> Say {
         | Command::Service { .. }
         | Command::Runs { json: true }
         | Command::Checkpoints { json: true, .. }
+        | Command::Verify { json: true, .. }
         | Command::Attribute(AttributeArgs { json: true, .. }) => Say::Stderr,
         _ => Say::Stdout,
     }

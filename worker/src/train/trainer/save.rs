@@ -1,8 +1,9 @@
 //! The Trainer's saves through the core library's `CheckpointBuilder`.
 //!
 //! A save stalls training only while the tensors are copied to host memory; a
-//! background writer thread then writes, fsyncs and commits the copy (the marker
-//! last, then the rename) and applies retention. At most one save is in flight, and
+//! background writer thread then writes the copy (hashing the bytes as they go out),
+//! writes `manifest.json`, fsyncs and commits (the marker last, then the rename) and
+//! applies retention. At most one save is in flight, and
 //! a stop or the final save waits until it is durable before the process exits.
 
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use lavender::checkpoint::CheckpointBuilder;
+use lavender::checkpoint::contents::{self, ContentManifest, FileEntry, HashAlgorithm};
 use lavender::checkpoint::{self, CheckpointName};
 use lavender::config::SaveOptimizerState;
 use lavender::events::{Event, kind as kinds};
@@ -32,6 +34,8 @@ use crate::train::settings::StageKind;
 #[cfg(feature = "test-hooks")]
 const HOLD_RELEASE_FILE: &str = ".tmp-release-held-save";
 
+/// The manifest's hash: BLAKE3 keeps up with the disk on one core.
+const HASH: HashAlgorithm = HashAlgorithm::Blake3;
 const RNG_SCHEME: &str = "stateless: data order from (seed, stage, epoch), dropout reseeded from (seed, step, micro-batch)";
 
 impl Trainer {
@@ -92,23 +96,30 @@ impl Trainer {
                 let dir = builder.dir();
                 // Both files at once: on a machine whose cores are busy training, two
                 // writers get a larger share of the CPU for the copy into the page
-                // cache, and the disk has both files' writeback to work on.
-                std::thread::scope(|s| -> Result<()> {
-                    let weights = s.spawn(|| buffers.weights.write_unsynced(&dir.join(MODEL_FILE)));
+                // cache, and the disk has both files' writeback to work on. Each file
+                // is hashed from the bytes going out, for the manifest.
+                let files = std::thread::scope(|s| -> Result<Vec<FileEntry>> {
+                    let weights = s.spawn(|| buffers.weights.write_hashed(dir, MODEL_FILE, HASH));
+                    let mut files = Vec::with_capacity(3);
                     if with_optimizer {
-                        buffers.moments.write_unsynced(&dir.join(OPTIMIZER_FILE))?;
+                        files.push(buffers.moments.write_hashed(dir, OPTIMIZER_FILE, HASH)?);
                     }
                     if with_ema {
-                        buffers.ema.write_unsynced(&dir.join(EMA_FILE))?;
+                        files.push(buffers.ema.write_hashed(dir, EMA_FILE, HASH)?);
                     }
-                    weights
-                        .join()
-                        .map_err(|_| anyhow::anyhow!("the weights writer thread panicked"))??;
-                    Ok(())
+                    files.push(
+                        weights
+                            .join()
+                            .map_err(|_| anyhow::anyhow!("the weights writer thread panicked"))??,
+                    );
+                    Ok(files)
                 })?;
+                // Written and fsynced before the marker: a complete checkpoint always
+                // has its manifest.
+                contents::write(dir, &ContentManifest::new(HASH, files))?;
                 #[cfg(feature = "test-hooks")]
                 if hold {
-                    // Test hook (`--hold-save`): the files are written; the commit waits
+                    // Test hook (`--hold-save`): the files and the manifest are written; the commit waits
                     // for the test's release file (or the process is killed).
                     let release = run_dir.join(HOLD_RELEASE_FILE);
                     while !release.exists() {
@@ -327,6 +338,11 @@ fn drop_older_optimizer_state(run_dir: &Path, newest: &Path) -> Result<()> {
     for c in checkpoint::list_run_checkpoints(run_dir)? {
         if c.path != newest {
             let f = c.path.join(OPTIMIZER_FILE);
+            if !f.exists() {
+                continue;
+            }
+            // Out of the manifest first, so the checkpoint still verifies without it.
+            contents::forget(&c.path, OPTIMIZER_FILE)?;
             match std::fs::remove_file(&f) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
