@@ -8,6 +8,7 @@ pub(crate) mod client;
 pub(crate) mod config_source;
 pub(crate) mod confirm;
 pub(crate) mod daemon;
+pub(crate) mod decisions;
 pub(crate) mod disk;
 pub mod events;
 pub(crate) mod exe;

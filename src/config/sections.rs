@@ -6,7 +6,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::supervision::{OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto};
+use super::supervision::{OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto, SupervisorMode};
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -598,6 +598,10 @@ pub struct SupervisorConfig {
     /// Who deletes old checkpoints. Absent in configs older than the key: the daemon.
     #[serde(default)]
     pub retention: Retention,
+    /// Act on decisions, or only write them down (`observe`). Absent in configs
+    /// older than the key: act.
+    #[serde(default)]
+    pub mode: SupervisorMode,
     /// Seconds a data step or `mine_hard` may go without a progress beat
     /// (`<run>/step_heartbeat.json`) before it counts as hung. Absent in configs
     /// older than the key: 1800.

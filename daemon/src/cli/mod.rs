@@ -173,6 +173,17 @@ pub enum Command {
         #[arg(short = 'n', long = "lines", default_value_t = 30)]
         lines: usize,
     },
+    /// What the daemon decided by itself (restarts, hang kills, rollbacks, giving
+    /// up, …): what it saw, the rule that fired, what it did and how that turned out
+    /// (from state/decisions.jsonl; works without a daemon).
+    Incidents {
+        /// The decisions as JSON (each with its outcome, null until known).
+        #[arg(long)]
+        json: bool,
+        /// Only the newest N decisions.
+        #[arg(short = 'n', long = "last", value_name = "N")]
+        last: Option<usize>,
+    },
     /// List run directories, newest first.
     Runs {
         #[arg(long)]

@@ -14,6 +14,9 @@ use crate::pipeline::restart::stall_kill_grace;
 
 impl Actor {
     pub(super) fn on_hung(&mut self, report: HungReport) {
+        if self.hang_observed(&report) {
+            return;
+        }
         let grace = stall_kill_grace(&self.config.supervisor);
         self.on(Event::HungJudged { report, grace });
     }
@@ -31,6 +34,7 @@ impl Actor {
         );
         self.record.last_error = Some(text);
         self.commit();
+        self.hang_kill_decided(report.work, report, grace);
     }
 }
 

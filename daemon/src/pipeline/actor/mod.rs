@@ -12,6 +12,7 @@
 //! a [`Fingerprinted`], so a status, a stop or the watchdog's ping is answered
 //! meanwhile.
 
+mod decided;
 mod effects;
 mod exit;
 mod hung;
@@ -94,6 +95,8 @@ struct Actor {
     /// Launches not reported back yet, abandoned ones included.
     launches_in_flight: usize,
     alerts: AlertSender,
+    /// The decision log (`state/decisions.jsonl`) and its open incident.
+    decisions: crate::decisions::Decisions,
 }
 
 /// Loads `state/pipeline.json`, re-adopts a worker that outlived the previous
@@ -135,7 +138,9 @@ fn spawn_sourced(
     let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
     let (launches_tx, launches_rx) = mpsc::unbounded_channel();
     let (fingerprints_tx, fingerprints_rx) = mpsc::unbounded_channel();
+    let decisions = crate::decisions::Decisions::open(&layout, config.logging);
     let mut actor = Actor {
+        decisions,
         backend,
         jobs_tx,
         launches_tx,
@@ -346,6 +351,7 @@ impl Actor {
         }
         self.commit();
         if let (true, Some(message), Some(step)) = (newly_lost, message, self.record.active_step) {
+            self.node_lost_decided(step, &message);
             self.alert(Alert::NodeLost { step, message });
         }
     }

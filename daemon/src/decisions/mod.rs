@@ -1,0 +1,275 @@
+//! The decision log: every action the daemon takes on its own (a crash restart, a
+//! hang kill, a rollback, giving up, …) appends one [`Decision`] to
+//! `<state>/decisions.jsonl` with what it saw, the rule that fired and what it did;
+//! once known, its [`Outcome`] follows as a line of its own naming the decision's
+//! id (`record.rs` says why appended, not rewritten). `lavenderd incidents` reads it
+//! (`show.rs`).
+//!
+//! The incident: the decisions since the last worker that ran well. Each waits for
+//! its outcome: "failed again" when the next decision comes after a worker was
+//! brought back, "recovered" once that worker trains past the step it resumed from
+//! (a task off the actor reads its heartbeat) or its step finishes, "gave up" when
+//! the pipeline fails, "stopped" when an operator stops it first.
+
+mod log;
+pub(crate) mod record;
+pub mod show;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lavender::config::{LoggingConfig, PipelineStep};
+use lavender::layout::Layout;
+
+pub use log::{path, read};
+pub use record::{Decision, DecisionKind, Evidence, Line, Mode, Outcome, OutcomeKind, Rule};
+
+/// The daemon's decision log and its open incident; clones share both.
+#[derive(Clone)]
+pub(crate) struct Decisions {
+    inner: Arc<Mutex<Inner>>,
+}
+
+struct Inner {
+    path: PathBuf,
+    /// `None` once opening failed (said once in the daemon's log): the daemon
+    /// supervises on without its log.
+    writer: Option<log::Writer>,
+    /// Decisions made by this daemon, for their ids.
+    made: u64,
+    /// The decisions of the open incident, waiting for their outcome.
+    awaiting: Vec<String>,
+    /// A worker was brought back since the newest of them.
+    ran_since: bool,
+    /// Bumped whenever the incident changes: a recovery watcher of an older one
+    /// writes nothing.
+    epoch: u64,
+}
+
+impl Decisions {
+    pub(crate) fn open(layout: &Layout, limits: LoggingConfig) -> Decisions {
+        let path = path(layout);
+        let writer = match log::Writer::open(&path, limits) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::error!(
+                    "cannot open the decision log {}: {e}; decisions are only logged here",
+                    path.display()
+                );
+                None
+            }
+        };
+        Decisions {
+            inner: Arc::new(Mutex::new(Inner {
+                path,
+                writer,
+                made: 0,
+                awaiting: Vec::new(),
+                ran_since: false,
+                epoch: 0,
+            })),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding it left whole lines behind: go on.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends `decision` (its id and time filled in) and settles the incident it
+    /// belongs to; returns its id.
+    pub(crate) fn record(&self, mut decision: Decision) -> String {
+        let mut inner = self.lock();
+        inner.made += 1;
+        let now = lavender::time::now_utc();
+        decision.id = format!(
+            "{}-{}-{}",
+            now.format("%Y%m%dT%H%M%S%.3fZ"),
+            std::process::id(),
+            inner.made
+        );
+        decision.at = lavender::time::rfc3339_z(now);
+        let id = decision.id.clone();
+        let clock = lavender::time::clock(now);
+        if inner.ran_since && decision.mode == Mode::Acted {
+            let text = format!(
+                "failed again at {clock}: {} followed",
+                decision.kind.as_str()
+            );
+            inner.settle(OutcomeKind::FailedAgain, &text);
+        }
+        let (mode, kind) = (decision.mode, decision.kind);
+        let said = match mode {
+            Mode::Acted => format!(
+                "decision: {} ({}): {}",
+                kind.as_str(),
+                decision.rule,
+                decision.did
+            ),
+            Mode::WouldHave => format!(
+                "observe mode: would have: {} ({}): {}",
+                kind.as_str(),
+                decision.rule,
+                decision.did
+            ),
+        };
+        tracing::warn!(step = %decision.step, "{said}");
+        inner.write(&Line::Decision(Box::new(decision)));
+        match (mode, kind) {
+            (Mode::WouldHave, _) => inner.write_outcome(
+                &id,
+                OutcomeKind::NotActed,
+                "observe mode (supervisor.mode: observe): nothing was done",
+            ),
+            (Mode::Acted, DecisionKind::GiveUp) => {
+                let text = format!(
+                    "the pipeline failed at {clock} and waits for an operator (lavenderd start --resume latest once the cause is fixed)"
+                );
+                inner.settle(OutcomeKind::GaveUp, &text);
+                inner.write_outcome(&id, OutcomeKind::GaveUp, &text);
+            }
+            (Mode::Acted, _) => {
+                inner.awaiting.push(id.clone());
+                inner.ran_since = false;
+                inner.epoch += 1;
+            }
+        }
+        id
+    }
+
+    /// A worker of `step` runs again; when the incident waits for it, a task reads
+    /// its heartbeat (every `poll`) until it trains past `resumed_from` and settles
+    /// the incident as recovered.
+    pub(crate) fn worker_running(
+        &self,
+        step: PipelineStep,
+        run_dir: Option<&Path>,
+        resumed_from: Option<u64>,
+        poll: Duration,
+    ) {
+        let epoch = {
+            let mut inner = self.lock();
+            if inner.awaiting.is_empty() {
+                return;
+            }
+            inner.ran_since = true;
+            inner.epoch += 1;
+            inner.epoch
+        };
+        let (Some(run_dir), Some(from), PipelineStep::Train) = (run_dir, resumed_from, step) else {
+            // A data step recovers when it finishes (`step_done`).
+            return;
+        };
+        let heartbeat = lavender::heartbeat::path(run_dir);
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(poll).await;
+                if this.lock().epoch != epoch {
+                    return;
+                }
+                let past = tokio::task::spawn_blocking({
+                    let heartbeat = heartbeat.clone();
+                    move || lavender::heartbeat::read(&heartbeat).ok()
+                })
+                .await
+                .ok()
+                .flatten()
+                .filter(|hb| hb.step > from);
+                if let Some(hb) = past {
+                    let at = hb.time().map_or_else(
+                        || lavender::time::clock(lavender::time::now_utc()),
+                        lavender::time::clock,
+                    );
+                    let text = format!("training past step {} at {at}", hb.step);
+                    let mut inner = this.lock();
+                    if inner.epoch == epoch {
+                        inner.settle(OutcomeKind::Recovered, &text);
+                    }
+                    return;
+                }
+            }
+        });
+    }
+
+    /// `step` finished: an incident still open recovered.
+    pub(crate) fn step_done(&self, step: PipelineStep) {
+        let clock = lavender::time::clock(lavender::time::now_utc());
+        self.lock().settle(
+            OutcomeKind::Recovered,
+            &format!("step {step} finished at {clock}"),
+        );
+    }
+
+    /// The pipeline was stopped (or the daemon exits) before the outcome was known.
+    pub(crate) fn stopped(&self) {
+        let clock = lavender::time::clock(lavender::time::now_utc());
+        self.lock().settle(
+            OutcomeKind::Stopped,
+            &format!("stopped at {clock} before the outcome was known"),
+        );
+    }
+}
+
+impl Inner {
+    fn write(&mut self, line: &Line) {
+        if let Some(w) = self.writer.as_mut()
+            && let Err(e) = w.append(line)
+        {
+            tracing::error!(
+                "cannot append to the decision log {}: {e}",
+                self.path.display()
+            );
+        }
+    }
+
+    fn write_outcome(&mut self, of: &str, result: OutcomeKind, text: &str) {
+        let outcome = Outcome {
+            of: of.to_string(),
+            at: lavender::time::rfc3339_z(lavender::time::now_utc()),
+            result,
+            text: text.to_string(),
+        };
+        self.write(&Line::Outcome(outcome));
+    }
+
+    /// Every decision of the open incident gets `result`; the incident closes.
+    fn settle(&mut self, result: OutcomeKind, text: &str) {
+        let awaiting = std::mem::take(&mut self.awaiting);
+        for id in &awaiting {
+            self.write_outcome(id, result, text);
+        }
+        if !awaiting.is_empty() {
+            tracing::info!("decision outcome: {} ({text})", result.as_str());
+        }
+        self.ran_since = false;
+        self.epoch += 1;
+    }
+}
+
+impl Decision {
+    /// A decision acted upon; [`Decisions::record`] gives it its id and time.
+    pub fn new(
+        kind: DecisionKind,
+        step: PipelineStep,
+        saw: Evidence,
+        rule: Rule,
+        did: impl Into<String>,
+    ) -> Decision {
+        Decision {
+            id: String::new(),
+            at: String::new(),
+            kind,
+            step,
+            mode: Mode::Acted,
+            saw,
+            rule,
+            did: did.into(),
+            bundle: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
