@@ -115,6 +115,8 @@ impl Decisions {
             ),
         };
         tracing::warn!(step = %decision.step, "{said}");
+        // The pipeline log tells the run's story: what the daemon did in it too.
+        crate::logs::story::say(&said);
         inner.write(&Line::Decision(Box::new(decision)));
         match (mode, kind) {
             (Mode::WouldHave, _) => inner.write_outcome(

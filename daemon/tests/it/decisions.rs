@@ -187,6 +187,13 @@ fn observe_mode_restarts_nothing_and_says_what_it_would_have_done() {
     assert_eq!(st["pipeline"]["restarts"], 0, "{st:#}");
     let log = env.log_with("observe mode: would have: restart", Duration::from_secs(10));
     assert!(log.contains("nothing was done"), "{log}");
+    // The pipeline log says it too, beside the worker's own output.
+    let pipeline_log = stdout(&env.run(&["logs", "-n", "200"]));
+    assert!(
+        pipeline_log
+            .contains("observe mode: would have: restart (supervisor.on_failure.crash: restart)"),
+        "{pipeline_log}"
+    );
     let decisions = incidents_json(&env);
     assert_eq!(decisions.len(), 1, "{decisions:#?}");
     let d = &decisions[0];
