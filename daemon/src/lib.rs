@@ -11,6 +11,7 @@ pub(crate) mod daemon;
 pub(crate) mod decisions;
 pub(crate) mod disk;
 pub mod events;
+pub(crate) mod evidence;
 pub(crate) mod exe;
 pub mod exit;
 pub(crate) mod feed;

@@ -598,6 +598,10 @@ pub struct SupervisorConfig {
     /// Who deletes old checkpoints. Absent in configs older than the key: the daemon.
     #[serde(default)]
     pub retention: Retention,
+    /// Take a hung worker's evidence (its processes' stacks, `/proc` state, open
+    /// files, …) before killing it. Absent in configs older than the key: true.
+    #[serde(default = "default_true")]
+    pub hang_evidence: bool,
     /// Act on decisions, or only write them down (`observe`). Absent in configs
     /// older than the key: act.
     #[serde(default)]
@@ -607,6 +611,10 @@ pub struct SupervisorConfig {
     /// older than the key: 1800.
     #[serde(default = "default_data_step_stale_after_s")]
     pub data_step_stale_after_s: u64,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_data_step_stale_after_s() -> u64 {

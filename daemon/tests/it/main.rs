@@ -9,6 +9,7 @@ mod cli_commands;
 mod config_reload;
 mod data_root;
 mod decisions;
+mod hang_evidence;
 mod lifecycle;
 mod notify_alerts;
 mod notify_down;

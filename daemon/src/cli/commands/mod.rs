@@ -3,6 +3,7 @@
 pub mod attribute;
 pub mod config;
 pub mod daemon_stop;
+pub mod debug;
 pub mod export;
 pub mod incidents;
 pub mod listing;
@@ -40,6 +41,9 @@ pub async fn dispatch(global: GlobalArgs, command: Command) -> Result<ExitCode> 
         Command::Status(args) if args.watch => watch::run(&settings()?, args.interval).await,
         Command::Status(args) => status::run(&settings()?, args.json).await,
         Command::Logs { follow, lines } => logs::run(&settings()?, follow, lines).await,
+        Command::Debug { action } => match action {
+            super::DebugAction::Stacks => debug::stacks(&settings()?).await,
+        },
         Command::Incidents { json, last } => incidents::run(&settings()?, json, last),
         Command::Runs { json } => listing::runs(&settings()?, json),
         Command::Checkpoints { run, json } => {

@@ -177,8 +177,9 @@ impl Actor {
             "SIGTERM to the worker (its process group or Slurm job), SIGKILL after {:.1} s (supervisor.stall_kill_grace_s), then restart it",
             grace.as_secs_f64()
         );
-        self.decisions
-            .record(Decision::new(DecisionKind::HangKill, step, saw, rule, did));
+        let mut d = Decision::new(DecisionKind::HangKill, step, saw, rule, did);
+        d.bundle = self.hang_bundle.as_ref().map(|b| b.display().to_string());
+        self.decisions.record(d);
     }
 
     /// Observe mode: a hung worker is left alone; the log, the decision log and a

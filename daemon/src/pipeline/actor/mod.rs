@@ -14,6 +14,7 @@
 
 mod decided;
 mod effects;
+mod evidence;
 mod exit;
 mod hung;
 mod recover;
@@ -97,6 +98,9 @@ struct Actor {
     alerts: AlertSender,
     /// The decision log (`state/decisions.jsonl`) and its open incident.
     decisions: crate::decisions::Decisions,
+    evidence_tx: mpsc::UnboundedSender<evidence::HangEvidence>,
+    /// The evidence bundle of the hang being dealt with, for what is said of it.
+    hang_bundle: Option<std::path::PathBuf>,
 }
 
 /// Loads `state/pipeline.json`, re-adopts a worker that outlived the previous
@@ -138,9 +142,12 @@ fn spawn_sourced(
     let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
     let (launches_tx, launches_rx) = mpsc::unbounded_channel();
     let (fingerprints_tx, fingerprints_rx) = mpsc::unbounded_channel();
+    let (evidence_tx, evidence_rx) = mpsc::unbounded_channel();
     let decisions = crate::decisions::Decisions::open(&layout, config.logging);
     let mut actor = Actor {
         decisions,
+        evidence_tx,
+        hang_bundle: None,
         backend,
         jobs_tx,
         launches_tx,
@@ -164,6 +171,7 @@ fn spawn_sourced(
         jobs: jobs_rx,
         launches: launches_rx,
         fingerprints: fingerprints_rx,
+        evidence: evidence_rx,
     }));
     Ok(PipelineHandle {
         cmds,
@@ -190,6 +198,7 @@ struct Inbox {
     jobs: mpsc::UnboundedReceiver<JobChange>,
     launches: mpsc::UnboundedReceiver<LaunchDone>,
     fingerprints: mpsc::UnboundedReceiver<Fingerprinted>,
+    evidence: mpsc::UnboundedReceiver<evidence::HangEvidence>,
 }
 
 impl Actor {
@@ -200,6 +209,7 @@ impl Actor {
             mut jobs,
             mut launches,
             mut fingerprints,
+            mut evidence,
         } = inbox;
         // A detach waits for the launches in flight: the record must name the worker
         // it leaves running, and an abandoned launch's worker must be cancelled.
@@ -213,6 +223,7 @@ impl Actor {
                 },
                 Some(done) = launches.recv() => self.on_launched(done),
                 Some(f) = fingerprints.recv() => self.on_fingerprinted(f),
+                Some(ev) = evidence.recv() => self.on_hang_evidence(ev),
                 Some(exit) = exits.recv() => self.on_exit(exit),
                 Some(change) = jobs.recv() => self.on_job_change(change),
                 _ = sleep_until_opt(self.phase.deadline()) => self.on(Event::TimerFired),

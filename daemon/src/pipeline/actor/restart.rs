@@ -155,7 +155,11 @@ impl Actor {
                 ..
             }) => (
                 RecoveryReason::Hung,
-                format!("{}; restarted from {from_text}", hung_text(report)),
+                format!(
+                    "{}{}; restarted from {from_text}",
+                    hung_text(report),
+                    self.hang_bundle_text()
+                ),
             ),
             Relaunch::Restart(Restart {
                 why: Some(PendingRestart::Failed(f)),

@@ -424,6 +424,7 @@ impl Actor {
         let said = launching
             .relaunch
             .map(|why| self.relaunched(step, why, launching.resume.as_deref()));
+        self.hang_bundle = None;
         self.commit();
         if let Some(alert) = said.flatten() {
             self.alert(alert);

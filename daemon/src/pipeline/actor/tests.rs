@@ -435,7 +435,11 @@ async fn restarts_that_make_no_progress_fail_saying_so() {
 /// status say what happened.
 #[tokio::test(start_paused = true)]
 async fn a_hung_worker_is_killed_after_the_grace_and_restarted() {
-    let mut h = harness(|s| s.stall_kill_grace_s = 2.0);
+    // The fake worker has no process to take stacks of (daemon/tests/it/hang_evidence.rs).
+    let mut h = harness(|s| {
+        s.stall_kill_grace_s = 2.0;
+        s.hang_evidence = false;
+    });
     h.fake.ignore_sigterm();
     h.start().await;
     assert!(h.hung(h.worker(), 12, 95.0));
