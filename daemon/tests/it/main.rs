@@ -8,6 +8,7 @@ mod circles;
 mod cli_commands;
 mod config_reload;
 mod data_root;
+mod deadman;
 mod decisions;
 mod hang_evidence;
 mod lifecycle;
