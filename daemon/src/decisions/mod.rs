@@ -8,7 +8,8 @@
 //! The incident: the decisions since the last worker that ran well. Each waits for
 //! its outcome: "failed again" when the next decision comes after a worker was
 //! brought back, "recovered" once that worker trains past the step it resumed from
-//! (a task off the actor reads its heartbeat) or its step finishes, "gave up" when
+//! and the furthest step the incident's workers reached (a task off the actor reads
+//! its heartbeat) or its step finishes, "gave up" when
 //! the pipeline fails, "stopped" when an operator stops it first.
 
 mod log;
@@ -17,7 +18,9 @@ pub mod show;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::alert::{Alert, AlertSender};
 
 use lavender::config::{LoggingConfig, PipelineStep};
 use lavender::layout::Layout;
@@ -45,10 +48,23 @@ struct Inner {
     /// Bumped whenever the incident changes: a recovery watcher of an older one
     /// writes nothing.
     epoch: u64,
+    /// When the open incident's first decision came, and the furthest step a
+    /// worker of it reached, for what its recovery cost.
+    opened: Option<Instant>,
+    reached: Option<u64>,
+    /// The decisions of the incident so far (those settled as failed again too).
+    decided: usize,
+    /// The push of an incident's end (`Alert::IncidentOver`).
+    alerts: Option<AlertSender>,
 }
 
 impl Decisions {
-    pub(crate) fn open(layout: &Layout, limits: LoggingConfig) -> Decisions {
+    /// `alerts`: where the end of an incident is told (none in tests of the log alone).
+    pub(crate) fn open(
+        layout: &Layout,
+        limits: LoggingConfig,
+        alerts: Option<AlertSender>,
+    ) -> Decisions {
         let path = path(layout);
         let writer = match log::Writer::open(&path, limits) {
             Ok(w) => Some(w),
@@ -68,6 +84,10 @@ impl Decisions {
                 awaiting: Vec::new(),
                 ran_since: false,
                 epoch: 0,
+                opened: None,
+                reached: None,
+                decided: 0,
+                alerts,
             })),
         }
     }
@@ -99,7 +119,7 @@ impl Decisions {
             );
             inner.settle(OutcomeKind::FailedAgain, &text);
         }
-        let (mode, kind) = (decision.mode, decision.kind);
+        let (mode, kind, last_step) = (decision.mode, decision.kind, decision.saw.last_step);
         let said = match mode {
             Mode::Acted => format!(
                 "decision: {} ({}): {}",
@@ -132,6 +152,9 @@ impl Decisions {
                 inner.write_outcome(&id, OutcomeKind::GaveUp, &text);
             }
             (Mode::Acted, _) => {
+                inner.opened.get_or_insert_with(Instant::now);
+                inner.reached = inner.reached.max(last_step);
+                inner.decided += 1;
                 inner.awaiting.push(id.clone());
                 inner.ran_since = false;
                 inner.epoch += 1;
@@ -141,8 +164,8 @@ impl Decisions {
     }
 
     /// A worker of `step` runs again; when the incident waits for it, a task reads
-    /// its heartbeat (every `poll`) until it trains past `resumed_from` and settles
-    /// the incident as recovered.
+    /// its heartbeat (every `poll`) until it trains past `resumed_from` and the
+    /// furthest step the incident's workers reached, and settles it as recovered.
     pub(crate) fn worker_running(
         &self,
         step: PipelineStep,
@@ -150,14 +173,14 @@ impl Decisions {
         resumed_from: Option<u64>,
         poll: Duration,
     ) {
-        let epoch = {
+        let (epoch, reached) = {
             let mut inner = self.lock();
             if inner.awaiting.is_empty() {
                 return;
             }
             inner.ran_since = true;
             inner.epoch += 1;
-            inner.epoch
+            (inner.epoch, inner.reached)
         };
         let (Some(run_dir), Some(from), PipelineStep::Train) = (run_dir, resumed_from, step) else {
             // A data step recovers when it finishes (`step_done`).
@@ -178,7 +201,9 @@ impl Decisions {
                 .await
                 .ok()
                 .flatten()
-                .filter(|hb| hb.step > from);
+                // Past where it failed, not only past its checkpoint: a worker that
+                // trains a few steps and fails at the same place has not recovered.
+                .filter(|hb| hb.step > from.max(reached.unwrap_or(0)));
                 if let Some(hb) = past {
                     let at = hb.time().map_or_else(
                         || lavender::time::clock(lavender::time::now_utc()),
@@ -187,6 +212,7 @@ impl Decisions {
                     let text = format!("training past step {} at {at}", hb.step);
                     let mut inner = this.lock();
                     if inner.epoch == epoch {
+                        inner.recovered(step, from, &hb);
                         inner.settle(OutcomeKind::Recovered, &text);
                     }
                     return;
@@ -215,6 +241,29 @@ impl Decisions {
 }
 
 impl Inner {
+    /// The incident's end told: where training is, how long it took, about how
+    /// much training time it cost (the incident's span, and the steps from the
+    /// checkpoint `from` to the furthest step reached, trained again).
+    fn recovered(&self, step: PipelineStep, from: u64, hb: &lavender::heartbeat::Heartbeat) {
+        let (Some(alerts), Some(opened)) = (&self.alerts, self.opened) else {
+            return;
+        };
+        let after = opened.elapsed();
+        let again = self.reached.map_or(0, |r| r.saturating_sub(from));
+        let redo = hb
+            .steps_per_sec
+            .filter(|&s| s > 0.0)
+            .and_then(|s| Duration::try_from_secs_f64(again as f64 / s).ok())
+            .unwrap_or_default();
+        let _ = alerts.send(Alert::IncidentOver {
+            step,
+            training_step: hb.step,
+            after,
+            lost: after + redo,
+            attempts: self.decided,
+        });
+    }
+
     fn write(&mut self, line: &Line) {
         if let Some(w) = self.writer.as_mut()
             && let Err(e) = w.append(line)
@@ -236,7 +285,7 @@ impl Inner {
         self.write(&Line::Outcome(outcome));
     }
 
-    /// Every decision of the open incident gets `result`; the incident closes.
+    /// Every decision waiting gets `result`; the incident ends unless it failed again.
     fn settle(&mut self, result: OutcomeKind, text: &str) {
         let awaiting = std::mem::take(&mut self.awaiting);
         for id in &awaiting {
@@ -247,6 +296,11 @@ impl Inner {
         }
         self.ran_since = false;
         self.epoch += 1;
+        if result != OutcomeKind::FailedAgain {
+            self.opened = None;
+            self.reached = None;
+            self.decided = 0;
+        }
     }
 }
 

@@ -31,7 +31,7 @@ fn outcomes(layout: &Layout) -> Vec<Option<OutcomeKind>> {
 fn each_decision_of_an_incident_gets_the_incidents_outcome() {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path().to_path_buf(), None);
-    let log = Decisions::open(&layout, LoggingConfig::default());
+    let log = Decisions::open(&layout, LoggingConfig::default(), None);
     let poll = Duration::from_millis(10);
     log.record(decision(DecisionKind::HangKill));
     log.record(decision(DecisionKind::Restart));
@@ -71,7 +71,7 @@ fn the_log_rotates_and_is_read_back_across_its_files() {
         max_bytes: 1024,
         keep: 9,
     };
-    let log = Decisions::open(&layout, limits);
+    let log = Decisions::open(&layout, limits, None);
     let ids: Vec<String> = (0..12)
         .map(|_| log.record(decision(DecisionKind::Restart)))
         .collect();

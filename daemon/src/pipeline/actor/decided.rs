@@ -19,12 +19,15 @@ impl Actor {
         self.config.supervisor.mode == SupervisorMode::Observe
     }
 
-    /// Seconds since the run's last heartbeat, as its own timestamp says.
-    fn heartbeat_age_s(&self) -> Option<f64> {
+    /// The run's last heartbeat: seconds since it was written (as its own
+    /// timestamp says), and its step.
+    fn last_heartbeat(&self) -> Option<(Option<f64>, u64)> {
         let run_dir = self.record.run_dir.as_deref()?;
         let hb = lavender::heartbeat::read(&lavender::heartbeat::path(run_dir)).ok()?;
-        let age = lavender::time::now_utc() - hb.time()?;
-        Some(age.num_milliseconds().max(0) as f64 / 1000.0)
+        let age = hb
+            .time()
+            .map(|t| (lavender::time::now_utc() - t).num_milliseconds().max(0) as f64 / 1000.0);
+        Some((age, hb.step))
     }
 
     /// The policy's `decision` about `worker`, which ended (`why`, `outcome`),
@@ -40,12 +43,13 @@ impl Actor {
     ) -> bool {
         let sup = &self.config.supervisor;
         let step = worker.step;
+        let heartbeat = self.last_heartbeat();
         let saw = Evidence {
             heartbeat_age_s: match why {
                 PendingRestart::Hung(r) => Some(r.stalled_for.as_secs_f64()),
-                _ => self.heartbeat_age_s(),
+                _ => heartbeat.and_then(|(age, _)| age),
             },
-            last_step: streak.failed_at,
+            last_step: streak.failed_at.or(heartbeat.map(|(_, step)| step)),
             exit: Some(outcome.to_string()),
             failure: why.failure().cloned(),
             restarts: Some(streak.restarts),

@@ -143,7 +143,8 @@ fn spawn_sourced(
     let (launches_tx, launches_rx) = mpsc::unbounded_channel();
     let (fingerprints_tx, fingerprints_rx) = mpsc::unbounded_channel();
     let (evidence_tx, evidence_rx) = mpsc::unbounded_channel();
-    let decisions = crate::decisions::Decisions::open(&layout, config.logging);
+    let decisions =
+        crate::decisions::Decisions::open(&layout, config.logging, Some(alerts.clone()));
     let mut actor = Actor {
         decisions,
         evidence_tx,
