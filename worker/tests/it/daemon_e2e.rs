@@ -441,6 +441,7 @@ fn a_hung_worker_leaves_a_native_stack_naming_where_it_hung() {
         "{index:#}"
     );
     assert_eq!(index["processes"][0]["stack"]["result"], "ok", "{index:#}");
+    eprintln!("native hang evidence: capture took {} s", index["took_s"]);
 }
 
 /// A training stopped and resumed twice is three sessions, each in a run directory
