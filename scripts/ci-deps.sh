@@ -12,6 +12,9 @@
 #                      Slurm launch backend's test (daemon/tests/it/slurm_e2e.rs), and the
 #                      two-node cluster of scripts/slurm/start-cluster.sh
 #                      (daemon/tests/it/slurm_cluster.rs)
+#   elfutils           eu-stack: the native stacks of a hung worker's evidence
+#                      (daemon/src/evidence/, daemon/tests/it/hang_evidence.rs)
+#   py-spy             (in .venv) the Python stacks of a hung worker's evidence
 #   iproute2, util-linux
 #                      ip (network namespaces, veth pairs, a bridge), nsenter and unshare:
 #                      each slurmd of the two-node cluster in its own namespace
@@ -36,6 +39,7 @@ system_packages() {
   command -v jq >/dev/null 2>&1 || missing+=(jq)
   command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
   command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+  command -v eu-stack >/dev/null 2>&1 || missing+=(elfutils)
   { command -v nsenter && command -v unshare; } >/dev/null 2>&1 || missing+=(util-linux)
   if ! [ -x /usr/sbin/slurmctld ] || ! [ -x /usr/sbin/slurmd ] || ! command -v sbatch >/dev/null 2>&1 \
     || ! [ -x /usr/sbin/munged ]; then
@@ -78,6 +82,13 @@ python_modules() {
   else
     echo "ci-deps: installing prometheus_client into .venv (the /metrics test's parser)"
     "$venv/bin/python" -m pip install --quiet --no-cache-dir prometheus_client
+  fi
+
+  if [ -x "$venv/bin/py-spy" ]; then
+    echo "ci-deps: py-spy present in .venv"
+  else
+    echo "ci-deps: installing py-spy into .venv (a hung Python worker's stacks)"
+    "$venv/bin/python" -m pip install --quiet --no-cache-dir py-spy
   fi
 
   # bergson 2.5.1 (attribution: `lavenderd attribute` and worker/tests/it/attribution_bergson.rs),

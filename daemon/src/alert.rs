@@ -115,6 +115,17 @@ pub enum Alert {
         stalled_for: Option<Duration>,
         training_step: Option<u64>,
     },
+    /// An incident the daemon handled by itself is over: the worker it brought
+    /// back trained past the step it resumed from (the decision log's outcome).
+    /// `after`: since the incident's first decision; `lost`: about how much
+    /// training time it cost (that span and the steps trained again).
+    IncidentOver {
+        step: PipelineStep,
+        training_step: u64,
+        after: Duration,
+        lost: Duration,
+        attempts: usize,
+    },
     /// Every step is done.
     Finished {
         duration: Duration,
@@ -145,7 +156,7 @@ impl Alert {
             Alert::CheckpointDamaged { .. } => "checkpoint_damaged",
             Alert::Resumed { .. } => "resumed",
             Alert::Stale { .. } => "stalled",
-            Alert::Recovered { .. } => "recovered",
+            Alert::Recovered { .. } | Alert::IncidentOver { .. } => "recovered",
             Alert::Finished { .. } => "finished",
             Alert::DiskLow { .. } => "disk_low",
             Alert::Adopted { .. } => "adopted",
@@ -165,6 +176,7 @@ impl Alert {
             | Alert::Resumed { step, .. }
             | Alert::Stale { step, .. }
             | Alert::Recovered { step, .. }
+            | Alert::IncidentOver { step, .. }
             | Alert::Adopted { step, .. }
             | Alert::StoppedExternally { step } => Some(*step),
             Alert::Finished { .. } | Alert::DiskLow { .. } => None,
@@ -222,6 +234,18 @@ impl std::fmt::Display for Alert {
                 )
             }
             Alert::Recovered { step, .. } => write!(f, "step {step}: heartbeat is fresh again"),
+            Alert::IncidentOver {
+                step,
+                training_step,
+                after,
+                lost,
+                attempts,
+            } => write!(
+                f,
+                "step {step}: recovered at step {training_step} after {}; about {} of work lost ({attempts} decision(s), lavenderd incidents)",
+                lavender::time::duration(*after),
+                lavender::time::duration(*lost)
+            ),
             Alert::Finished { duration, .. } => {
                 write!(f, "pipeline finished after {:.0}s", duration.as_secs_f64())
             }
@@ -246,6 +270,7 @@ impl Alert {
             self,
             Alert::Finished { .. }
                 | Alert::Recovered { .. }
+                | Alert::IncidentOver { .. }
                 | Alert::Adopted { .. }
                 | Alert::Resumed { .. }
         )

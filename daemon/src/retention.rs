@@ -113,14 +113,23 @@ impl Retention {
             }
             saved |= event.kind == kind::CHECKPOINT_SAVED || event.kind == kind::FINAL_SAVED;
         }
-        let (mode, keep) = {
+        let (mode, keep, observe) = {
             let config = self.config.lock().ok()?;
             (
                 config.supervisor.retention,
                 config.training.keep_checkpoints as usize,
+                config.supervisor.mode == lavender::config::SupervisorMode::Observe,
             )
         };
         if !saved || mode == RetentionMode::Worker || self.worker_prunes {
+            return None;
+        }
+        if observe {
+            // Observe mode deletes nothing; the owner of the run prunes it.
+            tracing::info!(
+                run_dir = %run_dir.display(),
+                "observe mode (supervisor.mode: observe): would have enforced training.keep_checkpoints {keep}; nothing deleted"
+            );
             return None;
         }
         if !inside(run_dir, &self.checkpoints_root) {
@@ -327,6 +336,23 @@ mod tests {
         save(&r.dir, 7, None);
         assert_eq!(f.poll(&r.dir).unwrap().len(), 6);
         assert_eq!(names(&r.dir), ["train-12-00-07-0007"]);
+    }
+
+    /// `supervisor.mode: observe` deletes no checkpoint; back to `act`, it prunes.
+    #[test]
+    fn observe_mode_deletes_nothing() {
+        let r = run();
+        for c in 1..=4 {
+            save(&r.dir, c, None);
+        }
+        let mut observe = config(RetentionMode::Daemon, 1);
+        observe.supervisor.mode = lavender::config::SupervisorMode::Observe;
+        let mut f = Follow::new(&r.checkpoints, observe);
+        assert_eq!(f.poll(&r.dir), None);
+        assert_eq!(names(&r.dir).len(), 4);
+        f.handle.set(&config(RetentionMode::Daemon, 1));
+        save(&r.dir, 5, None);
+        assert_eq!(f.poll(&r.dir).unwrap().len(), 4);
     }
 
     #[test]

@@ -35,7 +35,9 @@ pub use error::{ConfigError, ConfigErrorKind, Origin};
 pub use launch::{LaunchBackend, LaunchConfig, NodeFailurePolicy, SlurmConfig};
 pub use layers::LoadOptions;
 pub use logging::{LoggingConfig, MIN_MAX_BYTES};
-pub use notify::{BarkConfig, NotifyConfig, NtfyConfig, WebhookConfig, WebhookFormat};
+pub use notify::{
+    BarkConfig, DeadmanConfig, NotifyConfig, NtfyConfig, WebhookConfig, WebhookFormat,
+};
 pub use origins::{ConfigOrigins, ORIGINS_VAR};
 pub use paths::{MissingPath, PATH_KEYS, missing_paths};
 pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
@@ -48,7 +50,9 @@ pub use sections::{
 pub use source::{
     Compression, DEFAULT_TEXT_KEY, DataSource, EmbeddedCorpus, PathSource, SourceFormat,
 };
-pub use supervision::{FailureAction, OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto};
+pub use supervision::{
+    FailureAction, OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto, SupervisorMode,
+};
 
 use tree::Node;
 

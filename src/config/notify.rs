@@ -38,6 +38,23 @@ pub struct NotifyConfig {
     pub webhooks: Vec<WebhookConfig>,
     /// Desktop notifications (`notify-send` on Linux, `osascript` on macOS) when present.
     pub desktop: bool,
+    /// A dead-man's switch the daemon requests while it is healthy; null = none.
+    pub deadman: Option<DeadmanConfig>,
+}
+
+/// `notify.deadman`: a URL (a Healthchecks.io check, any URL) requested every
+/// `every_s` seconds while the pipeline actor answers; when the daemon dies or
+/// wedges the requests stop, and the service watching them alerts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadmanConfig {
+    pub url: String,
+    #[serde(default = "default_deadman_every_s")]
+    pub every_s: u64,
+}
+
+fn default_deadman_every_s() -> u64 {
+    60
 }
 
 impl Default for NotifyConfig {
@@ -56,6 +73,7 @@ impl Default for NotifyConfig {
             ntfy: NtfyConfig::default(),
             webhooks: Vec::new(),
             desktop: true,
+            deadman: None,
         }
     }
 }
@@ -197,6 +215,10 @@ pub(crate) fn validate(n: &NotifyConfig) -> Result<(), ConfigError> {
             format!("`{topic}` is not a topic name; use letters, digits, - and _ (no /)"),
         ));
     }
+    if let Some(d) = &n.deadman {
+        http_url("notify.deadman.url", &d.url)?;
+        at_least_one("notify.deadman.every_s", d.every_s)?;
+    }
     let mut names = std::collections::HashSet::new();
     for (i, hook) in n.webhooks.iter().enumerate() {
         http_url(&format!("notify.webhooks[{i}].url"), &hook.url)?;
@@ -308,5 +330,17 @@ mod tests {
 
         let e = err("notify:\n  webhooks:\n    - {url: 'https://a', name: bark}\n");
         assert_eq!(e.path(), Some("notify.webhooks[0].name"));
+
+        let e = err("notify:\n  deadman: {url: hc-ping.com/abc}\n");
+        assert_eq!(e.path(), Some("notify.deadman.url"));
+        assert!(e.to_string().contains("not an http(s) URL"), "{e}");
+        let e = err("notify:\n  deadman: {url: 'https://hc-ping.com/abc', every_s: 0}\n");
+        assert_eq!(e.path(), Some("notify.deadman.every_s"));
+        let c = Config::from_yaml_str(
+            "notify:\n  deadman: {url: 'https://hc-ping.com/abc'}\n",
+            "x.yaml",
+        )
+        .unwrap();
+        assert_eq!(c.notify.deadman.unwrap().every_s, 60);
     }
 }

@@ -6,7 +6,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::supervision::{OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto};
+use super::supervision::{OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto, SupervisorMode};
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -598,11 +598,23 @@ pub struct SupervisorConfig {
     /// Who deletes old checkpoints. Absent in configs older than the key: the daemon.
     #[serde(default)]
     pub retention: Retention,
+    /// Take a hung worker's evidence (its processes' stacks, `/proc` state, open
+    /// files, …) before killing it. Absent in configs older than the key: true.
+    #[serde(default = "default_true")]
+    pub hang_evidence: bool,
+    /// Act on decisions, or only write them down (`observe`). Absent in configs
+    /// older than the key: act.
+    #[serde(default)]
+    pub mode: SupervisorMode,
     /// Seconds a data step or `mine_hard` may go without a progress beat
     /// (`<run>/step_heartbeat.json`) before it counts as hung. Absent in configs
     /// older than the key: 1800.
     #[serde(default = "default_data_step_stale_after_s")]
     pub data_step_stale_after_s: u64,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_data_step_stale_after_s() -> u64 {

@@ -107,6 +107,19 @@ pub enum OnStall {
     Alert,
 }
 
+/// `supervisor.mode`: whether the daemon acts on what it decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SupervisorMode {
+    /// Kill, restart, roll back and prune as the rules say.
+    #[default]
+    Act,
+    /// Decide as `act` would and write each decision down as "would have"
+    /// (`state/decisions.jsonl`, the pipeline log), but never kill, restart, roll
+    /// back or delete a checkpoint: for a run something else manages.
+    Observe,
+}
+
 /// What the daemon does with a worker that ended with a failure of some kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

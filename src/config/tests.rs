@@ -866,6 +866,7 @@ fn bad_supervision_values_name_the_key_the_place_and_the_allowed_values() {
             "supervisor.on_stall",
             &["restart", "alert"],
         ),
+        ("  mode: watch\n", "supervisor.mode", &["act", "observe"]),
         (
             "  on_diverged: ignore\n",
             "supervisor.on_diverged",

@@ -87,7 +87,9 @@ struct Args {
     silent_start_ms: u64,
     /// A crash says why, as a real worker does: its last heartbeat (`failed`) and a
     /// `failed` event carry `failure: {kind: KIND, …}` and it exits with the kind's
-    /// code. `garbage` writes a failure record that does not parse.
+    /// code. `garbage` writes a failure record that does not parse. A list
+    /// (`diverged,crash`) gives the n-th crash in the run directory the n-th kind,
+    /// the last repeating.
     #[arg(long, env = "FAKE_CRASH_KIND")]
     crash_kind: Option<String>,
     /// Ignore SIGTERM (so only SIGKILL ends it).
@@ -408,7 +410,9 @@ impl<'a> Trainer<'a> {
         let n = self.crashes_so_far() + 1;
         std::fs::write(self.run_dir.join(".fake-crashes"), n.to_string())?;
         eprintln!("fake-worker: crashing at step {} as asked", self.step);
-        if let Some(kind) = &self.args.crash_kind {
+        if let Some(kinds) = &self.args.crash_kind {
+            let kinds: Vec<&str> = kinds.split(',').collect();
+            let kind = kinds[(n as usize - 1).min(kinds.len() - 1)];
             return self.fail_with(kind);
         }
         if self.args.crash_signal {

@@ -173,6 +173,22 @@ pub enum Command {
         #[arg(short = 'n', long = "lines", default_value_t = 30)]
         lines: usize,
     },
+    /// What the daemon decided by itself (restarts, hang kills, rollbacks, giving
+    /// up, …): what it saw, the rule that fired, what it did and how that turned out
+    /// (from state/decisions.jsonl; works without a daemon).
+    Incidents {
+        /// The decisions as JSON (each with its outcome, null until known).
+        #[arg(long)]
+        json: bool,
+        /// Only the newest N decisions.
+        #[arg(short = 'n', long = "last", value_name = "N")]
+        last: Option<usize>,
+    },
+    /// Look inside the running worker.
+    Debug {
+        #[command(subcommand)]
+        action: DebugAction,
+    },
     /// List run directories, newest first.
     Runs {
         #[arg(long)]
@@ -411,6 +427,15 @@ pub enum DaemonAction {
     /// or a service stop does: the pipeline stops with a save first, then the daemon
     /// exits. Exit code 4 when no daemon runs.
     Stop,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DebugAction {
+    /// Take the evidence a hang would get, now, without stopping anything: every
+    /// thread's stack of each process of the worker (py-spy, eu-stack), /proc state,
+    /// open files, the last heartbeat and log lines, into <run>/incidents/<time>-stacks/.
+    /// Exit code 4 when no local worker runs.
+    Stacks,
 }
 
 #[derive(Subcommand, Debug)]

@@ -5,6 +5,7 @@
 //! the worker training (`reexec`). A SIGKILLed daemon leaves the worker running for
 //! the next one to adopt.
 
+pub(crate) mod deadman;
 pub mod foreground;
 pub mod lock;
 pub mod progress;
@@ -207,6 +208,7 @@ impl Daemon {
             .foreground
             .then(|| ForegroundView::start(app.web.feed.clone()));
         let server = tokio::spawn(server::serve(app, tcp, unix, access, shutdown_rx));
+        deadman::spawn(settings.config.notify.deadman.as_ref(), pipeline.clone());
         let mut service = ServiceNotifier::from_env();
         service.ready(progress::line(&cache.status()));
         Ok(Daemon {

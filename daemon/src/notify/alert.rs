@@ -139,6 +139,23 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
                     .to_string(),
             },
         )],
+        Alert::IncidentOver {
+            training_step,
+            after,
+            lost,
+            attempts,
+            ..
+        } => vec![push(
+            format!(
+                "recovered at step {} after {}",
+                thousands(*training_step),
+                duration(*after)
+            ),
+            format!(
+                "about {} of work lost; {attempts} decision(s) by the daemon (lavenderd incidents)",
+                duration(*lost)
+            ),
+        )],
         Alert::DiskLow {
             path,
             avail_bytes,

@@ -33,6 +33,8 @@
 //!   Bark key: 400) are not retried.
 //! - An alert of the same kind as the previous alert, within `coalesce_s`, is
 //!   dropped: stalled, stalled, stalled → one push; stalled, recovered, stalled → three.
+//! - A failure the daemon retries by itself is pushed once per incident, and its
+//!   end once (recovered, given up, finished, stopped): `incident.rs`.
 //! - Milestones are sent at most once: the follower persists its offset after
 //!   queueing, so a daemon restart never resends them.
 //! - A channel without its key/topic/program is off (a no-op, not an error).
@@ -43,6 +45,7 @@ mod channel;
 mod delivery;
 mod desktop;
 pub(crate) mod format;
+mod incident;
 mod message;
 mod notifier;
 mod ntfy;

@@ -11,6 +11,7 @@ use crate::alert::{Alert, AlertSender};
 pub fn spawn_sink(notifier: Option<Notifier>, log_lines: usize) -> AlertSender {
     let (tx, mut rx) = mpsc::unbounded_channel::<Alert>();
     tokio::spawn(async move {
+        let mut incident = super::incident::Incident::default();
         while let Some(alert) = rx.recv().await {
             if alert.is_bad_news() {
                 tracing::warn!(target: crate::logging::ALERT_TARGET, "ALERT {alert}");
@@ -18,6 +19,12 @@ pub fn spawn_sink(notifier: Option<Notifier>, log_lines: usize) -> AlertSender {
             } else {
                 tracing::info!(target: crate::logging::ALERT_TARGET, "{alert}");
                 crate::logs::story::say(&alert.to_string());
+            }
+            if !incident.admit(&alert) {
+                tracing::info!(
+                    "not pushed: {alert} (the daemon handles it; one push per incident, and one when it is over)"
+                );
+                continue;
             }
             if let Some(n) = &notifier {
                 for push in pushes(&alert, n.prefix(), log_lines) {

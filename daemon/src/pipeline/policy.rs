@@ -14,6 +14,7 @@ use lavender::config::{FailureAction, OnDiverged, PipelineStep, SupervisorConfig
 use lavender::failure::{Failure, FailureKind};
 
 use super::restart;
+use crate::decisions::Rule;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
@@ -21,8 +22,9 @@ pub enum Decision {
     Restart { restart: u32, delay: Duration },
     /// `on_diverged: rollback`: back to the checkpoint before the divergence.
     Rollback,
-    /// The pipeline fails; `reason` says why and what to do.
-    Fail { reason: String },
+    /// The pipeline fails; `reason` says why and what to do; `rule`: the key that
+    /// made it fail (for the decision log).
+    Fail { reason: String, rule: Rule },
 }
 
 /// Why a worker is to be restarted.
@@ -82,8 +84,13 @@ pub fn decide(
                 },
             };
             if action == FailureAction::Fail {
+                let rule = match failure.kind {
+                    FailureKind::Diverged => Rule::new("supervisor.on_diverged", "fail"),
+                    kind => Rule::new(format!("supervisor.on_failure.{kind}"), "fail"),
+                };
                 return Decision::Fail {
                     reason: cause_and_fix(step, failure),
+                    rule,
                 };
             }
             failure.message.clone()
@@ -97,6 +104,10 @@ pub fn decide(
                 streak.no_progress,
                 streak.resumed_from.unwrap_or(0)
             ),
+            rule: Rule::new(
+                "supervisor.max_no_progress_restarts",
+                sup.max_no_progress_restarts,
+            ),
         };
     }
     if let Cause::Failed(failure) = cause
@@ -104,6 +115,7 @@ pub fn decide(
     {
         return Decision::Fail {
             reason: same_failure_text(failure, streak),
+            rule: Rule::new("supervisor.max_same_failure", sup.max_same_failure),
         };
     }
     if streak.restarts >= sup.max_restarts {
@@ -112,6 +124,7 @@ pub fn decide(
                 "{what}; gave up after {} restart(s) (supervisor.max_restarts)",
                 streak.restarts
             ),
+            rule: Rule::new("supervisor.max_restarts", sup.max_restarts),
         };
     }
     let restart = streak.restarts + 1;
@@ -220,7 +233,7 @@ mod tests {
                 streak(0, 0),
                 &s,
             ) {
-                Decision::Fail { reason } => {
+                Decision::Fail { reason, .. } => {
                     assert!(
                         reason.contains("boom") && reason.contains("to fix:"),
                         "{reason}"
@@ -261,7 +274,7 @@ mod tests {
         );
         assert!(matches!(
             decide(PipelineStep::Train, &Cause::Failed(&crash), streak(3, 0), &s),
-            Decision::Fail { reason } if reason.contains("supervisor.max_restarts")
+            Decision::Fail { reason, .. } if reason.contains("supervisor.max_restarts")
         ));
         // A hang restarts the same way, whatever on_failure says of crashes.
         let mut never = s.clone();
@@ -295,7 +308,7 @@ mod tests {
             streak(2, 2),
             &s,
         ) {
-            Decision::Fail { reason } => assert!(
+            Decision::Fail { reason, .. } => assert!(
                 reason.contains("did not train past step 40")
                     && reason.contains("max_no_progress_restarts"),
                 "{reason}"
@@ -320,7 +333,7 @@ mod tests {
         s.on_diverged = OnDiverged::Fail;
         assert!(matches!(
             decide(PipelineStep::Train, &Cause::Failed(&diverged), streak(0, 0), &s),
-            Decision::Fail { reason } if reason.contains("diverged")
+            Decision::Fail { reason, .. } if reason.contains("diverged")
         ));
         let oom = failure(FailureKind::OutOfMemory);
         assert!(matches!(
@@ -330,7 +343,7 @@ mod tests {
         s.on_failure.out_of_memory = FailureAction::Fail;
         assert!(matches!(
             decide(PipelineStep::Train, &Cause::Failed(&oom), streak(0, 0), &s),
-            Decision::Fail { reason } if reason.contains("out of memory")
+            Decision::Fail { reason, .. } if reason.contains("out of memory")
         ));
     }
 
@@ -368,7 +381,7 @@ mod tests {
             ..streak(0, 0)
         };
         match decide(PipelineStep::Train, &Cause::Failed(&boom), third, &s) {
-            Decision::Fail { reason } => assert!(
+            Decision::Fail { reason, .. } => assert!(
                 reason.contains("the same failure 3 times in a row at step 137")
                     && reason.contains("boom")
                     && reason.contains("supervisor.max_same_failure")
@@ -400,7 +413,7 @@ mod tests {
             streak(0, 0),
             &s,
         ) {
-            Decision::Fail { reason } => {
+            Decision::Fail { reason, .. } => {
                 assert!(
                     reason.starts_with("step dedup found its input data missing or corrupt: documents/ is missing: run the downloads step first; to fix:"),
                     "{reason}"

@@ -147,6 +147,25 @@ fn members(token: &str, leader: &ProcessIdentity) -> Vec<(ProcessIdentity, Proc)
         .collect()
 }
 
+/// The generation's live processes, its worker first when it is still the same
+/// process (the evidence of a hang is taken from each).
+pub(crate) fn live_members(leader: &ProcessIdentity) -> Vec<u32> {
+    let token = leader.generation.as_deref().unwrap_or_default();
+    let alive = all_processes()
+        .get(&leader.pid)
+        .is_some_and(|p| p.start_time == leader.start_time && !p.zombie);
+    alive
+        .then_some(leader.pid)
+        .into_iter()
+        .chain(
+            members(token, leader)
+                .into_iter()
+                .filter(|(_, p)| !p.zombie)
+                .map(|(id, _)| id.pid),
+        )
+        .collect()
+}
+
 /// Sends `signal` to every process of the generation outside its worker's process
 /// group (which the caller signals as a group), checking each is still the process
 /// found, so none hears it twice. Returns how many were signalled.

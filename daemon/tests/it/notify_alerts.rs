@@ -1,6 +1,7 @@
 //! The daemon's own alerts, end to end: the real daemon and fake worker pushing
-//! to a JSON webhook on loopback. A crash restart whose heartbeat resumes is
-//! "recovered"; a heartbeat that stops advancing is "stalled" (short injected
+//! to a JSON webhook on loopback. A crash restart whose worker trains again is
+//! "recovered"; crashes the daemon retries are pushed once per incident, and its
+//! end once; a heartbeat that stops advancing is "stalled" (short injected
 //! stale_after_s and start-up grace, `on_stall: alert`), and a restart after it is "recovered" too; free space under the
 //! configured floor is "disk low". `status --json` prints the push counts that
 //! `GET /status` serves.
@@ -50,10 +51,12 @@ async fn a_crash_restart_whose_heartbeat_resumes_is_recovered() {
         position(&kinds, "recovered"),
     );
     assert!(crashed < restarting && restarting < recovered, "{kinds:?}");
+    // The end of the incident: the restarted worker trained past its checkpoint.
     let push = &hook.of_kind("recovered")[0];
-    assert_eq!(
-        push["title"],
-        "[lavender] recovered: heartbeat is fresh again"
+    let title = push["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("[lavender] recovered at step "),
+        "{title}"
     );
     assert_eq!(push["level"], "alert");
     // It came from the restarted worker: running, one restart, past the crash point.
@@ -64,6 +67,65 @@ async fn a_crash_restart_whose_heartbeat_resumes_is_recovered() {
     assert_eq!(hook.of_kind("stalled").len(), 0, "{:?}", hook.kinds());
 }
 
+/// Two crashes at step 4 (no checkpoint yet: each restart trains from the start and
+/// fails at the same place; a third time would fail the pipeline), each restarted
+/// by the daemon, then a worker that trains past step 4: one "crashed" push
+/// for the incident (not two), and one "recovered" push
+/// when it is over, saying at which step, after how long and about how much work
+/// was lost; the log still says each crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_the_daemon_retries_are_pushed_once_and_their_end_once() {
+    let hook = Recorder::start().await;
+    let mut env = Env::new(
+        &[
+            "--crash-after",
+            "4",
+            "--crash-times",
+            "2",
+            "--total-steps",
+            "40",
+            "--step-ms",
+            "20",
+            "--checkpoint-every",
+            "1000",
+        ],
+        &format!("  restart_backoff_s: [0.1]\n{}", hook.webhook_yaml("")),
+        "[train]",
+    );
+    env.serve();
+    env.start(&[]);
+    env.wait_status(Duration::from_secs(30), "finished", |st| {
+        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+        st["pipeline"]["state"] == "finished"
+    });
+    wait_until(T, "the finished push", || {
+        hook.kinds().contains(&"finished".to_string())
+    });
+    let kinds = hook.kinds();
+    assert_eq!(hook.of_kind("crashed").len(), 1, "{kinds:?}");
+    assert_eq!(hook.of_kind("restarting").len(), 1, "{kinds:?}");
+    let recovered = hook.of_kind("recovered");
+    assert_eq!(recovered.len(), 1, "{kinds:?}");
+    assert!(
+        position(&kinds, "crashed") < position(&kinds, "recovered")
+            && position(&kinds, "recovered") < position(&kinds, "finished"),
+        "{kinds:?}"
+    );
+    let title = recovered[0]["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("[lavender] recovered at step ") && title.contains(" after "),
+        "{title}"
+    );
+    let body = recovered[0]["body"].as_str().unwrap();
+    assert!(
+        body.starts_with("about ") && body.contains("of work lost; 2 decision(s)"),
+        "{body}"
+    );
+    let log = env.log_with("pipeline finished after", T);
+    assert_eq!(log.matches("ALERT step train crashed").count(), 2, "{log}");
+    assert_eq!(env.status()["pipeline"]["restarts"], 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_heartbeat_that_stops_advancing_is_stalled_and_a_restart_recovers() {
     let hook = Recorder::start().await;
@@ -71,6 +133,8 @@ async fn a_heartbeat_that_stops_advancing_is_stalled_and_a_restart_recovers() {
         &[
             "--hang-after",
             "3",
+            "--hang-times",
+            "1",
             "--step-ms",
             "10",
             "--total-steps",
@@ -115,9 +179,13 @@ async fn a_heartbeat_that_stops_advancing_is_stalled_and_a_restart_recovers() {
             && position(&kinds, "restarting") < position(&kinds, "recovered"),
         "{kinds:?}"
     );
+    // The crash that followed the stall opened an incident the restart closed.
     let recovered = &hook.of_kind("recovered")[0];
     let body = recovered["body"].as_str().unwrap();
-    assert!(body.starts_with("stalled for "), "{body}");
+    assert!(
+        body.starts_with("about ") && body.contains("of work lost"),
+        "{body}"
+    );
     assert_ne!(env.worker_pid(), Some(worker));
 }
 

@@ -61,6 +61,11 @@ pub struct TrainArgs {
     #[cfg(feature = "test-hooks")]
     #[arg(long, value_name = "N", hide = true)]
     pub hold_save: Option<u32>,
+    /// Test hook: once this global step is done, the training thread loops for ever
+    /// in `hung_in_test_hook` (a hang in a known place, for the daemon's evidence).
+    #[cfg(feature = "test-hooks")]
+    #[arg(long, value_name = "STEP", hide = true)]
+    pub hang_at_step: Option<u64>,
 }
 
 /// Runs training on a dedicated thread; SIGTERM/SIGINT only set a flag that the
@@ -255,6 +260,8 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         stop_at_step: args.stop_at_step,
         #[cfg(feature = "test-hooks")]
         hold_save: args.hold_save,
+        #[cfg(feature = "test-hooks")]
+        hang_at_step: args.hang_at_step,
         started,
     });
     if let (Some(ck), Some(r)) = (&resume, resumed) {

@@ -396,6 +396,54 @@ fn a_worker_frozen_with_sigstop_is_killed_and_restarted_and_the_run_finishes() {
     );
 }
 
+/// A worker hung in a known place (the `--hang-at-step` test hook loops in
+/// `hung_in_test_hook` on the training thread): before it is killed, its bundle
+/// holds a native stack (eu-stack) naming that function.
+#[test]
+fn a_hung_worker_leaves_a_native_stack_naming_where_it_hung() {
+    let dir = tempfile::tempdir().unwrap();
+    lavender_testkit::training::write_tokens(&dir.path().join("data"));
+    // The hook's flag goes after the arguments the daemon passes (`train --config …`).
+    let wrapped = format!(r#"["/bin/sh", "-c", "exec {WORKER} \"$@\" --hang-at-step 25", "sh"]"#);
+    let config = train_only("  stale_after_s: 2\n  stall_kill_grace_s: 1\n  max_restarts: 0")
+        .replace(
+            &format!(r#"command: ["{WORKER}"]"#),
+            &format!("command: {wrapped}"),
+        );
+    let mut d = Lavenderd::with_real_worker(dir.path(), &config);
+    d.serve();
+    d.start(&[]);
+    wait_training(&d, 20);
+    let pid = d.worker_pid().unwrap();
+    d.wait_state("failed", T);
+    let incidents = d.run_dir().join("incidents");
+    let bundle = std::fs::read_dir(&incidents)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with("-hang"))
+        .expect("a hang bundle");
+    let stack = std::fs::read_to_string(bundle.join(format!("pid-{pid}/native-stack.txt")))
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}",
+                std::fs::read_to_string(bundle.join("summary.txt")).unwrap_or_default()
+            )
+        });
+    assert!(stack.contains("hung_in_test_hook"), "{stack}");
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(bundle.join("bundle.json")).unwrap()).unwrap();
+    assert!(
+        index["processes"][0]["stack_tool"]
+            .as_str()
+            .unwrap()
+            .contains("eu-stack -p"),
+        "{index:#}"
+    );
+    assert_eq!(index["processes"][0]["stack"]["result"], "ok", "{index:#}");
+    eprintln!("native hang evidence: capture took {} s", index["took_s"]);
+}
+
 /// A training stopped and resumed twice is three sessions, each in a run directory
 /// of its own that names the one it resumed from: `lavenderd runs` shows the chain
 /// of three, the status names it, pruning down to one run keeps the chain, and

@@ -3,7 +3,9 @@
 pub mod attribute;
 pub mod config;
 pub mod daemon_stop;
+pub mod debug;
 pub mod export;
+pub mod incidents;
 pub mod listing;
 pub mod logs;
 pub mod notify;
@@ -40,6 +42,10 @@ pub async fn dispatch(global: GlobalArgs, command: Command) -> Result<ExitCode> 
         Command::Status(args) if args.watch => watch::run(&settings()?, args.interval).await,
         Command::Status(args) => status::run(&settings()?, args.json).await,
         Command::Logs { follow, lines } => logs::run(&settings()?, follow, lines).await,
+        Command::Debug { action } => match action {
+            super::DebugAction::Stacks => debug::stacks(&settings()?).await,
+        },
+        Command::Incidents { json, last } => incidents::run(&settings()?, json, last),
         Command::Runs { json } => listing::runs(&settings()?, json),
         Command::Checkpoints { run, json } => {
             listing::checkpoints(&settings()?, run.as_deref(), json)
@@ -119,6 +125,7 @@ fn say_for(command: &Command) -> Say {
         Command::Serve(_)
         | Command::Service { .. }
         | Command::Runs { json: true }
+        | Command::Incidents { json: true, .. }
         | Command::Checkpoints { json: true, .. }
         | Command::Verify { json: true, .. }
         | Command::Attribute(AttributeArgs { json: true, .. }) => Say::Stderr,

@@ -106,6 +106,7 @@ impl Actor {
                     tracing::error!("{e:#}");
                 }
                 self.record.set_step(step, StepState::Done);
+                self.decisions.step_done(step);
                 self.record.active_step = None;
                 self.record.same_failure = None;
                 self.advance(None);

@@ -14,13 +14,16 @@ use crate::pipeline::restart::stall_kill_grace;
 
 impl Actor {
     pub(super) fn on_hung(&mut self, report: HungReport) {
+        if self.hang_observed(&report) || self.capture_hang(&report) {
+            return;
+        }
         let grace = stall_kill_grace(&self.config.supervisor);
         self.on(Event::HungJudged { report, grace });
     }
 
     /// The hung worker got its SIGTERM: the record says why.
     pub(super) fn hung_kill_begun(&mut self, report: &HungReport, grace: Duration) {
-        let text = hung_text(report);
+        let text = format!("{}{}", hung_text(report), self.hang_bundle_text());
         let worker = self.phase.worker().map_or(&report.worker, |w| &w.handle);
         tracing::warn!(
             worker = %worker,
@@ -31,6 +34,7 @@ impl Actor {
         );
         self.record.last_error = Some(text);
         self.commit();
+        self.hang_kill_decided(report.work, report, grace);
     }
 }
 

@@ -13,7 +13,9 @@
 //! meanwhile.
 
 mod damaged;
+mod decided;
 mod effects;
+mod evidence;
 mod exit;
 mod hung;
 mod recover;
@@ -97,6 +99,11 @@ struct Actor {
     /// Launches not reported back yet, abandoned ones included.
     launches_in_flight: usize,
     alerts: AlertSender,
+    /// The decision log (`state/decisions.jsonl`) and its open incident.
+    decisions: crate::decisions::Decisions,
+    evidence_tx: mpsc::UnboundedSender<evidence::HangEvidence>,
+    /// The evidence bundle of the hang being dealt with, for what is said of it.
+    hang_bundle: Option<std::path::PathBuf>,
 }
 
 /// Loads `state/pipeline.json`, re-adopts a worker that outlived the previous
@@ -138,7 +145,13 @@ fn spawn_sourced(
     let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
     let (launches_tx, launches_rx) = mpsc::unbounded_channel();
     let (fingerprints_tx, fingerprints_rx) = mpsc::unbounded_channel();
+    let (evidence_tx, evidence_rx) = mpsc::unbounded_channel();
+    let decisions =
+        crate::decisions::Decisions::open(&layout, config.logging, Some(alerts.clone()));
     let mut actor = Actor {
+        decisions,
+        evidence_tx,
+        hang_bundle: None,
         backend,
         jobs_tx,
         launches_tx,
@@ -162,6 +175,7 @@ fn spawn_sourced(
         jobs: jobs_rx,
         launches: launches_rx,
         fingerprints: fingerprints_rx,
+        evidence: evidence_rx,
     }));
     Ok(PipelineHandle {
         cmds,
@@ -188,6 +202,7 @@ struct Inbox {
     jobs: mpsc::UnboundedReceiver<JobChange>,
     launches: mpsc::UnboundedReceiver<LaunchDone>,
     fingerprints: mpsc::UnboundedReceiver<Fingerprinted>,
+    evidence: mpsc::UnboundedReceiver<evidence::HangEvidence>,
 }
 
 impl Actor {
@@ -198,6 +213,7 @@ impl Actor {
             mut jobs,
             mut launches,
             mut fingerprints,
+            mut evidence,
         } = inbox;
         // A detach waits for the launches in flight: the record must name the worker
         // it leaves running, and an abandoned launch's worker must be cancelled.
@@ -211,6 +227,7 @@ impl Actor {
                 },
                 Some(done) = launches.recv() => self.on_launched(done),
                 Some(f) = fingerprints.recv() => self.on_fingerprinted(f),
+                Some(ev) = evidence.recv() => self.on_hang_evidence(ev),
                 Some(exit) = exits.recv() => self.on_exit(exit),
                 Some(change) = jobs.recv() => self.on_job_change(change),
                 _ = sleep_until_opt(self.phase.deadline()) => self.on(Event::TimerFired),
@@ -349,6 +366,7 @@ impl Actor {
         }
         self.commit();
         if let (true, Some(message), Some(step)) = (newly_lost, message, self.record.active_step) {
+            self.node_lost_decided(step, &message);
             self.alert(Alert::NodeLost { step, message });
         }
     }

@@ -68,8 +68,12 @@ impl Actor {
             }
             PendingRestart::Hung(_) => None,
         };
-        match policy::decide(step, &cause, streak, &self.config.supervisor) {
-            Decision::Fail { reason } => self.fail_after(step, reason, Some(outcome), failure),
+        let decision = policy::decide(step, &cause, streak, &self.config.supervisor);
+        if !self.write_down(worker, &why, outcome, streak, &decision) {
+            return;
+        }
+        match decision {
+            Decision::Fail { reason, .. } => self.fail_after(step, reason, Some(outcome), failure),
             Decision::Rollback => match failure {
                 Some(failure) => self.roll_back(step, failure, outcome, last_step),
                 None => self.fail_after(
@@ -151,7 +155,11 @@ impl Actor {
                 ..
             }) => (
                 RecoveryReason::Hung,
-                format!("{}; restarted from {from_text}", hung_text(report)),
+                format!(
+                    "{}{}; restarted from {from_text}",
+                    hung_text(report),
+                    self.hang_bundle_text()
+                ),
             ),
             Relaunch::Restart(Restart {
                 why: Some(PendingRestart::Failed(f)),

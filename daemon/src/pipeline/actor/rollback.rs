@@ -33,6 +33,7 @@ impl Actor {
         let rb = match planned {
             Ok(rb) => rb,
             Err(NoRollback(reason)) => {
+                self.no_rollback(step, &failure, &reason);
                 return self.fail_after(step, reason, Some(outcome), Some(failure));
             }
         };
@@ -57,6 +58,7 @@ impl Actor {
         }
         tracing::warn!(%step, "{message}");
         self.record.rollbacks.push(rb.range.clone());
+        self.rolled_back(step, &failure, &message);
         self.record.state = PipelineState::Crashed;
         self.record.restart_pending = true;
         self.record.last_error = Some(message.clone());

@@ -304,6 +304,12 @@ impl Actor {
         let Some(keep) = self.config.supervisor.keep_runs else {
             return;
         };
+        if self.observing() {
+            tracing::info!(
+                "observe mode (supervisor.mode: observe): would have kept {keep} run(s) (supervisor.keep_runs); nothing deleted"
+            );
+            return;
+        }
         let root = self.layout.checkpoints_root();
         let current = self.record.run_dir.clone();
         tokio::task::spawn_blocking(move || {
@@ -433,10 +439,18 @@ impl Actor {
         let said = launching
             .relaunch
             .map(|why| self.relaunched(step, why, launching.resume.as_deref()));
+        self.hang_bundle = None;
         self.commit();
         if let Some(alert) = said.flatten() {
             self.alert(alert);
         }
         self.report_exit(generation, step, exit);
+        let poll = crate::pipeline::restart::poll_interval(&self.config.supervisor);
+        self.decisions.worker_running(
+            step,
+            self.record.run_dir.as_deref(),
+            resumed_from_step,
+            poll,
+        );
     }
 }

@@ -43,6 +43,7 @@ impl Actor {
         self.record.state = PipelineState::Stopping;
         self.record.stop_cause = Some(cause);
         self.commit();
+        self.decisions.stopped();
     }
 
     /// No worker yet (`sbatch` may take seconds): the pipeline stops now, and the
@@ -78,6 +79,7 @@ impl Actor {
     /// Stopped with no worker to wait for: no restart follows, `step` runs again
     /// at the next start.
     fn stopped_without_worker(&mut self, step: Option<PipelineStep>, cause: StopCause) {
+        self.decisions.stopped();
         self.record.restart_pending = false;
         self.record.state = PipelineState::Stopped;
         self.record.stop_cause = Some(cause);

@@ -503,12 +503,47 @@ async fn restarts_that_make_no_progress_fail_saying_so() {
     assert_eq!(h.fake.launched().len(), 3);
 }
 
+/// Observe mode: a hung worker gets no signal and no restart; the decision log says
+/// what would have been done, and the push says it is stalled.
+#[tokio::test(start_paused = true)]
+async fn in_observe_mode_a_hung_worker_is_left_alone_and_the_kill_written_down() {
+    let mut h = harness(|s| s.mode = lavender::config::SupervisorMode::Observe);
+    h.start().await;
+    assert!(h.hung(h.worker(), 12, 95.0));
+    match h.alert().await {
+        Alert::Stale {
+            age_s,
+            training_step,
+            ..
+        } => assert_eq!((age_s, training_step), (Some(95), Some(12))),
+        other => panic!("{other:?}"),
+    }
+    tokio::time::sleep(secs(30.0)).await;
+    assert!(h.fake.signals(0).is_empty());
+    assert_eq!(h.fake.launched().len(), 1);
+    let path = crate::decisions::path(&Layout::new(h._dir.path().join("data"), None));
+    let (entries, _) = crate::decisions::read(&path).unwrap();
+    assert_eq!(entries.len(), 1);
+    let d = &entries[0].decision;
+    assert_eq!(d.kind, crate::decisions::DecisionKind::HangKill);
+    assert_eq!(d.mode, crate::decisions::Mode::WouldHave);
+    assert_eq!(d.saw.last_step, Some(12));
+    assert_eq!(
+        entries[0].outcome.as_ref().map(|o| o.result),
+        Some(crate::decisions::OutcomeKind::NotActed)
+    );
+}
+
 /// A worker that stopped beating and ignores SIGTERM (a deadlock, a stopped
 /// process): SIGKILL after the grace, then restarted at once; the alert and the
 /// status say what happened.
 #[tokio::test(start_paused = true)]
 async fn a_hung_worker_is_killed_after_the_grace_and_restarted() {
-    let mut h = harness(|s| s.stall_kill_grace_s = 2.0);
+    // The fake worker has no process to take stacks of (daemon/tests/it/hang_evidence.rs).
+    let mut h = harness(|s| {
+        s.stall_kill_grace_s = 2.0;
+        s.hang_evidence = false;
+    });
     h.fake.ignore_sigterm();
     h.start().await;
     assert!(h.hung(h.worker(), 12, 95.0));

@@ -64,6 +64,9 @@ pub struct Parts {
     /// Test hook: the writer of this save (1-based) never commits it.
     #[cfg(feature = "test-hooks")]
     pub hold_save: Option<u32>,
+    /// Test hook: hang for ever once this global step is done.
+    #[cfg(feature = "test-hooks")]
+    pub hang_at_step: Option<u64>,
     /// When this process started, for the run's wall time.
     pub started: Instant,
 }
@@ -112,6 +115,8 @@ pub struct Trainer {
     stop_at_step: Option<u64>,
     #[cfg(feature = "test-hooks")]
     hold_save: Option<u32>,
+    #[cfg(feature = "test-hooks")]
+    hang_at_step: Option<u64>,
     started: Instant,
     /// What a checkpoint restores: step, position, losses, wall time, latest save.
     progress: Progress,
@@ -165,6 +170,8 @@ impl Trainer {
             stop_at_step: p.stop_at_step,
             #[cfg(feature = "test-hooks")]
             hold_save: p.hold_save,
+            #[cfg(feature = "test-hooks")]
+            hang_at_step: p.hang_at_step,
             started: p.started,
             progress,
             last_eval: None,
@@ -549,6 +556,10 @@ impl Trainer {
             if self.stop_at_step == Some(self.progress.step) {
                 self.stop.store(true, Ordering::SeqCst);
             }
+            #[cfg(feature = "test-hooks")]
+            if self.hang_at_step == Some(self.progress.step) {
+                hung_in_test_hook();
+            }
             if save_now {
                 self.save(&stage.name, Some(stage.kind))?;
             }
@@ -803,5 +814,16 @@ impl Trainer {
         lavender::atomic::sync_dir(&self.run_dir)?;
         self.reference_step = Some(taken_at);
         Ok(())
+    }
+}
+
+/// Test hook (`--hang-at-step`): a hang in a place a stack names. Never inlined, so
+/// the frame keeps its symbol.
+#[cfg(feature = "test-hooks")]
+#[inline(never)]
+fn hung_in_test_hook() -> ! {
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::hint::black_box(());
     }
 }

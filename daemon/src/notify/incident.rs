@@ -1,0 +1,106 @@
+//! Alerts that don't cry wolf: a failure the daemon retries by itself (a crash
+//! restart, a hang killed and restarted, a rollback) is pushed once per incident,
+//! not once per attempt; the incident's end is pushed once: recovered (the worker
+//! brought back trained past where it resumed: [`Alert::IncidentOver`]), given up
+//! (`failed`), finished or stopped. Every alert is still logged; only pushes are
+//! held back. Pure: the sink asks [`Incident::admit`] before it pushes.
+
+use crate::alert::Alert;
+
+/// Whether an incident is open (its first push went out).
+#[derive(Debug, Default)]
+pub(crate) struct Incident {
+    open: bool,
+}
+
+impl Incident {
+    /// Whether `alert`'s pushes go out.
+    pub(crate) fn admit(&mut self, alert: &Alert) -> bool {
+        match alert {
+            // A retry: the first of the incident is pushed, later attempts are not.
+            Alert::Crashed { .. } | Alert::HungRestarted { .. } | Alert::RolledBack { .. } => {
+                !std::mem::replace(&mut self.open, true)
+            }
+            // A fresh heartbeat of a worker brought back is no end yet: it may fail again.
+            Alert::Recovered { .. } => !self.open,
+            // The end of the incident, whatever it was.
+            Alert::IncidentOver { .. }
+            | Alert::Failed { .. }
+            | Alert::Finished { .. }
+            | Alert::StoppedExternally { .. } => {
+                self.open = false;
+                true
+            }
+            _ => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use lavender::config::PipelineStep;
+    use lavender::failure::{Failure, FailureKind};
+
+    use super::*;
+    use crate::alert::Repeats;
+    use crate::exit::ExitOutcome;
+
+    fn crashed(restart: u32) -> Alert {
+        Alert::Crashed {
+            step: PipelineStep::Train,
+            outcome: ExitOutcome::Code(1),
+            failure: Failure::new(FailureKind::Crash, "boom"),
+            restart,
+            max_restarts: 3,
+            restart_in: Duration::ZERO,
+            log_file: None,
+            repeats: Repeats::default(),
+        }
+    }
+
+    fn fresh() -> Alert {
+        Alert::Recovered {
+            step: PipelineStep::Train,
+            stalled_for: None,
+            training_step: Some(5),
+        }
+    }
+
+    fn over() -> Alert {
+        Alert::IncidentOver {
+            step: PipelineStep::Train,
+            training_step: 9,
+            after: Duration::from_secs(48),
+            lost: Duration::from_secs(120),
+            attempts: 3,
+        }
+    }
+
+    #[test]
+    fn one_push_per_incident_and_one_when_it_is_over() {
+        let mut gate = Incident::default();
+        let hung = Alert::HungRestarted {
+            step: PipelineStep::Train,
+            message: "hung".into(),
+        };
+        let pushed: Vec<bool> = [crashed(1), fresh(), crashed(2), hung, fresh(), over()]
+            .iter()
+            .map(|a| gate.admit(a))
+            .collect();
+        assert_eq!(pushed, [true, false, false, false, false, true]);
+        // A new incident after the last one ended.
+        assert!(gate.admit(&crashed(1)));
+        let failed = Alert::Failed {
+            step: PipelineStep::Train,
+            reason: "gave up".into(),
+            restarts: 3,
+            last_exit: None,
+            failure: None,
+        };
+        assert!(gate.admit(&failed), "giving up is the incident's end");
+        // Outside an incident a fresh heartbeat (after a stall) is pushed.
+        assert!(gate.admit(&fresh()));
+    }
+}
