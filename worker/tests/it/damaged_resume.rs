@@ -324,14 +324,14 @@ fn the_daemon_reads_each_save_back_and_the_status_and_the_listing_say_what_it_fo
         line(damaged).contains("damaged: model.safetensors: content hash"),
         "{text}"
     );
-    // A save of the worker's own (no manifest yet) is unverified once read back.
+    // The worker's final save carries its own manifest: verified once read back.
     d.wait_state("finished", T);
     let out = d.run(&["checkpoints", "--run", &name(&d.run_dir())]);
     let text = lavender_testkit::stdout(&out);
     let last = text.lines().last().unwrap_or_default();
     assert!(
         last.starts_with("final-")
-            && (last.contains("  unverified  ") || last.contains("  pending  ")),
+            && (last.contains("  verified  ") || last.contains("  pending  ")),
         "{text}"
     );
 }
