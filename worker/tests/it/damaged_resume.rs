@@ -300,29 +300,41 @@ fn the_daemon_reads_each_save_back_and_the_status_and_the_listing_say_what_it_fo
     };
     lavender_testkit::send_signal(-pid, 18); // SIGCONT: the next save asks for a pass
     // A pass under way when the manifests were written may have found the newest
-    // without one; the next save's pass reads it again.
-    d.wait_status(T, "the newest of them verified", |st| {
-        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
-        st["training"]["verified_checkpoints"].as_u64().unwrap_or(0) >= 2
-            && st["training"]["latest_verified_checkpoint"] == name(newest).as_str()
-    });
-    let out = d.run(&["checkpoints", "--run", &name(&d.run_dir())]);
-    let text = lavender_testkit::stdout(&out);
-    eprintln!(
-        "$ lavenderd checkpoints --run {}\n{text}",
-        name(&d.run_dir())
-    );
-    let line = |c: &Path| {
+    // without one; the next save's pass reads it again. Later saves carry the
+    // worker's own manifests and verify too, so the listing is what is awaited.
+    let run = name(&d.run_dir());
+    let mut text = String::new();
+    let line = |text: &str, c: &Path| {
         text.lines()
             .find(|l| l.starts_with(&name(c)))
-            .unwrap_or_else(|| panic!("{} not listed:\n{text}", name(c)))
+            .unwrap_or_default()
             .to_string()
     };
+    lavender_testkit::wait_until(T, "the newest of the three verified", || {
+        let st = d.status();
+        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+        text = lavender_testkit::stdout(&d.run(&["checkpoints", "--run", &run]));
+        line(&text, newest).contains("  verified  ")
+    });
+    eprintln!("$ lavenderd checkpoints --run {run}\n{text}");
+    let st = d.status();
+    assert!(
+        st["training"]["verified_checkpoints"].as_u64().unwrap_or(0) >= 2,
+        "{st:#}"
+    );
+    let line = |c: &Path| line(&text, c);
     assert!(line(oldest_intact).contains("  verified  "), "{text}");
     assert!(line(newest).contains("  verified  "), "{text}");
+    // The worker's own manifest was read back before the byte was flipped, so its
+    // verdict stands; `lavenderd verify` reads every byte again and names the damage.
+    let out = d.run(&["verify", "--run", &run]);
+    let report = lavender_testkit::stdout(&out);
+    assert!(!out.status.success(), "{report}");
     assert!(
-        line(damaged).contains("damaged: model.safetensors: content hash"),
-        "{text}"
+        report
+            .lines()
+            .any(|l| l.contains(&name(damaged)) && l.contains("model.safetensors")),
+        "{report}"
     );
     // The worker's final save carries its own manifest: verified once read back.
     d.wait_state("finished", T);
