@@ -317,11 +317,9 @@ fn the_daemon_reads_each_save_back_and_the_status_and_the_listing_say_what_it_fo
         line(&text, newest).contains("  verified  ")
     });
     eprintln!("$ lavenderd checkpoints --run {run}\n{text}");
-    let st = d.status();
-    assert!(
-        st["training"]["verified_checkpoints"].as_u64().unwrap_or(0) >= 2,
-        "{st:#}"
-    );
+    d.wait_status(T, "two verified checkpoints counted", |st| {
+        st["training"]["verified_checkpoints"].as_u64().unwrap_or(0) >= 2
+    });
     let line = |c: &Path| line(&text, c);
     assert!(line(oldest_intact).contains("  verified  "), "{text}");
     assert!(line(newest).contains("  verified  "), "{text}");
