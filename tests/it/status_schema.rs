@@ -170,7 +170,13 @@ fn never_started() {
     assert_eq!(t["checkpoints"], 0);
     assert_eq!(
         doc["disk"],
-        json!({"device": null, "used_gib": null, "avail_gib": null})
+        json!({
+            "device": null,
+            "used_gib": null,
+            "avail_gib": null,
+            "next_save_bytes": null,
+            "time_to_full_s": null
+        })
     );
     assert_eq!(doc["schema_version"], lavender::status::SCHEMA_VERSION);
 }
