@@ -43,7 +43,8 @@ use lavender::steps::inputs::{LocalFiles, reads_local_files};
 struct WorkerExit {
     generation: u64,
     outcome: ExitOutcome,
-    /// The local files of its step once it ended (`lavender::steps::inputs`), for its done-marker.
+    /// The local files of its step as they were before it started (read when it ended
+    /// for a worker adopted from a previous daemon), for its done-marker.
     files: LocalFiles,
 }
 
@@ -57,6 +58,9 @@ struct JobChange {
 struct LaunchDone {
     generation: u64,
     result: Result<Launched>,
+    /// The step's local files fingerprinted just before the launch: a file edited
+    /// while the step runs is not taken as one it has read.
+    files: LocalFiles,
 }
 
 /// A start whose steps' local files were fingerprinted on the blocking pool; the
@@ -93,6 +97,9 @@ struct Actor {
     generation: u64,
     /// Launches not reported back yet, abandoned ones included.
     launches_in_flight: usize,
+    /// The local files of the generation being installed, as fingerprinted before
+    /// its launch (see [`LaunchDone::files`]).
+    launched_files: Option<(u64, LocalFiles)>,
     alerts: AlertSender,
 }
 
@@ -150,6 +157,7 @@ fn spawn_sourced(
         phase: Phase::Idle,
         generation: 0,
         launches_in_flight: 0,
+        launched_files: None,
         alerts,
     };
     actor.recover();
@@ -280,19 +288,27 @@ impl Actor {
                 let _ = jobs.send(JobChange { generation, update });
             }),
         );
-        self.report_exit(generation, step, exit);
+        self.report_exit(generation, step, exit, None);
     }
 
     /// Reports the end of worker `generation` of `step` once `exit` resolves, with the
-    /// local files `step` read fingerprinted on the blocking pool after it ended (its
-    /// done-marker records them; a source folder may hold thousands of files).
-    fn report_exit(&self, generation: u64, step: PipelineStep, exit: ExitFuture) {
+    /// local files `step` read: `files`, fingerprinted before it started, else (a
+    /// worker adopted from a previous daemon) read on the blocking pool after it ended
+    /// (its done-marker records them; a source folder may hold thousands of files).
+    fn report_exit(
+        &self,
+        generation: u64,
+        step: PipelineStep,
+        exit: ExitFuture,
+        files: Option<LocalFiles>,
+    ) {
         let exits = self.exits_tx.clone();
-        let ran_with = self.ran_with(step);
+        let ran_with = self.ran_with(step).filter(|_| files.is_none());
         tokio::spawn(async move {
             let outcome = exit.await;
-            let files = match ran_with {
-                Some(config) => {
+            let files = match (files, ran_with) {
+                (Some(files), _) => files,
+                (None, Some(config)) => {
                     tokio::task::spawn_blocking(move || LocalFiles::read_steps([step], &config))
                         .await
                         .unwrap_or_else(|e| {
@@ -300,7 +316,7 @@ impl Actor {
                             LocalFiles::default()
                         })
                 }
-                None => LocalFiles::default(),
+                (None, None) => LocalFiles::default(),
             };
             let _ = exits.send(WorkerExit {
                 generation,

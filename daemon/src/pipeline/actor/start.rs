@@ -362,17 +362,27 @@ impl Actor {
         let jobs = self.jobs_tx.clone();
         let backend = self.backend.clone();
         let done = self.launches_tx.clone();
+        let ran_with = self.ran_with(step);
         tokio::spawn(async move {
             let launch = tokio::task::spawn_blocking(move || {
+                // Before the worker exists: its done-marker records what it will read.
+                let files = ran_with
+                    .map(|config| LocalFiles::read_steps([step], &config))
+                    .unwrap_or_default();
                 let updates = Box::new(move |update| {
                     let _ = jobs.send(JobChange { generation, update });
                 });
-                backend.launch(&spec, updates)
+                (backend.launch(&spec, updates), files)
             });
-            let result = launch
-                .await
-                .unwrap_or_else(|e| Err(anyhow::anyhow!("the launch of step {step} failed: {e}")));
-            let _ = done.send(LaunchDone { generation, result });
+            let (result, files) = launch.await.unwrap_or_else(|e| {
+                let e = anyhow::anyhow!("the launch of step {step} failed: {e}");
+                (Err(e), LocalFiles::default())
+            });
+            let _ = done.send(LaunchDone {
+                generation,
+                result,
+                files,
+            });
         });
     }
 
@@ -386,7 +396,9 @@ impl Actor {
             Err(e) => (Err(format!("{e:#}")), None),
         };
         let generation = done.generation;
+        self.launched_files = Some((generation, done.files));
         self.on_with_exit(Event::LaunchFinished { generation, result }, exit);
+        self.launched_files = None;
     }
 
     /// The launched worker runs (the phase holds it): the record names it, says why
@@ -422,6 +434,11 @@ impl Actor {
         if let Some(alert) = said.flatten() {
             self.alert(alert);
         }
-        self.report_exit(generation, step, exit);
+        let files = self
+            .launched_files
+            .take()
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, files)| files);
+        self.report_exit(generation, step, exit, files);
     }
 }

@@ -782,3 +782,48 @@ async fn a_source_folder_fingerprinted_off_the_actor_names_a_file_added() {
         [PipelineStep::Downloads, PipelineStep::Downloads]
     );
 }
+
+/// The fingerprints a done-marker records are taken before the step starts: a file
+/// edited while `downloads` runs is not recorded as read, and the next start runs it
+/// again naming that file.
+#[tokio::test(start_paused = true)]
+async fn a_source_file_edited_while_its_step_runs_reruns_it() {
+    let corpus_dir = tempfile::tempdir().unwrap();
+    let corpus = corpus_dir.path().join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    std::fs::write(corpus.join("a.txt"), "alpha").unwrap();
+    let mut config = Config {
+        steps: vec![PipelineStep::Downloads],
+        ..Config::default()
+    };
+    config.data.sources = vec![lavender::config::DataSource::Path(
+        lavender::config::PathSource::text(&corpus),
+    )];
+    let h = harness_of(None, config);
+    h.pipeline
+        .start(StartRequest::default())
+        .await
+        .expect("started");
+    h.wait_state(PipelineState::Running).await;
+    // While the worker runs.
+    std::fs::write(corpus.join("a.txt"), "ALPHA").unwrap();
+    h.fake.exit(0, ExitOutcome::Code(0));
+    h.wait_state(PipelineState::Finished).await;
+
+    let reply = h
+        .pipeline
+        .start(StartRequest::default())
+        .await
+        .expect("started again");
+    assert_eq!(reply.nothing_to_do, None, "{reply:?}");
+    let changed = format!("{} changed", corpus.join("a.txt").display());
+    assert!(
+        reply.notices.iter().any(|n| n.contains(&changed)),
+        "{:?}",
+        reply.notices
+    );
+    assert_eq!(
+        h.fake.launched(),
+        [PipelineStep::Downloads, PipelineStep::Downloads]
+    );
+}
