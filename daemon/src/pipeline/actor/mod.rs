@@ -15,6 +15,7 @@
 mod effects;
 mod exit;
 mod hung;
+mod prune;
 mod recover;
 mod reload;
 mod restart;
@@ -73,6 +74,16 @@ struct Fingerprinted {
     files: LocalFiles,
 }
 
+/// A prune's work on the blocking pool done; `reply`: who asked (none for
+/// `supervisor.keep_runs`).
+struct Pruned {
+    result: Result<lavender_api::PruneReply, String>,
+    keep_runs: usize,
+    /// It deleted (or tried to), holding starts back meanwhile.
+    holds: bool,
+    reply: Option<oneshot::Sender<Result<lavender_api::PruneReply, String>>>,
+}
+
 /// Committed records a subscriber may fall behind by before it skips to the latest.
 const TRANSITIONS: usize = 64;
 
@@ -89,6 +100,11 @@ struct Actor {
     jobs_tx: mpsc::UnboundedSender<JobChange>,
     launches_tx: mpsc::UnboundedSender<LaunchDone>,
     fingerprints_tx: mpsc::UnboundedSender<Fingerprinted>,
+    prunes_tx: mpsc::UnboundedSender<Pruned>,
+    /// Prunes deleting runs now, and the starts held back until they are done (a
+    /// start makes a run, or resumes from one).
+    prunes_in_flight: usize,
+    held_starts: Vec<Fingerprinted>,
     backend: Backend,
     /// What the actor is doing about the worker (`pipeline/machine/`).
     phase: Phase,
@@ -142,11 +158,15 @@ fn spawn_sourced(
     let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
     let (launches_tx, launches_rx) = mpsc::unbounded_channel();
     let (fingerprints_tx, fingerprints_rx) = mpsc::unbounded_channel();
+    let (prunes_tx, prunes_rx) = mpsc::unbounded_channel();
     let mut actor = Actor {
         backend,
         jobs_tx,
         launches_tx,
         fingerprints_tx,
+        prunes_tx,
+        prunes_in_flight: 0,
+        held_starts: Vec::new(),
         layout,
         config,
         source,
@@ -167,6 +187,7 @@ fn spawn_sourced(
         jobs: jobs_rx,
         launches: launches_rx,
         fingerprints: fingerprints_rx,
+        prunes: prunes_rx,
     }));
     Ok(PipelineHandle {
         cmds,
@@ -193,6 +214,7 @@ struct Inbox {
     jobs: mpsc::UnboundedReceiver<JobChange>,
     launches: mpsc::UnboundedReceiver<LaunchDone>,
     fingerprints: mpsc::UnboundedReceiver<Fingerprinted>,
+    prunes: mpsc::UnboundedReceiver<Pruned>,
 }
 
 impl Actor {
@@ -203,6 +225,7 @@ impl Actor {
             mut jobs,
             mut launches,
             mut fingerprints,
+            mut prunes,
         } = inbox;
         // A detach waits for the launches in flight: the record must name the worker
         // it leaves running, and an abandoned launch's worker must be cancelled.
@@ -216,6 +239,7 @@ impl Actor {
                 },
                 Some(done) = launches.recv() => self.on_launched(done),
                 Some(f) = fingerprints.recv() => self.on_fingerprinted(f),
+                Some(p) = prunes.recv() => self.on_pruned(p),
                 Some(exit) = exits.recv() => self.on_exit(exit),
                 Some(change) = jobs.recv() => self.on_job_change(change),
                 _ = sleep_until_opt(self.phase.deadline()) => self.on(Event::TimerFired),
@@ -268,6 +292,7 @@ impl Actor {
                     self.commit();
                 }
             }
+            Command::Prune { req, reply } => self.prune(req, Some(reply)),
             Command::Reload { reply } => {
                 let _ = reply.send(self.reload());
             }

@@ -92,6 +92,11 @@ impl Actor {
     /// A start's files fingerprinted: prepares the run and launches its first step
     /// (unless another start began meanwhile).
     pub(super) fn on_fingerprinted(&mut self, f: Fingerprinted) {
+        if self.prunes_in_flight > 0 {
+            // It would make a run, or resume from one, while runs are being deleted.
+            self.held_starts.push(f);
+            return;
+        }
         let Fingerprinted {
             req,
             reply,
@@ -300,23 +305,12 @@ impl Actor {
     /// `supervisor.keep_runs`: once a pipeline has finished (so its own run holds the
     /// checkpoints it needs, not the run it resumed from), drop the oldest runs, on
     /// the blocking pool (a run is gigabytes of files).
-    pub(super) fn prune_old_runs(&self) {
+    pub(super) fn prune_old_runs(&mut self) {
         let Some(keep) = self.config.supervisor.keep_runs else {
             return;
         };
-        let root = self.layout.checkpoints_root();
         let current = self.record.run_dir.clone();
-        tokio::task::spawn_blocking(move || {
-            match lavender::checkpoint::prune_runs(&root, keep as usize, current.as_deref()) {
-                Ok(report) if !report.removed.is_empty() => tracing::info!(
-                    "keep_runs {keep}: removed {} old run(s), freed {} bytes",
-                    report.removed.len(),
-                    report.bytes_freed
-                ),
-                Ok(_) => {}
-                Err(e) => tracing::warn!("keep_runs {keep}: {e}"),
-            }
-        });
+        self.prune_runs(keep as usize, current, crate::prune::Delete::All, None);
     }
 
     /// Launches `step` on the blocking pool (`sbatch` may take seconds; a local spawn
