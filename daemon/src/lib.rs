@@ -22,6 +22,7 @@ pub(crate) mod logs;
 pub mod notify;
 pub mod pipeline;
 pub mod process;
+pub(crate) mod prune;
 pub(crate) mod retention;
 pub(crate) mod server;
 pub mod service;

@@ -51,7 +51,7 @@ pub async fn dispatch(global: GlobalArgs, command: Command) -> Result<ExitCode> 
             listing::checkpoints(&settings()?, run.as_deref(), json)
         }
         Command::Verify { run, all, json } => verify::run(&settings()?, run.as_deref(), all, json),
-        Command::Prune { keep_runs, yes } => prune::run(&settings()?, keep_runs, yes),
+        Command::Prune { keep_runs, yes } => prune::run(&settings()?, keep_runs, yes).await,
         Command::Service { action } => crate::service::run(&settings()?, action).await,
         Command::Export(args) => export::run(&settings()?, args),
         Command::Resolve(args) => resolve::run(args),
