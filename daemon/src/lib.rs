@@ -13,6 +13,7 @@ pub mod events;
 pub(crate) mod exe;
 pub mod exit;
 pub(crate) mod feed;
+pub(crate) mod goodput;
 pub(crate) mod inventory;
 pub(crate) mod locate;
 pub mod logging;

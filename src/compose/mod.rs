@@ -139,5 +139,6 @@ pub fn compose(
         disk: facts.disk.clone(),
         schema_version: SCHEMA_VERSION,
         notices: notices.into_iter().collect(),
+        goodput: facts.goodput.clone(),
     }
 }

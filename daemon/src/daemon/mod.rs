@@ -517,6 +517,7 @@ fn status_tasks(
             pipeline.clone(),
             layout.clone(),
             follower,
+            crate::goodput::Goodput::load(layout, &settings.config),
         );
         (cache, web)
     }))

@@ -1,0 +1,207 @@
+//! The goodput ledger: where each run's wall time went (productive or lost, and to
+//! what), persisted at `state/goodput.json` so a daemon restart keeps it. Fed by
+//! the feed's publisher with what it already follows — every committed pipeline
+//! record in order, the heartbeat of each status snapshot, each new event of the
+//! run — so the pipeline actor does not change. Pure accounting in `ledger.rs`
+//! (the buckets), `figures.rs` (goodput, MTBF, MTTR, Young–Daly) and
+//! `slowdown.rs` (the step-time detector); this file keeps the clock, the runs and
+//! the file.
+
+mod figures;
+mod ledger;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use lavender::config::Config;
+use lavender::events::Event;
+use lavender::goodput::{Buckets, GoodputStatus};
+use lavender::heartbeat::Heartbeat;
+use lavender::layout::Layout;
+use lavender::pipeline_file::PipelineRecord;
+
+use ledger::RunLedger;
+
+/// The ledger is written at most this often while nothing but time changes; a
+/// pipeline transition writes it at once.
+const SAVE_EVERY: Duration = Duration::from_secs(5);
+/// Runs kept in the file (the newest).
+const KEEP_RUNS: usize = 32;
+/// Wall time beyond the monotonic clock's by more than this between two counts:
+/// the machine slept.
+const SUSPEND_SLACK_S: f64 = 1.0;
+
+/// `state/goodput.json`. `lavender::goodput::read_status` reads the figures of a
+/// run through a view of its own.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct GoodputFile {
+    version: u32,
+    pipeline: PipelineSection,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct PipelineSection {
+    /// Every run's buckets summed, and goodput over them.
+    seconds: Buckets,
+    goodput: Option<f64>,
+    /// The run counted last.
+    current: Option<String>,
+    runs: BTreeMap<String, RunSection>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct RunSection {
+    figures: GoodputStatus,
+    ledger: RunLedger,
+}
+
+/// The ledger as the publisher holds it.
+pub struct Goodput {
+    path: PathBuf,
+    file: GoodputFile,
+    /// `training.stages[].checkpoint_every` (the largest).
+    checkpoint_every: u64,
+    /// When the ledger last counted, on both clocks; `None` right after loading.
+    counted: Option<(Instant, DateTime<Utc>)>,
+    saved: Option<Instant>,
+    last_record: Option<PipelineRecord>,
+}
+
+impl Goodput {
+    /// The ledger as saved under `layout`'s state directory (empty when there is
+    /// none, or it does not parse: it is an account, and starts over with a warning).
+    pub fn load(layout: &Layout, config: &Config) -> Goodput {
+        let path = lavender::goodput::path(&layout.state_dir);
+        let file = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                tracing::warn!(
+                    "{} does not parse ({e}); the goodput ledger starts over",
+                    path.display()
+                );
+                GoodputFile::default()
+            }),
+            Err(_) => GoodputFile::default(),
+        };
+        let checkpoint_every = config
+            .training
+            .stages
+            .iter()
+            .map(|s| s.checkpoint_every)
+            .max()
+            .unwrap_or(0);
+        Goodput {
+            path,
+            file,
+            checkpoint_every,
+            counted: None,
+            saved: None,
+            last_record: None,
+        }
+    }
+
+    /// Counts the time since the last call, then takes in what the daemon sees now:
+    /// a committed record (each in order), the run's heartbeat as last read, the
+    /// run's new events.
+    pub fn observe(
+        &mut self,
+        record: &PipelineRecord,
+        heartbeat: Option<&Heartbeat>,
+        events: &[Event],
+    ) {
+        let now = (Instant::now(), lavender::time::now_utc());
+        self.count(now);
+        let run = record
+            .run_dir
+            .as_deref()
+            .and_then(|d| d.file_name())
+            .map(|n| n.to_string_lossy().into_owned());
+        let moved = self.last_record.as_ref().is_none_or(|r| {
+            r.state != record.state || r.worker != record.worker || r.run_dir != record.run_dir
+        });
+        if let Some(run) = run {
+            self.file.pipeline.current = Some(run.clone());
+            let ledger = &mut self.section(&run, now.1).ledger;
+            if ledger.last_wall.is_none() {
+                ledger.last_wall = Some(now.1);
+            }
+            ledger.on_record(record);
+            if let Some(hb) = heartbeat {
+                ledger.on_heartbeat(hb);
+            }
+            for event in events {
+                ledger.on_event(event);
+            }
+        }
+        self.last_record = Some(record.clone());
+        if moved || self.saved.is_none_or(|t| t.elapsed() >= SAVE_EVERY) {
+            self.save(now.1);
+            self.saved = Some(now.0);
+        }
+    }
+
+    /// Counts the time since the last count to the current run. Right after a
+    /// daemon (re)start that is the time since the file's last count: the run was
+    /// where the ledger last saw it.
+    fn count(&mut self, (mono, wall): (Instant, DateTime<Utc>)) {
+        let before = self.counted.replace((mono, wall));
+        let Some(run) = self.file.pipeline.current.clone() else {
+            return;
+        };
+        let Some(section) = self.file.pipeline.runs.get_mut(&run) else {
+            return;
+        };
+        let ledger = &mut section.ledger;
+        let (dt, suspended) = match before {
+            Some((m, w)) => {
+                let dt = mono.duration_since(m).as_secs_f64();
+                let wall_dt = seconds(wall - w);
+                let slept = wall_dt - dt;
+                (dt, if slept > SUSPEND_SLACK_S { slept } else { 0.0 })
+            }
+            None => (ledger.last_wall.map_or(0.0, |w| seconds(wall - w)), 0.0),
+        };
+        ledger.advance(wall, dt, suspended);
+    }
+
+    fn section(&mut self, run: &str, now: DateTime<Utc>) -> &mut RunSection {
+        let runs = &mut self.file.pipeline.runs;
+        if !runs.contains_key(run) {
+            runs.insert(
+                run.to_string(),
+                RunSection {
+                    figures: figures::figures(run, &RunLedger::default(), 0, None, now),
+                    ledger: RunLedger::default(),
+                },
+            );
+            // Run names sort by their start time.
+            while runs.len() > KEEP_RUNS {
+                runs.pop_first();
+            }
+        }
+        runs.get_mut(run).expect("inserted above")
+    }
+
+    /// Computes the figures and writes the file.
+    fn save(&mut self, now: DateTime<Utc>) {
+        let every = self.checkpoint_every;
+        let mut total = Buckets::default();
+        for (run, section) in self.file.pipeline.runs.iter_mut() {
+            section.figures = figures::figures(run, &section.ledger, every, None, now);
+            total = total.plus(&section.ledger.seconds);
+        }
+        self.file.version = 1;
+        self.file.pipeline.seconds = total;
+        self.file.pipeline.goodput = total.goodput();
+        if let Err(e) = lavender::atomic::write_json(&self.path, &self.file) {
+            tracing::warn!("cannot save the goodput ledger: {e}");
+        }
+    }
+}
+
+fn seconds(d: chrono::TimeDelta) -> f64 {
+    (d.num_milliseconds() as f64 / 1000.0).max(0.0)
+}
