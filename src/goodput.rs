@@ -197,7 +197,7 @@ pub struct GoodputStatus {
     pub checkpoint: Option<CheckpointAdvice>,
     /// The current stage's step time against its baseline (the slowdown detector).
     pub step_time: Option<StepTime>,
-    /// RFC 3339 UTC: when the ledger last counted.
+    /// RFC 3339 UTC: the end of the last second the ledger counted into the run.
     pub updated_at: String,
 }
 

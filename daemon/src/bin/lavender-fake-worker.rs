@@ -90,6 +90,10 @@ struct Args {
     /// code. `garbage` writes a failure record that does not parse.
     #[arg(long, env = "FAKE_CRASH_KIND")]
     crash_kind: Option<String>,
+    /// A `diverged` failure says it began this many steps before the step it was
+    /// detected at (`since_step`), so the daemon rolls back past it.
+    #[arg(long, env = "FAKE_DIVERGED_SINCE_BACK")]
+    diverged_since_back: Option<u64>,
     /// Ignore SIGTERM (so only SIGKILL ends it).
     #[arg(long, env = "FAKE_IGNORE_SIGTERM")]
     ignore_sigterm: bool,
@@ -333,7 +337,8 @@ impl<'a> Trainer<'a> {
     }
 
     /// One `log_history.jsonl` line per step (Hugging Face keys, like the real
-    /// worker's sidecar), and an `eval_loss` entry every 10 steps.
+    /// worker's sidecar, and `time`: when the step ended, Unix seconds, the ground
+    /// truth of the goodput tests), and an `eval_loss` entry every 10 steps.
     fn log_history(&self) -> Result<()> {
         if !self.writes {
             return Ok(());
@@ -348,6 +353,7 @@ impl<'a> Trainer<'a> {
         let mut lines = serde_json::json!({
             "step": self.step, "epoch": epoch, "learning_rate": 1e-3,
             "loss": loss_at(self.step), "grad_norm": 1.0, "stage": "pretrain",
+            "time": lavender::time::now_utc().timestamp_millis() as f64 / 1000.0,
         })
         .to_string();
         if self.step.is_multiple_of(10) {
@@ -425,6 +431,12 @@ impl<'a> Trainer<'a> {
                 let mut failure =
                     Failure::new(kind, format!("fake {kind} failure at step {}", self.step));
                 failure.step = Some(self.step);
+                if kind == FailureKind::Diverged {
+                    failure.since_step = self
+                        .args
+                        .diverged_since_back
+                        .map(|back| self.step.saturating_sub(back));
+                }
                 (serde_json::to_value(&failure)?, kind.exit_code())
             }
             Err(_) => (

@@ -44,7 +44,7 @@ pub(crate) fn figures(
         save_cost_s: save_cost_s.map(round3),
         checkpoint,
         step_time,
-        updated_at: lavender::time::rfc3339_z(now),
+        updated_at: lavender::time::rfc3339_z(ledger.counted_until.unwrap_or(now)),
     }
 }
 
@@ -66,7 +66,7 @@ fn young_daly(
             let how = if every > yd { "more" } else { "less" };
             format!(
                 "checkpoint {how} often: every {steps} steps ({}) rather than {every_steps} ({}) \
-                 fits this run's save cost {cost_s:.1} s and MTBF {} (Young–Daly)",
+                 fits this run's save cost {cost_s:.2} s and MTBF {} (Young–Daly)",
                 minutes(yd),
                 minutes(every),
                 minutes(mtbf_s)
@@ -121,7 +121,7 @@ mod tests {
             far.advice.as_deref(),
             Some(
                 "checkpoint more often: every 600 steps (10 min) rather than 5000 (83 min) \
-                 fits this run's save cost 10.0 s and MTBF 5.0 h (Young–Daly)"
+                 fits this run's save cost 10.00 s and MTBF 5.0 h (Young–Daly)"
             )
         );
         assert!(

@@ -106,6 +106,9 @@ pub(crate) struct RunLedger {
     /// to the bucket it was in).
     #[serde(default, with = "lavender::time::rfc3339_opt")]
     pub last_wall: Option<DateTime<Utc>>,
+    /// The end of the last second counted into the run.
+    #[serde(default, with = "lavender::time::rfc3339_opt")]
+    pub counted_until: Option<DateTime<Utc>>,
     /// (step, productive seconds when it was reached) of this timeline, in step order.
     pub samples: Vec<(u64, f64)>,
     /// The highest step the running worker reached.
@@ -135,6 +138,7 @@ impl RunLedger {
         if !self.seen.counts() {
             return;
         }
+        self.counted_until = Some(wall);
         let bucket = self.seen.bucket();
         self.add(wall, bucket, dt.max(0.0));
         self.add(wall, Bucket::Stopped, suspended.max(0.0));

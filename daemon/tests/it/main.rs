@@ -8,6 +8,7 @@ mod circles;
 mod cli_commands;
 mod config_reload;
 mod data_root;
+mod goodput;
 mod lifecycle;
 mod notify_alerts;
 mod notify_down;
