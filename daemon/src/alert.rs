@@ -116,6 +116,8 @@ pub enum Alert {
         duration: Duration,
         final_loss: Option<f64>,
         final_checkpoint: Option<String>,
+        /// The goodput ledger's line for the run (`goodput 94.2 % · lost …`).
+        goodput: Option<String>,
     },
     /// Free space on the data root's filesystem fell under `need_bytes`.
     DiskLow {

@@ -154,6 +154,7 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             duration: took,
             final_loss,
             final_checkpoint,
+            goodput,
         } => {
             let mut parts = Vec::new();
             if let Some(loss) = final_loss.filter(|l| l.is_finite()) {
@@ -162,6 +163,7 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             if let Some(name) = final_checkpoint {
                 parts.push(format!("final checkpoint {name}"));
             }
+            parts.extend(goodput.clone());
             vec![push(
                 format!("finished in {}", duration(*took)),
                 parts.join(", "),
@@ -380,11 +382,12 @@ mod tests {
             duration: Duration::from_secs(3 * 3600 + 720),
             final_loss: Some(1.23456),
             final_checkpoint: Some("final-05-12-22-0007".into()),
+            goodput: Some("goodput 94.2 % · lost 11 min: rework 8 · startup 3".into()),
         });
         assert_eq!(n.title, "[lavender] finished in 3h 12m");
         assert_eq!(
             n.body,
-            "final loss 1.235, final checkpoint final-05-12-22-0007"
+            "final loss 1.235, final checkpoint final-05-12-22-0007, goodput 94.2 % · lost 11 min: rework 8 · startup 3"
         );
         assert!(
             pushes(
