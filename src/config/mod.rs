@@ -48,7 +48,9 @@ pub use sections::{
 pub use source::{
     Compression, DEFAULT_TEXT_KEY, DataSource, EmbeddedCorpus, PathSource, SourceFormat,
 };
-pub use supervision::{FailureAction, OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto};
+pub use supervision::{
+    FailureAction, OnDiverged, OnFailure, OnStall, Slowdown, StaleAfter, StaleAuto,
+};
 
 use tree::Node;
 

@@ -58,6 +58,14 @@ struct Args {
     /// Milliseconds per training step.
     #[arg(long, env = "FAKE_STEP_MS", default_value_t = 20)]
     step_ms: u64,
+    /// Milliseconds per training step from step `--slow-from` to `--slow-to` (a run
+    /// that gets slower, then back to speed).
+    #[arg(long, env = "FAKE_SLOW_STEP_MS")]
+    slow_step_ms: Option<u64>,
+    #[arg(long, env = "FAKE_SLOW_FROM", default_value_t = 0)]
+    slow_from: u64,
+    #[arg(long, env = "FAKE_SLOW_TO", default_value_t = u64::MAX)]
+    slow_to: u64,
     /// Save a checkpoint every N steps.
     #[arg(long, env = "FAKE_CHECKPOINT_EVERY", default_value_t = 10)]
     checkpoint_every: u64,
@@ -511,7 +519,12 @@ impl<'a> Trainer<'a> {
             {
                 return self.crash();
             }
-            std::thread::sleep(Duration::from_millis(self.args.step_ms));
+            let slow = (self.args.slow_from..self.args.slow_to).contains(&self.step);
+            let ms = match self.args.slow_step_ms {
+                Some(ms) if slow => ms,
+                _ => self.args.step_ms,
+            };
+            std::thread::sleep(Duration::from_millis(ms));
             self.step += 1;
             done_here += 1;
             if self.args.chatter > 0 {

@@ -505,6 +505,7 @@ fn status_tasks(
             refresh.clone(),
             Some(notifier.clone()),
         );
+        let goodput = crate::goodput::Goodput::load(layout, &settings.config, alerts.clone());
         status::watchdog::spawn(
             layout.clone(),
             cache.subscribe_refreshes(),
@@ -517,7 +518,7 @@ fn status_tasks(
             pipeline.clone(),
             layout.clone(),
             follower,
-            crate::goodput::Goodput::load(layout, &settings.config),
+            goodput,
         );
         (cache, web)
     }))

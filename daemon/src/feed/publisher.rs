@@ -251,7 +251,8 @@ mod tests {
             commits.send(record.clone()).unwrap();
         }
         let follower = EventFollower::new(None, &layout.state_dir, &layout.data_root);
-        let goodput = Goodput::load(&layout, &lavender::config::Config::default());
+        let (alerts, _unheard) = tokio::sync::mpsc::unbounded_channel();
+        let goodput = Goodput::load(&layout, &lavender::config::Config::default(), alerts);
         let task = tokio::spawn(run(
             feed.clone(),
             cache,

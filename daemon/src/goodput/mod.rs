@@ -7,8 +7,10 @@
 //! `slowdown.rs` (the step-time detector); this file keeps the clock, the runs and
 //! the file.
 
+mod cause;
 mod figures;
 mod ledger;
+mod slowdown;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,7 +26,9 @@ use lavender::heartbeat::Heartbeat;
 use lavender::layout::Layout;
 use lavender::pipeline_file::PipelineRecord;
 
+use crate::alert::{Alert, AlertSender};
 use ledger::RunLedger;
+use slowdown::{Detector, Verdict};
 
 /// The ledger is written at most this often while nothing but time changes; a
 /// pipeline transition writes it at once.
@@ -69,12 +73,17 @@ pub struct Goodput {
     counted: Option<(Instant, DateTime<Utc>)>,
     saved: Option<Instant>,
     last_record: Option<PipelineRecord>,
+    /// The step-time detector of the running worker's stage, and where its alerts go.
+    slowdown: Detector,
+    alerts: AlertSender,
+    /// What the machine looked like when the step time went above the limit.
+    suspect: std::sync::Arc<std::sync::Mutex<Option<cause::Reading>>>,
 }
 
 impl Goodput {
     /// The ledger as saved under `layout`'s state directory (empty when there is
     /// none, or it does not parse: it is an account, and starts over with a warning).
-    pub fn load(layout: &Layout, config: &Config) -> Goodput {
+    pub fn load(layout: &Layout, config: &Config, alerts: AlertSender) -> Goodput {
         let path = lavender::goodput::path(&layout.state_dir);
         let file = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
@@ -100,6 +109,9 @@ impl Goodput {
             counted: None,
             saved: None,
             last_record: None,
+            slowdown: Detector::new(config.supervisor.slowdown),
+            alerts,
+            suspect: Default::default(),
         }
     }
 
@@ -135,11 +147,76 @@ impl Goodput {
             for event in events {
                 ledger.on_event(event);
             }
+            // The running worker's own heartbeats (the ledger's `beat` is its).
+            let training = ledger.seen.beat.is_some() && !ledger.seen.data_step;
+            if let Some(hb) = heartbeat.filter(|_| training) {
+                self.step_time(hb, record);
+            }
         }
         self.last_record = Some(record.clone());
         if moved || self.saved.is_none_or(|t| t.elapsed() >= SAVE_EVERY) {
             self.save(now.1);
             self.saved = Some(now.0);
+        }
+    }
+
+    /// A heartbeat to the slowdown detector (each one once: a snapshot may show the
+    /// same again); an alert with what the machine shows when the detector says so.
+    fn step_time(&mut self, hb: &Heartbeat, record: &PipelineRecord) {
+        let Some(at) = lavender::time::parse_rfc3339(&hb.timestamp) else {
+            return;
+        };
+        let at = at.timestamp_millis() as f64 / 1000.0;
+        let training = hb.state == lavender::heartbeat::WorkerState::Training;
+        let verdict = self.slowdown.beat(hb.pid, training, &hb.stage, hb.step, at);
+        let group = record
+            .worker
+            .as_ref()
+            .and_then(|w| w.handle.pid())
+            .map(|p| p as i32);
+        match verdict {
+            None => {}
+            Some(Verdict::Suspect) => {
+                let suspect = self.suspect.clone();
+                tokio::task::spawn_blocking(move || {
+                    let reading = cause::Reading::take();
+                    *suspect.lock().unwrap_or_else(|e| e.into_inner()) = Some(reading);
+                });
+            }
+            Some(Verdict::Slow {
+                stage,
+                baseline_s,
+                current_s,
+                for_s,
+            }) => {
+                let (suspect, alerts) = (self.suspect.clone(), self.alerts.clone());
+                tokio::task::spawn_blocking(move || {
+                    let after = cause::Reading::take();
+                    let before = suspect.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    let seen = before.map_or_else(
+                        || "nothing seen of the cause yet".to_string(),
+                        |b| cause::compare(&b, &after, group).to_string(),
+                    );
+                    let _ = alerts.send(Alert::Slowdown {
+                        stage,
+                        baseline_s,
+                        current_s,
+                        for_s,
+                        seen,
+                    });
+                });
+            }
+            Some(Verdict::Recovered {
+                stage,
+                baseline_s,
+                current_s,
+            }) => {
+                let _ = self.alerts.send(Alert::SlowdownRecovered {
+                    stage,
+                    baseline_s,
+                    current_s,
+                });
+            }
         }
     }
 
@@ -188,9 +265,12 @@ impl Goodput {
     /// Computes the figures and writes the file.
     fn save(&mut self, now: DateTime<Utc>) {
         let every = self.checkpoint_every;
+        let current = self.file.pipeline.current.clone();
+        let step_time = self.slowdown.now();
         let mut total = Buckets::default();
         for (run, section) in self.file.pipeline.runs.iter_mut() {
-            section.figures = figures::figures(run, &section.ledger, every, None, now);
+            let step_time = step_time.clone().filter(|_| Some(run) == current.as_ref());
+            section.figures = figures::figures(run, &section.ledger, every, step_time, now);
             total = total.plus(&section.ledger.seconds);
         }
         self.file.version = 1;

@@ -169,6 +169,30 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
                 parts.join(", "),
             )]
         }
+        Alert::Slowdown {
+            stage,
+            baseline_s,
+            current_s,
+            for_s,
+            seen,
+        } => vec![push(
+            format!(
+                "training {:.0} % slower",
+                (current_s / baseline_s - 1.0) * 100.0
+            ),
+            format!(
+                "{current_s:.3} s/step in {stage} against {baseline_s:.3} for {}; {seen}",
+                duration(Duration::from_secs_f64(*for_s))
+            ),
+        )],
+        Alert::SlowdownRecovered {
+            stage,
+            baseline_s,
+            current_s,
+        } => vec![push(
+            "training back to speed".to_string(),
+            format!("{current_s:.3} s/step in {stage} against {baseline_s:.3}"),
+        )],
         // Logged only: an adoption or an operator's own stop needs no push.
         Alert::Adopted { .. } | Alert::StoppedExternally { .. } => Vec::new(),
     }

@@ -245,3 +245,126 @@ fn a_night_of_failures_adds_up_to_the_wall_clock_and_rework_to_the_steps_redone(
         "{line}"
     );
 }
+
+/// The daemon's log once it holds `line`, or what it holds after `timeout`.
+fn log_after(env: &Env, line: &str, timeout: Duration) -> (bool, String) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let log = std::fs::read_to_string(env.daemon_log()).unwrap_or_default();
+        if log.contains(line) || Instant::now() >= deadline {
+            return (log.contains(line), log);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A run whose steps take half again as long from step 60 to 140 (beside a busy
+/// process) says so within `supervisor.slowdown.for_s` of the slowdown, naming the
+/// process, and says when it is back to speed; the same run without the slowdown
+/// (at the same time, beside the same process) says nothing.
+#[test]
+fn a_run_that_gets_half_again_slower_says_so_and_a_clean_run_does_not() {
+    let supervisor = "  slowdown: {factor: 1.3, for_s: 2}";
+    let common = [
+        "--step-ms",
+        "100",
+        "--total-steps",
+        "200",
+        "--checkpoint-every",
+        "1000",
+    ];
+    let mut slow_args = common.to_vec();
+    slow_args.extend([
+        "--slow-step-ms",
+        "150",
+        "--slow-from",
+        "60",
+        "--slow-to",
+        "140",
+    ]);
+    let mut slow = Env::new(&slow_args, supervisor, "[train]");
+    let mut clean = Env::new(&common, supervisor, "[train]");
+    slow.serve();
+    clean.serve();
+    slow.start(&[]);
+    clean.start(&[]);
+    let run = slow.run_dir();
+    let worker = slow.worker_pid().unwrap();
+
+    // A busy process from step 50 on.
+    wait_beat(&run, worker, 50);
+    let mut hog = std::process::Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    let hog_pid = hog.id();
+
+    // Slower from step 60: 5 of the window's 8 steps later the median is over the
+    // limit, and for_s (2 s) after that the alert.
+    wait_beat(&run, worker, 60);
+    let slowed = Instant::now();
+    let (alerted, log) = log_after(&slow, "ALERT training is slower", Duration::from_secs(15));
+    let took = slowed.elapsed();
+    let _ = hog.kill();
+    let _ = hog.wait();
+    assert!(alerted, "no slowdown alert:\n{log}");
+    let alert = log
+        .lines()
+        .find(|l| l.contains("training is slower"))
+        .unwrap()
+        .to_string();
+    println!("{alert}\n(after {took:?})");
+    assert!(
+        took < Duration::from_secs_f64(8.0 * 0.15 + 2.0 + 3.0),
+        "the alert came {took:?} after the slowdown began"
+    );
+    assert!(
+        alert.contains("s/step in pretrain against 0.1"),
+        "it says the numbers: {alert}"
+    );
+    assert!(
+        alert.contains(&format!("sh (pid {hog_pid})")),
+        "it names the busy process: {alert}"
+    );
+    assert!(
+        alert.contains("CPU steal") && alert.contains("swap in use"),
+        "{alert}"
+    );
+
+    // The status shows the step time against its baseline while it is slow.
+    let st = slow.wait_status(
+        Duration::from_secs(10),
+        "the slow step time in the status",
+        |s| s["goodput"]["step_time"]["slow"] == true,
+    );
+    let t = &st["goodput"]["step_time"];
+    let (baseline, current) = (
+        t["baseline_s"].as_f64().unwrap(),
+        t["current_s"].as_f64().unwrap(),
+    );
+    assert!((0.095..0.15).contains(&baseline), "{t}");
+    assert!(current / baseline > 1.3, "{t}");
+
+    // Back to speed from step 140.
+    let (back, log) = log_after(&slow, "training is back to speed", Duration::from_secs(30));
+    assert!(back, "no recovery:\n{log}");
+    slow.wait_state("finished", Duration::from_secs(30));
+    assert_eq!(
+        log.matches("training is slower").count(),
+        1,
+        "one alert:\n{log}"
+    );
+
+    clean.wait_state("finished", Duration::from_secs(30));
+    let log = std::fs::read_to_string(clean.daemon_log()).unwrap();
+    assert!(
+        !log.contains("training is slower"),
+        "the clean run raised:\n{log}"
+    );
+    let st = clean.status();
+    assert_eq!(
+        st["goodput"]["step_time"]["slow"], false,
+        "{:#}",
+        st["goodput"]
+    );
+}
