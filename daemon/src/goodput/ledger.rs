@@ -87,6 +87,17 @@ impl Seen {
     }
 }
 
+/// What a heartbeat said, and the seconds counted (into `bucket`) until the next.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Since {
+    pub state: WorkerState,
+    pub seconds: f64,
+    pub bucket: Option<Bucket>,
+}
+
+/// Heartbeats remembered for a hang.
+const BEATS: usize = 4;
+
 /// A failure not yet recovered from.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Outage {
@@ -113,10 +124,9 @@ pub(crate) struct RunLedger {
     pub samples: Vec<(u64, f64)>,
     /// The highest step the running worker reached.
     pub reached: u64,
-    /// Seconds counted since the running worker's last new heartbeat, and in which
-    /// bucket: a hang moves them to `hang_detection`.
-    pub since_beat_s: f64,
-    pub since_beat_bucket: Option<Bucket>,
+    /// The running worker's last heartbeats, newest last, each with the seconds
+    /// counted after it and where: a hang moves the silence to `hang_detection`.
+    pub beats: Vec<Since>,
     /// Seconds in `saving` since the last save event.
     pub saving_s: f64,
     pub interruptions: BTreeMap<String, u32>,
@@ -143,8 +153,10 @@ impl RunLedger {
         self.add(wall, bucket, dt.max(0.0));
         self.add(wall, Bucket::Stopped, suspended.max(0.0));
         if self.seen.beat.is_some() && self.seen.state == Some(PipelineState::Running) {
-            self.since_beat_s += dt.max(0.0);
-            self.since_beat_bucket = Some(bucket);
+            if let Some(last) = self.beats.last_mut() {
+                last.seconds += dt.max(0.0);
+                last.bucket = Some(bucket);
+            }
         }
         if bucket == Bucket::SaveStall {
             self.saving_s += dt.max(0.0);
@@ -218,8 +230,7 @@ impl RunLedger {
             self.seen.beat = None;
             self.seen.beat_key = None;
             self.reached = worker.and_then(|w| w.resumed_from_step).unwrap_or(0);
-            self.since_beat_s = 0.0;
-            self.since_beat_bucket = None;
+            self.beats.clear();
         }
         self.seen.state = Some(record.state);
         self.seen.data_step = record.active_step.is_some_and(|s| s != PipelineStep::Train);
@@ -255,9 +266,25 @@ impl RunLedger {
             self.outage = None;
         }
         if reason == RecoveryReason::Hung {
-            // The worker was silent from its last heartbeat until it was killed.
-            let from = self.since_beat_bucket.unwrap_or(Bucket::Productive);
-            let moved = self.transfer(from, Bucket::HangDetection, self.since_beat_s);
+            // The worker was silent from its last heartbeat until it was killed; one
+            // that still stopped on the SIGTERM (a `stopping` heartbeat, maybe after
+            // its stop's save) said that during the kill.
+            let mut kill = self.beats.len();
+            let stopped = self.beats[..kill]
+                .last()
+                .is_some_and(|b| b.state == WorkerState::Stopping);
+            while kill > 0 && self.beats[kill - 1].state == WorkerState::Stopping {
+                kill -= 1;
+            }
+            while stopped && kill > 0 && self.beats[kill - 1].state == WorkerState::Saving {
+                kill -= 1;
+            }
+            let silent = kill.saturating_sub(1);
+            let mut moved = 0.0;
+            for b in self.beats.split_off(silent) {
+                let from = b.bucket.unwrap_or(Bucket::Productive);
+                moved += self.transfer(from, Bucket::HangDetection, b.seconds);
+            }
             if let Some(o) = self.outage.as_mut() {
                 o.at_s -= moved;
             }
@@ -270,7 +297,7 @@ impl RunLedger {
             self.samples.retain(|(s, _)| *s < k);
             self.samples.push((k, now));
         }
-        self.since_beat_s = 0.0;
+        self.beats.clear();
     }
 
     /// Productive seconds when step `k` was reached on this timeline (linear between
@@ -303,8 +330,14 @@ impl RunLedger {
         }
         self.seen.beat_key = Some(key);
         self.seen.beat = Some(hb.state);
-        self.since_beat_s = 0.0;
-        self.since_beat_bucket = None;
+        self.beats.push(Since {
+            state: hb.state,
+            seconds: 0.0,
+            bucket: None,
+        });
+        if self.beats.len() > BEATS {
+            self.beats.remove(0);
+        }
         if hb.step > self.reached {
             self.reached = hb.step;
         }
@@ -508,6 +541,25 @@ mod tests {
         assert_eq!(n.ledger.seconds.wall(), n.now);
         // The outage began at the last heartbeat.
         assert_eq!(n.ledger.outage.unwrap().at_s, 28.0);
+    }
+
+    #[test]
+    fn a_hung_worker_that_still_saves_on_the_sigterm_counts_the_save_as_the_kill() {
+        let mut n = Night::new();
+        n.launch(None, None);
+        n.beat(0, WorkerState::Starting);
+        n.train(0, 12, 1.0); // hangs after 12
+        n.pass(20.0); // silent until judged
+        n.beat(12, WorkerState::Saving);
+        n.pass(2.0);
+        n.beat(12, WorkerState::Stopping);
+        n.pass(0.5);
+        n.state(PipelineState::Crashed);
+        n.launch(Some(12), Some(RecoveryReason::Hung));
+        assert_eq!(n.get(Bucket::HangDetection), 22.5);
+        assert_eq!(n.get(Bucket::SaveStall), 0.0);
+        assert_eq!(n.get(Bucket::Rework), 0.0);
+        assert_eq!(n.get(Bucket::Productive), 12.0);
     }
 
     #[test]
