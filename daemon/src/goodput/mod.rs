@@ -38,6 +38,9 @@ const KEEP_RUNS: usize = 32;
 /// Wall time beyond the monotonic clock's by more than this between two counts:
 /// the machine slept.
 const SUSPEND_SLACK_S: f64 = 1.0;
+/// A record committed longer ago than this when a run is first seen (a daemon that
+/// finds an old record) does not date the run's start.
+const MAX_LAG_S: f64 = 10.0;
 
 /// `state/goodput.json`. `lavender::goodput::read_status` reads the figures of a
 /// run through a view of its own.
@@ -125,7 +128,6 @@ impl Goodput {
         events: &[Event],
     ) {
         let now = (Instant::now(), lavender::time::now_utc());
-        self.count(now);
         let run = record
             .run_dir
             .as_deref()
@@ -134,16 +136,47 @@ impl Goodput {
         let moved = self.last_record.as_ref().is_none_or(|r| {
             r.state != record.state || r.worker != record.worker || r.run_dir != record.run_dir
         });
-        if let Some(run) = run {
+        // What changed is dated when it happened, not when the publisher got to it:
+        // a transition at its commit, a heartbeat when written (the time before goes
+        // to where the run was).
+        let record_at = moved
+            .then(|| lavender::time::parse_rfc3339(&record.updated_at))
+            .flatten();
+        let beat_at = heartbeat.and_then(|hb| lavender::time::parse_rfc3339(&hb.timestamp));
+        let beat_first = match (beat_at, record_at) {
+            (Some(b), Some(r)) => b < r,
+            _ => false,
+        };
+        if beat_first {
+            self.count(self.dated(now, beat_at));
+            self.beat(run.as_deref(), heartbeat);
+        }
+        self.count(self.dated(now, record_at));
+        if let Some(run) = &run {
             self.file.pipeline.current = Some(run.clone());
-            let ledger = &mut self.section(&run, now.1).ledger;
-            if ledger.last_wall.is_none() {
-                ledger.last_wall = Some(now.1);
-            }
+            let ledger = &mut self.section(run, now.1).ledger;
+            let new = ledger.last_wall.is_none();
             ledger.on_record(record);
-            if let Some(hb) = heartbeat {
-                ledger.on_heartbeat(hb);
+            if new {
+                // The run's clock starts at its worker's launch (or the commit of the
+                // record naming it).
+                let counted = self.counted.map_or(now.1, |c| c.1);
+                let launched = record.worker.as_ref().map(|w| w.started_at).or(record_at);
+                let lag = launched
+                    .map(|t| seconds(counted - t))
+                    .filter(|lag| *lag < MAX_LAG_S)
+                    .unwrap_or(0.0);
+                let ledger = &mut self.section(run, now.1).ledger;
+                ledger.advance(counted, lag, 0.0);
             }
+        }
+        if !beat_first {
+            self.count(self.dated(now, beat_at));
+            self.beat(run.as_deref(), heartbeat);
+        }
+        self.count(now);
+        if let Some(run) = &run {
+            let ledger = &mut self.section(run, now.1).ledger;
             for event in events {
                 ledger.on_event(event);
             }
@@ -158,6 +191,34 @@ impl Goodput {
             self.save(now.1);
             self.saved = Some(now.0);
         }
+    }
+
+    /// The run's heartbeat to its ledger.
+    fn beat(&mut self, run: Option<&str>, heartbeat: Option<&Heartbeat>) {
+        let (Some(run), Some(hb)) = (run, heartbeat) else {
+            return;
+        };
+        if let Some(section) = self.file.pipeline.runs.get_mut(run) {
+            section.ledger.on_heartbeat(hb);
+        }
+    }
+
+    /// `at` on both clocks, as far back from `now` as it was (never before the last
+    /// count, nor in the future); `now` for `None`.
+    fn dated(
+        &self,
+        now: (Instant, DateTime<Utc>),
+        at: Option<DateTime<Utc>>,
+    ) -> (Instant, DateTime<Utc>) {
+        let Some(at) = at else { return now };
+        let since_count = self
+            .counted
+            .map_or(0.0, |(m, _)| now.0.duration_since(m).as_secs_f64());
+        let back = seconds(now.1 - at).min(since_count);
+        (
+            now.0 - Duration::from_secs_f64(back),
+            now.1 - chrono::Duration::milliseconds((back * 1000.0) as i64),
+        )
     }
 
     /// A heartbeat to the slowdown detector (each one once: a snapshot may show the

@@ -127,9 +127,14 @@ fn a_night_of_failures_adds_up_to_the_wall_clock_and_rework_to_the_steps_redone(
     );
     env.backoff_ms = "300".into();
     env.serve();
-    let started = now_s();
     env.start(&[]);
     let run = env.run_dir();
+    // The run's clock starts at its first launch, as the daemon recorded it.
+    let launched = env.pipeline_json()["worker"]["started_at"]
+        .as_str()
+        .map(|t| lavender::time::parse_rfc3339(t).unwrap())
+        .expect("the first worker's launch");
+    let started = launched.timestamp_millis() as f64 / 1000.0;
 
     // The rollback, then a SIGKILL at step 37 (back to 30).
     let first = env.worker_pid().unwrap();
