@@ -152,11 +152,12 @@ impl RunLedger {
         let bucket = self.seen.bucket();
         self.add(wall, bucket, dt.max(0.0));
         self.add(wall, Bucket::Stopped, suspended.max(0.0));
-        if self.seen.beat.is_some() && self.seen.state == Some(PipelineState::Running) {
-            if let Some(last) = self.beats.last_mut() {
-                last.seconds += dt.max(0.0);
-                last.bucket = Some(bucket);
-            }
+        if self.seen.beat.is_some()
+            && self.seen.state == Some(PipelineState::Running)
+            && let Some(last) = self.beats.last_mut()
+        {
+            last.seconds += dt.max(0.0);
+            last.bucket = Some(bucket);
         }
         if bucket == Bucket::SaveStall {
             self.saving_s += dt.max(0.0);
