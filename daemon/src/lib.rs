@@ -15,6 +15,7 @@ pub(crate) mod evidence;
 pub(crate) mod exe;
 pub mod exit;
 pub(crate) mod feed;
+pub(crate) mod goodput;
 pub(crate) mod inventory;
 pub(crate) mod locate;
 pub mod logging;

@@ -51,7 +51,7 @@ pub use source::{
     Compression, DEFAULT_TEXT_KEY, DataSource, EmbeddedCorpus, PathSource, SourceFormat,
 };
 pub use supervision::{
-    FailureAction, OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto, SupervisorMode,
+    FailureAction, OnDiverged, OnFailure, OnStall, Slowdown, StaleAfter, StaleAuto, SupervisorMode,
 };
 
 use tree::Node;

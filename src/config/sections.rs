@@ -6,7 +6,9 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::supervision::{OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto, SupervisorMode};
+use super::supervision::{
+    OnDiverged, OnFailure, OnStall, Slowdown, StaleAfter, StaleAuto, SupervisorMode,
+};
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -611,6 +613,10 @@ pub struct SupervisorConfig {
     /// older than the key: 1800.
     #[serde(default = "default_data_step_stale_after_s")]
     pub data_step_stale_after_s: u64,
+    /// When a run that got slower says so. Absent in configs older than the key:
+    /// factor 1.3 for 300 s.
+    #[serde(default)]
+    pub slowdown: Slowdown,
 }
 
 fn default_true() -> bool {

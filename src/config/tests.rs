@@ -947,6 +947,16 @@ fn bad_supervision_values_name_the_key_the_place_and_the_allowed_values() {
             "supervisor.stale_auto.ceiling_s",
             &["floor"],
         ),
+        (
+            "  slowdown: {factor: 1}\n",
+            "supervisor.slowdown.factor",
+            &["above 1"],
+        ),
+        (
+            "  slowdown: {for_s: 0}\n",
+            "supervisor.slowdown.for_s",
+            &["greater than 0"],
+        ),
     ];
     for (yaml, key, allowed) in cases {
         let e = err(&format!("supervisor:\n{yaml}"));

@@ -478,6 +478,16 @@ fn supervision_rules(s: &SupervisorConfig) -> Result<(), ConfigError> {
             format!("{secs} is not a timeout; give `auto` or a number of seconds greater than 0"),
         ));
     }
+    if !(s.slowdown.factor.is_finite() && s.slowdown.factor > 1.0) {
+        return Err(invalid(
+            "supervisor.slowdown.factor",
+            format!(
+                "{} is not a slowdown: the alert comes when the step time is above factor × its baseline; give a number above 1 (e.g. 1.3)",
+                s.slowdown.factor
+            ),
+        ));
+    }
+    positive_seconds("supervisor.slowdown.for_s", s.slowdown.for_s)?;
     let a = &s.stale_auto;
     if !(a.factor.is_finite() && a.factor >= 1.0) {
         return Err(invalid(

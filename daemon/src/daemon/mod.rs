@@ -508,6 +508,7 @@ fn status_tasks(
             refresh.clone(),
             Some(notifier.clone()),
         );
+        let goodput = crate::goodput::Goodput::load(layout, &settings.config, alerts.clone());
         status::watchdog::spawn(
             layout.clone(),
             cache.subscribe_refreshes(),
@@ -520,6 +521,7 @@ fn status_tasks(
             pipeline.clone(),
             layout.clone(),
             follower,
+            goodput,
         );
         (cache, web)
     }))

@@ -29,6 +29,7 @@ impl TakesEffectRule for TakesEffect {
             "supervisor.listen",
             "supervisor.allow_non_loopback",
             "supervisor.watcher",
+            "supervisor.slowdown",
         ]
         .iter()
         .any(|k| under(k))

@@ -11,6 +11,7 @@ mod data_root;
 mod deadman;
 mod decisions;
 mod doc_commands;
+mod goodput;
 mod hang_evidence;
 mod lifecycle;
 mod notify_alerts;

@@ -295,10 +295,18 @@ impl Actor {
         let final_checkpoint = run_dir
             .and_then(|d| lavender::checkpoint::latest_complete(d).ok().flatten())
             .map(|c| c.name);
+        // The ledger as last saved (at most a few seconds behind the finish).
+        let goodput = run_dir
+            .and_then(|d| d.file_name())
+            .and_then(|n| {
+                lavender::goodput::read_status(&self.layout.state_dir, &n.to_string_lossy())
+            })
+            .map(|g| g.line());
         Alert::Finished {
             duration,
             final_loss,
             final_checkpoint,
+            goodput,
         }
     }
 
