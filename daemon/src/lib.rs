@@ -20,6 +20,7 @@ pub(crate) mod logs;
 pub mod notify;
 pub mod pipeline;
 pub mod process;
+pub(crate) mod replicate;
 pub(crate) mod retention;
 pub(crate) mod server;
 pub mod service;

@@ -195,6 +195,15 @@ pub enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Fetch a checkpoint from the replication target (replicate.url) into the data
+    /// root, verified against its manifest: the newest of RUN (default: of any run),
+    /// or CHECKPOINT of RUN.
+    Pull {
+        /// Run name (run-YYYY-MM-DD_HH-MM-SS).
+        run: Option<String>,
+        /// Checkpoint name (e.g. train-12-00-05-0005).
+        checkpoint: Option<String>,
+    },
     /// Export a run's checkpoints for Hugging Face / attribution tools (no libtorch).
     Export(ExportArgs),
     /// Print a bergson SOURCE config fragment (`approx_unrolling_cfg`) for exported

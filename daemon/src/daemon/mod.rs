@@ -186,11 +186,13 @@ impl Daemon {
             alerts.clone(),
         )?;
         let (pruner, retention) = Retention::start(&settings.config, layout.checkpoints_root());
+        let replication = crate::replicate::Replication::from_config(&settings.config);
         let parts = StatusParts {
             feed,
             notifier: notifier.clone(),
             alerts,
             pruner,
+            replication,
         };
         let (cache, web) = status_tasks(&settings, &opts.status, &pipeline, parts)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -465,6 +467,8 @@ struct StatusParts {
     alerts: AlertSender,
     /// The daemon's checkpoint retention, fed by the one follower of `events.jsonl`.
     pruner: Retention,
+    /// Uploads of each new checkpoint (`replicate:`), told by the same follower.
+    replication: Option<crate::replicate::Replication>,
 }
 
 /// The refresher, the watchdog and the feed's publisher (with the one follower of
@@ -481,13 +485,15 @@ fn status_tasks(
         notifier,
         alerts,
         pruner,
+        replication,
     } = parts;
     let follower = EventFollower::new(
         settings.config.notify.milestones.then_some(&notifier),
         &settings.layout.state_dir,
         &settings.layout.data_root,
     )
-    .with_retention(pruner);
+    .with_retention(pruner)
+    .with_replication(replication);
     let tasks =
         status::tasks::StatusTasks::start().context("start the thread of the status tasks")?;
     let layout = &settings.layout;

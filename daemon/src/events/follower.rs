@@ -14,6 +14,7 @@ use lavender::events::{self, Event, EventBatch};
 
 use super::offsets;
 use crate::notify::{Notifier, milestone};
+use crate::replicate::Replication;
 use crate::retention::Retention;
 use lavender::layout::Layout;
 
@@ -25,6 +26,8 @@ pub struct EventFollower {
     feed_offset: u64,
     /// The daemon's retention, told of every event the feed gets.
     retention: Option<Retention>,
+    /// The replication task, told of every save (replicate/replicator.rs).
+    replication: Option<Replication>,
 }
 
 struct Pushes {
@@ -62,12 +65,19 @@ impl EventFollower {
             feed_file: None,
             feed_offset: 0,
             retention: None,
+            replication: None,
         }
     }
 
     /// Also hands every new event to `retention`, which prunes after saves.
     pub fn with_retention(mut self, retention: Retention) -> EventFollower {
         self.retention = Some(retention);
+        self
+    }
+
+    /// Also tells `replication` of every save, which uploads it.
+    pub fn with_replication(mut self, replication: Option<Replication>) -> EventFollower {
+        self.replication = replication;
         self
     }
 
@@ -106,6 +116,9 @@ impl EventFollower {
         self.feed_offset = batch.next_offset;
         if let Some(retention) = self.retention.as_mut() {
             retention.observe(run_dir, &batch.events);
+        }
+        if let Some(replication) = &self.replication {
+            replication.observe(run_dir, &batch.events);
         }
         Ok(Followed {
             events: batch.events,

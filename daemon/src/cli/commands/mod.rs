@@ -8,6 +8,7 @@ pub mod listing;
 pub mod logs;
 pub mod notify;
 pub mod prune;
+pub mod pull;
 pub mod reload;
 pub mod resolve;
 pub mod restart;
@@ -44,6 +45,9 @@ pub async fn dispatch(global: GlobalArgs, command: Command) -> Result<ExitCode> 
             listing::checkpoints(&settings()?, run.as_deref(), json)
         }
         Command::Prune { keep_runs, yes } => prune::run(&settings()?, keep_runs, yes),
+        Command::Pull { run, checkpoint } => {
+            pull::run(&settings()?, run.as_deref(), checkpoint.as_deref()).await
+        }
         Command::Service { action } => crate::service::run(&settings()?, action).await,
         Command::Export(args) => export::run(&settings()?, args),
         Command::Resolve(args) => resolve::run(args),
@@ -65,6 +69,7 @@ async fn start_pipeline(
         println!("{line}");
         return Ok(ExitCode::SUCCESS);
     }
+    pull::before_resume(&settings, args.flags.resume.as_deref()).await?;
     if args.foreground {
         serve::foreground(settings, global, args).await
     } else {
