@@ -24,12 +24,14 @@ log() {
 }
 die() { echo "[$S3_SCRIPT] $*" >&2; exit 1; }
 
-# alive: the pid in the pidfile runs and is weed (a reused pid is not ours)
+# alive: the pid in the pidfile runs and is weed (a reused pid is not ours; a killed
+# one not yet reaped, a zombie, is dead: in a container nobody may ever reap it)
 alive() {
   local pid
   [ -s "$PIDFILE" ] || return 1
   pid=$(cat "$PIDFILE")
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = weed ]
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = weed ] \
+    && [ "$(awk '{print $3}' /proc/"$pid"/stat 2>/dev/null)" != Z ]
 }
 
 # s3 CURL-ARGS...: a request signed with the test identity (AWS SigV4)

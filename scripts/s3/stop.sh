@@ -11,9 +11,9 @@ if alive; then
   pid=$(cat "$PIDFILE")
   log "stopping weed (pid $pid)"
   kill -TERM "$pid"
-  for _ in $(seq $((GRACE * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then log "weed (pid $pid) still running after ${GRACE}s, SIGKILL"; kill -KILL "$pid"; fi
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq $((GRACE * 10))); do alive || break; sleep 0.1; done
+  if alive; then log "weed (pid $pid) still running after ${GRACE}s, SIGKILL"; kill -KILL "$pid"; fi
+  for _ in $(seq 50); do alive || break; sleep 0.1; done
 else
   log "weed: not running from $PIDFILE (nothing to do)"
 fi

@@ -493,7 +493,7 @@ fn status_tasks(
         &settings.layout.data_root,
     )
     .with_retention(pruner)
-    .with_replication(replication);
+    .with_replication(replication.clone());
     let tasks =
         status::tasks::StatusTasks::start().context("start the thread of the status tasks")?;
     let layout = &settings.layout;
@@ -510,6 +510,7 @@ fn status_tasks(
             },
             refresh.clone(),
             Some(notifier.clone()),
+            replication.clone(),
         );
         status::watchdog::spawn(
             layout.clone(),

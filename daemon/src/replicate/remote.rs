@@ -267,6 +267,12 @@ impl Remote {
                 source_of: self.source_of.clone(),
                 detail: first_line(&source.to_string()),
             },
+            // A listing's refusal comes back as a generic error: known by its status.
+            e if refused(&e.to_string()) => RemoteError::Denied {
+                target: self.target.clone(),
+                source_of: self.source_of.clone(),
+                detail: "403 Forbidden".into(),
+            },
             e => RemoteError::Store {
                 target: self.target.clone(),
                 detail: first_line(&e.to_string()),
@@ -404,6 +410,18 @@ impl Remote {
         }
         Ok(())
     }
+}
+
+/// An error text that says the server refused the request's credentials.
+fn refused(text: &str) -> bool {
+    [
+        "403 Forbidden",
+        "401 Unauthorized",
+        "SignatureDoesNotMatch",
+        "InvalidAccessKeyId",
+    ]
+    .iter()
+    .any(|s| text.contains(s))
 }
 
 fn first_line(s: &str) -> String {
