@@ -178,7 +178,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List the complete checkpoints of a run (default: the newest run).
+    /// List the complete checkpoints of a run (default: the newest run); with
+    /// replicate.url set, each one's copies: local, remote or local+remote.
     Checkpoints {
         /// Run name (run-YYYY-MM-DD_HH-MM-SS) or path.
         #[arg(long, value_name = "ID")]

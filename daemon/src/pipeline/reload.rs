@@ -36,6 +36,7 @@ impl TakesEffectRule for TakesEffect {
             || under("data_root")
             || under("data_root_candidates")
             || (under("notify") && !under("notify.disk_floor_mib"))
+            || under("replicate")
         {
             TakesEffect::NextDaemon
         } else if under("supervisor")
@@ -98,6 +99,7 @@ mod tests {
             ("notify.ntfy.topic", NextDaemon),
             ("api.tokens", NextDaemon),
             ("data_root", NextDaemon),
+            ("replicate.url", NextDaemon),
             ("worker.command", NextWorker),
             ("launch.slurm.partition", NextWorker),
             ("training.stages[0].lr", NextStart),

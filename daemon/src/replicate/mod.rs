@@ -11,6 +11,7 @@
 //!
 //! - [`upload`]: one checkpoint up, then read back (HEAD size, GET and hash).
 //! - [`restore`]: one checkpoint down into a run folder, verified before it appears.
+//! - `retention`: which remote checkpoints `replicate.keep` drops.
 //! - [`replicator`]: the daemon's task that uploads each new checkpoint, told of
 //!   saves by the one follower of `events.jsonl`, never blocking anything else.
 
@@ -18,6 +19,7 @@ pub mod manifest;
 pub mod remote;
 pub mod replicator;
 pub mod restore;
+mod retention;
 mod throttle;
 pub mod upload;
 

@@ -35,6 +35,9 @@ pub enum RemoteError {
     /// The checkpoint went away locally while it was being read (retention).
     #[error("{0}: the local checkpoint went away while it was uploaded")]
     Vanished(PathBuf),
+    /// A local file is not what the checkpoint's manifest lists: not replicated.
+    #[error("{path}: {detail}")]
+    Damaged { path: PathBuf, detail: String },
     /// What was read back (or downloaded) is not what was written.
     #[error("{object}: {detail}")]
     Mismatch { object: String, detail: String },

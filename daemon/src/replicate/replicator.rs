@@ -74,7 +74,7 @@ impl Replication {
         match Remote::open(r, &env) {
             Ok(Some(remote)) => {
                 tracing::info!("replicating checkpoints to {}", remote.target());
-                Some(Replication::start(remote, r.max_mbps))
+                Some(Replication::start(remote, r.max_mbps, r.keep))
             }
             Ok(None) => None,
             Err(e) => {
@@ -95,7 +95,7 @@ impl Replication {
     }
 
     /// Starts the task for `remote` (needs a tokio runtime).
-    pub fn start(remote: Remote, max_mbps: Option<f64>) -> Replication {
+    pub fn start(remote: Remote, max_mbps: Option<f64>, keep: u32) -> Replication {
         let status = Arc::new(Mutex::new(ReplicationStatus {
             target: remote.target().to_string(),
             ..ReplicationStatus::default()
@@ -104,6 +104,7 @@ impl Replication {
         let task = Task {
             remote,
             throttle: Throttle::new(max_mbps),
+            keep: keep as usize,
             status: status.clone(),
             known: BTreeMap::new(),
             gone: BTreeSet::new(),
@@ -149,6 +150,8 @@ fn unix_s(t: SystemTime) -> f64 {
 struct Task {
     remote: Remote,
     throttle: Throttle,
+    /// `replicate.keep`.
+    keep: usize,
     status: Arc<Mutex<ReplicationStatus>>,
     /// Each run's committed remote checkpoints, listed at the first pass over it.
     known: BTreeMap<String, BTreeMap<String, RemoteManifest>>,
@@ -252,7 +255,7 @@ impl Task {
                 .rev()
                 .find(|c| !known.contains_key(&c.name) && !self.gone.contains(&c.path))
             else {
-                return Ok(());
+                return self.retain(&run).await;
             };
             let (name, path) = (next.name.clone(), next.path.clone());
             self.set(|s| s.in_flight = Some(name.clone()));
@@ -262,10 +265,12 @@ impl Task {
                     let secs = started.elapsed().as_secs_f64();
                     let bytes = up.manifest.bytes();
                     tracing::info!(
-                        "REPLICATED {run}/{name} to {} ({} files, {:.1} MB in {secs:.1} s, read back{})",
+                        "REPLICATED {run}/{name} to {} ({} files, {:.1} MB: sent in {:.2} s, read back in {:.2} s{})",
                         self.remote.target(),
                         up.manifest.files.len(),
                         bytes as f64 / 1e6,
+                        up.sent_s,
+                        up.read_back_s,
                         if up.built_manifest {
                             "; manifest built from its files"
                         } else {
@@ -280,6 +285,16 @@ impl Task {
                         k.insert(name, up.manifest);
                     }
                 }
+                Err(RemoteError::Damaged { path: file, detail }) => {
+                    // Not copied as if whole, and not tried again: the older
+                    // checkpoints go up meanwhile.
+                    tracing::error!(
+                        "REPLICATE skipped {run}/{name}: {}: {detail}",
+                        file.display()
+                    );
+                    self.set(|s| s.in_flight = None);
+                    self.gone.insert(path);
+                }
                 Err(RemoteError::Vanished(p)) => {
                     tracing::info!(
                         "replicate: {} went away before it was uploaded",
@@ -291,6 +306,30 @@ impl Task {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Deletes the remote checkpoints of `run` that `replicate.keep` drops.
+    async fn retain(&mut self, run: &str) -> Result<(), RemoteError> {
+        let Some(known) = self.known.get(run) else {
+            return Ok(());
+        };
+        let all: Vec<&RemoteManifest> = known.values().collect();
+        let dropped = super::retention::drop_list(&all, self.keep);
+        for ckpt in &dropped {
+            self.remote.delete(run, ckpt).await?;
+            if let Some(k) = self.known.get_mut(run) {
+                k.remove(ckpt);
+            }
+        }
+        if !dropped.is_empty() {
+            tracing::info!(
+                "REPLICATE dropped {} old remote ckpt(s) of {run} (replicate.keep {}): {}",
+                dropped.len(),
+                self.keep,
+                dropped.join(", ")
+            );
+        }
+        Ok(())
     }
 
     /// The status's newest remote checkpoint and lag, against `local` (the run's

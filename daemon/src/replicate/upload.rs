@@ -29,6 +29,9 @@ pub struct Uploaded {
     /// The local checkpoint had no `manifest.json`: one was built from its files for
     /// the remote copy (the local checkpoint is left as it is).
     pub built_manifest: bool,
+    /// Seconds sending the files, and reading them back.
+    pub sent_s: f64,
+    pub read_back_s: f64,
 }
 
 /// The local checkpoint and the content manifest its upload is checked against.
@@ -75,6 +78,7 @@ pub(crate) async fn upload(
         .await
         .map_err(|e| RemoteError::Local(e.to_string()))??;
     let algorithm = content.algorithm;
+    let started = std::time::Instant::now();
 
     let mut files: Vec<FileEntry> = Vec::new();
     for entry in &content.files {
@@ -82,8 +86,8 @@ pub(crate) async fn upload(
         let (size, hash) =
             put_file(remote, &key, &dir.join(&entry.path), algorithm, throttle).await?;
         if (size, hash.as_str()) != (entry.size, entry.hash.as_str()) {
-            return Err(RemoteError::Mismatch {
-                object: dir.join(&entry.path).display().to_string(),
+            return Err(RemoteError::Damaged {
+                path: dir.join(&entry.path),
                 detail: format!(
                     "the local file ({size} bytes, {algorithm} {hash}) is not what the checkpoint's manifest lists ({} bytes, {}); not replicated",
                     entry.size, entry.hash
@@ -127,6 +131,7 @@ pub(crate) async fn upload(
         hash,
     });
 
+    let sent_s = started.elapsed().as_secs_f64();
     // Read back before committing: a copy that does not read back is not complete.
     for entry in &files {
         let key = remote.key(&[run, &ckpt, &entry.path]);
@@ -142,6 +147,7 @@ pub(crate) async fn upload(
         }
     }
 
+    let read_back_s = started.elapsed().as_secs_f64() - sent_s;
     let completed_unix_ms = checkpoint
         .mtime
         .duration_since(UNIX_EPOCH)
@@ -181,6 +187,8 @@ pub(crate) async fn upload(
     Ok(Uploaded {
         manifest: m,
         built_manifest: built,
+        sent_s,
+        read_back_s,
     })
 }
 

@@ -107,6 +107,19 @@ fn a_run_whose_checkpoints_are_gone_comes_back_from_s3_byte_identical() {
     s3.put(&key(&newest, "model.safetensors"), &weights);
     // The disk is wiped; the run comes back from the remote copy.
     std::fs::remove_dir_all(d.data_root.join("checkpoints")).unwrap();
+    let listed = stdout(&d.run(&["checkpoints", "--run", &name(&run)]));
+    assert!(
+        !listed
+            .lines()
+            .any(|l| l.ends_with("local") || l.ends_with("local+remote")),
+        "{listed}"
+    );
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(&name(&previous)) && l.ends_with("  remote")),
+        "{listed}"
+    );
     // Asked for by name, the altered one is refused, naming the object.
     let out = d.run(&["pull", &name(&run), &name(&newest)]);
     assert!(!out.status.success(), "{}", stdout(&out));

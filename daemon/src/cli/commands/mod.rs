@@ -42,7 +42,7 @@ pub async fn dispatch(global: GlobalArgs, command: Command) -> Result<ExitCode> 
         Command::Logs { follow, lines } => logs::run(&settings()?, follow, lines).await,
         Command::Runs { json } => listing::runs(&settings()?, json),
         Command::Checkpoints { run, json } => {
-            listing::checkpoints(&settings()?, run.as_deref(), json)
+            pull::checkpoints(&settings()?, run.as_deref(), json).await
         }
         Command::Prune { keep_runs, yes } => prune::run(&settings()?, keep_runs, yes),
         Command::Pull { run, checkpoint } => {

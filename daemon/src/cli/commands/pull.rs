@@ -109,3 +109,58 @@ pub async fn before_resume(settings: &Settings, resume: Option<&str>) -> Result<
     }
     Ok(())
 }
+
+/// `lavenderd checkpoints` with `replicate.url` set: each checkpoint of the run, local,
+/// remote (committed) or both. `--json` and a config without replication list the
+/// local ones only (`listing::checkpoints`).
+pub async fn checkpoints(settings: &Settings, run: Option<&str>, json: bool) -> Result<ExitCode> {
+    if json || !settings.config.replicate.enabled() {
+        return super::listing::checkpoints(settings, run, json);
+    }
+    let local = crate::inventory::checkpoints(&settings.layout, run);
+    let remote = open(settings)?;
+    let run_name = run
+        .map(|r| crate::replicate::remote::dir_name(std::path::Path::new(r)))
+        .or_else(|| {
+            local
+                .as_ref()
+                .ok()?
+                .first()
+                .and_then(|c| c.path.parent().map(crate::replicate::remote::dir_name))
+        });
+    let mut remote_list = remote.manifests(run_name.as_deref()).await?;
+    // No run named and none here: the newest remote run's.
+    let run_name = match run_name {
+        Some(r) => r,
+        None => match remote_list.last() {
+            Some(m) => m.run.clone(),
+            None => return super::listing::checkpoints(settings, run, json),
+        },
+    };
+    remote_list.retain(|m| m.run == run_name);
+    let local = match local {
+        Ok(l) => l,
+        Err(_) if !remote_list.is_empty() => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let mut rows: Vec<(u64, String, String, &'static str)> = Vec::new();
+    for c in &local {
+        let there = remote_list.iter().any(|m| m.checkpoint == c.name);
+        let place = if there { "local+remote" } else { "local" };
+        rows.push((c.step, c.name.clone(), c.stage.clone(), place));
+    }
+    for m in &remote_list {
+        if !local.iter().any(|c| c.name == m.checkpoint) {
+            rows.push((m.step, m.checkpoint.clone(), m.stage.clone(), "remote"));
+        }
+    }
+    rows.sort();
+    println!("{run_name} (remote copies in {})", remote.target());
+    if rows.is_empty() {
+        println!("no complete checkpoints");
+    }
+    for (step, name, stage, place) in rows {
+        println!("{name}  step {step}  stage {stage}  {place}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
