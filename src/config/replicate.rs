@@ -32,8 +32,8 @@ pub struct ReplicateConfig {
     pub keep: u32,
     /// Upload bandwidth cap in megabytes (10^6 bytes) per second; null = no cap.
     pub max_mbps: Option<f64>,
-    /// Seconds the newest local checkpoint may wait to be safely remote before the
-    /// replication is reported behind (status and an alert); null = never.
+    /// Seconds a local checkpoint may wait to be safely remote before the status
+    /// says the replication is behind (`replication.behind`); null = never.
     pub max_lag_s: Option<u64>,
 }
 

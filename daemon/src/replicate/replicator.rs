@@ -37,6 +37,8 @@ pub struct ReplicationStatus {
     /// Seconds the oldest local checkpoint newer than the newest remote one has been
     /// waiting to be safely remote; 0 when caught up.
     pub lag_s: Option<f64>,
+    /// `lag_s` passed `replicate.max_lag_s` (false when that is not set).
+    pub behind: bool,
     /// The checkpoint being uploaded now.
     pub in_flight: Option<String>,
     /// The last upload's rate in MB/s (10^6 bytes, read-back included).
@@ -48,6 +50,9 @@ pub struct ReplicationStatus {
     /// `lag_s` is taken from it when the status is read.
     #[serde(skip)]
     waiting_since: Option<f64>,
+    /// `replicate.max_lag_s`.
+    #[serde(skip)]
+    max_lag_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -74,7 +79,11 @@ impl Replication {
         match Remote::open(r, &env) {
             Ok(Some(remote)) => {
                 tracing::info!("replicating checkpoints to {}", remote.target());
-                Some(Replication::start(remote, r.max_mbps, r.keep))
+                let replication = Replication::start(remote, r.max_mbps, r.keep);
+                if let Ok(mut s) = replication.status.lock() {
+                    s.max_lag_s = r.max_lag_s;
+                }
+                Some(replication)
             }
             Ok(None) => None,
             Err(e) => {
@@ -133,10 +142,11 @@ impl Replication {
         let mut s = self.status.lock().map(|s| s.clone()).unwrap_or_default();
         // The waiting grows while nothing happens: taken now.
         if s.lag_steps.is_some() {
-            s.lag_s = Some(
-                s.waiting_since
-                    .map_or(0.0, |t| (unix_s(SystemTime::now()) - t).max(0.0)),
-            );
+            let lag = s
+                .waiting_since
+                .map_or(0.0, |t| (unix_s(SystemTime::now()) - t).max(0.0));
+            s.lag_s = Some(lag);
+            s.behind = s.max_lag_s.is_some_and(|max| lag > max as f64);
         }
         s
     }
@@ -361,5 +371,35 @@ impl Task {
                 uploaded_at: m.uploaded_at,
             });
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(waiting_for_s: f64, max_lag_s: Option<u64>) -> ReplicationStatus {
+        let (wake, _) = mpsc::unbounded_channel();
+        let status = ReplicationStatus {
+            lag_steps: Some(10),
+            waiting_since: Some(unix_s(SystemTime::now()) - waiting_for_s),
+            max_lag_s,
+            ..ReplicationStatus::default()
+        };
+        Replication {
+            wake,
+            status: Arc::new(Mutex::new(status)),
+        }
+        .status()
+    }
+
+    #[test]
+    fn the_lag_is_taken_when_read_and_behind_past_max_lag_s() {
+        let s = with(100.0, Some(60));
+        assert!(s.lag_s.unwrap() >= 100.0 && s.behind, "{s:?}");
+        assert!(!with(10.0, Some(60)).behind);
+        assert!(!with(1e6, None).behind, "no max_lag_s: never behind");
+        let json = serde_json::to_value(with(5.0, None)).unwrap();
+        assert!(json.get("waiting_since").is_none() && json.get("max_lag_s").is_none());
     }
 }
