@@ -24,6 +24,7 @@ pub mod notify;
 pub mod pipeline;
 pub mod process;
 pub(crate) mod prune;
+pub(crate) mod replicate;
 pub(crate) mod retention;
 pub(crate) mod server;
 pub mod service;

@@ -16,6 +16,7 @@ use super::api::ApiConfig;
 use super::launch::LaunchConfig;
 use super::logging::LoggingConfig;
 use super::notify::NotifyConfig;
+use super::replicate::ReplicateConfig;
 use super::scale::{Scale, ScalesConfig};
 use super::source::DataSource;
 
@@ -52,6 +53,10 @@ pub struct Config {
     /// Log rotation; absent = the defaults, and left out of a resolved config then.
     #[serde(default, skip_serializing_if = "LoggingConfig::is_default")]
     pub logging: LoggingConfig,
+    /// A copy of each checkpoint off the machine; absent = none, and left out of a
+    /// resolved config then.
+    #[serde(default, skip_serializing_if = "ReplicateConfig::is_default")]
+    pub replicate: ReplicateConfig,
 }
 
 /// The worker's compute device: `auto`, `cpu`, `cuda` (the first GPU), `cuda:N`

@@ -92,6 +92,7 @@ pub(crate) fn validate(c: &Config) -> Check {
     super::api::validate(&c.api)?;
     super::launch::validate(&c.launch)?;
     super::logging::validate(&c.logging)?;
+    super::replicate::validate(&c.replicate)?;
     // A torchrun script may run several processes; lavender-worker never does.
     if c.runs_lavender_worker() {
         c.check_one_process(None)?;

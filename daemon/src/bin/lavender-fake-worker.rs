@@ -69,6 +69,9 @@ struct Args {
     /// Save a checkpoint every N steps.
     #[arg(long, env = "FAKE_CHECKPOINT_EVERY", default_value_t = 10)]
     checkpoint_every: u64,
+    /// Bytes of each checkpoint's weights (0: a few bytes), a pattern of its step.
+    #[arg(long, env = "FAKE_WEIGHTS_BYTES", default_value_t = 0)]
+    weights_bytes: usize,
     /// Milliseconds a save takes (between "saving" and the checkpoint appearing).
     #[arg(long, env = "FAKE_SAVE_MS", default_value_t = 0)]
     save_ms: u64,
@@ -388,7 +391,13 @@ impl<'a> Trainer<'a> {
         let now = lavender::time::now_utc();
         let name = CheckpointName::new("pretrain", now.time(), counter)?;
         let builder = CheckpointBuilder::begin(&self.run_dir, &name)?;
-        std::fs::write(builder.dir().join("model.safetensors"), b"fake weights")?;
+        let weights = match self.args.weights_bytes {
+            0 => b"fake weights".to_vec(),
+            n => (0..n)
+                .map(|i| (i as u64).wrapping_mul(31).wrapping_add(self.step) as u8)
+                .collect(),
+        };
+        std::fs::write(builder.dir().join("model.safetensors"), weights)?;
         let mut state = TrainerState::new("pretrain", self.step);
         state.total_steps = self.args.total_steps;
         state.stage_step = self.step;

@@ -23,6 +23,7 @@ mod operations_doc;
 mod python_hf;
 mod python_torchrun;
 mod readme_api;
+mod replicate_faults;
 mod service_notify;
 mod service_units;
 mod slurm_cluster;
