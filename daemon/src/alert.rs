@@ -138,6 +138,15 @@ pub enum Alert {
         avail_bytes: u64,
         need_bytes: u64,
     },
+    /// A save found the disk full (`ENOSPC`, or `EDQUOT` for a quota): the latest
+    /// verified checkpoint is as it was and the pipeline waits for space. `message`
+    /// names the filesystem, the bytes needed and those free.
+    DiskFull { step: PipelineStep, message: String },
+    /// Space came back after a [`Alert::DiskFull`]: the worker resumed by itself.
+    DiskSpaceBack { step: PipelineStep, message: String },
+    /// The next save will not fit even after early retention: "the save due at
+    /// step 4,200 needs 480 MB; 310 MB free".
+    SaveWontFit { step: PipelineStep, message: String },
     /// A worker outlived a daemon restart and is supervised again.
     Adopted { step: PipelineStep, worker: String },
     /// The worker was stopped by someone else (it saved and exited on SIGTERM).
@@ -159,6 +168,9 @@ impl Alert {
             Alert::Recovered { .. } | Alert::IncidentOver { .. } => "recovered",
             Alert::Finished { .. } => "finished",
             Alert::DiskLow { .. } => "disk_low",
+            Alert::DiskFull { .. } => "disk_full",
+            Alert::DiskSpaceBack { .. } => "disk_space_back",
+            Alert::SaveWontFit { .. } => "save_wont_fit",
             Alert::Adopted { .. } => "adopted",
             Alert::StoppedExternally { .. } => "stopped_externally",
         }
@@ -178,6 +190,9 @@ impl Alert {
             | Alert::Recovered { step, .. }
             | Alert::IncidentOver { step, .. }
             | Alert::Adopted { step, .. }
+            | Alert::DiskFull { step, .. }
+            | Alert::DiskSpaceBack { step, .. }
+            | Alert::SaveWontFit { step, .. }
             | Alert::StoppedExternally { step } => Some(*step),
             Alert::Finished { .. } | Alert::DiskLow { .. } => None,
         }
@@ -222,7 +237,10 @@ impl std::fmt::Display for Alert {
             Alert::HungRestarted { step, message } => write!(f, "step {step}: {message}"),
             Alert::NodeLost { step, message } => write!(f, "step {step}: {message}"),
             Alert::RolledBack { step, message, .. } => write!(f, "step {step}: {message}"),
-            Alert::CheckpointDamaged { step, message } => write!(f, "step {step}: {message}"),
+            Alert::CheckpointDamaged { step, message }
+            | Alert::DiskFull { step, message }
+            | Alert::DiskSpaceBack { step, message }
+            | Alert::SaveWontFit { step, message } => write!(f, "step {step}: {message}"),
             Alert::Resumed { step, message, .. } => write!(f, "step {step}: {message}"),
             Alert::Adopted { step, worker } => {
                 write!(f, "re-adopted the running worker of step {step} ({worker})")
@@ -273,6 +291,7 @@ impl Alert {
                 | Alert::IncidentOver { .. }
                 | Alert::Adopted { .. }
                 | Alert::Resumed { .. }
+                | Alert::DiskSpaceBack { .. }
         )
     }
 }

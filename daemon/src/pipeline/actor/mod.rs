@@ -14,6 +14,7 @@
 
 mod damaged;
 mod decided;
+mod disk;
 mod effects;
 mod evidence;
 mod exit;
@@ -104,6 +105,9 @@ struct Actor {
     evidence_tx: mpsc::UnboundedSender<evidence::HangEvidence>,
     /// The evidence bundle of the hang being dealt with, for what is said of it.
     hang_bundle: Option<std::path::PathBuf>,
+    /// Checks of the disk reported back, and what the actor keeps about them (`disk.rs`).
+    disk_tx: mpsc::UnboundedSender<crate::pipeline::disk::DiskCheck>,
+    disk: disk::DiskState,
 }
 
 /// Loads `state/pipeline.json`, re-adopts a worker that outlived the previous
@@ -146,12 +150,15 @@ fn spawn_sourced(
     let (launches_tx, launches_rx) = mpsc::unbounded_channel();
     let (fingerprints_tx, fingerprints_rx) = mpsc::unbounded_channel();
     let (evidence_tx, evidence_rx) = mpsc::unbounded_channel();
+    let (disk_tx, disk_rx) = mpsc::unbounded_channel();
     let decisions =
         crate::decisions::Decisions::open(&layout, config.logging, Some(alerts.clone()));
     let mut actor = Actor {
         decisions,
         evidence_tx,
         hang_bundle: None,
+        disk_tx,
+        disk: disk::DiskState::default(),
         backend,
         jobs_tx,
         launches_tx,
@@ -176,6 +183,7 @@ fn spawn_sourced(
         launches: launches_rx,
         fingerprints: fingerprints_rx,
         evidence: evidence_rx,
+        disk: disk_rx,
     }));
     Ok(PipelineHandle {
         cmds,
@@ -203,6 +211,7 @@ struct Inbox {
     launches: mpsc::UnboundedReceiver<LaunchDone>,
     fingerprints: mpsc::UnboundedReceiver<Fingerprinted>,
     evidence: mpsc::UnboundedReceiver<evidence::HangEvidence>,
+    disk: mpsc::UnboundedReceiver<crate::pipeline::disk::DiskCheck>,
 }
 
 impl Actor {
@@ -214,6 +223,7 @@ impl Actor {
             mut launches,
             mut fingerprints,
             mut evidence,
+            mut disk,
         } = inbox;
         // A detach waits for the launches in flight: the record must name the worker
         // it leaves running, and an abandoned launch's worker must be cancelled.
@@ -228,6 +238,7 @@ impl Actor {
                 Some(done) = launches.recv() => self.on_launched(done),
                 Some(f) = fingerprints.recv() => self.on_fingerprinted(f),
                 Some(ev) = evidence.recv() => self.on_hang_evidence(ev),
+                Some(check) = disk.recv() => self.on_disk_checked(check),
                 Some(exit) = exits.recv() => self.on_exit(exit),
                 Some(change) = jobs.recv() => self.on_job_change(change),
                 _ = sleep_until_opt(self.phase.deadline()) => self.on(Event::TimerFired),
@@ -266,6 +277,7 @@ impl Actor {
                 reply,
             } => self.stop(timeout, cause, reply),
             Command::Hung(report) => self.on_hung(report),
+            Command::DiskShort => self.on_disk_short(),
             Command::Interval { run_dir, longest_s } => {
                 if self.record.run_dir.as_ref() == Some(&run_dir)
                     && self
