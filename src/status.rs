@@ -53,6 +53,7 @@ pub enum PipelineState {
     Failed,
     /// A save found the disk full: no worker, resumed by the daemon once the next
     /// save fits (`pipeline.disk_wait` says where and how much).
+    #[serde(rename = "waiting_for_disk")]
     WaitingForDisk,
 }
 

@@ -62,13 +62,22 @@ impl DiskCheck {
 
     /// "needs 480 MiB (the last save 436 MiB × 1.1 + notify.disk_floor_mib); 310 MiB free under /data".
     pub(crate) fn numbers(&self) -> String {
-        let bytes = crate::notify::format::bytes;
         let free = self.free_bytes.map_or("unknown".to_string(), bytes);
         format!(
             "needs {}; {free} free under {}",
             bytes(self.need_bytes),
             self.path.display()
         )
+    }
+}
+
+/// `1288490188` → `1.2 GiB`, and under a MiB the bytes themselves (a small
+/// filesystem's numbers would all read `0 MiB`).
+pub(crate) fn bytes(n: u64) -> String {
+    if n < MIB {
+        format!("{n} bytes")
+    } else {
+        crate::notify::format::bytes(n)
     }
 }
 

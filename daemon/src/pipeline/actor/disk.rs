@@ -18,8 +18,8 @@ use super::Actor;
 use crate::alert::Alert;
 use crate::decisions::{Decision, DecisionKind, Evidence, Rule};
 use crate::exit::ExitOutcome;
-use crate::notify::format::{bytes, thousands};
-use crate::pipeline::disk::{self, CheckInput, DiskCheck};
+use crate::notify::format::thousands;
+use crate::pipeline::disk::{self, CheckInput, DiskCheck, bytes};
 use crate::pipeline::machine::{DiskWaiting, Event, PendingRestart, Phase, Restart};
 
 /// What the actor keeps about the disk between checks.
