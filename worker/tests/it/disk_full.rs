@@ -286,6 +286,35 @@ fn a_save_that_finds_the_disk_full_waits_and_resumes_by_itself_once_space_is_fre
 }
 
 #[test]
+fn a_stop_while_waiting_for_disk_cancels_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_fs, d) = daemon(dir.path(), 1, 256);
+    let (pid, ckpts, verified) = freeze_verified(&d, 1);
+    for older in ckpts.iter().take_while(|c| **c != verified) {
+        std::fs::remove_dir_all(older).unwrap();
+    }
+    let filler = fill(&d.data_root, dir_bytes(ckpts.last().unwrap()) / 2);
+    lavender_testkit::send_signal(-pid, 18); // SIGCONT
+    d.wait_state("waiting_for_disk", T);
+    let out = d.run(&["stop"]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(said.contains("cancelled the pending restart"), "{said}");
+    let st = d.wait_state("stopped", T);
+    assert!(st["pipeline"]["disk_wait"].is_null(), "{st:#}");
+    assert!(d.worker_pid().is_none());
+    assert!(verified.is_dir());
+    // Space back: nothing resumes a stopped pipeline but a start.
+    std::fs::remove_file(&filler).unwrap();
+    let out = d.run(&["start", "--resume", "latest"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    d.wait_state("finished", T);
+}
+
+#[test]
 fn early_retention_makes_room_for_the_next_save_and_keeps_the_newest_verified() {
     let dir = tempfile::tempdir().unwrap();
     let (_fs, d) = daemon(dir.path(), 3, 256);
