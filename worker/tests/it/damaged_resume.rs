@@ -347,6 +347,11 @@ fn with_keep_one_a_newer_checkpoint_that_never_verifies_does_not_cost_the_verifi
     });
     // Retention ran on their saves (as the verifier did): the verified one stayed.
     let st = d.wait_status(T, "the intact one verified", |st| {
+        assert!(
+            intact.is_dir(),
+            "{} was deleted while no newer checkpoint verified",
+            name(&intact)
+        );
         st["training"]["latest_verified_checkpoint"] == name(&intact).as_str()
     });
     assert!(intact.is_dir(), "{st:#}");
