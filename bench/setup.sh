@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the benchmarks need, installed once: wrk, hyperfine and b3sum (Debian/Ubuntu apt),
+# What the benchmarks need, installed once: wrk, hyperfine, b3sum and rclone (Debian/Ubuntu apt),
 # supervisord in a scratch venv (bench/.supervisor-venv, gitignored) and release
 # builds of lavenderd, lavender-fake-worker, lavender-worker and bench/loadgen.
 # Benchmarks are not tests: nothing here is part of CI.
@@ -7,7 +7,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 missing=()
-for tool in wrk hyperfine jq curl b3sum; do
+for tool in wrk hyperfine jq curl b3sum rclone; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
 if [ "${#missing[@]}" -gt 0 ]; then

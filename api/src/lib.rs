@@ -20,6 +20,8 @@ mod history;
 #[cfg(feature = "messages")]
 mod listing;
 #[cfg(feature = "messages")]
+mod prune;
+#[cfg(feature = "messages")]
 mod reload;
 #[cfg(feature = "messages")]
 mod start;
@@ -40,6 +42,8 @@ pub use history::{
 };
 #[cfg(feature = "messages")]
 pub use listing::{CheckpointInfo, CheckpointsQuery, LogsQuery, RunInfo, Verification};
+#[cfg(feature = "messages")]
+pub use prune::{PruneReply, PruneRequest};
 #[cfg(feature = "messages")]
 pub use reload::{KeyChange, ReloadReport, TakesEffect};
 #[cfg(feature = "messages")]

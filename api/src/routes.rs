@@ -54,10 +54,12 @@ pub enum Route {
     History,
     /// `GET /events`: Server-Sent Events, resumable with `Last-Event-ID`.
     Events,
+    /// `POST /runs/prune`: [`crate::PruneRequest`] → [`crate::PruneReply`].
+    Prune,
 }
 
 impl Route {
-    pub const ALL: [Route; 13] = [
+    pub const ALL: [Route; 14] = [
         Route::Status,
         Route::Healthz,
         Route::Runs,
@@ -71,6 +73,7 @@ impl Route {
         Route::Metrics,
         Route::History,
         Route::Events,
+        Route::Prune,
     ];
 
     /// The path as the router matches it (`{id}` a segment).
@@ -89,12 +92,17 @@ impl Route {
             Route::Metrics => "/metrics",
             Route::History => "/runs/{id}/history",
             Route::Events => "/events",
+            Route::Prune => "/runs/prune",
         }
     }
 
     pub const fn method(self) -> Method {
         match self {
-            Route::Start | Route::Stop | Route::DaemonRestart | Route::DaemonReload => Method::Post,
+            Route::Start
+            | Route::Stop
+            | Route::DaemonRestart
+            | Route::DaemonReload
+            | Route::Prune => Method::Post,
             _ => Method::Get,
         }
     }

@@ -131,12 +131,29 @@ pub enum Alert {
         duration: Duration,
         final_loss: Option<f64>,
         final_checkpoint: Option<String>,
+        /// The goodput ledger's line for the run (`goodput 94.2 % · lost …`).
+        goodput: Option<String>,
     },
     /// Free space on the data root's filesystem fell under `need_bytes`.
     DiskLow {
         path: PathBuf,
         avail_bytes: u64,
         need_bytes: u64,
+    },
+    /// Training got slower than its own baseline and stayed so
+    /// (`supervisor.slowdown`); `seen`: what the daemon sees of the cause.
+    Slowdown {
+        stage: String,
+        baseline_s: f64,
+        current_s: f64,
+        for_s: f64,
+        seen: String,
+    },
+    /// The step time is back within `supervisor.slowdown.factor` of its baseline.
+    SlowdownRecovered {
+        stage: String,
+        baseline_s: f64,
+        current_s: f64,
     },
     /// A worker outlived a daemon restart and is supervised again.
     Adopted { step: PipelineStep, worker: String },
@@ -159,6 +176,8 @@ impl Alert {
             Alert::Recovered { .. } | Alert::IncidentOver { .. } => "recovered",
             Alert::Finished { .. } => "finished",
             Alert::DiskLow { .. } => "disk_low",
+            Alert::Slowdown { .. } => "slowdown",
+            Alert::SlowdownRecovered { .. } => "slowdown_recovered",
             Alert::Adopted { .. } => "adopted",
             Alert::StoppedExternally { .. } => "stopped_externally",
         }
@@ -179,6 +198,7 @@ impl Alert {
             | Alert::IncidentOver { step, .. }
             | Alert::Adopted { step, .. }
             | Alert::StoppedExternally { step } => Some(*step),
+            Alert::Slowdown { .. } | Alert::SlowdownRecovered { .. } => Some(PipelineStep::Train),
             Alert::Finished { .. } | Alert::DiskLow { .. } => None,
         }
     }
@@ -249,6 +269,25 @@ impl std::fmt::Display for Alert {
             Alert::Finished { duration, .. } => {
                 write!(f, "pipeline finished after {:.0}s", duration.as_secs_f64())
             }
+            Alert::Slowdown {
+                stage,
+                baseline_s,
+                current_s,
+                for_s,
+                seen,
+            } => write!(
+                f,
+                "training is slower: {current_s:.3} s/step in {stage} against {baseline_s:.3} s/step before ({:.0} % more) for {for_s:.0} s; {seen}",
+                (current_s / baseline_s - 1.0) * 100.0
+            ),
+            Alert::SlowdownRecovered {
+                stage,
+                baseline_s,
+                current_s,
+            } => write!(
+                f,
+                "training is back to speed: {current_s:.3} s/step in {stage} against {baseline_s:.3} s/step before"
+            ),
             Alert::DiskLow {
                 path,
                 avail_bytes,
@@ -271,6 +310,7 @@ impl Alert {
             Alert::Finished { .. }
                 | Alert::Recovered { .. }
                 | Alert::IncidentOver { .. }
+                | Alert::SlowdownRecovered { .. }
                 | Alert::Adopted { .. }
                 | Alert::Resumed { .. }
         )

@@ -36,20 +36,23 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 /// The run directories [`prune_runs`] would delete: all but the newest `keep_runs`
 /// and `active`, and never a run one of those resumed from, however far back (its
 /// chain, `run::chain`: the sessions of one training stay together); oldest last,
-/// as listed.
+/// as listed. A kept run whose chain cannot be read (a `lineage.json` unreadable or
+/// malformed) fails the plan, naming the file: nothing is deleted on a guess.
 pub fn prune_plan(
     checkpoints_root: &Path,
     keep_runs: usize,
     active: Option<&Path>,
 ) -> Result<Vec<PathBuf>> {
     let runs = run::list_runs(checkpoints_root)?;
-    let kept: Vec<PathBuf> = runs
+    let mut kept: Vec<PathBuf> = Vec::new();
+    for r in runs
         .iter()
         .take(keep_runs)
         .map(|r| r.path.clone())
         .chain(active.map(Path::to_path_buf))
-        .flat_map(|r| run::chain(&r))
-        .collect();
+    {
+        kept.extend(run::try_chain(&r)?);
+    }
     Ok(runs
         .into_iter()
         .filter(|r| !kept.iter().any(|k| same_dir(k, &r.path)))
@@ -137,5 +140,48 @@ mod tests {
         fs::remove_dir_all(&runs[4]).unwrap();
         let plan = prune_plan(root.path(), 1, None).unwrap();
         assert_eq!(plan, vec![runs[2].clone(), runs[0].clone()]);
+    }
+
+    /// A lineage that cannot be read does not cut the chain: the plan fails naming
+    /// the file and what to do, and `prune_runs` deletes nothing.
+    #[test]
+    fn a_lineage_that_cannot_be_read_stops_the_prune() {
+        let root = tempfile::tempdir().unwrap();
+        let runs: Vec<_> = (0..3)
+            .map(|h| {
+                run::create_run(
+                    root.path(),
+                    Utc.with_ymd_and_hms(2026, 1, 1, h, 0, 0).unwrap(),
+                )
+                .unwrap()
+                .path
+            })
+            .collect();
+        // runs[2] resumed runs[1], which resumed runs[0]; runs[1]'s lineage is damaged.
+        run::record_parent(&runs[1], &runs[0].join("pretrain-00-00-00-0002")).unwrap();
+        run::record_parent(&runs[2], &runs[1].join("pretrain-01-00-00-0004")).unwrap();
+        let damaged = run::lineage_path(&runs[1]);
+        fs::write(&damaged, "{\"resumed_from\": ").unwrap();
+        let err = prune_plan(root.path(), 1, None).unwrap_err().to_string();
+        assert!(
+            err.contains(&damaged.display().to_string())
+                && err.contains("repair that lineage.json")
+                && err.contains("then try again"),
+            "{err}"
+        );
+        assert!(prune_runs(root.path(), 1, None).is_err());
+        assert!(runs.iter().all(|r| r.is_dir()), "nothing deleted");
+        // Unreadable (not a file: a folder in its place) stops it as well.
+        fs::remove_file(&damaged).unwrap();
+        fs::create_dir(&damaged).unwrap();
+        let err = prune_plan(root.path(), 1, None).unwrap_err().to_string();
+        assert!(err.contains(&damaged.display().to_string()), "{err}");
+        // Repaired: the chain is kept whole, nothing to delete.
+        fs::remove_dir(&damaged).unwrap();
+        run::record_parent(&runs[1], &runs[0].join("pretrain-00-00-00-0002")).unwrap();
+        assert_eq!(
+            prune_plan(root.path(), 1, None).unwrap(),
+            Vec::<PathBuf>::new()
+        );
     }
 }

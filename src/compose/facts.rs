@@ -53,6 +53,8 @@ pub struct FileFacts {
     /// The runs that together trained the run, oldest first, when it resumed
     /// another (`crate::run::chain`); empty otherwise.
     pub lineage: Vec<String>,
+    /// The run's figures in the daemon's ledger (`state/goodput.json`).
+    pub goodput: Option<crate::goodput::GoodputStatus>,
 }
 
 impl FileFacts {
@@ -75,6 +77,7 @@ impl FileFacts {
             idle_steps: BTreeMap::new(),
             said: None,
             lineage: Vec::new(),
+            goodput: None,
         }
     }
 
@@ -177,6 +180,10 @@ impl FileFacts {
         let step_heartbeat = run_dir
             .as_deref()
             .and_then(|d| crate::step_heartbeat::read(d).ok().flatten());
+        let goodput = run_dir
+            .as_deref()
+            .and_then(|d| d.file_name())
+            .and_then(|n| crate::goodput::read_status(&layout.state_dir, &n.to_string_lossy()));
         FileFacts {
             run_dir,
             heartbeat,
@@ -194,6 +201,7 @@ impl FileFacts {
                 .after(disk_read_at.unwrap_or_else(Instant::now), disk_avail_bytes),
             idle_steps,
             said: None,
+            goodput,
             lineage,
         }
     }

@@ -150,5 +150,6 @@ pub fn compose(
         },
         schema_version: SCHEMA_VERSION,
         notices: notices.into_iter().collect(),
+        goodput: facts.goodput.clone(),
     }
 }

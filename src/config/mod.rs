@@ -15,6 +15,7 @@ mod logging;
 mod notify;
 mod origins;
 mod paths;
+mod replicate;
 mod scale;
 mod sections;
 mod source;
@@ -40,6 +41,7 @@ pub use notify::{
 };
 pub use origins::{ConfigOrigins, ORIGINS_VAR};
 pub use paths::{MissingPath, PATH_KEYS, missing_paths};
+pub use replicate::{ReplicateConfig, Target as ReplicateTarget};
 pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{
     Config, DataConfig, DedupConfig, Device, EmaConfig, FilterConfig, HardExamplesConfig,
@@ -51,7 +53,7 @@ pub use source::{
     Compression, DEFAULT_TEXT_KEY, DataSource, EmbeddedCorpus, PathSource, SourceFormat,
 };
 pub use supervision::{
-    FailureAction, OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto, SupervisorMode,
+    FailureAction, OnDiverged, OnFailure, OnStall, Slowdown, StaleAfter, StaleAuto, SupervisorMode,
 };
 
 use tree::Node;

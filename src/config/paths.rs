@@ -6,7 +6,8 @@
 //!
 //! The keys that name files ([`PATH_KEYS`]):
 //! - `data_root`, `data.sources[].path` (a file, a folder or a glob), `data.sft_jsonl`,
-//!   `data.dpo_jsonl`, `model.init_from`, `notify.bark.env_file`;
+//!   `data.dpo_jsonl`, `model.init_from`, `notify.bark.env_file`,
+//!   `replicate.credentials_file`;
 //! - `worker.command`: its program when it holds a `/` (a bare name such as `python`
 //!   or `lavender-worker` is looked up on `PATH` when the worker starts, never
 //!   rebased), and each later argument written as a path (not starting with `-`, and
@@ -33,6 +34,7 @@ pub const PATH_KEYS: &[&str] = &[
     "data.dpo_jsonl",
     "model.init_from",
     "notify.bark.env_file",
+    "replicate.credentials_file",
     "worker.command",
 ];
 
@@ -44,6 +46,7 @@ pub(crate) fn rebase(root: &mut Node, cwd: Option<&Path>) {
         &["data", "dpo_jsonl"],
         &["model", "init_from"],
         &["notify", "bark", "env_file"],
+        &["replicate", "credentials_file"],
     ] {
         if let Some(node) = get_mut(root, key) {
             rebase_value(node, cwd);
@@ -153,7 +156,7 @@ pub struct MissingPath {
 
 /// The files the config names that do not exist: local sources (for a glob, the folder
 /// before its first pattern), `data.sft_jsonl`, `data.dpo_jsonl`, `model.init_from`,
-/// `notify.bark.env_file`, and `worker.command`'s program when it is a path (one with
+/// `notify.bark.env_file`, `replicate.credentials_file`, and `worker.command`'s program when it is a path (one with
 /// a `/`; a bare name is for the caller to look up on `PATH`). Relative paths are taken
 /// against the working directory of the process.
 pub fn missing_paths(config: &Config) -> Vec<MissingPath> {
@@ -168,6 +171,10 @@ pub fn missing_paths(config: &Config) -> Vec<MissingPath> {
         ("data.dpo_jsonl", &config.data.dpo_jsonl),
         ("model.init_from", &config.model.init_from),
         ("notify.bark.env_file", &config.notify.bark.env_file),
+        (
+            "replicate.credentials_file",
+            &config.replicate.credentials_file,
+        ),
     ];
     for (key, value) in optional {
         if let Some(path) = value {

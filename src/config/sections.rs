@@ -6,7 +6,9 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::supervision::{OnDiverged, OnFailure, OnStall, StaleAfter, StaleAuto, SupervisorMode};
+use super::supervision::{
+    OnDiverged, OnFailure, OnStall, Slowdown, StaleAfter, StaleAuto, SupervisorMode,
+};
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -14,6 +16,7 @@ use super::api::ApiConfig;
 use super::launch::LaunchConfig;
 use super::logging::LoggingConfig;
 use super::notify::NotifyConfig;
+use super::replicate::ReplicateConfig;
 use super::scale::{Scale, ScalesConfig};
 use super::source::DataSource;
 
@@ -50,6 +53,10 @@ pub struct Config {
     /// Log rotation; absent = the defaults, and left out of a resolved config then.
     #[serde(default, skip_serializing_if = "LoggingConfig::is_default")]
     pub logging: LoggingConfig,
+    /// A copy of each checkpoint off the machine; absent = none, and left out of a
+    /// resolved config then.
+    #[serde(default, skip_serializing_if = "ReplicateConfig::is_default")]
+    pub replicate: ReplicateConfig,
 }
 
 /// The worker's compute device: `auto`, `cpu`, `cuda` (the first GPU), `cuda:N`
@@ -611,6 +618,10 @@ pub struct SupervisorConfig {
     /// older than the key: 1800.
     #[serde(default = "default_data_step_stale_after_s")]
     pub data_step_stale_after_s: u64,
+    /// When a run that got slower says so. Absent in configs older than the key:
+    /// factor 1.3 for 300 s.
+    #[serde(default)]
+    pub slowdown: Slowdown,
 }
 
 fn default_true() -> bool {

@@ -95,6 +95,25 @@ impl StaleAuto {
     }
 }
 
+/// `supervisor.slowdown`: training slower than its own baseline. The step time's
+/// rolling median above `factor` × the stage's baseline for `for_s` seconds raises
+/// an alert (and one when it recovers).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Slowdown {
+    pub factor: f64,
+    pub for_s: f64,
+}
+
+impl Default for Slowdown {
+    fn default() -> Slowdown {
+        Slowdown {
+            factor: 1.3,
+            for_s: 300.0,
+        }
+    }
+}
+
 /// `supervisor.on_stall`: what a hung worker gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

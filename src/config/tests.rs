@@ -947,6 +947,16 @@ fn bad_supervision_values_name_the_key_the_place_and_the_allowed_values() {
             "supervisor.stale_auto.ceiling_s",
             &["floor"],
         ),
+        (
+            "  slowdown: {factor: 1}\n",
+            "supervisor.slowdown.factor",
+            &["above 1"],
+        ),
+        (
+            "  slowdown: {for_s: 0}\n",
+            "supervisor.slowdown.for_s",
+            &["greater than 0"],
+        ),
     ];
     for (yaml, key, allowed) in cases {
         let e = err(&format!("supervisor:\n{yaml}"));
@@ -1139,4 +1149,90 @@ fn logging_rotation_keys_are_checked_with_their_location() {
         ),
         "{e}"
     );
+}
+
+#[test]
+fn replicate_keys_are_checked_and_errors_name_the_key() {
+    let c = Config::default();
+    assert!(!c.replicate.enabled());
+    assert!(!c.to_yaml().contains("replicate"), "off: left out");
+    let c = Config::from_yaml_str(
+        "replicate:\n  url: s3://bucket/some/prefix/\n  endpoint: http://127.0.0.1:8333\n  path_style: true\n  keep: 2\n  max_mbps: 12.5\n",
+        "my.yaml",
+    )
+    .unwrap();
+    assert_eq!(
+        c.replicate.target(),
+        Some(crate::config::ReplicateTarget::S3 {
+            bucket: "bucket".into(),
+            prefix: "some/prefix".into()
+        })
+    );
+    assert_eq!(
+        c.replicate.target().unwrap().to_string(),
+        "s3://bucket/some/prefix"
+    );
+    let back = Config::from_yaml_str(&c.to_yaml(), "resolved").unwrap();
+    assert_eq!(back.replicate, c.replicate);
+
+    for (text, key, says) in [
+        (
+            "replicate:\n  url: s3://\n",
+            "replicate.url",
+            "names no bucket",
+        ),
+        (
+            "replicate:\n  url: s3://AKIA:secret@bucket/p\n",
+            "replicate.url",
+            "credentials",
+        ),
+        (
+            "replicate:\n  url: ftp://x/y\n",
+            "replicate.url",
+            "unknown scheme",
+        ),
+        (
+            "replicate:\n  url: file://relative\n",
+            "replicate.url",
+            "absolute",
+        ),
+        (
+            "replicate:\n  url: file:///mnt/nas\n  endpoint: http://x:1\n",
+            "replicate.endpoint",
+            "s3:// replicate.url only",
+        ),
+        (
+            "replicate:\n  url: s3://b\n  endpoint: 127.0.0.1:8333\n",
+            "replicate.endpoint",
+            "not a URL",
+        ),
+        (
+            "replicate:\n  url: s3://b\n  endpoint: http://k:s@host\n",
+            "replicate.endpoint",
+            "credentials",
+        ),
+        (
+            "replicate:\n  url: s3://b\n  keep: 0\n",
+            "replicate.keep",
+            "at least 1",
+        ),
+        (
+            "replicate:\n  url: s3://b\n  max_mbps: 0\n",
+            "replicate.max_mbps",
+            "above 0",
+        ),
+        (
+            "replicate:\n  url: s3://b\n  max_lag_s: 0\n",
+            "replicate.max_lag_s",
+            "1..",
+        ),
+    ] {
+        let e = err(text).to_string();
+        assert!(e.starts_with("configs/my.yaml:"), "{e}");
+        assert!(e.contains(&format!("{key}: ")), "{text}: {e}");
+        assert!(e.contains(says), "{text}: {e}");
+        assert!(!e.contains("secret@"), "{e}");
+    }
+    let e = err("replicate:\n  urll: s3://b\n").to_string();
+    assert!(e.contains("`replicate.urll`") && e.contains("`url`"), "{e}");
 }

@@ -92,6 +92,7 @@ pub(crate) fn validate(c: &Config) -> Check {
     super::api::validate(&c.api)?;
     super::launch::validate(&c.launch)?;
     super::logging::validate(&c.logging)?;
+    super::replicate::validate(&c.replicate)?;
     // A torchrun script may run several processes; lavender-worker never does.
     if c.runs_lavender_worker() {
         c.check_one_process(None)?;
@@ -478,6 +479,16 @@ fn supervision_rules(s: &SupervisorConfig) -> Result<(), ConfigError> {
             format!("{secs} is not a timeout; give `auto` or a number of seconds greater than 0"),
         ));
     }
+    if !(s.slowdown.factor.is_finite() && s.slowdown.factor > 1.0) {
+        return Err(invalid(
+            "supervisor.slowdown.factor",
+            format!(
+                "{} is not a slowdown: the alert comes when the step time is above factor × its baseline; give a number above 1 (e.g. 1.3)",
+                s.slowdown.factor
+            ),
+        ));
+    }
+    positive_seconds("supervisor.slowdown.for_s", s.slowdown.for_s)?;
     let a = &s.stale_auto;
     if !(a.factor.is_finite() && a.factor >= 1.0) {
         return Err(invalid(

@@ -79,20 +79,47 @@ pub fn read_lineage(run_dir: &Path) -> Result<Option<Lineage>> {
 }
 
 /// The run `run_dir` resumed from, when it is a run directory beside it that
-/// still exists.
+/// still exists; `None` as well when its lineage cannot be read (see [`try_parent`]).
 pub fn parent(run_dir: &Path) -> Option<PathBuf> {
-    let name = read_lineage(run_dir).ok()??.parent_run?;
-    let dir = run_dir.parent()?.join(name);
-    dir.is_dir().then_some(dir)
+    try_parent(run_dir).ok().flatten()
+}
+
+/// [`parent`], with a lineage that cannot be read (unreadable, malformed) an error
+/// naming the file.
+fn try_parent(run_dir: &Path) -> Result<Option<PathBuf>> {
+    let Some(name) = read_lineage(run_dir)?.and_then(|l| l.parent_run) else {
+        return Ok(None);
+    };
+    Ok(run_dir
+        .parent()
+        .map(|up| up.join(name))
+        .filter(|dir| dir.is_dir()))
 }
 
 /// The runs that together trained `run_dir`, oldest first, ending with `run_dir`:
 /// each resumed from a checkpoint of the one before. The chain stops at a run that
-/// started afresh, resumed from elsewhere, or whose parent was deleted.
+/// started afresh, resumed from elsewhere, or whose parent was deleted; for a view,
+/// also at a lineage that cannot be read (what deletes runs uses [`try_chain`]).
 pub fn chain(run_dir: &Path) -> Vec<PathBuf> {
+    walk_chain(run_dir, |r| Ok(parent(r))).unwrap_or_else(|_| vec![run_dir.to_path_buf()])
+}
+
+/// [`chain`], failing on a lineage that cannot be read: a run deleted because the
+/// chain was cut there may be one a kept run resumed from.
+pub fn try_chain(run_dir: &Path) -> Result<Vec<PathBuf>> {
+    walk_chain(run_dir, try_parent).map_err(|e| Error::Lineage {
+        run: run_dir.to_path_buf(),
+        source: Box::new(e),
+    })
+}
+
+fn walk_chain(
+    run_dir: &Path,
+    parent_of: impl Fn(&Path) -> Result<Option<PathBuf>>,
+) -> Result<Vec<PathBuf>> {
     let mut runs = vec![run_dir.to_path_buf()];
     let mut seen: HashSet<PathBuf> = HashSet::from([run_dir.to_path_buf()]);
-    while let Some(up) = runs.last().and_then(|r| parent(r)) {
+    while let Some(up) = parent_of(runs.last().expect("the chain holds run_dir"))? {
         // A lineage edited into a loop ends where it repeats.
         if !seen.insert(up.clone()) {
             break;
@@ -100,7 +127,7 @@ pub fn chain(run_dir: &Path) -> Vec<PathBuf> {
         runs.push(up);
     }
     runs.reverse();
-    runs
+    Ok(runs)
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {

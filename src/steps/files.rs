@@ -11,10 +11,15 @@
 //! The fingerprint of a file (the rule of DVC where it is cheap, of make where it is
 //! not): a file under [`HASH_BELOW`] (1 MiB) is its size and the SHA-256 of its
 //! content, so a `touch` alone or a copy that keeps the content changes nothing; a
-//! larger file is its size and modification time in nanoseconds (`mtime_ns`), read
-//! with one `stat`, so a multi-gigabyte corpus is never read at `start`.
+//! larger file is its size, modification time, inode and status-change time
+//! (`mtime_ns`, `ino`, `ctime_ns`), read with one `stat`, so a multi-gigabyte corpus
+//! is never read at `start`. The inode and ctime are there because the mtime can be
+//! set back (`cp -p`, `rsync -t`, `touch -r`): a same-size edit with its mtime
+//! restored still moves the ctime (no user can set it) or, written beside and
+//! renamed over, the inode.
 
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -68,7 +73,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// The fingerprint of one file: `size=N sha256=HEX` under [`HASH_BELOW`], else
-/// `size=N mtime_ns=T`; `unreadable: …` when it cannot be read.
+/// `size=N mtime_ns=T ino=I ctime_ns=C`; `unreadable: …` when it cannot be read.
 pub fn fingerprint(path: &Path) -> String {
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
@@ -86,7 +91,9 @@ pub fn fingerprint(path: &Path) -> String {
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_nanos());
-    format!("size={size} mtime_ns={mtime_ns}")
+    let ino = meta.ino();
+    let ctime_ns = i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec());
+    format!("size={size} mtime_ns={mtime_ns} ino={ino} ctime_ns={ctime_ns}")
 }
 
 fn sha256_file(path: &Path) -> std::io::Result<String> {
@@ -160,5 +167,61 @@ mod tests {
             fp.starts_with(&format!("size={HASH_BELOW} mtime_ns=")),
             "{fp}"
         );
+    }
+
+    /// The status-change time of `path` in nanoseconds.
+    fn ctime_ns(path: &Path) -> i128 {
+        let m = std::fs::metadata(path).unwrap();
+        i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec())
+    }
+
+    /// Waits until the file system's clock has moved past `after` (its timestamps
+    /// tick coarsely, every few milliseconds): a change made now gets a later ctime.
+    fn until_ctime_passes(dir: &Path, after: i128) {
+        let probe = dir.join(".probe");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            std::fs::write(&probe, "x").unwrap();
+            if ctime_ns(&probe) > after {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the ctime never moved"
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    /// `cp -p` / `touch -r`: a large file rewritten in place with the same size, its
+    /// mtime set back to what it was; and one replaced by a copy renamed over it with
+    /// the old mtime (`rsync -t`).
+    #[test]
+    fn a_large_file_edited_with_its_mtime_restored_is_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.bin");
+        std::fs::write(&big, vec![b'a'; HASH_BELOW as usize]).unwrap();
+        let mtime = std::fs::metadata(&big).unwrap().modified().unwrap();
+        let before = fingerprint(&big);
+        until_ctime_passes(dir.path(), ctime_ns(&big));
+
+        let f = std::fs::File::options().write(true).open(&big).unwrap();
+        std::io::Write::write_all(&mut &f, b"b").unwrap();
+        f.set_modified(mtime).unwrap();
+        drop(f);
+        assert_eq!(std::fs::metadata(&big).unwrap().modified().unwrap(), mtime);
+        let edited = fingerprint(&big);
+        assert_ne!(edited, before, "an in-place edit with the mtime restored");
+
+        let copy = dir.path().join("copy.bin");
+        std::fs::write(&copy, vec![b'c'; HASH_BELOW as usize]).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&copy)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        std::fs::rename(&copy, &big).unwrap();
+        assert_ne!(fingerprint(&big), edited, "a copy renamed over it");
     }
 }

@@ -21,6 +21,7 @@ mod process;
 pub mod python;
 mod routes;
 mod run_dir;
+pub mod s3;
 mod schema;
 pub mod sse;
 mod terminal;

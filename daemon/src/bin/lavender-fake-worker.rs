@@ -58,9 +58,20 @@ struct Args {
     /// Milliseconds per training step.
     #[arg(long, env = "FAKE_STEP_MS", default_value_t = 20)]
     step_ms: u64,
+    /// Milliseconds per training step from step `--slow-from` to `--slow-to` (a run
+    /// that gets slower, then back to speed).
+    #[arg(long, env = "FAKE_SLOW_STEP_MS")]
+    slow_step_ms: Option<u64>,
+    #[arg(long, env = "FAKE_SLOW_FROM", default_value_t = 0)]
+    slow_from: u64,
+    #[arg(long, env = "FAKE_SLOW_TO", default_value_t = u64::MAX)]
+    slow_to: u64,
     /// Save a checkpoint every N steps.
     #[arg(long, env = "FAKE_CHECKPOINT_EVERY", default_value_t = 10)]
     checkpoint_every: u64,
+    /// Bytes of each checkpoint's weights (0: a few bytes), a pattern of its step.
+    #[arg(long, env = "FAKE_WEIGHTS_BYTES", default_value_t = 0)]
+    weights_bytes: usize,
     /// Milliseconds a save takes (between "saving" and the checkpoint appearing).
     #[arg(long, env = "FAKE_SAVE_MS", default_value_t = 0)]
     save_ms: u64,
@@ -92,6 +103,10 @@ struct Args {
     /// the last repeating.
     #[arg(long, env = "FAKE_CRASH_KIND")]
     crash_kind: Option<String>,
+    /// A `diverged` failure says it began this many steps before the step it was
+    /// detected at (`since_step`), so the daemon rolls back past it.
+    #[arg(long, env = "FAKE_DIVERGED_SINCE_BACK")]
+    diverged_since_back: Option<u64>,
     /// Ignore SIGTERM (so only SIGKILL ends it).
     #[arg(long, env = "FAKE_IGNORE_SIGTERM")]
     ignore_sigterm: bool,
@@ -335,7 +350,8 @@ impl<'a> Trainer<'a> {
     }
 
     /// One `log_history.jsonl` line per step (Hugging Face keys, like the real
-    /// worker's sidecar), and an `eval_loss` entry every 10 steps.
+    /// worker's sidecar, and `time`: when the step ended, Unix seconds, the ground
+    /// truth of the goodput tests), and an `eval_loss` entry every 10 steps.
     fn log_history(&self) -> Result<()> {
         if !self.writes {
             return Ok(());
@@ -350,6 +366,7 @@ impl<'a> Trainer<'a> {
         let mut lines = serde_json::json!({
             "step": self.step, "epoch": epoch, "learning_rate": 1e-3,
             "loss": loss_at(self.step), "grad_norm": 1.0, "stage": "pretrain",
+            "time": lavender::time::now_utc().timestamp_millis() as f64 / 1000.0,
         })
         .to_string();
         if self.step.is_multiple_of(10) {
@@ -374,7 +391,13 @@ impl<'a> Trainer<'a> {
         let now = lavender::time::now_utc();
         let name = CheckpointName::new("pretrain", now.time(), counter)?;
         let builder = CheckpointBuilder::begin(&self.run_dir, &name)?;
-        std::fs::write(builder.dir().join("model.safetensors"), b"fake weights")?;
+        let weights = match self.args.weights_bytes {
+            0 => b"fake weights".to_vec(),
+            n => (0..n)
+                .map(|i| (i as u64).wrapping_mul(31).wrapping_add(self.step) as u8)
+                .collect(),
+        };
+        std::fs::write(builder.dir().join("model.safetensors"), weights)?;
         let mut state = TrainerState::new("pretrain", self.step);
         state.total_steps = self.args.total_steps;
         state.stage_step = self.step;
@@ -429,6 +452,12 @@ impl<'a> Trainer<'a> {
                 let mut failure =
                     Failure::new(kind, format!("fake {kind} failure at step {}", self.step));
                 failure.step = Some(self.step);
+                if kind == FailureKind::Diverged {
+                    failure.since_step = self
+                        .args
+                        .diverged_since_back
+                        .map(|back| self.step.saturating_sub(back));
+                }
                 (serde_json::to_value(&failure)?, kind.exit_code())
             }
             Err(_) => (
@@ -503,7 +532,12 @@ impl<'a> Trainer<'a> {
             {
                 return self.crash();
             }
-            std::thread::sleep(Duration::from_millis(self.args.step_ms));
+            let slow = (self.args.slow_from..self.args.slow_to).contains(&self.step);
+            let ms = match self.args.slow_step_ms {
+                Some(ms) if slow => ms,
+                _ => self.args.step_ms,
+            };
+            std::thread::sleep(Duration::from_millis(ms));
             self.step += 1;
             done_here += 1;
             if self.args.chatter > 0 {

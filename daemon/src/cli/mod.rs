@@ -194,7 +194,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List the complete checkpoints of a run (default: the newest run).
+    /// List the complete checkpoints of a run (default: the newest run); with
+    /// replicate.url set, each one's copies: local, remote or local+remote.
     Checkpoints {
         /// Run name (run-YYYY-MM-DD_HH-MM-SS) or path.
         #[arg(long, value_name = "ID")]
@@ -222,6 +223,15 @@ pub enum Command {
         /// Delete without asking (needed when there is no terminal to ask on).
         #[arg(long)]
         yes: bool,
+    },
+    /// Fetch a checkpoint from the replication target (replicate.url) into the data
+    /// root, verified against its manifest: the newest of RUN (default: of any run),
+    /// or CHECKPOINT of RUN.
+    Pull {
+        /// Run name (run-YYYY-MM-DD_HH-MM-SS).
+        run: Option<String>,
+        /// Checkpoint name (e.g. train-12-00-05-0005).
+        checkpoint: Option<String>,
     },
     /// Export a run's checkpoints for Hugging Face / attribution tools (no libtorch).
     Export(ExportArgs),

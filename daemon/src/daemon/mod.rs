@@ -187,11 +187,13 @@ impl Daemon {
             alerts.clone(),
         )?;
         let (pruner, retention) = Retention::start(&settings.config, layout.checkpoints_root());
+        let replication = crate::replicate::Replication::from_config(&settings.config);
         let parts = StatusParts {
             feed,
             notifier: notifier.clone(),
             alerts,
             pruner,
+            replication,
         };
         let (cache, web) = status_tasks(&settings, &opts.status, &pipeline, parts)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -467,6 +469,8 @@ struct StatusParts {
     alerts: AlertSender,
     /// The daemon's checkpoint retention, fed by the one follower of `events.jsonl`.
     pruner: Retention,
+    /// Uploads of each new checkpoint (`replicate:`), told by the same follower.
+    replication: Option<crate::replicate::Replication>,
 }
 
 /// The refresher, the watchdog and the feed's publisher (with the one follower of
@@ -483,6 +487,7 @@ fn status_tasks(
         notifier,
         alerts,
         pruner,
+        replication,
     } = parts;
     let follower = EventFollower::new(
         settings.config.notify.milestones.then_some(&notifier),
@@ -490,7 +495,8 @@ fn status_tasks(
         &settings.layout.data_root,
     )
     .with_retention(pruner)
-    .with_verifier(crate::verifier::Verifier::start().context("start the checkpoint verifier")?);
+    .with_verifier(crate::verifier::Verifier::start().context("start the checkpoint verifier")?)
+    .with_replication(replication.clone());
     let tasks =
         status::tasks::StatusTasks::start().context("start the thread of the status tasks")?;
     let layout = &settings.layout;
@@ -507,7 +513,9 @@ fn status_tasks(
             },
             refresh.clone(),
             Some(notifier.clone()),
+            replication.clone(),
         );
+        let goodput = crate::goodput::Goodput::load(layout, &settings.config, alerts.clone());
         status::watchdog::spawn(
             layout.clone(),
             cache.subscribe_refreshes(),
@@ -520,6 +528,7 @@ fn status_tasks(
             pipeline.clone(),
             layout.clone(),
             follower,
+            goodput,
         );
         (cache, web)
     }))

@@ -14,6 +14,7 @@ use lavender::events::{self, Event, EventBatch};
 
 use super::offsets;
 use crate::notify::{Notifier, milestone};
+use crate::replicate::Replication;
 use crate::retention::Retention;
 use crate::verifier::Verifier;
 use lavender::layout::Layout;
@@ -28,6 +29,8 @@ pub struct EventFollower {
     retention: Option<Retention>,
     /// The daemon's verifier, told of every event too (it reads each save back).
     verifier: Option<Verifier>,
+    /// The replication task, told of every save (replicate/replicator.rs).
+    replication: Option<Replication>,
 }
 
 struct Pushes {
@@ -66,6 +69,7 @@ impl EventFollower {
             feed_offset: 0,
             retention: None,
             verifier: None,
+            replication: None,
         }
     }
 
@@ -78,6 +82,12 @@ impl EventFollower {
     /// Also hands every new event to `verifier`, which reads each save back.
     pub fn with_verifier(mut self, verifier: Verifier) -> EventFollower {
         self.verifier = Some(verifier);
+        self
+    }
+
+    /// Also tells `replication` of every save, which uploads it.
+    pub fn with_replication(mut self, replication: Option<Replication>) -> EventFollower {
+        self.replication = replication;
         self
     }
 
@@ -119,6 +129,9 @@ impl EventFollower {
         }
         if let Some(verifier) = self.verifier.as_mut() {
             verifier.observe(run_dir, &batch.events);
+        }
+        if let Some(replication) = &self.replication {
+            replication.observe(run_dir, &batch.events);
         }
         Ok(Followed {
             events: batch.events,

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::{Feed, Kind, Snapshot};
 use crate::events::EventFollower;
+use crate::goodput::Goodput;
 use crate::pipeline::PipelineHandle;
 use crate::status::StatusCache;
 use lavender::layout::Layout;
@@ -35,6 +36,7 @@ pub fn spawn(
     pipeline: PipelineHandle,
     layout: Layout,
     follower: EventFollower,
+    goodput: Goodput,
 ) -> Arc<Counters> {
     let counters = Arc::new(Counters::default());
     // Subscribed here, before the daemon takes requests: the first pass shows the
@@ -46,7 +48,7 @@ pub fn spawn(
         cache,
         (first, transitions),
         layout,
-        follower,
+        (follower, goodput),
         counters.clone(),
     ));
     counters
@@ -57,7 +59,7 @@ async fn run(
     cache: StatusCache,
     (first, mut transitions): (PipelineRecord, broadcast::Receiver<PipelineRecord>),
     layout: Layout,
-    mut follower: EventFollower,
+    (mut follower, mut goodput): (EventFollower, Goodput),
     counters: Arc<Counters>,
 ) {
     let mut refreshes = cache.subscribe_refreshes();
@@ -95,10 +97,14 @@ async fn run(
         // A worker's last milestones come before the transition its exit caused.
         // The file is followed when it may have grown, or the pipeline moved.
         let follow = (snapshot.events_mark, record.clone());
+        let mut events = Vec::new();
         if followed.as_ref() != Some(&follow) {
-            milestones(&feed, &layout, &mut follower, &snapshot);
+            events = milestones(&feed, &layout, &mut follower, &snapshot);
             followed = Some(follow);
         }
+        let read = cache.snapshot();
+        let beat = read.facts.heartbeat.as_ref().and_then(|b| b.as_ref().ok());
+        goodput.observe(&record, beat, &events);
         published.state(&feed, &snapshot);
         published.heartbeat(&feed, &snapshot);
         if snapshot.status.pipeline.state == lavender::status::PipelineState::Running {
@@ -174,23 +180,34 @@ impl Published {
 }
 
 /// New lines of the run's `events.jsonl` (a new run from its first line), each
-/// naming the run; the follower pushes their milestones in the same pass.
-fn milestones(feed: &Feed, layout: &Layout, follower: &mut EventFollower, snap: &Snapshot) {
-    let Some(run) = &snap.run else { return };
+/// naming the run; the follower pushes their milestones in the same pass. Returns them.
+fn milestones(
+    feed: &Feed,
+    layout: &Layout,
+    follower: &mut EventFollower,
+    snap: &Snapshot,
+) -> Vec<lavender::events::Event> {
+    let Some(run) = &snap.run else {
+        return Vec::new();
+    };
     let run_dir = layout.checkpoints_root().join(run);
     match follower.poll(&run_dir) {
         Ok(followed) => {
-            for event in followed.events {
+            for event in &followed.events {
                 // The pipeline log says each milestone as the pushes do.
-                if let Some(text) = crate::notify::format::milestone_text(&event, "") {
+                if let Some(text) = crate::notify::format::milestone_text(event, "") {
                     crate::logs::story::say(&text);
                 }
-                let mut data = serde_json::to_value(&event).unwrap_or(Value::Null);
+                let mut data = serde_json::to_value(event).unwrap_or(Value::Null);
                 data["run"] = json!(run);
                 feed.publish(Kind::Milestone, &data);
             }
+            followed.events
         }
-        Err(e) => tracing::warn!("cannot follow the events of {}: {e}", run_dir.display()),
+        Err(e) => {
+            tracing::warn!("cannot follow the events of {}: {e}", run_dir.display());
+            Vec::new()
+        }
     }
 }
 
@@ -234,12 +251,14 @@ mod tests {
             commits.send(record.clone()).unwrap();
         }
         let follower = EventFollower::new(None, &layout.state_dir, &layout.data_root);
+        let (alerts, _unheard) = tokio::sync::mpsc::unbounded_channel();
+        let goodput = Goodput::load(&layout, &lavender::config::Config::default(), alerts);
         let task = tokio::spawn(run(
             feed.clone(),
             cache,
             (first, transitions),
             layout,
-            follower,
+            (follower, goodput),
             Arc::default(),
         ));
         let mut watch = feed.watch();

@@ -175,6 +175,7 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             duration: took,
             final_loss,
             final_checkpoint,
+            goodput,
         } => {
             let mut parts = Vec::new();
             if let Some(loss) = final_loss.filter(|l| l.is_finite()) {
@@ -183,11 +184,36 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             if let Some(name) = final_checkpoint {
                 parts.push(format!("final checkpoint {name}"));
             }
+            parts.extend(goodput.clone());
             vec![push(
                 format!("finished in {}", duration(*took)),
                 parts.join(", "),
             )]
         }
+        Alert::Slowdown {
+            stage,
+            baseline_s,
+            current_s,
+            for_s,
+            seen,
+        } => vec![push(
+            format!(
+                "training {:.0} % slower",
+                (current_s / baseline_s - 1.0) * 100.0
+            ),
+            format!(
+                "{current_s:.3} s/step in {stage} against {baseline_s:.3} for {}; {seen}",
+                duration(Duration::from_secs_f64(*for_s))
+            ),
+        )],
+        Alert::SlowdownRecovered {
+            stage,
+            baseline_s,
+            current_s,
+        } => vec![push(
+            "training back to speed".to_string(),
+            format!("{current_s:.3} s/step in {stage} against {baseline_s:.3}"),
+        )],
         // Logged only: an adoption or an operator's own stop needs no push.
         Alert::Adopted { .. } | Alert::StoppedExternally { .. } => Vec::new(),
     }
@@ -401,11 +427,12 @@ mod tests {
             duration: Duration::from_secs(3 * 3600 + 720),
             final_loss: Some(1.23456),
             final_checkpoint: Some("final-05-12-22-0007".into()),
+            goodput: Some("goodput 94.2 % · lost 11 min: rework 8 · startup 3".into()),
         });
         assert_eq!(n.title, "[lavender] finished in 3h 12m");
         assert_eq!(
             n.body,
-            "final loss 1.235, final checkpoint final-05-12-22-0007"
+            "final loss 1.235, final checkpoint final-05-12-22-0007, goodput 94.2 % · lost 11 min: rework 8 · startup 3"
         );
         assert!(
             pushes(

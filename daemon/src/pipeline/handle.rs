@@ -68,6 +68,11 @@ pub(super) enum Command {
     Reload {
         reply: oneshot::Sender<Result<Reload, String>>,
     },
+    /// Delete old runs (`lavenderd prune`): never the run being started or run.
+    Prune {
+        req: lavender_api::PruneRequest,
+        reply: oneshot::Sender<Result<lavender_api::PruneReply, String>>,
+    },
     /// A round trip that proves the actor's loop still turns (the service watchdog).
     Ping { reply: oneshot::Sender<()> },
     /// The daemon is about to re-execute itself: the record on disk is current; the
@@ -158,6 +163,21 @@ impl PipelineHandle {
         let (reply, rx) = oneshot::channel();
         self.cmds
             .send(Command::Reload { reply })
+            .await
+            .map_err(|_| "the pipeline actor has stopped".to_string())?;
+        rx.await
+            .map_err(|_| "the pipeline actor has stopped".to_string())?
+    }
+
+    /// Plans a prune of old runs, or deletes the runs of its plan that `req` names;
+    /// a start waits meanwhile, so the run it makes or resumes from is not deleted.
+    pub async fn prune(
+        &self,
+        req: lavender_api::PruneRequest,
+    ) -> Result<lavender_api::PruneReply, String> {
+        let (reply, rx) = oneshot::channel();
+        self.cmds
+            .send(Command::Prune { req, reply })
             .await
             .map_err(|_| "the pipeline actor has stopped".to_string())?;
         rx.await

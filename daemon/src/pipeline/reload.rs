@@ -29,6 +29,7 @@ impl TakesEffectRule for TakesEffect {
             "supervisor.listen",
             "supervisor.allow_non_loopback",
             "supervisor.watcher",
+            "supervisor.slowdown",
         ]
         .iter()
         .any(|k| under(k))
@@ -36,6 +37,7 @@ impl TakesEffectRule for TakesEffect {
             || under("data_root")
             || under("data_root_candidates")
             || (under("notify") && !under("notify.disk_floor_mib"))
+            || under("replicate")
         {
             TakesEffect::NextDaemon
         } else if under("supervisor")
@@ -98,6 +100,7 @@ mod tests {
             ("notify.ntfy.topic", NextDaemon),
             ("api.tokens", NextDaemon),
             ("data_root", NextDaemon),
+            ("replicate.url", NextDaemon),
             ("worker.command", NextWorker),
             ("launch.slurm.partition", NextWorker),
             ("training.stages[0].lr", NextStart),

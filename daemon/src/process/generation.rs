@@ -94,26 +94,83 @@ fn all_processes() -> BTreeMap<u32, Proc> {
     BTreeMap::new()
 }
 
-/// Whether `pid`'s environment names `token`'s generation (unreadable: no).
-fn carries(pid: u32, token: &str) -> bool {
-    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-        return false;
+/// What `pid`'s environment says of `token`'s generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marker {
+    Carries,
+    Lacks,
+    /// Unreadable or empty: a process caught mid-exec, or not ours to read. Looked
+    /// at again (see [`end`]).
+    Unknown,
+}
+
+fn marker(pid: u32, token: &str) -> Marker {
+    let environ = match std::fs::read(format!("/proc/{pid}/environ")) {
+        Ok(e) if !e.is_empty() => e,
+        _ => return Marker::Unknown,
     };
     let wanted = format!("{GENERATION_ENV}={token}");
-    environ.split(|&b| b == 0).any(|v| v == wanted.as_bytes())
+    if environ.split(|&b| b == 0).any(|v| v == wanted.as_bytes()) {
+        Marker::Carries
+    } else {
+        Marker::Lacks
+    }
+}
+
+/// Whether `pid` is a log relay (`lavenderd log-relay`): adopted by the daemon as the
+/// subreaper, it outlives every worker it serves and is never a generation's.
+fn is_relay(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| c.split(|&b| b == 0).nth(1) == Some(b"log-relay".as_slice()))
+}
+
+/// A generation's processes as one scan found them.
+struct Scan {
+    /// Besides the leader: see [`members`].
+    members: Vec<(ProcessIdentity, Proc)>,
+    /// Processes started since the leader whose environment could not be read, by
+    /// pid and start time.
+    unknown: Vec<(u32, String)>,
 }
 
 /// The generation's processes besides `leader` (its worker, when still the same
-/// process): those carrying the marker and every descendant of those and of the
-/// leader. Zombies are included (the daemon's own are reaped by [`end`]).
-fn members(token: &str, leader: &ProcessIdentity) -> Vec<(ProcessIdentity, Proc)> {
+/// process): those in its cgroup, those carrying the marker, the daemon's children
+/// in another session than the daemon's that are neither a registered worker nor a
+/// log relay (a helper the worker started with an environment of its own, orphaned
+/// when it died), and every descendant of those and of the leader. Zombies are
+/// included (the daemon's own are reaped by [`end`]).
+fn members(token: &str, leader: &ProcessIdentity) -> Scan {
     let procs = all_processes();
     let me = std::process::id();
-    let mut roots: BTreeSet<u32> = procs
-        .iter()
-        .filter(|(pid, p)| **pid != me && !p.zombie && carries(**pid, token))
-        .map(|(pid, _)| *pid)
-        .collect();
+    let my_session = procs.get(&me).map(|p| p.session);
+    let leaders = reaper().leaders.clone();
+    let since: u64 = leader.start_time.parse().unwrap_or(0);
+    let mut roots: BTreeSet<u32> = BTreeSet::new();
+    let mut unknown = Vec::new();
+    for (pid, p) in &procs {
+        if *pid == me || p.zombie || p.ppid == 2 || *pid == 2 {
+            continue;
+        }
+        match marker(*pid, token) {
+            Marker::Carries => {
+                roots.insert(*pid);
+            }
+            Marker::Unknown if p.start_time.parse::<u64>().is_ok_and(|t| t >= since) => {
+                unknown.push((*pid, p.start_time.clone()));
+            }
+            _ => {}
+        }
+        if p.ppid == me
+            && Some(p.session) != my_session
+            && !leaders.contains(pid)
+            && !is_relay(*pid)
+        {
+            roots.insert(*pid);
+        }
+    }
+    if let Some(cgroup) = super::cgroup::Cgroup::of(token) {
+        roots.extend(cgroup.pids().into_iter().filter(|pid| *pid != me));
+    }
     if procs
         .get(&leader.pid)
         .is_some_and(|p| p.start_time == leader.start_time)
@@ -133,7 +190,8 @@ fn members(token: &str, leader: &ProcessIdentity) -> Vec<(ProcessIdentity, Proc)
         todo.extend(children.get(&pid).into_iter().flatten().copied());
     }
     found.remove(&leader.pid);
-    found
+    unknown.retain(|(pid, _)| !found.contains(pid));
+    let members = found
         .into_iter()
         .filter_map(|pid| {
             let p = procs.get(&pid)?.clone();
@@ -144,7 +202,8 @@ fn members(token: &str, leader: &ProcessIdentity) -> Vec<(ProcessIdentity, Proc)
             };
             Some((id, p))
         })
-        .collect()
+        .collect();
+    Scan { members, unknown }
 }
 
 /// The generation's live processes, its worker first when it is still the same
@@ -159,6 +218,7 @@ pub(crate) fn live_members(leader: &ProcessIdentity) -> Vec<u32> {
         .into_iter()
         .chain(
             members(token, leader)
+                .members
                 .into_iter()
                 .filter(|(_, p)| !p.zombie)
                 .map(|(id, _)| id.pid),
@@ -171,6 +231,7 @@ pub(crate) fn live_members(leader: &ProcessIdentity) -> Vec<u32> {
 /// found, so none hears it twice. Returns how many were signalled.
 pub(crate) fn signal_members(token: &str, leader: &ProcessIdentity, signal: Signal) -> usize {
     members(token, leader)
+        .members
         .into_iter()
         .filter(|(id, p)| !p.zombie && p.pgrp != leader.pid && send(id, signal))
         .count()
@@ -279,20 +340,46 @@ fn sweep() {
         .retain(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
 }
 
-/// Ends the generation after its worker exited (or was found gone): SIGKILLs every
-/// process of it, reaps those that are the daemon's children, and returns once none
-/// is left, or at `deadline`, naming those that are. Returns how many were killed.
+/// How long a process whose environment cannot be read is looked at again before it
+/// is taken for another's (an exec takes milliseconds).
+const LOOK_AGAIN_FOR: Duration = Duration::from_secs(1);
+
+/// Ends the generation after its worker exited (or was found gone): kills its
+/// cgroup (`cgroup.kill`, where it has one) and SIGKILLs every process of it found
+/// otherwise, reaps those that are the daemon's children, and returns once two
+/// scans in a row, the first after the last kill, find none left and no process
+/// whose environment could not be read yet, or at `deadline`, naming those left.
+/// Returns how many were killed.
 pub(crate) async fn end(token: &str, leader: &ProcessIdentity, deadline: Duration) -> usize {
-    let until = tokio::time::Instant::now() + deadline;
+    let started = tokio::time::Instant::now();
+    let until = started + deadline;
     let me = std::process::id();
+    let cgroup = super::cgroup::Cgroup::of(token);
     // Killed and not yet gone: a zombie no longer shows its marker, so it is followed
     // by pid + start time until its parent (often the daemon) reaps it.
     let mut dying: BTreeMap<u32, ProcessIdentity> = BTreeMap::new();
     let mut killed = BTreeMap::new();
+    // Processes whose environment could not be read, and when first seen so.
+    let mut unsure: BTreeMap<(u32, String), tokio::time::Instant> = BTreeMap::new();
+    let mut clean_scans = 0;
     loop {
-        for (id, p) in members(token, leader) {
-            if !p.zombie && send(&id, Signal::SIGKILL) {
-                killed.entry(id.pid).or_insert_with(|| comm(id.pid));
+        let in_cgroup = cgroup.as_ref().is_some_and(|c| c.populated());
+        if let Some(c) = cgroup.as_ref().filter(|_| in_cgroup) {
+            for pid in c.pids() {
+                killed.entry(pid).or_insert_with(|| comm(pid));
+            }
+            if let Err(e) = c.kill() {
+                tracing::warn!("cgroup.kill in {} failed: {e}", c.dir().display());
+            }
+        }
+        let scan = members(token, leader);
+        let mut live = false;
+        for (id, p) in scan.members {
+            if !p.zombie {
+                live = true;
+                if send(&id, Signal::SIGKILL) {
+                    killed.entry(id.pid).or_insert_with(|| comm(id.pid));
+                }
             }
             dying.entry(id.pid).or_insert(id);
         }
@@ -306,16 +393,28 @@ pub(crate) async fn end(token: &str, leader: &ProcessIdentity, deadline: Duratio
             }
             _ => false,
         });
-        if dying.is_empty() {
+        let now = tokio::time::Instant::now();
+        unsure.retain(|id, _| scan.unknown.contains(id));
+        for id in scan.unknown {
+            unsure.entry(id).or_insert(now);
+        }
+        let looking_again = unsure.values().any(|seen| now - *seen < LOOK_AGAIN_FOR);
+        // One empty scan is not enough: a process caught mid-fork or mid-exec shows
+        // up in the next.
+        let clean = !live && !in_cgroup && dying.is_empty() && !looking_again;
+        clean_scans = if clean { clean_scans + 1 } else { 0 };
+        if clean_scans >= 2 {
             break;
         }
-        if tokio::time::Instant::now() >= until {
-            let pids: Vec<String> = dying
-                .keys()
+        if now >= until {
+            let mut left: BTreeSet<u32> = dying.keys().copied().collect();
+            left.extend(cgroup.iter().flat_map(|c| c.pids()));
+            let pids: Vec<String> = left
+                .iter()
                 .map(|pid| format!("{pid} ({})", comm(*pid)))
                 .collect();
             tracing::error!(
-                "processes of the previous worker are still there {}s after SIGKILL: {}; the next start goes ahead (a process in uninterruptible sleep, e.g. on a hung mount or a GPU driver call, ends when that call returns)",
+                "processes of the previous worker are still there {}s after SIGKILL: {}; the worker's exit is reported and the next start goes ahead without them (a process in uninterruptible sleep, e.g. on a hung mount or a GPU driver call, ends when that call returns)",
                 deadline.as_secs(),
                 pids.join(", ")
             );
@@ -323,13 +422,22 @@ pub(crate) async fn end(token: &str, leader: &ProcessIdentity, deadline: Duratio
         }
         tokio::time::sleep(POLL).await;
     }
+    if let Some(c) = &cgroup
+        && !c.populated()
+    {
+        c.remove();
+    }
     if !killed.is_empty() {
         let names: Vec<String> = killed
             .iter()
             .map(|(pid, comm)| format!("{pid} ({comm})"))
             .collect();
+        let how = match &cgroup {
+            Some(c) => format!("its cgroup {} killed", c.dir().display()),
+            None => "found by marker and process tree".into(),
+        };
         tracing::warn!(
-            "killed {} process(es) the worker left behind: {}",
+            "killed {} process(es) the worker left behind ({how}): {}",
             killed.len(),
             names.join(", ")
         );
@@ -375,6 +483,7 @@ mod tests {
         }
         let leader_id = crate::process::identity::of(leader.id()).unwrap();
         let found: Vec<u32> = members(&token, &leader_id)
+            .members
             .iter()
             .map(|(id, _)| id.pid)
             .collect();
@@ -392,6 +501,44 @@ mod tests {
             !std::path::Path::new(&format!("/proc/{sleeper}")).exists()
                 || read_stat(sleeper).is_none_or(|p| p.ppid != std::process::id()),
             "no zombie of ours is left"
+        );
+
+        // Without a cgroup (none was made here) and without the marker: a helper
+        // started with an environment of its own (`env -i`) in its own session is
+        // found as the daemon's adopted child once its worker is gone.
+        let token = new_token();
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "env -i setsid sleep 301 & echo $!; wait"])
+            .env(GENERATION_ENV, &token)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(leader.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let helper: u32 = line.trim().parse().unwrap();
+        let started = std::time::Instant::now();
+        while comm(helper) != "sleep" {
+            assert!(started.elapsed() < Duration::from_secs(10), "no sleep");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            !std::fs::read(format!("/proc/{helper}/environ"))
+                .unwrap()
+                .windows(GENERATION_ENV.len())
+                .any(|w| w == GENERATION_ENV.as_bytes()),
+            "the helper carries no marker"
+        );
+        let leader_id = crate::process::identity::of(leader.id()).unwrap();
+        leader.kill().unwrap();
+        leader.wait().unwrap();
+        assert!(end(&token, &leader_id, Duration::from_secs(10)).await >= 1);
+        assert!(
+            crate::process::identity::of(helper).is_none(),
+            "the helper with its own environment is gone"
         );
     }
 }

@@ -4,6 +4,7 @@
 //! Slurm batch job (`slurm`).
 
 pub(crate) mod backend;
+pub(crate) mod cgroup;
 #[cfg(test)]
 pub mod fake;
 pub(crate) mod generation;

@@ -1,5 +1,6 @@
 //! Spawning a worker: its own session and process group (process-wrap's
-//! `ProcessSession`), its generation's marker in its environment (`generation.rs`), stdout/stderr through a relay into the rotating pipeline log
+//! `ProcessSession`), its generation's marker in its environment (`generation.rs`)
+//! and its generation's own cgroup where the daemon can make one (`cgroup.rs`), stdout/stderr through a relay into the rotating pipeline log
 //! (`logs::relay`), no stdin, and none of the service-manager variables that would
 //! let it talk to systemd as us.
 
@@ -68,6 +69,20 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned> {
     let generation = super::generation::new_token();
     cmd.env(super::generation::GENERATION_ENV, &generation);
     super::generation::become_subreaper();
+    if let Some(procs) = super::cgroup::Cgroup::create(&generation).and_then(|c| {
+        c.procs_for_child()
+            .map_err(|e| tracing::warn!("cannot enter the cgroup {}: {e}", c.dir().display()))
+            .ok()
+    }) {
+        // SAFETY: between fork and exec only write(2) runs, async-signal-safe. A
+        // failed move leaves the worker outside the cgroup, found by its marker.
+        unsafe {
+            cmd.pre_exec(move || {
+                let _ = nix::unistd::write(&procs, b"0");
+                Ok(())
+            });
+        }
+    }
     let mut wrap = CommandWrap::from(cmd);
     wrap.wrap(ProcessSession);
     let mut launching = super::generation::launching();

@@ -114,9 +114,14 @@ pub fn router(app: AppState) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
         ));
-    let slow = Router::new().answer(Route::Stop, routes::stop::post).layer(
-        TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, STOP_REQUEST_TIMEOUT),
-    );
+    // A prune deletes gigabytes.
+    let slow = Router::new()
+        .answer(Route::Stop, routes::stop::post)
+        .answer(Route::Prune, routes::prune::post)
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            STOP_REQUEST_TIMEOUT,
+        ));
     // A stream lasts as long as the client stays; it ends when the feed closes.
     let streams = Router::new().answer(Route::Events, routes::events::get);
     let rest = quick

@@ -120,6 +120,9 @@ pub fn render(spec: &ServiceSpec) -> String {
     line("# alongside the daemon on stop and kill it outright after a daemon crash; mixed");
     line("# would SIGKILL it as soon as the daemon is gone.");
     line("KillMode=process");
+    line("# Delegate=yes: the cgroup subtree is the daemon's, to put each worker and all it");
+    line("# starts in a cgroup of its own and end them together with cgroup.kill.");
+    line("Delegate=yes");
     line(&format!(
         "# supervisor.stop_timeout_s ({} s) + {} s: the daemon SIGKILLs a worker that has not",
         spec.stop_timeout_s,

@@ -20,6 +20,7 @@ use lavender::status::Status;
 use tokio::sync::watch;
 
 use crate::notify::ChannelCounts;
+use crate::replicate::replicator::ReplicationStatus;
 use lavender::compose::{FileFacts, Liveness, StatusSettings, compose, stall_watch};
 use lavender::pipeline_file::PipelineRecord;
 
@@ -43,6 +44,8 @@ pub struct StatusSnapshot {
     stale_at: Option<DateTime<Utc>>,
     /// The body after `{"timestamp":"…` (from the timestamp's closing quote on).
     rest: String,
+    /// Where the checkpoints' copies are (shown as `replication`), when configured.
+    replication: Option<ReplicationStatus>,
 }
 
 impl StatusSnapshot {
@@ -58,24 +61,29 @@ impl StatusSnapshot {
         let stale_at = stall_watch(&record, &facts, &settings, true)
             .map(|w| w.deadline())
             .filter(|d| now < *d);
-        let body = body_json(&status, &counts);
-        // The timestamp is the struct's first field; the rest starts at its closing quote.
-        let rest = body
-            .strip_prefix("{\"timestamp\":\"")
-            .and_then(|b| b.find('"').map(|end| b[end..].to_string()))
-            .unwrap_or_default();
+        let body = body_json(&status, &counts, None);
         StatusSnapshot {
             heartbeat_at,
             heartbeat_age: heartbeat_at.map(|t| (now - t).num_seconds()),
             stale_at,
-            rest,
+            rest: rest_of(&body),
             record,
             facts,
             settings,
             counts,
             status,
             events_mark: 0,
+            replication: None,
         }
+    }
+
+    /// The snapshot with `replication` in its body (`None`: not configured).
+    pub fn with_replication(mut self, replication: Option<ReplicationStatus>) -> StatusSnapshot {
+        if replication.is_some() {
+            self.rest = rest_of(&body_json(&self.status, &self.counts, replication.as_ref()));
+            self.replication = replication;
+        }
+        self
     }
 
     /// Whether composing again at `now` would give the same status except the timestamp.
@@ -131,7 +139,7 @@ impl StatusSnapshot {
                 now,
                 Liveness::Supervised,
             );
-            return body_json(&status, &self.counts);
+            return body_json(&status, &self.counts, self.replication.as_ref());
         }
         let mut out = String::with_capacity(self.rest.len() + 40);
         out.push_str("{\"timestamp\":\"");
@@ -158,9 +166,21 @@ fn push_timestamp(out: &mut String, t: DateTime<Utc>) {
     );
 }
 
+/// The body after `{"timestamp":"…`: the timestamp is the struct's first field; the
+/// rest starts at its closing quote.
+fn rest_of(body: &str) -> String {
+    body.strip_prefix("{\"timestamp\":\"")
+        .and_then(|b| b.find('"').map(|end| b[end..].to_string()))
+        .unwrap_or_default()
+}
+
 /// The status serialized in its field order (`timestamp` first), with
-/// `notifications` added as the last key.
-fn body_json(status: &Status, counts: &BTreeMap<String, ChannelCounts>) -> String {
+/// `notifications` added as the last key, and `replication` after it when configured.
+fn body_json(
+    status: &Status,
+    counts: &BTreeMap<String, ChannelCounts>,
+    replication: Option<&ReplicationStatus>,
+) -> String {
     let mut body = serde_json::to_string(status).unwrap_or_else(|_| "{}".into());
     if body.ends_with('}') {
         body.pop();
@@ -169,6 +189,10 @@ fn body_json(status: &Status, counts: &BTreeMap<String, ChannelCounts>) -> Strin
         }
         body.push_str("\"notifications\":");
         body.push_str(&serde_json::to_string(counts).unwrap_or_else(|_| "{}".into()));
+        if let Some(r) = replication {
+            body.push_str(",\"replication\":");
+            body.push_str(&serde_json::to_string(r).unwrap_or_else(|_| "null".into()));
+        }
         body.push('}');
     }
     body
@@ -280,7 +304,7 @@ mod tests {
     fn body_starts_with_the_timestamp_and_ends_with_the_counts() {
         let status = Status::never_started(at("2026-11-30T10:00:00Z"));
         let counts = BTreeMap::from([("webhook".to_string(), ChannelCounts::default())]);
-        let body = body_json(&status, &counts);
+        let body = body_json(&status, &counts, None);
         assert!(
             body.starts_with("{\"timestamp\":\"2026-11-30T10:00:00.000Z\","),
             "{body}"
@@ -304,6 +328,7 @@ mod tests {
                 Liveness::Supervised,
             ),
             &snap.counts,
+            None,
         );
         assert_eq!(served, composed);
         assert!(served.starts_with("{\"timestamp\":\"2026-11-30T10:07:31.042Z\","));

@@ -20,6 +20,7 @@ use super::hang_clock::HangClock;
 use super::watch::{RunDirWatcher, WatchOptions};
 use crate::notify::{ChannelCounts, Notifier};
 use crate::pipeline::PipelineHandle;
+use crate::replicate::Replication;
 use lavender::compose::{FileFacts, StatusSettings};
 use lavender::layout::Layout;
 use lavender::pipeline_file::PipelineRecord;
@@ -49,7 +50,7 @@ impl Default for RefreshOptions {
 }
 
 /// Reads the files once, publishes the first snapshot and starts the refresher.
-/// `notifier`: whose counts the status shows.
+/// `notifier`: whose counts the status shows; `replication`: whose state it shows.
 pub fn spawn(
     layout: Layout,
     pipeline: &PipelineHandle,
@@ -57,6 +58,7 @@ pub fn spawn(
     watch: WatchOptions,
     opts: RefreshOptions,
     notifier: Option<Notifier>,
+    replication: Option<Replication>,
 ) -> StatusCache {
     let records = pipeline.subscribe();
     let record = records.borrow().clone();
@@ -86,7 +88,8 @@ pub fn spawn(
         settings.clone(),
         counts,
         lavender::time::now_utc(),
-    );
+    )
+    .with_replication(replication.as_ref().map(Replication::status));
     let (snapshots, snapshots_rx) = watch::channel(Arc::new(first));
     let settings = Arc::new(watch::Sender::new(settings));
     let refresher = Refresher {
@@ -95,6 +98,7 @@ pub fn spawn(
         settings: settings.subscribe(),
         counted: notifier.as_ref().map(Notifier::subscribe_counts),
         notifier,
+        replication,
         snapshots,
         clock,
         hangs,
@@ -112,6 +116,8 @@ struct Refresher {
     records: watch::Receiver<PipelineRecord>,
     settings: watch::Receiver<StatusSettings>,
     notifier: Option<Notifier>,
+    /// Shown as `replication`; read at each composition (at least every safety tick).
+    replication: Option<Replication>,
     counted: Option<watch::Receiver<()>>,
     snapshots: watch::Sender<Arc<StatusSnapshot>>,
     /// The clocks hang allowances are measured on, and what was said when.
@@ -287,7 +293,8 @@ impl Refresher {
                 settings,
                 counts(self.notifier.as_ref()),
                 lavender::time::now_utc(),
-            );
+            )
+            .with_replication(self.replication.as_ref().map(Replication::status));
             snapshot.events_mark = events_mark;
             self.snapshots.send_replace(Arc::new(snapshot));
         }

@@ -36,8 +36,16 @@ impl WebState {
         pipeline: PipelineHandle,
         layout: Layout,
         follower: crate::events::EventFollower,
+        goodput: crate::goodput::Goodput,
     ) -> WebState {
-        let counters = publisher::spawn(feed.clone(), cache.clone(), pipeline, layout, follower);
+        let counters = publisher::spawn(
+            feed.clone(),
+            cache.clone(),
+            pipeline,
+            layout,
+            follower,
+            goodput,
+        );
         WebState {
             feed,
             history: Arc::new(HistoryCache::default()),

@@ -214,6 +214,13 @@ fn runs_checkpoints_logs_and_prune() {
     assert!(yes.status.success(), "{}", yes.output);
     assert!(yes.output.contains("removed"), "{}", yes.output);
     assert!(!oldest_dir.exists());
+    // The running daemon deleted it (it knows the run it may be starting), and says so.
+    let said = "prune --keep-runs 1: removed 1 old run(s)";
+    let log = env.log_with(said, Duration::from_secs(30));
+    assert!(
+        log.lines().any(|l| l.contains(said) && l.contains(&oldest)),
+        "{log}"
+    );
     let out = env.run(&["runs"]);
     assert!(
         stdout(&out).contains(&newest) && !stdout(&out).contains(&oldest),

@@ -207,6 +207,7 @@ async fn alert_texts_for_faults_and_the_end() {
             duration: Duration::from_secs(3 * 3600 + 720),
             final_loss: Some(1.5),
             final_checkpoint: Some("final-05-12-22-0007".into()),
+            goodput: None,
         },
     ];
     for a in &alerts {

@@ -190,6 +190,10 @@ fn zombies_of(pid: u32) -> Vec<i32> {
 /// it): its ranks, each in a session of its own, must not live on and write into the
 /// run beside the next generation. None is alive once the daemon restarts; the
 /// restart resumes from a checkpoint that exists; the run finishes; no zombie is left.
+/// The ranks set a parent-death signal themselves (`lavender_protocol`), so they die
+/// with the launcher whatever the daemon does: what the daemon itself ends is tested
+/// by `supervision::a_helper_with_its_own_environment_and_session_dies_with_its_worker`,
+/// where no process sets one.
 #[test]
 fn the_launcher_sigkilled_leaves_no_rank_alive_and_the_run_finishes() {
     let max_steps: u64 = 200;

@@ -762,14 +762,30 @@ fn lost_node_waits_and_resumes_or_fails(cluster: &Cluster) {
         ),
         "",
     );
+    // And a third that waits for the lost node itself (`on_node_failure: wait`).
+    let waiting = Run::new(
+        cluster,
+        &edited(
+            &config_yaml(100_000, 20, 29517),
+            "on_node_failure: requeue",
+            "on_node_failure: wait",
+        ),
+        "",
+    );
     run.d.start(&[]);
     failing.d.start(&[]);
+    waiting.d.start(&[]);
     let st = run.wait(SLOW, "a two-node job past two checkpoints", |st| {
         running_on_two(st, 45) && st["training"]["checkpoints"].as_u64().unwrap_or(0) >= 2
     });
     let fst = failing.wait(SLOW, "the second two-node job past a checkpoint", |st| {
         running_on_two(st, 1) && st["training"]["checkpoints"].as_u64().unwrap_or(0) >= 1
     });
+    let wst = waiting.wait(SLOW, "the waiting two-node job past a checkpoint", |st| {
+        running_on_two(st, 1) && st["training"]["checkpoints"].as_u64().unwrap_or(0) >= 1
+    });
+    let waiting_job = job_of(&wst);
+    let waiting_dir = waiting.d.run_dir();
     let failing_job = job_of(&fst);
     let failing_dir = failing.d.run_dir();
     let failing_saved = python::complete(&failing_dir);
@@ -877,7 +893,64 @@ fn lost_node_waits_and_resumes_or_fails(cluster: &Cluster) {
         failing.text()
     ));
 
+    // `on_node_failure: wait`: the daemon held the requeued job for the nodes it ran
+    // on (its `scontrol update … ReqNodeList=` ran): pending while n2 is down.
+    let wst = waiting.wait(
+        Duration::from_secs(180),
+        "the job with on_node_failure: wait to be held for n2",
+        |st| {
+            assert!(
+                !matches!(st["pipeline"]["state"].as_str(), Some("crashed" | "failed")),
+                "a lost node is not a crash: {st:#}"
+            );
+            st["pipeline"]["slurm"]["state"] == "PENDING"
+                && st["pipeline"]["slurm"]["message"]
+                    .as_str()
+                    .is_some_and(|m| {
+                        m.starts_with("node n2 lost at step ")
+                            && m.ends_with("; waiting for 2 nodes, n2 among them")
+                    })
+        },
+    );
+    assert_eq!(job_of(&wst), waiting_job, "the same job, requeued and held");
+    let info = cluster.job(&waiting_job);
+    let required = field(&info, "ReqNodeList").unwrap_or_default();
+    assert!(
+        required == "n[1-2]" || required == "n1,n2",
+        "the job requires the nodes it ran on: {info}"
+    );
+    let waiting_saved = python::complete(&waiting_dir);
+    let waiting_newest = waiting_saved.last().unwrap().1;
+    say(format!(
+        "on_node_failure: wait: job {waiting_job} held (ReqNodeList={required}), \
+         pipeline.slurm.message: {}\n`lavenderd status`:\n{}",
+        wst["pipeline"]["slurm"]["message"],
+        waiting.text()
+    ));
+
     cluster.node("restore", "n2");
+    let loaded = waiting.wait_event(
+        &waiting_dir,
+        SLOW,
+        "the held job to resume with n2 back",
+        "checkpoint_loaded",
+    );
+    assert_eq!(step_of(&loaded), waiting_newest, "{waiting_saved:?}");
+    let wst = waiting.wait(SLOW, "the held job to train on n1 and n2", |st| {
+        running_on_two(st, waiting_newest + 1)
+    });
+    assert_eq!(job_of(&wst), waiting_job);
+    let mut on = nodes_of(&wst);
+    on.sort();
+    assert_eq!(on, ["n1", "n2"], "{wst:#}");
+    assert_eq!(
+        wst["pipeline"]["restarts"], 0,
+        "not counted as a crash: {wst:#}"
+    );
+    say(format!(
+        "n2 back: held job {waiting_job} runs again on {on:?}, resumed from step {waiting_newest}"
+    ));
+    waiting.d.stop_saved();
     let loaded = run.wait_event(
         &run_dir,
         SLOW,

@@ -1058,3 +1058,118 @@ fn the_same_late_failure_repeated_fails_after_max_same_failure_whatever_the_rese
         "the restart alerts say where the counts stand:\n{log}"
     );
 }
+
+/// One generation, whatever the worker does: a script worker (nothing in it sets a
+/// parent-death signal) starts a helper with an environment of its own (`env -i`,
+/// so no generation marker) in a session of its own (`setsid`), and is SIGKILLed.
+/// The helper is gone before the restarted worker starts (it looks, first thing).
+/// The daemon is started as users start it (`lavenderd start`).
+#[test]
+fn a_helper_with_its_own_environment_and_session_dies_with_its_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let marks = dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let script = dir.path().join("helper-worker.sh");
+    let m = marks.display();
+    std::fs::write(
+        &script,
+        format!(
+            r#"#!/bin/sh
+n=$(( $(cat {m}/attempts 2>/dev/null || echo 0) + 1 ))
+echo $n > {m}/attempts
+if [ "$n" = 1 ]; then
+  env -i PATH=/usr/bin:/bin setsid sleep 6007 </dev/null >/dev/null 2>&1 &
+  echo $! > {m}/helper.pid
+else
+  pid=$(cat {m}/helper.pid)
+  if tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q 'sleep 6007'; then
+    echo alive > {m}/helper-at-restart.tmp
+  else
+    echo gone > {m}/helper-at-restart.tmp
+  fi
+  mv {m}/helper-at-restart.tmp {m}/helper-at-restart
+fi
+echo $$ > {m}/worker.pid
+exec sleep 600
+"#
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let yaml = format!(
+        "steps: [train]\nworker:\n  command: [{}]\nsupervisor:\n  listen: 127.0.0.1:0\n  poll_interval_ms: 50\n  max_restarts: 3\n",
+        script.display()
+    );
+    let env = Lavenderd::in_dir(dir.path(), &yaml, "helper-worker.sh");
+    // Once it runs `sleep` (before, it is `env` or `setsid` on the way there).
+    let is_helper = |pid: i32| cmdline(pid) == ["sleep", "6007"];
+    let read = |name: &str| std::fs::read_to_string(marks.join(name)).unwrap_or_default();
+    // The worker execs `sleep 600`, which the test kit does not know for a worker:
+    // whatever happens, the worker and the helper end with the test.
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            for (name, argv) in [("worker.pid", "600"), ("helper.pid", "6007")] {
+                if let Some(pid) = std::fs::read_to_string(self.0.join(name))
+                    .ok()
+                    .and_then(|p| p.trim().parse::<i32>().ok())
+                    .filter(|pid| cmdline(*pid) == ["sleep", argv])
+                {
+                    send_signal(pid, 9);
+                }
+            }
+        }
+    }
+    let _cleanup = Cleanup(marks.clone());
+    env.start(&[]);
+    let helper: i32 = {
+        wait_until(Duration::from_secs(30), "the helper to run", || {
+            read("helper.pid")
+                .trim()
+                .parse::<i32>()
+                .is_ok_and(is_helper)
+        });
+        read("helper.pid").trim().parse().unwrap()
+    };
+    // Its own session, and no marker in its environment.
+    let stat = std::fs::read_to_string(format!("/proc/{helper}/stat")).unwrap();
+    let session: i32 = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(session, helper, "the helper leads its own session");
+    let environ = std::fs::read(format!("/proc/{helper}/environ")).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&environ).contains("LAVENDER"),
+        "the helper's environment is its own"
+    );
+    wait_until(Duration::from_secs(30), "the worker to run", || {
+        read("worker.pid")
+            .trim()
+            .parse::<i32>()
+            .is_ok_and(|pid| cmdline(pid) == ["sleep", "600"])
+    });
+    let worker: i32 = read("worker.pid").trim().parse().unwrap();
+    send_signal(worker, 9);
+    wait_until(Duration::from_secs(60), "the restarted worker", || {
+        !read("helper-at-restart").is_empty()
+    });
+    let seen = read("helper-at-restart");
+    assert_eq!(seen.trim(), "gone", "the helper outlived its worker");
+    assert_eq!(read("attempts").trim(), "2");
+    // The daemon `lavenderd start` left in the background logs into the state folder.
+    let log_file = env.state_dir().join("lavenderd.log");
+    let said = format!("{helper} (sleep)");
+    wait_until(
+        Duration::from_secs(30),
+        "the daemon to say what it killed",
+        || std::fs::read_to_string(&log_file).is_ok_and(|l| l.contains(&said)),
+    );
+    let log = std::fs::read_to_string(&log_file).unwrap();
+    let line = log.lines().find(|l| l.contains(&said)).unwrap();
+    eprintln!("{line}");
+    assert!(line.contains("the worker left behind"), "{line}");
+}

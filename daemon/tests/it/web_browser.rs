@@ -235,6 +235,9 @@ const PAGE_STATE: &str = r#"document.readyState === 'loading' || !document.getEl
   recovery: document.getElementById('recovery').textContent,
   rollbacks: [...document.querySelectorAll('#rollbacks li')].map((e) => e.textContent),
   alerts: [...document.querySelectorAll('#events li.alert')].map((e) => e.textContent),
+  goodput: document.getElementById('gpline').textContent,
+  goodputBar: document.querySelectorAll('#gpbar span').length,
+  goodputLegend: [...document.querySelectorAll('#gplegend div')].map((e) => e.textContent),
 })"#;
 
 fn page(cdp: &mut Cdp) -> Value {
@@ -393,6 +396,27 @@ fn the_dashboard_shows_a_hung_worker_restarted() {
     });
     let recovery = p["recovery"].as_str().unwrap();
     assert!(recovery.contains("restarted from pretrain-"), "{p}");
+    // The goodput chart: the hang's silence among the run's buckets (this worker
+    // still saves on the kill's SIGTERM, so no step is thrown away).
+    let lost = |p: &Value, bucket: &str| {
+        p["goodputLegend"].as_array().is_some_and(|l| {
+            l.iter().any(|e| {
+                let e = e.as_str().unwrap();
+                e.starts_with(bucket) && !e.ends_with(" 0s")
+            })
+        })
+    };
+    let p = wait_page(&mut cdp, "the hang in the goodput chart", |p| {
+        lost(p, "hang detection") && lost(p, "productive")
+    });
+    assert!(
+        p["goodput"]
+            .as_str()
+            .unwrap()
+            .contains(" % goodput · lost "),
+        "{p}"
+    );
+    assert!(p["goodputBar"].as_u64().unwrap() >= 3, "{p}");
     cdp.screenshot(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard-hung.png"));
     assert!(
         cdp.exceptions.is_empty(),

@@ -81,6 +81,17 @@ fn value(m: &Value, family: &str) -> Option<f64> {
     samples.first().map(|s| s[2].as_f64().unwrap())
 }
 
+/// The seconds of one goodput bucket (0 before the ledger counted the run).
+fn goodput(m: &Value, bucket: &str) -> f64 {
+    m["lavender_goodput_seconds"]["samples"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s[1]["bucket"] == bucket)
+        .and_then(|s| s[2].as_f64())
+        .unwrap_or(0.0)
+}
+
 fn state_one_hot(m: &Value) -> Vec<(String, f64)> {
     m["lavender_pipeline_state"]["samples"]
         .as_array()
@@ -109,6 +120,8 @@ const GAUGES: &[&str] = &[
     "lavender_verified_checkpoints",
     "lavender_disk_available_bytes",
     "lavender_pipeline_state",
+    "lavender_goodput_seconds",
+    "lavender_goodput_ratio",
 ];
 // The parser names counter families without their `_total` suffix.
 const COUNTERS: &[&str] = &["lavender_worker_restarts", "lavender_notifications"];
@@ -172,8 +185,15 @@ fn metrics_are_valid_prometheus_text_and_follow_the_pipeline() {
             m = metrics(&addr).1;
             value(&m, "lavender_worker_restarts") == Some(1.0)
                 && value(&m, "lavender_training_step").is_some_and(|s| s > 10.0)
+                && goodput(&m, "productive") > 0.0
         },
     );
+    // The goodput ledger's buckets, the crash's among them.
+    let buckets = m["lavender_goodput_seconds"]["samples"].as_array().unwrap();
+    assert_eq!(buckets.len(), 10, "{buckets:?}");
+    assert!(goodput(&m, "startup") > 0.0, "{buckets:?}");
+    let ratio = value(&m, "lavender_goodput_ratio").unwrap();
+    assert!(ratio > 0.0 && ratio < 1.0, "{ratio}");
     assert_eq!(value(&m, "lavender_training_total_steps"), Some(100000.0));
     assert_eq!(value(&m, "lavender_training_learning_rate"), Some(1e-3));
     assert_eq!(value(&m, "lavender_training_steps_per_second"), Some(50.0));

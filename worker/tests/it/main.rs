@@ -12,6 +12,7 @@ mod data_steps;
 mod export_hf;
 mod project_folder;
 mod readme_commands;
+mod replicate_s3;
 mod scale_notice;
 mod train_hf_layout;
 mod train_inference;

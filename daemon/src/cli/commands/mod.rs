@@ -10,6 +10,7 @@ pub mod listing;
 pub mod logs;
 pub mod notify;
 pub mod prune;
+pub mod pull;
 pub mod reload;
 pub mod resolve;
 pub mod restart;
@@ -48,10 +49,13 @@ pub async fn dispatch(global: GlobalArgs, command: Command) -> Result<ExitCode> 
         Command::Incidents { json, last } => incidents::run(&settings()?, json, last),
         Command::Runs { json } => listing::runs(&settings()?, json),
         Command::Checkpoints { run, json } => {
-            listing::checkpoints(&settings()?, run.as_deref(), json)
+            pull::checkpoints(&settings()?, run.as_deref(), json).await
         }
         Command::Verify { run, all, json } => verify::run(&settings()?, run.as_deref(), all, json),
-        Command::Prune { keep_runs, yes } => prune::run(&settings()?, keep_runs, yes),
+        Command::Prune { keep_runs, yes } => prune::run(&settings()?, keep_runs, yes).await,
+        Command::Pull { run, checkpoint } => {
+            pull::run(&settings()?, run.as_deref(), checkpoint.as_deref()).await
+        }
         Command::Service { action } => crate::service::run(&settings()?, action).await,
         Command::Export(args) => export::run(&settings()?, args),
         Command::Resolve(args) => resolve::run(args),
@@ -73,6 +77,7 @@ async fn start_pipeline(
         println!("{line}");
         return Ok(ExitCode::SUCCESS);
     }
+    pull::before_resume(&settings, args.flags.resume.as_deref()).await?;
     if args.foreground {
         serve::foreground(settings, global, args).await
     } else {

@@ -1,62 +1,81 @@
 //! `lavenderd prune --keep-runs N [--yes]`: delete old run directories, never the
 //! active one. It names what it would delete and asks first (`--yes` without a
-//! terminal); it deletes exactly what it named.
+//! terminal); it deletes exactly what it named. When a daemon runs, it asks the
+//! daemon (`POST /runs/prune`), which knows the run it is starting and holds a start
+//! back while it deletes; without one it works on the files itself.
 
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use lavender::pipeline_file::PipelineRecord;
+use lavender_api::{PruneReply, PruneRequest, Route};
 
+use crate::client::Client;
 use crate::confirm::confirm;
+use crate::prune::Delete;
 use crate::settings::Settings;
 
-pub fn run(settings: &Settings, keep_runs: usize, yes: bool) -> Result<ExitCode> {
+pub async fn run(settings: &Settings, keep_runs: usize, yes: bool) -> Result<ExitCode> {
     let layout = &settings.layout;
-    let record = PipelineRecord::load(layout)?;
-    let active = record
-        .run_dir
-        .as_deref()
-        .filter(|_| record.is_active() || record.worker.is_some());
     let root = layout.checkpoints_root();
-    let doomed = lavender::checkpoint::prune_plan(&root, keep_runs, active)
-        .with_context(|| format!("list runs in {}", root.display()))?;
-    if doomed.is_empty() {
+    let client = Client::new(&layout.socket());
+    let daemon = client.is_up().await;
+    let active = if daemon {
+        None
+    } else {
+        let record = PipelineRecord::load(layout)?;
+        let busy = record.is_active() || record.worker.is_some();
+        record.run_dir.filter(|_| busy)
+    };
+    let ask = |delete: Option<Vec<String>>| {
+        let req = PruneRequest { keep_runs, delete };
+        let (client, root, active) = (&client, &root, active.clone());
+        async move {
+            if daemon {
+                let resp = client.request_with(Route::Prune, &req).await?;
+                if resp.status != 200 {
+                    bail!("{}", resp.error_text());
+                }
+                return resp.json::<PruneReply>();
+            }
+            let delete = req.delete.map_or(Delete::Nothing, Delete::Named);
+            let root2 = root.clone();
+            tokio::task::spawn_blocking(move || {
+                crate::prune::prune(&root2, keep_runs, active.as_deref(), &delete)
+            })
+            .await?
+            .with_context(|| format!("prune runs in {}", root.display()))
+        }
+    };
+    let plan = ask(None).await?;
+    if plan.planned.is_empty() {
         println!(
             "nothing to prune: {} holds at most {keep_runs} run(s) besides the active one",
             root.display()
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let bytes: u64 = doomed
-        .iter()
-        .map(|p| lavender::checkpoint::dir_size(p))
-        .sum();
-    let names: Vec<String> = doomed
-        .iter()
-        .map(|p| {
-            p.file_name()
-                .map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into())
-        })
-        .collect();
     confirm(
         &format!(
             "delete {} run(s) under {} ({}, {})",
-            doomed.len(),
+            plan.planned.len(),
             root.display(),
-            names.join(", "),
-            mib(bytes)
+            plan.planned.join(", "),
+            mib(plan.bytes)
         ),
         yes,
     )?;
-    let report = lavender::checkpoint::remove_runs(&doomed)
-        .with_context(|| format!("prune runs in {}", root.display()))?;
-    for p in &report.removed {
-        println!("removed {}", p.display());
+    let done = ask(Some(plan.planned)).await?;
+    for name in &done.removed {
+        println!("removed {}", root.join(name).display());
+    }
+    for name in &done.kept {
+        println!("kept {name}: a start needs it now");
     }
     println!(
         "pruned {} run(s), freed {}",
-        report.removed.len(),
-        mib(report.bytes_freed)
+        done.removed.len(),
+        mib(done.bytes_freed)
     );
     Ok(ExitCode::SUCCESS)
 }

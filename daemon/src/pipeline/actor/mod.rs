@@ -18,6 +18,7 @@ mod effects;
 mod evidence;
 mod exit;
 mod hung;
+mod prune;
 mod recover;
 mod reload;
 mod restart;
@@ -46,7 +47,8 @@ use lavender::steps::inputs::{LocalFiles, reads_local_files};
 struct WorkerExit {
     generation: u64,
     outcome: ExitOutcome,
-    /// The local files of its step once it ended (`lavender::steps::inputs`), for its done-marker.
+    /// The local files of its step as they were before it started (read when it ended
+    /// for a worker adopted from a previous daemon), for its done-marker.
     files: LocalFiles,
 }
 
@@ -62,6 +64,9 @@ struct LaunchDone {
     result: Result<Launched>,
     /// What the check of the checkpoint to resume from found (`damaged.rs`).
     checked: Option<damaged::Checked>,
+    /// The step's local files fingerprinted just before the launch: a file edited
+    /// while the step runs is not taken as one it has read.
+    files: LocalFiles,
 }
 
 /// A start whose steps' local files were fingerprinted on the blocking pool; the
@@ -72,6 +77,16 @@ struct Fingerprinted {
     config: Config,
     origins: Option<lavender::config::ConfigOrigins>,
     files: LocalFiles,
+}
+
+/// A prune's work on the blocking pool done; `reply`: who asked (none for
+/// `supervisor.keep_runs`).
+struct Pruned {
+    result: Result<lavender_api::PruneReply, String>,
+    keep_runs: usize,
+    /// It deleted (or tried to), holding starts back meanwhile.
+    holds: bool,
+    reply: Option<oneshot::Sender<Result<lavender_api::PruneReply, String>>>,
 }
 
 /// Committed records a subscriber may fall behind by before it skips to the latest.
@@ -90,6 +105,11 @@ struct Actor {
     jobs_tx: mpsc::UnboundedSender<JobChange>,
     launches_tx: mpsc::UnboundedSender<LaunchDone>,
     fingerprints_tx: mpsc::UnboundedSender<Fingerprinted>,
+    prunes_tx: mpsc::UnboundedSender<Pruned>,
+    /// Prunes deleting runs now, and the starts held back until they are done (a
+    /// start makes a run, or resumes from one).
+    prunes_in_flight: usize,
+    held_starts: Vec<Fingerprinted>,
     backend: Backend,
     /// What the actor is doing about the worker (`pipeline/machine/`).
     phase: Phase,
@@ -98,6 +118,9 @@ struct Actor {
     generation: u64,
     /// Launches not reported back yet, abandoned ones included.
     launches_in_flight: usize,
+    /// The local files of the generation being installed, as fingerprinted before
+    /// its launch (see [`LaunchDone::files`]).
+    launched_files: Option<(u64, LocalFiles)>,
     alerts: AlertSender,
     /// The decision log (`state/decisions.jsonl`) and its open incident.
     decisions: crate::decisions::Decisions,
@@ -148,6 +171,7 @@ fn spawn_sourced(
     let (evidence_tx, evidence_rx) = mpsc::unbounded_channel();
     let decisions =
         crate::decisions::Decisions::open(&layout, config.logging, Some(alerts.clone()));
+    let (prunes_tx, prunes_rx) = mpsc::unbounded_channel();
     let mut actor = Actor {
         decisions,
         evidence_tx,
@@ -156,6 +180,9 @@ fn spawn_sourced(
         jobs_tx,
         launches_tx,
         fingerprints_tx,
+        prunes_tx,
+        prunes_in_flight: 0,
+        held_starts: Vec::new(),
         layout,
         config,
         source,
@@ -166,6 +193,7 @@ fn spawn_sourced(
         phase: Phase::Idle,
         generation: 0,
         launches_in_flight: 0,
+        launched_files: None,
         alerts,
     };
     actor.recover();
@@ -176,6 +204,7 @@ fn spawn_sourced(
         launches: launches_rx,
         fingerprints: fingerprints_rx,
         evidence: evidence_rx,
+        prunes: prunes_rx,
     }));
     Ok(PipelineHandle {
         cmds,
@@ -203,6 +232,7 @@ struct Inbox {
     launches: mpsc::UnboundedReceiver<LaunchDone>,
     fingerprints: mpsc::UnboundedReceiver<Fingerprinted>,
     evidence: mpsc::UnboundedReceiver<evidence::HangEvidence>,
+    prunes: mpsc::UnboundedReceiver<Pruned>,
 }
 
 impl Actor {
@@ -214,6 +244,7 @@ impl Actor {
             mut launches,
             mut fingerprints,
             mut evidence,
+            mut prunes,
         } = inbox;
         // A detach waits for the launches in flight: the record must name the worker
         // it leaves running, and an abandoned launch's worker must be cancelled.
@@ -228,6 +259,7 @@ impl Actor {
                 Some(done) = launches.recv() => self.on_launched(done),
                 Some(f) = fingerprints.recv() => self.on_fingerprinted(f),
                 Some(ev) = evidence.recv() => self.on_hang_evidence(ev),
+                Some(p) = prunes.recv() => self.on_pruned(p),
                 Some(exit) = exits.recv() => self.on_exit(exit),
                 Some(change) = jobs.recv() => self.on_job_change(change),
                 _ = sleep_until_opt(self.phase.deadline()) => self.on(Event::TimerFired),
@@ -280,6 +312,7 @@ impl Actor {
                     self.commit();
                 }
             }
+            Command::Prune { req, reply } => self.prune(req, Some(reply)),
             Command::Reload { reply } => {
                 let _ = reply.send(self.reload());
             }
@@ -300,19 +333,27 @@ impl Actor {
                 let _ = jobs.send(JobChange { generation, update });
             }),
         );
-        self.report_exit(generation, step, exit);
+        self.report_exit(generation, step, exit, None);
     }
 
     /// Reports the end of worker `generation` of `step` once `exit` resolves, with the
-    /// local files `step` read fingerprinted on the blocking pool after it ended (its
-    /// done-marker records them; a source folder may hold thousands of files).
-    fn report_exit(&self, generation: u64, step: PipelineStep, exit: ExitFuture) {
+    /// local files `step` read: `files`, fingerprinted before it started, else (a
+    /// worker adopted from a previous daemon) read on the blocking pool after it ended
+    /// (its done-marker records them; a source folder may hold thousands of files).
+    fn report_exit(
+        &self,
+        generation: u64,
+        step: PipelineStep,
+        exit: ExitFuture,
+        files: Option<LocalFiles>,
+    ) {
         let exits = self.exits_tx.clone();
-        let ran_with = self.ran_with(step);
+        let ran_with = self.ran_with(step).filter(|_| files.is_none());
         tokio::spawn(async move {
             let outcome = exit.await;
-            let files = match ran_with {
-                Some(config) => {
+            let files = match (files, ran_with) {
+                (Some(files), _) => files,
+                (None, Some(config)) => {
                     tokio::task::spawn_blocking(move || LocalFiles::read_steps([step], &config))
                         .await
                         .unwrap_or_else(|e| {
@@ -320,7 +361,7 @@ impl Actor {
                             LocalFiles::default()
                         })
                 }
-                None => LocalFiles::default(),
+                (None, None) => LocalFiles::default(),
             };
             let _ = exits.send(WorkerExit {
                 generation,

@@ -92,6 +92,11 @@ impl Actor {
     /// A start's files fingerprinted: prepares the run and launches its first step
     /// (unless another start began meanwhile).
     pub(super) fn on_fingerprinted(&mut self, f: Fingerprinted) {
+        if self.prunes_in_flight > 0 {
+            // It would make a run, or resume from one, while runs are being deleted.
+            self.held_starts.push(f);
+            return;
+        }
         let Fingerprinted {
             req,
             reply,
@@ -290,17 +295,25 @@ impl Actor {
         let final_checkpoint = run_dir
             .and_then(|d| lavender::checkpoint::latest_complete(d).ok().flatten())
             .map(|c| c.name);
+        // The ledger as last saved (at most a few seconds behind the finish).
+        let goodput = run_dir
+            .and_then(|d| d.file_name())
+            .and_then(|n| {
+                lavender::goodput::read_status(&self.layout.state_dir, &n.to_string_lossy())
+            })
+            .map(|g| g.line());
         Alert::Finished {
             duration,
             final_loss,
             final_checkpoint,
+            goodput,
         }
     }
 
     /// `supervisor.keep_runs`: once a pipeline has finished (so its own run holds the
     /// checkpoints it needs, not the run it resumed from), drop the oldest runs, on
     /// the blocking pool (a run is gigabytes of files).
-    pub(super) fn prune_old_runs(&self) {
+    pub(super) fn prune_old_runs(&mut self) {
         let Some(keep) = self.config.supervisor.keep_runs else {
             return;
         };
@@ -310,19 +323,8 @@ impl Actor {
             );
             return;
         }
-        let root = self.layout.checkpoints_root();
         let current = self.record.run_dir.clone();
-        tokio::task::spawn_blocking(move || {
-            match lavender::checkpoint::prune_runs(&root, keep as usize, current.as_deref()) {
-                Ok(report) if !report.removed.is_empty() => tracing::info!(
-                    "keep_runs {keep}: removed {} old run(s), freed {} bytes",
-                    report.removed.len(),
-                    report.bytes_freed
-                ),
-                Ok(_) => {}
-                Err(e) => tracing::warn!("keep_runs {keep}: {e}"),
-            }
-        });
+        self.prune_runs(keep as usize, current, crate::prune::Delete::All, None);
     }
 
     /// Launches `step` on the blocking pool (`sbatch` may take seconds; a local spawn
@@ -369,27 +371,33 @@ impl Actor {
         let backend = self.backend.clone();
         let done = self.launches_tx.clone();
         let check = self.resume_check(step);
+        let ran_with = self.ran_with(step);
         tokio::spawn(async move {
             let launch = tokio::task::spawn_blocking(move || {
                 let mut spec = spec;
+                // Before the worker exists: its done-marker records what it will read.
+                let files = ran_with
+                    .map(|config| LocalFiles::read_steps([step], &config))
+                    .unwrap_or_default();
                 // The checkpoint to resume from is read back before the worker starts.
                 let checked = check.map(|c| c.run(&mut spec));
                 if let Some(refusal) = checked.as_ref().and_then(|c| c.refusal.clone()) {
-                    return (Err(anyhow::anyhow!(refusal)), checked);
+                    return (Err(anyhow::anyhow!(refusal)), checked, files);
                 }
                 let updates = Box::new(move |update| {
                     let _ = jobs.send(JobChange { generation, update });
                 });
-                (backend.launch(&spec, updates), checked)
+                (backend.launch(&spec, updates), checked, files)
             });
-            let (result, checked) = launch.await.unwrap_or_else(|e| {
+            let (result, checked, files) = launch.await.unwrap_or_else(|e| {
                 let e = anyhow::anyhow!("the launch of step {step} failed: {e}");
-                (Err(e), None)
+                (Err(e), None, LocalFiles::default())
             });
             let _ = done.send(LaunchDone {
                 generation,
                 result,
                 checked,
+                files,
             });
         });
     }
@@ -407,7 +415,9 @@ impl Actor {
             Err(e) => (Err(format!("{e:#}")), None),
         };
         let generation = done.generation;
+        self.launched_files = Some((generation, done.files));
         self.on_with_exit(Event::LaunchFinished { generation, result }, exit);
+        self.launched_files = None;
     }
 
     /// The launched worker runs (the phase holds it): the record names it, says why
@@ -444,7 +454,12 @@ impl Actor {
         if let Some(alert) = said.flatten() {
             self.alert(alert);
         }
-        self.report_exit(generation, step, exit);
+        let files = self
+            .launched_files
+            .take()
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, files)| files);
+        self.report_exit(generation, step, exit, files);
         let poll = crate::pipeline::restart::poll_interval(&self.config.supervisor);
         self.decisions.worker_running(
             step,

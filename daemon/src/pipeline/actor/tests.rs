@@ -890,3 +890,96 @@ async fn a_source_folder_fingerprinted_off_the_actor_names_a_file_added() {
         [PipelineStep::Downloads, PipelineStep::Downloads]
     );
 }
+
+/// The fingerprints a done-marker records are taken before the step starts: a file
+/// edited while `downloads` runs is not recorded as read, and the next start runs it
+/// again naming that file.
+#[tokio::test(start_paused = true)]
+async fn a_source_file_edited_while_its_step_runs_reruns_it() {
+    let corpus_dir = tempfile::tempdir().unwrap();
+    let corpus = corpus_dir.path().join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    std::fs::write(corpus.join("a.txt"), "alpha").unwrap();
+    let mut config = Config {
+        steps: vec![PipelineStep::Downloads],
+        ..Config::default()
+    };
+    config.data.sources = vec![lavender::config::DataSource::Path(
+        lavender::config::PathSource::text(&corpus),
+    )];
+    let h = harness_of(None, config);
+    h.pipeline
+        .start(StartRequest::default())
+        .await
+        .expect("started");
+    h.wait_state(PipelineState::Running).await;
+    // While the worker runs.
+    std::fs::write(corpus.join("a.txt"), "ALPHA").unwrap();
+    h.fake.exit(0, ExitOutcome::Code(0));
+    h.wait_state(PipelineState::Finished).await;
+
+    let reply = h
+        .pipeline
+        .start(StartRequest::default())
+        .await
+        .expect("started again");
+    assert_eq!(reply.nothing_to_do, None, "{reply:?}");
+    let changed = format!("{} changed", corpus.join("a.txt").display());
+    assert!(
+        reply.notices.iter().any(|n| n.contains(&changed)),
+        "{:?}",
+        reply.notices
+    );
+    assert_eq!(
+        h.fake.launched(),
+        [PipelineStep::Downloads, PipelineStep::Downloads]
+    );
+}
+
+/// A prune through the actor keeps the run a start is launching a worker into,
+/// even with `keep_runs` 0, while neither the published record nor the one on disk
+/// names that run yet (what a prune of the files alone would go by).
+#[tokio::test(start_paused = true)]
+async fn a_prune_never_deletes_the_run_being_started() {
+    let h = harness(|_| {});
+    let layout = Layout::new(h._dir.path().join("data"), None);
+    let old = layout.checkpoints_root().join("run-2020-01-01_00-00-00");
+    std::fs::create_dir_all(&old).unwrap();
+    h.fake.hold_launches();
+    let pipeline = h.pipeline.clone();
+    let start = tokio::spawn(async move { pipeline.start(StartRequest::default()).await });
+    until(|| h.fake.held_launches() == 1).await;
+    let starting = lavender::run::list_runs(&layout.checkpoints_root())
+        .unwrap()
+        .into_iter()
+        .map(|r| r.path)
+        .find(|p| *p != old)
+        .expect("the run being started");
+    let on_disk = PipelineRecord::load(&layout).unwrap().run_dir;
+    let published = h.pipeline.record().run_dir;
+
+    let ask = |delete: Option<Vec<String>>| {
+        h.pipeline.prune(lavender_api::PruneRequest {
+            keep_runs: 0,
+            delete,
+        })
+    };
+    let plan = ask(None).await.unwrap();
+    let mut all = plan.planned.clone();
+    all.push(starting.file_name().unwrap().to_string_lossy().into());
+    let done = ask(Some(all.clone())).await.unwrap();
+    let survived = starting.is_dir();
+    h.fake.release_launches();
+    start.await.unwrap().expect("started");
+
+    assert_ne!(
+        on_disk.as_ref(),
+        Some(&starting),
+        "the files name it already"
+    );
+    assert_ne!(published.as_ref(), Some(&starting));
+    assert_eq!(plan.planned, ["run-2020-01-01_00-00-00"]);
+    assert_eq!(done.removed, ["run-2020-01-01_00-00-00"]);
+    assert_eq!(done.kept, [all[1].clone()]);
+    assert!(survived && !old.exists());
+}

@@ -7,6 +7,7 @@ pub mod healthz;
 pub mod history;
 pub mod logs;
 pub mod metrics;
+pub mod prune;
 pub mod reload;
 pub mod restart;
 pub mod runs;

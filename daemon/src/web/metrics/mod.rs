@@ -104,6 +104,12 @@ pub fn render(m: &Inputs<'_>) -> String {
         )
         .sample(&[], m.worker_restarts as f64),
         notifications_family(m.notifications.as_deref()),
+        goodput_family(m.status.goodput.as_ref()),
+        gauge(
+            "lavender_goodput_ratio",
+            "Productive seconds over the run's counted seconds (wall less stopped).",
+            m.status.goodput.as_ref().and_then(|g| g.goodput),
+        ),
         STATES.iter().fold(
             Family::new(
                 "lavender_pipeline_state",
@@ -127,6 +133,20 @@ pub fn render(m: &Inputs<'_>) -> String {
         f.write(&mut out);
     }
     out
+}
+
+/// The current run's wall time by goodput bucket (`state/goodput.json`); no sample
+/// before the ledger counted the run.
+fn goodput_family(goodput: Option<&lavender::goodput::GoodputStatus>) -> Family {
+    let family = Family::new(
+        "lavender_goodput_seconds",
+        "Seconds of the current run's wall time, by bucket (productive, or where it was lost).",
+        MetricType::Gauge,
+    );
+    let Some(g) = goodput else { return family };
+    lavender::goodput::Bucket::ALL.iter().fold(family, |f, b| {
+        f.sample(&[("bucket", b.as_str())], g.seconds.get(*b))
+    })
 }
 
 fn notifications_family(counts: Option<&[NotificationCount]>) -> Family {

@@ -1,0 +1,405 @@
+//! The daemon's replication task: told by the one follower of `events.jsonl` that a
+//! run saved a checkpoint, it uploads the run's newest complete checkpoints not yet
+//! remote, newest first, one at a time, on its own task (the pipeline actor, the
+//! status and a stop never wait for it). A checkpoint whose upload was cut short (no
+//! remote manifest) is uploaded again at the next pass, after a daemon restart too:
+//! the follower reads a run's events from the first line on.
+//!
+//! Failures back off (2 s doubling to 5 min) and are logged once per incident; a
+//! refused credential is not retried on a timer at all, only at the next save (one
+//! clear error, no retry storm).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use lavender::checkpoint::list_run_checkpoints;
+use lavender::events::{Event, kind};
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use super::manifest::RemoteManifest;
+use super::remote::{Remote, RemoteError, dir_name};
+use super::throttle::Throttle;
+use super::upload;
+
+/// What the status says of replication (`replication` in the status JSON).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ReplicationStatus {
+    /// The target URL (it never holds credentials).
+    pub target: String,
+    /// The newest checkpoint of the current run that is safely remote (uploaded,
+    /// read back, committed).
+    pub newest_remote: Option<RemoteRef>,
+    /// Steps of the newest local checkpoint past the newest remote one.
+    pub lag_steps: Option<u64>,
+    /// Seconds the oldest local checkpoint newer than the newest remote one has been
+    /// waiting to be safely remote; 0 when caught up.
+    pub lag_s: Option<f64>,
+    /// `lag_s` passed `replicate.max_lag_s` (false when that is not set).
+    pub behind: bool,
+    /// The checkpoint being uploaded now.
+    pub in_flight: Option<String>,
+    /// The last upload's rate in MB/s (10^6 bytes, read-back included).
+    pub last_mb_per_s: Option<f64>,
+    pub consecutive_failures: u32,
+    /// What the last failure said (credentials are never in it).
+    pub last_error: Option<String>,
+    /// When (unix seconds) the oldest checkpoint waiting to be remote was completed;
+    /// `lag_s` is taken from it when the status is read.
+    #[serde(skip)]
+    waiting_since: Option<f64>,
+    /// `replicate.max_lag_s`.
+    #[serde(skip)]
+    max_lag_s: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RemoteRef {
+    pub run: String,
+    pub checkpoint: String,
+    pub step: u64,
+    pub uploaded_at: String,
+}
+
+/// The follower's side of the task, and its status.
+#[derive(Clone)]
+pub struct Replication {
+    wake: mpsc::UnboundedSender<PathBuf>,
+    status: Arc<Mutex<ReplicationStatus>>,
+}
+
+impl Replication {
+    /// The task for `config`'s `replicate:` section, when it names a target. A target
+    /// that cannot be opened (no credentials) is logged once and shown in the status.
+    pub fn from_config(config: &lavender::config::Config) -> Option<Replication> {
+        let r = &config.replicate;
+        let env = |k: &str| std::env::var(k).ok();
+        match Remote::open(r, &env) {
+            Ok(Some(remote)) => {
+                tracing::info!("replicating checkpoints to {}", remote.target());
+                let replication = Replication::start(remote, r.max_mbps, r.keep);
+                if let Ok(mut s) = replication.status.lock() {
+                    s.max_lag_s = r.max_lag_s;
+                }
+                Some(replication)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::error!("REPLICATE off: {e}");
+                let (wake, _) = mpsc::unbounded_channel();
+                let status = ReplicationStatus {
+                    target: r.target().map(|t| t.to_string()).unwrap_or_default(),
+                    consecutive_failures: 1,
+                    last_error: Some(e.to_string()),
+                    ..ReplicationStatus::default()
+                };
+                Some(Replication {
+                    wake,
+                    status: Arc::new(Mutex::new(status)),
+                })
+            }
+        }
+    }
+
+    /// Starts the task for `remote` (needs a tokio runtime).
+    pub fn start(remote: Remote, max_mbps: Option<f64>, keep: u32) -> Replication {
+        let status = Arc::new(Mutex::new(ReplicationStatus {
+            target: remote.target().to_string(),
+            ..ReplicationStatus::default()
+        }));
+        let (wake, rx) = mpsc::unbounded_channel();
+        let task = Task {
+            remote,
+            throttle: Throttle::new(max_mbps),
+            keep: keep as usize,
+            status: status.clone(),
+            known: BTreeMap::new(),
+            gone: BTreeSet::new(),
+        };
+        tokio::spawn(task.run(rx));
+        Replication { wake, status }
+    }
+
+    /// `events`, the next ones of `run_dir`'s event log: a save (or the first look at
+    /// a run) starts a pass.
+    pub fn observe(&self, run_dir: &Path, events: &[Event]) {
+        let saved = events
+            .iter()
+            .any(|e| e.kind == kind::CHECKPOINT_SAVED || e.kind == kind::FINAL_SAVED);
+        if saved {
+            let _ = self.wake.send(run_dir.to_path_buf());
+        }
+    }
+
+    /// A pass over `run_dir` now (a daemon that starts on a run).
+    pub fn wake(&self, run_dir: &Path) {
+        let _ = self.wake.send(run_dir.to_path_buf());
+    }
+
+    pub fn status(&self) -> ReplicationStatus {
+        let mut s = self.status.lock().map(|s| s.clone()).unwrap_or_default();
+        // The waiting grows while nothing happens: taken now.
+        if s.lag_steps.is_some() {
+            let lag = s
+                .waiting_since
+                .map_or(0.0, |t| (unix_s(SystemTime::now()) - t).max(0.0));
+            s.lag_s = Some(lag);
+            s.behind = s.max_lag_s.is_some_and(|max| lag > max as f64);
+        }
+        s
+    }
+}
+
+fn unix_s(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+struct Task {
+    remote: Remote,
+    throttle: Throttle,
+    /// `replicate.keep`.
+    keep: usize,
+    status: Arc<Mutex<ReplicationStatus>>,
+    /// Each run's committed remote checkpoints, listed at the first pass over it.
+    known: BTreeMap<String, BTreeMap<String, RemoteManifest>>,
+    /// Local checkpoints that went away while uploaded (retention): not tried again.
+    gone: BTreeSet<PathBuf>,
+}
+
+/// Backoff after `failures` consecutive failures: 2 s doubling, at most 5 minutes.
+fn backoff(failures: u32) -> Duration {
+    Duration::from_secs((2u64 << failures.saturating_sub(1).min(8)).min(300))
+}
+
+impl Task {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<PathBuf>) {
+        let mut run_dir: Option<PathBuf> = None;
+        let mut failures = 0u32;
+        let mut denied = false;
+        loop {
+            let woken = if failures > 0 && !denied {
+                match tokio::time::timeout(backoff(failures), rx.recv()).await {
+                    Ok(None) => return,
+                    Ok(Some(dir)) => Some(dir),
+                    Err(_) => None, // the retry is due
+                }
+            } else {
+                match rx.recv().await {
+                    None => return,
+                    Some(dir) => Some(dir),
+                }
+            };
+            if let Some(dir) = woken {
+                run_dir = Some(dir);
+            }
+            while let Ok(dir) = rx.try_recv() {
+                run_dir = Some(dir);
+            }
+            let Some(dir) = run_dir.clone() else { continue };
+            match self.pass(&dir).await {
+                Ok(()) => {
+                    if failures > 0 {
+                        tracing::info!(
+                            "replicate: {} reachable again after {failures} failed attempt(s)",
+                            self.remote.target()
+                        );
+                    }
+                    failures = 0;
+                    denied = false;
+                    self.set(|s| {
+                        s.consecutive_failures = 0;
+                        s.last_error = None;
+                    });
+                }
+                Err(e) => {
+                    failures += 1;
+                    denied = !e.is_transient();
+                    if failures == 1 {
+                        tracing::error!("REPLICATE failed: {e}");
+                    } else {
+                        tracing::debug!("replicate: attempt {failures} failed: {e}");
+                    }
+                    let message = e.to_string();
+                    self.set(|s| {
+                        s.consecutive_failures = failures;
+                        s.last_error = Some(message);
+                        s.in_flight = None;
+                    });
+                }
+            }
+        }
+    }
+
+    fn set(&self, f: impl FnOnce(&mut ReplicationStatus)) {
+        if let Ok(mut s) = self.status.lock() {
+            f(&mut s);
+        }
+    }
+
+    /// Uploads what `run_dir` has that the remote has not, newest first.
+    async fn pass(&mut self, run_dir: &Path) -> Result<(), RemoteError> {
+        let run = dir_name(run_dir);
+        if !self.known.contains_key(&run) {
+            let listed = self.remote.manifests(Some(&run)).await?;
+            self.known.insert(
+                run.clone(),
+                listed
+                    .into_iter()
+                    .map(|m| (m.checkpoint.clone(), m))
+                    .collect(),
+            );
+        }
+        loop {
+            let dir = run_dir.to_path_buf();
+            let local = tokio::task::spawn_blocking(move || list_run_checkpoints(&dir))
+                .await
+                .map_err(|e| RemoteError::Local(e.to_string()))?
+                .map_err(|e| RemoteError::Local(e.to_string()))?;
+            let known = &self.known[&run];
+            self.measure(&run, &local);
+            let Some(next) = local
+                .iter()
+                .rev()
+                .find(|c| !known.contains_key(&c.name) && !self.gone.contains(&c.path))
+            else {
+                return self.retain(&run).await;
+            };
+            let (name, path) = (next.name.clone(), next.path.clone());
+            self.set(|s| s.in_flight = Some(name.clone()));
+            let started = Instant::now();
+            match upload::upload(&self.remote, &run, &path, &self.throttle).await {
+                Ok(up) => {
+                    let secs = started.elapsed().as_secs_f64();
+                    let bytes = up.manifest.bytes();
+                    tracing::info!(
+                        "REPLICATED {run}/{name} to {} ({} files, {:.1} MB: sent in {:.2} s, read back in {:.2} s{})",
+                        self.remote.target(),
+                        up.manifest.files.len(),
+                        bytes as f64 / 1e6,
+                        up.sent_s,
+                        up.read_back_s,
+                        if up.built_manifest {
+                            "; manifest built from its files"
+                        } else {
+                            ""
+                        }
+                    );
+                    self.set(|s| {
+                        s.in_flight = None;
+                        s.last_mb_per_s = Some(bytes as f64 / 1e6 / secs.max(1e-6));
+                    });
+                    if let Some(k) = self.known.get_mut(&run) {
+                        k.insert(name, up.manifest);
+                    }
+                }
+                Err(RemoteError::Damaged { path: file, detail }) => {
+                    // Not copied as if whole, and not tried again: the older
+                    // checkpoints go up meanwhile.
+                    tracing::error!(
+                        "REPLICATE skipped {run}/{name}: {}: {detail}",
+                        file.display()
+                    );
+                    self.set(|s| s.in_flight = None);
+                    self.gone.insert(path);
+                }
+                Err(RemoteError::Vanished(p)) => {
+                    tracing::info!(
+                        "replicate: {} went away before it was uploaded",
+                        p.display()
+                    );
+                    self.set(|s| s.in_flight = None);
+                    self.gone.insert(p);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Deletes the remote checkpoints of `run` that `replicate.keep` drops.
+    async fn retain(&mut self, run: &str) -> Result<(), RemoteError> {
+        let Some(known) = self.known.get(run) else {
+            return Ok(());
+        };
+        let all: Vec<&RemoteManifest> = known.values().collect();
+        let dropped = super::retention::drop_list(&all, self.keep);
+        for ckpt in &dropped {
+            self.remote.delete(run, ckpt).await?;
+            if let Some(k) = self.known.get_mut(run) {
+                k.remove(ckpt);
+            }
+        }
+        if !dropped.is_empty() {
+            tracing::info!(
+                "REPLICATE dropped {} old remote ckpt(s) of {run} (replicate.keep {}): {}",
+                dropped.len(),
+                self.keep,
+                dropped.join(", ")
+            );
+        }
+        Ok(())
+    }
+
+    /// The status's newest remote checkpoint and lag, against `local` (the run's
+    /// complete checkpoints, oldest first).
+    fn measure(&self, run: &str, local: &[lavender::checkpoint::Checkpoint]) {
+        let known = &self.known[run];
+        let newest_remote = known
+            .values()
+            .max_by_key(|m| (m.completed_unix_ms, m.step))
+            .cloned();
+        let remote_ms = newest_remote.as_ref().map_or(0, |m| m.completed_unix_ms);
+        let waiting = local
+            .iter()
+            .filter(|c| !known.contains_key(&c.name))
+            .filter(|c| (unix_s(c.mtime) * 1000.0) as u64 > remote_ms)
+            .map(|c| unix_s(c.mtime))
+            .fold(None, |min: Option<f64>, t| {
+                Some(min.map_or(t, |m| m.min(t)))
+            });
+        let newest_local = local.last().map(|c| c.state.step);
+        self.set(|s| {
+            s.lag_steps = newest_local
+                .map(|l| l.saturating_sub(newest_remote.as_ref().map_or(0, |m| m.step)));
+            s.waiting_since = waiting;
+            s.newest_remote = newest_remote.map(|m| RemoteRef {
+                run: m.run,
+                checkpoint: m.checkpoint,
+                step: m.step,
+                uploaded_at: m.uploaded_at,
+            });
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(waiting_for_s: f64, max_lag_s: Option<u64>) -> ReplicationStatus {
+        let (wake, _) = mpsc::unbounded_channel();
+        let status = ReplicationStatus {
+            lag_steps: Some(10),
+            waiting_since: Some(unix_s(SystemTime::now()) - waiting_for_s),
+            max_lag_s,
+            ..ReplicationStatus::default()
+        };
+        Replication {
+            wake,
+            status: Arc::new(Mutex::new(status)),
+        }
+        .status()
+    }
+
+    #[test]
+    fn the_lag_is_taken_when_read_and_behind_past_max_lag_s() {
+        let s = with(100.0, Some(60));
+        assert!(s.lag_s.unwrap() >= 100.0 && s.behind, "{s:?}");
+        assert!(!with(10.0, Some(60)).behind);
+        assert!(!with(1e6, None).behind, "no max_lag_s: never behind");
+        let json = serde_json::to_value(with(5.0, None)).unwrap();
+        assert!(json.get("waiting_since").is_none() && json.get("max_lag_s").is_none());
+    }
+}

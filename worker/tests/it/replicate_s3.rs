@@ -1,0 +1,166 @@
+//! Replication against a real S3 server (SeaweedFS, `scripts/s3/start.sh`) with the
+//! real `lavenderd` started detached by `lavenderd start` and the real worker: a run
+//! trains, uploads its checkpoints, is stopped; its data root's checkpoints are
+//! removed; `start --resume latest` brings the newest remote checkpoint that
+//! downloads whole back (the newest was altered on the server behind lavender's
+//! back: it is passed over), resumes, and finishes with the final weights of the same
+//! run left alone, byte for byte.
+
+use std::path::Path;
+use std::time::Duration;
+
+use lavender_testkit::s3::S3;
+use lavender_testkit::{Lavenderd, stderr, stdout, training};
+
+const WORKER: &str = env!("CARGO_BIN_EXE_lavender-worker");
+const T: Duration = Duration::from_secs(120);
+
+/// The train step alone on the synthetic tokens: a one-layer model, a checkpoint
+/// every 10 steps, and `extra` (the `replicate:` section).
+fn config(extra: &str) -> String {
+    format!(
+        r#"steps: [train]
+device: cpu
+threads: 1
+worker:
+  command: ["{WORKER}"]
+model: {{n_layer: 1, n_head: 2, n_embd: 32, n_positions: 32, dropout: 0.0, layer_norm_epsilon: 1.0e-5}}
+optimizer: {{warmup_steps: 2}}
+training:
+  batch_size: 4
+  seq_len: 16
+  log_every: 1
+  eval_every: 1000
+  eval_batches: 1
+  keep_checkpoints: 3
+  stages:
+    - {{name: pretrain, steps: 200, lr: 3.0e-3, checkpoint_every: 10}}
+supervisor:
+  listen: 127.0.0.1:0
+  poll_interval_ms: 50
+  stop_timeout_s: 60
+notify:
+  desktop: false
+{extra}"#
+    )
+}
+
+fn final_weights(d: &Lavenderd) -> Vec<u8> {
+    let last = training::checkpoints(&d.run_dir())
+        .pop()
+        .expect("a checkpoint");
+    assert!(
+        last.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("final-"),
+        "{}",
+        last.display()
+    );
+    std::fs::read(last.join("model.safetensors")).unwrap()
+}
+
+fn name(p: &Path) -> String {
+    p.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+#[test]
+fn a_run_whose_checkpoints_are_gone_comes_back_from_s3_byte_identical() {
+    let s3 = S3::start();
+    let dir = tempfile::tempdir().unwrap();
+    training::write_tokens(&dir.path().join("data"));
+    let mut d = Lavenderd::with_real_worker(dir.path(), &config(&s3.replicate_yaml("team/runs")));
+    // `start` runs the daemon detached; its log is the data root's.
+    d.log = d.state_dir().join("lavenderd.log");
+    d.start(&[]);
+    d.wait_status(T, "training past step 25", |st| {
+        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+        st["training"]["step"].as_u64().unwrap_or(0) > 25
+    });
+    d.stop_saved();
+    let run = d.run_dir();
+    let local = training::checkpoints(&run);
+    let newest = local.last().expect("the stop's checkpoint").clone();
+    let previous = local[local.len() - 2].clone();
+    // Uploaded newest first, then the older ones; each read back before it counts.
+    for ckpt in [&newest, &previous] {
+        d.log_with(&format!("REPLICATED {}/{}", name(&run), name(ckpt)), T);
+    }
+    let key = |ckpt: &Path, file: &str| format!("team/runs/{}/{}/{file}", name(&run), name(ckpt));
+    assert_eq!(
+        s3.get(&key(&newest, "model.safetensors")),
+        std::fs::read(newest.join("model.safetensors")).unwrap()
+    );
+    let remote: serde_json::Value =
+        serde_json::from_slice(&s3.get(&key(&newest, "lavender-remote.json"))).unwrap();
+    assert_eq!(remote["checkpoint"], name(&newest));
+    let log = std::fs::read_to_string(&d.log).unwrap();
+    assert!(
+        !log.contains("lavendertestsecret"),
+        "the secret is never logged"
+    );
+
+    // The newest remote copy altered behind lavender's back.
+    let mut weights = s3.get(&key(&newest, "model.safetensors"));
+    let last = weights.len() - 1;
+    weights[last] ^= 0xff;
+    s3.put(&key(&newest, "model.safetensors"), &weights);
+    // The disk is wiped; the run comes back from the remote copy.
+    std::fs::remove_dir_all(d.data_root.join("checkpoints")).unwrap();
+    let listed = stdout(&d.run(&["checkpoints", "--run", &name(&run)]));
+    assert!(
+        !listed
+            .lines()
+            .any(|l| l.ends_with("local") || l.ends_with("local+remote")),
+        "{listed}"
+    );
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(&name(&previous)) && l.ends_with("  remote")),
+        "{listed}"
+    );
+    // Asked for by name, the altered one is refused, naming the object.
+    let out = d.run(&["pull", &name(&run), &name(&newest)]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("model.safetensors") && stderr(&out).contains("remote manifest"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = d.start(&["--resume", "latest"]);
+    let said = stdout(&out);
+    eprintln!("$ lavenderd start --resume latest\n{said}");
+    assert!(
+        said.contains(&format!("passed over {}/{}", name(&run), name(&newest))),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "pulled s3://lavender-test/team/runs/{}/{}",
+            name(&run),
+            name(&previous)
+        )),
+        "{said}"
+    );
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("resuming from ") && l.ends_with(&name(&previous))),
+        "{said}"
+    );
+    d.wait_state("finished", T);
+    let resumed = final_weights(&d);
+
+    // The same run, left alone, without replication.
+    let alone = tempfile::tempdir().unwrap();
+    training::write_tokens(&alone.path().join("data"));
+    let mut a = Lavenderd::with_real_worker(alone.path(), &config(""));
+    a.serve();
+    a.start(&[]);
+    a.wait_state("finished", T);
+    assert!(
+        resumed == final_weights(&a),
+        "the run restored from S3 ends with other weights than the run left alone"
+    );
+}
