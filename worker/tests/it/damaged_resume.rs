@@ -93,15 +93,28 @@ fn resumes_from(d: &Lavenderd, frozen: &Frozen, from: &Path, damaged: &[&Path], 
     });
 }
 
-#[test]
-fn a_truncated_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before() {
+/// Three checkpoints, the newest spoilt by `damage`, the worker killed: the run
+/// resumes from the one before, names the newest with `what`, and finishes.
+fn newest_damaged(
+    damage: impl FnOnce(&Path),
+    what: &str,
+) -> (tempfile::TempDir, Lavenderd, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let d = daemon(dir.path(), 4);
     let frozen = freeze_with(&d, 3);
     let (before, newest) = frozen.newest_two();
-    truncate(&newest.join("model.safetensors"));
+    damage(newest);
     frozen.kill();
-    resumes_from(&d, &frozen, before, &[newest], "the manifest says");
+    resumes_from(&d, &frozen, before, &[newest], what);
+    (dir, d, newest.to_path_buf())
+}
+
+#[test]
+fn a_truncated_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before() {
+    let (_dir, d, newest) = newest_damaged(
+        |c| truncate(&c.join("model.safetensors")),
+        "the manifest says",
+    );
     // The set-aside is a decision of the daemon's own, in its decision log.
     let set_aside = damage::decisions_of(&d, "checkpoint_set_aside");
     assert_eq!(set_aside.len(), 1, "{set_aside:#?}");
@@ -109,7 +122,7 @@ fn a_truncated_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_b
         set_aside[0]["did"]
             .as_str()
             .unwrap()
-            .starts_with(&format!("set {} aside as ", name(newest))),
+            .starts_with(&format!("set {} aside as ", name(&newest))),
         "{set_aside:#?}"
     );
     let out = d.run(&["incidents"]);
@@ -120,34 +133,16 @@ fn a_truncated_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_b
 
 #[test]
 fn a_flipped_byte_in_the_newest_checkpoint_is_caught_by_its_hash() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = daemon(dir.path(), 4);
-    let frozen = freeze_with(&d, 3);
-    let (before, newest) = frozen.newest_two();
-    flip_last_byte(&newest.join("model.safetensors"));
-    frozen.kill();
-    resumes_from(
-        &d,
-        &frozen,
-        before,
-        &[newest],
+    newest_damaged(
+        |c| flip_last_byte(&c.join("model.safetensors")),
         "model.safetensors: content hash",
     );
 }
 
 #[test]
 fn a_missing_file_of_the_newest_checkpoint_is_named() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = daemon(dir.path(), 4);
-    let frozen = freeze_with(&d, 3);
-    let (before, newest) = frozen.newest_two();
-    std::fs::remove_file(newest.join("optimizer.safetensors")).unwrap();
-    frozen.kill();
-    resumes_from(
-        &d,
-        &frozen,
-        before,
-        &[newest],
+    newest_damaged(
+        |c| std::fs::remove_file(c.join("optimizer.safetensors")).unwrap(),
         "optimizer.safetensors: missing",
     );
 }
