@@ -99,6 +99,15 @@ impl Follower {
             }
             k += 1;
         }
+        // Names read while the log rotated again can be out of order (a file that moved
+        // up two names is seen after an older one): the scan counts only if the path
+        // still names `current`; else the next poll scans again.
+        match File::open(&self.path).and_then(|f| identity(&f)) {
+            Ok(id) if id == current_id => {}
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        }
         let older_than_current = rotated_files
             .iter()
             .position(|(_, id)| *id == current_id)
