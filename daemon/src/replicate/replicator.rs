@@ -19,6 +19,9 @@ use lavender::events::{Event, kind};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
+use crate::alert::AlertSender;
+
+use super::alarm::{self, Alarm};
 use super::manifest::RemoteManifest;
 use super::remote::{Remote, RemoteError, dir_name};
 use super::throttle::Throttle;
@@ -49,10 +52,10 @@ pub struct ReplicationStatus {
     /// When (unix seconds) the oldest checkpoint waiting to be remote was completed;
     /// `lag_s` is taken from it when the status is read.
     #[serde(skip)]
-    waiting_since: Option<f64>,
+    pub(super) waiting_since: Option<f64>,
     /// `replicate.max_lag_s`.
     #[serde(skip)]
-    max_lag_s: Option<u64>,
+    pub(super) max_lag_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -73,7 +76,11 @@ pub struct Replication {
 impl Replication {
     /// The task for `config`'s `replicate:` section, when it names a target. A target
     /// that cannot be opened (no credentials) is logged once and shown in the status.
-    pub fn from_config(config: &lavender::config::Config) -> Option<Replication> {
+    /// Its alerts (falling behind, caught up again) go to `alerts`.
+    pub fn from_config(
+        config: &lavender::config::Config,
+        alerts: AlertSender,
+    ) -> Option<Replication> {
         let r = &config.replicate;
         let env = |k: &str| std::env::var(k).ok();
         match Remote::open(r, &env) {
@@ -83,6 +90,7 @@ impl Replication {
                 if let Ok(mut s) = replication.status.lock() {
                     s.max_lag_s = r.max_lag_s;
                 }
+                tokio::spawn(replication.clone().watch(alerts));
                 Some(replication)
             }
             Ok(None) => None,
@@ -136,6 +144,22 @@ impl Replication {
     /// A pass over `run_dir` now (a daemon that starts on a run).
     pub fn wake(&self, run_dir: &Path) {
         let _ = self.wake.send(run_dir.to_path_buf());
+    }
+
+    /// Raises the replication alert from the status, read every [`alarm::TICK`],
+    /// until the task is gone.
+    async fn watch(self, alerts: AlertSender) {
+        let mut alarm = Alarm::default();
+        let mut tick = tokio::time::interval(alarm::TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !self.wake.is_closed() {
+            tick.tick().await;
+            if let Some(alert) = alarm.step(&self.status(), Instant::now()) {
+                if alerts.send(alert).is_err() {
+                    return;
+                }
+            }
+        }
     }
 
     pub fn status(&self) -> ReplicationStatus {
