@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::replicator::ReplicationStatus;
+use super::state::ReplicationStatus;
 use crate::alert::Alert;
 
 /// Failed upload passes in a row that make an incident: one failure is often a

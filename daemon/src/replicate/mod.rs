@@ -23,6 +23,7 @@ pub mod remote;
 pub mod replicator;
 pub mod restore;
 mod retention;
+mod state;
 mod throttle;
 pub mod upload;
 

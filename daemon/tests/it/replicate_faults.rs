@@ -265,3 +265,89 @@ async fn the_server_down_a_while_is_one_behind_push_one_caught_up_push_and_train
     let out = d.run(&["stop"]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// `prune` deletes old runs locally and keeps their remote copies (the copy is for
+/// when the disk is lost); `prune --remote` deletes the copies of the runs it prunes
+/// too, every object under the run, and no other run's.
+#[test]
+fn prune_keeps_the_remote_copies_unless_remote_is_given() {
+    let s3 = S3::start();
+    let mut d = env(
+        &[
+            "--total-steps",
+            "20",
+            "--step-ms",
+            "5",
+            "--checkpoint-every",
+            "5",
+        ],
+        &s3.replicate_yaml("pruned"),
+    );
+    d.serve();
+    let every_one_remote = |d: &Env, run: &str| {
+        let out = stdout(&d.run(&["checkpoints", "--run", run]));
+        let both = out.matches("local+remote").count();
+        both > 0 && out.matches("local").count() == both
+    };
+    for _ in 0..3 {
+        d.start(&[]);
+        d.wait_state("finished", T);
+        let run = d
+            .run_dir()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        wait_until(T, "every checkpoint of the run remote", || {
+            every_one_remote(&d, &run)
+        });
+        std::fs::remove_dir_all(d.state_dir().join("done")).unwrap();
+    }
+    let runs = d.tcp("GET", "/runs", None, None).json();
+    let names: Vec<String> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect();
+    let [newest, middle, oldest] = names.as_slice() else {
+        panic!("three runs: {names:?}")
+    };
+    let objects = |run: &str| s3.keys(&format!("pruned/{run}/"));
+    let committed = |run: &str| {
+        objects(run)
+            .iter()
+            .filter(|k| k.ends_with("/lavender-remote.json"))
+            .count()
+    };
+    let held = committed(oldest);
+    assert!(held > 0 && committed(middle) > 0 && committed(newest) > 0);
+
+    // Without --remote: the oldest run goes here, its copies stay there.
+    let out = d.run(&["prune", "--keep-runs", "2", "--yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!d.data_root.join("checkpoints").join(oldest).exists());
+    assert!(
+        stdout(&out).contains("their remote copies are kept (prune --remote deletes them too)"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(committed(oldest), held);
+
+    // With --remote: the middle run goes here and there, every object of it.
+    let out = d.run(&["prune", "--keep-runs", "1", "--yes", "--remote"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!d.data_root.join("checkpoints").join(middle).exists());
+    let said = format!("of {middle} from s3://lavender-test/pruned");
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.starts_with("removed ") && l.ends_with(&said)),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(objects(middle), Vec::<String>::new());
+    assert_eq!(committed(oldest), held, "another run's copies went too");
+    assert!(committed(newest) > 0);
+    assert!(every_one_remote(&d, newest));
+}
