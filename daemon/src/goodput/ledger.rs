@@ -290,6 +290,9 @@ impl RunLedger {
                 o.at_s -= moved;
             }
         }
+        if matches!(reason, RecoveryReason::Failed | RecoveryReason::RolledBack) {
+            self.after_the_last_beat();
+        }
         if let Some(k) = resumed {
             let now = self.seconds.get(Bucket::Productive);
             let at_k = self.productive_at(k).unwrap_or(now);
@@ -299,6 +302,27 @@ impl RunLedger {
             self.samples.push((k, now));
         }
         self.beats.clear();
+    }
+
+    /// A worker that exited: it was productive after its last training heartbeat for
+    /// at most one heartbeat interval (the step it was cut short in); the rest, until
+    /// the daemon had judged its exit, goes to `backoff`, not to the steps redone.
+    fn after_the_last_beat(&mut self) {
+        let n = self.samples.len();
+        let Some(interval) = (n >= 2).then(|| self.samples[n - 1].1 - self.samples[n - 2].1) else {
+            return;
+        };
+        let Some(last) = self.beats.last_mut() else {
+            return;
+        };
+        if last.state != WorkerState::Training || last.bucket != Some(Bucket::Productive) {
+            return;
+        }
+        let excess = last.seconds - interval.max(0.0);
+        if excess > 0.0 {
+            last.seconds -= excess;
+            self.transfer(Bucket::Productive, Bucket::Backoff, excess);
+        }
     }
 
     /// Productive seconds when step `k` was reached on this timeline (linear between
@@ -525,6 +549,22 @@ mod tests {
         // Failed at 24.5 s of the run's clock, past step 17 at 7.5 + 3 + 4 + 8 s later.
         assert_eq!(n.ledger.recoveries, 1);
         assert_eq!(n.ledger.recovery_s, 3.0 + 4.0 + 8.0);
+    }
+
+    #[test]
+    fn a_crash_judged_late_counts_the_wait_as_backoff_not_rework() {
+        let mut n = Night::new();
+        n.launch(None, None);
+        n.beat(0, WorkerState::Starting);
+        n.train(0, 17, 1.0); // checkpoint at 10, then 11..17
+        n.pass(3.0); // killed half-way through step 18; its exit judged 2.5 s later
+        n.state(PipelineState::Crashed);
+        n.pass(1.0);
+        n.launch(Some(10), Some(RecoveryReason::Failed));
+        // At most one heartbeat interval after the last beat was work; the rest waited.
+        assert_eq!(n.get(Bucket::Rework), 7.0 + 1.0);
+        assert_eq!(n.get(Bucket::Backoff), 2.0 + 1.0);
+        assert_eq!(n.ledger.seconds.wall(), n.now);
     }
 
     #[test]

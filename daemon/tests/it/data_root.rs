@@ -2,7 +2,8 @@
 //! field, or on stderr where its JSON is an array); `data_root_candidates` picks the
 //! first that holds a data root, and one that disappears under a running daemon (the
 //! disk unplugged) ends that daemon with an error naming it, never a switch to another
-//! folder; a `start` with nothing to do says so in one line and does nothing else.
+//! folder; a `start` with nothing to do says so in one line and does nothing else; a
+//! `start` the daemon refuses leaves no daemon behind that it started.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -352,4 +353,59 @@ async fn a_start_with_nothing_to_do_says_so_in_one_line_and_does_nothing_else() 
     let prunes = prune_lines();
     assert_eq!(prunes.len(), 1, "{prunes:?}");
     assert!(prunes[0].contains("removed 2 old run(s)"), "{prunes:?}");
+}
+
+/// `lavenderd daemon stop` on `config`'s data root, so a daemon a failed assert left
+/// behind does not outlive the test.
+struct StopsDaemon<'a>(&'a Path);
+
+impl Drop for StopsDaemon<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new(lavenderd())
+            .arg("--config")
+            .arg(self.0)
+            .args(["daemon", "stop"])
+            .stdin(Stdio::null())
+            .output();
+    }
+}
+
+#[test]
+fn a_start_the_daemon_refuses_stops_the_daemon_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("lavender.yaml");
+    let root = dir.path().join("data");
+    std::fs::write(
+        &config,
+        format!(
+            "data_root: {}\nsteps: [train]\nworker:\n  command: [./missing/python, train.py]\nsupervisor:\n  listen: 127.0.0.1:0\n",
+            root.display()
+        ),
+    )
+    .unwrap();
+    let _guard = StopsDaemon(&config);
+    let lavenderd_at = |args: &[&str]| {
+        Command::new(lavenderd())
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .env_remove("LAVENDER_DATA_ROOT")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = lavenderd_at(&["start"]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let err = stderr(&out);
+    // The refusal names the path; the daemon the start spawned for it is gone again.
+    assert!(err.contains("worker.command[0]"), "{err}");
+    assert!(err.contains("missing/python does not exist"), "{err}");
+    assert!(err.contains("stopped the background daemon"), "{err}");
+    let stop = lavenderd_at(&["daemon", "stop"]);
+    assert_eq!(stop.status.code(), Some(4), "{}", stdout(&stop));
+    assert!(
+        stdout(&stop).contains("no lavenderd is running"),
+        "{}",
+        stdout(&stop)
+    );
 }

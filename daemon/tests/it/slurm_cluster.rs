@@ -335,6 +335,21 @@ impl Run {
     }
 }
 
+/// `lavenderd incidents --json` of `run`: each decision's kind and what it did.
+fn decisions(run: &Run) -> Vec<(String, String)> {
+    let out = run.d.run(&["incidents", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let all: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    all.as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            let text = |k: &str| d[k].as_str().unwrap_or_default().to_string();
+            (text("kind"), text("did"))
+        })
+        .collect()
+}
+
 fn job_of(st: &Value) -> String {
     st["pipeline"]["slurm"]["job_id"]
         .as_str()
@@ -950,6 +965,25 @@ fn lost_node_waits_and_resumes_or_fails(cluster: &Cluster) {
     say(format!(
         "n2 back: held job {waiting_job} runs again on {on:?}, resumed from step {waiting_newest}"
     ));
+    // Each daemon wrote down what it decided on its own: the node declared lost, and
+    // (but for `fail`) the job put back in the queue, held to its nodes for `wait`.
+    for (r, requeued) in [
+        (&run, Some("any free nodes")),
+        (&failing, None),
+        (&waiting, Some("held to its nodes")),
+    ] {
+        let kinds = decisions(r);
+        let lost = kinds.iter().filter(|(k, _)| k == "node_lost").count();
+        assert_eq!(lost, 1, "{kinds:?}");
+        let requeues: Vec<_> = kinds.iter().filter(|(k, _)| k == "requeue").collect();
+        match requeued {
+            Some(how) => assert!(
+                requeues.len() == 1 && requeues[0].1.contains(how),
+                "{kinds:?}"
+            ),
+            None => assert!(requeues.is_empty(), "{kinds:?}"),
+        }
+    }
     waiting.d.stop_saved();
     let loaded = run.wait_event(
         &run_dir,

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use lavender::layout::Layout;
 use lavender::pipeline_file::PipelineRecord;
 use lavender::status::PipelineState;
 use nix::sys::signal::{Signal, kill};
@@ -30,26 +31,12 @@ pub async fn run(settings: &Settings) -> Result<ExitCode> {
         );
         return Ok(ExitCode::from(EXIT_NOT_RUNNING));
     };
-    let raw = i32::try_from(pid).context("the daemon's pid is out of range")?;
-    kill(Pid::from_raw(raw), Signal::SIGTERM)
-        .with_context(|| format!("signal lavenderd (pid {pid})"))?;
     let stop_timeout = Duration::from_secs(settings.config.supervisor.stop_timeout_s);
     println!(
         "lavenderd (pid {pid}) is stopping: the pipeline stops with a save first (the worker is killed after {} s)",
         stop_timeout.as_secs()
     );
-    let deadline = Instant::now() + stop_timeout + EXIT_MARGIN;
-    // The lock is held until the daemon's last moment.
-    while lock::holder(layout) == Some(pid) {
-        if Instant::now() > deadline {
-            bail!(
-                "lavenderd (pid {pid}) has not exited after {} s; see its log {}",
-                (stop_timeout + EXIT_MARGIN).as_secs(),
-                layout.daemon_log().display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    terminate(layout, pid, stop_timeout + EXIT_MARGIN).await?;
     let record = PipelineRecord::load(layout)?;
     let newest = record
         .run_dir
@@ -68,4 +55,24 @@ pub async fn run(settings: &Settings) -> Result<ExitCode> {
         None => println!("lavenderd stopped; pipeline {}", record.state),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// SIGTERM to the daemon `pid` holding `layout`'s lock, then waits until it has let
+/// go of the lock (held until its last moment), at most `wait`.
+pub(crate) async fn terminate(layout: &Layout, pid: u32, wait: Duration) -> Result<()> {
+    let raw = i32::try_from(pid).context("the daemon's pid is out of range")?;
+    kill(Pid::from_raw(raw), Signal::SIGTERM)
+        .with_context(|| format!("signal lavenderd (pid {pid})"))?;
+    let deadline = Instant::now() + wait;
+    while lock::holder(layout) == Some(pid) {
+        if Instant::now() > deadline {
+            bail!(
+                "lavenderd (pid {pid}) has not exited after {} s; see its log {}",
+                wait.as_secs(),
+                layout.daemon_log().display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
 }

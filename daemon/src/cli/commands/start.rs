@@ -31,8 +31,9 @@ pub async fn run(
     req.config = config_ref(settings)?;
     confirm_fresh(settings, flags)?;
     let client = Client::new(&layout.socket());
+    let mut spawned = None;
     if !client.is_up().await {
-        spawn_daemon(settings, listen)?;
+        spawned = Some(spawn_daemon(settings, listen)?);
         let deadline = Instant::now() + DAEMON_START_TIMEOUT;
         while !client.is_up().await {
             if Instant::now() > deadline {
@@ -47,6 +48,13 @@ pub async fn run(
         }
     }
     let resp = client.request_with(Route::Start, &req).await?;
+    if resp.status != 200
+        && let Some(pid) = spawned
+    {
+        // A refused start leaves no daemon behind that it started for nothing.
+        super::daemon_stop::terminate(layout, pid, Duration::from_secs(30)).await?;
+        eprintln!("stopped the background daemon started for this start (pid {pid})");
+    }
     match resp.status {
         200 => {
             let reply: StartReply = resp.json()?;
@@ -121,7 +129,8 @@ pub fn confirm_fresh(settings: &Settings, flags: &PipelineFlags) -> Result<()> {
     )
 }
 
-fn spawn_daemon(settings: &Settings, listen: &ListenArgs) -> Result<()> {
+/// Returns the daemon's pid.
+fn spawn_daemon(settings: &Settings, listen: &ListenArgs) -> Result<u32> {
     let layout = &settings.layout;
     layout
         .ensure_state_dir()
@@ -160,5 +169,5 @@ fn spawn_daemon(settings: &Settings, listen: &ListenArgs) -> Result<()> {
         child.id(),
         layout.daemon_log().display()
     );
-    Ok(())
+    Ok(child.id())
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lavender::config::{PipelineStep, SupervisorMode};
+use lavender::config::{NodeFailurePolicy, PipelineStep, SupervisorMode};
 
 use super::Actor;
 use crate::alert::Alert;
@@ -231,7 +231,29 @@ impl Actor {
         let did = format!(
             "declared the node lost; the job follows launch.slurm.on_node_failure ({message})"
         );
-        self.decisions
-            .record(Decision::new(DecisionKind::NodeLost, step, saw, rule, did));
+        self.decisions.record(Decision::new(
+            DecisionKind::NodeLost,
+            step,
+            saw.clone(),
+            rule.clone(),
+            did,
+        ));
+        // The job goes back to the queue by the same rule; `fail` cancels it instead.
+        let requeue = match policy {
+            NodeFailurePolicy::Requeue => {
+                "put the job back in the queue (the same job id); it resumes from the run's latest complete checkpoint on any free nodes"
+            }
+            NodeFailurePolicy::Wait => {
+                "put the job back in the queue held to its nodes; it resumes from the run's latest complete checkpoint once the lost node is back"
+            }
+            NodeFailurePolicy::Fail => return,
+        };
+        self.decisions.record(Decision::new(
+            DecisionKind::Requeue,
+            step,
+            saw,
+            rule,
+            requeue.to_string(),
+        ));
     }
 }
