@@ -48,6 +48,7 @@ uninstall:
 
 fmt:
 	cargo fmt --all --check
+	.venv/bin/ruff format --check --quiet .
 
 clippy: libtorch
 	@$(TORCH_ENV) cargo clippy --workspace --all-targets -- -D warnings

@@ -86,6 +86,12 @@ python_modules() {
     "$venv/bin/python" -m pip install --quiet --no-cache-dir prometheus_client
   fi
 
+  if [ -x "$venv/bin/ruff" ]; then
+    echo "ci-deps: ruff present in .venv"
+  else
+    echo "ci-deps: installing ruff into .venv (make fmt checks the Python files' format)"
+    "$venv/bin/python" -m pip install --quiet --no-cache-dir ruff
+  fi
   if [ -x "$venv/bin/py-spy" ]; then
     echo "ci-deps: py-spy present in .venv"
   else

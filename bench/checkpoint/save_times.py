@@ -18,11 +18,7 @@ def main():
     while os.path.exists(f"/proc/{pid}") and "Z" not in open(f"/proc/{pid}/stat").read().split()[2]:
         time.sleep(0.05)
     (run,) = glob.glob(os.path.join(root, "checkpoints", "run-*"))
-    saved = [
-        e
-        for e in map(json.loads, open(os.path.join(run, "events.jsonl")))
-        if e["kind"] == "checkpoint_saved"
-    ]
+    saved = [e for e in map(json.loads, open(os.path.join(run, "events.jsonl"))) if e["kind"] == "checkpoint_saved"]
     saves = [
         {
             "name": e["name"],
@@ -39,11 +35,7 @@ def main():
     # Every save of one model has the same size; retention removed the older ones.
     kept = next(s["path"] for s in reversed(saves) if os.path.isdir(s["path"]))
     files = {os.path.basename(f): os.path.getsize(f) for f in glob.glob(os.path.join(kept, "*"))}
-    print(
-        json.dumps(
-            {"run": run, "saves": saves, "checkpoint": kept, "files": files, "bytes": sum(files.values())}
-        )
-    )
+    print(json.dumps({"run": run, "saves": saves, "checkpoint": kept, "files": files, "bytes": sum(files.values())}))
 
 
 if __name__ == "__main__":

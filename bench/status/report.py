@@ -70,9 +70,12 @@ def main():
         for r in ("empty", "full")
         for tool in (("loadgen", "wrk") if t == "tcp" else ("loadgen",))
     )
-    print(f"  >= 0.85x the bare reference ({conns} conns): worst {worst_ref:.2f}x -> {'met' if worst_ref >= 0.85 else 'MISSED'}")
+    print(
+        f"  >= 0.85x the bare reference ({conns} conns): worst {worst_ref:.2f}x -> {'met' if worst_ref >= 0.85 else 'MISSED'}"
+    )
     worst_sv = min(
-        med("requests_per_s", f"lavenderd {t} full", conns=conns) / med("requests_per_s", f"supervisord {t}", conns=conns)
+        med("requests_per_s", f"lavenderd {t} full", conns=conns)
+        / med("requests_per_s", f"supervisord {t}", conns=conns)
         for t in ("tcp", "unix")
     )
     print(f"  >= 10x supervisord ({conns} conns): worst {worst_sv:.1f}x -> {'met' if worst_sv >= 10 else 'MISSED'}")
@@ -92,7 +95,9 @@ def main():
         for t in ("tcp", "unix")
         for k, c in (("p50_ms", 1),)
     )
-    print(f"  no growth with file count: worst p50 ratio full/empty {growth:.2f}x -> {'met' if growth < 1.25 else 'MISSED'}")
+    print(
+        f"  no growth with file count: worst p50 ratio full/empty {growth:.2f}x -> {'met' if growth < 1.25 else 'MISSED'}"
+    )
 
 
 if __name__ == "__main__":

@@ -101,9 +101,15 @@ def write_tokens(out, vocab, tokens):
             open(os.path.join(out, kind, f"{split}.idx"), "wb").close()
             empty[kind][split] = {"file": f"{kind}/{split}.bin", "index": f"{kind}/{split}.idx", "count": 0}
     index = {
-        "format": 1, "dtype": "u16", "vocab_size": vocab, "bos_id": 0, "eos_id": 0, "pad_id": 0,
+        "format": 1,
+        "dtype": "u16",
+        "vocab_size": vocab,
+        "bos_id": 0,
+        "eos_id": 0,
+        "pad_id": 0,
         "pretrain": {"shards": shards, "validation": {"file": "pretrain/validation.bin", "tokens": int(val.size)}},
-        "sft": empty["sft"], "dpo": empty["dpo"],
+        "sft": empty["sft"],
+        "dpo": empty["dpo"],
     }
     with open(os.path.join(out, "index.json"), "w") as f:
         json.dump(index, f)
@@ -184,7 +190,9 @@ def main():
     rest = [p for n, p in model.named_parameters() if not (p.dim() == 2 and "wte" not in n and "wpe" not in n)]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-        lr=3e-3, betas=(0.9, 0.95), eps=1e-8,
+        lr=3e-3,
+        betas=(0.9, 0.95),
+        eps=1e-8,
     )
     data = torch.randint(1, a.vocab, (200_000,))
     pin = device.type == "cuda"
@@ -216,8 +224,18 @@ def main():
     last = float(losses[-1])
     sync()
     dt = time.perf_counter() - t0
-    print(json.dumps({"steps_per_sec": a.steps / dt, "steps": a.steps, "seconds": dt,
-                      "precision": a.precision, "device": a.device, "last_loss": last}))
+    print(
+        json.dumps(
+            {
+                "steps_per_sec": a.steps / dt,
+                "steps": a.steps,
+                "seconds": dt,
+                "precision": a.precision,
+                "device": a.device,
+                "last_loss": last,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

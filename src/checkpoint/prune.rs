@@ -117,19 +117,21 @@ mod tests {
         assert!(runs[0].exists());
     }
 
+    /// `n` runs under `root`, an hour apart, oldest first.
+    fn hourly_runs(root: &Path, n: u32) -> Vec<PathBuf> {
+        (0..n)
+            .map(|h| {
+                run::create_run(root, Utc.with_ymd_and_hms(2026, 1, 1, h, 0, 0).unwrap())
+                    .unwrap()
+                    .path
+            })
+            .collect()
+    }
+
     #[test]
     fn a_kept_run_keeps_the_runs_it_resumed_from() {
         let root = tempfile::tempdir().unwrap();
-        let runs: Vec<_> = (0..5)
-            .map(|h| {
-                run::create_run(
-                    root.path(),
-                    Utc.with_ymd_and_hms(2026, 1, 1, h, 0, 0).unwrap(),
-                )
-                .unwrap()
-                .path
-            })
-            .collect();
+        let runs = hourly_runs(root.path(), 5);
         // runs[4] resumed runs[2], which resumed runs[0]; runs[1] and runs[3] stand alone.
         run::record_parent(&runs[2], &runs[0].join("pretrain-00-00-00-0002")).unwrap();
         run::record_parent(&runs[4], &runs[2].join("pretrain-02-00-00-0004")).unwrap();
@@ -147,16 +149,7 @@ mod tests {
     #[test]
     fn a_lineage_that_cannot_be_read_stops_the_prune() {
         let root = tempfile::tempdir().unwrap();
-        let runs: Vec<_> = (0..3)
-            .map(|h| {
-                run::create_run(
-                    root.path(),
-                    Utc.with_ymd_and_hms(2026, 1, 1, h, 0, 0).unwrap(),
-                )
-                .unwrap()
-                .path
-            })
-            .collect();
+        let runs = hourly_runs(root.path(), 3);
         // runs[2] resumed runs[1], which resumed runs[0]; runs[1]'s lineage is damaged.
         run::record_parent(&runs[1], &runs[0].join("pretrain-00-00-00-0002")).unwrap();
         run::record_parent(&runs[2], &runs[1].join("pretrain-01-00-00-0004")).unwrap();

@@ -455,15 +455,12 @@ fn comm(pid: u32) -> String {
 mod tests {
     use super::*;
 
-    /// A shell that starts a `sleep` in a new session (as torchrun starts a rank)
-    /// and exits, so the sleep is an orphan carrying the marker.
-    #[tokio::test]
-    async fn an_escaped_descendant_is_found_by_its_marker_killed_and_the_generation_ends() {
-        become_subreaper();
-        let token = new_token();
+    /// A shell of generation `token` that runs `command` (ending in a `sleep`) in the
+    /// background and waits; returns it and the pid of the running `sleep`.
+    fn leader_with_sleep(token: &str, command: &str) -> (std::process::Child, u32) {
         let mut leader = std::process::Command::new("sh")
-            .args(["-c", "setsid sleep 300 & echo $!; wait"])
-            .env(GENERATION_ENV, &token)
+            .args(["-c", &format!("{command} & echo $!; wait")])
+            .env(GENERATION_ENV, token)
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -473,14 +470,24 @@ mod tests {
             &mut line,
         )
         .unwrap();
-        let sleeper: u32 = line.trim().parse().unwrap();
+        let pid: u32 = line.trim().parse().unwrap();
         // `$!` names the shell's fork before it has exec'd `setsid`, then `sleep`;
-        // the escape this test is about is a running `sleep`.
+        // the escape the tests are about is a running `sleep`.
         let started = std::time::Instant::now();
-        while comm(sleeper) != "sleep" {
+        while comm(pid) != "sleep" {
             assert!(started.elapsed() < Duration::from_secs(10), "no sleep");
             std::thread::sleep(Duration::from_millis(5));
         }
+        (leader, pid)
+    }
+
+    /// A shell that starts a `sleep` in a new session (as torchrun starts a rank)
+    /// and exits, so the sleep is an orphan carrying the marker.
+    #[tokio::test]
+    async fn an_escaped_descendant_is_found_by_its_marker_killed_and_the_generation_ends() {
+        become_subreaper();
+        let token = new_token();
+        let (mut leader, sleeper) = leader_with_sleep(&token, "setsid sleep 300");
         let leader_id = crate::process::identity::of(leader.id()).unwrap();
         let found: Vec<u32> = members(&token, &leader_id)
             .members
@@ -507,24 +514,7 @@ mod tests {
         // started with an environment of its own (`env -i`) in its own session is
         // found as the daemon's adopted child once its worker is gone.
         let token = new_token();
-        let mut leader = std::process::Command::new("sh")
-            .args(["-c", "env -i setsid sleep 301 & echo $!; wait"])
-            .env(GENERATION_ENV, &token)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(leader.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        let helper: u32 = line.trim().parse().unwrap();
-        let started = std::time::Instant::now();
-        while comm(helper) != "sleep" {
-            assert!(started.elapsed() < Duration::from_secs(10), "no sleep");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let (mut leader, helper) = leader_with_sleep(&token, "env -i setsid sleep 301");
         assert!(
             !std::fs::read(format!("/proc/{helper}/environ"))
                 .unwrap()

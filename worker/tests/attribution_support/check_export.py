@@ -117,9 +117,7 @@ def main(fragment_path, checkpoints):
         fragment = yaml.safe_load(f)["approx_unrolling_cfg"]
     # bergson on its own: only the checkpoints and the segment count, everything
     # else derived by its resolve() and the run's log_history.json.
-    own = bergson_segments(
-        ApproxUnrollingConfig(checkpoints=checkpoints, segments=fragment["segments"])
-    )
+    own = bergson_segments(ApproxUnrollingConfig(checkpoints=checkpoints, segments=fragment["segments"]))
     # The same, with the Adam-preconditioned variant asked for (bergson 2.5.1's
     # resolve() never sets the flag itself; it warns when an AdamW run lacks it).
     own_adam = bergson_segments(
