@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the benchmarks need, installed once: wrk, hyperfine, b3sum and rclone (Debian/Ubuntu apt),
 # supervisord in a scratch venv (bench/.supervisor-venv, gitignored) and release
-# builds of lavenderd, lavender-fake-worker, lavender-worker and bench/loadgen.
+# builds of lavenderd, lavender-fake-worker (a binary of the testkit), lavender-worker
+# and bench/loadgen.
 # Benchmarks are not tests: nothing here is part of CI.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,4 +30,4 @@ fi
 
 export LIBTORCH="${LIBTORCH:-$(cat "$root/.venv/lib/torch-path")}"
 cd "$root"
-cargo build --release -p lavenderd -p lavender-worker -p lavender-loadgen -p lavender-bench-reference
+cargo build --release -p lavenderd -p lavender-testkit -p lavender-worker -p lavender-loadgen -p lavender-bench-reference

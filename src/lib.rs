@@ -17,6 +17,7 @@ pub mod layout;
 pub mod log_history;
 pub mod manifest;
 pub mod pipeline_file;
+pub mod pipeline_step;
 pub mod run;
 pub mod skips;
 pub mod stall;

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::config::{PipelineStep, StaleAfter, SupervisorConfig};
 use crate::heartbeat::{Heartbeat, WorkerState};
+use crate::pipeline_step::HangWatch;
 use crate::step_heartbeat::StepHeartbeat;
 use chrono::{DateTime, SubsecRound, Utc};
 
@@ -188,7 +189,7 @@ pub struct Watch {
 impl Watch {
     /// The config key that sets the allowance.
     pub fn allowance_key(&self) -> &'static str {
-        if self.work == PipelineStep::Train {
+        if self.work.spec().hang == HangWatch::Heartbeat {
             allowance_key(self.phase)
         } else {
             DATA_STEP_KEY
@@ -212,7 +213,7 @@ impl Watch {
 
 /// The watch on a worker that last said `said`.
 pub fn watch(said: &Said, allowances: &Allowances) -> Option<Watch> {
-    let allowance = if said.work == PipelineStep::Train {
+    let allowance = if said.work.spec().hang == HangWatch::Heartbeat {
         allowances.of(said.phase)?
     } else {
         allowances.data_step
@@ -234,7 +235,7 @@ pub fn said_by(
     step_heartbeat: Option<&StepHeartbeat>,
 ) -> Option<Said> {
     let worker = worker?;
-    if worker.step != PipelineStep::Train {
+    if worker.step.spec().hang == HangWatch::StepHeartbeat {
         return Some(said_by_step(worker.step, worker.started_at, step_heartbeat));
     }
     let beat = heartbeat.and_then(|hb| hb.as_ref().ok()).and_then(Beat::of);

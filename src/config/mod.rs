@@ -30,6 +30,8 @@ use std::path::Path;
 use std::sync::LazyLock;
 
 pub use crate::data_root::DATA_ROOT_VAR;
+/// The element of the config's `steps:` list; defined with its table in `pipeline_step`.
+pub use crate::pipeline_step::PipelineStep;
 pub use api::{ApiConfig, HostPort};
 pub use diff::changed_keys;
 pub use error::{ConfigError, ConfigErrorKind, Origin};
@@ -45,9 +47,9 @@ pub use replicate::{ReplicateConfig, Target as ReplicateTarget};
 pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{
     Config, DataConfig, DedupConfig, Device, EmaConfig, FilterConfig, HardExamplesConfig,
-    ModelConfig, OnBadRecord, OptimizerConfig, PipelineStep, Precision, Retention,
-    SaveOptimizerState, ShardsConfig, SpikeConfig, StageConfig, SupervisorConfig, TokenizerConfig,
-    TrainingConfig, Watcher, WorkerConfig,
+    ModelConfig, OnBadRecord, OptimizerConfig, Precision, Retention, SaveOptimizerState,
+    ShardsConfig, SpikeConfig, StageConfig, SupervisorConfig, TokenizerConfig, TrainingConfig,
+    Watcher, WorkerConfig,
 };
 pub use source::{
     Compression, DEFAULT_TEXT_KEY, DataSource, EmbeddedCorpus, PathSource, SourceFormat,

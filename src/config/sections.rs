@@ -19,6 +19,7 @@ use super::notify::NotifyConfig;
 use super::replicate::ReplicateConfig;
 use super::scale::{Scale, ScalesConfig};
 use super::source::DataSource;
+use crate::pipeline_step::PipelineStep;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -68,113 +69,6 @@ pub enum Device {
     /// `cuda` (None: the first GPU) or `cuda:N`.
     Cuda(Option<u32>),
     Mps,
-}
-
-/// The pipeline's steps, in their usual order; the worker takes the name as argv.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PipelineStep {
-    Downloads,
-    Dedup,
-    Filter,
-    BuildShards,
-    Precompute,
-    Train,
-    MineHard,
-}
-
-impl PipelineStep {
-    pub const ALL: [PipelineStep; 7] = [
-        PipelineStep::Downloads,
-        PipelineStep::Dedup,
-        PipelineStep::Filter,
-        PipelineStep::BuildShards,
-        PipelineStep::Precompute,
-        PipelineStep::Train,
-        PipelineStep::MineHard,
-    ];
-
-    /// Where a step named `name` stands in the pipeline's order, for display: a name
-    /// that is not a pipeline step comes after all of them.
-    pub fn display_rank(name: &str) -> usize {
-        PipelineStep::ALL
-            .iter()
-            .position(|s| s.as_str() == name)
-            .unwrap_or(PipelineStep::ALL.len())
-    }
-
-    /// The config keys (dotted paths; `<scale>` stands for the config's `scale`) whose
-    /// values the step's outputs depend on: a change to any of them makes a finished
-    /// step run again at the next `lavenderd start` (its done-marker records them).
-    /// Keys that change only how a step reports or where it runs (`training.log_every`,
-    /// `device`, `threads`, `training.keep_checkpoints`) are left out.
-    pub fn config_keys(self) -> &'static [&'static str] {
-        match self {
-            PipelineStep::Downloads => &[
-                "data.sources",
-                "data.document_separator",
-                "data.on_bad_record",
-            ],
-            PipelineStep::Dedup => &["data.dedup", "data.document_separator"],
-            PipelineStep::Filter => &["data.filter"],
-            PipelineStep::BuildShards => &["data.shards"],
-            PipelineStep::Precompute => &[
-                "data.tokenizer",
-                "data.sft_jsonl",
-                "data.dpo_jsonl",
-                "data.heldout_fraction",
-                "model.init_from",
-                "seed",
-            ],
-            PipelineStep::Train => &[
-                "seed",
-                "scale",
-                "scales.<scale>",
-                "model",
-                "optimizer",
-                "training.batch_size",
-                "training.seq_len",
-                "training.grad_accum",
-                "training.stages",
-            ],
-            PipelineStep::MineHard => &[
-                "scale",
-                "scales.<scale>.shards",
-                "training.seq_len",
-                "data.hard_examples",
-            ],
-        }
-    }
-
-    /// The steps whose outputs (their manifests) this step reads.
-    pub fn reads_outputs_of(self) -> &'static [PipelineStep] {
-        match self {
-            PipelineStep::Downloads => &[],
-            PipelineStep::Dedup => &[PipelineStep::Downloads],
-            PipelineStep::Filter => &[PipelineStep::Dedup],
-            PipelineStep::BuildShards => &[PipelineStep::Filter],
-            PipelineStep::Precompute => &[PipelineStep::BuildShards, PipelineStep::Filter],
-            PipelineStep::Train | PipelineStep::MineHard => &[PipelineStep::Precompute],
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PipelineStep::Downloads => "downloads",
-            PipelineStep::Dedup => "dedup",
-            PipelineStep::Filter => "filter",
-            PipelineStep::BuildShards => "build_shards",
-            PipelineStep::Precompute => "precompute",
-            PipelineStep::Train => "train",
-            PipelineStep::MineHard => "mine_hard",
-        }
-    }
-}
-
-impl fmt::Display for PipelineStep {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 impl Device {

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use crate::config::{Config, DataSource, PipelineStep};
 use crate::manifest::{self, StepManifest};
 use crate::pipeline_file::sha256_hex;
+use crate::pipeline_step::LocalFile;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -75,35 +76,36 @@ impl LocalFiles {
 
 /// Whether `step` reads local files (whose fingerprints are part of its inputs).
 pub fn reads_local_files(step: PipelineStep) -> bool {
-    matches!(step, PipelineStep::Downloads | PipelineStep::Precompute)
+    !step.spec().local_files.is_empty()
 }
 
-/// The local files `step` reads (see the module's doc).
+/// The local files `step` reads (its row's [`LocalFile`]s, resolved against `config`).
 fn local_files(step: PipelineStep, config: &Config) -> Option<Vec<PathBuf>> {
-    match step {
-        PipelineStep::Downloads => Some(
-            config
-                .data
-                .sources
-                .iter()
-                .filter_map(|s| match s {
-                    DataSource::Path(p) => Some(p.path.clone()),
-                    _ => None,
-                })
-                .collect(),
-        ),
-        PipelineStep::Precompute => Some(
-            [
-                &config.data.sft_jsonl,
-                &config.data.dpo_jsonl,
-                &config.model.init_from,
-            ]
-            .into_iter()
-            .flatten()
-            .cloned()
+    reads_local_files(step).then(|| {
+        step.spec()
+            .local_files
+            .iter()
+            .flat_map(|file| paths_of(*file, config))
+            .collect()
+    })
+}
+
+/// The paths `config` gives for `file`.
+fn paths_of(file: LocalFile, config: &Config) -> Vec<PathBuf> {
+    let one = |p: &Option<PathBuf>| p.iter().cloned().collect();
+    match file {
+        LocalFile::SourcePaths => config
+            .data
+            .sources
+            .iter()
+            .filter_map(|s| match s {
+                DataSource::Path(p) => Some(p.path.clone()),
+                _ => None,
+            })
             .collect(),
-        ),
-        _ => None,
+        LocalFile::SftJsonl => one(&config.data.sft_jsonl),
+        LocalFile::DpoJsonl => one(&config.data.dpo_jsonl),
+        LocalFile::InitFrom => one(&config.model.init_from),
     }
 }
 

@@ -9,6 +9,7 @@ pub mod files;
 pub mod inputs;
 pub mod markers;
 pub mod resumable;
+pub mod start;
 
 use std::path::{Path, PathBuf};
 
@@ -36,8 +37,8 @@ pub fn nothing_to_do(
     if req.force || foreign_root || req.validate().is_err() || current.is_active() {
         return None;
     }
-    let chunk = req.chunk.unwrap_or(config.chunk);
-    let scale = req.scale.unwrap_or(config.scale);
+    let start::ResolvedStart { chunk, scale, .. } =
+        start::ResolvedStart::resolve(req, config, current);
     // Another scale or chunk than the pipeline last ran is work to do, even where the
     // steps' markers are all there.
     if current.scale.is_some_and(|s| s != scale) || current.chunk.is_some_and(|c| c != chunk) {

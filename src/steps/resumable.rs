@@ -15,8 +15,9 @@ use serde::Deserialize;
 
 use super::markers;
 use crate::layout::Layout;
+use crate::pipeline_file::MAX_CHUNK;
 use crate::pipeline_file::PipelineRecord;
-use crate::pipeline_file::{MAX_CHUNK, StartRequest};
+use crate::steps::start::ResolvedStart;
 
 /// An unfinished run that `start --resume` would continue.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,44 +87,32 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 }
 
 impl Resumable {
-    /// `lavenderd start … --resume …` with the request's own scale and chunk.
-    pub fn resume_command(&self, req: &StartRequest) -> String {
+    /// `lavenderd start … --resume …` with the start's scale and chunk.
+    pub fn resume_command(&self, start: &ResolvedStart) -> String {
         let resume = if self.latest_is_it {
             "latest".to_string()
         } else {
             self.run_dir.display().to_string()
         };
-        format!("lavenderd start{} --resume {resume}", flags(req))
+        format!("lavenderd start{} --resume {resume}", start.flags())
     }
 
     /// `lavenderd start … --fresh`.
-    pub fn fresh_command(&self, req: &StartRequest) -> String {
-        format!("lavenderd start{} --fresh", flags(req))
+    pub fn fresh_command(&self, start: &ResolvedStart) -> String {
+        format!("lavenderd start{} --fresh", start.flags())
     }
 
     /// One line: the run, how far it got, and both ways on.
-    pub fn refusal(&self, layout: &Layout, req: &StartRequest) -> String {
+    pub fn refusal(&self, layout: &Layout, start: &ResolvedStart) -> String {
         format!(
             "{} holds an unfinished run (newest checkpoint {} at step {}); resume it with `{}`, or start over from step 0 in a new run with `{}`",
             layout.to_recorded(&self.run_dir).display(),
             self.checkpoint,
             self.step,
-            self.resume_command(req),
-            self.fresh_command(req)
+            self.resume_command(start),
+            self.fresh_command(start)
         )
     }
-}
-
-/// The scale and chunk flags a request was given, as they were typed.
-fn flags(req: &StartRequest) -> String {
-    let mut s = String::new();
-    if let Some(scale) = req.scale {
-        s.push_str(&format!(" --scale {scale}"));
-    }
-    if let Some(chunk) = req.chunk {
-        s.push_str(&format!(" --chunk {chunk}"));
-    }
-    s
 }
 
 #[cfg(test)]
@@ -157,15 +146,18 @@ mod tests {
         let r = find(&layout, &idle, 1).expect("an unfinished run");
         assert_eq!((r.run_dir.as_path(), r.step), (old.as_path(), 30));
         assert!(r.latest_is_it);
-        let req = StartRequest {
-            chunk: Some(1),
-            ..StartRequest::default()
+        // The commands carry the start's flags that are not the config's default.
+        let req = crate::pipeline_file::StartRequest {
+            chunk: Some(2),
+            scale: Some(crate::config::Scale::Tiny),
+            ..Default::default()
         };
-        let line = r.refusal(&layout, &req);
+        let start = ResolvedStart::resolve(&req, &crate::config::Config::default(), &idle);
+        let line = r.refusal(&layout, &start);
         assert!(
             line.contains("checkpoints/run-2026-01-01_00-00-00")
-                && line.contains("`lavenderd start --chunk 1 --resume latest`")
-                && line.contains("`lavenderd start --chunk 1 --fresh`"),
+                && line.contains("`lavenderd start --chunk 2 --resume latest`")
+                && line.contains("`lavenderd start --chunk 2 --fresh`"),
             "{line}"
         );
         // A newer run without a checkpoint yet changes nothing.

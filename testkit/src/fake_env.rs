@@ -1,5 +1,5 @@
 //! The daemon's usual test subject: a data root in a tempdir, a config running the
-//! fake worker (daemon/src/bin/lavender-fake-worker.rs), and `lavenderd`.
+//! fake worker (testkit/src/bin/lavender-fake-worker.rs), and `lavenderd`.
 
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;

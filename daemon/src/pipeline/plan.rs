@@ -13,6 +13,7 @@ use lavender::checkpoint::fallback::Candidates;
 use lavender::layout::Layout;
 use lavender::pipeline_file::PipelineRecord;
 use lavender::steps::inputs::LocalFiles;
+use lavender::steps::start::{ResolvedStart, ResumeTarget};
 use lavender::steps::{Planned, absolute, markers, plan_steps, resumable, same_path};
 use lavender_api::StartRequest;
 
@@ -63,8 +64,8 @@ pub fn prepare(
             root.display()
         )));
     }
-    let chunk = req.chunk.unwrap_or(config.chunk);
-    let scale = req.scale.unwrap_or(config.scale);
+    let resolved = ResolvedStart::resolve(&req, config, current);
+    let (chunk, scale) = (resolved.chunk, resolved.scale);
     if let Some(from) = req.from_step
         && !config.steps.contains(&from)
     {
@@ -83,7 +84,7 @@ pub fn prepare(
         };
         StartError::Invalid(e.to_string())
     })?;
-    let force_from = req.force.then(|| req.from_step.unwrap_or(config.steps[0]));
+    let force_from = resolved.force_from;
     let Planned {
         steps,
         notices: mut plan_notices,
@@ -104,14 +105,14 @@ pub fn prepare(
         && let Some(run) = resumable::find(layout, current, chunk)
     {
         return Err(StartError::Resumable {
-            message: run.refusal(layout, &req),
+            message: run.refusal(layout, &resolved),
             run_dir: run.run_dir.clone(),
-            resume_command: run.resume_command(&req),
-            fresh_command: run.fresh_command(&req),
+            resume_command: run.resume_command(&resolved),
+            fresh_command: run.fresh_command(&resolved),
         });
     }
     let resume_from = if trains {
-        resolve_resume(layout, &req, chunk)?
+        resolve_resume(layout, &resolved)?
     } else {
         None
     };
@@ -236,24 +237,24 @@ pub fn last_worker_config(layout: &Layout) -> Option<Config> {
 /// continue from the previous chunk's latest checkpoint, which must exist.
 pub fn resolve_resume(
     layout: &Layout,
-    req: &StartRequest,
-    chunk: u32,
+    start: &ResolvedStart,
 ) -> Result<Option<PathBuf>, StartError> {
     let root = layout.checkpoints_root();
-    if let Some(spec) = &req.resume {
-        let resolved = if spec == "latest" {
-            spec.clone()
-        } else {
-            absolute(Path::new(spec)).display().to_string()
-        };
-        return lavender::checkpoint::resolve_resume(&resolved, &root)
-            .map(|c| Some(c.path))
-            .map_err(|e| StartError::Invalid(format!("--resume {spec}: {e}")));
-    }
-    if chunk <= 1 {
-        return Ok(None);
-    }
-    let prev = chunk - 1;
+    let chunk = start.chunk;
+    let prev = match &start.resume {
+        ResumeTarget::StepZero => return Ok(None),
+        ResumeTarget::PreviousChunk(prev) => *prev,
+        ResumeTarget::Given(spec) => {
+            let resolved = if spec == "latest" {
+                spec.clone()
+            } else {
+                absolute(Path::new(spec)).display().to_string()
+            };
+            return lavender::checkpoint::resolve_resume(&resolved, &root)
+                .map(|c| Some(c.path))
+                .map_err(|e| StartError::Invalid(format!("--resume {spec}: {e}")));
+        }
+    };
     let marker = markers::read(layout, prev, PipelineStep::Train).ok_or_else(|| {
         StartError::Invalid(format!(
             "chunk {chunk} continues from chunk {prev}'s latest checkpoint, but chunk {prev} has not finished its train step (no done-marker at {}); finish chunk {prev} or pass --resume PATH|latest",
@@ -359,7 +360,7 @@ pub fn spawn_spec(
         // The worker names where a value was set in its errors about it.
         env.insert(ORIGINS_VAR.to_string(), origins.display().to_string());
     }
-    if forced(config, record, step) {
+    if ResolvedStart::of_record(record, config).forces(config, step) {
         // The worker's data steps rebuild their outputs even when up to date.
         env.insert(FORCE_VAR.to_string(), "true".to_string());
     }
@@ -369,7 +370,7 @@ pub fn spawn_spec(
         config: layout.worker_config(),
         data_root: layout.data_root.clone(),
         run_dir: record.run_dir.clone(),
-        chunk: record.chunk.unwrap_or(config.chunk),
+        chunk: ResolvedStart::of_record(record, config).chunk,
         resume,
         env,
         log_file: record
@@ -384,16 +385,6 @@ pub fn spawn_spec(
 /// Set (to `true`) in the environment of a step `start --force` runs again:
 /// `lavender-worker` then rebuilds the step's outputs even when they are up to date.
 pub const FORCE_VAR: &str = "LAVENDER_FORCE";
-
-/// Whether `step` is one `start --force` asked to run again.
-fn forced(config: &Config, record: &PipelineRecord, step: PipelineStep) -> bool {
-    let Some(req) = record.request.as_ref().filter(|r| r.force) else {
-        return false;
-    };
-    let from = req.from_step.unwrap_or(config.steps[0]);
-    let pos = |s| config.steps.iter().position(|&x| x == s);
-    matches!((pos(from), pos(step)), (Some(f), Some(i)) if i >= f)
-}
 
 #[cfg(test)]
 mod tests {
@@ -410,7 +401,9 @@ mod tests {
             resume: Some("/no/such/checkpoint".into()),
             ..StartRequest::default()
         };
-        let err = resolve_resume(&layout(dir.path()), &req, 1)
+        let resolved =
+            |req| ResolvedStart::resolve(&req, &Config::default(), &PipelineRecord::idle());
+        let err = resolve_resume(&layout(dir.path()), &resolved(req))
             .unwrap_err()
             .to_string();
         assert!(err.contains("/no/such/checkpoint"), "{err}");
@@ -418,7 +411,7 @@ mod tests {
             resume: Some("latest".into()),
             ..StartRequest::default()
         };
-        let err = resolve_resume(&layout(dir.path()), &req, 1)
+        let err = resolve_resume(&layout(dir.path()), &resolved(req))
             .unwrap_err()
             .to_string();
         assert!(err.contains("latest"), "{err}");

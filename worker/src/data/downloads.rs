@@ -29,7 +29,7 @@ use crate::progress::{Progress, group};
 use lavender::events::Event;
 use lavender::failure::FailureKind;
 
-pub const STEP: &str = "downloads";
+pub const STEP: &str = lavender::pipeline_step::PipelineStep::Downloads.as_str();
 const VERSION: u32 = 1;
 
 /// The embedded default corpus, gzip-compressed in the repository's data/ directory.

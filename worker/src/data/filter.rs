@@ -12,7 +12,7 @@ use super::step::{self, Ctx};
 use crate::progress::{Progress, group};
 use lavender::config::FilterConfig;
 
-pub const STEP: &str = "filter";
+pub const STEP: &str = lavender::pipeline_step::PipelineStep::Filter.as_str();
 const VERSION: u32 = 1;
 pub const OUTPUT: &str = "documents.jsonl";
 

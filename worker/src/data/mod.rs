@@ -18,60 +18,43 @@ pub mod step;
 use anyhow::{Context, Result};
 
 use crate::cli::StepArgs;
+use lavender::pipeline_step::PipelineStep;
 use settings::Settings;
 use step::Ctx;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DataStep {
-    Downloads,
-    Dedup,
-    Filter,
-    BuildShards,
-    Precompute,
-}
-
-impl DataStep {
-    pub fn name(self) -> &'static str {
-        match self {
-            DataStep::Downloads => downloads::STEP,
-            DataStep::Dedup => dedup::STEP,
-            DataStep::Filter => filter::STEP,
-            DataStep::BuildShards => shards::STEP,
-            DataStep::Precompute => precompute::STEP,
-        }
-    }
-}
-
 /// Run one data step; a failure is also recorded as a `failed` event of the run
 /// (`failure::record_step_failure`), which lavenderd reads.
-pub fn run(step: DataStep, args: &StepArgs) -> Result<()> {
+pub fn run(step: PipelineStep, args: &StepArgs) -> Result<()> {
     // A config rejected on loading is the step's failure too.
     let settings = Settings::load(args).inspect_err(|e| {
         if let Some(run_dir) = &args.run_dir
             && std::fs::create_dir_all(run_dir).is_ok()
         {
-            crate::failure::record_step_failure(run_dir, step.name(), e);
+            crate::failure::record_step_failure(run_dir, step.as_str(), e);
         }
     })?;
     let ctx = Ctx::new(settings)?;
     if let Some(run_dir) = &ctx.settings.run_dir {
         crate::progress::beat_into(run_dir);
-        crate::progress::beat(step.name(), 0);
+        crate::progress::beat(step.as_str(), 0);
     }
     let result = match step {
-        DataStep::Downloads => downloads::run(&ctx),
-        DataStep::Dedup => dedup::run(&ctx),
-        DataStep::Filter => filter::run(&ctx),
-        DataStep::BuildShards => shards::run(&ctx),
-        DataStep::Precompute => precompute::run(&ctx),
+        PipelineStep::Downloads => downloads::run(&ctx),
+        PipelineStep::Dedup => dedup::run(&ctx),
+        PipelineStep::Filter => filter::run(&ctx),
+        PipelineStep::BuildShards => shards::run(&ctx),
+        PipelineStep::Precompute => precompute::run(&ctx),
+        PipelineStep::Train | PipelineStep::MineHard => {
+            anyhow::bail!("{step} is not a data step (its kind is {:?})", step.kind())
+        }
     };
     if let (Err(e), Some(run_dir)) = (&result, &ctx.settings.run_dir) {
-        crate::failure::record_step_failure(run_dir, step.name(), e);
+        crate::failure::record_step_failure(run_dir, step.as_str(), e);
     }
     result.with_context(|| {
         format!(
             "{} did not complete; its earlier output under {} is unchanged",
-            step.name(),
+            step.as_str(),
             ctx.root.display()
         )
     })

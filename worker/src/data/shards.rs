@@ -15,7 +15,7 @@ use crate::progress::{Progress, group};
 use crate::tokens::select_shards;
 use lavender::events::Event;
 
-pub const STEP: &str = "build_shards";
+pub const STEP: &str = lavender::pipeline_step::PipelineStep::BuildShards.as_str();
 const VERSION: u32 = 1;
 pub const VALIDATION: &str = "validation";
 /// Salt of the validation split's hash, so it is independent of other hash-based splits.

@@ -14,6 +14,7 @@ use crate::confirm::confirm;
 use crate::settings::{GlobalArgs, Settings};
 use lavender::pipeline_file::PipelineRecord;
 use lavender::steps::resumable;
+use lavender::steps::start::ResolvedStart;
 
 const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -114,8 +115,9 @@ pub fn confirm_fresh(settings: &Settings, flags: &PipelineFlags) -> Result<()> {
         return Ok(());
     }
     let layout = &settings.layout;
-    let chunk = flags.chunk.unwrap_or(settings.config.chunk);
     let record = PipelineRecord::load(layout)?;
+    let req = flags.request(Some(layout.data_root.clone()), &settings.config)?;
+    let chunk = ResolvedStart::resolve(&req, &settings.config, &record).chunk;
     let Some(run) = resumable::find(layout, &record, chunk) else {
         return Ok(());
     };

@@ -15,6 +15,7 @@ use crate::pipeline::stop::{StopReport, StopReports as _};
 use lavender::pipeline_file::StopCause;
 use lavender::steps::inputs::{LocalFiles, StepInputs};
 use lavender::steps::markers;
+use lavender::steps::start::ResolvedStart;
 
 impl Actor {
     pub(super) fn on_exit(&mut self, exit: WorkerExit) {
@@ -92,7 +93,7 @@ impl Actor {
         );
         match judged.verdict {
             Verdict::Success => {
-                let chunk = self.record.chunk.unwrap_or(self.config.chunk);
+                let chunk = ResolvedStart::of_record(&self.record, &self.config).chunk;
                 let ran_with = plan::worker_config(&self.layout, &self.config);
                 let inputs =
                     StepInputs::with_files(step, &ran_with, &self.layout.data_root, chunk, &files);

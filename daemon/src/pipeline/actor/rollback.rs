@@ -17,6 +17,7 @@ use crate::alert::Alert;
 use crate::exit::ExitOutcome;
 use crate::pipeline::machine::{Event, PendingRestart, Restart};
 use crate::pipeline::rollback::{self, NoRollback, Rollback};
+use lavender::steps::start::ResolvedStart;
 
 impl Actor {
     /// `failure` (a divergence) ended the worker of `step`, which last reported
@@ -95,7 +96,7 @@ impl Actor {
         let at = lavender::time::rfc3339_z(lavender::time::now_utc());
         let rb = rollback::plan(
             run_dir,
-            self.record.chunk.unwrap_or(self.config.chunk),
+            ResolvedStart::of_record(&self.record, &self.config).chunk,
             self.record.resume_from.as_deref(),
             failure,
             detected,

@@ -19,6 +19,7 @@ use crate::process::{ExitFuture, SpawnSpec};
 use lavender::pipeline_file::StartRequest;
 use lavender::pipeline_file::WorkerRecord;
 use lavender::steps::inputs::{LocalFiles, reads_local_files};
+use lavender::steps::start::ResolvedStart;
 
 impl Actor {
     /// Reads the config the start names (or the daemon's own file, again) and has
@@ -186,8 +187,8 @@ impl Actor {
     ) -> Option<String> {
         let running = plan::worker_config(&self.layout, &self.config);
         let mut asked = config.clone();
-        asked.scale = req.scale.or(self.record.scale).unwrap_or(asked.scale);
-        asked.chunk = req.chunk.or(self.record.chunk).unwrap_or(asked.chunk);
+        let resolved = ResolvedStart::resolve(req, config, &self.record);
+        (asked.scale, asked.chunk) = (resolved.scale, resolved.chunk);
         let keys = lavender::config::changed_keys(&running, &asked);
         if keys.is_empty() {
             return None;
@@ -206,10 +207,11 @@ impl Actor {
 
     /// The answer to a start with nothing to do: the pipeline as it is, and the line.
     fn nothing_to_do(&self, req: &StartRequest, line: String) -> StartReply {
+        let resolved = ResolvedStart::resolve(req, &self.config, &self.record);
         StartReply {
             state: self.record.state,
-            chunk: req.chunk.unwrap_or(self.config.chunk),
-            scale: req.scale.unwrap_or(self.config.scale),
+            chunk: resolved.chunk,
+            scale: resolved.scale,
             active_step: None,
             pid: None,
             run_dir: self.record.run_dir.clone(),

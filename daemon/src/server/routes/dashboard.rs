@@ -14,6 +14,6 @@ pub async fn get() -> impl IntoResponse {
             ),
             (header::CACHE_CONTROL, "no-cache"),
         ],
-        page::HTML,
+        page::html(),
     )
 }

@@ -15,7 +15,7 @@ use super::stage;
 use super::step::{self, Ctx};
 use crate::progress::{Progress, group};
 
-pub const STEP: &str = "dedup";
+pub const STEP: &str = lavender::pipeline_step::PipelineStep::Dedup.as_str();
 const VERSION: u32 = 1;
 pub const OUTPUT: &str = "documents.jsonl";
 

@@ -21,7 +21,7 @@ use crate::tokens::{
 };
 use lavender::events::Event;
 
-pub const STEP: &str = "precompute";
+pub const STEP: &str = lavender::pipeline_step::PipelineStep::Precompute.as_str();
 const VERSION: u32 = 1;
 /// Documents (or samples) tokenized per parallel batch.
 pub(crate) const BATCH: usize = 2048;

@@ -26,6 +26,7 @@ use lavender::checkpoint::{self, CheckpointName};
 use lavender::events::{self, Event, kind};
 use lavender::failure::{Failure, FailureKind};
 use lavender::heartbeat::{self, Heartbeat, WorkerState};
+use lavender::pipeline_step::{PipelineStep, StepKind};
 use lavender::trainer_state::TrainerState;
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 
@@ -37,8 +38,8 @@ const RESUME_EXIT: i32 = 4;
 #[derive(Parser, Debug)]
 #[command(about = "A fake lavender worker for tests")]
 struct Args {
-    /// Pipeline step (downloads, …, train, mine_hard).
-    step: String,
+    /// Pipeline step, parsed into the step table's type (`lavender::pipeline_step`).
+    step: PipelineStep,
     #[arg(long)]
     config: Option<PathBuf>,
     #[arg(long)]
@@ -117,7 +118,7 @@ struct Args {
     spawn_helper: bool,
     /// Make this data step fail with exit code 1.
     #[arg(long, env = "FAKE_FAIL_STEP")]
-    fail_step: Option<String>,
+    fail_step: Option<PipelineStep>,
     /// Print this many numbered lines to stdout each training step (a chatty trainer,
     /// for the log's rotation).
     #[arg(long, env = "FAKE_CHATTER", default_value_t = 0)]
@@ -169,7 +170,7 @@ fn run(args: &Args) -> Result<i32> {
     install_sigterm(args.ignore_sigterm)?;
     record_call(&args.data_root)?;
     println!("fake-worker: step {} pid {}", args.step, std::process::id());
-    if args.step != "train" {
+    if args.step.kind() != StepKind::Train {
         return data_step(args);
     }
     if args.spawn_helper {
@@ -230,22 +231,22 @@ fn data_step(args: &Args) -> Result<i32> {
             && Instant::now() >= beat_at
         {
             std::fs::create_dir_all(run_dir)?;
-            let beat = lavender::step_heartbeat::StepHeartbeat::now(&args.step, items);
+            let beat = lavender::step_heartbeat::StepHeartbeat::now(args.step.as_str(), items);
             lavender::step_heartbeat::write(run_dir, &beat)?;
             beat_at += Duration::from_millis(100);
             items += 1;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    if args.fail_step.as_deref() == Some(args.step.as_str()) {
+    if args.fail_step == Some(args.step) {
         eprintln!("fake-worker: {} failed as asked", args.step);
         return Ok(1);
     }
-    let counts: serde_json::Map<String, serde_json::Value> = match args.step.as_str() {
-        "downloads" => [("documents", 100), ("sources", 1), ("bytes", 4096)].as_slice(),
-        "build_shards" => [("shard_count", 4), ("documents", 90)].as_slice(),
-        "precompute" => [("tokens", 12345), ("vocab_size", 256)].as_slice(),
-        "mine_hard" => [("hard_examples", 7)].as_slice(),
+    let counts: serde_json::Map<String, serde_json::Value> = match args.step {
+        PipelineStep::Downloads => [("documents", 100), ("sources", 1), ("bytes", 4096)].as_slice(),
+        PipelineStep::BuildShards => [("shard_count", 4), ("documents", 90)].as_slice(),
+        PipelineStep::Precompute => [("tokens", 12345), ("vocab_size", 256)].as_slice(),
+        PipelineStep::MineHard => [("hard_examples", 7)].as_slice(),
         _ => [].as_slice(),
     }
     .iter()
