@@ -3,7 +3,7 @@
 //! could be written. The daemon's restart policy is chosen by the kind: a failure
 //! that will repeat (a bad config, an incompatible checkpoint, missing data) is not
 //! retried, a divergence is rolled back, a damaged checkpoint is set aside for the
-//! one before it, anything else is restarted.
+//! one before it, a full disk is waited out, anything else is restarted.
 
 use serde::{Deserialize, Serialize};
 
@@ -25,18 +25,23 @@ pub enum FailureKind {
     DamagedCheckpoint,
     /// Inputs are missing or corrupt.
     Data,
+    /// A write found no space left (`ENOSPC`) or the quota used up (`EDQUOT`). The
+    /// worker removes what it had half written; the daemon waits for free space and
+    /// resumes from the latest verified checkpoint (not a crash, not a restart).
+    DiskFull,
     /// Anything else, a signal included.
     Crash,
 }
 
 impl FailureKind {
-    pub const ALL: [FailureKind; 7] = [
+    pub const ALL: [FailureKind; 8] = [
         FailureKind::Diverged,
         FailureKind::OutOfMemory,
         FailureKind::Config,
         FailureKind::IncompatibleCheckpoint,
         FailureKind::DamagedCheckpoint,
         FailureKind::Data,
+        FailureKind::DiskFull,
         FailureKind::Crash,
     ];
 
@@ -49,6 +54,7 @@ impl FailureKind {
             FailureKind::IncompatibleCheckpoint => "incompatible_checkpoint",
             FailureKind::DamagedCheckpoint => "damaged_checkpoint",
             FailureKind::Data => "data",
+            FailureKind::DiskFull => "disk_full",
             FailureKind::Crash => "crash",
         }
     }
@@ -64,6 +70,7 @@ impl FailureKind {
             FailureKind::Diverged => 80,
             FailureKind::OutOfMemory => 81,
             FailureKind::DamagedCheckpoint => 82,
+            FailureKind::DiskFull => 83,
         }
     }
 
@@ -75,6 +82,27 @@ impl FailureKind {
             .find(|k| k.exit_code() == code)
             .unwrap_or(FailureKind::Crash)
     }
+}
+
+/// Whether `error` says the disk is full: `ENOSPC`, or `EDQUOT` (a quota reached is
+/// the same to the run: nothing more can be written until space is freed).
+pub fn is_disk_full(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
+}
+
+/// Whether `error` or any error under it is a full disk ([`is_disk_full`]).
+pub fn disk_full_in(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.downcast_ref::<std::io::Error>().is_some_and(is_disk_full) {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 impl std::fmt::Display for FailureKind {
@@ -179,6 +207,28 @@ mod tests {
         }
         assert_eq!(FailureKind::from_exit_code(2), FailureKind::Crash);
         assert_eq!(FailureKind::from_exit_code(137), FailureKind::Crash);
+        assert_eq!(FailureKind::from_exit_code(83), FailureKind::DiskFull);
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn enospc_and_edquot_are_a_full_disk_wherever_they_sit_in_the_chain() {
+        use std::io;
+        // Linux's ENOSPC and EDQUOT.
+        let enospc = io::Error::from_raw_os_error(28);
+        let edquot = io::Error::from_raw_os_error(122);
+        assert!(is_disk_full(&enospc) && is_disk_full(&edquot));
+        assert!(!is_disk_full(&io::Error::from_raw_os_error(5)));
+        assert!(!is_disk_full(&io::Error::other("no space left")));
+        // Wrapped as the core library wraps its I/O errors: found under the context.
+        let wrapped = crate::error::Error::io("write", std::path::Path::new("/x"), edquot);
+        assert!(disk_full_in(&wrapped), "{wrapped}");
+        let eio = crate::error::Error::io(
+            "write",
+            std::path::Path::new("/x"),
+            io::Error::from_raw_os_error(5),
+        );
+        assert!(!disk_full_in(&eio));
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub enum PipelineState {
     Finished,
     Crashed,
     Failed,
+    /// A save found the disk full: no worker, resumed by the daemon once the next
+    /// save fits (`pipeline.disk_wait` says where and how much).
+    #[serde(rename = "waiting_for_disk")]
+    WaitingForDisk,
 }
 
 impl PipelineState {
@@ -67,6 +71,7 @@ impl PipelineState {
             PipelineState::Finished => "finished",
             PipelineState::Crashed => "crashed",
             PipelineState::Failed => "failed",
+            PipelineState::WaitingForDisk => "waiting_for_disk",
         }
     }
 }
@@ -112,6 +117,27 @@ pub struct PipelineStatus {
     /// last, when it resumed another run (`<run>/lineage.json`); absent otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lineage: Vec<String>,
+    /// While the state is `waiting_for_disk`: the filesystem, the bytes the next
+    /// save needs and those free at the last check; null otherwise.
+    #[serde(default)]
+    pub disk_wait: Option<DiskWait>,
+}
+
+/// `pipeline.disk_wait`: a save found the disk full (`ENOSPC`, or `EDQUOT` for a
+/// quota) and the pipeline waits until `need_bytes` are free under `path`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskWait {
+    /// The data root, whose filesystem holds the run's checkpoints.
+    pub path: std::path::PathBuf,
+    /// The next save's size × 1.1 + `notify.disk_floor_mib` (more than was free
+    /// when the save failed, when that estimate fell short).
+    pub need_bytes: u64,
+    /// Free at the last check (every few seconds while waiting).
+    pub free_bytes: Option<u64>,
+    /// RFC 3339 UTC: when the wait began.
+    pub since: String,
+    /// One line for a person: why, and what would end it.
+    pub message: String,
 }
 
 /// Why the daemon brought a run back by itself.
@@ -456,6 +482,7 @@ impl Status {
                 rollbacks: Vec::new(),
                 last_error: None,
                 lineage: Vec::new(),
+                disk_wait: None,
             },
             active_step: None,
             steps: BTreeMap::new(),
@@ -496,6 +523,9 @@ impl Status {
         }
         if let Some(f) = &p.failure {
             line(format!("failure:     {}: {}", f.kind, f.message));
+        }
+        if let Some(w) = &p.disk_wait {
+            line(format!("waiting:     {} (since {})", w.message, w.since));
         }
         if let Some(j) = &p.slurm {
             let mut job = format!("slurm:       job {} {}", j.job_id, opt(&j.state));

@@ -140,6 +140,15 @@ pub enum Alert {
         avail_bytes: u64,
         need_bytes: u64,
     },
+    /// A save found the disk full (`ENOSPC`, or `EDQUOT` for a quota): the latest
+    /// verified checkpoint is as it was and the pipeline waits for space. `message`
+    /// names the filesystem, the bytes needed and those free.
+    DiskFull { step: PipelineStep, message: String },
+    /// Space came back after a [`Alert::DiskFull`]: the worker resumed by itself.
+    DiskSpaceBack { step: PipelineStep, message: String },
+    /// The next save will not fit even after early retention: "the save due at
+    /// step 4,200 needs 480 MB; 310 MB free".
+    SaveWontFit { step: PipelineStep, message: String },
     /// Training got slower than its own baseline and stayed so
     /// (`supervisor.slowdown`); `seen`: what the daemon sees of the cause.
     Slowdown {
@@ -195,6 +204,9 @@ impl Alert {
             Alert::Recovered { .. } | Alert::IncidentOver { .. } => "recovered",
             Alert::Finished { .. } => "finished",
             Alert::DiskLow { .. } => "disk_low",
+            Alert::DiskFull { .. } => "disk_full",
+            Alert::DiskSpaceBack { .. } => "disk_space_back",
+            Alert::SaveWontFit { .. } => "save_wont_fit",
             Alert::Slowdown { .. } => "slowdown",
             Alert::SlowdownRecovered { .. } => "slowdown_recovered",
             Alert::ReplicationBehind { .. } => "replication_behind",
@@ -218,6 +230,9 @@ impl Alert {
             | Alert::Recovered { step, .. }
             | Alert::IncidentOver { step, .. }
             | Alert::Adopted { step, .. }
+            | Alert::DiskFull { step, .. }
+            | Alert::DiskSpaceBack { step, .. }
+            | Alert::SaveWontFit { step, .. }
             | Alert::StoppedExternally { step } => Some(*step),
             Alert::Slowdown { .. } | Alert::SlowdownRecovered { .. } => Some(PipelineStep::Train),
             Alert::Finished { .. }
@@ -266,7 +281,10 @@ impl std::fmt::Display for Alert {
             Alert::HungRestarted { step, message } => write!(f, "step {step}: {message}"),
             Alert::NodeLost { step, message } => write!(f, "step {step}: {message}"),
             Alert::RolledBack { step, message, .. } => write!(f, "step {step}: {message}"),
-            Alert::CheckpointDamaged { step, message } => write!(f, "step {step}: {message}"),
+            Alert::CheckpointDamaged { step, message }
+            | Alert::DiskFull { step, message }
+            | Alert::DiskSpaceBack { step, message }
+            | Alert::SaveWontFit { step, message } => write!(f, "step {step}: {message}"),
             Alert::Resumed { step, message, .. } => write!(f, "step {step}: {message}"),
             Alert::Adopted { step, worker } => {
                 write!(f, "re-adopted the running worker of step {step} ({worker})")
@@ -362,6 +380,7 @@ impl Alert {
                 | Alert::ReplicationRecovered { .. }
                 | Alert::Adopted { .. }
                 | Alert::Resumed { .. }
+                | Alert::DiskSpaceBack { .. }
         )
     }
 }

@@ -50,7 +50,7 @@ fn disk_status(path: &Path) -> DiskStatus {
 }
 
 /// Bytes available to an unprivileged writer on the filesystem holding `path`.
-fn avail_bytes(path: &Path) -> Option<u64> {
+pub fn avail_bytes(path: &Path) -> Option<u64> {
     let st = nix::sys::statvfs::statvfs(&nearest_existing(path)?).ok()?;
     // The field types differ by platform (u32 on macOS, u64 on Linux).
     #[allow(clippy::unnecessary_cast)]

@@ -179,7 +179,7 @@ impl Pass {
 }
 
 /// `dir` is a directory strictly below `root` (both resolved through symlinks).
-fn inside(dir: &Path, root: &Path) -> bool {
+pub fn inside(dir: &Path, root: &Path) -> bool {
     match (std::fs::canonicalize(dir), std::fs::canonicalize(root)) {
         (Ok(dir), Ok(root)) => dir != root && dir.starts_with(&root),
         _ => false,

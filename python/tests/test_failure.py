@@ -22,6 +22,7 @@ def test_kinds_and_exit_codes_are_lavenders():
         "diverged": 80,
         "out_of_memory": 81,
         "damaged_checkpoint": 82,
+        "disk_full": 83,
     }
     assert failure.exit_code("meteor") == 1
     with pytest.raises(ValueError, match="not one of"):
@@ -38,6 +39,39 @@ def test_exceptions_are_classified():
     assert failure.classify(failure.WorkerFailure("data", "shard\n3 is bad")) == ("data", "shard 3 is bad")
     kind, message = failure.classify(ValueError("bad\nvalue"))
     assert (kind, message) == ("crash", "ValueError: bad value")
+
+
+def test_no_space_and_a_used_up_quota_are_a_full_disk():
+    import errno
+
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        kind, message = failure.classify(OSError(code, os.strerror(code), "model.safetensors"))
+        assert kind == "disk_full", message
+    # Raised from the write, under the error the trainer wraps it in.
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as e:
+            raise RuntimeError("could not save the checkpoint") from e
+    except RuntimeError as wrapped:
+        assert failure.classify(wrapped)[0] == "disk_full"
+    assert failure.classify(OSError(errno.EIO, "I/O error"))[0] == "crash"
+    assert failure.exit_code("disk_full") == 83
+
+
+def test_a_save_that_finds_no_space_leaves_no_partial_checkpoint(tmp_path):
+    import errno
+
+    run_dir = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
+    w = Worker(run_dir, data_root=tmp_path, total_steps=10, handle_signals=False, handle_failures=False)
+
+    def full(d):
+        (d / "model.safetensors").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError):
+        w.save(3, full)
+    assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == []
 
 
 def run(tmp_path, mode):

@@ -80,9 +80,10 @@ pub fn compose(
         state = PipelineState::Crashed;
     }
     let active_step = match state {
-        PipelineState::Running | PipelineState::Stopping | PipelineState::Crashed => {
-            record.active_step
-        }
+        PipelineState::Running
+        | PipelineState::Stopping
+        | PipelineState::Crashed
+        | PipelineState::WaitingForDisk => record.active_step,
         _ => None,
     };
     let steps = if record.steps.is_empty() {
@@ -138,6 +139,9 @@ pub fn compose(
                 .then(|| record.last_error.clone())
                 .flatten(),
             lineage: facts.lineage.clone(),
+            disk_wait: (state == PipelineState::WaitingForDisk)
+                .then(|| record.disk_wait.clone())
+                .flatten(),
         },
         active_step,
         steps,

@@ -182,6 +182,8 @@ impl OnFailure {
             FailureKind::Crash => self.crash,
             // Not a choice: set aside, and restarted at once from the one before.
             FailureKind::DamagedCheckpoint => FailureAction::Restart,
+            // Not a choice either: waited out, then resumed (the daemon's `disk` wait).
+            FailureKind::DiskFull => FailureAction::Restart,
             FailureKind::Diverged => return None,
         })
     }

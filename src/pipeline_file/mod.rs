@@ -109,6 +109,9 @@ pub struct PipelineRecord {
     /// (`supervisor.max_same_failure`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_failure: Option<SameFailure>,
+    /// Why the pipeline waits for disk space (status `pipeline.disk_wait`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_wait: Option<crate::status::DiskWait>,
     pub updated_at: String,
 }
 
@@ -135,6 +138,7 @@ impl PipelineRecord {
             failure: None,
             rollbacks: Vec::new(),
             same_failure: None,
+            disk_wait: None,
             updated_at: crate::time::rfc3339_z(crate::time::now_utc()),
         }
     }

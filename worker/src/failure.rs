@@ -96,12 +96,27 @@ pub fn says_out_of_memory(message: &str) -> bool {
     m.contains("out of memory") || m.contains("can't allocate memory")
 }
 
+/// Whether a full disk (or quota) is anywhere in `error`, a tagged error's own head
+/// included (a tag's `source` skips it).
+fn says_disk_full(error: &anyhow::Error) -> bool {
+    error.chain().any(|e| {
+        lavender::failure::disk_full_in(e)
+            || e.downcast_ref::<Tagged>()
+                .is_some_and(|t| says_disk_full(&t.error))
+    })
+}
+
 /// What `error` says about why the worker ends: kind, the whole message on one
 /// line, and (for a divergence) its steps.
 pub fn failure_of(error: &anyhow::Error) -> Failure {
     let message = format!("{error:#}").replace('\n', " ");
     if error.chain().any(|e| says_out_of_memory(&e.to_string())) {
         return Failure::new(FailureKind::OutOfMemory, message);
+    }
+    // Like running out of memory, a full disk (or quota) can meet any write: it
+    // wins over the tag of what was being written.
+    if says_disk_full(error) {
+        return Failure::new(FailureKind::DiskFull, message);
     }
     if let Some(t) = error
         .chain()
@@ -212,6 +227,29 @@ mod tests {
         let f = failure_of_panic(&*panic);
         assert_eq!(f.kind, FailureKind::Crash);
         assert!(f.message.contains("index out of range"), "{}", f.message);
+    }
+
+    #[test]
+    fn a_full_disk_or_quota_wins_over_the_tag_of_what_was_written() {
+        // Linux's ENOSPC and EDQUOT, as a failed write returns them.
+        for errno in [28, 122] {
+            let write: std::io::Result<()> = Err(std::io::Error::from_raw_os_error(errno));
+            let e = write
+                .kind(FailureKind::Data)
+                .context("could not write model.safetensors")
+                .unwrap_err();
+            let f = failure_of(&e);
+            assert_eq!(
+                f.kind,
+                FailureKind::DiskFull,
+                "errno {errno}: {}",
+                f.message
+            );
+            assert_eq!(f.kind.exit_code(), 83);
+        }
+        let write: std::io::Result<()> = Err(std::io::Error::from_raw_os_error(5));
+        let e = write.context("could not write").unwrap_err();
+        assert_eq!(failure_of(&e).kind, FailureKind::Crash);
     }
 
     #[test]

@@ -49,6 +49,10 @@ pub enum DecisionKind {
     GiveUp,
     /// Checkpoints deleted before their time (the disk running full).
     EarlyRetention,
+    /// A save found the disk full: the pipeline waits for space (not a restart).
+    WaitForDisk,
+    /// Space came back after a [`DecisionKind::WaitForDisk`]: the worker resumed.
+    DiskResume,
     /// A damaged checkpoint set aside and an older one used instead.
     CheckpointSetAside,
     /// A Slurm job put back in the queue.
@@ -65,6 +69,8 @@ impl DecisionKind {
             DecisionKind::Rollback => "rollback",
             DecisionKind::GiveUp => "give up",
             DecisionKind::EarlyRetention => "early retention",
+            DecisionKind::WaitForDisk => "wait for disk",
+            DecisionKind::DiskResume => "resume after disk",
             DecisionKind::CheckpointSetAside => "checkpoint set aside",
             DecisionKind::Requeue => "requeue",
             DecisionKind::NodeLost => "node lost",

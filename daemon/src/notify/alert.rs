@@ -171,6 +171,20 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
                 path.display()
             ),
         )],
+        Alert::DiskFull { message, .. } => vec![push(
+            "disk full: waiting for space".to_string(),
+            format!(
+                "{message}. The latest verified checkpoint is intact; training resumes by itself once space is freed"
+            ),
+        )],
+        Alert::DiskSpaceBack { message, .. } => vec![push(
+            "disk space back: resumed".to_string(),
+            message.clone(),
+        )],
+        Alert::SaveWontFit { message, .. } => vec![push(
+            "the next save will not fit".to_string(),
+            format!("{message}. Free space or lower training.keep_checkpoints"),
+        )],
         Alert::Finished {
             duration: took,
             final_loss,

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::message::Notification;
 
 /// `1123456` → `1,123,456`.
-pub(super) fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, ch) in digits.chars().enumerate() {
@@ -22,7 +22,7 @@ pub(super) fn thousands(n: u64) -> String {
 }
 
 /// `1288490188` → `1.2 GiB`; MiB below one GiB.
-pub(super) fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     const MIB: f64 = 1024.0 * 1024.0;
     let mib = n as f64 / MIB;
     if mib >= 1024.0 {

@@ -44,6 +44,7 @@ pub enum StartError {
 fn busy(state: PipelineState) -> &'static str {
     match state {
         PipelineState::Crashed => "waiting to restart after a crash",
+        PipelineState::WaitingForDisk => "waiting for disk space to resume",
         PipelineState::Stopping => "stopping",
         _ => "already running",
     }
@@ -64,6 +65,8 @@ pub(super) enum Command {
     /// The watchdog learned a longer steady heartbeat interval for the run
     /// (`supervisor.stale_after_s: auto`); the record keeps it.
     Interval { run_dir: PathBuf, longest_s: f64 },
+    /// The watchdog found the next save short of space (`actor/disk.rs`).
+    DiskShort,
     /// Read the config file again (SIGHUP, `lavenderd reload`).
     Reload {
         reply: oneshot::Sender<Result<Reload, String>>,
@@ -147,6 +150,12 @@ impl PipelineHandle {
     /// full queue drops the report, and the next look reports again.
     pub fn report_hung(&self, report: HungReport) -> bool {
         self.cmds.try_send(Command::Hung(report)).is_ok()
+    }
+
+    /// Tells the actor the next save looks short of space: it checks the disk and
+    /// applies retention early (never waits; a full queue drops it).
+    pub fn report_disk_short(&self) -> bool {
+        self.cmds.try_send(Command::DiskShort).is_ok()
     }
 
     /// Hands the actor the run's longest steady heartbeat interval (never waits).

@@ -3,6 +3,7 @@
 //! as the record shows it); `machine/` writes down its phases and transitions.
 
 pub(crate) mod actor;
+pub(crate) mod disk;
 pub(crate) mod handle;
 pub(crate) mod judge;
 pub(crate) mod machine;

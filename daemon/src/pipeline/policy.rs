@@ -187,6 +187,10 @@ pub fn cause_and_fix(step: PipelineStep, failure: &Failure) -> String {
             "the worker ran out of memory",
             "lower training.batch_size or training.seq_len, or pick a smaller scale",
         ),
+        FailureKind::DiskFull => (
+            "the disk is full",
+            "free space on the data root's filesystem, or lower training.keep_checkpoints, then start again with --resume latest",
+        ),
         FailureKind::Crash => ("the worker crashed", "read the log (lavenderd logs)"),
     };
     format!("{cause}: {}; to fix: {fix}", failure.message)

@@ -67,6 +67,9 @@ async fn run(
         if let Some(alert) = disk.observe(&snap, &layout) {
             let _ = alerts.send(alert);
         }
+        if std::mem::take(&mut disk.save_short) {
+            pipeline.report_disk_short();
+        }
         if snapshots.changed().await.is_err() {
             return;
         }
@@ -152,6 +155,9 @@ struct DiskWatch {
     low: bool,
     /// The reading last looked at (readings are reused across snapshots).
     seen: Option<Instant>,
+    /// The newest reading says the next save will not fit (its size × 1.1 + the
+    /// floor) while a worker runs: the actor checks and applies retention early.
+    save_short: bool,
 }
 
 impl DiskWatch {
@@ -162,6 +168,12 @@ impl DiskWatch {
         }
         self.seen = facts.disk_read_at;
         let avail_bytes = facts.disk_avail_bytes?;
+        self.save_short = snap.record.worker.is_some()
+            && avail_bytes
+                < crate::pipeline::disk::save_need(
+                    facts.latest_checkpoint_bytes,
+                    snap.settings.disk_floor_mib,
+                );
         let need_bytes = disk_low_need(facts.latest_checkpoint_bytes, snap.settings.disk_floor_mib);
         let was_low = std::mem::replace(&mut self.low, avail_bytes < need_bytes);
         (self.low && !was_low).then(|| Alert::DiskLow {

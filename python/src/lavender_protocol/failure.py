@@ -5,11 +5,13 @@ heartbeat (state `failed`) or the `failed` event, else the exit code, and acts b
 kind: `config`, `incompatible_checkpoint` and `data` are not retried, `diverged` is
 rolled back to a checkpoint before `since_step`, `damaged_checkpoint` (the checkpoint
 to resume from cannot be read) sets it aside and resumes from the one before,
-anything else is restarted.
+`disk_full` (a write found no space left, or the quota used up) is waited out
+until space is freed, then resumed; anything else is restarted.
 """
 
 from __future__ import annotations
 
+import errno
 from typing import Any, Dict, Optional, Tuple
 
 from .checkpoints import ResumeError
@@ -20,6 +22,7 @@ CONFIG = "config"
 INCOMPATIBLE_CHECKPOINT = "incompatible_checkpoint"
 DAMAGED_CHECKPOINT = "damaged_checkpoint"
 DATA = "data"
+DISK_FULL = "disk_full"
 CRASH = "crash"
 
 #: Each kind's exit code, the same as lavender-worker's (`lavender::failure`).
@@ -31,6 +34,7 @@ EXIT_CODES: Dict[str, int] = {
     DIVERGED: 80,
     OUT_OF_MEMORY: 81,
     DAMAGED_CHECKPOINT: 82,
+    DISK_FULL: 83,
 }
 KINDS = tuple(EXIT_CODES)
 
@@ -75,6 +79,23 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and any(w in str(error).lower() for w in _OOM_WORDS)
 
 
+#: A write that found no space: the disk full, or the quota used up (the same to a run).
+_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """An `OSError` with `ENOSPC` or `EDQUOT`, raised directly or as the cause (or
+    context) of the error that ends the worker."""
+    seen = set()
+    e: Optional[BaseException] = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def classify(error: BaseException) -> Tuple[str, str]:
     """(kind, one-line message) for an exception that ends the worker."""
     message = " ".join(f"{type(error).__name__}: {error}".split())
@@ -82,6 +103,8 @@ def classify(error: BaseException) -> Tuple[str, str]:
         return error.kind, " ".join(error.message.split())
     if is_out_of_memory(error):
         return OUT_OF_MEMORY, message
+    if is_disk_full(error):
+        return DISK_FULL, message
     if isinstance(error, ResumeError):
         return CONFIG, message
     return CRASH, message

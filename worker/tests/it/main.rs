@@ -9,6 +9,7 @@ mod data_downloads;
 mod data_interrupt;
 mod data_pipeline;
 mod data_steps;
+mod disk_full;
 mod export_hf;
 mod project_folder;
 mod readme_commands;

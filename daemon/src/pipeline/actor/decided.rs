@@ -21,7 +21,7 @@ impl Actor {
 
     /// The run's last heartbeat: seconds since it was written (as its own
     /// timestamp says), and its step.
-    fn last_heartbeat(&self) -> Option<(Option<f64>, u64)> {
+    pub(super) fn last_heartbeat(&self) -> Option<(Option<f64>, u64)> {
         let run_dir = self.record.run_dir.as_deref()?;
         let hb = lavender::heartbeat::read(&lavender::heartbeat::path(run_dir)).ok()?;
         let age = hb

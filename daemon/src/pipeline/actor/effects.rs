@@ -101,6 +101,14 @@ impl Actor {
                 self.restart_after(&worker, PendingRestart::Hung(report), outcome, last_step);
             }
             Effect::RestartDue(restart) => self.on_restart_due(restart),
+            Effect::CheckDisk { first } => self.check_disk(first),
+            Effect::DiskStillFull { check, first } => self.disk_still_full(check, first),
+            Effect::DiskBack {
+                check,
+                restart,
+                told,
+            } => self.disk_back(check, restart, told),
+            Effect::DiskCheckedRunning(check) => self.disk_checked_running(check),
         }
     }
 }

@@ -127,6 +127,9 @@ impl Actor {
                 {
                     return;
                 }
+                if failure.kind == FailureKind::DiskFull && self.wait_for_disk(&failure, outcome) {
+                    return;
+                }
                 self.restart_after(
                     &worker,
                     PendingRestart::Failed(failure),

@@ -14,6 +14,7 @@
 
 mod damaged;
 mod decided;
+mod disk;
 mod effects;
 mod evidence;
 mod exit;
@@ -127,6 +128,9 @@ struct Actor {
     evidence_tx: mpsc::UnboundedSender<evidence::HangEvidence>,
     /// The evidence bundle of the hang being dealt with, for what is said of it.
     hang_bundle: Option<std::path::PathBuf>,
+    /// Checks of the disk reported back, and what the actor keeps about them (`disk.rs`).
+    disk_tx: mpsc::UnboundedSender<crate::pipeline::disk::DiskCheck>,
+    disk: disk::DiskState,
 }
 
 /// Loads `state/pipeline.json`, re-adopts a worker that outlived the previous
@@ -169,6 +173,7 @@ fn spawn_sourced(
     let (launches_tx, launches_rx) = mpsc::unbounded_channel();
     let (fingerprints_tx, fingerprints_rx) = mpsc::unbounded_channel();
     let (evidence_tx, evidence_rx) = mpsc::unbounded_channel();
+    let (disk_tx, disk_rx) = mpsc::unbounded_channel();
     let decisions =
         crate::decisions::Decisions::open(&layout, config.logging, Some(alerts.clone()));
     let (prunes_tx, prunes_rx) = mpsc::unbounded_channel();
@@ -176,6 +181,8 @@ fn spawn_sourced(
         decisions,
         evidence_tx,
         hang_bundle: None,
+        disk_tx,
+        disk: disk::DiskState::default(),
         backend,
         jobs_tx,
         launches_tx,
@@ -204,6 +211,7 @@ fn spawn_sourced(
         launches: launches_rx,
         fingerprints: fingerprints_rx,
         evidence: evidence_rx,
+        disk: disk_rx,
         prunes: prunes_rx,
     }));
     Ok(PipelineHandle {
@@ -232,6 +240,7 @@ struct Inbox {
     launches: mpsc::UnboundedReceiver<LaunchDone>,
     fingerprints: mpsc::UnboundedReceiver<Fingerprinted>,
     evidence: mpsc::UnboundedReceiver<evidence::HangEvidence>,
+    disk: mpsc::UnboundedReceiver<crate::pipeline::disk::DiskCheck>,
     prunes: mpsc::UnboundedReceiver<Pruned>,
 }
 
@@ -244,6 +253,7 @@ impl Actor {
             mut launches,
             mut fingerprints,
             mut evidence,
+            mut disk,
             mut prunes,
         } = inbox;
         // A detach waits for the launches in flight: the record must name the worker
@@ -259,6 +269,7 @@ impl Actor {
                 Some(done) = launches.recv() => self.on_launched(done),
                 Some(f) = fingerprints.recv() => self.on_fingerprinted(f),
                 Some(ev) = evidence.recv() => self.on_hang_evidence(ev),
+                Some(check) = disk.recv() => self.on_disk_checked(check),
                 Some(p) = prunes.recv() => self.on_pruned(p),
                 Some(exit) = exits.recv() => self.on_exit(exit),
                 Some(change) = jobs.recv() => self.on_job_change(change),
@@ -298,6 +309,7 @@ impl Actor {
                 reply,
             } => self.stop(timeout, cause, reply),
             Command::Hung(report) => self.on_hung(report),
+            Command::DiskShort => self.on_disk_short(),
             Command::Interval { run_dir, longest_s } => {
                 if self.record.run_dir.as_ref() == Some(&run_dir)
                     && self

@@ -197,6 +197,7 @@ impl Actor {
             "the pipeline is {} with the config it started with; {} differs in {}: stop it first (lavenderd stop) and start again, or apply what a reload applies while it runs (lavenderd reload)",
             match self.record.state {
                 PipelineState::Crashed => "waiting to restart after a crash",
+                PipelineState::WaitingForDisk => "waiting for disk space to resume",
                 PipelineState::Stopping => "stopping",
                 _ => "running",
             },

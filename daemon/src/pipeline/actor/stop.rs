@@ -81,6 +81,7 @@ impl Actor {
     fn stopped_without_worker(&mut self, step: Option<PipelineStep>, cause: StopCause) {
         self.decisions.stopped();
         self.record.restart_pending = false;
+        self.record.disk_wait = None;
         self.record.state = PipelineState::Stopped;
         self.record.stop_cause = Some(cause);
         if let Some(step) = step {

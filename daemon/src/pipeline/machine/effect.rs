@@ -8,6 +8,7 @@ use tokio::sync::oneshot;
 
 use super::phase::{Launching, LiveWorker, PendingStart, Restart, Stop};
 use crate::exit::ExitOutcome;
+use crate::pipeline::disk::DiskCheck;
 use crate::pipeline::handle::HungReport;
 use crate::pipeline::stop::StopReport;
 use crate::process::{SpawnSpec, WorkerHandle};
@@ -85,6 +86,23 @@ pub(crate) enum Effect {
     },
     /// The backoff passed: relaunch the active step from its latest checkpoint.
     RestartDue(Restart),
+    /// Check the disk off the actor (free space, the next save's need, early
+    /// retention); it reports back with a `DiskChecked`. `first`: right after the
+    /// save that found it full.
+    CheckDisk { first: bool },
+    /// The next save does not fit yet: the record says so (`first`: the wait
+    /// begins, told by an alert and in the decision log).
+    DiskStillFull { check: DiskCheck, first: bool },
+    /// The next save fits: the worker is brought back (`told`: the wait was told,
+    /// so its end is too).
+    DiskBack {
+        check: DiskCheck,
+        restart: Restart,
+        told: bool,
+    },
+    /// A check made while a worker runs (the next save looked short): early
+    /// retention done, an alert if it still does not fit.
+    DiskCheckedRunning(DiskCheck),
 }
 
 /// Why a worker gets SIGKILL, for the log.
@@ -95,7 +113,7 @@ pub(crate) enum KillReason {
 }
 
 /// The effects by name, as the diagram labels them.
-pub(crate) const EFFECTS: [&str; 16] = [
+pub(crate) const EFFECTS: [&str; 20] = [
     "Launch",
     "Supervise",
     "LaunchFailed",
@@ -112,6 +130,10 @@ pub(crate) const EFFECTS: [&str; 16] = [
     "Judge",
     "HungEnded",
     "RestartDue",
+    "CheckDisk",
+    "DiskStillFull",
+    "DiskBack",
+    "DiskCheckedRunning",
 ];
 
 impl Effect {
@@ -133,6 +155,10 @@ impl Effect {
             Effect::Judge { .. } => EFFECTS[13],
             Effect::HungEnded { .. } => EFFECTS[14],
             Effect::RestartDue(_) => EFFECTS[15],
+            Effect::CheckDisk { .. } => EFFECTS[16],
+            Effect::DiskStillFull { .. } => EFFECTS[17],
+            Effect::DiskBack { .. } => EFFECTS[18],
+            Effect::DiskCheckedRunning(_) => EFFECTS[19],
         }
     }
 }

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::phase::{Launching, LiveWorker, PendingStart, Restart, Stop};
+use super::phase::{DiskWaiting, Launching, LiveWorker, PendingStart, Restart, Stop};
 use crate::exit::ExitOutcome;
+use crate::pipeline::disk::DiskCheck;
 use crate::pipeline::handle::HungReport;
 use crate::pipeline::stop::{StopMark, StopReport};
 use crate::process::{SpawnSpec, WorkerHandle};
@@ -51,10 +52,14 @@ pub(crate) enum Event {
     },
     /// The phase's deadline may have passed (`Phase::deadline`).
     TimerFired,
+    /// The worker that ended said the disk is full: wait for space.
+    DiskFullJudged { wait: DiskWaiting },
+    /// A check of the disk (`pipeline/disk.rs`) reported back.
+    DiskChecked(DiskCheck),
 }
 
 /// The events by name (`LaunchFinished` and `Adopted` by how they went), as the diagram labels them.
-pub(crate) const EVENTS: [&str; 10] = [
+pub(crate) const EVENTS: [&str; 13] = [
     "LaunchAsked",
     "LaunchFinished ok",
     "LaunchFinished failed",
@@ -65,6 +70,9 @@ pub(crate) const EVENTS: [&str; 10] = [
     "Adopted",
     "Adopted stopping",
     "TimerFired",
+    "DiskFullJudged",
+    "DiskChecked fits",
+    "DiskChecked short",
 ];
 
 impl Event {
@@ -80,6 +88,9 @@ impl Event {
             Event::Adopted { stop: None, .. } => EVENTS[7],
             Event::Adopted { stop: Some(_), .. } => EVENTS[8],
             Event::TimerFired => EVENTS[9],
+            Event::DiskFullJudged { .. } => EVENTS[10],
+            Event::DiskChecked(c) if c.fits() => EVENTS[11],
+            Event::DiskChecked(_) => EVENTS[12],
         }
     }
 }

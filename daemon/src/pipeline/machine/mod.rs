@@ -17,6 +17,7 @@ mod tests;
 pub(crate) use effect::{Effect, KillReason};
 pub(crate) use event::Event;
 pub(crate) use phase::{
-    Escalation, Launching, LiveWorker, PendingRestart, PendingStart, Phase, Relaunch, Restart, Stop,
+    DiskWaiting, Escalation, Launching, LiveWorker, PendingRestart, PendingStart, Phase, Relaunch,
+    Restart, Stop,
 };
 pub(crate) use step::step;

@@ -1,6 +1,7 @@
 //! The phases of the pipeline's worker, and the data each one holds.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use lavender::config::{PipelineStep, Scale};
@@ -38,16 +39,20 @@ pub(crate) enum Phase {
     },
     /// A failed or hung worker waiting for its restart at `at` (the backoff).
     BackingOff { at: Instant, restart: Restart },
+    /// A save found the disk full: no worker; the free space checked off the actor
+    /// until the next save fits, then the worker brought back.
+    WaitingForDisk { wait: DiskWaiting },
 }
 
 /// The phases in the order the diagram lists them.
-pub(crate) const PHASES: [&str; 6] = [
+pub(crate) const PHASES: [&str; 7] = [
     "Idle",
     "Launching",
     "Running",
     "Stopping",
     "KillingHung",
     "BackingOff",
+    "WaitingForDisk",
 ];
 
 impl Phase {
@@ -59,6 +64,7 @@ impl Phase {
             Phase::Stopping { .. } => PHASES[3],
             Phase::KillingHung { .. } => PHASES[4],
             Phase::BackingOff { .. } => PHASES[5],
+            Phase::WaitingForDisk { .. } => PHASES[6],
         }
     }
 
@@ -68,7 +74,10 @@ impl Phase {
             Phase::Running { worker }
             | Phase::Stopping { worker, .. }
             | Phase::KillingHung { worker, .. } => Some(worker),
-            Phase::Idle | Phase::Launching { .. } | Phase::BackingOff { .. } => None,
+            Phase::Idle
+            | Phase::Launching { .. }
+            | Phase::BackingOff { .. }
+            | Phase::WaitingForDisk { .. } => None,
         }
     }
 
@@ -77,17 +86,21 @@ impl Phase {
             Phase::Running { worker }
             | Phase::Stopping { worker, .. }
             | Phase::KillingHung { worker, .. } => Some(worker),
-            Phase::Idle | Phase::Launching { .. } | Phase::BackingOff { .. } => None,
+            Phase::Idle
+            | Phase::Launching { .. }
+            | Phase::BackingOff { .. }
+            | Phase::WaitingForDisk { .. } => None,
         }
     }
 
-    /// When the phase's timer fires: the SIGKILL of a stop or a hung worker, or the
-    /// restart due. At most one timer exists at a time.
+    /// When the phase's timer fires: the SIGKILL of a stop or a hung worker, the
+    /// restart due, or the next check of the disk. At most one timer exists at a time.
     pub(crate) fn deadline(&self) -> Option<Instant> {
         match self {
             Phase::Stopping { stop, .. } => stop.escalation.kill_at(),
             Phase::KillingHung { escalation, .. } => escalation.kill_at(),
             Phase::BackingOff { at, .. } => Some(*at),
+            Phase::WaitingForDisk { wait } => wait.check_at,
             Phase::Idle | Phase::Launching { .. } | Phase::Running { .. } => None,
         }
     }
@@ -165,6 +178,18 @@ impl PendingRestart {
             PendingRestart::Hung(_) => None,
         }
     }
+}
+
+/// A wait for disk space after a save found the disk full.
+pub(crate) struct DiskWaiting {
+    /// The restart once the next save fits (from the latest verified checkpoint).
+    pub restart: Restart,
+    /// When the next check is due; `None` while one is out.
+    pub check_at: Option<Instant>,
+    /// Between two checks.
+    pub every: Duration,
+    /// The wait was told (the alert, the record): its end is told too.
+    pub told: bool,
 }
 
 /// A start whose reply waits for its first step's launch.

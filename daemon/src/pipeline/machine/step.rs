@@ -4,7 +4,7 @@ use tokio::time::Instant;
 
 use super::effect::{Effect, KillReason};
 use super::event::Event;
-use super::phase::{Escalation, LiveWorker, Phase, Relaunch, Restart, Stop};
+use super::phase::{DiskWaiting, Escalation, LiveWorker, Phase, Relaunch, Restart, Stop};
 
 /// The phase after `event` at `now`, and what the actor is to do about it, in order.
 pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effect>) {
@@ -180,8 +180,9 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
                 let start = start.map(Effect::AnswerStart);
                 (Phase::Idle, [stopped].into_iter().chain(start).collect())
             }
-            // Crashed and waiting to restart: cancelling the restart is the stop.
-            Phase::Idle | Phase::BackingOff { .. } => (
+            // Crashed and waiting to restart, or waiting for disk space: cancelling
+            // the restart is the stop.
+            Phase::Idle | Phase::BackingOff { .. } | Phase::WaitingForDisk { .. } => (
                 Phase::Idle,
                 vec![Effect::StopWithoutWorker { cause, reply }],
             ),
@@ -238,6 +239,54 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
             Phase::BackingOff { at, restart } if now >= at => {
                 (Phase::Idle, vec![Effect::RestartDue(restart)])
             }
+            Phase::WaitingForDisk { mut wait } if wait.check_at.is_some_and(|at| now >= at) => {
+                wait.check_at = None;
+                (
+                    Phase::WaitingForDisk { wait },
+                    vec![Effect::CheckDisk { first: false }],
+                )
+            }
+            other => (other, Vec::new()),
+        },
+
+        Event::DiskFullJudged { mut wait } => match phase {
+            // Judged only once a worker ended, from `Idle`; checked at once.
+            Phase::Idle => {
+                wait.check_at = None;
+                (
+                    Phase::WaitingForDisk { wait },
+                    vec![Effect::CheckDisk { first: true }],
+                )
+            }
+            other => (other, Vec::new()),
+        },
+
+        Event::DiskChecked(check) => match phase {
+            Phase::WaitingForDisk { wait } if wait.check_at.is_none() => {
+                if check.fits() {
+                    let back = Effect::DiskBack {
+                        check,
+                        restart: wait.restart,
+                        told: wait.told,
+                    };
+                    return (Phase::Idle, vec![back]);
+                }
+                let first = !wait.told;
+                let wait = DiskWaiting {
+                    check_at: Some(now + wait.every),
+                    told: true,
+                    ..wait
+                };
+                (
+                    Phase::WaitingForDisk { wait },
+                    vec![Effect::DiskStillFull { check, first }],
+                )
+            }
+            Phase::Running { worker } => (
+                Phase::Running { worker },
+                vec![Effect::DiskCheckedRunning(check)],
+            ),
+            // A check the pipeline no longer waits for (stopped meanwhile).
             other => (other, Vec::new()),
         },
     }

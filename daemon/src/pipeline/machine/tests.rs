@@ -167,7 +167,47 @@ fn backing_off(t0: Instant) -> Phase {
     }
 }
 
+fn disk_wait(t0: Instant, check_at: Option<Duration>, told: bool) -> DiskWaiting {
+    DiskWaiting {
+        restart: Restart {
+            why: None,
+            last_exit: Some(ExitOutcome::Code(83)),
+        },
+        check_at: check_at.map(|d| t0 + d),
+        every: Duration::from_secs(2),
+        told,
+    }
+}
+/// Waiting for disk space, the next check due 2 s after the rows' start.
+fn waiting(t0: Instant) -> Phase {
+    Phase::WaitingForDisk {
+        wait: disk_wait(t0, Some(Duration::from_secs(2)), true),
+    }
+}
+/// Waiting for disk space, a check out (`told`: the wait was told).
+fn checking(t0: Instant, told: bool) -> Phase {
+    Phase::WaitingForDisk {
+        wait: disk_wait(t0, None, told),
+    }
+}
+
 // The events.
+fn disk_full(t0: Instant) -> Event {
+    Event::DiskFullJudged {
+        wait: disk_wait(t0, None, false),
+    }
+}
+fn disk_checked(free: u64) -> Event {
+    Event::DiskChecked(crate::pipeline::disk::DiskCheck {
+        path: PathBuf::from("data"),
+        next_save_bytes: Some(100),
+        need_bytes: 110,
+        free_bytes: Some(free),
+        free_before: Some(free),
+        dropped: Vec::new(),
+        retention_error: None,
+    })
+}
 fn launch_asked(generation: u64, start_waits: bool) -> Event {
     Event::LaunchAsked {
         launch: launch(generation),
@@ -296,6 +336,20 @@ fn table(t0: Instant) -> Vec<Row> {
         later(s(9), row(killing_hung(t0), Event::TimerFired, "KillingHung", &[])),
         later(s(10), row(killing_hung(t0), Event::TimerFired, "KillingHung", &["Kill"])),
         row(running(t0), Event::TimerFired, "Running", &[]),
+        // A full disk: waited out, checked every few seconds off the actor.
+        row(idle(), disk_full(t0), "WaitingForDisk", &["CheckDisk"]),
+        row(checking(t0, false), disk_checked(50), "WaitingForDisk", &["DiskStillFull"]),
+        row(checking(t0, true), disk_checked(50), "WaitingForDisk", &["DiskStillFull"]),
+        row(checking(t0, true), disk_checked(500), "Idle", &["DiskBack"]),
+        later(s(1), row(waiting(t0), Event::TimerFired, "WaitingForDisk", &[])),
+        later(s(2), row(waiting(t0), Event::TimerFired, "WaitingForDisk", &["CheckDisk"])),
+        row(waiting(t0), disk_checked(500), "WaitingForDisk", &[]),
+        row(waiting(t0), stop_asked(), "Idle", &["StopWithoutWorker"]),
+        row(waiting(t0), launch_asked(2, true), "WaitingForDisk", &["AnswerStart"]),
+        row(running(t0), disk_full(t0), "Running", &[]),
+        row(idle(), disk_checked(500), "Idle", &[]),
+        // The next save looked short while a worker runs: early retention.
+        row(running(t0), disk_checked(50), "Running", &["DiskCheckedRunning"]),
         // At daemon start.
         row(idle(), adopted(t0, false), "Running", &[]),
         row(idle(), adopted(t0, true), "Stopping", &[]),
@@ -341,6 +395,22 @@ fn the_timers_are_set_from_the_clock_passed_in() {
     assert_eq!(next.deadline(), None, "no timer once the restart is due");
     let (next, _) = step(stopping(t0, Some(t0)), Event::TimerFired, t0);
     assert_eq!(next.deadline(), None, "SIGKILL sent once");
+    let (next, _) = step(idle(), disk_full(t0), t0);
+    assert_eq!(next.deadline(), None, "no timer while a check is out");
+    let (next, effects) = step(next, disk_checked(50), t0);
+    assert_eq!(
+        next.deadline(),
+        Some(t0 + Duration::from_secs(2)),
+        "the next check"
+    );
+    let [Effect::DiskStillFull { first: true, .. }] = effects.as_slice() else {
+        panic!("the wait begins, told once");
+    };
+    let (next, _) = step(next, Event::TimerFired, t0 + Duration::from_secs(2));
+    let (_, effects) = step(next, disk_checked(50), t0);
+    let [Effect::DiskStillFull { first: false, .. }] = effects.as_slice() else {
+        panic!("told once only");
+    };
 }
 
 #[test]

@@ -21,7 +21,7 @@ pub struct Inputs<'a> {
     pub notifications: Option<Vec<NotificationCount>>,
 }
 
-const STATES: [PipelineState; 7] = [
+const STATES: [PipelineState; 8] = [
     PipelineState::Idle,
     PipelineState::Running,
     PipelineState::Stopping,
@@ -29,6 +29,7 @@ const STATES: [PipelineState; 7] = [
     PipelineState::Finished,
     PipelineState::Crashed,
     PipelineState::Failed,
+    PipelineState::WaitingForDisk,
 ];
 
 pub fn render(m: &Inputs<'_>) -> String {
