@@ -1,4 +1,5 @@
-"""A stdlib-only training loop speaking the protocol (driven by test_worker.py)."""
+"""A stdlib-only training loop speaking the protocol (driven by test_worker.py and
+lavenderd's tests): its "model" is `model.json`, loaded back on a resume."""
 
 import json
 import sys
@@ -8,6 +9,9 @@ from lavender_protocol import Worker
 
 w = Worker.from_argv(total_steps=int(sys.argv[sys.argv.index("--steps") + 1]), heartbeat_min_interval_s=0)
 start = w.resume.step if w.resume else 0
+if w.resume:
+    model = w.load(lambda path: json.loads((path / "model.json").read_text()))
+    assert model["step"] == start, model
 w.start(step=start)
 print(f"ready at step {start}", flush=True)
 for step in range(start + 1, w.total_steps + 1):

@@ -74,6 +74,20 @@ def test_a_save_that_finds_no_space_leaves_no_partial_checkpoint(tmp_path):
     assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == []
 
 
+def test_a_checkpoint_that_cannot_be_read_while_loading_is_damaged():
+    torch = pytest.importorskip("torch")
+    ckpt = Path("/runs/r/checkpoint-100")
+    torn = RuntimeError("PytorchStreamReader failed reading zip archive: failed finding central directory")
+    for error in (torn, json.JSONDecodeError("x", "{", 1), FileNotFoundError("model.json"), EOFError()):
+        kind, message = failure.classify(error, loading=ckpt)
+        assert kind == "damaged_checkpoint" and message.startswith(f"could not load checkpoint {ckpt}:"), error
+        assert failure.classify(error)[0] == "crash"  # not while loading: the script's own
+    # A shape mismatch reads fine: not damage.
+    mismatch = RuntimeError("Error(s) in loading state_dict for GPT2: size mismatch for wte.weight")
+    assert failure.classify(mismatch, loading=ckpt)[0] == "crash"
+    assert failure.classify(torch.cuda.OutOfMemoryError("CUDA out of memory"), loading=ckpt)[0] == "out_of_memory"
+
+
 def run(tmp_path, mode):
     run_dir = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
     proc = subprocess.run(

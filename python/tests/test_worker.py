@@ -200,6 +200,24 @@ def test_sigterm_saves_and_exits_zero_then_resume_continues(tmp_path):
     assert kinds[-3:] == ["run_started", "checkpoint_loaded", "final_saved"]
 
 
+def test_a_checkpoint_the_script_cannot_load_is_a_damaged_checkpoint(tmp_path):
+    run = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
+    proc = run_script(tmp_path, steps=25)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    saved = ck.latest_complete(run).path
+    model = saved / "model.json"
+    model.write_bytes(model.read_bytes()[:3])  # cut short
+    proc = run_script(tmp_path, "--resume", "latest", steps=30)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err  # the excepthook's: Python's own exit code
+    failed = [e for e in protocol.read_events(run) if e["kind"] == "failed"]
+    assert len(failed) == 1, failed
+    assert failed[0]["failure"]["kind"] == "damaged_checkpoint", failed
+    message = failed[0]["failure"]["message"]
+    assert str(saved) in message and "JSONDecodeError" in message, message
+    assert protocol.read_heartbeat(run)["failure"]["kind"] == "damaged_checkpoint"
+
+
 def test_a_resume_that_names_nothing_exits_with_the_config_code_and_a_message(tmp_path):
     proc = run_script(tmp_path, "--resume", str(tmp_path / "nope"))
     _, err = proc.communicate(timeout=30)

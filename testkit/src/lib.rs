@@ -9,6 +9,7 @@
 mod bins;
 mod corpus;
 mod daemon;
+pub mod damage;
 pub mod data_steps;
 pub mod doc_blocks;
 pub mod fabricated_run;

@@ -20,6 +20,7 @@ mod notify_e2e;
 mod notify_loopback;
 mod notify_support;
 mod operations_doc;
+mod python_damage;
 mod python_hf;
 mod python_torchrun;
 mod readme_api;

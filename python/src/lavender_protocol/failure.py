@@ -12,6 +12,7 @@ until space is freed, then resumed; anything else is restarted.
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from .checkpoints import ResumeError
@@ -96,8 +97,38 @@ def is_disk_full(error: BaseException) -> bool:
     return False
 
 
-def classify(error: BaseException) -> Tuple[str, str]:
-    """(kind, one-line message) for an exception that ends the worker."""
+#: What the readers of checkpoint files raise on bytes they cannot parse (safetensors,
+#: pickle, torch's zip archive, JSON) or a file that is not there.
+_UNREADABLE_TYPES = (
+    "SafetensorError",
+    "UnpicklingError",
+    "BadZipFile",
+    "JSONDecodeError",
+    "EOFError",
+    "FileNotFoundError",
+)
+_UNREADABLE_WORDS = (
+    "pytorchstreamreader",
+    "failed reading zip archive",
+    "unexpected eof",
+    "can't find a valid checkpoint",
+)
+
+
+def is_unreadable(error: BaseException) -> bool:
+    """The checkpoint's bytes cannot be read back (cut short, garbled, a file gone):
+    not a shape or config mismatch, which stays the script's own error."""
+    if any(cls.__name__ in _UNREADABLE_TYPES for cls in type(error).__mro__):
+        return True
+    return isinstance(error, (RuntimeError, ValueError, OSError)) and any(
+        w in str(error).lower() for w in _UNREADABLE_WORDS
+    )
+
+
+def classify(error: BaseException, loading: Optional[Path] = None) -> Tuple[str, str]:
+    """(kind, one-line message) for an exception that ends the worker. `loading`: the
+    checkpoint being loaded when it came; one that cannot be read is
+    `damaged_checkpoint` (lavenderd sets it aside and resumes from the one before)."""
     message = " ".join(f"{type(error).__name__}: {error}".split())
     if isinstance(error, WorkerFailure):
         return error.kind, " ".join(error.message.split())
@@ -105,6 +136,8 @@ def classify(error: BaseException) -> Tuple[str, str]:
         return OUT_OF_MEMORY, message
     if is_disk_full(error):
         return DISK_FULL, message
+    if loading is not None and is_unreadable(error):
+        return DAMAGED_CHECKPOINT, f"could not load checkpoint {loading}: {message}"
     if isinstance(error, ResumeError):
         return CONFIG, message
     return CRASH, message

@@ -11,7 +11,8 @@
   step that asks for an evaluation until `on_evaluate` (kept fresh by the
   prediction steps), `saving` from the step that asks for a save until `on_save`;
 - an exception out of `trainer.train()` is a `failed` heartbeat and event with its
-  kind (`torch.cuda.OutOfMemoryError` → `out_of_memory`, else `crash`); leave
+  kind (`torch.cuda.OutOfMemoryError` → `out_of_memory`, a checkpoint it cannot read
+  while resuming → `damaged_checkpoint`, else `crash`); leave
   through `with cb.worker:` for the kind's exit code;
 - SIGTERM → `control.should_save = control.should_training_stop = True` after the
   current step (agreed across ranks under torchrun), then exit 0 with a `stopping`
@@ -77,7 +78,10 @@ class LavenderCallback(TrainerCallback):
 
     def on_init_end(self, args, state, control, **kwargs):
         if self.worker.resume is not None:
-            # `trainer.train(resume_from_checkpoint=…)` loads it before on_train_begin.
+            # `trainer.train(resume_from_checkpoint=…)` loads it before on_train_begin
+            # (its RNG state at the first step): until then a file it cannot read is
+            # `damaged_checkpoint`.
+            self.worker.loading = self.worker.resume.path
             self.worker.heartbeat("loading")
         return control
 
@@ -97,6 +101,7 @@ class LavenderCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         w = self.worker
+        w.loading = None
         w.step(int(state.global_step), epoch=state.epoch)
         if w.should_stop():
             control.should_save = True

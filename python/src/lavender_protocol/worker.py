@@ -96,6 +96,9 @@ class Worker:
         self._started = time.monotonic()
         self._stepped = False
         self._failure: Optional[Dict[str, Any]] = None
+        # The checkpoint being loaded, until it loaded: a failure to read it then is
+        # `damaged_checkpoint`, not a crash.
+        self.loading: Optional[Path] = None
         self._previous_handler = None
         self._previous_excepthook = None
         if handle_signals:
@@ -271,7 +274,10 @@ class Worker:
         if self.resume is None:
             raise ValueError("there is no checkpoint to load: the run did not get --resume")
         with self.phase("loading"):
-            return load_fn(self.resume.path)
+            self.loading = self.resume.path
+            loaded = load_fn(self.resume.path)
+            self.loading = None
+            return loaded
 
     def start(self, step: Optional[int] = None, **fields: Any) -> None:
         """The run begins (or resumes) at `step`: a `run_started` event (and
@@ -461,9 +467,10 @@ class Worker:
     def failed(self, error: BaseException) -> int:
         """`fail` for an exception: its kind (`failure.classify`: torch's
         OutOfMemoryError and allocation failures are `out_of_memory`, a
-        `WorkerFailure` says its own, anything else is a `crash`) and its message,
+        `WorkerFailure` says its own, a checkpoint `load` cannot read is
+        `damaged_checkpoint`, anything else is a `crash`) and its message,
         with the traceback in the event. Returns the exit code."""
-        kind, message = failure.classify(error)
+        kind, message = failure.classify(error, loading=self.loading)
         step = getattr(error, "step", None) if isinstance(error, failure.WorkerFailure) else None
         since = getattr(error, "since_step", None) if isinstance(error, failure.WorkerFailure) else None
         return self.fail(

@@ -6,14 +6,16 @@
 //! `checkpoint_damaged` event, the alert in the daemon's log) and resumes from the
 //! newest intact one; the run finishes. With nothing intact left, it fails naming it.
 //!
-//! Until the worker writes `manifest.json` itself, the test writes it into each
-//! checkpoint from the bytes on disk (`contents::build_from_disk`) before damaging.
+//! The checkpoints carry the worker's own `manifest.json`; the freezing, damaging
+//! and reading back are the testkit's (`lavender_testkit::damage`), shared with the
+//! Python workers' tests.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use lavender::checkpoint::contents::{self, HashAlgorithm};
-use lavender_testkit::{Lavenderd, wait_until};
+use lavender_testkit::Lavenderd;
+use lavender_testkit::damage::{self, Frozen, flip_last_byte, name, truncate};
 use serde_json::Value;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lavender-worker");
@@ -58,146 +60,91 @@ fn daemon(dir: &Path, keep: u32) -> Lavenderd {
     d
 }
 
-/// Waits for `n` checkpoints, freezes the worker's group, writes a manifest into
-/// each checkpoint, and returns the worker's pid and the checkpoints, oldest first.
-fn freeze_with(d: &Lavenderd, n: u64) -> (i32, Vec<PathBuf>) {
-    freeze_damaging(d, n, |_| {})
+/// Waits for `n` checkpoints (each with the worker's own manifest) and freezes the
+/// worker's group.
+fn freeze_with(d: &Lavenderd, n: usize) -> Frozen {
+    damage::freeze_at(d, n, T)
 }
 
-/// [`freeze_with`], with `damage` done between hashing the files and writing the
-/// manifests: no reader ever sees a manifest beside the intact bytes.
-fn freeze_damaging(d: &Lavenderd, n: u64, damage: impl FnOnce(&[PathBuf])) -> (i32, Vec<PathBuf>) {
-    d.wait_status(T, &format!("{n} checkpoints"), |st| {
-        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
-        st["training"]["checkpoints"].as_u64().unwrap_or(0) >= n
-    });
-    let pid = d.worker_pid().expect("a worker");
-    lavender_testkit::send_signal(-pid, 19); // SIGSTOP: no save completes meanwhile
-    let ckpts = lavender_testkit::training::checkpoints(&d.run_dir());
-    let manifests: Vec<_> = ckpts
+/// [`freeze_with`], the manifests then written again from the bytes on disk with
+/// `damage` done in between: no reader ever sees the new manifest beside the
+/// intact bytes.
+fn freeze_damaging(d: &Lavenderd, n: usize, damage: impl FnOnce(&[PathBuf])) -> Frozen {
+    let frozen = freeze_with(d, n);
+    let manifests: Vec<_> = frozen
+        .checkpoints
         .iter()
         .map(|c| contents::build_from_disk(c, HashAlgorithm::Blake3).unwrap())
         .collect();
-    damage(&ckpts);
-    for (c, m) in ckpts.iter().zip(&manifests) {
+    damage(&frozen.checkpoints);
+    for (c, m) in frozen.checkpoints.iter().zip(&manifests) {
         contents::write(c, m).unwrap();
     }
-    (pid, ckpts)
+    frozen
 }
 
-fn kill(pid: i32) {
-    lavender_testkit::send_signal(-pid, 9);
-    wait_until(T, "the killed worker to be gone", || {
-        !lavender_testkit::alive(pid)
-    });
-}
-
-fn name(p: &Path) -> String {
-    p.file_name().unwrap().to_string_lossy().into_owned()
-}
-
-fn truncate(file: &Path) {
-    let len = std::fs::metadata(file).unwrap().len();
-    let f = std::fs::File::options().write(true).open(file).unwrap();
-    f.set_len(len / 2).unwrap();
-}
-
-/// One byte of the tensor data flipped, the size unchanged: safetensors loads it.
-fn flip_last_byte(file: &Path) {
-    let mut bytes = std::fs::read(file).unwrap();
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0x40;
-    std::fs::write(file, bytes).unwrap();
-}
-
-fn events(run: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run.join("events.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-/// After the kill: the run finishes, resumed from `from`; each of `damaged` is under
-/// `<run>/damaged/`, named by a `checkpoint_damaged` event and an alert with `what`.
-fn resumes_from(d: &Lavenderd, from: &Path, damaged: &[&Path], what: &str) {
-    let log = d.daemon_log();
-    let show = || std::fs::read_to_string(&log).unwrap_or_default();
-    let mut resumed = false;
+/// After the kill: the worker resumed from `from`, each of `damaged` set aside and
+/// named (`damage::assert_resumed`), and the run finishes.
+fn resumes_from(d: &Lavenderd, frozen: &Frozen, from: &Path, damaged: &[&Path], what: &str) {
+    damage::assert_resumed(d, frozen, from, damaged, what, T);
     d.wait_status(T, "the run to finish", |st| {
-        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}\n{}", show());
-        resumed |= st["pipeline"]["recovery"]["checkpoint"] == name(from).as_str();
+        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
         st["pipeline"]["state"] == "finished"
     });
-    let run = d.run_dir();
-    let loaded: Vec<String> = events(&run)
-        .iter()
-        .filter(|e| e["kind"] == "checkpoint_loaded")
-        .map(|e| e["path"].as_str().unwrap_or("").to_string())
-        .collect();
-    assert!(
-        resumed || loaded.iter().any(|p| p.ends_with(&name(from))),
-        "not resumed from {}: {loaded:?}\n{}",
-        name(from),
-        show()
-    );
-    let said: Vec<Value> = events(&run)
-        .into_iter()
-        .filter(|e| e["kind"] == "checkpoint_damaged")
-        .collect();
-    assert_eq!(said.len(), damaged.len(), "{said:?}");
-    let daemon_log = show();
-    for (dmg, event) in damaged.iter().zip(&said) {
-        let n = name(dmg);
-        assert!(run.join("damaged").join(&n).is_dir(), "{n} not set aside");
-        assert!(!dmg.exists(), "{n} is still where it was");
-        eprintln!("checkpoint_damaged: {}", event["message"]);
-        assert_eq!(event["checkpoint"], n.as_str(), "{event}");
-        assert!(event["reason"].as_str().unwrap().contains(what), "{event}");
-        assert!(
-            daemon_log.contains(&format!("ALERT step train: checkpoint {n} is damaged")),
-            "{daemon_log}"
-        );
-    }
+}
+
+/// Three checkpoints, the newest spoilt by `damage`, the worker killed: the run
+/// resumes from the one before, names the newest with `what`, and finishes.
+fn newest_damaged(
+    damage: impl FnOnce(&Path),
+    what: &str,
+) -> (tempfile::TempDir, Lavenderd, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = daemon(dir.path(), 4);
+    let frozen = freeze_with(&d, 3);
+    let (before, newest) = frozen.newest_two();
+    damage(newest);
+    frozen.kill();
+    resumes_from(&d, &frozen, before, &[newest], what);
+    (dir, d, newest.to_path_buf())
 }
 
 #[test]
 fn a_truncated_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = daemon(dir.path(), 4);
-    let (pid, ckpts) = freeze_with(&d, 3);
-    let [.., before, newest] = &ckpts[..] else {
-        panic!("{ckpts:?}")
-    };
-    truncate(&newest.join("model.safetensors"));
-    kill(pid);
-    resumes_from(&d, before, &[newest], "the manifest says");
+    let (_dir, d, newest) = newest_damaged(
+        |c| truncate(&c.join("model.safetensors")),
+        "the manifest says",
+    );
+    // The set-aside is a decision of the daemon's own, in its decision log.
+    let set_aside = damage::decisions_of(&d, "checkpoint_set_aside");
+    assert_eq!(set_aside.len(), 1, "{set_aside:#?}");
+    assert!(
+        set_aside[0]["did"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("set {} aside as ", name(&newest))),
+        "{set_aside:#?}"
+    );
+    let out = d.run(&["incidents"]);
+    let text = lavender_testkit::stdout(&out);
+    assert!(text.contains("checkpoint set aside"), "{text}");
+    eprintln!("$ lavenderd incidents\n{text}");
 }
 
 #[test]
 fn a_flipped_byte_in_the_newest_checkpoint_is_caught_by_its_hash() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = daemon(dir.path(), 4);
-    let (pid, ckpts) = freeze_with(&d, 3);
-    let [.., before, newest] = &ckpts[..] else {
-        panic!("{ckpts:?}")
-    };
-    flip_last_byte(&newest.join("model.safetensors"));
-    kill(pid);
-    resumes_from(&d, before, &[newest], "model.safetensors: content hash");
+    newest_damaged(
+        |c| flip_last_byte(&c.join("model.safetensors")),
+        "model.safetensors: content hash",
+    );
 }
 
 #[test]
 fn a_missing_file_of_the_newest_checkpoint_is_named() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = daemon(dir.path(), 4);
-    let (pid, ckpts) = freeze_with(&d, 3);
-    let [.., before, newest] = &ckpts[..] else {
-        panic!("{ckpts:?}")
-    };
-    std::fs::remove_file(newest.join("optimizer.safetensors")).unwrap();
-    kill(pid);
-    resumes_from(&d, before, &[newest], "optimizer.safetensors: missing");
+    newest_damaged(
+        |c| std::fs::remove_file(c.join("optimizer.safetensors")).unwrap(),
+        "optimizer.safetensors: missing",
+    );
 }
 
 /// No manifest: unverified, and loaded as it is.
@@ -205,11 +152,11 @@ fn a_missing_file_of_the_newest_checkpoint_is_named() {
 fn a_newest_checkpoint_without_its_manifest_is_unverified_and_resumed_from() {
     let dir = tempfile::tempdir().unwrap();
     let d = daemon(dir.path(), 4);
-    let (pid, ckpts) = freeze_with(&d, 3);
-    let newest = ckpts.last().unwrap();
+    let frozen = freeze_with(&d, 3);
+    let (_, newest) = frozen.newest_two();
     std::fs::remove_file(newest.join(contents::FILE)).unwrap();
-    kill(pid);
-    resumes_from(&d, newest, &[], "");
+    frozen.kill();
+    resumes_from(&d, &frozen, newest, &[], "");
     let log = std::fs::read_to_string(d.daemon_log()).unwrap();
     assert!(
         log.contains(&format!(
@@ -226,15 +173,13 @@ fn a_newest_checkpoint_without_its_manifest_is_unverified_and_resumed_from() {
 fn an_unverified_checkpoint_the_worker_cannot_load_is_set_aside_too() {
     let dir = tempfile::tempdir().unwrap();
     let d = daemon(dir.path(), 4);
-    let (pid, ckpts) = freeze_with(&d, 3);
-    let [.., before, newest] = &ckpts[..] else {
-        panic!("{ckpts:?}")
-    };
+    let frozen = freeze_with(&d, 3);
+    let (before, newest) = frozen.newest_two();
     std::fs::remove_file(newest.join(contents::FILE)).unwrap();
     truncate(&newest.join("model.safetensors"));
-    kill(pid);
-    resumes_from(&d, before, &[newest], "could not load the weights");
-    let failed: Vec<Value> = events(&d.run_dir())
+    frozen.kill();
+    resumes_from(&d, &frozen, before, &[newest], "could not load the weights");
+    let failed: Vec<Value> = lavender_testkit::events(&d.run_dir())
         .into_iter()
         .filter(|e| e["kind"] == "failed")
         .collect();
@@ -251,36 +196,26 @@ fn an_unverified_checkpoint_the_worker_cannot_load_is_set_aside_too() {
 fn the_newest_two_damaged_are_both_set_aside() {
     let dir = tempfile::tempdir().unwrap();
     let d = daemon(dir.path(), 4);
-    let (pid, ckpts) = freeze_with(&d, 3);
-    let [.., intact, second, newest] = &ckpts[..] else {
-        panic!("{ckpts:?}")
+    let frozen = freeze_with(&d, 3);
+    let [.., intact, second, newest] = &frozen.checkpoints[..] else {
+        panic!("{:?}", frozen.checkpoints)
     };
     truncate(&newest.join("model.safetensors"));
     flip_last_byte(&second.join("model.safetensors"));
-    kill(pid);
-    resumes_from(&d, intact, &[newest, second], "model.safetensors");
+    frozen.kill();
+    resumes_from(&d, &frozen, intact, &[newest, second], "model.safetensors");
 }
 
 #[test]
 fn a_run_whose_only_checkpoint_is_damaged_fails_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let d = daemon(dir.path(), 1);
-    let (pid, ckpts) = freeze_with(&d, 1);
-    for c in &ckpts {
+    let frozen = freeze_with(&d, 1);
+    for c in &frozen.checkpoints {
         truncate(&c.join("model.safetensors"));
     }
-    kill(pid);
-    let st = d.wait_state("failed", T);
-    let error = st["pipeline"]["last_error"].as_str().unwrap_or_default();
-    assert!(
-        error.contains("no intact checkpoint is left to resume from"),
-        "{st:#}"
-    );
-    eprintln!("last_error: {error}");
-    for c in &ckpts {
-        assert!(error.contains(&name(c)), "{st:#}");
-        assert!(d.run_dir().join("damaged").join(name(c)).is_dir());
-    }
+    frozen.kill();
+    damage::assert_fails_naming(&d, &frozen.run, &frozen.checkpoints, T);
 }
 
 /// Each save is read back by the daemon while training goes on: with manifests
@@ -291,14 +226,14 @@ fn a_run_whose_only_checkpoint_is_damaged_fails_naming_it() {
 fn the_daemon_reads_each_save_back_and_the_status_and_the_listing_say_what_it_found() {
     let dir = tempfile::tempdir().unwrap();
     let d = daemon(dir.path(), 8);
-    let (pid, ckpts) = freeze_damaging(&d, 3, |ckpts| {
+    let frozen = freeze_damaging(&d, 3, |ckpts| {
         let second = &ckpts[ckpts.len() - 2];
         flip_last_byte(&second.join("model.safetensors"));
     });
-    let [.., oldest_intact, damaged, newest] = &ckpts[..] else {
-        panic!("{ckpts:?}")
+    let [.., oldest_intact, damaged, newest] = &frozen.checkpoints[..] else {
+        panic!("{:?}", frozen.checkpoints)
     };
-    lavender_testkit::send_signal(-pid, 18); // SIGCONT: the next save asks for a pass
+    frozen.thaw(); // the next save asks for a pass
     // A pass under way when the manifests were written may have found the newest
     // without one; the next save's pass reads it again. Later saves carry the
     // worker's own manifests and verify too, so the listing is what is awaited.
@@ -344,4 +279,99 @@ fn the_daemon_reads_each_save_back_and_the_status_and_the_listing_say_what_it_fo
             && (last.contains("  verified  ") || last.contains("  pending  ")),
         "{text}"
     );
+}
+
+/// `keep_checkpoints: 1`: newer checkpoints that never verify (damaged before the
+/// daemon read them back, the daemon frozen meanwhile so none is read early) do not
+/// cost the older verified one. It stays until a newer one has verified; the run
+/// goes on and finishes, never without a verified checkpoint on disk.
+#[test]
+fn with_keep_one_a_newer_checkpoint_that_never_verifies_does_not_cost_the_verified_one() {
+    use lavender::checkpoint::contents::Verdict;
+    use lavender::checkpoint::verdicts::{self, Check};
+    use lavender_testkit::training::checkpoints;
+    let (sigstop, sigcont) = (19, 18);
+    let dir = tempfile::tempdir().unwrap();
+    lavender_testkit::training::write_tokens(&dir.path().join("data"));
+    let mut d = Lavenderd::with_real_worker(dir.path(), &config(1));
+    // The worker stays frozen while the daemon reads its saves back: no hang kill
+    // meanwhile (the worker's heartbeat interval is milliseconds).
+    d.env
+        .push(("LAVENDER__SUPERVISOR__STALE_AFTER_S".into(), "600".into()));
+    let daemon_pid = d.serve() as i32;
+    d.start(&[]);
+    d.wait_status(T, "a verified checkpoint", |st| {
+        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+        st["training"]["verified_checkpoints"].as_u64().unwrap_or(0) >= 1
+    });
+    // The daemon frozen: its verifier and its retention with it.
+    lavender_testkit::send_signal(daemon_pid, sigstop);
+    let run = d.run_dir();
+    let before = checkpoints(&run);
+    let intact = before.last().unwrap().clone();
+    // A save is said (`checkpoint_saved`) after its rename: only a said one is read
+    // back before the worker goes on.
+    let said = || -> Vec<String> {
+        lavender_testkit::events(&run)
+            .iter()
+            .filter(|e| e["kind"] == "checkpoint_saved")
+            .filter_map(|e| e["path"].as_str().map(|p| name(Path::new(p))))
+            .filter(|n| !before.iter().any(|c| name(c) == *n))
+            .collect()
+    };
+    lavender_testkit::wait_until(T, "a save while the daemon is frozen", || {
+        !said().is_empty()
+    });
+    let pid = d.worker_pid().expect("a worker");
+    lavender_testkit::send_signal(-pid, sigstop);
+    let said = said();
+    let newer: Vec<PathBuf> = checkpoints(&run)
+        .into_iter()
+        .filter(|c| said.contains(&name(c)))
+        .collect();
+    assert!(!newer.is_empty(), "{said:?}");
+    for c in &newer {
+        flip_last_byte(&c.join("model.safetensors"));
+    }
+    lavender_testkit::send_signal(daemon_pid, sigcont);
+    let verdict = |c: &Path| verdicts::read(&run, &name(c));
+    lavender_testkit::wait_until(T, "the newer ones read back, damaged", || {
+        newer
+            .iter()
+            .all(|c| matches!(verdict(c), Check::Done(Verdict::Damaged { .. })))
+    });
+    // Retention ran on their saves (as the verifier did): the verified one stayed.
+    let st = d.wait_status(T, "the intact one verified", |st| {
+        assert!(
+            intact.is_dir(),
+            "{} was deleted while no newer checkpoint verified",
+            name(&intact)
+        );
+        st["training"]["latest_verified_checkpoint"] == name(&intact).as_str()
+    });
+    assert!(intact.is_dir(), "{st:#}");
+    eprintln!(
+        "kept {} (verified) beside {:?} (damaged)",
+        name(&intact),
+        newer.iter().map(|c| name(c)).collect::<Vec<_>>()
+    );
+    // Once a newer save verifies, the older ones may go; never before.
+    lavender_testkit::send_signal(-pid, sigcont);
+    d.wait_status(T, "the run to finish", |st| {
+        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+        if !intact.is_dir() {
+            let all = checkpoints(&run);
+            let verified_since = all.iter().any(|c| {
+                !before.contains(c)
+                    && !newer.contains(c)
+                    && matches!(verdict(c), Check::Done(Verdict::Verified { .. }))
+            });
+            assert!(
+                verified_since,
+                "{} went before a newer one verified: {all:?}",
+                name(&intact)
+            );
+        }
+        st["pipeline"]["state"] == "finished"
+    });
 }

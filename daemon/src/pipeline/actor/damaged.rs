@@ -218,6 +218,7 @@ impl Actor {
                 tracing::error!("{e}");
             }
         }
+        self.set_aside_decided(step, s, next);
         self.alert(Alert::CheckpointDamaged { step, message });
     }
 }

@@ -256,4 +256,31 @@ impl Actor {
             requeue.to_string(),
         ));
     }
+
+    /// A damaged checkpoint set aside (`damaged.rs`), in the decision log: what was
+    /// wrong with it, where it went, and what the run resumes from instead.
+    pub(super) fn set_aside_decided(
+        &self,
+        step: PipelineStep,
+        s: &lavender::checkpoint::fallback::SetAside,
+        next: &str,
+    ) {
+        let saw = Evidence {
+            note: Some(format!("checkpoint {} is damaged: {}", s.name, s.reason)),
+            ..Evidence::default()
+        };
+        // No config key chooses this: a damaged checkpoint is never resumed from.
+        let rule = Rule::new(
+            "checkpoint.manifest",
+            "resume from the newest that verifies",
+        );
+        let did = format!("set {} aside as {}; {next}", s.name, s.moved_to.display());
+        self.decisions.record(Decision::new(
+            DecisionKind::CheckpointSetAside,
+            step,
+            saw,
+            rule,
+            did,
+        ));
+    }
 }
