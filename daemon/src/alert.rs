@@ -164,6 +164,25 @@ pub enum Alert {
         baseline_s: f64,
         current_s: f64,
     },
+    /// The copy off the machine fell behind: the lag passed `replicate.max_lag_s`
+    /// or uploads failed `failures` times in a row (`replicate/alarm.rs`).
+    ReplicationBehind {
+        /// The target URL (never with credentials).
+        target: String,
+        lag_s: Option<f64>,
+        lag_steps: Option<u64>,
+        max_lag_s: Option<u64>,
+        failures: u32,
+        last_error: Option<String>,
+    },
+    /// Uploads work again and the lag is under `replicate.max_lag_s`.
+    ReplicationRecovered {
+        target: String,
+        /// Since the incident's push.
+        after: Duration,
+        newest_remote: Option<String>,
+        lag_steps: Option<u64>,
+    },
     /// A worker outlived a daemon restart and is supervised again.
     Adopted { step: PipelineStep, worker: String },
     /// The worker was stopped by someone else (it saved and exited on SIGTERM).
@@ -190,6 +209,8 @@ impl Alert {
             Alert::SaveWontFit { .. } => "save_wont_fit",
             Alert::Slowdown { .. } => "slowdown",
             Alert::SlowdownRecovered { .. } => "slowdown_recovered",
+            Alert::ReplicationBehind { .. } => "replication_behind",
+            Alert::ReplicationRecovered { .. } => "replication_recovered",
             Alert::Adopted { .. } => "adopted",
             Alert::StoppedExternally { .. } => "stopped_externally",
         }
@@ -214,7 +235,10 @@ impl Alert {
             | Alert::SaveWontFit { step, .. }
             | Alert::StoppedExternally { step } => Some(*step),
             Alert::Slowdown { .. } | Alert::SlowdownRecovered { .. } => Some(PipelineStep::Train),
-            Alert::Finished { .. } | Alert::DiskLow { .. } => None,
+            Alert::Finished { .. }
+            | Alert::DiskLow { .. }
+            | Alert::ReplicationBehind { .. }
+            | Alert::ReplicationRecovered { .. } => None,
         }
     }
 }
@@ -306,6 +330,30 @@ impl std::fmt::Display for Alert {
                 f,
                 "training is back to speed: {current_s:.3} s/step in {stage} against {baseline_s:.3} s/step before"
             ),
+            Alert::ReplicationBehind {
+                target,
+                lag_s,
+                failures,
+                last_error,
+                ..
+            } => {
+                write!(f, "replication to {target} is behind")?;
+                if let Some(lag) = lag_s {
+                    write!(f, ": newest local checkpoint waiting {lag:.0} s")?;
+                }
+                if *failures > 0 {
+                    write!(f, "; {failures} failed attempt(s) in a row")?;
+                }
+                if let Some(e) = last_error {
+                    write!(f, ": {e}")?;
+                }
+                Ok(())
+            }
+            Alert::ReplicationRecovered { target, after, .. } => write!(
+                f,
+                "replication to {target} caught up after {}",
+                lavender::time::duration(*after)
+            ),
             Alert::DiskLow {
                 path,
                 avail_bytes,
@@ -329,6 +377,7 @@ impl Alert {
                 | Alert::Recovered { .. }
                 | Alert::IncidentOver { .. }
                 | Alert::SlowdownRecovered { .. }
+                | Alert::ReplicationRecovered { .. }
                 | Alert::Adopted { .. }
                 | Alert::Resumed { .. }
                 | Alert::DiskSpaceBack { .. }

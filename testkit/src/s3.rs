@@ -148,6 +148,27 @@ impl S3 {
         out.stdout
     }
 
+    /// The keys of the bucket's objects under `prefix` (ListObjectsV2, one page:
+    /// up to 1000, plenty for a test).
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        let out = self.curl(&[
+            "--fail",
+            &format!(
+                "{}/{}?list-type=2&prefix={}",
+                self.endpoint,
+                self.bucket,
+                // Encoded as SigV4 signs it.
+                prefix.replace('/', "%2F")
+            ),
+        ]);
+        assert!(out.status.success(), "LIST {prefix}: {}", stderr(&out));
+        stdout(&out)
+            .split("<Key>")
+            .skip(1)
+            .filter_map(|s| s.split_once("</Key>").map(|(k, _)| k.to_string()))
+            .collect()
+    }
+
     /// Overwrites the object `key` with `bytes` (behind lavender's back).
     pub fn put(&self, key: &str, bytes: &[u8]) {
         let file = self.base.join("upload.tmp");

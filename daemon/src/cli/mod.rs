@@ -223,6 +223,10 @@ pub enum Command {
         /// Delete without asking (needed when there is no terminal to ask on).
         #[arg(long)]
         yes: bool,
+        /// Delete the pruned runs' copies on the replication target (replicate.url)
+        /// too; without it they are kept there.
+        #[arg(long)]
+        remote: bool,
     },
     /// Fetch a checkpoint from the replication target (replicate.url) into the data
     /// root, verified against its manifest: the newest of RUN (default: of any run),

@@ -187,7 +187,8 @@ impl Daemon {
             alerts.clone(),
         )?;
         let (pruner, retention) = Retention::start(&settings.config, layout.checkpoints_root());
-        let replication = crate::replicate::Replication::from_config(&settings.config);
+        let replication =
+            crate::replicate::Replication::from_config(&settings.config, alerts.clone());
         let parts = StatusParts {
             feed,
             notifier: notifier.clone(),

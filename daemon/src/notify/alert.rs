@@ -228,6 +228,53 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             "training back to speed".to_string(),
             format!("{current_s:.3} s/step in {stage} against {baseline_s:.3}"),
         )],
+        Alert::ReplicationBehind {
+            target,
+            lag_s,
+            lag_steps,
+            max_lag_s,
+            failures,
+            last_error,
+        } => {
+            let mut body = Vec::new();
+            if let (Some(lag), Some(steps)) = (lag_s, lag_steps) {
+                let limit =
+                    max_lag_s.map_or(String::new(), |m| format!(" (replicate.max_lag_s {m})"));
+                body.push(format!(
+                    "the newest remote checkpoint is {} steps behind; the oldest waiting for {}{limit}",
+                    thousands(*steps),
+                    duration(Duration::from_secs_f64(lag.max(0.0)))
+                ));
+            }
+            if *failures > 0 {
+                body.push(format!("{failures} failed upload attempt(s) in a row"));
+            }
+            if let Some(e) = last_error {
+                body.push(e.clone());
+            }
+            vec![push(
+                format!("replication behind: {target}"),
+                body.join("; "),
+            )]
+        }
+        Alert::ReplicationRecovered {
+            target,
+            after,
+            newest_remote,
+            lag_steps,
+        } => {
+            let mut body = vec![format!("caught up after {}", duration(*after))];
+            if let Some(name) = newest_remote {
+                body.push(format!("newest remote checkpoint {name}"));
+            }
+            if let Some(steps) = lag_steps {
+                body.push(format!("{} steps behind", thousands(*steps)));
+            }
+            vec![push(
+                format!("replication caught up: {target}"),
+                body.join(", "),
+            )]
+        }
         // Logged only: an adoption or an operator's own stop needs no push.
         Alert::Adopted { .. } | Alert::StoppedExternally { .. } => Vec::new(),
     }
@@ -447,6 +494,31 @@ mod tests {
         assert_eq!(
             n.body,
             "final loss 1.235, final checkpoint final-05-12-22-0007, goodput 94.2 % · lost 11 min: rework 8 · startup 3"
+        );
+        let n = one(Alert::ReplicationBehind {
+            target: "s3://b/runs".into(),
+            lag_s: Some(372.0),
+            lag_steps: Some(1200),
+            max_lag_s: Some(300),
+            failures: 4,
+            last_error: Some("s3://b/runs: connection refused".into()),
+        });
+        assert_eq!(n.kind, "replication_behind");
+        assert_eq!(n.title, "[lavender] replication behind: s3://b/runs");
+        assert_eq!(
+            n.body,
+            "the newest remote checkpoint is 1,200 steps behind; the oldest waiting for 6m 12s (replicate.max_lag_s 300); 4 failed upload attempt(s) in a row; s3://b/runs: connection refused"
+        );
+        let n = one(Alert::ReplicationRecovered {
+            target: "s3://b/runs".into(),
+            after: Duration::from_secs(400),
+            newest_remote: Some("pretrain-10-00-00-0009".into()),
+            lag_steps: Some(0),
+        });
+        assert_eq!(n.title, "[lavender] replication caught up: s3://b/runs");
+        assert_eq!(
+            n.body,
+            "caught up after 6m 40s, newest remote checkpoint pretrain-10-00-00-0009, 0 steps behind"
         );
         assert!(
             pushes(

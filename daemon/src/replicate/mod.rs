@@ -12,14 +12,18 @@
 //! - [`upload`]: one checkpoint up, then read back (HEAD size, GET and hash).
 //! - [`restore`]: one checkpoint down into a run folder, verified before it appears.
 //! - `retention`: which remote checkpoints `replicate.keep` drops.
+//! - `alarm`: the alert when the copy falls behind or uploads keep failing, and
+//!   when it catches up (pure; a watcher feeds it the status each second).
 //! - [`replicator`]: the daemon's task that uploads each new checkpoint, told of
 //!   saves by the one follower of `events.jsonl`, never blocking anything else.
 
+mod alarm;
 pub mod manifest;
 pub mod remote;
 pub mod replicator;
 pub mod restore;
 mod retention;
+mod state;
 mod throttle;
 pub mod upload;
 

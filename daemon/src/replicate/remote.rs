@@ -415,6 +415,40 @@ impl Remote {
     }
 }
 
+impl Remote {
+    /// Deletes every remote copy of `run` (`prune --remote`): each committed
+    /// checkpoint by [`Remote::delete`] (its manifest first), then whatever is left
+    /// under the run (uploads cut short). The committed checkpoints it held, by name.
+    pub async fn delete_run(&self, run: &str) -> Result<Vec<String>, RemoteError> {
+        let mut committed: Vec<String> = self
+            .committed(Some(run))
+            .await?
+            .into_iter()
+            .map(|(_, ckpt)| ckpt)
+            .collect();
+        committed.sort();
+        for ckpt in &committed {
+            self.delete(run, ckpt).await?;
+        }
+        let rest: Vec<Key> = self
+            .store
+            .list(Some(&self.key(&[run])))
+            .map(|m| m.map(|m| m.location))
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.error(e))?;
+        for key in rest {
+            match self.store.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.error(e)),
+            }
+        }
+        Ok(committed)
+    }
+}
+
 /// An error text that says the server refused the request's credentials.
 fn refused(text: &str) -> bool {
     [

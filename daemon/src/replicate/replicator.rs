@@ -16,52 +16,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lavender::checkpoint::list_run_checkpoints;
 use lavender::events::{Event, kind};
-use serde::Serialize;
 use tokio::sync::mpsc;
 
+use crate::alert::AlertSender;
+
+use super::alarm::{self, Alarm};
 use super::manifest::RemoteManifest;
 use super::remote::{Remote, RemoteError, dir_name};
+pub use super::state::{RemoteRef, ReplicationStatus};
 use super::throttle::Throttle;
 use super::upload;
-
-/// What the status says of replication (`replication` in the status JSON).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct ReplicationStatus {
-    /// The target URL (it never holds credentials).
-    pub target: String,
-    /// The newest checkpoint of the current run that is safely remote (uploaded,
-    /// read back, committed).
-    pub newest_remote: Option<RemoteRef>,
-    /// Steps of the newest local checkpoint past the newest remote one.
-    pub lag_steps: Option<u64>,
-    /// Seconds the oldest local checkpoint newer than the newest remote one has been
-    /// waiting to be safely remote; 0 when caught up.
-    pub lag_s: Option<f64>,
-    /// `lag_s` passed `replicate.max_lag_s` (false when that is not set).
-    pub behind: bool,
-    /// The checkpoint being uploaded now.
-    pub in_flight: Option<String>,
-    /// The last upload's rate in MB/s (10^6 bytes, read-back included).
-    pub last_mb_per_s: Option<f64>,
-    pub consecutive_failures: u32,
-    /// What the last failure said (credentials are never in it).
-    pub last_error: Option<String>,
-    /// When (unix seconds) the oldest checkpoint waiting to be remote was completed;
-    /// `lag_s` is taken from it when the status is read.
-    #[serde(skip)]
-    waiting_since: Option<f64>,
-    /// `replicate.max_lag_s`.
-    #[serde(skip)]
-    max_lag_s: Option<u64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RemoteRef {
-    pub run: String,
-    pub checkpoint: String,
-    pub step: u64,
-    pub uploaded_at: String,
-}
 
 /// The follower's side of the task, and its status.
 #[derive(Clone)]
@@ -73,7 +37,11 @@ pub struct Replication {
 impl Replication {
     /// The task for `config`'s `replicate:` section, when it names a target. A target
     /// that cannot be opened (no credentials) is logged once and shown in the status.
-    pub fn from_config(config: &lavender::config::Config) -> Option<Replication> {
+    /// Its alerts (falling behind, caught up again) go to `alerts`.
+    pub fn from_config(
+        config: &lavender::config::Config,
+        alerts: AlertSender,
+    ) -> Option<Replication> {
         let r = &config.replicate;
         let env = |k: &str| std::env::var(k).ok();
         match Remote::open(r, &env) {
@@ -83,6 +51,7 @@ impl Replication {
                 if let Ok(mut s) = replication.status.lock() {
                     s.max_lag_s = r.max_lag_s;
                 }
+                tokio::spawn(replication.clone().watch(alerts));
                 Some(replication)
             }
             Ok(None) => None,
@@ -136,6 +105,22 @@ impl Replication {
     /// A pass over `run_dir` now (a daemon that starts on a run).
     pub fn wake(&self, run_dir: &Path) {
         let _ = self.wake.send(run_dir.to_path_buf());
+    }
+
+    /// Raises the replication alert from the status, read every [`alarm::TICK`],
+    /// until the task is gone.
+    async fn watch(self, alerts: AlertSender) {
+        let mut alarm = Alarm::default();
+        let mut tick = tokio::time::interval(alarm::TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !self.wake.is_closed() {
+            tick.tick().await;
+            if let Some(alert) = alarm.step(&self.status(), Instant::now())
+                && alerts.send(alert).is_err()
+            {
+                return;
+            }
+        }
     }
 
     pub fn status(&self) -> ReplicationStatus {

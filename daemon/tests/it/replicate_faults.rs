@@ -2,10 +2,13 @@
 //! with the daemon supervising the fake worker: the server killed in the middle of
 //! an upload and started again (the checkpoint is uploaded again and committed, the
 //! training never waited); a wrong credential (one error naming where the keys came
-//! from, no retry storm, the secret nowhere); the status's `replication`.
+//! from, no retry storm, the secret nowhere); the status's `replication`; the server
+//! down for a while as training goes on (one "replication behind" push to a real
+//! webhook receiver, one "caught up" when it is back, the steps never slower).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use lavender_testkit::notify::Recorder;
 use lavender_testkit::s3::S3;
 use lavender_testkit::*;
 
@@ -144,4 +147,207 @@ fn a_wrong_credential_is_one_clear_error_and_no_retry_storm() {
     }
     assert!(later["replication"]["newest_remote"].is_null());
     let _ = saved;
+}
+
+/// The training step and when it was read, from the status (the worker's heartbeats).
+fn step_now(d: &Env) -> (Instant, u64) {
+    let st = d.status();
+    (Instant::now(), st["training"]["step"].as_u64().unwrap_or(0))
+}
+
+/// Seconds per step between two readings.
+fn s_per_step(a: (Instant, u64), b: (Instant, u64)) -> f64 {
+    b.0.duration_since(a.0).as_secs_f64() / (b.1 - a.1).max(1) as f64
+}
+
+/// The server stopped while training goes on: the lag passes `max_lag_s` and the
+/// attempts keep failing; one push says so, however many attempts fail after it;
+/// the server started again, the uploads resume and one push says the copy caught
+/// up. The worker never waits: its step time over the outage is that of before.
+/// The outage lasts until eight attempts in a row have failed (about 10–20 s): past
+/// that the task only repeats the same failing attempt, at each save.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_down_a_while_is_one_behind_push_one_caught_up_push_and_training_goes_on() {
+    let hook = Recorder::start().await;
+    let s3 = S3::start();
+    // A checkpoint a second; behind when one waits 4 s.
+    let mut d = Env::new(
+        &[
+            "--total-steps",
+            "100000",
+            "--step-ms",
+            "50",
+            "--checkpoint-every",
+            "20",
+        ],
+        &format!(
+            "{}{}  max_lag_s: 4\ntraining:\n  keep_checkpoints: 30\n",
+            hook.webhook_yaml(""),
+            s3.replicate_yaml("outage")
+        ),
+        "[train]",
+    );
+    d.serve();
+    d.start(&[]);
+    d.wait_status(T, "a first checkpoint safely remote", |st| {
+        st["replication"]["newest_remote"]["checkpoint"].is_string()
+    });
+    let start = step_now(&d);
+    d.wait_step(start.1 + 100, T);
+    let killed = step_now(&d);
+    s3.kill();
+    wait_until(T, "the replication_behind push", || {
+        !hook.of_kind("replication_behind").is_empty()
+    });
+    let down = d.wait_status(T, "eight failed attempts in a row, and behind", |st| {
+        st["replication"]["consecutive_failures"].as_u64() >= Some(8)
+            && st["replication"]["behind"] == true
+    });
+    let remote_step = down["replication"]["newest_remote"]["step"]
+        .as_u64()
+        .unwrap();
+    let back = step_now(&d);
+    s3.up();
+    wait_until(T, "the replication_recovered push", || {
+        !hook.of_kind("replication_recovered").is_empty()
+    });
+    let st = d.status();
+    let r = &st["replication"];
+    assert_eq!(r["consecutive_failures"], 0, "{r:#}");
+    assert!(
+        r["newest_remote"]["step"].as_u64().unwrap() > back.1,
+        "the uploads resumed with the checkpoints saved during the outage: {r:#}"
+    );
+    assert!(
+        remote_step < killed.1 + 20,
+        "nothing went up while down: {r:#}"
+    );
+
+    let kinds = hook.kinds();
+    assert_eq!(hook.of_kind("replication_behind").len(), 1, "{kinds:?}");
+    assert_eq!(hook.of_kind("replication_recovered").len(), 1, "{kinds:?}");
+    let behind = &hook.of_kind("replication_behind")[0];
+    assert_eq!(
+        behind["title"],
+        "[lavender] replication behind: s3://lavender-test/outage"
+    );
+    let body = behind["body"].as_str().unwrap();
+    assert!(
+        body.contains("(replicate.max_lag_s 4)") || body.contains("failed upload attempt(s)"),
+        "{body}"
+    );
+    let over = &hook.of_kind("replication_recovered")[0];
+    assert_eq!(
+        over["title"],
+        "[lavender] replication caught up: s3://lavender-test/outage"
+    );
+    assert!(
+        over["body"]
+            .as_str()
+            .unwrap()
+            .starts_with("caught up after "),
+        "{over}"
+    );
+    // The worker's step time during the outage against before it (50 ms a step).
+    let (before, during) = (s_per_step(start, killed), s_per_step(killed, back));
+    eprintln!(
+        "step time: {:.1} ms before the outage ({} steps), {:.1} ms during it ({} steps, {:.1} s)",
+        before * 1e3,
+        killed.1 - start.1,
+        during * 1e3,
+        back.1 - killed.1,
+        back.0.duration_since(killed.0).as_secs_f64()
+    );
+    assert!(
+        during < before * 1.5,
+        "steps slowed while the server was down: {during:.3} s against {before:.3} s"
+    );
+    let out = d.run(&["stop"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// `prune` deletes old runs locally and keeps their remote copies (the copy is for
+/// when the disk is lost); `prune --remote` deletes the copies of the runs it prunes
+/// too, every object under the run, and no other run's.
+#[test]
+fn prune_keeps_the_remote_copies_unless_remote_is_given() {
+    let s3 = S3::start();
+    let mut d = env(
+        &[
+            "--total-steps",
+            "20",
+            "--step-ms",
+            "5",
+            "--checkpoint-every",
+            "5",
+        ],
+        &s3.replicate_yaml("pruned"),
+    );
+    d.serve();
+    let every_one_remote = |d: &Env, run: &str| {
+        let out = stdout(&d.run(&["checkpoints", "--run", run]));
+        let both = out.matches("local+remote").count();
+        both > 0 && out.matches("local").count() == both
+    };
+    for _ in 0..3 {
+        d.start(&[]);
+        d.wait_state("finished", T);
+        let run = d
+            .run_dir()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        wait_until(T, "every checkpoint of the run remote", || {
+            every_one_remote(&d, &run)
+        });
+        std::fs::remove_dir_all(d.state_dir().join("done")).unwrap();
+    }
+    let runs = d.tcp("GET", "/runs", None, None).json();
+    let names: Vec<String> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect();
+    let [newest, middle, oldest] = names.as_slice() else {
+        panic!("three runs: {names:?}")
+    };
+    let objects = |run: &str| s3.keys(&format!("pruned/{run}/"));
+    let committed = |run: &str| {
+        objects(run)
+            .iter()
+            .filter(|k| k.ends_with("/lavender-remote.json"))
+            .count()
+    };
+    let held = committed(oldest);
+    assert!(held > 0 && committed(middle) > 0 && committed(newest) > 0);
+
+    // Without --remote: the oldest run goes here, its copies stay there.
+    let out = d.run(&["prune", "--keep-runs", "2", "--yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!d.data_root.join("checkpoints").join(oldest).exists());
+    assert!(
+        stdout(&out).contains("their remote copies are kept (prune --remote deletes them too)"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(committed(oldest), held);
+
+    // With --remote: the middle run goes here and there, every object of it.
+    let out = d.run(&["prune", "--keep-runs", "1", "--yes", "--remote"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!d.data_root.join("checkpoints").join(middle).exists());
+    let said = format!("of {middle} from s3://lavender-test/pruned");
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.starts_with("removed ") && l.ends_with(&said)),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(objects(middle), Vec::<String>::new());
+    assert_eq!(committed(oldest), held, "another run's copies went too");
+    assert!(committed(newest) > 0);
+    assert!(every_one_remote(&d, newest));
 }

@@ -4,7 +4,8 @@
 //! removed; `start --resume latest` brings the newest remote checkpoint that
 //! downloads whole back (the newest was altered on the server behind lavender's
 //! back: it is passed over), resumes, and finishes with the final weights of the same
-//! run left alone, byte for byte.
+//! run left alone, byte for byte. The same when the checkpoints are lost mid-run
+//! (the worker killed, the pipeline failed, the checkpoints removed).
 
 use std::path::Path;
 use std::time::Duration;
@@ -162,5 +163,70 @@ fn a_run_whose_checkpoints_are_gone_comes_back_from_s3_byte_identical() {
     assert!(
         resumed == final_weights(&a),
         "the run restored from S3 ends with other weights than the run left alone"
+    );
+}
+
+/// The checkpoints lost in the middle of a run: the worker killed (with no restart
+/// allowed, the pipeline fails) and the data root's checkpoints removed while the
+/// daemon runs; `start --resume latest` brings the newest remote checkpoint back,
+/// resumes from it, and the run ends with the weights of the same run left alone.
+#[test]
+fn a_run_whose_checkpoints_are_wiped_mid_run_comes_back_from_s3() {
+    let s3 = S3::start();
+    let dir = tempfile::tempdir().unwrap();
+    training::write_tokens(&dir.path().join("data"));
+    let yaml = config(&s3.replicate_yaml("midrun")).replace(
+        "  stop_timeout_s: 60\n",
+        "  stop_timeout_s: 60\n  max_restarts: 0\n",
+    );
+    let mut d = Lavenderd::with_real_worker(dir.path(), &yaml);
+    d.log = d.state_dir().join("lavenderd.log");
+    d.start(&[]);
+    d.wait_status(T, "a checkpoint past step 20 safely remote", |st| {
+        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+        st["replication"]["newest_remote"]["step"].as_u64() >= Some(20)
+    });
+    let run = d.run_dir();
+    let pid = d.worker_pid().expect("a worker");
+    lavender_testkit::send_signal(pid, 9);
+    d.wait_state("failed", T);
+    // Whatever was saved before the kill goes up; then the disk is lost.
+    let st = d.wait_status(T, "replication caught up", |st| {
+        st["replication"]["lag_steps"] == 0 && st["replication"]["in_flight"].is_null()
+    });
+    let newest = st["replication"]["newest_remote"]["checkpoint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let step = st["replication"]["newest_remote"]["step"].as_u64().unwrap();
+    std::fs::remove_dir_all(d.data_root.join("checkpoints")).unwrap();
+
+    let out = d.start(&["--resume", "latest"]);
+    let said = stdout(&out);
+    eprintln!("$ lavenderd start --resume latest\n{said}");
+    assert!(
+        said.contains(&format!(
+            "pulled s3://lavender-test/midrun/{}/{newest} (step {step},",
+            name(&run)
+        )),
+        "{said}"
+    );
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("resuming from ") && l.ends_with(&newest)),
+        "{said}"
+    );
+    d.wait_state("finished", T);
+    let resumed = final_weights(&d);
+
+    let alone = tempfile::tempdir().unwrap();
+    training::write_tokens(&alone.path().join("data"));
+    let mut a = Lavenderd::with_real_worker(alone.path(), &config(""));
+    a.serve();
+    a.start(&[]);
+    a.wait_state("finished", T);
+    assert!(
+        resumed == final_weights(&a),
+        "the run restored from S3 mid-run ends with other weights than the run left alone"
     );
 }

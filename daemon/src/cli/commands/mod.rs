@@ -52,7 +52,11 @@ pub async fn dispatch(global: GlobalArgs, command: Command) -> Result<ExitCode> 
             pull::checkpoints(&settings()?, run.as_deref(), json).await
         }
         Command::Verify { run, all, json } => verify::run(&settings()?, run.as_deref(), all, json),
-        Command::Prune { keep_runs, yes } => prune::run(&settings()?, keep_runs, yes).await,
+        Command::Prune {
+            keep_runs,
+            yes,
+            remote,
+        } => prune::run(&settings()?, keep_runs, yes, remote).await,
         Command::Pull { run, checkpoint } => {
             pull::run(&settings()?, run.as_deref(), checkpoint.as_deref()).await
         }

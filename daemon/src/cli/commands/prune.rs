@@ -1,8 +1,10 @@
-//! `lavenderd prune --keep-runs N [--yes]`: delete old run directories, never the
-//! active one. It names what it would delete and asks first (`--yes` without a
-//! terminal); it deletes exactly what it named. When a daemon runs, it asks the
-//! daemon (`POST /runs/prune`), which knows the run it is starting and holds a start
-//! back while it deletes; without one it works on the files itself.
+//! `lavenderd prune --keep-runs N [--yes] [--remote]`: delete old run directories,
+//! never the active one. It names what it would delete and asks first (`--yes`
+//! without a terminal); it deletes exactly what it named. When a daemon runs, it asks
+//! the daemon (`POST /runs/prune`), which knows the run it is starting and holds a
+//! start back while it deletes; without one it works on the files itself. With
+//! `--remote`, the remote copies (`replicate:`) of the runs it deleted go too, from
+//! here: network deletes never hold the daemon's actor (nor a start) back.
 
 use std::process::ExitCode;
 
@@ -15,8 +17,19 @@ use crate::confirm::confirm;
 use crate::prune::Delete;
 use crate::settings::Settings;
 
-pub async fn run(settings: &Settings, keep_runs: usize, yes: bool) -> Result<ExitCode> {
+pub async fn run(
+    settings: &Settings,
+    keep_runs: usize,
+    yes: bool,
+    remote: bool,
+) -> Result<ExitCode> {
     let layout = &settings.layout;
+    // Opened first: a missing target or credential stops before anything is deleted.
+    let target = if remote {
+        Some(super::pull::open(settings).context("prune --remote")?)
+    } else {
+        None
+    };
     let root = layout.checkpoints_root();
     let client = Client::new(&layout.socket());
     let daemon = client.is_up().await;
@@ -55,9 +68,12 @@ pub async fn run(settings: &Settings, keep_runs: usize, yes: bool) -> Result<Exi
         );
         return Ok(ExitCode::SUCCESS);
     }
+    let and_remote = target.as_ref().map_or(String::new(), |t| {
+        format!(" and their copies in {}", t.target())
+    });
     confirm(
         &format!(
-            "delete {} run(s) under {} ({}, {})",
+            "delete {} run(s) under {} ({}, {}){and_remote}",
             plan.planned.len(),
             root.display(),
             plan.planned.join(", "),
@@ -77,6 +93,28 @@ pub async fn run(settings: &Settings, keep_runs: usize, yes: bool) -> Result<Exi
         done.removed.len(),
         mib(done.bytes_freed)
     );
+    match &target {
+        Some(target) => {
+            for name in &done.removed {
+                let gone = target.delete_run(name).await.with_context(|| {
+                    format!(
+                        "delete the remote copies of {name} in {} (the local run is already gone: delete {}/{name}/ on the server by hand)",
+                        target.target(),
+                        target.target()
+                    )
+                })?;
+                println!(
+                    "removed {} remote checkpoint(s) of {name} from {}",
+                    gone.len(),
+                    target.target()
+                );
+            }
+        }
+        None if settings.config.replicate.url.is_some() && !done.removed.is_empty() => {
+            println!("their remote copies are kept (prune --remote deletes them too)");
+        }
+        None => {}
+    }
     Ok(ExitCode::SUCCESS)
 }
 

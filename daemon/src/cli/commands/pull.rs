@@ -10,7 +10,7 @@ use crate::replicate::restore::{self, Restored};
 use crate::replicate::{Remote, manifest::RemoteManifest};
 use crate::settings::Settings;
 
-fn open(settings: &Settings) -> Result<Remote> {
+pub(super) fn open(settings: &Settings) -> Result<Remote> {
     let env = |k: &str| std::env::var(k).ok();
     Remote::open(&settings.config.replicate, &env)?.ok_or_else(|| {
         anyhow::anyhow!(

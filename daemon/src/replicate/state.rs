@@ -1,0 +1,43 @@
+//! What the status says of replication (`replication` in the status JSON): kept by
+//! the replication task, read by the status and by the alert's watcher.
+
+use serde::Serialize;
+
+/// What the status says of replication (`replication` in the status JSON).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ReplicationStatus {
+    /// The target URL (it never holds credentials).
+    pub target: String,
+    /// The newest checkpoint of the current run that is safely remote (uploaded,
+    /// read back, committed).
+    pub newest_remote: Option<RemoteRef>,
+    /// Steps of the newest local checkpoint past the newest remote one.
+    pub lag_steps: Option<u64>,
+    /// Seconds the oldest local checkpoint newer than the newest remote one has been
+    /// waiting to be safely remote; 0 when caught up.
+    pub lag_s: Option<f64>,
+    /// `lag_s` passed `replicate.max_lag_s` (false when that is not set).
+    pub behind: bool,
+    /// The checkpoint being uploaded now.
+    pub in_flight: Option<String>,
+    /// The last upload's rate in MB/s (10^6 bytes, read-back included).
+    pub last_mb_per_s: Option<f64>,
+    pub consecutive_failures: u32,
+    /// What the last failure said (credentials are never in it).
+    pub last_error: Option<String>,
+    /// When (unix seconds) the oldest checkpoint waiting to be remote was completed;
+    /// `lag_s` is taken from it when the status is read.
+    #[serde(skip)]
+    pub(super) waiting_since: Option<f64>,
+    /// `replicate.max_lag_s`.
+    #[serde(skip)]
+    pub(super) max_lag_s: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RemoteRef {
+    pub run: String,
+    pub checkpoint: String,
+    pub step: u64,
+    pub uploaded_at: String,
+}
