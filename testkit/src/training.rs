@@ -287,3 +287,65 @@ fn word_level_tokenizer() -> Value {
         "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"}
     })
 }
+
+/// The one-layer model of the real worker's daemon tests (a YAML flow map).
+pub const SMALL_MODEL: &str = "{n_layer: 1, n_head: 2, n_embd: 32, n_positions: 32, dropout: 0.0, layer_norm_epsilon: 1.0e-5}";
+
+/// A daemon config that runs the real worker `worker` on the train step alone, on the
+/// synthetic tokens of [`write_tokens`]: a heartbeat every step, the daemon's test
+/// timings; the rest is the test's.
+pub struct TrainOnly<'a> {
+    pub worker: &'a str,
+    /// `model:` (a YAML flow map, e.g. [`SMALL_MODEL`]).
+    pub model: &'a str,
+    pub keep_checkpoints: u32,
+    /// The lines of `training.stages` (each `    - {…}`).
+    pub stages: &'a str,
+    /// More `supervisor:` keys (each indented two spaces), or nothing.
+    pub supervisor: &'a str,
+    /// More `notify:` keys (each indented two spaces), or nothing.
+    pub notify: &'a str,
+    /// Top-level sections after the rest, or nothing.
+    pub extra: &'a str,
+}
+
+impl TrainOnly<'_> {
+    pub fn yaml(&self) -> String {
+        let TrainOnly {
+            worker,
+            model,
+            keep_checkpoints,
+            stages,
+            supervisor,
+            notify,
+            extra,
+        } = self;
+        format!(
+            r#"steps: [train]
+device: cpu
+threads: 1
+worker:
+  command: ["{worker}"]
+model: {model}
+optimizer: {{warmup_steps: 2}}
+training:
+  batch_size: 4
+  seq_len: 16
+  log_every: 1
+  eval_every: 1000
+  eval_batches: 1
+  keep_checkpoints: {keep_checkpoints}
+  stages:
+{stages}
+supervisor:
+  listen: 127.0.0.1:0
+  poll_interval_ms: 50
+  stop_timeout_s: 60
+{supervisor}
+notify:
+  desktop: false
+{notify}
+{extra}"#
+        )
+    }
+}

@@ -222,34 +222,21 @@ fn start_stop_resume_finish_with_the_real_worker() {
 /// The train step alone, on the synthetic tokens of `lavender_testkit::training`:
 /// a one-layer model, a heartbeat every step, a checkpoint every 20 steps.
 fn train_only(supervisor: &str) -> String {
-    format!(
-        r#"steps: [train]
-device: cpu
-threads: 1
-worker:
-  command: ["{WORKER}"]
-model: {{n_layer: 1, n_head: 2, n_embd: 32, n_positions: 32, dropout: 0.0, layer_norm_epsilon: 1.0e-5}}
-optimizer: {{warmup_steps: 2}}
-training:
-  batch_size: 4
-  seq_len: 16
-  log_every: 1
-  eval_every: 1000
-  eval_batches: 1
-  keep_checkpoints: 3
-  stages:
-    - {{name: pretrain, steps: {TRAIN_STEPS}, lr: 3.0e-3, checkpoint_every: 20}}
+    let stages = format!(
+        "    - {{name: pretrain, steps: {TRAIN_STEPS}, lr: 3.0e-3, checkpoint_every: 20}}
     - {{name: sft, steps: 4, lr: 1.0e-3, checkpoint_every: 20}}
-    - {{name: dpo, steps: 4, lr: 5.0e-4, checkpoint_every: 20, beta: 0.1}}
-supervisor:
-  listen: 127.0.0.1:0
-  poll_interval_ms: 50
-  stop_timeout_s: 60
-{supervisor}
-notify:
-  desktop: false
-"#
-    )
+    - {{name: dpo, steps: 4, lr: 5.0e-4, checkpoint_every: 20, beta: 0.1}}"
+    );
+    lavender_testkit::training::TrainOnly {
+        worker: WORKER,
+        model: lavender_testkit::training::SMALL_MODEL,
+        keep_checkpoints: 3,
+        stages: &stages,
+        supervisor,
+        notify: "",
+        extra: "",
+    }
+    .yaml()
 }
 
 /// Enough steps that an interruption lands in the middle of pretraining.

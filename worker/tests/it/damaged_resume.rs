@@ -23,33 +23,18 @@ const T: Duration = Duration::from_secs(120);
 
 /// The train step alone on the synthetic tokens: a save every 10 steps, `keep` kept.
 fn config(keep: u32) -> String {
-    format!(
-        r#"steps: [train]
-device: cpu
-threads: 1
-worker:
-  command: ["{WORKER}"]
-model: {{n_layer: 1, n_head: 2, n_embd: 32, n_positions: 32, dropout: 0.0, layer_norm_epsilon: 1.0e-5}}
-optimizer: {{warmup_steps: 2}}
-training:
-  batch_size: 4
-  seq_len: 16
-  log_every: 1
-  eval_every: 1000
-  eval_batches: 1
-  keep_checkpoints: {keep}
-  stages:
-    - {{name: pretrain, steps: 120, lr: 3.0e-3, checkpoint_every: 10}}
-    - {{name: sft, steps: 4, lr: 1.0e-3, checkpoint_every: 10}}
-    - {{name: dpo, steps: 4, lr: 5.0e-4, checkpoint_every: 10, beta: 0.1}}
-supervisor:
-  listen: 127.0.0.1:0
-  poll_interval_ms: 50
-  stop_timeout_s: 60
-notify:
-  desktop: false
-"#
-    )
+    lavender_testkit::training::TrainOnly {
+        worker: WORKER,
+        model: lavender_testkit::training::SMALL_MODEL,
+        keep_checkpoints: keep,
+        stages: "    - {name: pretrain, steps: 120, lr: 3.0e-3, checkpoint_every: 10}
+    - {name: sft, steps: 4, lr: 1.0e-3, checkpoint_every: 10}
+    - {name: dpo, steps: 4, lr: 5.0e-4, checkpoint_every: 10, beta: 0.1}",
+        supervisor: "",
+        notify: "",
+        extra: "",
+    }
+    .yaml()
 }
 
 fn daemon(dir: &Path, keep: u32) -> Lavenderd {

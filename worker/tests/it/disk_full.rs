@@ -60,32 +60,16 @@ impl Drop for Tmpfs {
 
 /// The train step alone on the synthetic tokens: a save every 10 steps, `keep` kept.
 fn config(keep: u32) -> String {
-    format!(
-        r#"steps: [train]
-device: cpu
-threads: 1
-worker:
-  command: ["{WORKER}"]
-model: {{n_layer: 2, n_head: 4, n_embd: 256, n_positions: 32, dropout: 0.0, layer_norm_epsilon: 1.0e-5}}
-optimizer: {{warmup_steps: 2}}
-training:
-  batch_size: 4
-  seq_len: 16
-  log_every: 1
-  eval_every: 1000
-  eval_batches: 1
-  keep_checkpoints: {keep}
-  stages:
-    - {{name: pretrain, steps: 150, lr: 3.0e-3, checkpoint_every: 10}}
-supervisor:
-  listen: 127.0.0.1:0
-  poll_interval_ms: 50
-  stop_timeout_s: 60
-notify:
-  desktop: false
-  disk_floor_mib: 0
-"#
-    )
+    lavender_testkit::training::TrainOnly {
+        worker: WORKER,
+        model: "{n_layer: 2, n_head: 4, n_embd: 256, n_positions: 32, dropout: 0.0, layer_norm_epsilon: 1.0e-5}",
+        keep_checkpoints: keep,
+        stages: "    - {name: pretrain, steps: 150, lr: 3.0e-3, checkpoint_every: 10}",
+        supervisor: "",
+        notify: "  disk_floor_mib: 0",
+        extra: "",
+    }
+    .yaml()
 }
 
 /// The daemon on a data root that is a fresh tmpfs of `size_mib`; the mount is

@@ -19,31 +19,16 @@ const T: Duration = Duration::from_secs(120);
 /// The train step alone on the synthetic tokens: a one-layer model, a checkpoint
 /// every 10 steps, and `extra` (the `replicate:` section).
 fn config(extra: &str) -> String {
-    format!(
-        r#"steps: [train]
-device: cpu
-threads: 1
-worker:
-  command: ["{WORKER}"]
-model: {{n_layer: 1, n_head: 2, n_embd: 32, n_positions: 32, dropout: 0.0, layer_norm_epsilon: 1.0e-5}}
-optimizer: {{warmup_steps: 2}}
-training:
-  batch_size: 4
-  seq_len: 16
-  log_every: 1
-  eval_every: 1000
-  eval_batches: 1
-  keep_checkpoints: 3
-  stages:
-    - {{name: pretrain, steps: 200, lr: 3.0e-3, checkpoint_every: 10}}
-supervisor:
-  listen: 127.0.0.1:0
-  poll_interval_ms: 50
-  stop_timeout_s: 60
-notify:
-  desktop: false
-{extra}"#
-    )
+    training::TrainOnly {
+        worker: WORKER,
+        model: training::SMALL_MODEL,
+        keep_checkpoints: 3,
+        stages: "    - {name: pretrain, steps: 200, lr: 3.0e-3, checkpoint_every: 10}",
+        supervisor: "",
+        notify: "",
+        extra,
+    }
+    .yaml()
 }
 
 fn final_weights(d: &Lavenderd) -> Vec<u8> {
