@@ -168,7 +168,21 @@ fn metrics_are_valid_prometheus_text_and_follow_the_pipeline() {
         serde_json::json!([])
     );
     let states = state_one_hot(&m);
-    assert_eq!(states.len(), 7);
+    let names: Vec<&str> = states.iter().map(|s| s.0.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "idle",
+            "running",
+            "stopping",
+            "stopped",
+            "finished",
+            "crashed",
+            "failed",
+            "waiting_for_disk"
+        ],
+        "one sample per pipeline state"
+    );
     assert_eq!(
         states.iter().filter(|s| s.1 == 1.0).collect::<Vec<_>>(),
         [&("idle".to_string(), 1.0)]
