@@ -160,7 +160,9 @@ fn a_run_whose_checkpoints_are_wiped_mid_run_comes_back_from_s3() {
     let s3 = S3::start();
     let dir = tempfile::tempdir().unwrap();
     training::write_tokens(&dir.path().join("data"));
-    let yaml = config(&s3.replicate_yaml("midrun")).replace(
+    // Long enough that the uploads reach step 20 while it trains, on a loaded machine too.
+    let long = |yaml: String| yaml.replace("steps: 200,", "steps: 600,");
+    let yaml = long(config(&s3.replicate_yaml("midrun"))).replace(
         "  stop_timeout_s: 60\n",
         "  stop_timeout_s: 60\n  max_restarts: 0\n",
     );
@@ -206,7 +208,7 @@ fn a_run_whose_checkpoints_are_wiped_mid_run_comes_back_from_s3() {
 
     let alone = tempfile::tempdir().unwrap();
     training::write_tokens(&alone.path().join("data"));
-    let mut a = Lavenderd::with_real_worker(alone.path(), &config(""));
+    let mut a = Lavenderd::with_real_worker(alone.path(), &long(config("")));
     a.serve();
     a.start(&[]);
     a.wait_state("finished", T);
