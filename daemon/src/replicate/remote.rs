@@ -396,9 +396,14 @@ impl Remote {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(self.error(e)),
         }
+        self.delete_under(&self.key(&[run, ckpt])).await
+    }
+
+    /// Deletes every object under `prefix` (one already gone is no error).
+    async fn delete_under(&self, prefix: &Key) -> Result<(), RemoteError> {
         let keys: Vec<Key> = self
             .store
-            .list(Some(&self.key(&[run, ckpt])))
+            .list(Some(prefix))
             .map(|m| m.map(|m| m.location))
             .collect::<Vec<_>>()
             .await
@@ -430,21 +435,7 @@ impl Remote {
         for ckpt in &committed {
             self.delete(run, ckpt).await?;
         }
-        let rest: Vec<Key> = self
-            .store
-            .list(Some(&self.key(&[run])))
-            .map(|m| m.map(|m| m.location))
-            .collect::<Vec<_>>()
-            .await
-            .into_iter()
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.error(e))?;
-        for key in rest {
-            match self.store.delete(&key).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(self.error(e)),
-            }
-        }
+        self.delete_under(&self.key(&[run])).await?;
         Ok(committed)
     }
 }
