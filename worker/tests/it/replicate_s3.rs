@@ -169,12 +169,21 @@ fn a_run_whose_checkpoints_are_wiped_mid_run_comes_back_from_s3() {
     let mut d = Lavenderd::with_real_worker(dir.path(), &yaml);
     d.log = d.state_dir().join("lavenderd.log");
     d.start(&[]);
+    // Frozen once step 20 is saved here, so the upload catches up whatever the speeds.
+    let st = d.wait_status(
+        T,
+        "a checkpoint past step 20 saved, the worker training",
+        |st| {
+            assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+            st["training"]["step"].as_u64() >= Some(21) && st["pipeline"]["pid"].as_i64().is_some()
+        },
+    );
+    let run = d.run_dir();
+    let pid = st["pipeline"]["pid"].as_i64().unwrap() as i32;
+    lavender_testkit::send_signal(-pid, 19);
     d.wait_status(T, "a checkpoint past step 20 safely remote", |st| {
-        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
         st["replication"]["newest_remote"]["step"].as_u64() >= Some(20)
     });
-    let run = d.run_dir();
-    let pid = d.worker_pid().expect("a worker");
     lavender_testkit::send_signal(pid, 9);
     d.wait_state("failed", T);
     // Whatever was saved before the kill goes up; then the disk is lost.
