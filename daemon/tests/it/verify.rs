@@ -191,6 +191,27 @@ fn verify_names_each_damaged_checkpoint_and_fails_only_when_one_is() {
         text(&out)
     );
 
+    // Recorded: `checkpoints` shows what verify found.
+    let listed = Command::new(lavenderd())
+        .arg("--data-root")
+        .arg(root)
+        .args(["checkpoints", "--run", WORKER_RUN])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let row = |p: &Path| {
+        listed
+            .lines()
+            .find(|l| l.starts_with(&format!("{}  ", name(p))))
+            .unwrap_or_else(|| panic!("no row for {}: {listed}", name(p)))
+            .to_string()
+    };
+    for p in [truncated, flipped, missing] {
+        assert!(row(p).contains("  damaged"), "{listed}");
+    }
+    assert!(row(no_manifest).contains("  unverified"), "{listed}");
+    assert!(row(&all[0]).contains("  verified"), "{listed}");
+
     // The same as JSON, each checkpoint's verdict and damage spelled out.
     let out = verify(root, &["--run", WORKER_RUN, "--json"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
