@@ -126,6 +126,10 @@ pub enum Alert {
         lost: Duration,
         attempts: usize,
     },
+    /// An incident ended without a push of its own: an operator stopped the
+    /// pipeline, or the data step it was about finished. Logged, not pushed; it
+    /// closes the push gate so the next failure is pushed again. `text`: how it ended.
+    IncidentClosed { text: String },
     /// Every step is done.
     Finished {
         duration: Duration,
@@ -202,6 +206,7 @@ impl Alert {
             Alert::Resumed { .. } => "resumed",
             Alert::Stale { .. } => "stalled",
             Alert::Recovered { .. } | Alert::IncidentOver { .. } => "recovered",
+            Alert::IncidentClosed { .. } => "incident_closed",
             Alert::Finished { .. } => "finished",
             Alert::DiskLow { .. } => "disk_low",
             Alert::DiskFull { .. } => "disk_full",
@@ -236,6 +241,7 @@ impl Alert {
             | Alert::StoppedExternally { step } => Some(*step),
             Alert::Slowdown { .. } | Alert::SlowdownRecovered { .. } => Some(PipelineStep::Train),
             Alert::Finished { .. }
+            | Alert::IncidentClosed { .. }
             | Alert::DiskLow { .. }
             | Alert::ReplicationBehind { .. }
             | Alert::ReplicationRecovered { .. } => None,
@@ -308,6 +314,7 @@ impl std::fmt::Display for Alert {
                 lavender::time::duration(*after),
                 lavender::time::duration(*lost)
             ),
+            Alert::IncidentClosed { text } => write!(f, "incident over: {text}"),
             Alert::Finished { duration, .. } => {
                 write!(f, "pipeline finished after {:.0}s", duration.as_secs_f64())
             }
@@ -376,6 +383,7 @@ impl Alert {
             Alert::Finished { .. }
                 | Alert::Recovered { .. }
                 | Alert::IncidentOver { .. }
+                | Alert::IncidentClosed { .. }
                 | Alert::SlowdownRecovered { .. }
                 | Alert::ReplicationRecovered { .. }
                 | Alert::Adopted { .. }

@@ -226,7 +226,7 @@ impl Decisions {
     /// `step` finished: an incident still open recovered.
     pub(crate) fn step_done(&self, step: PipelineStep) {
         let clock = lavender::time::clock(lavender::time::now_utc());
-        self.lock().settle(
+        self.lock().close(
             OutcomeKind::Recovered,
             &format!("step {step} finished at {clock}"),
         );
@@ -235,7 +235,7 @@ impl Decisions {
     /// The pipeline was stopped (or the daemon exits) before the outcome was known.
     pub(crate) fn stopped(&self) {
         let clock = lavender::time::clock(lavender::time::now_utc());
-        self.lock().settle(
+        self.lock().close(
             OutcomeKind::Stopped,
             &format!("stopped at {clock} before the outcome was known"),
         );
@@ -285,6 +285,18 @@ impl Inner {
             text: text.to_string(),
         };
         self.write(&Line::Outcome(outcome));
+    }
+
+    /// An open incident ends with `result` and no push of its own: the alert sink
+    /// is told ([`Alert::IncidentClosed`]) so the next failure is pushed again.
+    fn close(&mut self, result: OutcomeKind, text: &str) {
+        let open = !self.awaiting.is_empty();
+        self.settle(result, text);
+        if open && let Some(alerts) = &self.alerts {
+            let _ = alerts.send(Alert::IncidentClosed {
+                text: text.to_string(),
+            });
+        }
     }
 
     /// Every decision waiting gets `result`; the incident ends unless it failed again.

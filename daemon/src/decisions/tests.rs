@@ -87,3 +87,33 @@ fn the_log_rotates_and_is_read_back_across_its_files() {
     let read_ids: Vec<&str> = entries.iter().map(|e| e.decision.id.as_str()).collect();
     assert_eq!(read_ids, ids, "all, oldest first");
 }
+
+/// An incident settled without a push of its own (an operator's stop, its data
+/// step finishing) tells the alert sink, whose push gate would otherwise stay
+/// shut for the next failure; with no incident open there is nothing to tell.
+#[test]
+fn an_incident_stopped_or_recovered_by_its_step_tells_the_sink_it_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(dir.path().to_path_buf(), None);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let log = Decisions::open(&layout, LoggingConfig::default(), Some(tx));
+    log.stopped();
+    log.step_done(PipelineStep::Dedup);
+    assert!(rx.try_recv().is_err(), "no incident, nothing closed");
+    log.record(decision(DecisionKind::Restart));
+    log.stopped();
+    match rx.try_recv() {
+        Ok(Alert::IncidentClosed { text }) => assert!(text.starts_with("stopped at "), "{text}"),
+        other => panic!("{other:?}"),
+    }
+    log.record(decision(DecisionKind::Restart));
+    log.worker_running(PipelineStep::Dedup, None, None, Duration::from_millis(10));
+    log.step_done(PipelineStep::Dedup);
+    match rx.try_recv() {
+        Ok(Alert::IncidentClosed { text }) => {
+            assert!(text.starts_with("step dedup finished at "), "{text}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(rx.try_recv().is_err());
+}

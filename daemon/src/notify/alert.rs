@@ -275,8 +275,11 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
                 body.join(", "),
             )]
         }
-        // Logged only: an adoption or an operator's own stop needs no push.
-        Alert::Adopted { .. } | Alert::StoppedExternally { .. } => Vec::new(),
+        // Logged only: an adoption, an operator's own stop or an incident that
+        // ended with one needs no push.
+        Alert::Adopted { .. } | Alert::StoppedExternally { .. } | Alert::IncidentClosed { .. } => {
+            Vec::new()
+        }
     }
 }
 

@@ -2,7 +2,9 @@
 //! restart, a hang killed and restarted, a rollback) is pushed once per incident,
 //! not once per attempt; the incident's end is pushed once: recovered (the worker
 //! brought back trained past where it resumed: [`Alert::IncidentOver`]), given up
-//! (`failed`), finished or stopped. Every alert is still logged; only pushes are
+//! (`failed`), finished or stopped; an incident the decision log settles without
+//! a push (an operator's stop, a data step finishing) closes it with
+//! [`Alert::IncidentClosed`]. Every alert is still logged; only pushes are
 //! held back. Pure: the sink asks [`Incident::admit`] before it pushes.
 
 use crate::alert::Alert;
@@ -25,6 +27,7 @@ impl Incident {
             Alert::Recovered { .. } => !self.open,
             // The end of the incident, whatever it was.
             Alert::IncidentOver { .. }
+            | Alert::IncidentClosed { .. }
             | Alert::Failed { .. }
             | Alert::Finished { .. }
             | Alert::StoppedExternally { .. } => {
@@ -102,5 +105,13 @@ mod tests {
         assert!(gate.admit(&failed), "giving up is the incident's end");
         // Outside an incident a fresh heartbeat (after a stall) is pushed.
         assert!(gate.admit(&fresh()));
+        // An incident the decision log closed without a push (an operator's stop):
+        // the next crash is a new incident, pushed.
+        assert!(gate.admit(&crashed(1)));
+        let closed = Alert::IncidentClosed {
+            text: "stopped at 07:00 before the outcome was known".into(),
+        };
+        assert!(gate.admit(&closed));
+        assert!(gate.admit(&crashed(1)), "a crash after a stop is pushed");
     }
 }

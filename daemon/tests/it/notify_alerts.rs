@@ -293,3 +293,68 @@ async fn free_space_under_the_floor_is_disk_low_and_status_json_carries_the_coun
     assert_eq!(printed_keys, served_keys);
     assert_eq!(hook.of_kind("disk_low").len(), 1, "{:?}", hook.kinds());
 }
+
+/// An incident an operator ends: a crash (pushed), the daemon's restart, and
+/// `lavenderd stop` before the restarted worker trained past the crash (it is
+/// frozen with SIGSTOP while the stop is asked, so it cannot); then
+/// `start --resume latest` and a crash again. The stop ended the first incident,
+/// so the second crash is a new one and pushed too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_an_operator_stop_and_a_new_start_is_pushed_again() {
+    let hook = Recorder::start().await;
+    // Each worker is silent for its first seconds: time to freeze the restarted one
+    // before it trains.
+    let mut env = Env::new(
+        &[
+            "--crash-after",
+            "3",
+            "--total-steps",
+            "400",
+            "--step-ms",
+            "20",
+            "--silent-start-ms",
+            "3000",
+        ],
+        &hook.webhook_yaml(""),
+        "[train]",
+    );
+    env.serve();
+    env.start(&[]);
+    let mut first = None;
+    wait_until(T, "the first worker", || {
+        first = env.worker_pid();
+        first.is_some()
+    });
+    let mut restarted = None;
+    wait_until(T, "the restarted worker", || {
+        restarted = env.worker_pid().filter(|&p| Some(p) != first);
+        restarted.is_some()
+    });
+    let restarted = restarted.unwrap();
+    send_signal(restarted, nix::libc::SIGSTOP);
+    wait_until(T, "the first crashed push", || {
+        hook.of_kind("crashed").len() == 1
+    });
+    let out = std::thread::scope(|s| {
+        let stop = s.spawn(|| env.run(&["stop"]));
+        env.wait_state("stopping", T);
+        send_signal(restarted, nix::libc::SIGCONT);
+        stop.join().unwrap()
+    });
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    env.wait_state("stopped", T);
+    env.start(&["--resume", "latest"]);
+    wait_until(Duration::from_secs(30), "the second crashed push", || {
+        hook.of_kind("crashed").len() == 2
+    });
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    // The first incident ended by the stop, not by a recovery.
+    assert!(log.contains("decision outcome: stopped"), "{log}");
+    assert!(log.contains("incident over: stopped at "), "{log}");
+    assert_eq!(hook.of_kind("recovered").len(), 0, "{:?}", hook.kinds());
+    assert!(
+        !log.contains("not pushed: step train crashed"),
+        "{:?}\n{log}",
+        hook.kinds()
+    );
+}
