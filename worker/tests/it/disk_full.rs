@@ -11,8 +11,8 @@
 //!   itself and finishes, with no restart counted.
 //! - Filled so the next save fits only once the oldest checkpoint goes
 //!   (`keep_checkpoints: 3`): the daemon applies retention early (the decision log
-//!   names what it dropped), the newest and the newest verified stay, and the run
-//!   never waits.
+//!   names what it dropped), the newest and the newest verified stay, and the next
+//!   save is written with the test's file still in place: the run never waits.
 //!
 //! The tmpfs is mounted with `mount -t tmpfs` (root); a machine where that is not
 //! permitted fails these tests, saying so. (`EDQUOT`, a quota, is handled as
@@ -331,17 +331,40 @@ fn early_retention_makes_room_for_the_next_save_and_keeps_the_newest_verified() 
             .contains("free under"),
         "{decision:#}"
     );
-    // Room again, so the saves that follow need no more of it.
-    std::fs::remove_file(&filler).unwrap();
+    // What retention freed makes room for a whole save, the filler still in place.
+    let free = free_bytes(&d.data_root);
+    assert!(
+        free >= size,
+        "{free} bytes free after early retention, a save is {size}"
+    );
+    // The next save, with the filler still in place: it fits, and the run never waits.
     lavender_testkit::send_signal(-pid, 18); // SIGCONT
     let log = d.daemon_log();
     let show = || std::fs::read_to_string(&log).unwrap_or_default();
-    d.wait_status(T, "the run to finish", |st| {
+    let never_waits = |st: &Value| {
         assert!(
             !["failed", "waiting_for_disk"].contains(&st["pipeline"]["state"].as_str().unwrap()),
             "{st:#}\n{}",
             show()
         );
+        assert!(
+            !decisions(&d).iter().any(|v| v["kind"] == "wait_for_disk"),
+            "{:#?}",
+            decisions(&d)
+        );
+    };
+    let newer = |c: &PathBuf| !ckpts.contains(c);
+    d.wait_status(T, "a save newer than the newest before", |st| {
+        never_waits(st);
+        lavender_testkit::training::checkpoints(&d.run_dir())
+            .iter()
+            .any(newer)
+    });
+    assert!(filler.exists());
+    // Room again, so the saves that follow need no more of it.
+    std::fs::remove_file(&filler).unwrap();
+    d.wait_status(T, "the run to finish", |st| {
+        never_waits(st);
         st["pipeline"]["state"] == "finished"
     });
 }
