@@ -78,10 +78,20 @@ def test_a_checkpoint_that_cannot_be_read_while_loading_is_damaged():
     torch = pytest.importorskip("torch")
     ckpt = Path("/runs/r/checkpoint-100")
     torn = RuntimeError("PytorchStreamReader failed reading zip archive: failed finding central directory")
-    for error in (torn, json.JSONDecodeError("x", "{", 1), FileNotFoundError("model.json"), EOFError()):
+    gone = FileNotFoundError(2, "No such file or directory", str(ckpt / "model.json"))
+    for error in (torn, json.JSONDecodeError("x", "{", 1), gone, EOFError()):
         kind, message = failure.classify(error, loading=ckpt)
         assert kind == "damaged_checkpoint" and message.startswith(f"could not load checkpoint {ckpt}:"), error
         assert failure.classify(error)[0] == "crash"  # not while loading: the script's own
+    # A file outside the checkpoint (a data shard) is not the checkpoint's damage, nor
+    # is an error naming no file that did not come out of the loader's own calls.
+    shard = FileNotFoundError(2, "No such file or directory", "/data/shards/shard-00003.jsonl")
+    assert failure.classify(shard, loading=ckpt)[0] == "crash"
+    wrapped = RuntimeError("the data loader failed")
+    wrapped.__cause__ = shard
+    assert failure.classify(wrapped, loading=ckpt, loader=False)[0] == "crash"
+    assert failure.classify(json.JSONDecodeError("x", "{", 1), loading=ckpt, loader=False)[0] == "crash"
+    assert failure.classify(gone, loading=ckpt, loader=False)[0] == "damaged_checkpoint"
     # A shape mismatch reads fine: not damage.
     mismatch = RuntimeError("Error(s) in loading state_dict for GPT2: size mismatch for wte.weight")
     assert failure.classify(mismatch, loading=ckpt)[0] == "crash"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Collection, Dict, Iterator, Optional, Tuple
 
 from .checkpoints import ResumeError
 
@@ -84,17 +84,20 @@ def is_out_of_memory(error: BaseException) -> bool:
 _DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
-def is_disk_full(error: BaseException) -> bool:
-    """An `OSError` with `ENOSPC` or `EDQUOT`, raised directly or as the cause (or
-    context) of the error that ends the worker."""
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """`error` and its causes (or contexts), each once."""
     seen = set()
     e: Optional[BaseException] = error
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS:
-            return True
+        yield e
         e = e.__cause__ or e.__context__
-    return False
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """An `OSError` with `ENOSPC` or `EDQUOT`, raised directly or as the cause (or
+    context) of the error that ends the worker."""
+    return any(isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS for e in _chain(error))
 
 
 #: What the readers of checkpoint files raise on bytes they cannot parse (safetensors,
@@ -125,10 +128,46 @@ def is_unreadable(error: BaseException) -> bool:
     )
 
 
-def classify(error: BaseException, loading: Optional[Path] = None) -> Tuple[str, str]:
+def files_named(error: BaseException) -> list:
+    """The files `error` (or its cause) names: an `OSError`'s `filename` and
+    `filename2` (a `FileNotFoundError` of `open`, say)."""
+    names = []
+    for e in _chain(error):
+        for attr in ("filename", "filename2"):
+            name = getattr(e, attr, None)
+            if isinstance(name, (str, bytes, Path)) and name:
+                names.append(Path(name.decode() if isinstance(name, bytes) else name))
+    return names
+
+
+def _under(path: Path, directory: Path) -> bool:
+    try:
+        path.resolve().relative_to(directory.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def raised_in(error: BaseException, functions: Collection[str]) -> bool:
+    """Whether `error` (or its cause) passed through one of `functions`, each named
+    `module.function` (a library's own checkpoint loaders, say)."""
+    for e in _chain(error):
+        tb = e.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if f"{frame.f_globals.get('__name__', '')}.{frame.f_code.co_name}" in functions:
+                return True
+            tb = tb.tb_next
+    return False
+
+
+def classify(error: BaseException, loading: Optional[Path] = None, loader: bool = True) -> Tuple[str, str]:
     """(kind, one-line message) for an exception that ends the worker. `loading`: the
     checkpoint being loaded when it came; one that cannot be read is
-    `damaged_checkpoint` (lavenderd sets it aside and resumes from the one before)."""
+    `damaged_checkpoint` (lavenderd sets it aside and resumes from the one before).
+    An error that names a file is damage only if the file lies in that checkpoint (a
+    data shard missing while a resume loads is not); one that names none only if it
+    came out of the loader's own calls (`loader`)."""
     message = " ".join(f"{type(error).__name__}: {error}".split())
     if isinstance(error, WorkerFailure):
         return error.kind, " ".join(error.message.split())
@@ -137,7 +176,9 @@ def classify(error: BaseException, loading: Optional[Path] = None) -> Tuple[str,
     if is_disk_full(error):
         return DISK_FULL, message
     if loading is not None and is_unreadable(error):
-        return DAMAGED_CHECKPOINT, f"could not load checkpoint {loading}: {message}"
+        named = files_named(error)
+        if any(_under(f, loading) for f in named) if named else loader:
+            return DAMAGED_CHECKPOINT, f"could not load checkpoint {loading}: {message}"
     if isinstance(error, ResumeError):
         return CONFIG, message
     return CRASH, message

@@ -12,7 +12,8 @@
   prediction steps), `saving` from the step that asks for a save until `on_save`;
 - an exception out of `trainer.train()` is a `failed` heartbeat and event with its
   kind (`torch.cuda.OutOfMemoryError` → `out_of_memory`, a checkpoint it cannot read
-  while resuming → `damaged_checkpoint`, else `crash`); leave
+  while resuming → `damaged_checkpoint`: a file of that checkpoint, or an error out of
+  the Trainer's own loaders, `LOADERS`; a data file is not; else `crash`); leave
   through `with cb.worker:` for the kind's exit code;
 - SIGTERM → `control.should_save = control.should_training_stop = True` after the
   current step (agreed across ranks under torchrun), then exit 0 with a `stopping`
@@ -40,6 +41,19 @@ from .worker import Worker
 #: The Trainer's output_dir inside the run: hidden, so never listed as a checkpoint.
 STAGING_DIR = _fs.TMP_PREFIX + "hf-staging"
 
+#: The Trainer's own readers of the checkpoint it resumes from: an unreadable file
+#: raised in one is a damaged checkpoint, even one that names no file.
+LOADERS = frozenset(
+    {
+        "transformers.trainer._load_from_checkpoint",
+        "transformers.trainer._load_optimizer_and_scheduler",
+        "transformers.trainer._load_scaler",
+        "transformers.trainer._load_rng_state",
+        "transformers.trainer_callback.load_from_json",
+        "transformers.integrations.deepspeed.deepspeed_load_checkpoint",
+    }
+)
+
 
 class LavenderCallback(TrainerCallback):
     def __init__(
@@ -49,6 +63,7 @@ class LavenderCallback(TrainerCallback):
         **worker_options: Any,
     ) -> None:
         self.worker = worker if worker is not None else Worker.from_argv(argv, **worker_options)
+        self.worker.loader_calls = LOADERS
         self._eval_loss: Optional[float] = None
         self._eval_step: Optional[int] = None
         # The step whose save the stop asked for. A periodic save that is under way
@@ -79,14 +94,17 @@ class LavenderCallback(TrainerCallback):
     def on_init_end(self, args, state, control, **kwargs):
         if self.worker.resume is not None:
             # `trainer.train(resume_from_checkpoint=…)` loads it before on_train_begin
-            # (its RNG state at the first step): until then a file it cannot read is
-            # `damaged_checkpoint`.
+            # (its RNG state at the first step, judged by `LOADERS`): until then a
+            # missing or unreadable file of it is `damaged_checkpoint`.
             self.worker.loading = self.worker.resume.path
             self.worker.heartbeat("loading")
         return control
 
     def on_train_begin(self, args, state, control, **kwargs):
         w = self.worker
+        # Weights, trainer state and optimizer are loaded: what fails from here on
+        # (the data skip, the first step) is not the checkpoint's.
+        w.loading = None
         w.total_steps = int(state.max_steps or 0)
         epochs = getattr(state, "num_train_epochs", None)
         if epochs:
@@ -101,7 +119,6 @@ class LavenderCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         w = self.worker
-        w.loading = None
         w.step(int(state.global_step), epoch=state.epoch)
         if w.should_stop():
             control.should_save = True

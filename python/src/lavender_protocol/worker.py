@@ -99,6 +99,13 @@ class Worker:
         # The checkpoint being loaded, until it loaded: a failure to read it then is
         # `damaged_checkpoint`, not a crash.
         self.loading: Optional[Path] = None
+        # `loading` came from `load`, whose `load_fn` is all that runs meanwhile: an
+        # error naming no file is the loader's too.
+        self._in_load = False
+        #: A training library's own checkpoint loaders (`module.function`, set by its
+        #: callback): an error raised in one is judged as one while loading, whenever
+        #: it comes (the Trainer reads the RNG state at the first step).
+        self.loader_calls: frozenset = frozenset()
         self._previous_handler = None
         self._previous_excepthook = None
         if handle_signals:
@@ -274,9 +281,9 @@ class Worker:
         if self.resume is None:
             raise ValueError("there is no checkpoint to load: the run did not get --resume")
         with self.phase("loading"):
-            self.loading = self.resume.path
+            self.loading, self._in_load = self.resume.path, True
             loaded = load_fn(self.resume.path)
-            self.loading = None
+            self.loading, self._in_load = None, False
             return loaded
 
     def start(self, step: Optional[int] = None, **fields: Any) -> None:
@@ -468,9 +475,13 @@ class Worker:
         """`fail` for an exception: its kind (`failure.classify`: torch's
         OutOfMemoryError and allocation failures are `out_of_memory`, a
         `WorkerFailure` says its own, a checkpoint `load` cannot read is
-        `damaged_checkpoint`, anything else is a `crash`) and its message,
+        `damaged_checkpoint` (a file named in the error must lie in it), anything
+        else is a `crash`) and its message,
         with the traceback in the event. Returns the exit code."""
-        kind, message = failure.classify(error, loading=self.loading)
+        loading, loader = self.loading, self._in_load
+        if self.resume is not None and failure.raised_in(error, self.loader_calls):
+            loading, loader = self.resume.path, True
+        kind, message = failure.classify(error, loading=loading, loader=loader)
         step = getattr(error, "step", None) if isinstance(error, failure.WorkerFailure) else None
         since = getattr(error, "since_step", None) if isinstance(error, failure.WorkerFailure) else None
         return self.fail(
