@@ -95,7 +95,7 @@ impl FileFacts {
         self.disk_read_at = previous.disk_read_at;
         self.disk_avail_bytes = previous.disk_avail_bytes;
         self.latest_checkpoint_bytes = previous.latest_checkpoint_bytes;
-        self.disk_trend = previous.disk_trend;
+        self.disk_trend = previous.disk_trend.clone();
         self
     }
 
@@ -103,7 +103,7 @@ impl FileFacts {
     /// the trend the time to full is projected from.
     pub fn with_trend_of(mut self, previous: &FileFacts) -> FileFacts {
         if let Some(at) = self.disk_read_at {
-            self.disk_trend = previous.disk_trend.after(at, self.disk_avail_bytes);
+            self.disk_trend = previous.disk_trend.clone().after(at, self.disk_avail_bytes);
         }
         self
     }
