@@ -15,7 +15,7 @@ use lavender::checkpoint::fallback::{self, Candidates, SetAside};
 use lavender::config::PipelineStep;
 use lavender::events::{self, Event as RunEvent, kind};
 use lavender::failure::{Failure, FailureKind};
-use lavender::status::PipelineState;
+use lavender::pipeline_file::RecordEvent;
 
 use super::Actor;
 use crate::alert::Alert;
@@ -155,7 +155,7 @@ impl Actor {
         // A start resumes from another checkpoint than it named: the record and the
         // run's lineage say the one it took.
         if launch.relaunch.is_none() {
-            self.record.resume_from = chosen.clone();
+            self.record.apply(RecordEvent::ResumeFrom(chosen.clone()));
             if let (Some(run), Some(from)) = (&self.record.run_dir, &chosen)
                 && let Err(e) = lavender::run::record_parent(run, from)
             {
@@ -186,9 +186,10 @@ impl Actor {
             }
         };
         self.tell_set_aside(worker.step, &s, "restarting from the one before");
-        self.record.state = PipelineState::Crashed;
-        self.record.restart_pending = true;
-        self.record.last_error = Some(s.to_string());
+        self.record.apply(RecordEvent::Crashed {
+            error: s.to_string(),
+            restarts: None,
+        });
         // Said once the worker runs again, and named if nothing intact is left.
         let failure = Failure {
             message: s.to_string(),
