@@ -13,13 +13,12 @@ mod transition;
 mod worker;
 
 pub use request::{ConfigFileRef, MAX_CHUNK, StartRequest, sha256_hex};
-pub use state::RecordState;
+pub use state::{RecordState, StopCause};
 pub use transition::RecordEvent;
-pub use worker::{JobSeen, ProcessIdentity, SlurmJob, WorkerHandle};
+pub use worker::{JobSeen, ProcessIdentity, SlurmJob, WorkerHandle, WorkerRecord};
 
 use std::path::{Path, PathBuf};
 
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{PipelineStep, Scale};
@@ -34,38 +33,6 @@ use state::FlatState;
 pub struct StepEntry {
     pub name: PipelineStep,
     pub state: StepState,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WorkerRecord {
-    /// The local process (pid + start time) or the Slurm job.
-    #[serde(flatten)]
-    pub handle: WorkerHandle,
-    pub step: PipelineStep,
-    /// The start-up grace for heartbeats counts from here (RFC 3339 UTC on disk).
-    #[serde(with = "crate::time::rfc3339")]
-    pub started_at: DateTime<Utc>,
-    /// The training step of the checkpoint it resumed from (a restart or a resume):
-    /// a worker that ends without training past it made no progress.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resumed_from_step: Option<u64>,
-}
-
-/// Why a pipeline that is not running stopped; what the next daemon start does
-/// with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopCause {
-    /// `lavenderd stop`, `POST /pipeline/stop`: it stays stopped.
-    Operator,
-    /// The daemon was told to exit (SIGTERM/SIGINT from a service manager or a
-    /// shutdown): the next daemon resumes it (`supervisor.resume_on_start`).
-    DaemonExit,
-    /// The worker saved and exited on a SIGTERM lavenderd did not send: it stays stopped.
-    External,
-    /// The daemon and the worker were gone without a word (a power loss, a reboot,
-    /// both killed) and `resume_on_start` was off: a later start resumes it.
-    PowerLoss,
 }
 
 /// The daemon's record of its pipeline. Its state ([`RecordState`]) holds the

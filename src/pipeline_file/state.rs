@@ -4,8 +4,27 @@
 //! versions wrote; [`RecordState::from_flat`] reads it, [`RecordState::to_flat`]
 //! writes it.
 
-use super::{StopCause, WorkerRecord};
+use serde::{Deserialize, Serialize};
+
+use super::worker::WorkerRecord;
 use crate::status::{DiskWait, PipelineState};
+
+/// Why a pipeline that is not running stopped; what the next daemon start does
+/// with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopCause {
+    /// `lavenderd stop`, `POST /pipeline/stop`: it stays stopped.
+    Operator,
+    /// The daemon was told to exit (SIGTERM/SIGINT from a service manager or a
+    /// shutdown): the next daemon resumes it (`supervisor.resume_on_start`).
+    DaemonExit,
+    /// The worker saved and exited on a SIGTERM lavenderd did not send: it stays stopped.
+    External,
+    /// The daemon and the worker were gone without a word (a power loss, a reboot,
+    /// both killed) and `resume_on_start` was off: a later start resumes it.
+    PowerLoss,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum RecordState {
