@@ -19,17 +19,9 @@ bench_need lavenderd fake-worker rclone curl
 SIZE_MB=${SIZE_MB:-256}
 out="$BENCH_ROOT/target/bench/replicate"
 mkdir -p "$out"
-work=$(mktemp -d)
-export S3_BASE_DIR="$work/s3" S3_PORT="${S3_PORT:-18533}" S3_BUCKET=bench
-daemon=""
-cleanup() {
-  [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
-  S3_STOP_GRACE=1 S3_STOP_WIPE=1 bash "$BENCH_ROOT/scripts/s3/stop.sh" >/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-bash "$BENCH_ROOT/scripts/s3/start.sh" >/dev/null
-. "$S3_BASE_DIR/env"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/s3.sh"
+s3_bench_start 18533
 
 cat >"$work/lavender.yaml" <<YAML
 steps: [train]
@@ -39,11 +31,7 @@ supervisor:
   listen: 127.0.0.1:0
 notify:
   desktop: false
-replicate:
-  url: s3://$S3_BUCKET/lavender
-  endpoint: $S3_ENDPOINT
-  path_style: true
-  credentials_file: $S3_BASE_DIR/credentials
+$(s3_replicate_yaml lavender)
 YAML
 data="$work/data"
 log="$work/daemon.log"

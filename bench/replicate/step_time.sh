@@ -27,17 +27,8 @@ VOCAB=${VOCAB:-2048}
 MAX_MBPS=${MAX_MBPS:-}
 out="$BENCH_ROOT/target/bench/replicate"
 mkdir -p "$out"
-work=$(mktemp -d)
-export S3_BASE_DIR="$work/s3" S3_PORT="${S3_PORT:-18633}" S3_BUCKET=bench
-daemon=""
-cleanup() {
-  [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
-  S3_STOP_GRACE=1 S3_STOP_WIPE=1 bash "$BENCH_ROOT/scripts/s3/stop.sh" >/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-bash "$BENCH_ROOT/scripts/s3/start.sh" >/dev/null
-. "$S3_BASE_DIR/env"
+source "$here/s3.sh"
+s3_bench_start 18633
 
 # One run: $1 = name, $2 = the replicate section (or nothing). Writes
 # $work/$1.steps (step, unix time the line appeared) and $work/$1.log.
@@ -113,12 +104,7 @@ PY
 }
 
 one_run plain ""
-one_run replicated "replicate:
-  url: s3://$S3_BUCKET/steptime
-  endpoint: $S3_ENDPOINT
-  path_style: true
-  credentials_file: $S3_BASE_DIR/credentials${MAX_MBPS:+
-  max_mbps: $MAX_MBPS}"
+one_run replicated "$(s3_replicate_yaml steptime "$MAX_MBPS")"
 
 {
   bench_machine "$work"

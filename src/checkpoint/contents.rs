@@ -146,7 +146,26 @@ pub fn read(dir: &Path) -> Result<Option<ContentManifest>> {
             ),
         });
     }
+    // Every entry names a file inside the checkpoint: an absolute path or `..` would
+    // have the check read (and vouch for) bytes that are not the checkpoint's.
+    if let Some(entry) = manifest.files.iter().find(|f| !inside(&f.path)) {
+        return Err(Error::Malformed {
+            path,
+            reason: format!(
+                "{:?} is not a path inside the checkpoint (a manifest lists relative paths without `..`)",
+                entry.path
+            ),
+        });
+    }
     Ok(Some(manifest))
+}
+
+/// `path` is relative and stays below the folder it is joined to.
+fn inside(path: &str) -> bool {
+    !path.is_empty()
+        && Path::new(path)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
 }
 
 /// Take `path` out of the manifest of the checkpoint at `dir` (if it has one that
@@ -560,5 +579,34 @@ mod tests {
         ));
         std::fs::remove_file(dir.path().join(FILE)).unwrap();
         assert_eq!(verify(dir.path(), Depth::Full, None), Verdict::Unverified);
+    }
+
+    #[test]
+    fn a_manifest_naming_a_file_outside_the_checkpoint_is_damage() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("elsewhere.bin"), b"abc").unwrap();
+        for bad in [
+            "../elsewhere.bin".to_string(),
+            "sub/../../elsewhere.bin".to_string(),
+            outside.path().join("elsewhere.bin").display().to_string(),
+        ] {
+            let (dir, mut m) = checkpoint(HashAlgorithm::Sha256);
+            // The entry's size and hash are those of the file it points at.
+            m.files[1].path = bad.clone();
+            write(dir.path(), &m).unwrap();
+            match verify(dir.path(), Depth::Full, None) {
+                Verdict::Damaged { damage } => match &damage[..] {
+                    [Damage::Manifest { reason }] => {
+                        assert!(
+                            reason.contains("not a path inside the checkpoint"),
+                            "{reason}"
+                        );
+                        assert!(reason.contains(&bad), "{reason}");
+                    }
+                    other => panic!("{bad}: {other:?}"),
+                },
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! What the daemon found when it read each new checkpoint back against its manifest:
 //! `<run>/.verdict.<name>.json`, one small file per checkpoint beside it, written by
-//! the daemon's verifier alone (so a daemon restart does not hash everything again).
+//! the daemon's verifier (so a daemon restart does not hash everything again) and by
+//! `lavenderd verify` (so `lavenderd checkpoints` shows what it found).
 //! Hidden, so nothing lists it as a checkpoint; in the run directory itself, so the
 //! status refresher's watch of the run sees each new verdict. Verdicts in a run say
 //! a verifier watches it: retention then keeps the newest checkpoint found intact
@@ -106,14 +107,27 @@ pub fn read(run_dir: &Path, name: &str) -> Check {
 
 /// Reads `ckpt` back against its manifest (every byte) and records the verdict.
 pub fn verify_and_record(ckpt: &Checkpoint) -> Result<Verdict> {
-    let verdict = contents::verify(&ckpt.path, Depth::Full, None);
+    let read = || contents::read(&ckpt.path).ok().flatten();
+    let before = read();
+    let mut verdict = contents::verify(&ckpt.path, Depth::Full, None);
+    // A writer dropping a file from an older checkpoint (`save_optimizer_state:
+    // last`) rewrites its manifest, then deletes the file: read between the two, the
+    // file is "missing". A manifest changed meanwhile is checked once more.
+    if matches!(verdict, Verdict::Damaged { .. }) && read() != before {
+        verdict = contents::verify(&ckpt.path, Depth::Full, None);
+    }
+    record(ckpt, &verdict)?;
+    Ok(verdict)
+}
+
+/// Records what reading `ckpt` back found (the daemon's verifier, `lavenderd verify`).
+pub fn record(ckpt: &Checkpoint, verdict: &Verdict) -> Result<()> {
     let run_dir = ckpt.path.parent().unwrap_or(Path::new("."));
     let recorded = Recorded {
-        verdict,
+        verdict: verdict.clone(),
         checked_at: crate::time::rfc3339_z(crate::time::now_utc()),
     };
-    crate::atomic::write_json(&path(run_dir, &ckpt.name), &recorded)?;
-    Ok(recorded.verdict)
+    crate::atomic::write_json(&path(run_dir, &ckpt.name), &recorded)
 }
 
 /// Drops the verdicts of checkpoints no longer in the run (deleted by retention,

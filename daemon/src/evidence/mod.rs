@@ -10,7 +10,7 @@
 //! Blocking: callers run it on the blocking pool.
 
 mod layout;
-mod tool;
+pub(crate) mod tool;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

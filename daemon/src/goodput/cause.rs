@@ -7,7 +7,10 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long `nvidia-smi` may take.
+const GPU_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Processes named in the alert at most: on a busy machine the culprit may share
 /// the CPUs with several others.
@@ -189,17 +192,29 @@ fn clock_ticks() -> f64 {
 }
 
 /// `nvidia-smi`'s SM clock against its maximum and the temperature, per GPU;
-/// `None` without the tool or a GPU.
+/// `None` without the tool or a GPU. A wedged driver (a cause of the slowdown
+/// itself) hangs the tool: it gets a few seconds, then the reading says so.
 fn gpu_clocks() -> Option<String> {
-    let out = std::process::Command::new("nvidia-smi")
-        .args([
-            "--query-gpu=index,clocks.sm,clocks.max.sm,temperature.gpu",
-            "--format=csv,noheader,nounits",
-        ])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())?;
-    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+    gpu_clocks_from(&crate::evidence::tool::find("nvidia-smi", &[])?)
+}
+
+fn gpu_clocks_from(program: &std::path::Path) -> Option<String> {
+    let args = [
+        "--query-gpu=index,clocks.sm,clocks.max.sm,temperature.gpu".to_string(),
+        "--format=csv,noheader,nounits".to_string(),
+    ];
+    let (ran, out) = crate::evidence::tool::run(program, &args, GPU_TIMEOUT, 64 * 1024);
+    match ran {
+        crate::evidence::tool::Ran::Ok => {}
+        crate::evidence::tool::Ran::TimedOut { .. } => {
+            return Some(format!(
+                "(nvidia-smi did not answer within {} s)",
+                GPU_TIMEOUT.as_secs()
+            ));
+        }
+        _ => return None,
+    }
+    let lines: Vec<String> = String::from_utf8_lossy(&out)
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split(',').map(str::trim).collect();
@@ -218,6 +233,36 @@ fn gpu_clocks() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gpu_tool_that_hangs_is_given_up_on_and_said() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let tool = dir.path().join("nvidia-smi");
+        std::fs::write(&tool, "#!/bin/sh\nexec sleep 60\n").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A script just written may be busy for a moment (ETXTBSY: another test's
+        // fork holding it): tried again then.
+        let run = |tool: &std::path::Path| {
+            for _ in 0..20 {
+                if let Some(said) = gpu_clocks_from(tool) {
+                    return said;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            panic!("{} never ran", tool.display());
+        };
+        assert_eq!(run(&tool), "(nvidia-smi did not answer within 3 s)");
+        std::fs::write(
+            &tool,
+            "#!/bin/sh\necho '0, 1410, 1980, 71'\necho '1, 900, 1980, 88'\n",
+        )
+        .unwrap();
+        assert_eq!(
+            run(&tool),
+            "0: SM clock 1410 of 1980 MHz, 71 °C, 1: SM clock 900 of 1980 MHz, 88 °C"
+        );
+    }
 
     #[test]
     fn proc_files_parse() {

@@ -267,20 +267,20 @@ impl RunLedger {
             self.outage = None;
         }
         if reason == RecoveryReason::Hung {
-            // The worker was silent from its last heartbeat until it was killed; one
-            // that still stopped on the SIGTERM (a `stopping` heartbeat, maybe after
-            // its stop's save) said that during the kill.
-            let mut kill = self.beats.len();
-            let stopped = self.beats[..kill]
-                .last()
-                .is_some_and(|b| b.state == WorkerState::Stopping);
-            while kill > 0 && self.beats[kill - 1].state == WorkerState::Stopping {
-                kill -= 1;
-            }
-            while stopped && kill > 0 && self.beats[kill - 1].state == WorkerState::Saving {
-                kill -= 1;
-            }
-            let silent = kill.saturating_sub(1);
+            // The worker was silent from one heartbeat until it was killed: the last
+            // training one, or a save it hung in. One that still stopped on the SIGTERM
+            // wrote a save and `stopping` after, in no time next to the silence; the
+            // daemon may have read them or not. The silence is the longest beat since
+            // the last training one.
+            let from = self
+                .beats
+                .iter()
+                .rposition(|b| b.state == WorkerState::Training)
+                .unwrap_or(0);
+            let silent = (from..self.beats.len())
+                .rev()
+                .max_by(|&a, &b| self.beats[a].seconds.total_cmp(&self.beats[b].seconds))
+                .unwrap_or(from);
             let mut moved = 0.0;
             for b in self.beats.split_off(silent) {
                 let from = b.bucket.unwrap_or(Bucket::Productive);
@@ -604,6 +604,36 @@ mod tests {
         assert_eq!(n.get(Bucket::SaveStall), 0.0);
         assert_eq!(n.get(Bucket::Rework), 0.0);
         assert_eq!(n.get(Bucket::Productive), 12.0);
+    }
+
+    #[test]
+    fn a_hung_worker_whose_stopping_beat_went_unread_still_counts_the_silence() {
+        let mut n = Night::new();
+        n.launch(None, None);
+        n.beat(0, WorkerState::Starting);
+        n.train(0, 12, 1.0); // hangs after 12
+        n.pass(2.0); // silent until judged
+        n.beat(12, WorkerState::Saving); // the stop's save; its `stopping` not read
+        n.pass(0.1);
+        n.state(PipelineState::Crashed);
+        n.launch(Some(12), Some(RecoveryReason::Hung));
+        assert_eq!(n.get(Bucket::HangDetection), 2.1);
+        assert_eq!(n.get(Bucket::Productive), 12.0);
+    }
+
+    #[test]
+    fn a_worker_hung_in_a_save_counts_the_save_as_the_silence() {
+        let mut n = Night::new();
+        n.launch(None, None);
+        n.beat(0, WorkerState::Starting);
+        n.train(0, 10, 1.0);
+        n.beat(10, WorkerState::Saving);
+        n.pass(30.0); // the save never ends
+        n.state(PipelineState::Crashed);
+        n.launch(Some(5), Some(RecoveryReason::Hung));
+        assert_eq!(n.get(Bucket::HangDetection), 30.0);
+        assert_eq!(n.get(Bucket::Rework), 5.0);
+        assert_eq!(n.get(Bucket::Productive), 5.0);
     }
 
     #[test]

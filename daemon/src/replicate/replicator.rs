@@ -154,9 +154,10 @@ struct Task {
     gone: BTreeSet<PathBuf>,
 }
 
-/// Backoff after `failures` consecutive failures: 2 s doubling, at most 5 minutes.
+/// Backoff after `failures` consecutive failures: 2 s doubling, at most a minute
+/// (a server back is used within a minute; a server down costs one attempt a minute).
 fn backoff(failures: u32) -> Duration {
-    Duration::from_secs((2u64 << failures.saturating_sub(1).min(8)).min(300))
+    Duration::from_secs((2u64 << failures.saturating_sub(1).min(5)).min(60))
 }
 
 impl Task {
@@ -166,10 +167,15 @@ impl Task {
         let mut denied = false;
         loop {
             let woken = if failures > 0 && !denied {
-                match tokio::time::timeout(backoff(failures), rx.recv()).await {
-                    Ok(None) => return,
-                    Ok(Some(dir)) => Some(dir),
-                    Err(_) => None, // the retry is due
+                // Tried again when the backoff is over, however many saves come
+                // meanwhile: they only name the run (a pass uploads all that is missing).
+                let due = tokio::time::Instant::now() + backoff(failures);
+                loop {
+                    match tokio::time::timeout_at(due, rx.recv()).await {
+                        Ok(None) => return,
+                        Ok(Some(dir)) => run_dir = Some(dir),
+                        Err(_) => break None, // the retry is due
+                    }
                 }
             } else {
                 match rx.recv().await {
@@ -376,6 +382,13 @@ mod tests {
             status: Arc::new(Mutex::new(status)),
         }
         .status()
+    }
+
+    #[test]
+    fn the_backoff_doubles_from_two_seconds_to_a_minute() {
+        let waits: Vec<u64> = (1..=8).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(waits, [2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(backoff(u32::MAX).as_secs(), 60);
     }
 
     #[test]

@@ -169,7 +169,9 @@ fn debug_stacks_takes_the_evidence_on_demand() {
     let said = stdout(&out);
     let path = PathBuf::from(said.lines().last().unwrap().trim());
     assert!(
-        path.ends_with(path.file_name().unwrap()) && path.to_string_lossy().ends_with("-stacks"),
+        path.starts_with(env.run_dir().join("incidents"))
+            && path.is_dir()
+            && path.to_string_lossy().ends_with("-stacks"),
         "{said}"
     );
     let stack = std::fs::read_to_string(path.join(format!("pid-{pid}/python-stack.txt"))).unwrap();

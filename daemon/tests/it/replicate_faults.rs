@@ -164,8 +164,8 @@ fn s_per_step(a: (Instant, u64), b: (Instant, u64)) -> f64 {
 /// attempts keep failing; one push says so, however many attempts fail after it;
 /// the server started again, the uploads resume and one push says the copy caught
 /// up. The worker never waits: its step time over the outage is that of before.
-/// The outage lasts until eight attempts in a row have failed (about 10–20 s): past
-/// that the task only repeats the same failing attempt, at each save.
+/// The outage lasts a minute, a save a second: the attempts back off (2 s doubling),
+/// not one per save.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_down_a_while_is_one_behind_push_one_caught_up_push_and_training_goes_on() {
     let hook = Recorder::start().await;
@@ -199,16 +199,28 @@ async fn the_server_down_a_while_is_one_behind_push_one_caught_up_push_and_train
     wait_until(T, "the replication_behind push", || {
         !hook.of_kind("replication_behind").is_empty()
     });
-    let down = d.wait_status(T, "eight failed attempts in a row, and behind", |st| {
-        st["replication"]["consecutive_failures"].as_u64() >= Some(8)
+    let outage = Duration::from_secs(60);
+    tokio::time::sleep(outage.saturating_sub(killed.0.elapsed())).await;
+    let down = d.wait_status(T, "failed attempts in a row, and behind", |st| {
+        st["replication"]["consecutive_failures"].as_u64() >= Some(3)
             && st["replication"]["behind"] == true
     });
+    // Attempts at about 2, 6, 14, 30 and 62 s: five, give or take one at the edges;
+    // one per save would be sixty.
+    let attempts = down["replication"]["consecutive_failures"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        (3..=7).contains(&attempts),
+        "{attempts} failed attempts in a minute with a save a second"
+    );
     let remote_step = down["replication"]["newest_remote"]["step"]
         .as_u64()
         .unwrap();
     let back = step_now(&d);
     s3.up();
-    wait_until(T, "the replication_recovered push", || {
+    // The next attempt is due up to a minute after the server is back.
+    wait_until(2 * T, "the replication_recovered push", || {
         !hook.of_kind("replication_recovered").is_empty()
     });
     let st = d.status();

@@ -191,6 +191,27 @@ fn verify_names_each_damaged_checkpoint_and_fails_only_when_one_is() {
         text(&out)
     );
 
+    // Recorded: `checkpoints` shows what verify found.
+    let listed = Command::new(lavenderd())
+        .arg("--data-root")
+        .arg(root)
+        .args(["checkpoints", "--run", WORKER_RUN])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let row = |p: &Path| {
+        listed
+            .lines()
+            .find(|l| l.starts_with(&format!("{}  ", name(p))))
+            .unwrap_or_else(|| panic!("no row for {}: {listed}", name(p)))
+            .to_string()
+    };
+    for p in [truncated, flipped, missing] {
+        assert!(row(p).contains("  damaged"), "{listed}");
+    }
+    assert!(row(no_manifest).contains("  unverified"), "{listed}");
+    assert!(row(&all[0]).contains("  verified"), "{listed}");
+
     // The same as JSON, each checkpoint's verdict and damage spelled out.
     let out = verify(root, &["--run", WORKER_RUN, "--json"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -240,7 +261,8 @@ fn verify_of_a_run_that_is_not_there_says_how_to_find_one() {
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(root.path().join("checkpoints").join(WORKER_RUN)).unwrap();
     let out = verify(root.path(), &["--run", "run-2026-13-01_00-00-00"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    // Not damage (1): the check could not run.
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("no run \"run-2026-13-01_00-00-00\" under")

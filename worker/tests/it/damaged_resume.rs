@@ -256,14 +256,13 @@ fn the_daemon_reads_each_save_back_and_the_status_and_the_listing_say_what_it_fo
     );
     // The worker's final save carries its own manifest: verified once read back.
     d.wait_state("finished", T);
-    let out = d.run(&["checkpoints", "--run", &name(&d.run_dir())]);
-    let text = lavender_testkit::stdout(&out);
-    let last = text.lines().last().unwrap_or_default();
-    assert!(
-        last.starts_with("final-")
-            && (last.contains("  verified  ") || last.contains("  pending  ")),
-        "{text}"
-    );
+    let run = name(&d.run_dir());
+    lavender_testkit::wait_until(T, "the final save verified", || {
+        let text = lavender_testkit::stdout(&d.run(&["checkpoints", "--run", &run]));
+        text.lines()
+            .last()
+            .is_some_and(|l| l.starts_with("final-") && l.contains("  verified  "))
+    });
 }
 
 /// `keep_checkpoints: 1`: newer checkpoints that never verify (damaged before the

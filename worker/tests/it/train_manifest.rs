@@ -53,22 +53,29 @@ fn assert_manifest_verifies(ck: &Path) {
     }
 }
 
-#[test]
-fn every_saved_checkpoint_has_a_manifest_that_lists_and_verifies_its_files() {
-    let root = tempfile::tempdir().unwrap();
-    write_tokens(root.path());
+/// A small run of `steps` (a checkpoint every 2) under `root`, keeping every
+/// checkpoint, with one more `--set`; its checkpoints (at least four).
+fn train_keeping_all(root: &Path, steps: u64, set: &str) -> Vec<PathBuf> {
+    write_tokens(root);
     run_ok(
         worker()
             .arg("train")
             .arg("--data-root")
-            .arg(root.path())
+            .arg(root)
             .args(["--device", "cpu"])
-            .args(small_run_args(4, 2, 2, 2))
+            .args(small_run_args(steps, 2, 2, 2))
             .args(["--set", "training.keep_checkpoints=10"])
-            .args(["--set", "training.ema={decay: 0.8, every: 2}"]),
+            .args(["--set", set]),
     );
-    let all = checkpoints(&run_dir(root.path()));
+    let all = checkpoints(&run_dir(root));
     assert!(all.len() >= 4, "{all:?}");
+    all
+}
+
+#[test]
+fn every_saved_checkpoint_has_a_manifest_that_lists_and_verifies_its_files() {
+    let root = tempfile::tempdir().unwrap();
+    let all = train_keeping_all(root.path(), 4, "training.ema={decay: 0.8, every: 2}");
     for ck in &all {
         assert_manifest_verifies(ck);
         let files = payload_files(ck);
@@ -95,19 +102,7 @@ fn every_saved_checkpoint_has_a_manifest_that_lists_and_verifies_its_files() {
 #[test]
 fn older_checkpoints_without_their_moments_still_verify() {
     let root = tempfile::tempdir().unwrap();
-    write_tokens(root.path());
-    run_ok(
-        worker()
-            .arg("train")
-            .arg("--data-root")
-            .arg(root.path())
-            .args(["--device", "cpu"])
-            .args(small_run_args(6, 2, 2, 2))
-            .args(["--set", "training.keep_checkpoints=10"])
-            .args(["--set", "training.save_optimizer_state=last"]),
-    );
-    let all = checkpoints(&run_dir(root.path()));
-    assert!(all.len() >= 4, "{all:?}");
+    let all = train_keeping_all(root.path(), 6, "training.save_optimizer_state=last");
     for ck in &all {
         assert_manifest_verifies(ck);
     }

@@ -51,7 +51,13 @@ pub async fn dispatch(global: GlobalArgs, command: Command) -> Result<ExitCode> 
         Command::Checkpoints { run, json } => {
             pull::checkpoints(&settings()?, run.as_deref(), json).await
         }
-        Command::Verify { run, all, json } => verify::run(&settings()?, run.as_deref(), all, json),
+        // 1 is damage found; a check that could not run is 2, so a cron job tells them apart.
+        Command::Verify { run, all, json } => Ok(settings()
+            .and_then(|s| verify::run(&s, run.as_deref(), all, json))
+            .unwrap_or_else(|e| {
+                eprintln!("lavenderd: {e:#}");
+                ExitCode::from(2)
+            })),
         Command::Prune {
             keep_runs,
             yes,

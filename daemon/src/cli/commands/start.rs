@@ -52,9 +52,14 @@ pub async fn run(
     if resp.status != 200
         && let Some(pid) = spawned
     {
-        // A refused start leaves no daemon behind that it started for nothing.
-        super::daemon_stop::terminate(layout, pid, Duration::from_secs(30)).await?;
-        eprintln!("stopped the background daemon started for this start (pid {pid})");
+        // A refused start leaves no daemon behind that it started for nothing; the
+        // refusal below is said whether that stop worked or not.
+        match super::daemon_stop::terminate(layout, pid, Duration::from_secs(30)).await {
+            Ok(_) => eprintln!("stopped the background daemon started for this start (pid {pid})"),
+            Err(e) => eprintln!(
+                "could not stop the background daemon started for this start (pid {pid}): {e:#}; stop it with `lavenderd daemon stop`"
+            ),
+        }
     }
     match resp.status {
         200 => {

@@ -1,6 +1,7 @@
 //! `lavenderd verify [--run ID | --all] [--json]`: every complete checkpoint checked
 //! against its `manifest.json`, every byte read back, as `git fsck` checks a
-//! repository. From the files: no daemon needed.
+//! repository. From the files: no daemon needed. Each verdict is recorded beside the
+//! checkpoint, as the daemon's verifier records its own.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,6 +9,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use lavender::checkpoint::contents::{self, Depth, Hashing, Verdict};
+use lavender::checkpoint::verdicts;
 use serde::Serialize;
 
 use crate::inventory;
@@ -64,6 +66,10 @@ pub fn run(settings: &Settings, run: Option<&str>, all: bool, json: bool) -> Res
         for c in list {
             // This command's only work: hash on every core, as b3sum does.
             let verdict = contents::verify_with(&c.path, Depth::Full, None, Hashing::AllCores);
+            // Recorded as the daemon's verifier does: `checkpoints` shows it after.
+            if let Err(e) = verdicts::record(&c, &verdict) {
+                eprintln!("could not record the verdict of {}: {e}", c.path.display());
+            }
             match &verdict {
                 Verdict::Verified { bytes, .. } => {
                     report.verified += 1;
