@@ -11,7 +11,7 @@ mod change;
 mod clock;
 mod hang_clock;
 pub mod health;
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(feature = "bench-notify-watcher")))]
 mod inotify;
 pub mod refresher;
 pub mod tasks;

@@ -1,7 +1,9 @@
 //! Watching the run directory for the status refresher. The heartbeat is replaced
 //! by rename, so the directory is watched, not the file. `watcher: native` uses
 //! the OS's events: inotify on Linux (`inotify.rs`, read on the runtime), FSEvents
-//! and the rest through `notify`'s thread; when the OS refuses (inotify's watch or
+//! and the rest through `notify`'s thread (on Linux that thread wakes the daemon twice
+//! as often per heartbeat: benchmark 2c, built with the `bench-notify-watcher`
+//! feature, measures it); when the OS refuses (inotify's watch or
 //! instance limit is reached) it says so once and polls instead, every
 //! `poll_interval`. `watcher: poll` polls from the start (network and external
 //! disks, where events do not arrive). Polling lists the directory's entries and
@@ -20,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use lavender::config::Watcher as WatcherKind;
-#[cfg(not(target_os = "linux"))]
+#[cfg(any(not(target_os = "linux"), feature = "bench-notify-watcher"))]
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
@@ -36,7 +38,7 @@ pub struct WatchOptions {
 }
 
 /// What one event asks for; `None`: no change the refresher needs.
-#[cfg(any(not(target_os = "linux"), test))]
+#[cfg(any(not(target_os = "linux"), feature = "bench-notify-watcher", test))]
 fn change_of(event: &notify::Event) -> Option<Change> {
     use notify::event::{ModifyKind, RenameMode};
     if !is_change(&event.kind) {
@@ -65,7 +67,7 @@ pub enum Backend {
     Poll,
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(any(not(target_os = "linux"), feature = "bench-notify-watcher"))]
 impl DirWatch for Box<dyn Watcher + Send> {
     fn watch(&mut self, dir: &Path) -> notify::Result<()> {
         Watcher::watch(self.as_mut(), dir, RecursiveMode::NonRecursive)
@@ -255,7 +257,7 @@ impl RunDirWatcher {
         }
     }
 
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(any(not(target_os = "linux"), feature = "bench-notify-watcher"))]
     fn handler(&self) -> impl notify::EventHandler {
         let tx = self.tx.clone();
         move |res: notify::Result<notify::Event>| {
@@ -267,13 +269,13 @@ impl RunDirWatcher {
         }
     }
 
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(feature = "bench-notify-watcher")))]
     fn native(&self) -> notify::Result<Box<dyn DirWatch>> {
         let w = super::inotify::InotifyDir::new(self.tx.clone()).map_err(notify::Error::io)?;
         Ok(Box::new(w))
     }
 
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(any(not(target_os = "linux"), feature = "bench-notify-watcher"))]
     fn native(&self) -> notify::Result<Box<dyn DirWatch>> {
         let w: Box<dyn Watcher + Send> = Box::new(notify::recommended_watcher(self.handler())?);
         Ok(Box::new(w))
@@ -323,7 +325,7 @@ fn is_limit(e: &notify::Error) -> bool {
 
 /// Opening or reading a file is no change: the refresher's own reads would
 /// otherwise wake it again and again. A file closed after writing is one.
-#[cfg(any(not(target_os = "linux"), test))]
+#[cfg(any(not(target_os = "linux"), feature = "bench-notify-watcher", test))]
 fn is_change(kind: &notify::EventKind) -> bool {
     use notify::event::{AccessKind, AccessMode};
     match kind {
