@@ -67,13 +67,15 @@ impl Seen {
                 Some(WorkerState::Stopping) => Bucket::Stopped,
                 Some(WorkerState::Failed) => Bucket::Backoff,
             },
-            Some(PipelineState::Crashed) => Bucket::Backoff,
+            // A failed worker's wait for its next launch: the backoff, or free space.
+            Some(PipelineState::Crashed | PipelineState::WaitingForDisk) => Bucket::Backoff,
             _ => Bucket::Stopped,
         }
     }
 
     /// True while the run's clock runs: a worker is launched, stopping, or due
-    /// again, or an operator's stop holds it (counted as `stopped`).
+    /// again (after a crash, or once the disk has room), or an operator's stop holds
+    /// it (counted as `stopped`).
     pub(crate) fn counts(&self) -> bool {
         matches!(
             self.state,
@@ -81,6 +83,7 @@ impl Seen {
                 PipelineState::Running
                     | PipelineState::Stopping
                     | PipelineState::Crashed
+                    | PipelineState::WaitingForDisk
                     | PipelineState::Stopped
             )
         )
@@ -527,6 +530,21 @@ mod tests {
         fn get(&self, b: Bucket) -> f64 {
             self.ledger.seconds.get(b)
         }
+    }
+
+    #[test]
+    fn a_wait_for_disk_space_is_counted_as_backoff() {
+        let mut n = Night::new();
+        n.launch(None, None);
+        n.beat(0, WorkerState::Starting);
+        n.train(0, 10, 1.0); // a save at 10 found the disk full
+        n.state(PipelineState::WaitingForDisk);
+        n.pass(600.0); // until space came back
+        n.launch(Some(10), Some(RecoveryReason::Failed));
+        n.train(10, 5, 1.0);
+        assert_eq!(n.get(Bucket::Backoff), 600.0);
+        assert_eq!(n.get(Bucket::Productive), 15.0);
+        assert_eq!(n.ledger.seconds.wall(), n.now);
     }
 
     #[test]

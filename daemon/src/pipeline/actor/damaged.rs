@@ -164,19 +164,29 @@ impl Actor {
         }
     }
 
-    /// The training worker ended with `damaged_checkpoint`: the checkpoint it was
-    /// given is set aside and it is restarted at once (a walk back at the launch).
-    /// False when it was given none (the policy then decides).
+    /// The training worker ended with `damaged_checkpoint`: a checkpoint it was given
+    /// that has no manifest is set aside on its word and it is restarted at once (a
+    /// walk back at the launch). False (the policy then decides, and counts it) when
+    /// it was given none, in observe mode, or when the checkpoint has a manifest: the
+    /// relaunch's check reads it back and sets it aside if its bytes are damaged; if
+    /// they are intact the cause was elsewhere (a data file read while loading), and
+    /// the same failure repeated ends the run with every checkpoint kept.
     pub(super) fn fall_back(
         &mut self,
         worker: &LiveWorker,
         failure: &Failure,
         outcome: ExitOutcome,
     ) -> bool {
+        if self.observing() {
+            return false;
+        }
         let after_crash = worker.resumed_from_step.is_some();
         let Some(ckpt) = plan::launch_resume(&self.record, worker.step, after_crash) else {
             return false;
         };
+        if ckpt.join(lavender::checkpoint::contents::FILE).exists() {
+            return false;
+        }
         let s = match fallback::set_aside(&ckpt, failure.message.clone()) {
             Ok(s) => s,
             Err(e) => {

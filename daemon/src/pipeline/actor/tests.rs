@@ -355,6 +355,77 @@ async fn a_damaged_checkpoint_is_set_aside_and_the_worker_relaunched_at_once_fro
     assert_eq!(h.fake.launched().len(), 3);
 }
 
+/// A worker that says `damaged_checkpoint` about a checkpoint whose bytes match its
+/// manifest (a data file it could not read while loading, say) keeps the checkpoint:
+/// the policy restarts it from the same one, counted as a restart.
+#[tokio::test(start_paused = true)]
+async fn a_damaged_claim_about_a_checkpoint_that_verifies_is_a_counted_restart() {
+    use lavender::checkpoint::contents::{self, HashAlgorithm};
+    let mut h = harness(|_| {});
+    h.start().await;
+    let run = h.pipeline.record().run_dir.expect("a run directory");
+    let name = "pretrain-00-00-01-0001";
+    save_checkpoint(&run, name, 10);
+    let dir = run.join(name);
+    std::fs::write(dir.join("model.safetensors"), b"weights").unwrap();
+    contents::write(
+        &dir,
+        &contents::build_from_disk(&dir, HashAlgorithm::Blake3).unwrap(),
+    )
+    .unwrap();
+    h.fake.exit(0, ExitOutcome::Signal(9));
+    assert!(matches!(h.alert().await, Alert::Crashed { .. }));
+    h.wait_restarted(1).await;
+    h.fake.exit(
+        1,
+        ExitOutcome::Code(FailureKind::DamagedCheckpoint.exit_code()),
+    );
+    assert!(matches!(h.alert().await, Alert::Crashed { .. }));
+    let record = h.wait_restarted(2).await;
+    let from = record.recovery.as_ref().and_then(|r| r.checkpoint.clone());
+    assert_eq!(from.as_deref(), Some(name));
+    assert!(dir.join("model.safetensors").is_file());
+    assert!(!run.join("damaged").exists());
+}
+
+/// Observe mode sets nothing aside: a worker that cannot load the checkpoint it
+/// was started from leaves it where it is, and the daemon only writes down what it
+/// would have done.
+#[tokio::test(start_paused = true)]
+async fn in_observe_mode_a_damaged_checkpoint_is_left_where_it_is() {
+    let mut h = harness(|s| s.mode = lavender::config::SupervisorMode::Observe);
+    let run = h
+        ._dir
+        .path()
+        .join("data/checkpoints/run-2026-01-01_00-00-00");
+    save_checkpoint(&run, "pretrain-00-00-01-0001", 10);
+    let ckpt = run.join("pretrain-00-00-01-0001");
+    h.pipeline
+        .start(StartRequest {
+            resume: Some(ckpt.display().to_string()),
+            ..StartRequest::default()
+        })
+        .await
+        .expect("started");
+    h.fake.exit(
+        0,
+        ExitOutcome::Code(FailureKind::DamagedCheckpoint.exit_code()),
+    );
+    let record = h
+        .wait_for(|r| r.state.kind() != PipelineState::Running)
+        .await;
+    tokio::time::sleep(secs(30.0)).await;
+    assert!(ckpt.is_dir(), "{record:?}");
+    assert!(!run.join("damaged").exists());
+    assert!(
+        !h.pipeline
+            .record()
+            .run_dir
+            .is_some_and(|r| r.join("damaged").exists())
+    );
+    assert_eq!(h.fake.launched().len(), 1);
+}
+
 /// The worker's last heartbeat: diverged at `step`, since `since`.
 fn diverged_at(run: &std::path::Path, step: u64, since: u64) {
     let mut failure = lavender::failure::Failure::new(FailureKind::Diverged, "loss spiked");
