@@ -42,7 +42,7 @@ pub fn stall_watch(
     settings: &StatusSettings,
     worker_alive: bool,
 ) -> Option<Watch> {
-    let worker = record.worker.as_ref().filter(|_| worker_alive);
+    let worker = record.worker().filter(|_| worker_alive);
     let said = facts.said.or_else(|| {
         stall::said_by(
             worker,
@@ -68,11 +68,10 @@ pub fn compose(
 ) -> Status {
     let daemon_running = liveness == Liveness::Supervised;
     let worker = record
-        .worker
-        .as_ref()
+        .worker()
         .filter(|_| liveness != Liveness::Probed(false));
     let alive = worker.is_some();
-    let mut state = record.state;
+    let mut state = record.state.kind();
     if !daemon_running
         && !alive
         && matches!(state, PipelineState::Running | PipelineState::Stopping)
@@ -140,7 +139,7 @@ pub fn compose(
                 .flatten(),
             lineage: facts.lineage.clone(),
             disk_wait: (state == PipelineState::WaitingForDisk)
-                .then(|| record.disk_wait.clone())
+                .then(|| record.disk_wait().cloned())
                 .flatten(),
         },
         active_step,

@@ -1,7 +1,26 @@
 //! The worker a record names: a local process (pid + start time) or a Slurm job, as
 //! `pipeline.json` keeps it. Probing or signalling one is the daemon's.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+use crate::config::PipelineStep;
+
+/// The worker a record names while it runs or stops.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerRecord {
+    /// The local process (pid + start time) or the Slurm job.
+    #[serde(flatten)]
+    pub handle: WorkerHandle,
+    pub step: PipelineStep,
+    /// The start-up grace for heartbeats counts from here (RFC 3339 UTC on disk).
+    #[serde(with = "crate::time::rfc3339")]
+    pub started_at: DateTime<Utc>,
+    /// The training step of the checkpoint it resumed from (a restart or a resume):
+    /// a worker that ends without training past it made no progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from_step: Option<u64>,
+}
 
 /// What identifies a running step across daemon restarts (saved in `pipeline.json`).
 /// Untagged so that state files written before Slurm support still load as `Local`.

@@ -38,7 +38,16 @@ impl ResolvedStart {
     /// `req` against `config` and `record`: a value the request leaves out is the
     /// active pipeline's (while one runs, a start is asked of it), else the config's.
     pub fn resolve(req: &StartRequest, config: &Config, record: &PipelineRecord) -> ResolvedStart {
-        let active = record.is_active();
+        ResolvedStart::resolve_with(req, config, record, record.is_active())
+    }
+
+    /// `req` against `config`, taking the record's chunk and scale when `active`.
+    fn resolve_with(
+        req: &StartRequest,
+        config: &Config,
+        record: &PipelineRecord,
+        active: bool,
+    ) -> ResolvedStart {
         let scale = req
             .scale
             .or(record.scale.filter(|_| active))
@@ -72,10 +81,8 @@ impl ResolvedStart {
     /// rollbacks.
     pub fn of_record(record: &PipelineRecord, config: &Config) -> ResolvedStart {
         let req = record.request.clone().unwrap_or_default();
-        let mut running = record.clone();
         // Its chunk and scale are the record's whatever its state now.
-        running.state = crate::status::PipelineState::Running;
-        ResolvedStart::resolve(&req, config, &running)
+        ResolvedStart::resolve_with(&req, config, record, true)
     }
 
     /// Whether `step` of `config`'s steps is one `--force` asked to run again.
@@ -104,10 +111,10 @@ impl ResolvedStart {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::PipelineState;
+    use crate::pipeline_file::RecordState;
     use PipelineStep::*;
 
-    fn record(state: PipelineState, scale: Scale, chunk: u32) -> PipelineRecord {
+    fn record(state: RecordState, scale: Scale, chunk: u32) -> PipelineRecord {
         PipelineRecord {
             state,
             scale: Some(scale),
@@ -130,8 +137,8 @@ mod tests {
             "the rows assume"
         );
         let idle = PipelineRecord::idle();
-        let stopped = record(PipelineState::Stopped, Scale::Large, 3);
-        let running = record(PipelineState::Running, Scale::Small, 2);
+        let stopped = record(RecordState::Stopped { cause: None }, Scale::Large, 3);
+        let running = record(RecordState::Running { worker: None }, Scale::Small, 2);
         let req = |f: fn(&mut StartRequest)| {
             let mut r = StartRequest::default();
             f(&mut r);
@@ -169,7 +176,7 @@ mod tests {
     #[test]
     fn a_records_start_keeps_its_chunk_and_scale_in_any_state_and_forces_from_its_step() {
         let config = Config::default();
-        let mut rec = record(PipelineState::Crashed, Scale::Small, 2);
+        let mut rec = record(RecordState::Failed, Scale::Small, 2);
         rec.request = Some(StartRequest {
             force: true,
             from_step: Some(Precompute),
@@ -179,8 +186,10 @@ mod tests {
         assert_eq!((got.chunk, got.scale), (2, Scale::Small));
         assert!(!got.forces(&config, BuildShards));
         assert!(got.forces(&config, Precompute) && got.forces(&config, MineHard));
-        let unforced =
-            ResolvedStart::of_record(&record(PipelineState::Running, Scale::Tiny, 1), &config);
+        let unforced = ResolvedStart::of_record(
+            &record(RecordState::Running { worker: None }, Scale::Tiny, 1),
+            &config,
+        );
         assert!(!unforced.forces(&config, Downloads));
     }
 }

@@ -90,7 +90,7 @@ pub async fn run(mut opts: ServeOptions) -> Result<DaemonExit> {
     {
         // Nothing to run: the pipeline stays as it was, and this daemon goes.
         println!("{line}");
-        let state = daemon.pipeline.record().state;
+        let state = daemon.pipeline.record().state.kind();
         return Ok(daemon.shut_down(DaemonExit::PipelineEnded(state)).await);
     }
     match daemon.signal_loop().await? {
@@ -283,7 +283,7 @@ impl Daemon {
                     self.service.on_tick(tick, &self.pipeline, || progress::line(&cache.status())).await;
                 }
                 changed = records.changed(), if in_view => {
-                    let state = records.borrow_and_update().state;
+                    let state = records.borrow_and_update().state.kind();
                     let ended = matches!(state, PipelineState::Finished | PipelineState::Failed | PipelineState::Stopped);
                     if changed.is_err() || ended {
                         self.finish_view().await;
@@ -296,7 +296,7 @@ impl Daemon {
 
     /// SIGUSR2: whether the daemon may restart alone now; says why not otherwise.
     fn may_restart_alone(&self) -> bool {
-        match (&self.reexec, self.pipeline.record().state) {
+        match (&self.reexec, self.pipeline.record().state.kind()) {
             (None, _) => tracing::warn!(
                 "SIGUSR2: a daemon in a terminal (start --foreground) does not restart alone"
             ),

@@ -214,6 +214,7 @@ fn milestones(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lavender::pipeline_file::RecordState;
     use lavender::status::PipelineState;
 
     /// The transitions the feed streams, as `previous → state`.
@@ -247,7 +248,7 @@ mod tests {
             PipelineState::Crashed,
             PipelineState::Running,
         ] {
-            record.state = state;
+            record.state = RecordState::of_kind(state);
             commits.send(record.clone()).unwrap();
         }
         let follower = EventFollower::new(None, &layout.state_dir, &layout.data_root);

@@ -67,13 +67,15 @@ impl Seen {
                 Some(WorkerState::Stopping) => Bucket::Stopped,
                 Some(WorkerState::Failed) => Bucket::Backoff,
             },
-            Some(PipelineState::Crashed) => Bucket::Backoff,
+            // A failed worker's wait for its next launch: the backoff, or free space.
+            Some(PipelineState::Crashed | PipelineState::WaitingForDisk) => Bucket::Backoff,
             _ => Bucket::Stopped,
         }
     }
 
     /// True while the run's clock runs: a worker is launched, stopping, or due
-    /// again, or an operator's stop holds it (counted as `stopped`).
+    /// again (after a crash, or once the disk has room), or an operator's stop holds
+    /// it (counted as `stopped`).
     pub(crate) fn counts(&self) -> bool {
         matches!(
             self.state,
@@ -81,6 +83,7 @@ impl Seen {
                 PipelineState::Running
                     | PipelineState::Stopping
                     | PipelineState::Crashed
+                    | PipelineState::WaitingForDisk
                     | PipelineState::Stopped
             )
         )
@@ -203,19 +206,19 @@ impl RunLedger {
 
     /// A committed pipeline record.
     pub(crate) fn on_record(&mut self, record: &PipelineRecord) {
-        let worker = record.worker.as_ref();
+        let worker = record.worker();
         let handle = worker.map(|w| w.handle.to_string());
         let was_running = self.seen.state == Some(PipelineState::Running);
-        if was_running && record.state != PipelineState::Running && self.outage.is_none() {
+        if was_running && record.state.kind() != PipelineState::Running && self.outage.is_none() {
             // The worker is gone: a failure starts here unless a stop or a finish follows.
-            if record.state == PipelineState::Crashed {
+            if record.state.kind() == PipelineState::Crashed {
                 self.outage = Some(Outage {
                     at_s: self.clock(),
                     reached: self.reached,
                 });
             }
         }
-        let relaunched = record.state == PipelineState::Running
+        let relaunched = record.state.kind() == PipelineState::Running
             && handle.is_some()
             && handle != self.seen.worker;
         if relaunched {
@@ -233,7 +236,7 @@ impl RunLedger {
             self.reached = worker.and_then(|w| w.resumed_from_step).unwrap_or(0);
             self.beats.clear();
         }
-        self.seen.state = Some(record.state);
+        self.seen.state = Some(record.state.kind());
         self.seen.data_step = record.active_step.is_some_and(|s| s != PipelineStep::Train);
         self.seen.worker = handle;
         self.seen.pid = worker.and_then(|w| w.handle.pid());
@@ -242,7 +245,7 @@ impl RunLedger {
             .and_then(|w| w.handle.slurm_job())
             .and_then(|j| j.state.as_deref())
             .is_some_and(|s| s.eq_ignore_ascii_case("PENDING"));
-        if record.state != PipelineState::Running {
+        if record.state.kind() != PipelineState::Running {
             self.seen.beat = None;
         }
     }
@@ -436,7 +439,7 @@ impl RunLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lavender::pipeline_file::{ProcessIdentity, WorkerHandle, WorkerRecord};
+    use lavender::pipeline_file::{ProcessIdentity, RecordState, WorkerHandle, WorkerRecord};
     use lavender::status::Recovery;
 
     fn t0() -> DateTime<Utc> {
@@ -473,17 +476,18 @@ mod tests {
 
         fn launch(&mut self, resumed: Option<u64>, why: Option<RecoveryReason>) {
             self.pid += 1;
-            self.record.state = PipelineState::Running;
-            self.record.worker = Some(WorkerRecord {
-                handle: WorkerHandle::Local(ProcessIdentity {
-                    pid: self.pid,
-                    start_time: self.pid.to_string(),
-                    generation: None,
+            self.record.state = RecordState::Running {
+                worker: Some(WorkerRecord {
+                    handle: WorkerHandle::Local(ProcessIdentity {
+                        pid: self.pid,
+                        start_time: self.pid.to_string(),
+                        generation: None,
+                    }),
+                    step: PipelineStep::Train,
+                    started_at: t0(),
+                    resumed_from_step: resumed,
                 }),
-                step: PipelineStep::Train,
-                started_at: t0(),
-                resumed_from_step: resumed,
-            });
+            };
             self.record.recovery = why.map(|reason| Recovery {
                 reason,
                 message: String::new(),
@@ -494,10 +498,12 @@ mod tests {
         }
 
         fn state(&mut self, state: PipelineState) {
-            self.record.state = state;
-            if state != PipelineState::Running {
-                self.record.worker = None;
-            }
+            self.record.state = match state {
+                PipelineState::Running => RecordState::Running {
+                    worker: self.record.worker().cloned(),
+                },
+                _ => RecordState::of_kind(state),
+            };
             self.ledger.on_record(&self.record);
         }
 
@@ -524,6 +530,21 @@ mod tests {
         fn get(&self, b: Bucket) -> f64 {
             self.ledger.seconds.get(b)
         }
+    }
+
+    #[test]
+    fn a_wait_for_disk_space_is_counted_as_backoff() {
+        let mut n = Night::new();
+        n.launch(None, None);
+        n.beat(0, WorkerState::Starting);
+        n.train(0, 10, 1.0); // a save at 10 found the disk full
+        n.state(PipelineState::WaitingForDisk);
+        n.pass(600.0); // until space came back
+        n.launch(Some(10), Some(RecoveryReason::Failed));
+        n.train(10, 5, 1.0);
+        assert_eq!(n.get(Bucket::Backoff), 600.0);
+        assert_eq!(n.get(Bucket::Productive), 15.0);
+        assert_eq!(n.ledger.seconds.wall(), n.now);
     }
 
     #[test]

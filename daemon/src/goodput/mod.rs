@@ -134,7 +134,9 @@ impl Goodput {
             .and_then(|d| d.file_name())
             .map(|n| n.to_string_lossy().into_owned());
         let moved = self.last_record.as_ref().is_none_or(|r| {
-            r.state != record.state || r.worker != record.worker || r.run_dir != record.run_dir
+            r.state.kind() != record.state.kind()
+                || r.worker() != record.worker()
+                || r.run_dir != record.run_dir
         });
         // What changed is dated when it happened, not when the publisher got to it:
         // a transition at its commit, a heartbeat when written (the time before goes
@@ -161,7 +163,7 @@ impl Goodput {
                 // The run's clock starts at its worker's launch (or the commit of the
                 // record naming it).
                 let counted = self.counted.map_or(now.1, |c| c.1);
-                let launched = record.worker.as_ref().map(|w| w.started_at).or(record_at);
+                let launched = record.worker().map(|w| w.started_at).or(record_at);
                 let lag = launched
                     .map(|t| seconds(counted - t))
                     .filter(|lag| *lag < MAX_LAG_S)
@@ -231,8 +233,7 @@ impl Goodput {
         let training = hb.state == lavender::heartbeat::WorkerState::Training;
         let verdict = self.slowdown.beat(hb.pid, training, &hb.stage, hb.step, at);
         let group = record
-            .worker
-            .as_ref()
+            .worker()
             .and_then(|w| w.handle.pid())
             .map(|p| p as i32);
         match verdict {

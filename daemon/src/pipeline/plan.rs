@@ -5,13 +5,13 @@
 use std::path::{Path, PathBuf};
 
 use lavender::config::{Config, ConfigOrigins, ORIGINS_VAR, Origin, PipelineStep, Scale};
-use lavender::status::{PipelineState, StepState};
+use lavender::status::StepState;
 
 use super::handle::StartError;
 use crate::process::SpawnSpec;
 use lavender::checkpoint::fallback::Candidates;
 use lavender::layout::Layout;
-use lavender::pipeline_file::PipelineRecord;
+use lavender::pipeline_file::{PipelineRecord, RecordState};
 use lavender::steps::inputs::LocalFiles;
 use lavender::steps::start::{ResolvedStart, ResumeTarget};
 use lavender::steps::{Planned, absolute, markers, plan_steps, resumable, same_path};
@@ -161,7 +161,7 @@ pub fn prepare(
         now.format("%Y%m%d_%H%M%S")
     ));
     let record = PipelineRecord {
-        state: PipelineState::Running,
+        state: RecordState::Running { worker: None },
         request: Some(req),
         chunk: Some(chunk),
         scale: Some(scale),

@@ -45,7 +45,7 @@ impl HeartbeatWatch {
         being_killed: bool,
     ) -> Option<Alert> {
         // A crash: the record says so, or restarts went up in between two looks.
-        if (record.state == PipelineState::Crashed || record.restarts > self.restarts_seen)
+        if (record.state.kind() == PipelineState::Crashed || record.restarts > self.restarts_seen)
             && self.crashed.is_none()
             && let Some(step) = record.active_step
         {
@@ -55,7 +55,7 @@ impl HeartbeatWatch {
         // The restart is over once the pipeline has left that step (done, failed, stopped).
         if let Some((step, _)) = &self.crashed
             && !(matches!(
-                record.state,
+                record.state.kind(),
                 PipelineState::Running | PipelineState::Crashed
             ) && record.active_step.as_ref() == Some(step))
         {
@@ -85,8 +85,7 @@ impl HeartbeatWatch {
         };
         // Written by the worker running now (not left behind by the one that died).
         let from_current_worker = record
-            .worker
-            .as_ref()
+            .worker()
             .map(|w| w.started_at)
             .zip(heartbeat_at)
             .is_some_and(|(started, at)| at >= started);

@@ -135,7 +135,7 @@ fn date_what_was_said(
     facts: &mut FileFacts,
 ) {
     let said = lavender::stall::said_by(
-        record.worker.as_ref(),
+        record.worker(),
         facts.heartbeat.as_ref(),
         facts.step_heartbeat.as_ref(),
     );

@@ -91,8 +91,7 @@ impl HangWatch {
     /// Whether the worker running now is the one reported hung.
     fn reported_now(&self, record: &PipelineRecord) -> bool {
         record
-            .worker
-            .as_ref()
+            .worker()
             .is_some_and(|w| self.reported == Some(w.started_at))
     }
 
@@ -104,7 +103,7 @@ impl HangWatch {
         pipeline: &PipelineHandle,
     ) {
         let record = &snap.record;
-        let Some(worker) = &record.worker else {
+        let Some(worker) = record.worker() else {
             return;
         };
         if self.run != record.run_dir {
@@ -168,7 +167,7 @@ impl DiskWatch {
         }
         self.seen = facts.disk_read_at;
         let avail_bytes = facts.disk_avail_bytes?;
-        self.save_short = snap.record.worker.is_some()
+        self.save_short = snap.record.worker().is_some()
             && avail_bytes
                 < crate::pipeline::disk::save_need(
                     facts.latest_checkpoint_bytes,

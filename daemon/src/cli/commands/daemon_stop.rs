@@ -42,7 +42,7 @@ pub async fn run(settings: &Settings) -> Result<ExitCode> {
         .run_dir
         .as_deref()
         .and_then(|d| lavender::checkpoint::latest_complete(d).ok().flatten());
-    let hint = if record.state == PipelineState::Finished {
+    let hint = if record.state.kind() == PipelineState::Finished {
         ""
     } else {
         "; `lavenderd start --resume latest` continues it"
@@ -50,9 +50,11 @@ pub async fn run(settings: &Settings) -> Result<ExitCode> {
     match newest {
         Some(c) => println!(
             "lavenderd stopped; pipeline {}, newest checkpoint {} (step {}){hint}",
-            record.state, c.name, c.state.step
+            record.state.kind(),
+            c.name,
+            c.state.step
         ),
-        None => println!("lavenderd stopped; pipeline {}", record.state),
+        None => println!("lavenderd stopped; pipeline {}", record.state.kind()),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -13,8 +13,8 @@ use crate::settings::Settings;
 pub async fn stacks(settings: &Settings) -> Result<ExitCode> {
     let layout = settings.layout.clone();
     let record = PipelineRecord::load(&layout)?;
-    let Some(worker) = record.worker.as_ref() else {
-        println!("no worker runs (the pipeline is {})", record.state);
+    let Some(worker) = record.worker() else {
+        println!("no worker runs (the pipeline is {})", record.state.kind());
         return Ok(ExitCode::from(4));
     };
     let WorkerHandle::Local(id) = &worker.handle else {

@@ -37,7 +37,7 @@ pub async fn run(
         None
     } else {
         let record = PipelineRecord::load(layout)?;
-        let busy = record.is_active() || record.worker.is_some();
+        let busy = record.is_active() || record.worker().is_some();
         record.run_dir.filter(|_| busy)
     };
     let ask = |delete: Option<Vec<String>>| {

@@ -37,7 +37,7 @@ fn offline(settings: &Settings) -> Result<Status> {
     let status_settings = StatusSettings::from_config(&settings.config);
     let disk = crate::disk::read(&layout.data_root);
     let facts = FileFacts::read(layout, &record, &status_settings, Some(disk));
-    let alive = record.worker.as_ref().is_some_and(|w| w.handle.is_alive());
+    let alive = record.worker().is_some_and(|w| w.handle.is_alive());
     Ok(compose(
         &record,
         &facts,

@@ -15,7 +15,7 @@ use lavender::checkpoint::fallback::{self, Candidates, SetAside};
 use lavender::config::PipelineStep;
 use lavender::events::{self, Event as RunEvent, kind};
 use lavender::failure::{Failure, FailureKind};
-use lavender::status::PipelineState;
+use lavender::pipeline_file::RecordEvent;
 
 use super::Actor;
 use crate::alert::Alert;
@@ -155,7 +155,7 @@ impl Actor {
         // A start resumes from another checkpoint than it named: the record and the
         // run's lineage say the one it took.
         if launch.relaunch.is_none() {
-            self.record.resume_from = chosen.clone();
+            self.record.apply(RecordEvent::ResumeFrom(chosen.clone()));
             if let (Some(run), Some(from)) = (&self.record.run_dir, &chosen)
                 && let Err(e) = lavender::run::record_parent(run, from)
             {
@@ -164,19 +164,29 @@ impl Actor {
         }
     }
 
-    /// The training worker ended with `damaged_checkpoint`: the checkpoint it was
-    /// given is set aside and it is restarted at once (a walk back at the launch).
-    /// False when it was given none (the policy then decides).
+    /// The training worker ended with `damaged_checkpoint`: a checkpoint it was given
+    /// that has no manifest is set aside on its word and it is restarted at once (a
+    /// walk back at the launch). False (the policy then decides, and counts it) when
+    /// it was given none, in observe mode, or when the checkpoint has a manifest: the
+    /// relaunch's check reads it back and sets it aside if its bytes are damaged; if
+    /// they are intact the cause was elsewhere (a data file read while loading), and
+    /// the same failure repeated ends the run with every checkpoint kept.
     pub(super) fn fall_back(
         &mut self,
         worker: &LiveWorker,
         failure: &Failure,
         outcome: ExitOutcome,
     ) -> bool {
+        if self.observing() {
+            return false;
+        }
         let after_crash = worker.resumed_from_step.is_some();
         let Some(ckpt) = plan::launch_resume(&self.record, worker.step, after_crash) else {
             return false;
         };
+        if ckpt.join(lavender::checkpoint::contents::FILE).exists() {
+            return false;
+        }
         let s = match fallback::set_aside(&ckpt, failure.message.clone()) {
             Ok(s) => s,
             Err(e) => {
@@ -186,9 +196,10 @@ impl Actor {
             }
         };
         self.tell_set_aside(worker.step, &s, "restarting from the one before");
-        self.record.state = PipelineState::Crashed;
-        self.record.restart_pending = true;
-        self.record.last_error = Some(s.to_string());
+        self.record.apply(RecordEvent::Crashed {
+            error: s.to_string(),
+            restarts: None,
+        });
         // Said once the worker runs again, and named if nothing intact is left.
         let failure = Failure {
             message: s.to_string(),

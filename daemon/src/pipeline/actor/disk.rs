@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use lavender::config::PipelineStep;
 use lavender::failure::Failure;
-use lavender::status::{DiskWait, PipelineState};
+use lavender::pipeline_file::RecordEvent;
+use lavender::status::DiskWait;
 
 use super::Actor;
 use crate::alert::Alert;
@@ -46,15 +47,15 @@ impl Actor {
         if self.observing() {
             return false;
         }
-        self.record.state = PipelineState::WaitingForDisk;
-        self.record.restart_pending = true;
-        self.record.last_error = Some(failure.message.clone());
-        self.record.disk_wait = Some(DiskWait {
-            path: self.layout.data_root.clone(),
-            need_bytes: 0,
-            free_bytes: None,
-            since: lavender::time::rfc3339_z(lavender::time::now_utc()),
-            message: format!("a save found the disk full ({}); checking", failure.message),
+        self.record.apply(RecordEvent::DiskFull {
+            error: failure.message.clone(),
+            wait: DiskWait {
+                path: self.layout.data_root.clone(),
+                need_bytes: 0,
+                free_bytes: None,
+                since: lavender::time::rfc3339_z(lavender::time::now_utc()),
+                message: format!("a save found the disk full ({}); checking", failure.message),
+            },
         });
         self.disk.at_least = None;
         self.commit();
@@ -179,8 +180,7 @@ impl Actor {
         );
         let since = self
             .record
-            .disk_wait
-            .as_ref()
+            .disk_wait()
             .map(|w| w.since.clone())
             .unwrap_or_else(|| lavender::time::rfc3339_z(lavender::time::now_utc()));
         let wait = DiskWait {
@@ -190,10 +190,10 @@ impl Actor {
             since,
             message: message.clone(),
         };
-        if self.record.disk_wait.as_ref() == Some(&wait) {
+        if self.record.disk_wait() == Some(&wait) {
             return;
         }
-        self.record.disk_wait = Some(wait);
+        self.record.apply(RecordEvent::DiskWaitSeen(wait));
         // The record's own write may fail on the full disk: the status still shows it.
         self.commit();
         if !first {
@@ -232,7 +232,7 @@ impl Actor {
     /// checkpoint (the launch checks it, as every resume does).
     pub(super) fn disk_back(&mut self, check: DiskCheck, restart: Restart, told: bool) {
         let step = self.step_now();
-        self.record.disk_wait = None;
+        self.record.apply(RecordEvent::DiskBack);
         self.disk.at_least = None;
         let message = format!(
             "space is back under {}: {} free, the next save needs {}; resuming from the latest verified checkpoint",

@@ -3,7 +3,6 @@
 //! (`restart.rs`).
 
 use lavender::failure::FailureKind;
-use lavender::status::{PipelineState, StepState};
 
 use super::{Actor, WorkerExit};
 use crate::alert::Alert;
@@ -12,7 +11,7 @@ use crate::pipeline::judge::{Verdict, judge};
 use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Stop};
 use crate::pipeline::plan;
 use crate::pipeline::stop::{StopReport, StopReports as _};
-use lavender::pipeline_file::StopCause;
+use lavender::pipeline_file::{RecordEvent, StopCause};
 use lavender::steps::inputs::{LocalFiles, StepInputs};
 use lavender::steps::markers;
 use lavender::steps::start::ResolvedStart;
@@ -33,7 +32,7 @@ impl Actor {
 
     /// The supervised `worker` ended: the record no longer names it.
     pub(super) fn ended(&mut self, worker: &LiveWorker, outcome: ExitOutcome) {
-        self.record.worker = None;
+        self.record.apply(RecordEvent::WorkerEnded);
         tracing::info!(step = %worker.step, outcome = %outcome, "worker exited");
     }
 
@@ -47,8 +46,9 @@ impl Actor {
             stop.escalation.killed(),
         );
         tracing::info!("{}", report.message);
-        self.record.state = PipelineState::Stopped;
-        self.record.set_step(worker.step, StepState::Pending);
+        self.record.apply(RecordEvent::StopDone {
+            step: Some(worker.step),
+        });
         self.commit();
         for waiter in stop.waiters {
             let _ = waiter.send(report.clone());
@@ -106,22 +106,22 @@ impl Actor {
                 ) {
                     tracing::error!("{e:#}");
                 }
-                self.record.set_step(step, StepState::Done);
+                self.record.apply(RecordEvent::StepDone { step });
                 self.decisions.step_done(step);
-                self.record.active_step = None;
-                self.record.same_failure = None;
                 self.advance(None);
             }
             Verdict::StoppedExternally => {
-                self.record.state = PipelineState::Stopped;
-                self.record.stop_cause = Some(StopCause::External);
-                self.record.set_step(step, StepState::Pending);
+                self.record.apply(RecordEvent::Stopped {
+                    step: Some(step),
+                    cause: StopCause::External,
+                });
                 self.commit();
                 self.alert(Alert::StoppedExternally { step });
             }
             Verdict::Failed { failure, .. } => {
                 tracing::warn!(%step, kind = %failure.kind, "the worker failed: {}", failure.message);
-                self.record.failure = Some(failure.clone());
+                self.record
+                    .apply(RecordEvent::WorkerFailed(failure.clone()));
                 if failure.kind == FailureKind::DamagedCheckpoint
                     && self.fall_back(&worker, &failure, outcome)
                 {

@@ -11,6 +11,7 @@ use super::Actor;
 use crate::pipeline::handle::HungReport;
 use crate::pipeline::machine::Event;
 use crate::pipeline::restart::stall_kill_grace;
+use lavender::pipeline_file::RecordEvent;
 
 impl Actor {
     pub(super) fn on_hung(&mut self, report: HungReport) {
@@ -32,7 +33,7 @@ impl Actor {
             report.allowance.as_secs_f64(),
             grace.as_secs_f64()
         );
-        self.record.last_error = Some(text);
+        self.record.apply(RecordEvent::Hung { error: text });
         self.commit();
         self.hang_kill_decided(report.work, report, grace);
     }

@@ -42,7 +42,7 @@ use crate::config_source::ConfigSource;
 use crate::exit::ExitOutcome;
 use crate::process::{Backend, ExitFuture, JobUpdate, Launched, WorkerHandle};
 use lavender::layout::Layout;
-use lavender::pipeline_file::{PipelineRecord, WorkerRecord};
+use lavender::pipeline_file::{PipelineRecord, RecordEvent, WorkerRecord};
 use lavender::steps::inputs::{LocalFiles, reads_local_files};
 
 struct WorkerExit {
@@ -320,7 +320,7 @@ impl Actor {
                     tracing::info!(
                         "learned heartbeat interval: {longest_s:.3} s (the longest between two training steps so far)"
                     );
-                    self.record.heartbeat_interval_s = Some(longest_s);
+                    self.record.apply(RecordEvent::HeartbeatInterval(longest_s));
                     self.commit();
                 }
             }
@@ -397,10 +397,11 @@ impl Actor {
         let Some(WorkerRecord {
             handle: WorkerHandle::Slurm { slurm },
             ..
-        }) = self.record.worker.as_mut()
+        }) = self.record.worker()
         else {
             return;
         };
+        let mut slurm = slurm.clone();
         let update = change.update;
         let newly_lost = update.message.is_some() && update.message != slurm.seen.message;
         slurm.state = Some(update.state);
@@ -417,6 +418,7 @@ impl Actor {
                 slurm: slurm.clone(),
             };
         }
+        self.record.apply(RecordEvent::SlurmJobSeen(slurm));
         self.commit();
         if let (true, Some(message), Some(step)) = (newly_lost, message, self.record.active_step) {
             self.node_lost_decided(step, &message);

@@ -26,7 +26,7 @@ impl Actor {
     /// runs, is launched, or a restart is pending.
     fn run_in_use(&self) -> Option<PathBuf> {
         let busy = self.record.is_active()
-            || self.record.worker.is_some()
+            || self.record.worker().is_some()
             || !matches!(self.phase, crate::pipeline::machine::Phase::Idle);
         self.record.run_dir.clone().filter(|_| busy)
     }

@@ -15,7 +15,7 @@ use crate::pipeline::machine::{Escalation, Event, LiveWorker, Restart, Stop};
 use crate::pipeline::restart::{restart_delay, stop_timeout};
 use crate::pipeline::stop::StopMark;
 use crate::process::Alive;
-use lavender::pipeline_file::StopCause;
+use lavender::pipeline_file::{RecordEvent, StopCause};
 use lavender::steps::inputs::LocalFiles;
 
 impl Actor {
@@ -24,10 +24,10 @@ impl Actor {
     /// pipeline.
     pub(super) fn recover(&mut self) {
         let interrupted = matches!(
-            self.record.stop_cause,
+            self.record.stop_cause(),
             Some(StopCause::DaemonExit | StopCause::PowerLoss)
         );
-        if let Some(w) = self.record.worker.clone() {
+        if let Some(w) = self.record.worker().cloned() {
             if w.handle.is_alive() {
                 let elapsed = (Utc::now() - w.started_at).to_std().unwrap_or_default();
                 let started = Instant::now()
@@ -45,7 +45,7 @@ impl Actor {
                 };
                 self.watch_adopted(self.generation, w.step, w.handle.clone());
                 // The stop under way when the previous daemon died: finish it.
-                let stop = (self.record.state == PipelineState::Stopping).then(|| Stop {
+                let stop = (self.record.state.kind() == PipelineState::Stopping).then(|| Stop {
                     escalation: Escalation::Term {
                         kill_at: Instant::now() + stop_timeout(&self.config.supervisor),
                     },
@@ -57,7 +57,7 @@ impl Actor {
                     resume_after: interrupted,
                 });
                 if stop.is_none() {
-                    self.record.state = PipelineState::Running;
+                    self.record.apply(RecordEvent::Adopted);
                 }
                 self.on(Event::Adopted { worker, stop });
                 tracing::info!(worker = %w.handle, step = %w.step, "re-adopted running worker");
@@ -69,7 +69,7 @@ impl Actor {
                 return;
             }
             // It ended while no daemon watched: judge it from the files.
-            let was_stopping = self.record.state == PipelineState::Stopping;
+            let was_stopping = self.record.state.kind() == PipelineState::Stopping;
             if !was_stopping {
                 let judged = judge(
                     w.step,
@@ -81,7 +81,7 @@ impl Actor {
                 if let Verdict::Failed { said: false, .. } = judged.verdict {
                     // Gone without a word, and the daemon with it: a power loss, a
                     // reboot, or both killed. Not the worker's failure: resume.
-                    self.record.worker = None;
+                    self.record.apply(RecordEvent::WorkerEnded);
                     self.resume_at_start(StopCause::PowerLoss);
                     return;
                 }
@@ -122,7 +122,7 @@ impl Actor {
             });
             return;
         }
-        if self.record.restart_pending {
+        if self.record.restart_pending() {
             self.on(Event::RestartDecided {
                 delay: restart_delay(&self.config.supervisor, self.record.restarts),
                 restart: Restart {
@@ -130,23 +130,23 @@ impl Actor {
                     last_exit: None,
                 },
             });
-        } else if self.record.state == PipelineState::Running {
+        } else if self.record.state.kind() == PipelineState::Running {
             // The daemon died between two steps.
             self.advance(None);
-        } else if self.record.state == PipelineState::Stopping {
-            self.record.state = PipelineState::Stopped;
+        } else if self.record.state.kind() == PipelineState::Stopping {
+            self.record.apply(RecordEvent::StopDone { step: None });
             self.commit();
             if interrupted {
                 self.resume_at_start(StopCause::DaemonExit);
             }
-        } else if self.record.state == PipelineState::Stopped {
-            match self.record.stop_cause {
+        } else if self.record.state.kind() == PipelineState::Stopped {
+            match self.record.stop_cause() {
                 Some(cause @ (StopCause::DaemonExit | StopCause::PowerLoss)) => {
                     self.resume_at_start(cause)
                 }
                 Some(StopCause::Operator | StopCause::External) => tracing::info!(
                     "the pipeline was stopped by {}; it stays stopped until `lavenderd start`",
-                    if self.record.stop_cause == Some(StopCause::Operator) {
+                    if self.record.stop_cause() == Some(StopCause::Operator) {
                         "the operator"
                     } else {
                         "a SIGTERM from outside lavenderd"

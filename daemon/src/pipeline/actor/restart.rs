@@ -6,7 +6,8 @@ use std::path::Path;
 
 use lavender::config::PipelineStep;
 use lavender::failure::{Failure, SameFailure};
-use lavender::status::{PipelineState, Recovery, RecoveryReason, StepState};
+use lavender::pipeline_file::RecordEvent;
+use lavender::status::{Recovery, RecoveryReason};
 
 use super::Actor;
 use super::hung::hung_text;
@@ -27,19 +28,16 @@ impl Actor {
         last_step: Option<u64>,
     ) {
         let step = worker.step;
+        // It ran long enough: this failure starts a fresh count.
         let count_reset = worker.started.elapsed() >= reset_after(&self.config.supervisor)
             && self.record.restarts > 0;
-        if count_reset {
-            // It ran long enough: this failure starts a fresh count.
-            self.record.restarts = 0;
-        }
-        self.record.no_progress_restarts = Streak::no_progress_after(
+        let no_progress_restarts = Streak::no_progress_after(
             self.record.no_progress_restarts,
             worker.resumed_from_step,
             last_step,
         );
         // The same failure at the same place is counted whatever the timer says.
-        self.record.same_failure = match &why {
+        let same_failure = match &why {
             PendingRestart::Failed(failure) => Some(SameFailure::after(
                 self.record.same_failure.as_ref(),
                 failure,
@@ -48,6 +46,11 @@ impl Actor {
             )),
             PendingRestart::Hung(_) | PendingRestart::RolledBack { .. } => None,
         };
+        self.record.apply(RecordEvent::Counted {
+            reset: count_reset,
+            no_progress_restarts,
+            same_failure,
+        });
         let same_failure = self.record.same_failure.as_ref().map_or(0, |s| s.count);
         let streak = Streak {
             restarts: self.record.restarts,
@@ -84,13 +87,13 @@ impl Actor {
                 ),
             },
             Decision::Restart { restart, delay } => {
-                self.record.restarts = restart;
-                self.record.state = PipelineState::Crashed;
-                self.record.restart_pending = true;
-                self.record.last_error = Some(match &why {
-                    PendingRestart::Hung(report) => hung_text(report),
-                    PendingRestart::Failed(f) => f.message.clone(),
-                    PendingRestart::RolledBack { message, .. } => message.clone(),
+                self.record.apply(RecordEvent::Crashed {
+                    error: match &why {
+                        PendingRestart::Hung(report) => hung_text(report),
+                        PendingRestart::Failed(f) => f.message.clone(),
+                        PendingRestart::RolledBack { message, .. } => message.clone(),
+                    },
+                    restarts: Some(restart),
                 });
                 self.on(Event::RestartDecided {
                     delay,
@@ -192,7 +195,8 @@ impl Actor {
             }
         };
         tracing::info!(%step, "{message}");
-        self.record.recovery = Some(recovery(reason, &message, from));
+        self.record
+            .apply(RecordEvent::Recovered(recovery(reason, &message, from)));
         match why {
             Relaunch::Restart(Restart {
                 why: Some(PendingRestart::Hung(_)),
@@ -215,11 +219,10 @@ impl Actor {
         failure: Option<Failure>,
     ) {
         tracing::error!(%step, "{reason}");
-        self.record.state = PipelineState::Failed;
-        self.record.set_step(step, StepState::Failed);
-        self.record.restart_pending = false;
-        self.record.worker = None;
-        self.record.last_error = Some(reason.clone());
+        self.record.apply(RecordEvent::Failed {
+            step,
+            reason: reason.clone(),
+        });
         self.commit();
         self.alert(Alert::Failed {
             step,

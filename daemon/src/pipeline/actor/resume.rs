@@ -4,7 +4,8 @@
 //! itself (`supervisor.resume_on_start`); with that off it stays stopped and the
 //! log says so. An operator's stop is never resumed.
 
-use lavender::status::{PipelineState, RecoveryReason, StepState};
+use lavender::pipeline_file::RecordEvent;
+use lavender::status::{RecoveryReason, StepState};
 
 use super::Actor;
 use crate::pipeline::machine::Relaunch;
@@ -23,9 +24,10 @@ impl Actor {
         };
         if !self.config.supervisor.resume_on_start {
             let (_, why) = resume_reason(cause);
-            self.record.state = PipelineState::Stopped;
-            self.record.stop_cause = Some(cause);
-            self.record.set_step(step, StepState::Pending);
+            self.record.apply(RecordEvent::Stopped {
+                step: Some(step),
+                cause,
+            });
             self.commit();
             tracing::warn!(
                 "the pipeline stopped at step {step}, {why}; resume on start is off \

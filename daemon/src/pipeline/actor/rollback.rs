@@ -10,7 +10,7 @@ use lavender::config::PipelineStep;
 use lavender::failure::Failure;
 use std::time::Duration;
 
-use lavender::status::PipelineState;
+use lavender::pipeline_file::RecordEvent;
 
 use super::Actor;
 use crate::alert::Alert;
@@ -58,11 +58,11 @@ impl Actor {
             ));
         }
         tracing::warn!(%step, "{message}");
-        self.record.rollbacks.push(rb.range.clone());
+        self.record.apply(RecordEvent::RolledBack {
+            range: rb.range.clone(),
+            error: message.clone(),
+        });
         self.rolled_back(step, &failure, &message);
-        self.record.state = PipelineState::Crashed;
-        self.record.restart_pending = true;
-        self.record.last_error = Some(message.clone());
         // At once: the data that diverged is skipped, so the restart is not a retry.
         self.on(Event::RestartDecided {
             delay: Duration::ZERO,

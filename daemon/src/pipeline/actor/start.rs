@@ -17,7 +17,7 @@ use crate::pipeline::machine::{Event, Launching, PendingStart, Phase, Relaunch};
 use crate::pipeline::plan;
 use crate::process::{ExitFuture, SpawnSpec};
 use lavender::pipeline_file::StartRequest;
-use lavender::pipeline_file::WorkerRecord;
+use lavender::pipeline_file::{RecordEvent, WorkerRecord};
 use lavender::steps::inputs::{LocalFiles, reads_local_files};
 use lavender::steps::start::ResolvedStart;
 
@@ -148,7 +148,7 @@ impl Actor {
             self.backend = backend_for(&self.layout, &config);
         }
         self.config = config;
-        self.record = record;
+        self.record.apply(RecordEvent::Started(Box::new(record)));
         self.advance(Some(PendingStart {
             reply,
             chunk,
@@ -170,7 +170,7 @@ impl Actor {
             match asked.and_then(|(config, file)| self.differs_from_running(req, config, file)) {
                 Some(message) => StartError::ConfigDiffers(message),
                 None => StartError::AlreadyRunning {
-                    state: self.record.state,
+                    state: self.record.state.kind(),
                     pid,
                 },
             },
@@ -195,7 +195,7 @@ impl Actor {
         }
         Some(format!(
             "the pipeline is {} with the config it started with; {} differs in {}: stop it first (lavenderd stop) and start again, or apply what a reload applies while it runs (lavenderd reload)",
-            match self.record.state {
+            match self.record.state.kind() {
                 PipelineState::Crashed => "waiting to restart after a crash",
                 PipelineState::WaitingForDisk => "waiting for disk space to resume",
                 PipelineState::Stopping => "stopping",
@@ -210,7 +210,7 @@ impl Actor {
     fn nothing_to_do(&self, req: &StartRequest, line: String) -> StartReply {
         let resolved = ResolvedStart::resolve(req, &self.config, &self.record);
         StartReply {
-            state: self.record.state,
+            state: self.record.state.kind(),
             chunk: resolved.chunk,
             scale: resolved.scale,
             active_step: None,
@@ -227,7 +227,7 @@ impl Actor {
 
     /// Answers the start that waited for its first step's launch.
     pub(super) fn answer_start(&mut self, start: PendingStart) {
-        let reply = if self.record.state == PipelineState::Failed {
+        let reply = if self.record.state.kind() == PipelineState::Failed {
             Err(StartError::Spawn(
                 self.record
                     .last_error
@@ -236,7 +236,7 @@ impl Actor {
             ))
         } else {
             Ok(StartReply {
-                state: self.record.state,
+                state: self.record.state.kind(),
                 chunk: start.chunk,
                 scale: start.scale,
                 active_step: self.record.active_step,
@@ -268,9 +268,7 @@ impl Actor {
             .map(|s| s.name);
         match next {
             None => {
-                self.record.state = PipelineState::Finished;
-                self.record.active_step = None;
-                self.record.worker = None;
+                self.record.apply(RecordEvent::Finished);
                 tracing::info!("pipeline finished");
                 self.commit();
                 self.alert(self.finished_alert());
@@ -438,17 +436,12 @@ impl Actor {
         let resumed_from_step = launching.resumed_from_step;
         tracing::info!(%step, worker = %handle, after_crash, "worker started");
         let started_at = launching.started_at;
-        self.record.worker = Some(WorkerRecord {
+        self.record.apply(RecordEvent::WorkerRunning(WorkerRecord {
             handle,
             step,
             started_at,
             resumed_from_step,
-        });
-        self.record.state = PipelineState::Running;
-        self.record.active_step = Some(step);
-        self.record.restart_pending = false;
-        self.record.stop_cause = None;
-        self.record.set_step(step, StepState::Running);
+        }));
         let said = launching
             .relaunch
             .map(|why| self.relaunched(step, why, launching.resume.as_deref()));

@@ -6,14 +6,13 @@
 use std::time::Duration;
 
 use lavender::config::PipelineStep;
-use lavender::status::{PipelineState, StepState};
 use tokio::sync::oneshot;
 
 use super::Actor;
 use crate::pipeline::machine::Event;
 use crate::pipeline::restart::stop_timeout;
 use crate::pipeline::stop::{StopMark, StopReport, StopReports as _};
-use lavender::pipeline_file::StopCause;
+use lavender::pipeline_file::{RecordEvent, StopCause};
 
 impl Actor {
     pub(super) fn stop(
@@ -40,8 +39,7 @@ impl Actor {
         if let Some(worker) = self.phase.worker() {
             tracing::info!(worker = %worker.handle, step = %worker.step, ?timeout, "stopping: SIGTERM to the worker");
         }
-        self.record.state = PipelineState::Stopping;
-        self.record.stop_cause = Some(cause);
+        self.record.apply(RecordEvent::StopBegun { cause });
         self.commit();
         self.decisions.stopped();
     }
@@ -69,7 +67,7 @@ impl Actor {
     ) {
         let root = self.layout.checkpoints_root();
         let mut report = StopReport::nothing_running(&root, self.record.run_dir.as_deref());
-        if self.record.restart_pending {
+        if self.record.restart_pending() {
             self.stopped_without_worker(self.record.active_step, cause);
             report.message = format!("cancelled the pending restart; {}", report.message);
         }
@@ -80,13 +78,7 @@ impl Actor {
     /// at the next start.
     fn stopped_without_worker(&mut self, step: Option<PipelineStep>, cause: StopCause) {
         self.decisions.stopped();
-        self.record.restart_pending = false;
-        self.record.disk_wait = None;
-        self.record.state = PipelineState::Stopped;
-        self.record.stop_cause = Some(cause);
-        if let Some(step) = step {
-            self.record.set_step(step, StepState::Pending);
-        }
+        self.record.apply(RecordEvent::Stopped { step, cause });
         self.commit();
     }
 }

@@ -15,7 +15,7 @@ use crate::pipeline::handle::HungReport;
 use crate::process::ProcessIdentity;
 use crate::process::fake::FakeBackend;
 use lavender::pipeline_file::StartRequest;
-use lavender::pipeline_file::{StepEntry, StopCause};
+use lavender::pipeline_file::{RecordState, StepEntry, StopCause};
 
 struct Harness {
     _dir: tempfile::TempDir,
@@ -80,12 +80,12 @@ impl Harness {
     }
 
     async fn wait_state(&self, state: PipelineState) -> PipelineRecord {
-        self.wait_for(|r| r.state == state).await
+        self.wait_for(|r| r.state.kind() == state).await
     }
 
     /// Waits until restart `n` is running.
     async fn wait_restarted(&self, n: u32) -> PipelineRecord {
-        self.wait_for(|r| r.state == PipelineState::Running && r.restarts == n)
+        self.wait_for(|r| r.state.kind() == PipelineState::Running && r.restarts == n)
             .await
     }
 
@@ -95,7 +95,12 @@ impl Harness {
     }
 
     fn worker(&self) -> WorkerHandle {
-        self.pipeline.record().worker.expect("a worker runs").handle
+        self.pipeline
+            .record()
+            .worker()
+            .cloned()
+            .expect("a worker runs")
+            .handle
     }
 
     fn hung(&self, worker: WorkerHandle, step: u64, stalled_for: f64) -> bool {
@@ -146,7 +151,7 @@ async fn a_crash_restarts_at_once_then_after_the_backoff() {
 
     h.fake.exit(1, ExitOutcome::Signal(9));
     let record = h.wait_state(PipelineState::Crashed).await;
-    assert!(record.restart_pending);
+    assert!(record.restart_pending());
     assert!(
         matches!(h.alert().await, Alert::Crashed { restart: 2, restart_in, .. } if restart_in == secs(10.0))
     );
@@ -172,8 +177,8 @@ async fn restarts_exhausted_fail_the_pipeline_with_the_last_exit() {
     h.wait_restarted(1).await;
     h.fake.exit(1, ExitOutcome::Code(4));
     let record = h.wait_state(PipelineState::Failed).await;
-    assert!(!record.restart_pending);
-    assert!(record.worker.is_none());
+    assert!(!record.restart_pending());
+    assert!(record.worker().is_none());
     match h.alert().await {
         Alert::Failed {
             restarts,
@@ -201,7 +206,7 @@ async fn a_restart_that_cannot_start_fails_with_the_crash_exit() {
     h.fake.exit(0, ExitOutcome::Signal(9));
     assert!(matches!(h.alert().await, Alert::Crashed { .. }));
     let record = h.wait_state(PipelineState::Failed).await;
-    assert!(!record.restart_pending);
+    assert!(!record.restart_pending());
     match h.alert().await {
         Alert::Failed {
             reason,
@@ -234,7 +239,7 @@ async fn a_long_healthy_run_starts_a_fresh_restart_count() {
         matches!(h.alert().await, Alert::Crashed { restart: 1, restart_in, .. } if restart_in.is_zero()),
         "counted afresh, not failed"
     );
-    h.wait_for(|r| h.fake.launched().len() == 3 && r.state == PipelineState::Running)
+    h.wait_for(|r| h.fake.launched().len() == 3 && r.state.kind() == PipelineState::Running)
         .await;
 }
 
@@ -330,7 +335,7 @@ async fn a_damaged_checkpoint_is_set_aside_and_the_worker_relaunched_at_once_fro
     );
     assert!(matches!(h.alert().await, Alert::CheckpointDamaged { .. }));
     let record = h
-        .wait_for(|r| r.state == PipelineState::Running && h.fake.launched().len() == 3)
+        .wait_for(|r| r.state.kind() == PipelineState::Running && h.fake.launched().len() == 3)
         .await;
     assert_eq!(record.restarts, 1, "a fallback is not a crash restart");
     assert_eq!(from(&record).as_deref(), Some("pretrain-00-00-01-0001"));
@@ -348,6 +353,77 @@ async fn a_damaged_checkpoint_is_set_aside_and_the_worker_relaunched_at_once_fro
         "{error}"
     );
     assert_eq!(h.fake.launched().len(), 3);
+}
+
+/// A worker that says `damaged_checkpoint` about a checkpoint whose bytes match its
+/// manifest (a data file it could not read while loading, say) keeps the checkpoint:
+/// the policy restarts it from the same one, counted as a restart.
+#[tokio::test(start_paused = true)]
+async fn a_damaged_claim_about_a_checkpoint_that_verifies_is_a_counted_restart() {
+    use lavender::checkpoint::contents::{self, HashAlgorithm};
+    let mut h = harness(|_| {});
+    h.start().await;
+    let run = h.pipeline.record().run_dir.expect("a run directory");
+    let name = "pretrain-00-00-01-0001";
+    save_checkpoint(&run, name, 10);
+    let dir = run.join(name);
+    std::fs::write(dir.join("model.safetensors"), b"weights").unwrap();
+    contents::write(
+        &dir,
+        &contents::build_from_disk(&dir, HashAlgorithm::Blake3).unwrap(),
+    )
+    .unwrap();
+    h.fake.exit(0, ExitOutcome::Signal(9));
+    assert!(matches!(h.alert().await, Alert::Crashed { .. }));
+    h.wait_restarted(1).await;
+    h.fake.exit(
+        1,
+        ExitOutcome::Code(FailureKind::DamagedCheckpoint.exit_code()),
+    );
+    assert!(matches!(h.alert().await, Alert::Crashed { .. }));
+    let record = h.wait_restarted(2).await;
+    let from = record.recovery.as_ref().and_then(|r| r.checkpoint.clone());
+    assert_eq!(from.as_deref(), Some(name));
+    assert!(dir.join("model.safetensors").is_file());
+    assert!(!run.join("damaged").exists());
+}
+
+/// Observe mode sets nothing aside: a worker that cannot load the checkpoint it
+/// was started from leaves it where it is, and the daemon only writes down what it
+/// would have done.
+#[tokio::test(start_paused = true)]
+async fn in_observe_mode_a_damaged_checkpoint_is_left_where_it_is() {
+    let mut h = harness(|s| s.mode = lavender::config::SupervisorMode::Observe);
+    let run = h
+        ._dir
+        .path()
+        .join("data/checkpoints/run-2026-01-01_00-00-00");
+    save_checkpoint(&run, "pretrain-00-00-01-0001", 10);
+    let ckpt = run.join("pretrain-00-00-01-0001");
+    h.pipeline
+        .start(StartRequest {
+            resume: Some(ckpt.display().to_string()),
+            ..StartRequest::default()
+        })
+        .await
+        .expect("started");
+    h.fake.exit(
+        0,
+        ExitOutcome::Code(FailureKind::DamagedCheckpoint.exit_code()),
+    );
+    let record = h
+        .wait_for(|r| r.state.kind() != PipelineState::Running)
+        .await;
+    tokio::time::sleep(secs(30.0)).await;
+    assert!(ckpt.is_dir(), "{record:?}");
+    assert!(!run.join("damaged").exists());
+    assert!(
+        !h.pipeline
+            .record()
+            .run_dir
+            .is_some_and(|r| r.join("damaged").exists())
+    );
+    assert_eq!(h.fake.launched().len(), 1);
 }
 
 /// The worker's last heartbeat: diverged at `step`, since `since`.
@@ -406,7 +482,7 @@ async fn a_divergence_rolls_back_at_once_then_fails_after_max_rollbacks() {
         other => panic!("{other:?}"),
     }
     let record = h
-        .wait_for(|r| r.state == PipelineState::Running && h.fake.launched().len() == 2)
+        .wait_for(|r| r.state.kind() == PipelineState::Running && h.fake.launched().len() == 2)
         .await;
     assert_eq!(record.restarts, 0, "a rollback is not a crash restart");
     let ranges: Vec<(u64, u64)> = record
@@ -436,7 +512,7 @@ async fn a_divergence_rolls_back_at_once_then_fails_after_max_rollbacks() {
         h.alert().await,
         Alert::RolledBack { rollback: 2, .. }
     ));
-    h.wait_for(|r| r.state == PipelineState::Running && h.fake.launched().len() == 3)
+    h.wait_for(|r| r.state.kind() == PipelineState::Running && h.fake.launched().len() == 3)
         .await;
     // A third time: max_rollbacks is reached.
     diverged_at(&run, 22, 21);
@@ -602,8 +678,8 @@ async fn a_stop_escalates_to_sigkill_after_the_timeout() {
     let report = stop.await.unwrap().expect("a report");
     assert!(report.killed && report.was_running, "{report:?}");
     let record = h.pipeline.record();
-    assert_eq!(record.state, PipelineState::Stopped);
-    assert_eq!(record.stop_cause, Some(StopCause::Operator));
+    assert_eq!(record.state.kind(), PipelineState::Stopped);
+    assert_eq!(record.stop_cause(), Some(StopCause::Operator));
 }
 
 #[tokio::test(start_paused = true)]
@@ -614,7 +690,7 @@ async fn a_worker_that_saves_on_sigterm_stops_without_escalation() {
     assert!(!report.killed, "{report:?}");
     assert_eq!(h.fake.signals(0), [Signal::SIGTERM]);
     let record = h.wait_state(PipelineState::Stopped).await;
-    assert!(record.worker.is_none());
+    assert!(record.worker().is_none());
 }
 
 /// A stop while a hung worker is being killed is a stop: no restart follows.
@@ -629,7 +705,7 @@ async fn a_stop_while_killing_a_hung_worker_does_not_restart_it() {
     assert!(report.killed, "{report:?}");
     tokio::time::sleep(secs(30.0)).await;
     assert_eq!(h.fake.launched().len(), 1);
-    assert_eq!(h.pipeline.record().state, PipelineState::Stopped);
+    assert_eq!(h.pipeline.record().state.kind(), PipelineState::Stopped);
 }
 
 #[tokio::test(start_paused = true)]
@@ -653,13 +729,20 @@ async fn a_stop_during_the_backoff_cancels_the_restart() {
     );
     tokio::time::sleep(secs(60.0)).await;
     assert_eq!(h.fake.launched().len(), 2, "restarted after the stop");
-    assert_eq!(h.pipeline.record().state, PipelineState::Stopped);
+    assert_eq!(h.pipeline.record().state.kind(), PipelineState::Stopped);
 }
 
 /// What the previous daemon left: a train step stopped (or running) in a run.
 fn left_behind(state: PipelineState, cause: Option<StopCause>) -> PipelineRecord {
     PipelineRecord {
-        state,
+        state: match state {
+            PipelineState::Stopped => RecordState::Stopped { cause },
+            PipelineState::Stopping => RecordState::Stopping {
+                cause,
+                worker: None,
+            },
+            other => RecordState::of_kind(other),
+        },
         chunk: Some(1),
         scale: Some(lavender::config::Scale::Tiny),
         steps: vec![StepEntry {
@@ -667,7 +750,6 @@ fn left_behind(state: PipelineState, cause: Option<StopCause>) -> PipelineRecord
             state: StepState::Pending,
         }],
         active_step: Some(PipelineStep::Train),
-        stop_cause: cause,
         ..PipelineRecord::idle()
     }
 }
@@ -683,7 +765,7 @@ async fn the_daemons_own_exit_is_resumed_at_its_next_start() {
     );
     let record = h.wait_state(PipelineState::Running).await;
     assert_eq!(h.fake.launched(), [PipelineStep::Train]);
-    assert_eq!(record.stop_cause, None);
+    assert_eq!(record.stop_cause(), None);
     let recovery = record.recovery.expect("the status says why it resumed");
     assert_eq!(recovery.reason, RecoveryReason::DaemonExit);
     assert!(matches!(
@@ -700,16 +782,18 @@ async fn a_worker_gone_with_the_daemon_is_a_power_loss_and_resumes() {
     let mut record = left_behind(PipelineState::Running, None);
     record.steps[0].state = StepState::Running;
     // A worker of the previous boot: no such process now.
-    record.worker = Some(WorkerRecord {
-        handle: WorkerHandle::Local(ProcessIdentity {
-            pid: (1 << 30) + 77,
-            start_time: "1".into(),
-            generation: None,
+    record.state = RecordState::Running {
+        worker: Some(WorkerRecord {
+            handle: WorkerHandle::Local(ProcessIdentity {
+                pid: (1 << 30) + 77,
+                start_time: "1".into(),
+                generation: None,
+            }),
+            step: PipelineStep::Train,
+            started_at: "2026-01-01T00:00:00Z".parse().unwrap(),
+            resumed_from_step: None,
         }),
-        step: PipelineStep::Train,
-        started_at: "2026-01-01T00:00:00Z".parse().unwrap(),
-        resumed_from_step: None,
-    });
+    };
     let mut h = harness_after(Some(record), |_| {});
     // The record said running all along: wait for the new worker.
     let record = h.wait_for(|r| r.recovery.is_some()).await;
@@ -740,8 +824,8 @@ async fn an_operators_stop_and_resume_on_start_off_stay_stopped() {
         tokio::time::sleep(secs(60.0)).await;
         assert!(h.fake.launched().is_empty(), "{cause:?} resumed");
         let record = h.pipeline.record();
-        assert_eq!(record.state, PipelineState::Stopped);
-        assert_eq!(record.stop_cause, Some(cause));
+        assert_eq!(record.state.kind(), PipelineState::Stopped);
+        assert_eq!(record.stop_cause(), Some(cause));
     }
 }
 
@@ -782,7 +866,7 @@ async fn a_slow_launch_leaves_the_actor_answering_and_a_stop_abandons_it() {
         "{report:?}"
     );
     assert!(report.message.contains("being launched"), "{report:?}");
-    assert_eq!(h.pipeline.record().state, PipelineState::Stopped);
+    assert_eq!(h.pipeline.record().state.kind(), PipelineState::Stopped);
     let reply = start.await.unwrap().expect("the start is answered");
     assert_eq!(reply.state, PipelineState::Stopped);
 
@@ -791,8 +875,8 @@ async fn a_slow_launch_leaves_the_actor_answering_and_a_stop_abandons_it() {
     until(|| h.fake.signals(0) == [Signal::SIGKILL]).await;
     tokio::time::sleep(secs(1.0)).await;
     let record = h.pipeline.record();
-    assert_eq!(record.state, PipelineState::Stopped);
-    assert!(record.worker.is_none(), "{record:?}");
+    assert_eq!(record.state.kind(), PipelineState::Stopped);
+    assert!(record.worker().is_none(), "{record:?}");
 
     // A new start launches afresh.
     h.pipeline
@@ -803,7 +887,7 @@ async fn a_slow_launch_leaves_the_actor_answering_and_a_stop_abandons_it() {
         h.fake.launched(),
         [PipelineStep::Train, PipelineStep::Train]
     );
-    assert_eq!(h.pipeline.record().state, PipelineState::Running);
+    assert_eq!(h.pipeline.record().state.kind(), PipelineState::Running);
 }
 
 #[tokio::test(start_paused = true)]
@@ -823,7 +907,7 @@ async fn a_detach_waits_for_the_launch_in_flight() {
     detach.await.unwrap();
     let record = h.pipeline.record();
     assert!(
-        record.worker.is_some(),
+        record.worker().is_some(),
         "the record names the worker left running: {record:?}"
     );
 }
@@ -838,7 +922,13 @@ async fn a_workers_start_is_kept_at_its_records_precision() {
     let before = lavender::time::now_utc().trunc_subsecs(3);
     let h = harness(|_| {});
     h.start().await;
-    let started = h.pipeline.record().worker.expect("a worker").started_at;
+    let started = h
+        .pipeline
+        .record()
+        .worker()
+        .cloned()
+        .expect("a worker")
+        .started_at;
     assert_eq!(started, started.trunc_subsecs(3), "{started:?}");
     assert!(started >= before, "{started:?} < {before:?}");
 }

@@ -13,7 +13,7 @@ pub async fn get(State(app): State<AppState>) -> Json<Health> {
         ok: true,
         pid: std::process::id(),
         started_at: app.started_at.to_string(),
-        state: record.state,
+        state: record.state.kind(),
         version: env!("CARGO_PKG_VERSION").to_string(),
     })
 }

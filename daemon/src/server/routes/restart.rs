@@ -19,19 +19,19 @@ pub async fn post(State(app): State<AppState>) -> Result<Json<RestartReply>, Api
         ));
     };
     let record = app.pipeline.record();
-    if record.state == PipelineState::Stopping {
+    if record.state.kind() == PipelineState::Stopping {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "a stop is under way; restart the daemon once it has finished",
         ));
     }
-    let worker = record.worker.as_ref();
+    let worker = record.worker();
     // A second request while one is pending finds the channel full: same restart.
     let _ = restart.try_send(());
     Ok(Json(RestartReply {
         pid: std::process::id(),
         started_at: app.started_at.to_string(),
-        state: record.state,
+        state: record.state.kind(),
         worker: worker.map(|w| w.handle.to_string()),
         worker_pid: worker.and_then(|w| w.handle.pid()),
     }))
