@@ -393,7 +393,7 @@ async fn a_damaged_claim_about_a_checkpoint_that_verifies_is_a_counted_restart()
 /// would have done.
 #[tokio::test(start_paused = true)]
 async fn in_observe_mode_a_damaged_checkpoint_is_left_where_it_is() {
-    let mut h = harness(|s| s.mode = lavender::config::SupervisorMode::Observe);
+    let h = harness(|s| s.mode = lavender::config::SupervisorMode::Observe);
     let run = h
         ._dir
         .path()
