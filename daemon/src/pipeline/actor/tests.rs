@@ -933,11 +933,8 @@ async fn a_workers_start_is_kept_at_its_records_precision() {
     assert!(started >= before, "{started:?} < {before:?}");
 }
 
-/// A source folder's files are fingerprinted on the blocking pool, at the start and
-/// when the step's worker ends: its done-marker records them, and the next start
-/// names a file added to the folder.
-#[tokio::test(start_paused = true)]
-async fn a_source_folder_fingerprinted_off_the_actor_names_a_file_added() {
+/// A pipeline of `downloads` alone, reading a folder holding `a.txt`, started.
+async fn downloads_of_a_folder() -> (tempfile::TempDir, std::path::PathBuf, Harness) {
     let corpus_dir = tempfile::tempdir().unwrap();
     let corpus = corpus_dir.path().join("corpus");
     std::fs::create_dir_all(&corpus).unwrap();
@@ -954,6 +951,15 @@ async fn a_source_folder_fingerprinted_off_the_actor_names_a_file_added() {
         .start(StartRequest::default())
         .await
         .expect("started");
+    (corpus_dir, corpus, h)
+}
+
+/// A source folder's files are fingerprinted on the blocking pool, at the start and
+/// when the step's worker ends: its done-marker records them, and the next start
+/// names a file added to the folder.
+#[tokio::test(start_paused = true)]
+async fn a_source_folder_fingerprinted_off_the_actor_names_a_file_added() {
+    let (_corpus_dir, corpus, h) = downloads_of_a_folder().await;
     assert_eq!(h.fake.launched(), [PipelineStep::Downloads]);
     h.fake.exit(0, ExitOutcome::Code(0));
     h.wait_state(PipelineState::Finished).await;
@@ -986,22 +992,7 @@ async fn a_source_folder_fingerprinted_off_the_actor_names_a_file_added() {
 /// again naming that file.
 #[tokio::test(start_paused = true)]
 async fn a_source_file_edited_while_its_step_runs_reruns_it() {
-    let corpus_dir = tempfile::tempdir().unwrap();
-    let corpus = corpus_dir.path().join("corpus");
-    std::fs::create_dir_all(&corpus).unwrap();
-    std::fs::write(corpus.join("a.txt"), "alpha").unwrap();
-    let mut config = Config {
-        steps: vec![PipelineStep::Downloads],
-        ..Config::default()
-    };
-    config.data.sources = vec![lavender::config::DataSource::Path(
-        lavender::config::PathSource::text(&corpus),
-    )];
-    let h = harness_of(None, config);
-    h.pipeline
-        .start(StartRequest::default())
-        .await
-        .expect("started");
+    let (_corpus_dir, corpus, h) = downloads_of_a_folder().await;
     h.wait_state(PipelineState::Running).await;
     // While the worker runs.
     std::fs::write(corpus.join("a.txt"), "ALPHA").unwrap();
