@@ -30,7 +30,8 @@ def test_kinds_and_exit_codes_are_lavenders():
 
 
 def test_exceptions_are_classified():
-    torch = pytest.importorskip("torch")
+    import torch
+
     assert failure.classify(torch.cuda.OutOfMemoryError("CUDA out of memory"))[0] == "out_of_memory"
     cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
     assert failure.classify(cpu)[0] == "out_of_memory"
@@ -75,7 +76,8 @@ def test_a_save_that_finds_no_space_leaves_no_partial_checkpoint(tmp_path):
 
 
 def test_a_checkpoint_that_cannot_be_read_while_loading_is_damaged():
-    torch = pytest.importorskip("torch")
+    import torch
+
     ckpt = Path("/runs/r/checkpoint-100")
     torn = RuntimeError("PytorchStreamReader failed reading zip archive: failed finding central directory")
     gone = FileNotFoundError(2, "No such file or directory", str(ckpt / "model.json"))
@@ -210,7 +212,8 @@ def test_the_spike_detector_follows_lavenders_rule():
 def test_hf_callback_reports_evaluating_and_saving_between_steps(tmp_path):
     from types import SimpleNamespace
 
-    hf = pytest.importorskip("lavender_protocol.hf")
+    from lavender_protocol import hf
+
     run = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
     out = tmp_path / "out"
     w = Worker(run, total_steps=100, handle_signals=False, heartbeat_min_interval_s=0)

@@ -9,11 +9,12 @@ import errno
 
 import pytest
 
-from lavender_protocol import Worker, checkpoints, failure, protocol
+# The test environment has torch and transformers (scripts/python-setup.sh): a
+# missing one fails here, never skips.
+import torch
+import transformers
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-hf = pytest.importorskip("lavender_protocol.hf")
+from lavender_protocol import Worker, checkpoints, failure, hf, protocol
 
 SHARD = "/data/shards/shard-00003.jsonl"
 

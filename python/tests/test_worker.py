@@ -248,7 +248,8 @@ def test_hf_a_periodic_save_under_way_at_sigterm_is_not_the_final_one(tmp_path):
     the save the stop asks for, after step 31, is the one `final_saved`."""
     from types import SimpleNamespace
 
-    hf = pytest.importorskip("lavender_protocol.hf")
+    from lavender_protocol import hf
+
     run = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
     out = tmp_path / "out"
     w = Worker(run, total_steps=150, handle_signals=False)
