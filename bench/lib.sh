@@ -146,6 +146,38 @@ daemon_stop() {
   wait "$2" 2>/dev/null || true
 }
 
+# ab_start ROUND WORKER_COMMAND SUPERVISOR_EXTRA NAME=BINARY NAME=BINARY: two daemons,
+# each its own lavenderd build on $BENCH_TMP/NAME-ROUND, started in an order swapped
+# every round (a busy machine slows both alike), both training. Fills the caller's
+# associative arrays `pid` and `sock` by NAME, and AB_ORDER (the order started);
+# `ab_stop ROUND` stops both.
+ab_start() {
+  local round="$1" command="$2" supervisor="$3" which
+  AB_NAMES=("${4%%=*}" "${5%%=*}")
+  declare -gA AB_BIN=(["${4%%=*}"]="${4#*=}" ["${5%%=*}"]="${5#*=}")
+  local order=("${AB_NAMES[@]}")
+  [ $((round % 2)) -eq 0 ] && order=("${AB_NAMES[1]}" "${AB_NAMES[0]}")
+  AB_ORDER="${order[*]}"
+  for which in "${order[@]}"; do
+    LAVENDERD="${AB_BIN[$which]}"
+    daemon_write_config "$BENCH_TMP/$which-$round" "$command" "" "$supervisor"
+    daemon_start "$BENCH_TMP/$which-$round"
+    pid[$which]="$DAEMON_PID" sock[$which]="$DAEMON_SOCK"
+    daemon_cli "$BENCH_TMP/$which-$round" start >/dev/null
+  done
+  for which in "${AB_NAMES[@]}"; do
+    wait_for 30 "training under the $which build" training_running "${sock[$which]}"
+  done
+}
+
+ab_stop() {
+  local which
+  for which in "${AB_NAMES[@]}"; do
+    LAVENDERD="${AB_BIN[$which]}"
+    daemon_stop "$BENCH_TMP/$which-$1" "${pid[$which]}"
+  done
+}
+
 free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # supervisord_start DIR PORT COMMAND: supervisord (XML-RPC on 127.0.0.1:PORT and on

@@ -33,21 +33,8 @@ results="$BENCH_OUT/rounds.tsv"
 printf 'round\tthis_cpu_pct\tbase_cpu_pct\n' >"$results"
 
 for round in $(seq "$ROUNDS"); do
-  order="this base"
-  [ $((round % 2)) -eq 0 ] && order="base this"
   declare -A pid sock
-  for which in $order; do
-    dir="$BENCH_TMP/$which-$round"
-    LAVENDERD="$this_bin"
-    [ "$which" = base ] && LAVENDERD="$BASE_LAVENDERD"
-    daemon_write_config "$dir" "$fake_yaml" ""
-    daemon_start "$dir"
-    pid[$which]="$DAEMON_PID" sock[$which]="$DAEMON_SOCK"
-    daemon_cli "$dir" start >/dev/null
-  done
-  for which in this base; do
-    wait_for 30 "training under the $which build" training_running "${sock[$which]}"
-  done
+  ab_start "$round" "$fake_yaml" "" this="$this_bin" base="$BASE_LAVENDERD"
   sleep 5
   t0_this="$(cpu_ticks "${pid[this]}")" t0_base="$(cpu_ticks "${pid[base]}")"
   start="$(date +%s.%N)"
@@ -60,12 +47,7 @@ for round in $(seq "$ROUNDS"); do
   steps="$(status_get "${sock[this]}" | jq .training.step)"
   goodput="$(status_get "${sock[this]}" | jq -c '.goodput.goodput // null')"
   echo "round $round: this build $(printf '%.3f' "$this_pct") % of a core, base $(printf '%.3f' "$base_pct") % (worker at step $steps; goodput $goodput)"
-  for which in this base; do
-    dir="$BENCH_TMP/$which-$round"
-    LAVENDERD="$this_bin"
-    [ "$which" = base ] && LAVENDERD="$BASE_LAVENDERD"
-    daemon_stop "$dir" "${pid[$which]}"
-  done
+  ab_stop "$round"
   LAVENDERD="$this_bin"
 done
 

@@ -58,20 +58,8 @@ results="$BENCH_OUT/rounds.jsonl"
 step_of() { jq -r '.step' "$(find "$1/data" -name heartbeat.json -print -quit)"; }
 
 for round in $(seq "$ROUNDS"); do
-  order="inotify notify"
-  [ $((round % 2)) -eq 0 ] && order="notify inotify"
   declare -A pid sock
-  for which in $order; do
-    dir="$BENCH_TMP/$which-$round"
-    LAVENDERD="${bin[$which]}"
-    daemon_write_config "$dir" "$fake_yaml" "" "  watcher: native"
-    daemon_start "$dir"
-    pid[$which]="$DAEMON_PID" sock[$which]="$DAEMON_SOCK"
-    daemon_cli "$dir" start >/dev/null
-  done
-  for which in inotify notify; do
-    wait_for 30 "training under the $which build" training_running "${sock[$which]}"
-  done
+  ab_start "$round" "$fake_yaml" "  watcher: native" inotify="${bin[inotify]}" notify="${bin[notify]}"
   sleep 5
   s0_i="$(step_of "$BENCH_TMP/inotify-$round")" s0_n="$(step_of "$BENCH_TMP/notify-$round")"
   t0_i="$(cpu_ticks "${pid[inotify]}")" t0_n="$(cpu_ticks "${pid[notify]}")"
@@ -111,7 +99,7 @@ PY
 )"
   t1_i="$(cpu_ticks "${pid[inotify]}")" t1_n="$(cpu_ticks "${pid[notify]}")"
   s1_i="$(step_of "$BENCH_TMP/inotify-$round")" s1_n="$(step_of "$BENCH_TMP/notify-$round")"
-  jq -cn --argjson s "$switches" --arg r "$round" --arg order "$order" \
+  jq -cn --argjson s "$switches" --arg r "$round" --arg order "$AB_ORDER" \
     --arg pi "${pid[inotify]}" --arg pn "${pid[notify]}" \
     --argjson bi "$((s1_i - s0_i))" --argjson bn "$((s1_n - s0_n))" \
     --argjson ci "$((t1_i - t0_i))" --argjson cn "$((t1_n - t0_n))" \
@@ -119,10 +107,7 @@ PY
       inotify: {switches: $s.switches[$pi], threads: $s.threads[$pi], by_thread: $s.by_thread[$pi], beats: $bi, cpu_ticks: $ci},
       notify: {switches: $s.switches[$pn], threads: $s.threads[$pn], by_thread: $s.by_thread[$pn], beats: $bn, cpu_ticks: $cn}}' \
     | tee -a "$results"
-  for which in inotify notify; do
-    LAVENDERD="${bin[$which]}"
-    daemon_stop "$BENCH_TMP/$which-$round" "${pid[$which]}"
-  done
+  ab_stop "$round"
   LAVENDERD="$this_bin"
 done
 
