@@ -472,16 +472,7 @@ mod tests {
     #[test]
     fn each_state_is_saved_in_the_flat_form_and_read_back() {
         use serde_json::{Value, json};
-        let worker = WorkerRecord {
-            handle: WorkerHandle::Local(ProcessIdentity {
-                pid: 7,
-                start_time: "1".into(),
-                generation: None,
-            }),
-            step: PipelineStep::Train,
-            started_at: "2026-01-01T00:00:00Z".parse().unwrap(),
-            resumed_from_step: None,
-        };
+        let worker = WorkerRecord::sample();
         let wait = crate::status::DiskWait {
             path: PathBuf::from("/data"),
             need_bytes: 5,

@@ -22,6 +22,24 @@ pub struct WorkerRecord {
     pub resumed_from_step: Option<u64>,
 }
 
+#[cfg(test)]
+impl WorkerRecord {
+    /// A local training worker, pid 7, started 2026-01-01: for tests that build a
+    /// record whole.
+    pub(crate) fn sample() -> WorkerRecord {
+        WorkerRecord {
+            handle: WorkerHandle::Local(ProcessIdentity {
+                pid: 7,
+                start_time: "1".into(),
+                generation: None,
+            }),
+            step: PipelineStep::Train,
+            started_at: "2026-01-01T00:00:00Z".parse().unwrap(),
+            resumed_from_step: None,
+        }
+    }
+}
+
 /// What identifies a running step across daemon restarts (saved in `pipeline.json`).
 /// Untagged so that state files written before Slurm support still load as `Local`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,20 +3,10 @@
 //! cause, its disk wait). docs/ARCHITECTURE.md lists the same rows.
 
 use super::*;
-use crate::pipeline_file::ProcessIdentity;
 use crate::status::PipelineState;
 
 fn worker() -> WorkerRecord {
-    WorkerRecord {
-        handle: WorkerHandle::Local(ProcessIdentity {
-            pid: 7,
-            start_time: "1".into(),
-            generation: None,
-        }),
-        step: PipelineStep::Train,
-        started_at: "2026-01-01T00:00:00Z".parse().unwrap(),
-        resumed_from_step: None,
-    }
+    WorkerRecord::sample()
 }
 
 fn wait(need_bytes: u64) -> DiskWait {
