@@ -331,6 +331,18 @@ async fn a_crash_after_an_operator_stop_and_a_new_start_is_pushed_again() {
         restarted.is_some()
     });
     let restarted = restarted.unwrap();
+    // Frozen only once it catches SIGTERM: frozen before, the stop's SIGTERM would
+    // kill it unsaved.
+    let catches_term = || {
+        std::fs::read_to_string(format!("/proc/{restarted}/status"))
+            .ok()
+            .and_then(|s| {
+                let mask = s.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+                u64::from_str_radix(mask.trim(), 16).ok()
+            })
+            .is_some_and(|m| m & (1 << (nix::libc::SIGTERM - 1)) != 0)
+    };
+    wait_until(T, "the restarted worker's SIGTERM handler", catches_term);
     send_signal(restarted, nix::libc::SIGSTOP);
     wait_until(T, "the first crashed push", || {
         hook.of_kind("crashed").len() == 1
