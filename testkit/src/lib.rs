@@ -36,7 +36,8 @@ pub use daemon::{BACKOFF_VAR, Lavenderd, backoff_seconds};
 pub use fake_env::Env;
 pub use http::{Http, KeepAlive};
 pub use process::{
-    alive, children, cmdline, send_signal, service_shims, stderr, stdout, write_executable,
+    alive, children, cmdline, freeze_group, send_signal, service_shims, stderr, stdout,
+    write_executable,
 };
 pub use routes::router_routes;
 pub use run_dir::{events, heartbeat_step, read_json};

@@ -64,6 +64,28 @@ pub fn send_signal(pid: i32, sig: i32) {
     unsafe { libc_kill(pid, sig) };
 }
 
+/// Freezes the process group `pgid` (SIGSTOP) and returns once every thread of its
+/// leader is stopped, so nothing it writes lands after this returns.
+pub fn freeze_group(pgid: i32) {
+    send_signal(-pgid, 19);
+    let stopped = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pgid}/task")) else {
+            return true; // gone: it writes nothing more either
+        };
+        tasks.flatten().all(|t| {
+            std::fs::read_to_string(t.path().join("stat")).map_or(true, |s| {
+                let state = s.rsplit(')').next().unwrap_or("").trim_start();
+                state.starts_with('T') || state.starts_with('t') || state.starts_with('Z')
+            })
+        })
+    };
+    crate::wait_until(
+        std::time::Duration::from_secs(30),
+        "the frozen group to stop",
+        stopped,
+    );
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

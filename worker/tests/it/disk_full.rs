@@ -132,7 +132,24 @@ fn freeze_verified(d: &Lavenderd, n: u64) -> (i32, Vec<PathBuf>, PathBuf) {
             && t["latest_verified_checkpoint"] == t["latest_checkpoint"]
     });
     let pid = d.worker_pid().expect("a worker");
-    lavender_testkit::send_signal(-pid, 19); // SIGSTOP
+    // Frozen inside a save, the part already staged would shrink what the next
+    // save needs: thaw it until the save is committed, then freeze again.
+    let staged = || {
+        std::fs::read_dir(d.run_dir()).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".tmp-")
+        })
+    };
+    loop {
+        lavender_testkit::freeze_group(pid);
+        if !staged() {
+            break;
+        }
+        lavender_testkit::send_signal(-pid, 18); // SIGCONT
+        wait_until(T, "the save under way to be committed", || !staged());
+    }
     // A save may have landed between that reading and the stop: the frozen worker
     // saves no more, so wait until the newest on disk is the one verified.
     let newest = || {
@@ -310,7 +327,12 @@ fn a_stop_while_waiting_for_disk_cancels_the_wait() {
     d.wait_state("waiting_for_disk", T);
     let out = d.run(&["stop"]);
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(said.contains("cancelled the pending restart"), "{said}");
+    assert!(
+        said.contains("cancelled the pending restart"),
+        "{said}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(d.daemon_log()).unwrap_or_default()
+    );
     let st = d.wait_state("stopped", T);
     assert!(st["pipeline"]["disk_wait"].is_null(), "{st:#}");
     assert!(d.worker_pid().is_none());
