@@ -34,6 +34,8 @@ pub(crate) struct CheckInput {
     pub after_full: bool,
     /// A need set by an earlier check of the same wait (see `after_full`).
     pub at_least: Option<u64>,
+    /// Asked by a wait for space, not by the watchdog while a worker runs.
+    pub for_wait: bool,
 }
 
 /// What a check found.
@@ -51,6 +53,9 @@ pub(crate) struct DiskCheck {
     pub dropped: Vec<PathBuf>,
     /// Early retention was due but could not run, or failed: why.
     pub retention_error: Option<String>,
+    /// Asked by a wait for space. A check asked while the worker ran that comes back
+    /// once it has ended is not the wait's: it lacks the wait's need.
+    pub for_wait: bool,
 }
 
 impl DiskCheck {
@@ -103,6 +108,7 @@ pub(crate) fn check(input: &CheckInput) -> DiskCheck {
         free_before,
         dropped: Vec::new(),
         retention_error: None,
+        for_wait: input.for_wait,
     };
     if found.fits() {
         return found;
@@ -189,6 +195,7 @@ mod tests {
             keep,
             after_full: false,
             at_least: None,
+            for_wait: true,
         }
     }
 

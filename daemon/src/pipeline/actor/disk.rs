@@ -79,15 +79,15 @@ impl Actor {
             return;
         }
         self.disk.running_check = true;
-        self.spawn_check(false);
+        self.spawn_check(false, false);
     }
 
     /// A check asked by the machine (`CheckDisk`), while waiting.
     pub(super) fn check_disk(&mut self, first: bool) {
-        self.spawn_check(first);
+        self.spawn_check(first, true);
     }
 
-    fn spawn_check(&self, after_full: bool) {
+    fn spawn_check(&self, after_full: bool, for_wait: bool) {
         let run_dir = self.record.run_dir.clone();
         let root = self.layout.checkpoints_root();
         // Early retention deletes only inside the checkpoints root, and not in observe mode.
@@ -102,6 +102,7 @@ impl Actor {
             keep: may_delete.then_some(self.config.training.keep_checkpoints as usize),
             after_full,
             at_least: (!after_full).then_some(self.disk.at_least).flatten(),
+            for_wait,
         };
         let tx = self.disk_tx.clone();
         tokio::spawn(async move {
@@ -113,6 +114,7 @@ impl Actor {
                 free_before: None,
                 dropped: Vec::new(),
                 retention_error: Some("the check of the disk did not finish".into()),
+                for_wait: input.for_wait,
             };
             let check = tokio::task::spawn_blocking(move || disk::check(&input))
                 .await

@@ -262,7 +262,7 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
         },
 
         Event::DiskChecked(check) => match phase {
-            Phase::WaitingForDisk { wait } if wait.check_at.is_none() => {
+            Phase::WaitingForDisk { wait } if wait.check_at.is_none() && check.for_wait => {
                 if check.fits() {
                     let back = Effect::DiskBack {
                         check,
@@ -286,7 +286,8 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
                 Phase::Running { worker },
                 vec![Effect::DiskCheckedRunning(check)],
             ),
-            // A check the pipeline no longer waits for (stopped meanwhile).
+            // A check the pipeline no longer waits for (stopped meanwhile), or one
+            // asked while the worker ran that came back after it ended.
             other => (other, Vec::new()),
         },
     }

@@ -198,6 +198,13 @@ fn disk_full(t0: Instant) -> Event {
     }
 }
 fn disk_checked(free: u64) -> Event {
+    checked(free, true)
+}
+/// A check the watchdog asked for while the worker ran.
+fn running_checked(free: u64) -> Event {
+    checked(free, false)
+}
+fn checked(free: u64, for_wait: bool) -> Event {
     Event::DiskChecked(crate::pipeline::disk::DiskCheck {
         path: PathBuf::from("data"),
         next_save_bytes: Some(100),
@@ -206,6 +213,7 @@ fn disk_checked(free: u64) -> Event {
         free_before: Some(free),
         dropped: Vec::new(),
         retention_error: None,
+        for_wait,
     })
 }
 fn launch_asked(generation: u64, start_waits: bool) -> Event {
@@ -341,6 +349,8 @@ fn table(t0: Instant) -> Vec<Row> {
         row(checking(t0, false), disk_checked(50), "WaitingForDisk", &["DiskStillFull"]),
         row(checking(t0, true), disk_checked(50), "WaitingForDisk", &["DiskStillFull"]),
         row(checking(t0, true), disk_checked(500), "Idle", &["DiskBack"]),
+        // A check asked while the worker ran, back after it ended: not the wait's.
+        row(checking(t0, false), running_checked(500), "WaitingForDisk", &[]),
         later(s(1), row(waiting(t0), Event::TimerFired, "WaitingForDisk", &[])),
         later(s(2), row(waiting(t0), Event::TimerFired, "WaitingForDisk", &["CheckDisk"])),
         row(waiting(t0), disk_checked(500), "WaitingForDisk", &[]),
@@ -349,7 +359,7 @@ fn table(t0: Instant) -> Vec<Row> {
         row(running(t0), disk_full(t0), "Running", &[]),
         row(idle(), disk_checked(500), "Idle", &[]),
         // The next save looked short while a worker runs: early retention.
-        row(running(t0), disk_checked(50), "Running", &["DiskCheckedRunning"]),
+        row(running(t0), running_checked(50), "Running", &["DiskCheckedRunning"]),
         // At daemon start.
         row(idle(), adopted(t0, false), "Running", &[]),
         row(idle(), adopted(t0, true), "Stopping", &[]),
