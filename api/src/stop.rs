@@ -24,6 +24,10 @@ pub struct StopReport {
     pub latest_checkpoint: Option<PathBuf>,
     /// The worker ignored SIGTERM past the timeout and was killed.
     pub killed: bool,
+    /// Nothing had trained since the worker's last save: the stop wrote nothing, and
+    /// `latest_checkpoint` holds the worker's state as it stopped.
+    #[serde(default)]
+    pub nothing_to_save: bool,
     pub message: String,
 }
 
@@ -43,6 +47,7 @@ impl StopReport {
             },
             latest_checkpoint: latest,
             killed: false,
+            nothing_to_save: false,
         }
     }
 }

@@ -74,6 +74,18 @@ pub fn saved_since(mark: &StopMark, checkpoints_root: &Path, killed: bool) -> Op
         .or_else(|| newest_complete(Some(run_dir), checkpoints_root).filter(|p| is_new(p)))
 }
 
+/// The worker stopped right after a save: its final heartbeat (`stopping`) names
+/// `checkpoint` and is at that checkpoint's step, so nothing was left to save.
+fn holds_last_step(run_dir: &Path, checkpoint: &Path) -> bool {
+    let Ok(hb) = heartbeat::read(&heartbeat::path(run_dir)) else {
+        return false;
+    };
+    let named = hb.latest_checkpoint.as_deref().map(|n| run_dir.join(n));
+    hb.state == WorkerState::Stopping
+        && named.as_deref() == Some(checkpoint)
+        && lavender::checkpoint::Checkpoint::load(checkpoint).is_ok_and(|c| c.state.step == hb.step)
+}
+
 /// The stop reports the daemon makes: what it reads of the run's files to say what
 /// a stop saved.
 pub trait StopReports {
@@ -117,6 +129,7 @@ impl StopReports for StopReport {
             ),
             latest_checkpoint: latest,
             killed: false,
+            nothing_to_save: false,
         }
     }
 
@@ -133,8 +146,18 @@ impl StopReports for StopReport {
         } else {
             "stopped"
         };
+        let nothing_to_save = saved.is_none()
+            && !killed
+            && latest
+                .as_deref()
+                .zip(mark.run_dir.as_deref())
+                .is_some_and(|(l, run)| holds_last_step(run, l));
         let message = match (&saved, &latest) {
             (Some(s), _) => format!("step {step} {how}; the stop saved {}", s.display()),
+            (None, Some(l)) if nothing_to_save => format!(
+                "step {step} {how}; nothing had trained since its last save, so the stop wrote nothing: {} holds the state it stopped at",
+                l.display()
+            ),
             (None, Some(l)) => format!(
                 "step {step} {how}; no checkpoint was written by the stop; newest complete checkpoint: {}",
                 l.display()
@@ -149,7 +172,76 @@ impl StopReports for StopReport {
             saved_checkpoint: saved,
             latest_checkpoint: latest,
             killed,
+            nothing_to_save,
             message,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lavender::heartbeat::Heartbeat;
+    use lavender::trainer_state::{self, TrainerState};
+
+    /// A run with one checkpoint at step 40 and the worker's final heartbeat
+    /// (`stopping`, naming it) at `hb_step`; the stop began after the save.
+    fn stopped_at(hb_step: u64) -> (tempfile::TempDir, StopMark) {
+        let root = tempfile::tempdir().unwrap();
+        let run = root.path().join("run-a");
+        let ckpt = run.join("pretrain-10-00-00-0001");
+        std::fs::create_dir_all(&ckpt).unwrap();
+        trainer_state::write(&ckpt, &TrainerState::new("pretrain", 40)).unwrap();
+        let mark = StopMark::take(Some(&run), root.path());
+        let hb = Heartbeat {
+            step: hb_step,
+            total_steps: 100,
+            stage: "pretrain".into(),
+            epoch: None,
+            epochs: None,
+            loss: None,
+            loss_smooth: None,
+            lr: None,
+            grad_norm: None,
+            steps_per_sec: None,
+            eta_seconds: None,
+            timestamp: "2026-12-04T10:00:00Z".into(),
+            pid: 1,
+            state: WorkerState::Stopping,
+            latest_checkpoint: Some("pretrain-10-00-00-0001".into()),
+            failure: None,
+        };
+        heartbeat::write(&run, &hb).unwrap();
+        (root, mark)
+    }
+
+    #[test]
+    fn a_stop_right_after_a_save_has_nothing_to_save_and_says_which_checkpoint_holds_it() {
+        let (root, mark) = stopped_at(40);
+        let r = StopReport::after_exit(PipelineStep::Train, &mark, root.path(), false);
+        assert!(r.nothing_to_save, "{r:?}");
+        assert_eq!(r.saved_checkpoint, None);
+        assert!(
+            r.message
+                .contains("nothing had trained since its last save")
+                && r.message.contains("pretrain-10-00-00-0001"),
+            "{}",
+            r.message
+        );
+        // Killed, the worker's word is not enough.
+        let r = StopReport::after_exit(PipelineStep::Train, &mark, root.path(), true);
+        assert!(!r.nothing_to_save, "{r:?}");
+    }
+
+    #[test]
+    fn a_stop_that_trained_past_the_last_save_without_saving_is_not_saved() {
+        let (root, mark) = stopped_at(45);
+        let r = StopReport::after_exit(PipelineStep::Train, &mark, root.path(), false);
+        assert!(!r.nothing_to_save, "{r:?}");
+        assert!(
+            r.message.contains("no checkpoint was written by the stop"),
+            "{}",
+            r.message
+        );
     }
 }

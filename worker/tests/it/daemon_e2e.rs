@@ -749,7 +749,12 @@ fn stop_and_resume_after_a_rollback_is_byte_identical_to_the_run_without_the_sto
     });
     lavender_testkit::send_signal(-pid, libc::SIGCONT);
     let out = stop.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "the stop did not save");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the stop did not save: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let first_run = d.run_dir();
     d.start(&["--resume", "latest"]);
     d.wait_state("finished", Duration::from_secs(180));

@@ -1,6 +1,6 @@
 //! `lavenderd stop`: the daemon stops the worker and says what the stop saved.
-//! Exit code 0: a checkpoint was saved by the stop; 3: stopped without saving one;
-//! 4: nothing was running.
+//! Exit code 0: a checkpoint was saved by the stop, or nothing had trained since the
+//! last save; 3: stopped without saving what it trained; 4: nothing was running.
 
 use std::process::ExitCode;
 
@@ -39,7 +39,7 @@ pub async fn run(settings: &Settings, timeout: Option<f64>) -> Result<ExitCode> 
     println!("{}", report.message);
     Ok(if !report.was_running {
         ExitCode::from(EXIT_NOT_RUNNING)
-    } else if report.saved_checkpoint.is_some() {
+    } else if report.saved_checkpoint.is_some() || report.nothing_to_save {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_NOT_SAVED)
