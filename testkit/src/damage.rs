@@ -17,7 +17,6 @@ use crate::wait::wait_until;
 
 const SIGKILL: i32 = 9;
 const SIGCONT: i32 = 18;
-const SIGSTOP: i32 = 19;
 
 /// A checkpoint's directory name.
 pub fn name(p: &Path) -> String {
@@ -101,7 +100,8 @@ pub fn freeze_when(
         false
     });
     let (pid, run) = found.unwrap();
-    send_signal(-pid, SIGSTOP);
+    // Every thread stopped before the listing: a save cannot land after it.
+    crate::process::freeze_group(pid);
     Frozen {
         pid,
         checkpoints: checkpoints(&run),
