@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use lavender_testkit::s3::S3;
 use lavender_testkit::{Lavenderd, stderr, stdout, training};
+use serde_json::Value;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lavender-worker");
 const T: Duration = Duration::from_secs(120);
@@ -170,17 +171,27 @@ fn a_run_whose_checkpoints_are_wiped_mid_run_comes_back_from_s3() {
     d.log = d.state_dir().join("lavenderd.log");
     d.start(&[]);
     // Frozen once step 20 is saved here, so the upload catches up whatever the speeds.
+    // Saved means complete on disk: the worker writes a save while it trains on, and
+    // a save frozen half written would never go up.
     let st = d.wait_status(
         T,
         "a checkpoint past step 20 saved, the worker training",
         |st| {
             assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
-            st["training"]["step"].as_u64() >= Some(21) && st["pipeline"]["pid"].as_i64().is_some()
+            let saved = st["training"]["latest_checkpoint"]
+                .as_str()
+                .is_some_and(|c| {
+                    std::fs::read(d.run_dir().join(c).join("trainer_state.json"))
+                        .ok()
+                        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                        .is_some_and(|t| t["step"].as_u64() >= Some(20))
+                });
+            saved && st["pipeline"]["pid"].as_i64().is_some()
         },
     );
     let run = d.run_dir();
     let pid = st["pipeline"]["pid"].as_i64().unwrap() as i32;
-    lavender_testkit::send_signal(-pid, 19);
+    lavender_testkit::freeze_group(pid);
     d.wait_status(T, "a checkpoint past step 20 safely remote", |st| {
         st["replication"]["newest_remote"]["step"].as_u64() >= Some(20)
     });
