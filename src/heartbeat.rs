@@ -95,6 +95,29 @@ pub struct Heartbeat {
 }
 
 impl Heartbeat {
+    /// Where the worker stands and nothing more (the readings empty), written now by
+    /// this process.
+    pub fn new(step: u64, total_steps: u64, stage: impl Into<String>, state: WorkerState) -> Self {
+        Heartbeat {
+            step,
+            total_steps,
+            stage: stage.into(),
+            epoch: None,
+            epochs: None,
+            loss: None,
+            loss_smooth: None,
+            lr: None,
+            grad_norm: None,
+            steps_per_sec: None,
+            eta_seconds: None,
+            timestamp: crate::time::rfc3339_z(crate::time::now_utc()),
+            pid: std::process::id(),
+            state,
+            latest_checkpoint: None,
+            failure: None,
+        }
+    }
+
     /// The parsed `timestamp`, or `None` when it is not RFC 3339.
     pub fn time(&self) -> Option<DateTime<Utc>> {
         crate::time::parse_rfc3339(&self.timestamp)

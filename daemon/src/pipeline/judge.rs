@@ -180,22 +180,9 @@ mod tests {
         heartbeat::write(
             dir,
             &Heartbeat {
-                step: 7,
-                total_steps: 20,
-                stage: "pretrain".into(),
-                epoch: None,
-                epochs: None,
-                loss: None,
-                loss_smooth: None,
-                lr: None,
-                grad_norm: None,
-                steps_per_sec: None,
-                eta_seconds: None,
                 timestamp: at.into(),
-                pid: 1,
-                state,
-                latest_checkpoint: None,
                 failure,
+                ..Heartbeat::new(7, 20, "pretrain", state)
             },
         )
         .unwrap();

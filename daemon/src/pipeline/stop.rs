@@ -194,22 +194,8 @@ mod tests {
         trainer_state::write(&ckpt, &TrainerState::new("pretrain", 40)).unwrap();
         let mark = StopMark::take(Some(&run), root.path());
         let hb = Heartbeat {
-            step: hb_step,
-            total_steps: 100,
-            stage: "pretrain".into(),
-            epoch: None,
-            epochs: None,
-            loss: None,
-            loss_smooth: None,
-            lr: None,
-            grad_norm: None,
-            steps_per_sec: None,
-            eta_seconds: None,
-            timestamp: "2026-12-04T10:00:00Z".into(),
-            pid: 1,
-            state: WorkerState::Stopping,
             latest_checkpoint: Some("pretrain-10-00-00-0001".into()),
-            failure: None,
+            ..Heartbeat::new(hb_step, 100, "pretrain", WorkerState::Stopping)
         };
         heartbeat::write(&run, &hb).unwrap();
         (root, mark)

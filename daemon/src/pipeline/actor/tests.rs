@@ -432,22 +432,8 @@ fn diverged_at(run: &std::path::Path, step: u64, since: u64) {
     failure.step = Some(step);
     failure.since_step = Some(since);
     let hb = lavender::heartbeat::Heartbeat {
-        step,
-        total_steps: 100,
-        stage: "pretrain".into(),
-        epoch: None,
-        epochs: None,
-        loss: None,
-        loss_smooth: None,
-        lr: None,
-        grad_norm: None,
-        steps_per_sec: None,
-        eta_seconds: None,
-        timestamp: lavender::time::rfc3339_z(lavender::time::now_utc()),
-        pid: 1,
-        state: WorkerState::Failed,
-        latest_checkpoint: None,
         failure: Some(failure),
+        ..lavender::heartbeat::Heartbeat::new(step, 100, "pretrain", WorkerState::Failed)
     };
     lavender::heartbeat::write(run, &hb).unwrap();
 }
