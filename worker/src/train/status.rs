@@ -31,24 +31,7 @@ impl Reporter {
             started: Instant::now(),
             eta: EtaEstimator::new(ETA_WINDOW_S, 5),
             trained: false,
-            hb: Heartbeat {
-                step: 0,
-                total_steps,
-                stage: String::new(),
-                epoch: None,
-                epochs: None,
-                loss: None,
-                loss_smooth: None,
-                lr: None,
-                grad_norm: None,
-                steps_per_sec: None,
-                eta_seconds: None,
-                timestamp: String::new(),
-                pid: std::process::id(),
-                state: WorkerState::Starting,
-                latest_checkpoint: None,
-                failure: None,
-            },
+            hb: Heartbeat::new(0, total_steps, "", WorkerState::Starting),
         }
     }
 
