@@ -58,13 +58,13 @@ impl Drop for Tmpfs {
     }
 }
 
-/// The train step alone on the synthetic tokens: a save every 10 steps, `keep` kept.
+/// The train step alone on the synthetic tokens: a save every 50 steps, `keep` kept.
 fn config(keep: u32) -> String {
     lavender_testkit::training::TrainOnly {
         worker: WORKER,
         model: "{n_layer: 2, n_head: 4, n_embd: 256, n_positions: 32, dropout: 0.0, layer_norm_epsilon: 1.0e-5}",
         keep_checkpoints: keep,
-        stages: "    - {name: pretrain, steps: 150, lr: 3.0e-3, checkpoint_every: 10}",
+        stages: "    - {name: pretrain, steps: 300, lr: 3.0e-3, checkpoint_every: 50}",
         supervisor: "",
         notify: "  disk_floor_mib: 0",
         extra: "",
@@ -120,20 +120,19 @@ fn name(p: &Path) -> String {
     p.file_name().unwrap().to_string_lossy().into_owned()
 }
 
-/// Waits for `n` checkpoints, the newest verified by the daemon, then freezes the
-/// worker's group; returns the worker's pid, the checkpoints (oldest first; a save
-/// committed since may not be verified yet) and the newest verified one.
+/// Waits for `n` checkpoints, then freezes the worker's group at a settled moment;
+/// returns the worker's pid, the checkpoints (oldest first) and the newest, which
+/// the daemon verified.
 fn freeze_verified(d: &Lavenderd, n: u64) -> (i32, Vec<PathBuf>, PathBuf) {
-    d.wait_status(T, &format!("{n} checkpoints, the newest verified"), |st| {
+    let st = d.wait_status(T, &format!("{n} checkpoints, a worker training"), |st| {
         assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
-        let t = &st["training"];
-        t["checkpoints"].as_u64().unwrap_or(0) >= n
-            && t["latest_verified_checkpoint"].is_string()
-            && t["latest_verified_checkpoint"] == t["latest_checkpoint"]
+        st["training"]["checkpoints"].as_u64().unwrap_or(0) >= n
+            && st["pipeline"]["pid"].as_i64().is_some()
     });
-    let pid = d.worker_pid().expect("a worker");
-    // Frozen inside a save, the part already staged would shrink what the next
-    // save needs: thaw it until the save is committed, then freeze again.
+    let pid = st["pipeline"]["pid"].as_i64().unwrap() as i32;
+    // Settled: no save under way (frozen inside one, the part already staged would
+    // shrink what the next save needs) and the newest checkpoint on disk verified
+    // (frozen before it announced a save, the daemon would wait for it for ever).
     let staged = || {
         std::fs::read_dir(d.run_dir()).unwrap().any(|e| {
             e.unwrap()
@@ -142,26 +141,26 @@ fn freeze_verified(d: &Lavenderd, n: u64) -> (i32, Vec<PathBuf>, PathBuf) {
                 .starts_with(".tmp-")
         })
     };
-    loop {
+    let settled = |st: &Value| {
+        let newest = lavender_testkit::training::checkpoints(&d.run_dir())
+            .last()
+            .map(|c| name(c));
+        !staged()
+            && newest.is_some()
+            && st["training"]["latest_verified_checkpoint"].as_str() == newest.as_deref()
+    };
+    let st = loop {
         lavender_testkit::freeze_group(pid);
-        if !staged() {
-            break;
+        let st = d.status();
+        if settled(&st) {
+            break st;
         }
         lavender_testkit::send_signal(-pid, 18); // SIGCONT
-        wait_until(T, "the save under way to be committed", || !staged());
-    }
-    // A save may have landed between that reading and the stop: the frozen worker
-    // saves no more, so wait until the newest on disk is the one verified.
-    let newest = || {
-        lavender_testkit::training::checkpoints(&d.run_dir())
-            .last()
-            .map(|c| name(c))
+        d.wait_status(T, "the save under way committed and verified", |st| {
+            assert_eq!(st["pipeline"]["state"], "running", "{st:#}");
+            settled(st)
+        });
     };
-    let st = d.wait_status(T, "the newest checkpoint on disk verified", |st| {
-        let newest = newest();
-        newest.is_some()
-            && st["training"]["latest_verified_checkpoint"].as_str() == newest.as_deref()
-    });
     let verified = st["training"]["latest_verified_checkpoint"]
         .as_str()
         .unwrap()
@@ -257,7 +256,13 @@ fn a_save_that_finds_the_disk_full_waits_and_resumes_by_itself_once_space_is_fre
         "{wait:#}"
     );
     assert_eq!(st["pipeline"]["failure"]["kind"], "disk_full", "{st:#}");
-    assert_eq!(st["pipeline"]["restarts"], 0, "not a crash restart: {st:#}");
+    assert_eq!(
+        st["pipeline"]["restarts"],
+        0,
+        "not a crash restart: {st:#}\n{}\n{:#?}",
+        show(),
+        decisions(&d)
+    );
     assert!(d.worker_pid().is_none(), "no worker while waiting");
     // The latest verified checkpoint as it was, and nothing half written left.
     assert!(verified.is_dir(), "{} is gone", verified.display());
@@ -303,7 +308,7 @@ fn a_save_that_finds_the_disk_full_waits_and_resumes_by_itself_once_space_is_fre
     );
     let st = d.status();
     assert_eq!(st["pipeline"]["restarts"], 0, "{st:#}");
-    assert_eq!(st["training"]["step"], 150, "{st:#}");
+    assert_eq!(st["training"]["step"], 300, "{st:#}");
 }
 
 #[test]
