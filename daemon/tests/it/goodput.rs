@@ -333,14 +333,17 @@ fn a_run_that_gets_half_again_slower_says_so_and_a_clean_run_does_not() {
         alert.contains("s/step in pretrain against 0.1"),
         "it says the numbers: {alert}"
     );
-    // The busy process is named, or five processes at least as busy as it was.
+    // The busy process is named, or every process named was at least as busy as it
+    // was: five of them, or any when it got under the tenth of a CPU the alert names
+    // from (a machine busy with other tests starves it).
     let shares: Vec<f64> = alert
         .split(" % of a CPU")
         .filter_map(|part| part.rsplit(' ').next()?.parse().ok())
         .collect();
     assert!(
         alert.contains(&format!("sh (pid {hog_pid})"))
-            || (shares.len() == 5 && shares.iter().all(|s| s / 100.0 >= hog_share - 0.1)),
+            || ((shares.len() == 5 || hog_share < 0.1)
+                && shares.iter().all(|s| s / 100.0 >= hog_share - 0.1)),
         "it names the busy process (it used {:.0} % of a CPU): {alert}",
         hog_share * 100.0
     );
