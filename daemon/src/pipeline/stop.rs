@@ -76,14 +76,14 @@ pub fn saved_since(mark: &StopMark, checkpoints_root: &Path, killed: bool) -> Op
 
 /// The worker stopped right after a save: its final heartbeat (`stopping`) names
 /// `checkpoint` and is at that checkpoint's step, so nothing was left to save.
-fn holds_last_step(run_dir: &Path, checkpoint: &Path) -> bool {
+fn holds_last_step(run_dir: &Path, checkpoint: &lavender::checkpoint::Checkpoint) -> bool {
     let Ok(hb) = heartbeat::read(&heartbeat::path(run_dir)) else {
         return false;
     };
     let named = hb.latest_checkpoint.as_deref().map(|n| run_dir.join(n));
     hb.state == WorkerState::Stopping
-        && named.as_deref() == Some(checkpoint)
-        && lavender::checkpoint::Checkpoint::load(checkpoint).is_ok_and(|c| c.state.step == hb.step)
+        && named.as_deref() == Some(checkpoint.path.as_path())
+        && checkpoint.state.step == hb.step
 }
 
 /// The stop reports the daemon makes: what it reads of the run's files to say what
@@ -140,7 +140,8 @@ impl StopReports for StopReport {
         killed: bool,
     ) -> StopReport {
         let saved = saved_since(mark, checkpoints_root, killed);
-        let latest = newest_complete(mark.run_dir.as_deref(), checkpoints_root);
+        let newest =
+            lavender::checkpoint::newest_complete(mark.run_dir.as_deref(), checkpoints_root);
         let how = if killed {
             "did not exit within the timeout and was killed (SIGKILL)"
         } else {
@@ -148,10 +149,11 @@ impl StopReports for StopReport {
         };
         let nothing_to_save = saved.is_none()
             && !killed
-            && latest
-                .as_deref()
+            && newest
+                .as_ref()
                 .zip(mark.run_dir.as_deref())
-                .is_some_and(|(l, run)| holds_last_step(run, l));
+                .is_some_and(|(c, run)| holds_last_step(run, c));
+        let latest = newest.map(|c| c.path);
         let message = match (&saved, &latest) {
             (Some(s), _) => format!("step {step} {how}; the stop saved {}", s.display()),
             (None, Some(l)) if nothing_to_save => format!(
