@@ -28,14 +28,27 @@ pub(crate) struct CheckInput {
     /// `training.keep_checkpoints` when early retention may delete (not in observe
     /// mode, and only a run under the checkpoints root); `None`: it may not.
     pub keep: Option<usize>,
-    /// The first check after a save found the disk full: when the estimate says
-    /// the save fits in what is free now, it was wrong (the save did not fit), so
-    /// the wait asks for more than is free now.
-    pub after_full: bool,
-    /// A need set by an earlier check of the same wait (see `after_full`).
-    pub at_least: Option<u64>,
-    /// Asked by a wait for space, not by the watchdog while a worker runs.
-    pub for_wait: bool,
+    pub asked: Asked,
+}
+
+/// Who asked for a check, and the need it brings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// The watchdog, while a worker runs: the next save looks short.
+    Watchdog,
+    /// A wait for space, right after a save found the disk full: when the estimate
+    /// says the save fits in what is free now, it was wrong (the save did not fit),
+    /// so the wait asks for more than is free now.
+    WaitFirst,
+    /// A later check of the wait, with the need its first check set.
+    Wait { at_least: Option<u64> },
+}
+
+impl Asked {
+    /// Asked by a wait for space (see [`DiskCheck::for_wait`]).
+    pub(crate) fn by_wait(self) -> bool {
+        self != Asked::Watchdog
+    }
 }
 
 /// What a check found.
@@ -93,8 +106,12 @@ pub(crate) fn check(input: &CheckInput) -> DiskCheck {
     let next_save_bytes = run.and_then(newest_checkpoint_bytes);
     let on = run.unwrap_or(&input.data_root);
     let free_before = crate::disk::avail_bytes(on);
-    let mut need = save_need(next_save_bytes, input.floor_mib).max(input.at_least.unwrap_or(0));
-    if input.after_full
+    let at_least = match input.asked {
+        Asked::Wait { at_least } => at_least.unwrap_or(0),
+        Asked::Watchdog | Asked::WaitFirst => 0,
+    };
+    let mut need = save_need(next_save_bytes, input.floor_mib).max(at_least);
+    if input.asked == Asked::WaitFirst
         && let Some(free) = free_before.filter(|f| *f >= need)
     {
         // It did not fit a moment ago: ask for a tenth of a save (at least 1 MiB) more.
@@ -108,7 +125,7 @@ pub(crate) fn check(input: &CheckInput) -> DiskCheck {
         free_before,
         dropped: Vec::new(),
         retention_error: None,
-        for_wait: input.for_wait,
+        for_wait: input.asked.by_wait(),
     };
     if found.fits() {
         return found;
@@ -193,9 +210,7 @@ mod tests {
             run_dir: Some(run.to_path_buf()),
             floor_mib,
             keep,
-            after_full: false,
-            at_least: None,
-            for_wait: true,
+            asked: Asked::Wait { at_least: None },
         }
     }
 
@@ -246,13 +261,15 @@ mod tests {
         std::fs::create_dir_all(&run).unwrap();
         save(&run, 1, 4096);
         let mut i = input(root.path(), &run, None, 0);
-        i.after_full = true;
+        i.asked = Asked::WaitFirst;
         let found = check(&i);
         assert!(!found.fits(), "{found:?}");
         assert!(found.need_bytes > found.free_before.unwrap());
         // Kept by the later checks of the wait.
         let mut later = input(root.path(), &run, None, 0);
-        later.at_least = Some(found.need_bytes);
+        later.asked = Asked::Wait {
+            at_least: Some(found.need_bytes),
+        };
         assert_eq!(check(&later).need_bytes, found.need_bytes);
     }
 

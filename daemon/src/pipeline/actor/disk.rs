@@ -20,7 +20,7 @@ use crate::alert::Alert;
 use crate::decisions::{Decision, DecisionKind, Evidence, Rule};
 use crate::exit::ExitOutcome;
 use crate::notify::format::thousands;
-use crate::pipeline::disk::{self, CheckInput, DiskCheck, bytes};
+use crate::pipeline::disk::{self, Asked, CheckInput, DiskCheck, bytes};
 use crate::pipeline::machine::{DiskWaiting, Event, PendingRestart, Phase, Restart};
 
 /// What the actor keeps about the disk between checks.
@@ -79,15 +79,21 @@ impl Actor {
             return;
         }
         self.disk.running_check = true;
-        self.spawn_check(false, false);
+        self.spawn_check(Asked::Watchdog);
     }
 
     /// A check asked by the machine (`CheckDisk`), while waiting.
     pub(super) fn check_disk(&mut self, first: bool) {
-        self.spawn_check(first, true);
+        self.spawn_check(if first {
+            Asked::WaitFirst
+        } else {
+            Asked::Wait {
+                at_least: self.disk.at_least,
+            }
+        });
     }
 
-    fn spawn_check(&self, after_full: bool, for_wait: bool) {
+    fn spawn_check(&self, asked: Asked) {
         let run_dir = self.record.run_dir.clone();
         let root = self.layout.checkpoints_root();
         // Early retention deletes only inside the checkpoints root, and not in observe mode.
@@ -100,9 +106,7 @@ impl Actor {
             run_dir,
             floor_mib: self.config.notify.disk_floor_mib,
             keep: may_delete.then_some(self.config.training.keep_checkpoints as usize),
-            after_full,
-            at_least: (!after_full).then_some(self.disk.at_least).flatten(),
-            for_wait,
+            asked,
         };
         let tx = self.disk_tx.clone();
         tokio::spawn(async move {
@@ -114,7 +118,7 @@ impl Actor {
                 free_before: None,
                 dropped: Vec::new(),
                 retention_error: Some("the check of the disk did not finish".into()),
-                for_wait: input.for_wait,
+                for_wait: input.asked.by_wait(),
             };
             let check = tokio::task::spawn_blocking(move || disk::check(&input))
                 .await
