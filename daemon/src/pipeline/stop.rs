@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use lavender::config::PipelineStep;
 use lavender::events::{self, kind};
-use lavender::heartbeat::{self, WorkerState};
+use lavender::heartbeat::{self, Heartbeat, WorkerState};
 pub(crate) use lavender_api::StopReport;
 
 /// Where the stop began, to tell a checkpoint saved by it from older ones.
@@ -40,7 +40,13 @@ pub fn newest_complete(run_dir: Option<&Path>, checkpoints_root: &Path) -> Optio
 /// that exited by itself after SIGTERM may also have saved without saying so (no
 /// events): then a checkpoint newer than the stop's start counts. A killed worker's
 /// periodic saves do not: they were not made because of the stop.
-pub fn saved_since(mark: &StopMark, checkpoints_root: &Path, killed: bool) -> Option<PathBuf> {
+/// `last` is the worker's final heartbeat.
+fn saved_since(
+    mark: &StopMark,
+    checkpoints_root: &Path,
+    killed: bool,
+    last: Option<&Heartbeat>,
+) -> Option<PathBuf> {
     let run_dir = mark.run_dir.as_deref()?;
     let is_new = |p: &PathBuf| {
         Some(p) != mark.newest_before.as_ref() && lavender::checkpoint::is_complete(p)
@@ -60,10 +66,10 @@ pub fn saved_since(mark: &StopMark, checkpoints_root: &Path, killed: bool) -> Op
     if let Some(p) = saved_event(kind::FINAL_SAVED) {
         return Some(p);
     }
-    if let Ok(hb) = heartbeat::read(&heartbeat::path(run_dir))
+    if let Some(hb) = last
         && hb.state == WorkerState::Stopping
-        && let Some(name) = hb.latest_checkpoint
-        && is_new(&run_dir.join(&name))
+        && let Some(name) = &hb.latest_checkpoint
+        && is_new(&run_dir.join(name))
     {
         return Some(run_dir.join(name));
     }
@@ -76,10 +82,11 @@ pub fn saved_since(mark: &StopMark, checkpoints_root: &Path, killed: bool) -> Op
 
 /// The worker stopped right after a save: its final heartbeat (`stopping`) names
 /// `checkpoint` and is at that checkpoint's step, so nothing was left to save.
-fn holds_last_step(run_dir: &Path, checkpoint: &lavender::checkpoint::Checkpoint) -> bool {
-    let Ok(hb) = heartbeat::read(&heartbeat::path(run_dir)) else {
-        return false;
-    };
+fn holds_last_step(
+    run_dir: &Path,
+    checkpoint: &lavender::checkpoint::Checkpoint,
+    hb: &Heartbeat,
+) -> bool {
     let named = hb.latest_checkpoint.as_deref().map(|n| run_dir.join(n));
     hb.state == WorkerState::Stopping
         && named.as_deref() == Some(checkpoint.path.as_path())
@@ -139,7 +146,12 @@ impl StopReports for StopReport {
         checkpoints_root: &Path,
         killed: bool,
     ) -> StopReport {
-        let saved = saved_since(mark, checkpoints_root, killed);
+        // The worker has exited: its final heartbeat, read once.
+        let last = mark
+            .run_dir
+            .as_deref()
+            .and_then(|d| heartbeat::read(&heartbeat::path(d)).ok());
+        let saved = saved_since(mark, checkpoints_root, killed, last.as_ref());
         let newest =
             lavender::checkpoint::newest_complete(mark.run_dir.as_deref(), checkpoints_root);
         let how = if killed {
@@ -152,7 +164,8 @@ impl StopReports for StopReport {
             && newest
                 .as_ref()
                 .zip(mark.run_dir.as_deref())
-                .is_some_and(|(c, run)| holds_last_step(run, c));
+                .zip(last.as_ref())
+                .is_some_and(|((c, run), hb)| holds_last_step(run, c, hb));
         let latest = newest.map(|c| c.path);
         let message = match (&saved, &latest) {
             (Some(s), _) => format!("step {step} {how}; the stop saved {}", s.display()),
@@ -183,7 +196,6 @@ impl StopReports for StopReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lavender::heartbeat::Heartbeat;
     use lavender::trainer_state::{self, TrainerState};
 
     /// A run with one checkpoint at step 40 and the worker's final heartbeat
