@@ -61,12 +61,12 @@ impl S3 {
         let dir = tempfile::tempdir().unwrap();
         // Blocks of 4 from 10000 whose gRPC ports (10000 above) stay below the
         // ephemeral range, from a seed that differs between tests run at once.
-        let blocks = ((ephemeral_low().saturating_sub(10_004)).saturating_sub(10_000) / 4) as u32;
+        let low = ephemeral_low();
+        let blocks = (low.saturating_sub(10_004).saturating_sub(10_000) / 4) as u32;
         assert!(
             blocks > 100,
-            "the ephemeral port range starts at {}: too low to leave SeaweedFS 8 ports \
-             below it (see /proc/sys/net/ipv4/ip_local_port_range)",
-            ephemeral_low()
+            "the ephemeral port range starts at {low}: too low to leave SeaweedFS 8 ports \
+             below it (see /proc/sys/net/ipv4/ip_local_port_range)"
         );
         let seed = std::process::id()
             + dir
@@ -117,8 +117,9 @@ impl S3 {
         );
     }
 
-    /// What weed's log says went wrong (printed when a test fails with a server): its fatal and error lines and panics (glog
-    /// marks them `F`/`E` and the date), the last 20 of them.
+    /// What weed's log says went wrong, printed when a test fails with a server: the
+    /// last 20 of its fatal and error lines (glog marks them `F`/`E` and the date) and
+    /// panics.
     fn log_digest(&self) -> String {
         let log = std::fs::read_to_string(self.base.join("weed.log")).unwrap_or_default();
         let bad: Vec<&str> = log
