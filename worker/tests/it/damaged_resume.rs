@@ -210,7 +210,9 @@ fn a_run_whose_only_checkpoint_is_damaged_fails_naming_it() {
 #[test]
 fn the_daemon_reads_each_save_back_and_the_status_and_the_listing_say_what_it_found() {
     let dir = tempfile::tempdir().unwrap();
-    let d = daemon(dir.path(), 8);
+    // More kept than the run saves (15): retention never takes the damaged one before
+    // `verify` reads it, however far the thawed worker trains meanwhile.
+    let d = daemon(dir.path(), 20);
     let frozen = freeze_damaging(&d, 3, |ckpts| {
         let second = &ckpts[ckpts.len() - 2];
         flip_last_byte(&second.join("model.safetensors"));
