@@ -287,6 +287,9 @@ async fn a_start_with_nothing_to_do_says_so_in_one_line_and_does_nothing_else() 
     wait_until(Duration::from_secs(10), "the finished push", || {
         hook.of_kind("finished").len() == 1
     });
+    // The finished run's own prune (keep_runs) is done, with nothing to remove: an
+    // old run made before that line would be its to take.
+    env.log_with("keep_runs 1: no old run to remove", Duration::from_secs(10));
     // An older run a prune would take (keep_runs: 1).
     let old = env
         .data_root
@@ -337,7 +340,7 @@ async fn a_start_with_nothing_to_do_says_so_in_one_line_and_does_nothing_else() 
         std::fs::read_to_string(env.daemon_log())
             .unwrap_or_default()
             .lines()
-            .filter(|l| l.contains("keep_runs 1:"))
+            .filter(|l| l.contains("keep_runs 1: removed"))
             .map(str::to_string)
             .collect()
     };

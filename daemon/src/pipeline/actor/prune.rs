@@ -75,7 +75,7 @@ impl Actor {
                 r.bytes_freed,
                 r.removed.join(", ")
             ),
-            Ok(_) => {}
+            Ok(_) => tracing::info!("{who}: no old run to remove"),
             Err(e) => tracing::warn!("{who}: {e}"),
         }
         if let Some(reply) = p.reply {
