@@ -86,12 +86,18 @@ impl TrainerState {
 pub fn read(checkpoint_dir: &Path) -> Result<TrainerState> {
     let path = checkpoint_dir.join(FILE);
     let bytes = fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
+    parse(&bytes, path)
+}
+
+/// `bytes` as a trainer state read from `path` (named in the error): lavender's own
+/// shape, else a Hugging Face Trainer's.
+pub fn parse(bytes: &[u8], path: std::path::PathBuf) -> Result<TrainerState> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(Error::Empty { path });
     }
-    match serde_json::from_slice::<TrainerState>(&bytes) {
+    match serde_json::from_slice::<TrainerState>(bytes) {
         Ok(state) => Ok(state),
-        Err(e) => serde_json::from_slice::<Map<String, Value>>(&bytes)
+        Err(e) => serde_json::from_slice::<Map<String, Value>>(bytes)
             .ok()
             .and_then(|doc| from_hugging_face(&doc))
             .ok_or_else(|| Error::Malformed {
@@ -238,5 +244,34 @@ mod tests {
         assert!(matches!(read(dir.path()), Err(Error::Empty { .. })));
         fs::write(dir.path().join(FILE), r#"{"step": 7, "sta"#).unwrap();
         assert!(matches!(read(dir.path()), Err(Error::Malformed { .. })));
+    }
+
+    mod parse_properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
+
+            /// Any bytes, and any JSON object with a step: an error or a state; never
+            /// a panic (the Hugging Face mapping included).
+            #[test]
+            fn any_input_parses_or_fails(
+                bytes in proptest::collection::vec(any::<u8>(), 0..256),
+                step in any::<i64>(),
+                epochs in any::<f64>(),
+                key in "[a-z_]{1,12}",
+                value in any::<f64>(),
+            ) {
+                let _ = parse(&bytes, "t.json".into());
+                let hf = serde_json::json!({
+                    "global_step": step, "num_train_epochs": epochs, "max_steps": step,
+                    "log_history": [{"step": step, key.clone(): value}, {"eval_loss": value}, 3]
+                });
+                let _ = parse(&serde_json::to_vec(&hf).unwrap(), "t.json".into());
+                let own = serde_json::json!({"step": step, "stage": key, "val_loss": value});
+                let _ = parse(&serde_json::to_vec(&own).unwrap(), "t.json".into());
+            }
+        }
     }
 }

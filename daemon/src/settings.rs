@@ -53,6 +53,16 @@ impl Settings {
             data_root.path.clone(),
             args.state_dir.as_deref().map(absolute),
         );
+        if let Some(key) = &config.replicate.signing_key_file {
+            let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| absolute(p));
+            if real(key).starts_with(real(&data_root.path)) {
+                anyhow::bail!(
+                    "replicate.signing_key_file {} is inside the data root {}: a key kept beside the checkpoints is lost with the disk it is there for, and goes wherever the data root is copied; keep it elsewhere (e.g. /etc/lavender/signing.key, readable by the daemon's user only)",
+                    key.display(),
+                    data_root.path.display()
+                );
+            }
+        }
         Ok(Settings {
             config,
             config_file,

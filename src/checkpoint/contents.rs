@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::untrusted;
 use crate::atomic;
 use crate::error::{Error, IoContext, Result};
 
@@ -128,15 +129,22 @@ pub fn write(dir: &Path, manifest: &ContentManifest) -> Result<()> {
 /// there but unreadable or not a manifest this code understands.
 pub fn read(dir: &Path) -> Result<Option<ContentManifest>> {
     let path = dir.join(FILE);
-    let text = match std::fs::read_to_string(&path) {
+    let bytes = match std::fs::read(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io("read", &path, e)),
     };
-    let manifest: ContentManifest = serde_json::from_str(&text).map_err(|e| Error::Malformed {
-        path: path.clone(),
-        reason: format!("not a checkpoint content manifest: {e}"),
-    })?;
+    parse(&bytes, path).map(Some)
+}
+
+/// `bytes` as a content manifest read from `path` (named in the error): the format
+/// and version this code reads, every entry checked by [`check_entries`].
+pub fn parse(bytes: &[u8], path: PathBuf) -> Result<ContentManifest> {
+    let manifest: ContentManifest =
+        serde_json::from_slice(bytes).map_err(|e| Error::Malformed {
+            path: path.clone(),
+            reason: format!("not a checkpoint content manifest: {e}"),
+        })?;
     if manifest.format != FORMAT || manifest.version != VERSION {
         return Err(Error::Malformed {
             path,
@@ -146,26 +154,27 @@ pub fn read(dir: &Path) -> Result<Option<ContentManifest>> {
             ),
         });
     }
-    // Every entry names a file inside the checkpoint: an absolute path or `..` would
-    // have the check read (and vouch for) bytes that are not the checkpoint's.
-    if let Some(entry) = manifest.files.iter().find(|f| !inside(&f.path)) {
-        return Err(Error::Malformed {
-            path,
-            reason: format!(
-                "{:?} is not a path inside the checkpoint (a manifest lists relative paths without `..`)",
-                entry.path
-            ),
-        });
-    }
-    Ok(Some(manifest))
+    check_entries(&manifest.files).map_err(|reason| Error::Malformed { path, reason })?;
+    Ok(manifest)
 }
 
-/// `path` is relative and stays below the folder it is joined to.
-fn inside(path: &str) -> bool {
-    !path.is_empty()
-        && Path::new(path)
-            .components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)))
+/// Every entry names a file inside the checkpoint, once: an absolute
+/// path or `..` would have the check read (and vouch for) bytes that are not the
+/// checkpoint's, and a restore write them outside it.
+pub fn check_entries(files: &[FileEntry]) -> std::result::Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for entry in files {
+        untrusted::entry_path(&entry.path).map_err(|why| {
+            format!(
+                "{:?} is not a path inside the checkpoint: {why} (a manifest lists relative paths without `..`)",
+                entry.path
+            )
+        })?;
+        if !seen.insert(entry.path.as_str()) {
+            return Err(format!("entry {:?} is listed twice", entry.path));
+        }
+    }
+    Ok(())
 }
 
 /// Take `path` out of the manifest of the checkpoint at `dir` (if it has one that
@@ -606,6 +615,48 @@ mod tests {
                     other => panic!("{bad}: {other:?}"),
                 },
                 other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    mod parse_properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn entry() -> impl Strategy<Value = serde_json::Value> {
+            (
+                "(\\.\\.|/|\\.|[a-z]{1,4}|\\\\){1,5}",
+                any::<u64>(),
+                "[0-9a-fA-F]{0,70}",
+            )
+                .prop_map(|(path, size, hash)| serde_json::json!({"path": path, "size": size, "hash": hash}))
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
+
+            /// Any bytes: an error or a manifest; never a panic.
+            #[test]
+            fn any_bytes_parse_or_fail(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+                let _ = parse(&bytes, PathBuf::from("m.json"));
+            }
+
+            /// A well-formed document with arbitrary entries: accepted only when every
+            /// entry joins below the checkpoint, once, with a digest.
+            #[test]
+            fn an_accepted_manifest_lists_only_paths_inside(files in proptest::collection::vec(entry(), 0..6)) {
+                let doc = serde_json::json!({"format": FORMAT, "version": VERSION, "algorithm": "blake3", "files": files});
+                let bytes = serde_json::to_vec(&doc).unwrap();
+                if let Ok(m) = parse(&bytes, PathBuf::from("m.json")) {
+                    let base = Path::new("/data/run/ckpt");
+                    let mut seen = std::collections::BTreeSet::new();
+                    for f in &m.files {
+                        let joined = base.join(&f.path);
+                        prop_assert!(joined.starts_with(base) && joined != base);
+                        prop_assert!(!f.path.split('/').any(|c| c == ".." || c.is_empty()));
+                        prop_assert!(seen.insert(f.path.clone()));
+                    }
+                }
             }
         }
     }

@@ -8,6 +8,7 @@ mod listing;
 mod name;
 mod prune;
 mod retention;
+pub mod untrusted;
 pub mod verdicts;
 
 pub use builder::CheckpointBuilder;

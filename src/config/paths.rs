@@ -7,7 +7,7 @@
 //! The keys that name files ([`PATH_KEYS`]):
 //! - `data_root`, `data.sources[].path` (a file, a folder or a glob), `data.sft_jsonl`,
 //!   `data.dpo_jsonl`, `model.init_from`, `notify.bark.env_file`,
-//!   `replicate.credentials_file`;
+//!   `replicate.credentials_file`, `replicate.signing_key_file`;
 //! - `worker.command`: its program when it holds a `/` (a bare name such as `python`
 //!   or `lavender-worker` is looked up on `PATH` when the worker starts, never
 //!   rebased), and each later argument written as a path (not starting with `-`, and
@@ -35,6 +35,7 @@ pub const PATH_KEYS: &[&str] = &[
     "model.init_from",
     "notify.bark.env_file",
     "replicate.credentials_file",
+    "replicate.signing_key_file",
     "worker.command",
 ];
 
@@ -47,6 +48,7 @@ pub(crate) fn rebase(root: &mut Node, cwd: Option<&Path>) {
         &["model", "init_from"],
         &["notify", "bark", "env_file"],
         &["replicate", "credentials_file"],
+        &["replicate", "signing_key_file"],
     ] {
         if let Some(node) = get_mut(root, key) {
             rebase_value(node, cwd);
@@ -156,7 +158,7 @@ pub struct MissingPath {
 
 /// The files the config names that do not exist: local sources (for a glob, the folder
 /// before its first pattern), `data.sft_jsonl`, `data.dpo_jsonl`, `model.init_from`,
-/// `notify.bark.env_file`, `replicate.credentials_file`, and `worker.command`'s program when it is a path (one with
+/// `notify.bark.env_file`, `replicate.credentials_file`, `replicate.signing_key_file`, and `worker.command`'s program when it is a path (one with
 /// a `/`; a bare name is for the caller to look up on `PATH`). Relative paths are taken
 /// against the working directory of the process.
 pub fn missing_paths(config: &Config) -> Vec<MissingPath> {
@@ -174,6 +176,10 @@ pub fn missing_paths(config: &Config) -> Vec<MissingPath> {
         (
             "replicate.credentials_file",
             &config.replicate.credentials_file,
+        ),
+        (
+            "replicate.signing_key_file",
+            &config.replicate.signing_key_file,
         ),
     ];
     for (key, value) in optional {

@@ -27,6 +27,11 @@ pub struct ReplicateConfig {
     /// `aws_secret_access_key`, optionally `aws_session_token`); null = the
     /// environment's `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN`.
     pub credentials_file: Option<PathBuf>,
+    /// A file of at least 32 secret bytes, kept outside the data root and copied to
+    /// every machine that restores: each remote manifest is signed with it, and a
+    /// restore refuses one that is unsigned or does not verify. null = the bucket is
+    /// trusted (whoever can write it decides what a restore brings back).
+    pub signing_key_file: Option<PathBuf>,
     /// Remote checkpoints kept per run: the newest `keep`, plus the best by validation
     /// loss, each stage's last and the run's final; the rest are deleted remotely.
     pub keep: u32,
@@ -45,6 +50,7 @@ impl Default for ReplicateConfig {
             region: None,
             path_style: false,
             credentials_file: None,
+            signing_key_file: None,
             keep: 5,
             max_mbps: None,
             max_lag_s: None,

@@ -11,6 +11,9 @@
 //!
 //! - [`upload`]: one checkpoint up, then read back (HEAD size, GET and hash).
 //! - [`restore`]: one checkpoint down into a run folder, verified before it appears.
+//!   Everything read from the bucket is untrusted: names, paths and sizes are checked
+//!   ([`manifest::RemoteManifest::check`]) before any local path is built from them.
+//! - [`signing`]: authenticated copies (`replicate.signing_key_file`).
 //! - `retention`: which remote checkpoints `replicate.keep` drops.
 //! - `alarm`: the alert when the copy falls behind or uploads keep failing, and
 //!   when it catches up (pure; a watcher feeds it the status each second).
@@ -23,6 +26,7 @@ pub mod remote;
 pub mod replicator;
 pub mod restore;
 mod retention;
+pub mod signing;
 mod state;
 mod throttle;
 pub mod upload;

@@ -15,6 +15,8 @@ use object_store::path::Path as Key;
 use object_store::{ClientOptions, ObjectStore, RetryConfig};
 
 use super::manifest::{self, RemoteManifest};
+use super::signing::SigningKey;
+use lavender::checkpoint::untrusted;
 
 /// What went wrong talking to the target, sorted by what the caller does about it.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +43,11 @@ pub enum RemoteError {
     /// What was read back (or downloaded) is not what was written.
     #[error("{object}: {detail}")]
     Mismatch { object: String, detail: String },
+    /// What the bucket holds may not be acted on (a name or path that would leave
+    /// its checkpoint, a manifest that names another key, an object longer than its
+    /// entry, a signature that does not verify): nothing is written for it.
+    #[error("{object}: refused: {detail}")]
+    Refused { object: String, detail: String },
     /// A local file could not be read or written.
     #[error("{0}")]
     Local(String),
@@ -147,6 +154,9 @@ pub struct Remote {
     base: String,
     /// Where the credentials came from, for a refusal's message.
     source_of: String,
+    /// `replicate.signing_key_file`: manifests written are signed, and those read
+    /// must verify.
+    signing: Option<Arc<SigningKey>>,
 }
 
 impl Remote {
@@ -160,6 +170,15 @@ impl Remote {
             return Ok(None);
         };
         let name = target.to_string();
+        let signing = match &config.signing_key_file {
+            None => None,
+            Some(file) => Some(Arc::new(SigningKey::load(file).map_err(|message| {
+                RemoteError::Config {
+                    key: "replicate.signing_key_file",
+                    message,
+                }
+            })?)),
+        };
         let base = match &target {
             ReplicateTarget::S3 { bucket, .. } => format!("s3://{bucket}"),
             ReplicateTarget::File { root } => format!("file://{}", root.display()),
@@ -232,7 +251,16 @@ impl Remote {
             target: name,
             base,
             source_of,
+            signing,
         }))
+    }
+
+    /// `m` as it goes up: signed when a key is set.
+    pub(crate) fn seal(&self, m: RemoteManifest) -> RemoteManifest {
+        match &self.signing {
+            Some(key) => key.sign(m),
+            None => m,
+        }
     }
 
     /// The target's URL (no credentials).
@@ -311,35 +339,74 @@ impl Remote {
     }
 
     /// The remote manifest of `run/ckpt`; `None` when it is not there (not committed).
+    /// Refused when the names are not ones lavender writes, when the manifest does
+    /// not pass [`RemoteManifest::parse`] for that key, or, with a signing key, when
+    /// its signature does not verify.
     pub async fn manifest(
         &self,
         run: &str,
         ckpt: &str,
     ) -> Result<Option<RemoteManifest>, RemoteError> {
+        untrusted::run_name(run)
+            .and_then(|()| untrusted::checkpoint_name(ckpt))
+            .map_err(|detail| RemoteError::Refused {
+                object: format!("{}/{run}/{ckpt}", self.target),
+                detail,
+            })?;
         let key = self.key(&[run, ckpt, manifest::FILE]);
-        let bytes = match self.store.get(&key).await {
-            Ok(r) => r.bytes().await.map_err(|e| self.error(e))?,
+        let got = match self.store.get(&key).await {
+            Ok(r) => r,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(self.error(e)),
         };
-        RemoteManifest::parse(&bytes, key.as_ref())
-            .map(Some)
-            .map_err(|detail| RemoteError::Mismatch {
-                object: key.to_string(),
+        // Not read into memory past what a manifest holds.
+        if got.meta.size > MAX_MANIFEST_BYTES as u64 {
+            return Err(RemoteError::Refused {
+                object: self.url(&key),
+                detail: format!("{} bytes, more than a manifest holds", got.meta.size),
+            });
+        }
+        let bytes = got.bytes().await.map_err(|e| self.error(e))?;
+        let m = RemoteManifest::parse(&bytes, &self.url(&key), run, ckpt).map_err(|detail| {
+            RemoteError::Refused {
+                object: self.url(&key),
                 detail,
-            })
+            }
+        })?;
+        if let Some(signing) = &self.signing {
+            signing.verify(&m).map_err(|detail| RemoteError::Refused {
+                object: self.url(&key),
+                detail,
+            })?;
+        }
+        Ok(Some(m))
     }
 
     /// Every committed checkpoint's manifest (of `run`, or of all runs), oldest first
     /// (by when the local checkpoint was completed, then its step). A manifest that
-    /// cannot be read is reported and left out.
+    /// cannot be read or is refused is logged and left out.
     pub async fn manifests(&self, run: Option<&str>) -> Result<Vec<RemoteManifest>, RemoteError> {
+        let (out, refused) = self.manifests_and_refusals(run).await?;
+        for (name, why) in refused {
+            tracing::warn!("replicate: {name} left out: {why}");
+        }
+        Ok(out)
+    }
+
+    /// [`Remote::manifests`], with what was left out: each `run/checkpoint` and why.
+    pub async fn manifests_and_refusals(
+        &self,
+        run: Option<&str>,
+    ) -> Result<(Vec<RemoteManifest>, Vec<(String, String)>), RemoteError> {
         let mut out = Vec::new();
+        let mut refused = Vec::new();
         for (run, ckpt) in self.committed(run).await? {
             match self.manifest(&run, &ckpt).await {
                 Ok(Some(m)) => out.push(m),
                 Ok(None) => {}
-                Err(e @ RemoteError::Mismatch { .. }) => tracing::warn!("replicate: {e}"),
+                Err(e @ (RemoteError::Mismatch { .. } | RemoteError::Refused { .. })) => {
+                    refused.push((format!("{run}/{ckpt}"), e.to_string()));
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -350,7 +417,7 @@ impl Remote {
                 &b.checkpoint,
             ))
         });
-        Ok(out)
+        Ok((out, refused))
     }
 
     /// Reads the object back: its size (HEAD) and its bytes hashed with `algorithm`
@@ -439,6 +506,9 @@ impl Remote {
         Ok(committed)
     }
 }
+
+/// The largest remote manifest read: 16 MiB (lavender writes about 150 bytes a file).
+const MAX_MANIFEST_BYTES: usize = 16 << 20;
 
 /// An error text that says the server refused the request's credentials.
 fn refused(text: &str) -> bool {

@@ -28,15 +28,51 @@ pub struct Restored {
 /// Downloads the committed remote checkpoint `m` into `<checkpoints_root>/<run>/`,
 /// verified; a checkpoint of that name already complete there is left as it is
 /// (`downloaded` false).
+///
+/// `m` came from the bucket: it is checked again ([`RemoteManifest::check`]) before a
+/// path is built from it; no symlink is followed below `checkpoints_root`; nothing is
+/// created, truncated or deleted outside the hidden folder the download goes to until
+/// every object has matched its entry; a download stops the moment an object passes
+/// its entry's size; and the free space is checked against the manifest first.
 pub async fn pull(
     remote: &Remote,
     m: &RemoteManifest,
     checkpoints_root: &Path,
 ) -> Result<(PathBuf, bool), RemoteError> {
+    let object = format!("{}/{}/{}", remote.target(), m.run, m.checkpoint);
+    let refused = |detail: String| RemoteError::Refused {
+        object: object.clone(),
+        detail,
+    };
+    m.check(&m.run, &m.checkpoint).map_err(refused)?;
+    let local = |e: std::io::Error, p: &Path| RemoteError::Local(format!("{}: {e}", p.display()));
     let run_dir = checkpoints_root.join(&m.run);
     let dest = run_dir.join(&m.checkpoint);
-    if lavender::checkpoint::is_complete(&dest) {
+    tokio::fs::create_dir_all(checkpoints_root)
+        .await
+        .map_err(|e| local(e, checkpoints_root))?;
+    if !real_dir(&run_dir).map_err(refused)? {
+        match tokio::fs::create_dir(&run_dir).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(local(e, &run_dir)),
+        }
+        real_dir(&run_dir).map_err(refused)?;
+    }
+    let leftover = real_dir(&dest).map_err(refused)?;
+    if leftover && lavender::checkpoint::is_complete(&dest) {
         return Ok((dest, false));
+    }
+    let need = m.bytes();
+    if let Some(free) = crate::disk::avail_bytes(&run_dir)
+        && free < need
+    {
+        return Err(RemoteError::Local(format!(
+            "{object} needs {:.1} MB and {} has {:.1} MB free: make room (`lavenderd prune`), then pull again",
+            need as f64 / 1e6,
+            run_dir.display(),
+            free as f64 / 1e6
+        )));
     }
     let tmp = run_dir.join(format!(
         "{}pull-{}-{}",
@@ -44,13 +80,14 @@ pub async fn pull(
         m.checkpoint,
         std::process::id()
     ));
-    let local = |e: std::io::Error, p: &Path| RemoteError::Local(format!("{}: {e}", p.display()));
-    if tmp.exists() {
-        tokio::fs::remove_dir_all(&tmp)
-            .await
-            .map_err(|e| local(e, &tmp))?;
+    match tokio::fs::symlink_metadata(&tmp).await {
+        // Never followed: a link is removed as a link.
+        Ok(md) if md.is_dir() => tokio::fs::remove_dir_all(&tmp).await,
+        Ok(_) => tokio::fs::remove_file(&tmp).await,
+        Err(_) => Ok(()),
     }
-    tokio::fs::create_dir_all(&tmp)
+    .map_err(|e| local(e, &tmp))?;
+    tokio::fs::create_dir(&tmp)
         .await
         .map_err(|e| local(e, &tmp))?;
     let result = download(remote, m, &tmp).await;
@@ -66,8 +103,8 @@ pub async fn pull(
         .open(&marker)
         .and_then(|f| f.set_modified(when))
         .map_err(|e| local(e, &marker))?;
-    if dest.exists() {
-        // An incomplete leftover of the same name (a save cut short).
+    if leftover {
+        // An incomplete leftover of the same name (a save cut short): a real folder.
         tokio::fs::remove_dir_all(&dest)
             .await
             .map_err(|e| local(e, &dest))?;
@@ -78,16 +115,55 @@ pub async fn pull(
     Ok((dest, true))
 }
 
+/// Whether `path` is a folder (false: nothing there); an error names what is in
+/// the way when it is a symbolic link or not a folder: never followed, never replaced.
+fn real_dir(path: &Path) -> Result<bool, String> {
+    match std::fs::symlink_metadata(path) {
+        Err(_) => Ok(false),
+        Ok(md) if md.file_type().is_symlink() => Err(format!(
+            "{} is a symbolic link: a restore never follows one (remove it, then pull again)",
+            path.display()
+        )),
+        Ok(md) if !md.is_dir() => Err(format!(
+            "{} is in the way and is not a folder (move it, then pull again)",
+            path.display()
+        )),
+        Ok(_) => Ok(true),
+    }
+}
+
+/// Creates the folders of `rel` (checked by [`RemoteManifest::check`]) below `tmp`,
+/// one at a time, each a new real folder or one made for an earlier entry.
+async fn folders_below(tmp: &Path, rel: &str) -> Result<PathBuf, RemoteError> {
+    let mut at = tmp.to_path_buf();
+    let mut parts: Vec<&str> = rel.split('/').collect();
+    let file = parts.pop().unwrap_or_default();
+    for part in parts {
+        at.push(part);
+        match tokio::fs::create_dir(&at).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                real_dir(&at).map_err(RemoteError::Local)?;
+            }
+            Err(e) => return Err(RemoteError::Local(format!("{}: {e}", at.display()))),
+        }
+    }
+    Ok(at.join(file))
+}
+
 async fn download(remote: &Remote, m: &RemoteManifest, tmp: &Path) -> Result<(), RemoteError> {
     for entry in &m.files {
         let key = remote.key(&[&m.run, &m.checkpoint, &entry.path]);
         let object = remote.url(&key);
-        let path = tmp.join(&entry.path);
+        let path = folders_below(tmp, &entry.path).await?;
         let local = |e: std::io::Error| RemoteError::Local(format!("{}: {e}", path.display()));
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent).await.map_err(local)?;
-        }
-        let mut file = tokio::fs::File::create(&path).await.map_err(local)?;
+        // A new file: never one already there, nor a link's target.
+        let mut file = tokio::fs::File::options()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .await
+            .map_err(local)?;
         let mut stream = remote
             .store()
             .get(&key)
@@ -98,8 +174,17 @@ async fn download(remote: &Remote, m: &RemoteManifest, tmp: &Path) -> Result<(),
         let mut size = 0u64;
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| remote.error(e))?;
-            hasher.update(&chunk);
             size += chunk.len() as u64;
+            if size > entry.size {
+                return Err(RemoteError::Refused {
+                    object,
+                    detail: format!(
+                        "longer than the {} bytes its remote manifest lists; the download stopped there",
+                        entry.size
+                    ),
+                });
+            }
+            hasher.update(&chunk);
             file.write_all(&chunk).await.map_err(local)?;
         }
         file.sync_all().await.map_err(local)?;
@@ -114,7 +199,8 @@ async fn download(remote: &Remote, m: &RemoteManifest, tmp: &Path) -> Result<(),
             });
         }
     }
-    // The checkpoint's own manifest must list what the remote one does.
+    // The checkpoint's own manifest must list what the remote one does: the same
+    // entries, and no object beside them but the two files it never lists.
     let content = contents::read(tmp)
         .map_err(|e| RemoteError::Local(e.to_string()))?
         .ok_or_else(|| RemoteError::Mismatch {
@@ -129,19 +215,29 @@ async fn download(remote: &Remote, m: &RemoteManifest, tmp: &Path) -> Result<(),
             });
         }
     }
+    if let Some(extra) = m.files.iter().find(|f| {
+        f.path != trainer_state::FILE
+            && f.path != contents::FILE
+            && content.entry(&f.path).is_none()
+    }) {
+        return Err(RemoteError::Mismatch {
+            object: format!("{}/{}/{}", m.run, m.checkpoint, extra.path),
+            detail: "listed by the remote manifest and not by the checkpoint's manifest.json"
+                .into(),
+        });
+    }
     Ok(())
 }
 
 /// Downloads the newest committed remote checkpoint (of `run`, or of any run) that
-/// downloads whole: one whose objects do not match its manifest is passed over, and
-/// the one before it tried.
+/// downloads whole: one refused, or whose objects do not match its manifest, is
+/// passed over (named in `skipped`), and the one before it tried.
 pub async fn newest(
     remote: &Remote,
     run: Option<&str>,
     checkpoints_root: &Path,
 ) -> Result<Option<Restored>, RemoteError> {
-    let mut skipped = Vec::new();
-    let mut all = remote.manifests(run).await?;
+    let (mut all, mut skipped) = remote.manifests_and_refusals(run).await?;
     while let Some(m) = all.pop() {
         match pull(remote, &m, checkpoints_root).await {
             Ok((path, downloaded)) => {
@@ -152,7 +248,7 @@ pub async fn newest(
                     skipped,
                 }));
             }
-            Err(e @ RemoteError::Mismatch { .. }) => {
+            Err(e @ (RemoteError::Mismatch { .. } | RemoteError::Refused { .. })) => {
                 tracing::warn!("replicate: {}/{} passed over: {e}", m.run, m.checkpoint);
                 skipped.push((format!("{}/{}", m.run, m.checkpoint), e.to_string()));
             }

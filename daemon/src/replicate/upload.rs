@@ -8,6 +8,7 @@ use std::time::UNIX_EPOCH;
 
 use lavender::checkpoint::Checkpoint;
 use lavender::checkpoint::contents::{self, ContentManifest, FileEntry, HashAlgorithm};
+use lavender::checkpoint::untrusted;
 use lavender::trainer_state;
 use object_store::path::Path as Key;
 use object_store::{PutPayload, WriteMultipart};
@@ -69,6 +70,15 @@ pub(crate) async fn upload(
     throttle: &Throttle,
 ) -> Result<Uploaded, RemoteError> {
     let ckpt = dir_name(dir);
+    // A copy a restore would refuse is not made.
+    if let Err(detail) = untrusted::run_name(run).and_then(|()| untrusted::checkpoint_name(&ckpt)) {
+        return Err(RemoteError::Damaged {
+            path: dir.to_path_buf(),
+            detail: format!(
+                "{detail}: a restore accepts only the names lavender writes; not replicated"
+            ),
+        });
+    }
     let owned = dir.to_path_buf();
     let Local {
         checkpoint,
@@ -152,7 +162,7 @@ pub(crate) async fn upload(
         .mtime
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let m = RemoteManifest {
+    let m = remote.seal(RemoteManifest {
         format: manifest::FORMAT.into(),
         version: manifest::VERSION,
         run: run.to_string(),
@@ -164,7 +174,8 @@ pub(crate) async fn upload(
         uploaded_at: lavender::time::rfc3339_z(lavender::time::now_utc()),
         algorithm,
         files,
-    };
+        signature: None,
+    });
     let key = remote.key(&[run, &ckpt, manifest::FILE]);
     let bytes = serde_json::to_vec_pretty(&m).expect("a manifest serializes");
     let len = bytes.len() as u64;

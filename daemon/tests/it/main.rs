@@ -25,6 +25,7 @@ mod python_hf;
 mod python_torchrun;
 mod readme_api;
 mod replicate_faults;
+mod replicate_untrusted;
 mod service_notify;
 mod service_units;
 mod slurm_cluster;

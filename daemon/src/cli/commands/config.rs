@@ -34,10 +34,29 @@ pub fn check(args: &GlobalArgs) -> Result<ExitCode> {
         );
         return Ok(ExitCode::FAILURE);
     }
+    if let Some(url) = &settings.config.replicate.url {
+        eprintln!(
+            "{}",
+            bucket_trust(url, settings.config.replicate.signing_key_file.is_some())
+        );
+    }
     eprintln!(
         "config OK ({name}); {}; state directory {}",
         settings.data_root.line(),
         settings.layout.state_dir.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a restore from `url` trusts, said plainly (`config check` prints it).
+fn bucket_trust(url: &str, signed: bool) -> String {
+    if signed {
+        format!(
+            "replicate: copies in {url} are signed with replicate.signing_key_file; a restore refuses one unsigned or altered (keep the key off this data root, and the same file on every machine that restores)"
+        )
+    } else {
+        format!(
+            "replicate: no replicate.signing_key_file, so a restore trusts {url} as it is: whoever can write there (a teammate's job, a leaked key) decides what this machine resumes from, and a Hugging Face checkpoint's pickles (optimizer.pt, rng_state.pth) run code when loaded. Names and paths are checked either way; set a signing key to check the bytes (docs/OPERATIONS.md, \"Replication\")"
+        )
+    }
 }

@@ -59,7 +59,7 @@ pub async fn run(
             let run = run.context("name the run of the checkpoint")?;
             let m: RemoteManifest = remote.manifest(run, ckpt).await?.with_context(|| {
                 format!(
-                    "{}/{run}/{ckpt} is not a complete remote checkpoint (no {}); `lavenderd checkpoints --remote` lists those there",
+                    "{}/{run}/{ckpt} is not a complete remote checkpoint (no {}); `lavenderd checkpoints --run {run}` lists those there",
                     remote.target(),
                     crate::replicate::manifest::FILE
                 )
