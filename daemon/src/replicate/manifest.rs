@@ -41,6 +41,29 @@ pub struct RemoteManifest {
 const LATEST_MS: u64 = 253_402_300_799_000;
 
 impl RemoteManifest {
+    /// What the remote manifest of the local checkpoint `c` of `run` says of it
+    /// (name, stage, step, loss, completion time); its files, hashes and upload time
+    /// are the upload's to fill in.
+    pub fn describe(run: &str, c: &lavender::checkpoint::Checkpoint) -> RemoteManifest {
+        RemoteManifest {
+            format: FORMAT.into(),
+            version: VERSION,
+            run: run.to_string(),
+            checkpoint: c.name.clone(),
+            stage: c.state.stage.clone(),
+            step: c.state.step,
+            val_loss: c.state.val_loss,
+            completed_unix_ms: c
+                .mtime
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            uploaded_at: String::new(),
+            algorithm: HashAlgorithm::Blake3,
+            files: Vec::new(),
+            signature: None,
+        }
+    }
+
     /// The bytes of every object; the manifests [`RemoteManifest::parse`] accepts
     /// cannot overflow it.
     pub fn bytes(&self) -> u64 {

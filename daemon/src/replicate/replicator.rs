@@ -160,6 +160,29 @@ fn backoff(failures: u32) -> Duration {
     Duration::from_secs((2u64 << failures.saturating_sub(1).min(5)).min(60))
 }
 
+/// The newest of `local` (a run's complete checkpoints, oldest first) that should be
+/// remote and is not: not `known` remotely, not `gone`, and one remote retention
+/// would keep beside what is there (`replicate.keep` over `known` and it). One it
+/// would drop at once is never sent: whatever the local and remote keep values, each
+/// checkpoint goes up at most once, and none is sent only to be deleted.
+fn next_upload<'a>(
+    run: &str,
+    local: &'a [lavender::checkpoint::Checkpoint],
+    known: &BTreeMap<String, RemoteManifest>,
+    gone: &BTreeSet<PathBuf>,
+    keep: usize,
+) -> Option<&'a lavender::checkpoint::Checkpoint> {
+    local.iter().rev().find(|c| {
+        if known.contains_key(&c.name) || gone.contains(&c.path) {
+            return false;
+        }
+        let candidate = RemoteManifest::describe(run, c);
+        let mut all: Vec<&RemoteManifest> = known.values().collect();
+        all.push(&candidate);
+        !super::retention::drop_list(&all, keep).contains(&c.name)
+    })
+}
+
 impl Task {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<PathBuf>) {
         let mut run_dir: Option<PathBuf> = None;
@@ -249,12 +272,8 @@ impl Task {
                 .await
                 .map_err(|e| RemoteError::Local(e.to_string()))?
                 .map_err(|e| RemoteError::Local(e.to_string()))?;
-            let known = &self.known[&run];
             self.measure(&run, &local);
-            let Some(next) = local
-                .iter()
-                .rev()
-                .find(|c| !known.contains_key(&c.name) && !self.gone.contains(&c.path))
+            let Some(next) = next_upload(&run, &local, &self.known[&run], &self.gone, self.keep)
             else {
                 return self.retain(&run).await;
             };
@@ -368,6 +387,54 @@ impl Task {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lavender::checkpoint::Checkpoint;
+    use lavender::trainer_state::TrainerState;
+
+    /// Saves every 10 steps with `local_keep` kept locally (oldest deleted first) and
+    /// `remote_keep` remotely; each save followed by a pass: the uploads it makes.
+    fn uploads_per_save(local_keep: usize, remote_keep: usize, saves: u64) -> Vec<usize> {
+        let run = "run-2026-01-01_00-00-00";
+        let mut local: Vec<Checkpoint> = Vec::new();
+        let mut known: BTreeMap<String, RemoteManifest> = BTreeMap::new();
+        let mut per_save = Vec::new();
+        for i in 1..=saves {
+            let name = format!("pretrain-00-00-00-{i:04}");
+            local.push(Checkpoint {
+                path: PathBuf::from(&name),
+                parsed: name.parse().ok(),
+                name,
+                mtime: UNIX_EPOCH + Duration::from_secs(i),
+                state: TrainerState::new("pretrain", i * 10),
+            });
+            if local.len() > local_keep {
+                local.remove(0);
+            }
+            let mut sent = 0;
+            while let Some(c) = next_upload(run, &local, &known, &BTreeSet::new(), remote_keep) {
+                known.insert(c.name.clone(), RemoteManifest::describe(run, c));
+                sent += 1;
+                assert!(sent <= local.len(), "a pass that never ends");
+            }
+            let all: Vec<&RemoteManifest> = known.values().collect();
+            for dropped in super::super::retention::drop_list(&all, remote_keep) {
+                known.remove(&dropped);
+            }
+            per_save.push(sent);
+        }
+        per_save
+    }
+
+    #[test]
+    fn remote_retention_and_the_uploader_agree_for_any_pair_of_keep_values() {
+        // Each save goes up once, and nothing a retention drops goes up again.
+        for (local_keep, remote_keep) in [(5, 2), (2, 5), (3, 3), (1, 1), (8, 1)] {
+            let per_save = uploads_per_save(local_keep, remote_keep, 23);
+            assert!(
+                per_save.iter().all(|&n| n == 1),
+                "local {local_keep}, remote {remote_keep}: {per_save:?}"
+            );
+        }
+    }
 
     fn with(waiting_for_s: f64, max_lag_s: Option<u64>) -> ReplicationStatus {
         let (wake, _) = mpsc::unbounded_channel();

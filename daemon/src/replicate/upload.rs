@@ -4,7 +4,6 @@
 //! then the remote manifest, last: only now is the remote copy complete.
 
 use std::path::{Path, PathBuf};
-use std::time::UNIX_EPOCH;
 
 use lavender::checkpoint::Checkpoint;
 use lavender::checkpoint::contents::{self, ContentManifest, FileEntry, HashAlgorithm};
@@ -158,23 +157,11 @@ pub(crate) async fn upload(
     }
 
     let read_back_s = started.elapsed().as_secs_f64() - sent_s;
-    let completed_unix_ms = checkpoint
-        .mtime
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
     let m = remote.seal(RemoteManifest {
-        format: manifest::FORMAT.into(),
-        version: manifest::VERSION,
-        run: run.to_string(),
-        checkpoint: ckpt.clone(),
-        stage: checkpoint.state.stage.clone(),
-        step: checkpoint.state.step,
-        val_loss: checkpoint.state.val_loss,
-        completed_unix_ms,
         uploaded_at: lavender::time::rfc3339_z(lavender::time::now_utc()),
         algorithm,
         files,
-        signature: None,
+        ..RemoteManifest::describe(run, &checkpoint)
     });
     let key = remote.key(&[run, &ckpt, manifest::FILE]);
     let bytes = serde_json::to_vec_pretty(&m).expect("a manifest serializes");

@@ -363,3 +363,64 @@ fn prune_keeps_the_remote_copies_unless_remote_is_given() {
     assert!(committed(newest) > 0);
     assert!(every_one_remote(&d, newest));
 }
+
+/// Remote and local retention with different keep values agree on what should be
+/// remote: each checkpoint goes up at most once (none re-sent after remote retention
+/// dropped it), for keep 5 locally and 2 remotely, and 2 locally and 5 remotely.
+#[test]
+fn uploads_stay_one_per_save_whatever_the_two_keep_values() {
+    let s3 = S3::start();
+    for (local, remote) in [(5, 2), (2, 5)] {
+        let prefix = format!("keep-{local}-{remote}");
+        let mut d = env(
+            &[
+                "--total-steps",
+                "230",
+                "--step-ms",
+                "10",
+                "--checkpoint-every",
+                "10",
+            ],
+            &format!(
+                "{}  keep: {remote}\ntraining:\n  keep_checkpoints: {local}\n",
+                s3.replicate_yaml(&prefix)
+            ),
+        );
+        d.serve();
+        d.start(&[]);
+        d.wait_state("finished", T);
+        let run = d
+            .run_dir()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        wait_until(T, "the newest checkpoint remote", || {
+            let out = stdout(&d.run(&["checkpoints", "--run", &run]));
+            out.lines()
+                .last()
+                .is_some_and(|l| l.ends_with("local+remote"))
+        });
+        let log = std::fs::read_to_string(d.daemon_log()).unwrap();
+        let sent: Vec<&str> = log
+            .lines()
+            .filter_map(|l| l.split_once("REPLICATED ")?.1.split(' ').next())
+            .collect();
+        let saves = std::fs::read_to_string(d.run_dir().join("events.jsonl"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"checkpoint_saved\"") || l.contains("\"final_saved\""))
+            .count();
+        let distinct: std::collections::BTreeSet<&&str> = sent.iter().collect();
+        eprintln!(
+            "local {local}, remote {remote}: {} uploads for {saves} saves",
+            sent.len()
+        );
+        assert_eq!(distinct.len(), sent.len(), "one sent twice: {sent:?}");
+        assert!(
+            saves >= 20 && sent.len() <= saves,
+            "{} uploads for {saves} saves",
+            sent.len()
+        );
+    }
+}
