@@ -179,6 +179,13 @@ pub enum Alert {
         failures: u32,
         last_error: Option<String>,
     },
+    /// The target cannot be opened (no credentials, an unreadable key file) or
+    /// refuses the credentials: nothing is copied until an operator acts.
+    ReplicationUnavailable {
+        /// The target URL (never with credentials).
+        target: String,
+        reason: String,
+    },
     /// Uploads work again and the lag is under `replicate.max_lag_s`.
     ReplicationRecovered {
         target: String,
@@ -215,6 +222,7 @@ impl Alert {
             Alert::Slowdown { .. } => "slowdown",
             Alert::SlowdownRecovered { .. } => "slowdown_recovered",
             Alert::ReplicationBehind { .. } => "replication_behind",
+            Alert::ReplicationUnavailable { .. } => "replication_unavailable",
             Alert::ReplicationRecovered { .. } => "replication_recovered",
             Alert::Adopted { .. } => "adopted",
             Alert::StoppedExternally { .. } => "stopped_externally",
@@ -244,6 +252,7 @@ impl Alert {
             | Alert::IncidentClosed { .. }
             | Alert::DiskLow { .. }
             | Alert::ReplicationBehind { .. }
+            | Alert::ReplicationUnavailable { .. }
             | Alert::ReplicationRecovered { .. } => None,
         }
     }
@@ -356,6 +365,10 @@ impl std::fmt::Display for Alert {
                 }
                 Ok(())
             }
+            Alert::ReplicationUnavailable { target, reason } => write!(
+                f,
+                "replication to {target} is unavailable, nothing is copied off the machine: {reason}"
+            ),
             Alert::ReplicationRecovered { target, after, .. } => write!(
                 f,
                 "replication to {target} caught up after {}",

@@ -257,6 +257,10 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
                 body.join("; "),
             )]
         }
+        Alert::ReplicationUnavailable { target, reason } => vec![push(
+            format!("replication unavailable: {target}"),
+            format!("no checkpoint is copied off the machine until this is fixed: {reason}"),
+        )],
         Alert::ReplicationRecovered {
             target,
             after,

@@ -23,8 +23,16 @@ impl Alarm {
     /// The alert `status` (read at `now`) raises, if any: the incident's start or end.
     pub(crate) fn step(&mut self, status: &ReplicationStatus, now: Instant) -> Option<Alert> {
         let failing = status.consecutive_failures >= FAILURES_TO_ALERT;
-        let trouble = status.behind || failing;
+        let trouble = status.behind || failing || status.unavailable;
         match (self.open_since, trouble) {
+            // What an operator must fix is said as such, at once.
+            (None, true) if status.unavailable => {
+                self.open_since = Some(now);
+                Some(Alert::ReplicationUnavailable {
+                    target: status.target.clone(),
+                    reason: status.last_error.clone().unwrap_or_default(),
+                })
+            }
             (None, true) => {
                 self.open_since = Some(now);
                 Some(Alert::ReplicationBehind {
@@ -116,6 +124,32 @@ mod tests {
         assert!(
             matches!(over, Alert::ReplicationRecovered { after, .. } if after == Duration::from_secs(75)),
             "{over:?}"
+        );
+    }
+
+    #[test]
+    fn a_target_that_needs_an_operator_is_said_at_once_as_unavailable() {
+        let t0 = Instant::now();
+        let mut alarm = Alarm::default();
+        let refused = ReplicationStatus {
+            unavailable: true,
+            ..status(false, 1)
+        };
+        let opened = alarm.step(&refused, t0).unwrap();
+        assert!(
+            matches!(&opened, Alert::ReplicationUnavailable { reason, .. } if reason == "connection refused"),
+            "{opened:?}"
+        );
+        // Still refused at later saves, then behind too: the same incident.
+        assert_eq!(alarm.step(&refused, t0 + Duration::from_secs(1)), None);
+        assert_eq!(
+            alarm.step(&status(true, 4), t0 + Duration::from_secs(2)),
+            None
+        );
+        let over = alarm.step(&status(false, 0), t0 + Duration::from_secs(3));
+        assert_eq!(
+            over.as_ref().map(Alert::name),
+            Some("replication_recovered")
         );
     }
 }

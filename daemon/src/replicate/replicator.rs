@@ -57,17 +57,26 @@ impl Replication {
             Ok(None) => None,
             Err(e) => {
                 tracing::error!("REPLICATE off: {e}");
-                let (wake, _) = mpsc::unbounded_channel();
+                let (wake, rx) = mpsc::unbounded_channel();
                 let status = ReplicationStatus {
                     target: r.target().map(|t| t.to_string()).unwrap_or_default(),
                     consecutive_failures: 1,
                     last_error: Some(e.to_string()),
+                    unavailable: true,
                     ..ReplicationStatus::default()
                 };
-                Some(Replication {
+                let replication = Replication {
                     wake,
                     status: Arc::new(Mutex::new(status)),
-                })
+                };
+                // No task reads the saves; the receiver lives as long as the watcher,
+                // which pushes `replication_unavailable` once.
+                let watcher = replication.clone();
+                tokio::spawn(async move {
+                    let _rx = rx;
+                    watcher.watch(alerts).await;
+                });
+                Some(replication)
             }
         }
     }
@@ -226,6 +235,7 @@ impl Task {
                     self.set(|s| {
                         s.consecutive_failures = 0;
                         s.last_error = None;
+                        s.unavailable = false;
                     });
                 }
                 Err(e) => {
@@ -237,10 +247,13 @@ impl Task {
                         tracing::debug!("replicate: attempt {failures} failed: {e}");
                     }
                     let message = e.to_string();
+                    let unavailable =
+                        matches!(e, RemoteError::Denied { .. } | RemoteError::Config { .. });
                     self.set(|s| {
                         s.consecutive_failures = failures;
                         s.last_error = Some(message);
                         s.in_flight = None;
+                        s.unavailable = unavailable;
                     });
                 }
             }

@@ -32,6 +32,10 @@ pub struct ReplicationStatus {
     /// `replicate.max_lag_s`.
     #[serde(skip)]
     pub(super) max_lag_s: Option<u64>,
+    /// The last failure needs an operator (the target could not be opened, or it
+    /// refused the credentials): `last_error` says why.
+    #[serde(skip)]
+    pub(super) unavailable: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

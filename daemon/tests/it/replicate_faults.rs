@@ -424,3 +424,43 @@ fn uploads_stay_one_per_save_whatever_the_two_keep_values() {
         );
     }
 }
+
+/// No credentials when the daemon starts (the common case under systemd): one
+/// `replication_unavailable` push to a real receiver, naming the target and what to
+/// set, however many saves follow; the training goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_credentials_at_start_up_is_one_replication_unavailable_push() {
+    let hook = Recorder::start().await;
+    let mut d = Env::new(
+        &[
+            "--total-steps",
+            "100",
+            "--step-ms",
+            "20",
+            "--checkpoint-every",
+            "10",
+        ],
+        &format!(
+            "{}replicate:\n  url: s3://team-bucket/runs\n  endpoint: http://127.0.0.1:9\n  path_style: true\n",
+            hook.webhook_yaml("")
+        ),
+        "[train]",
+    );
+    // The daemon's environment holds no AWS keys.
+    d.env.push(("AWS_ACCESS_KEY_ID".into(), String::new()));
+    d.env.push(("AWS_SECRET_ACCESS_KEY".into(), String::new()));
+    d.serve();
+    d.start(&[]);
+    wait_until(T, "the replication_unavailable push", || {
+        !hook.of_kind("replication_unavailable").is_empty()
+    });
+    d.wait_state("finished", T);
+    let pushes = hook.of_kind("replication_unavailable");
+    assert_eq!(pushes.len(), 1, "one push per incident");
+    let text = pushes[0].to_string();
+    assert!(
+        text.contains("s3://team-bucket/runs") && text.contains("AWS_ACCESS_KEY_ID"),
+        "{text}"
+    );
+    assert!(hook.of_kind("replication_behind").is_empty());
+}
