@@ -16,25 +16,47 @@ use crate::error::{IoContext, Result};
 /// The folder of a run that damaged checkpoints are moved into.
 pub const DAMAGED_DIR: &str = "damaged";
 
-/// A checkpoint found damaged and moved out of the way.
+/// A checkpoint found damaged and moved out of the way (or, in observe mode, left
+/// where it is: `moved` false, `moved_to` where it would have gone).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SetAside {
     pub name: String,
     pub moved_to: PathBuf,
     /// What was wrong, in one line: the file, expected against found.
     pub reason: String,
+    pub moved: bool,
 }
 
 impl std::fmt::Display for SetAside {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "checkpoint {} is damaged ({}); set aside as {}",
-            self.name,
-            self.reason,
-            self.moved_to.display()
-        )
+        if self.moved {
+            write!(
+                f,
+                "checkpoint {} is damaged ({}); set aside as {}",
+                self.name,
+                self.reason,
+                self.moved_to.display()
+            )
+        } else {
+            write!(
+                f,
+                "checkpoint {} is damaged ({}); left in place (would have set it aside as {})",
+                self.name,
+                self.reason,
+                self.moved_to.display()
+            )
+        }
     }
+}
+
+/// What a walk does with a damaged candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDamage {
+    /// Moved to `<run>/damaged/` ([`set_aside`]).
+    SetAside,
+    /// Left where it is, said as what would have been done (observe mode, or a
+    /// checkpoint outside the data root).
+    Leave,
 }
 
 /// Where a resume may come from, newest first.
@@ -88,14 +110,26 @@ pub fn describe(damage: &[Damage]) -> String {
 
 /// Walks `candidates` newest first with `check` (the real one is [`check`]),
 /// setting aside each damaged one, until one verifies or has no manifest.
-pub fn resolve(candidates: &Candidates, check: impl Fn(&Path) -> Verdict) -> Result<Resolved> {
+pub fn resolve(
+    candidates: &Candidates,
+    check: impl Fn(&Path) -> Verdict,
+    on_damage: OnDamage,
+) -> Result<Resolved> {
     let mut out = Resolved::default();
     for ckpt in list(candidates)? {
         out.tried += 1;
         match check(&ckpt.path) {
             Verdict::Damaged { damage } => {
-                out.set_aside
-                    .push(set_aside(&ckpt.path, describe(&damage))?);
+                let reason = describe(&damage);
+                out.set_aside.push(match on_damage {
+                    OnDamage::SetAside => set_aside(&ckpt.path, reason)?,
+                    OnDamage::Leave => SetAside {
+                        name: ckpt.name.clone(),
+                        moved_to: aside_path(&ckpt.path),
+                        reason,
+                        moved: false,
+                    },
+                });
             }
             verdict => {
                 out.verdict = Some(verdict);
@@ -160,19 +194,32 @@ pub fn set_aside(dir: &Path, reason: String) -> Result<SetAside> {
     let run = dir.parent().unwrap_or(Path::new("."));
     let damaged = run.join(DAMAGED_DIR);
     std::fs::create_dir_all(&damaged).ctx("create", &damaged)?;
-    let mut to = damaged.join(&name);
-    let mut n = 1;
-    while to.exists() {
-        n += 1;
-        to = damaged.join(format!("{name}.{n}"));
-    }
+    let to = aside_path(dir);
     std::fs::rename(dir, &to).ctx("move aside", dir)?;
     crate::atomic::sync_dir(run)?;
     Ok(SetAside {
         name,
         moved_to: to,
         reason,
+        moved: true,
     })
+}
+
+/// Where [`set_aside`] would move `dir`: `<run>/damaged/<name>`, or `<name>.N` when
+/// that is taken.
+fn aside_path(dir: &Path) -> PathBuf {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let damaged = dir.parent().unwrap_or(Path::new(".")).join(DAMAGED_DIR);
+    let mut to = damaged.join(&name);
+    let mut n = 1;
+    while to.exists() {
+        n += 1;
+        to = damaged.join(format!("{name}.{n}"));
+    }
+    to
 }
 
 #[cfg(test)]
@@ -215,6 +262,7 @@ mod tests {
                 then: None,
             },
             check,
+            OnDamage::SetAside,
         )
         .unwrap();
         assert_eq!(r.chosen.as_ref().unwrap().path, ckpts[0]);
@@ -249,7 +297,7 @@ mod tests {
             run_dir: run.clone(),
             then: None,
         };
-        let r = resolve(&cands, check).unwrap();
+        let r = resolve(&cands, check, OnDamage::SetAside).unwrap();
         assert_eq!(r.chosen.unwrap().path, ckpts[2]);
         assert_eq!(r.verdict, Some(Verdict::Unverified));
 
@@ -265,7 +313,7 @@ mod tests {
             );
             contents::write(c, &m).unwrap();
         }
-        let r = resolve(&cands, check).unwrap();
+        let r = resolve(&cands, check, OnDamage::SetAside).unwrap();
         assert!(r.chosen.is_none());
         assert_eq!((r.tried, r.set_aside.len()), (3, 3));
         assert!(r.set_aside[0].reason.contains("model.safetensors: missing"));
@@ -282,6 +330,7 @@ mod tests {
                 within_run: true,
             },
             check,
+            OnDamage::SetAside,
         )
         .unwrap();
         assert_eq!(r.chosen.unwrap().path, ckpts[0]);
@@ -305,10 +354,47 @@ mod tests {
                 then: Some(ckpts[2].clone()),
             },
             check,
+            OnDamage::SetAside,
         )
         .unwrap();
         assert_eq!(r.chosen.unwrap().path, ckpts[2]);
-        let r = resolve(&Candidates::None, check).unwrap();
+        let r = resolve(&Candidates::None, check, OnDamage::SetAside).unwrap();
         assert_eq!((r.tried, r.chosen.is_none()), (0, true));
+    }
+
+    #[test]
+    fn left_in_place_the_damaged_stay_where_they_are_and_the_walk_goes_on() {
+        let (_root, run, ckpts) = run();
+        flip(&ckpts[2]);
+        let before: Vec<_> = std::fs::read_dir(&run)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        let r = resolve(
+            &Candidates::Run {
+                run_dir: run.clone(),
+                then: None,
+            },
+            check,
+            OnDamage::Leave,
+        )
+        .unwrap();
+        assert_eq!(r.chosen.unwrap().path, ckpts[1]);
+        let s = &r.set_aside[0];
+        assert!(!s.moved && ckpts[2].is_dir() && !run.join(DAMAGED_DIR).exists());
+        assert_eq!(
+            s.moved_to,
+            run.join("damaged").join("pretrain-12-00-03-0003")
+        );
+        assert!(
+            s.to_string()
+                .contains("left in place (would have set it aside"),
+            "{s}"
+        );
+        let after: Vec<_> = std::fs::read_dir(&run)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(before, after);
     }
 }

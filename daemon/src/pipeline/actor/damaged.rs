@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lavender::checkpoint::contents::Verdict;
-use lavender::checkpoint::fallback::{self, Candidates, SetAside};
+use lavender::checkpoint::fallback::{self, Candidates, OnDamage, SetAside};
 use lavender::config::PipelineStep;
 use lavender::events::{self, Event as RunEvent, kind};
 use lavender::failure::{Failure, FailureKind};
@@ -27,6 +27,8 @@ use crate::process::SpawnSpec;
 /// What a training launch checks before it starts the worker.
 pub(super) struct ResumeCheck {
     candidates: Candidates,
+    /// Observe mode: a damaged candidate is left in place, said as would-have.
+    on_damage: OnDamage,
     /// A checkpoint set aside before this launch (the worker could not load it): with
     /// nothing else intact, the failure names it too.
     earlier: Option<String>,
@@ -46,7 +48,7 @@ impl ResumeCheck {
     /// Walks the candidates (reading every byte of the one taken), sets `spec`'s
     /// resume to the checkpoint taken. Runs on the blocking pool.
     pub(super) fn run(self, spec: &mut SpawnSpec) -> Checked {
-        let resolved = match fallback::resolve(&self.candidates, fallback::check) {
+        let resolved = match fallback::resolve(&self.candidates, fallback::check, self.on_damage) {
             Ok(r) => r,
             Err(e) => {
                 return Checked {
@@ -108,8 +110,20 @@ impl Actor {
             })) if f.kind == FailureKind::DamagedCheckpoint => Some(f.message.clone()),
             _ => None,
         };
+        // Nothing is moved in observe mode, nor a `--resume PATH` outside the data
+        // root (a folder of the user's, not the daemon's to rearrange).
+        let outside = match &candidates {
+            Candidates::Exact(p) => !p.starts_with(&self.layout.data_root),
+            _ => false,
+        };
+        let on_damage = if self.observing() || outside {
+            OnDamage::Leave
+        } else {
+            OnDamage::SetAside
+        };
         (candidates != Candidates::None || earlier.is_some()).then_some(ResumeCheck {
             candidates,
+            on_damage,
             earlier,
         })
     }
@@ -224,6 +238,7 @@ impl Actor {
             let event = RunEvent::new(kind::CHECKPOINT_DAMAGED, message.clone())
                 .with("checkpoint", &s.name)
                 .with("moved_to", &s.moved_to)
+                .with("moved", s.moved)
                 .with("reason", &s.reason);
             if let Err(e) = events::append(run, &event) {
                 tracing::error!("{e}");

@@ -275,12 +275,10 @@ impl Actor {
             "resume from the newest that verifies",
         );
         let did = format!("set {} aside as {}; {next}", s.name, s.moved_to.display());
-        self.decisions.record(Decision::new(
-            DecisionKind::CheckpointSetAside,
-            step,
-            saw,
-            rule,
-            did,
-        ));
+        let mut d = Decision::new(DecisionKind::CheckpointSetAside, step, saw, rule, did);
+        if !s.moved {
+            d.mode = Mode::WouldHave;
+        }
+        self.decisions.record(d);
     }
 }

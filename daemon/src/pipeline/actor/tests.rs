@@ -426,6 +426,65 @@ async fn in_observe_mode_a_damaged_checkpoint_is_left_where_it_is() {
     assert_eq!(h.fake.launched().len(), 1);
 }
 
+/// Observe mode moves nothing before a launch either: `start --resume latest` with a
+/// newest checkpoint whose weights no longer match its manifest leaves it where it
+/// is, resumes from the one before, and writes the set-aside down as would-have.
+#[tokio::test(start_paused = true)]
+async fn in_observe_mode_the_pre_launch_check_leaves_a_damaged_checkpoint_in_place() {
+    use lavender::checkpoint::contents::{self, HashAlgorithm};
+    let mut h = harness(|s| s.mode = lavender::config::SupervisorMode::Observe);
+    let run = h
+        ._dir
+        .path()
+        .join("data/checkpoints/run-2026-01-01_00-00-00");
+    for (i, name) in ["pretrain-00-00-01-0001", "pretrain-00-00-02-0002"]
+        .iter()
+        .enumerate()
+    {
+        save_checkpoint(&run, name, 10 * (i as u64 + 1));
+        let dir = run.join(name);
+        std::fs::write(dir.join("model.safetensors"), b"weights").unwrap();
+        let m = contents::build_from_disk(&dir, HashAlgorithm::Blake3).unwrap();
+        contents::write(&dir, &m).unwrap();
+        let when = std::time::UNIX_EPOCH + Duration::from_secs(1_000 * (i as u64 + 1));
+        std::fs::File::options()
+            .write(true)
+            .open(dir.join("trainer_state.json"))
+            .and_then(|f| f.set_modified(when))
+            .unwrap();
+    }
+    let newest = run.join("pretrain-00-00-02-0002");
+    std::fs::write(newest.join("model.safetensors"), b"weightz").unwrap();
+    h.pipeline
+        .start(StartRequest {
+            resume: Some("latest".into()),
+            ..StartRequest::default()
+        })
+        .await
+        .expect("started");
+    match h.alert().await {
+        Alert::CheckpointDamaged { message, .. } => assert!(
+            message.contains("checkpoint pretrain-00-00-02-0002 is damaged")
+                && message.contains("left in place (would have set it aside as ")
+                && message.ends_with("; resuming from pretrain-00-00-01-0001"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    h.wait_for(|r| r.state.kind() == PipelineState::Running)
+        .await;
+    assert!(newest.join("model.safetensors").is_file());
+    assert!(!run.join("damaged").exists());
+    let path = crate::decisions::path(&Layout::new(h._dir.path().join("data"), None));
+    let (entries, _) = crate::decisions::read(&path).unwrap();
+    let d = &entries
+        .iter()
+        .find(|e| e.decision.kind == crate::decisions::DecisionKind::CheckpointSetAside)
+        .expect("the set-aside written down")
+        .decision;
+    assert_eq!(d.mode, crate::decisions::Mode::WouldHave);
+}
+
 /// The worker's last heartbeat: diverged at `step`, since `since`.
 fn diverged_at(run: &std::path::Path, step: u64, since: u64) {
     let mut failure = lavender::failure::Failure::new(FailureKind::Diverged, "loss spiked");
