@@ -265,6 +265,15 @@ impl Lavenderd {
         PathBuf::from(self.pipeline_json()["run_dir"].as_str().expect("a run dir"))
     }
 
+    /// The run folder's name (`run-…`), as the CLI's `--run` and the bucket name it.
+    pub fn run_name(&self) -> String {
+        self.run_dir()
+            .file_name()
+            .expect("a run folder")
+            .to_string_lossy()
+            .into_owned()
+    }
+
     pub fn worker_pid(&self) -> Option<i32> {
         self.pipeline_json()["worker"]["pid"]
             .as_i64()

@@ -55,12 +55,7 @@ fn the_server_killed_mid_upload_and_started_again_the_checkpoint_is_uploaded_who
     let error = failed["replication"]["last_error"].as_str().unwrap();
     assert!(error.contains("s3://lavender-test/faults"), "{error}");
     let stepped = failed["training"]["step"].as_u64().unwrap();
-    let run = d
-        .run_dir()
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let run = d.run_name();
     s3.up();
     // Cut short: not committed, the remote manifest being written last.
     let marker = |ckpt: &str| format!("faults/{run}/{ckpt}/lavender-remote.json");
@@ -278,6 +273,14 @@ async fn the_server_down_a_while_is_one_behind_push_one_caught_up_push_and_train
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
+/// Whether `lavenderd checkpoints` lists every checkpoint of `run` as
+/// `local+remote`, and at least one.
+pub(crate) fn every_checkpoint_remote(d: &Env, run: &str) -> bool {
+    let out = stdout(&d.run(&["checkpoints", "--run", run]));
+    let both = out.matches("local+remote").count();
+    both > 0 && out.matches("local").count() == both
+}
+
 /// `prune` deletes old runs locally and keeps their remote copies (the copy is for
 /// when the disk is lost); `prune --remote` deletes the copies of the runs it prunes
 /// too, every object under the run, and no other run's.
@@ -296,22 +299,12 @@ fn prune_keeps_the_remote_copies_unless_remote_is_given() {
         &s3.replicate_yaml("pruned"),
     );
     d.serve();
-    let every_one_remote = |d: &Env, run: &str| {
-        let out = stdout(&d.run(&["checkpoints", "--run", run]));
-        let both = out.matches("local+remote").count();
-        both > 0 && out.matches("local").count() == both
-    };
     for _ in 0..3 {
         d.start(&[]);
         d.wait_state("finished", T);
-        let run = d
-            .run_dir()
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+        let run = d.run_name();
         wait_until(T, "every checkpoint of the run remote", || {
-            every_one_remote(&d, &run)
+            every_checkpoint_remote(&d, &run)
         });
         std::fs::remove_dir_all(d.state_dir().join("done")).unwrap();
     }
@@ -361,7 +354,7 @@ fn prune_keeps_the_remote_copies_unless_remote_is_given() {
     assert_eq!(objects(middle), Vec::<String>::new());
     assert_eq!(committed(oldest), held, "another run's copies went too");
     assert!(committed(newest) > 0);
-    assert!(every_one_remote(&d, newest));
+    assert!(every_checkpoint_remote(&d, newest));
 }
 
 /// Remote and local retention with different keep values agree on what should be
@@ -389,12 +382,7 @@ fn uploads_stay_one_per_save_whatever_the_two_keep_values() {
         d.serve();
         d.start(&[]);
         d.wait_state("finished", T);
-        let run = d
-            .run_dir()
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+        let run = d.run_name();
         wait_until(T, "the newest checkpoint remote", || {
             let out = stdout(&d.run(&["checkpoints", "--run", &run]));
             out.lines()

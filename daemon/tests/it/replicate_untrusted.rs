@@ -279,16 +279,9 @@ fn a_signed_copy_altered_in_the_bucket_is_refused_and_the_one_before_restored() 
     d.serve();
     d.start(&[]);
     d.wait_state("finished", T);
-    let run = d
-        .run_dir()
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let run = d.run_name();
     wait_until(T, "every checkpoint of the run remote", || {
-        let out = stdout(&d.run(&["checkpoints", "--run", &run]));
-        let both = out.matches("local+remote").count();
-        both > 1 && out.matches("local").count() == both
+        super::replicate_faults::every_checkpoint_remote(&d, &run)
     });
     // The newest remote copy, by when it was completed.
     let remote: Value = s3
