@@ -23,7 +23,7 @@ use crate::alert::AlertSender;
 use super::alarm::{self, Alarm};
 use super::manifest::RemoteManifest;
 use super::remote::{Remote, RemoteError, dir_name};
-pub use super::state::{RemoteRef, ReplicationStatus};
+pub use super::state::{NOT_REPLICATED_KEPT, NotReplicated, RemoteRef, ReplicationStatus};
 use super::throttle::Throttle;
 use super::upload;
 
@@ -95,6 +95,7 @@ impl Replication {
             status: status.clone(),
             known: BTreeMap::new(),
             gone: BTreeSet::new(),
+            changed: BTreeMap::new(),
         };
         tokio::spawn(task.run(rx));
         Replication { wake, status }
@@ -159,9 +160,15 @@ struct Task {
     status: Arc<Mutex<ReplicationStatus>>,
     /// Each run's committed remote checkpoints, listed at the first pass over it.
     known: BTreeMap<String, BTreeMap<String, RemoteManifest>>,
-    /// Local checkpoints that went away while uploaded (retention): not tried again.
+    /// Local checkpoints that went away while uploaded (retention), or are damaged:
+    /// not tried again.
     gone: BTreeSet<PathBuf>,
+    /// Uploads of a checkpoint cut short because it changed meanwhile.
+    changed: BTreeMap<PathBuf, u32>,
 }
+
+/// Uploads of one checkpoint that may find it changed before it is skipped.
+const CHANGED_TRIES: u32 = 3;
 
 /// Backoff after `failures` consecutive failures: 2 s doubling, at most a minute
 /// (a server back is used within a minute; a server down costs one attempt a minute).
@@ -260,6 +267,19 @@ impl Task {
         }
     }
 
+    /// `name` will not be replicated, for `why`: said in the status.
+    fn not_replicated(&self, name: &str, why: String) {
+        self.set(|s| {
+            s.in_flight = None;
+            s.not_replicated.push(NotReplicated {
+                checkpoint: name.to_string(),
+                why,
+            });
+            let over = s.not_replicated.len().saturating_sub(NOT_REPLICATED_KEPT);
+            s.not_replicated.drain(..over);
+        });
+    }
+
     fn set(&self, f: impl FnOnce(&mut ReplicationStatus)) {
         if let Ok(mut s) = self.status.lock() {
             f(&mut s);
@@ -321,19 +341,34 @@ impl Task {
                 Err(RemoteError::Damaged { path: file, detail }) => {
                     // Not copied as if whole, and not tried again: the older
                     // checkpoints go up meanwhile.
-                    tracing::error!(
-                        "REPLICATE skipped {run}/{name}: {}: {detail}",
-                        file.display()
-                    );
-                    self.set(|s| s.in_flight = None);
+                    let why = format!("{}: {detail}", file.display());
+                    tracing::error!("REPLICATE skipped {run}/{name}: {why}");
+                    self.not_replicated(&name, why);
                     self.gone.insert(path);
                 }
                 Err(RemoteError::Vanished(p)) => {
-                    tracing::info!(
-                        "replicate: {} went away before it was uploaded",
-                        p.display()
-                    );
-                    self.set(|s| s.in_flight = None);
+                    // Still complete: a file of it went meanwhile (the older
+                    // checkpoints' optimizer state under `save_optimizer_state: last`)
+                    // and its manifest no longer lists it; sent again as it is now.
+                    let changed = lavender::checkpoint::is_complete(&p);
+                    let tries = self.changed.entry(p.clone()).or_default();
+                    *tries += 1;
+                    if changed && *tries < CHANGED_TRIES {
+                        tracing::info!(
+                            "replicate: {run}/{name} changed while it was uploaded; sending it again"
+                        );
+                        self.set(|s| s.in_flight = None);
+                        continue;
+                    }
+                    let why = if changed {
+                        format!(
+                            "a file it lists went missing during each of {CHANGED_TRIES} uploads"
+                        )
+                    } else {
+                        "it was deleted before its upload finished (retention)".to_string()
+                    };
+                    tracing::warn!("REPLICATE skipped {run}/{name}: {why}");
+                    self.not_replicated(&name, why);
                     self.gone.insert(p);
                 }
                 Err(e) => return Err(e),
@@ -435,6 +470,77 @@ mod tests {
             per_save.push(sent);
         }
         per_save
+    }
+
+    /// A complete checkpoint of `run` named `name` at `step`, with a manifest.
+    fn saved(run: &Path, name: &str, step: u64) -> PathBuf {
+        use lavender::checkpoint::contents::{self, HashAlgorithm};
+        let dir = run.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("model.safetensors"), vec![step as u8; 1000]).unwrap();
+        let m = contents::build_from_disk(&dir, HashAlgorithm::Blake3).unwrap();
+        contents::write(&dir, &m).unwrap();
+        lavender::trainer_state::write(&dir, &TrainerState::new("pretrain", step)).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(dir.join("trainer_state.json"))
+            .and_then(|f| f.set_modified(UNIX_EPOCH + Duration::from_secs(1_000 + step)))
+            .unwrap();
+        dir
+    }
+
+    /// One checkpoint that cannot be read (its manifest corrupt), one whose manifest
+    /// lists a file that is not there: each is named in the status as not replicated,
+    /// and the others still go up.
+    #[tokio::test]
+    async fn a_checkpoint_that_cannot_be_sent_is_named_and_the_others_go_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run-2026-01-01_00-00-00");
+        for (i, step) in [10, 20, 30, 40].iter().enumerate() {
+            saved(&run, &format!("pretrain-00-00-0{i}-000{i}"), *step);
+        }
+        std::fs::write(
+            run.join("pretrain-00-00-01-0001/manifest.json"),
+            b"{\"format\": 3",
+        )
+        .unwrap();
+        std::fs::remove_file(run.join("pretrain-00-00-02-0002/model.safetensors")).unwrap();
+        let yaml = format!(
+            "replicate: {{url: 'file://{}/remote'}}",
+            dir.path().display()
+        );
+        let config = lavender::config::Config::from_yaml_str(&yaml, "t.yaml").unwrap();
+        let remote = Remote::open(&config.replicate, &|_| None).unwrap().unwrap();
+        let mut task = Task {
+            remote: remote.clone(),
+            throttle: Throttle::new(None),
+            keep: 5,
+            status: Arc::default(),
+            known: BTreeMap::new(),
+            gone: BTreeSet::new(),
+            changed: BTreeMap::new(),
+        };
+        task.pass(&run).await.unwrap();
+        let mut up: Vec<String> = remote
+            .manifests(None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.checkpoint)
+            .collect();
+        up.sort();
+        assert_eq!(up, ["pretrain-00-00-00-0000", "pretrain-00-00-03-0003"]);
+        let status = task.status.lock().unwrap().clone();
+        let named: Vec<(&str, &str)> = status
+            .not_replicated
+            .iter()
+            .map(|n| (n.checkpoint.as_str(), n.why.as_str()))
+            .collect();
+        assert!(
+            matches!(named[..], [("pretrain-00-00-02-0002", a), ("pretrain-00-00-01-0001", b)]
+                if a.contains("went missing during each of 3 uploads") && b.contains("manifest.json: not a checkpoint content manifest")),
+            "{named:?}"
+        );
     }
 
     #[test]

@@ -25,6 +25,10 @@ pub struct ReplicationStatus {
     pub consecutive_failures: u32,
     /// What the last failure said (credentials are never in it).
     pub last_error: Option<String>,
+    /// Local checkpoints of the run that will not be replicated, newest last (at
+    /// most [`NOT_REPLICATED_KEPT`]): each name and why (damaged locally, gone before
+    /// its upload finished).
+    pub not_replicated: Vec<NotReplicated>,
     /// When (unix seconds) the oldest checkpoint waiting to be remote was completed;
     /// `lag_s` is taken from it when the status is read.
     #[serde(skip)]
@@ -36,6 +40,15 @@ pub struct ReplicationStatus {
     /// refused the credentials): `last_error` says why.
     #[serde(skip)]
     pub(super) unavailable: bool,
+}
+
+/// How many `not_replicated` entries the status keeps.
+pub const NOT_REPLICATED_KEPT: usize = 10;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotReplicated {
+    pub checkpoint: String,
+    pub why: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -51,6 +51,14 @@ fn local(dir: &Path) -> Result<Local, RemoteError> {
                 .map_err(|e| RemoteError::Local(e.to_string()))?,
             true,
         ),
+        // A manifest that does not parse is this checkpoint's damage: said, and the
+        // ones after it still go up.
+        Err(lavender::Error::Malformed { path, reason }) => {
+            return Err(RemoteError::Damaged {
+                path,
+                detail: format!("{reason}; not replicated"),
+            });
+        }
         Err(e) => return Err(RemoteError::Local(e.to_string())),
     };
     Ok(Local {
