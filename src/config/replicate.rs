@@ -32,6 +32,10 @@ pub struct ReplicateConfig {
     /// restore refuses one that is unsigned or does not verify. null = the bucket is
     /// trusted (whoever can write it decides what a restore brings back).
     pub signing_key_file: Option<PathBuf>,
+    /// With a `file://` URL: refuse a folder on the file system of the data root or
+    /// of `/` (an unmounted NAS's mount point is a folder of the root disk, and a copy
+    /// there is lost with it). false = copy to a local folder on purpose.
+    pub require_mounted: bool,
     /// Remote checkpoints kept per run: the newest `keep`, plus the best by validation
     /// loss, each stage's last and the run's final; the rest are deleted remotely.
     pub keep: u32,
@@ -51,6 +55,7 @@ impl Default for ReplicateConfig {
             path_style: false,
             credentials_file: None,
             signing_key_file: None,
+            require_mounted: true,
             keep: 5,
             max_mbps: None,
             max_lag_s: None,

@@ -187,8 +187,11 @@ impl Daemon {
             alerts.clone(),
         )?;
         let (pruner, retention) = Retention::start(&settings.config, layout.checkpoints_root());
-        let replication =
-            crate::replicate::Replication::from_config(&settings.config, alerts.clone());
+        let replication = crate::replicate::Replication::from_config(
+            &settings.config,
+            &settings.layout.data_root,
+            alerts.clone(),
+        );
         let parts = StatusParts {
             feed,
             notifier: notifier.clone(),

@@ -165,6 +165,7 @@ impl Remote {
     pub fn open(
         config: &ReplicateConfig,
         env: &dyn Fn(&str) -> Option<String>,
+        data_root: &Path,
     ) -> Result<Option<Remote>, RemoteError> {
         let Some(target) = config.target() else {
             return Ok(None);
@@ -225,6 +226,9 @@ impl Remote {
                 (Arc::new(store), prefix.clone(), creds.source_of)
             }
             ReplicateTarget::File { root } => {
+                if config.require_mounted {
+                    mounted(root, data_root)?;
+                }
                 std::fs::create_dir_all(root).map_err(|e| RemoteError::Config {
                     key: "replicate.url",
                     message: format!("cannot create {}: {e}", root.display()),
@@ -507,6 +511,31 @@ impl Remote {
     }
 }
 
+/// A `file://` target must be on another file system than the data root and `/`:
+/// the folder (or its nearest existing parent) is compared by device.
+fn mounted(root: &Path, data_root: &Path) -> Result<(), RemoteError> {
+    use std::os::unix::fs::MetadataExt;
+    let device = |p: &Path| {
+        p.ancestors()
+            .find_map(|a| std::fs::metadata(a).ok())
+            .map(|m| m.dev())
+    };
+    let target = device(root);
+    for (what, other) in [("the data root", data_root), ("/", Path::new("/"))] {
+        if target.is_some() && target == device(other) {
+            return Err(RemoteError::Config {
+                key: "replicate.url",
+                message: format!(
+                    "{} is on the same file system as {what} ({}): a copy there is lost with that disk, and an unmounted NAS looks just like this; mount the NAS there first, or set replicate.require_mounted: false to copy to a local folder on purpose",
+                    root.display(),
+                    other.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The largest remote manifest read: 16 MiB (lavender writes about 150 bytes a file).
 const MAX_MANIFEST_BYTES: usize = 16 << 20;
 
@@ -585,13 +614,39 @@ mod tests {
         );
     }
 
+    /// A `file://` folder on the data root's disk (an unmounted NAS looks like
+    /// this) is refused, and not created; `require_mounted: false` takes it.
+    #[test]
+    fn a_file_target_on_the_data_roots_disk_is_refused_unless_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let nas = dir.path().join("mnt/nas/lavender");
+        let c = config(&format!("replicate: {{url: 'file://{}'}}", nas.display()));
+        let e = Remote::open(&c, &|_| None, dir.path())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.starts_with("replicate.url: ")
+                && e.contains("same file system as the data root")
+                && e.contains("replicate.require_mounted: false"),
+            "{e}"
+        );
+        assert!(!nas.exists(), "created on the wrong disk");
+        let c = config(&format!(
+            "replicate: {{url: 'file://{}', require_mounted: false}}",
+            nas.display()
+        ));
+        assert!(Remote::open(&c, &|_| None, dir.path()).unwrap().is_some());
+        assert!(nas.is_dir());
+    }
+
     #[test]
     fn keys_follow_the_layout_under_the_prefix() {
         let c = config(
             "replicate: {url: s3://b/team/runs/, path_style: true, endpoint: http://127.0.0.1:1}",
         );
         let env = |k: &str| Some(format!("x{k}"));
-        let r = Remote::open(&c, &env).unwrap().unwrap();
+        let r = Remote::open(&c, &env, Path::new("/data")).unwrap().unwrap();
         assert_eq!(r.target(), "s3://b/team/runs");
         assert_eq!(
             r.key(&["run-1", "train-0001", "sub/model.pt"]).as_ref(),

@@ -40,11 +40,12 @@ impl Replication {
     /// Its alerts (falling behind, caught up again) go to `alerts`.
     pub fn from_config(
         config: &lavender::config::Config,
+        data_root: &Path,
         alerts: AlertSender,
     ) -> Option<Replication> {
         let r = &config.replicate;
         let env = |k: &str| std::env::var(k).ok();
-        match Remote::open(r, &env) {
+        match Remote::open(r, &env, data_root) {
             Ok(Some(remote)) => {
                 tracing::info!("replicating checkpoints to {}", remote.target());
                 let replication = Replication::start(remote, r.max_mbps, r.keep);
@@ -506,11 +507,13 @@ mod tests {
         .unwrap();
         std::fs::remove_file(run.join("pretrain-00-00-02-0002/model.safetensors")).unwrap();
         let yaml = format!(
-            "replicate: {{url: 'file://{}/remote'}}",
+            "replicate: {{url: 'file://{}/remote', require_mounted: false}}",
             dir.path().display()
         );
         let config = lavender::config::Config::from_yaml_str(&yaml, "t.yaml").unwrap();
-        let remote = Remote::open(&config.replicate, &|_| None).unwrap().unwrap();
+        let remote = Remote::open(&config.replicate, &|_| None, dir.path())
+            .unwrap()
+            .unwrap();
         let mut task = Task {
             remote: remote.clone(),
             throttle: Throttle::new(None),

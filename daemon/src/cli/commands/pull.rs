@@ -12,7 +12,7 @@ use crate::settings::Settings;
 
 pub(super) fn open(settings: &Settings) -> Result<Remote> {
     let env = |k: &str| std::env::var(k).ok();
-    Remote::open(&settings.config.replicate, &env)?.ok_or_else(|| {
+    Remote::open(&settings.config.replicate, &env, &settings.layout.data_root)?.ok_or_else(|| {
         anyhow::anyhow!(
             "replicate.url is not set: there is no remote copy to pull from (docs/OPERATIONS.md, \"Replication\")"
         )
