@@ -16,6 +16,23 @@ use chrono::{DateTime, Duration, NaiveDateTime, Utc};
 
 use crate::error::{Error, IoContext, Result};
 
+/// The DPO reference model, saved once per run when DPO starts and loaded by every
+/// resume of a checkpoint taken mid-DPO (`lavender-worker`).
+pub const DPO_REFERENCE_FILE: &str = "dpo-reference.safetensors";
+
+/// The files of a run folder that a resume of one of its checkpoints reads, beside
+/// the checkpoint's own: the run's config snapshot (`config.yaml`), its tokenizer
+/// (the resume refuses another), the DPO reference, the data skipped after a rollback
+/// (`skipped.json`) and the run's lineage. Replication copies them with each
+/// checkpoint, so a restore resumes at every stage.
+pub const RUN_FILES: &[&str] = &[
+    "config.yaml",
+    crate::tokens::TOKENIZER_FILE,
+    DPO_REFERENCE_FILE,
+    crate::skips::FILE,
+    LINEAGE_FILE,
+];
+
 /// A run directory's name: this prefix, then the time it began (under the data
 /// root's `crate::data_root::CHECKPOINTS`).
 pub const RUN_PREFIX: &str = "run-";

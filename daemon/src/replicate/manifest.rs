@@ -31,11 +31,19 @@ pub struct RemoteManifest {
     pub algorithm: HashAlgorithm,
     /// Every object of the checkpoint but this manifest, paths relative to its folder.
     pub files: Vec<FileEntry>,
+    /// The run-level files a resume of it reads (`lavender::run::RUN_FILES` that the
+    /// run folder held at the upload), each stored once by content at
+    /// `<run>/`[`RUN_FILES_DIR`]`/<hash>/<name>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub run_files: Vec<FileEntry>,
     /// `blake3-keyed:<hex>`: a MAC over everything above, with the key of
     /// `replicate.signing_key_file` (`super::signing`); absent when none is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
 }
+
+/// The remote folder of each run holding its run-level files, by content.
+pub const RUN_FILES_DIR: &str = "_run";
 
 /// The latest completion time accepted (the end of year 9999, in ms).
 const LATEST_MS: u64 = 253_402_300_799_000;
@@ -60,8 +68,16 @@ impl RemoteManifest {
             uploaded_at: String::new(),
             algorithm: HashAlgorithm::Blake3,
             files: Vec::new(),
+            run_files: Vec::new(),
             signature: None,
         }
+    }
+
+    /// The bytes a restore downloads: the checkpoint's and its run files'.
+    pub fn download_bytes(&self) -> u64 {
+        self.run_files
+            .iter()
+            .fold(self.bytes(), |a, f| a.saturating_add(f.size))
     }
 
     /// The bytes of every object; the manifests [`RemoteManifest::parse`] accepts
@@ -122,9 +138,22 @@ impl RemoteManifest {
                 return Err(format!("it lists no {needed}"));
             }
         }
+        contents::check_entries(&self.run_files)?;
+        for f in &self.run_files {
+            if !lavender::run::RUN_FILES.contains(&f.path.as_str()) {
+                return Err(format!(
+                    "run file {:?} is not one a resume reads ({})",
+                    f.path,
+                    lavender::run::RUN_FILES.join(", ")
+                ));
+            }
+            untrusted::digest_hex(&f.hash)
+                .map_err(|why| format!("run file {:?}: {why}", f.path))?;
+        }
         if self
             .files
             .iter()
+            .chain(&self.run_files)
             .try_fold(0u64, |a, f| a.checked_add(f.size))
             .is_none()
         {
@@ -175,6 +204,7 @@ mod tests {
                     hash: "ab".repeat(32),
                 })
                 .collect(),
+            run_files: Vec::new(),
             signature: None,
         }
     }
@@ -229,6 +259,18 @@ mod tests {
         let mut m = manifest(&base);
         m.files.push(m.files[0].clone());
         cases.push((m, "listed twice"));
+        for (path, says) in [
+            ("../lineage.json", "`..`"),
+            ("notes.txt", "not one a resume reads"),
+        ] {
+            let mut m = manifest(&base);
+            m.run_files.push(FileEntry {
+                path: path.into(),
+                size: 1,
+                hash: "ab".repeat(32),
+            });
+            cases.push((m, says));
+        }
         let mut m = manifest(&base);
         m.files[0].hash = "../../x".into();
         cases.push((m, "64 lowercase hex"));

@@ -470,6 +470,49 @@ impl Remote {
         self.delete_under(&self.key(&[run, ckpt])).await
     }
 
+    /// Deletes the run-level files of `run` (`<run>/_run/<hash>/<name>`) that none of
+    /// `kept` (the run's remaining remote manifests) lists; how many went.
+    pub async fn delete_unreferenced_run_files(
+        &self,
+        run: &str,
+        kept: &[&RemoteManifest],
+    ) -> Result<usize, RemoteError> {
+        let base = self.key(&[run, manifest::RUN_FILES_DIR]);
+        let depth = self.prefix.len();
+        let keys: Vec<Key> = self
+            .store
+            .list(Some(&base))
+            .map(|m| m.map(|m| m.location))
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.error(e))?;
+        let mut gone = 0;
+        for key in keys {
+            let parts: Vec<String> = key
+                .parts()
+                .skip(depth)
+                .map(|p| p.as_ref().to_string())
+                .collect();
+            let referenced = match parts.as_slice() {
+                [_, _, hash, name] => kept.iter().any(|m| {
+                    m.run_files
+                        .iter()
+                        .any(|f| &f.hash == hash && &f.path == name)
+                }),
+                _ => true,
+            };
+            if !referenced {
+                match self.store.delete(&key).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => gone += 1,
+                    Err(e) => return Err(self.error(e)),
+                }
+            }
+        }
+        Ok(gone)
+    }
+
     /// Deletes every object under `prefix` (one already gone is no error).
     async fn delete_under(&self, prefix: &Key) -> Result<(), RemoteError> {
         let keys: Vec<Key> = self

@@ -391,6 +391,21 @@ impl Task {
             }
         }
         if !dropped.is_empty() {
+            let kept: Vec<&RemoteManifest> = self
+                .known
+                .get(run)
+                .into_iter()
+                .flat_map(|k| k.values())
+                .collect();
+            let files = self
+                .remote
+                .delete_unreferenced_run_files(run, &kept)
+                .await?;
+            if files > 0 {
+                tracing::info!(
+                    "replicate: {files} run file(s) of {run} no remote checkpoint needs any more deleted"
+                );
+            }
             tracing::info!(
                 "REPLICATE dropped {} old remote ckpt(s) of {run} (replicate.keep {}): {}",
                 dropped.len(),
@@ -544,6 +559,76 @@ mod tests {
                 if a.contains("went missing during each of 3 uploads") && b.contains("manifest.json: not a checkpoint content manifest")),
             "{named:?}"
         );
+    }
+
+    /// What a resume reads beside the checkpoint (the tokenizer, the DPO reference,
+    /// the skipped data, the lineage, the config) goes up with it, once by content,
+    /// and comes back with it into a run folder that lost everything.
+    #[tokio::test]
+    async fn the_run_files_go_up_once_and_come_back_with_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("checkpoints/run-2026-01-01_00-00-00");
+        saved(&run, "pretrain-00-00-00-0000", 10);
+        let files: Vec<(&str, Vec<u8>)> = lavender::run::RUN_FILES
+            .iter()
+            .map(|n| (*n, format!("the run's {n}").into_bytes()))
+            .collect();
+        for (name, bytes) in &files {
+            std::fs::write(run.join(name), bytes).unwrap();
+        }
+        let yaml = format!(
+            "replicate: {{url: 'file://{}/remote', require_mounted: false}}",
+            dir.path().display()
+        );
+        let config = lavender::config::Config::from_yaml_str(&yaml, "t.yaml").unwrap();
+        let remote = Remote::open(&config.replicate, &|_| None, dir.path())
+            .unwrap()
+            .unwrap();
+        let mut task = Task {
+            remote: remote.clone(),
+            throttle: Throttle::new(None),
+            keep: 5,
+            status: Arc::default(),
+            known: BTreeMap::new(),
+            gone: BTreeSet::new(),
+            changed: BTreeMap::new(),
+        };
+        task.pass(&run).await.unwrap();
+        saved(&run, "dpo-00-00-01-0001", 20);
+        task.pass(&run).await.unwrap();
+        let stored = |sub: &str| {
+            std::fs::read_dir(dir.path().join("remote/run-2026-01-01_00-00-00").join(sub))
+                .map(|d| d.count())
+                .unwrap_or(0)
+        };
+        assert_eq!(
+            stored("_run"),
+            lavender::run::RUN_FILES.len(),
+            "each run file stored by content"
+        );
+        let all = remote.manifests(None).await.unwrap();
+        assert!(
+            all.iter()
+                .all(|m| m.run_files.len() == lavender::run::RUN_FILES.len()),
+            "{all:?}"
+        );
+
+        std::fs::remove_dir_all(dir.path().join("checkpoints")).unwrap();
+        let restored =
+            super::super::restore::newest(&remote, None, &dir.path().join("checkpoints"))
+                .await
+                .unwrap()
+                .unwrap();
+        assert!(restored.path.ends_with("dpo-00-00-01-0001"), "{restored:?}");
+        for (name, bytes) in &files {
+            assert_eq!(&std::fs::read(run.join(name)).unwrap(), bytes, "{name}");
+        }
+        let names: Vec<String> = std::fs::read_dir(&run)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(names.is_empty(), "left behind: {names:?}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
 use futures_util::StreamExt;
-use lavender::checkpoint::contents;
+use lavender::checkpoint::contents::{self, FileEntry, HashAlgorithm};
 use lavender::trainer_state;
 use tokio::io::AsyncWriteExt;
 
@@ -63,7 +63,7 @@ pub async fn pull(
     if leftover && lavender::checkpoint::is_complete(&dest) {
         return Ok((dest, false));
     }
-    let need = m.bytes();
+    let need = m.download_bytes();
     if let Some(free) = crate::disk::avail_bytes(&run_dir)
         && free < need
     {
@@ -90,7 +90,11 @@ pub async fn pull(
     tokio::fs::create_dir(&tmp)
         .await
         .map_err(|e| local(e, &tmp))?;
-    let result = download(remote, m, &tmp).await;
+    let mut result = download(remote, m, &tmp).await;
+    if result.is_ok() {
+        // Before the checkpoint appears: what its resume reads beside it is there.
+        result = run_files(remote, m, &run_dir).await;
+    }
     if let Err(e) = result {
         let _ = tokio::fs::remove_dir_all(&tmp).await;
         return Err(e);
@@ -151,53 +155,100 @@ async fn folders_below(tmp: &Path, rel: &str) -> Result<PathBuf, RemoteError> {
     Ok(at.join(file))
 }
 
-async fn download(remote: &Remote, m: &RemoteManifest, tmp: &Path) -> Result<(), RemoteError> {
-    for entry in &m.files {
-        let key = remote.key(&[&m.run, &m.checkpoint, &entry.path]);
-        let object = remote.url(&key);
-        let path = folders_below(tmp, &entry.path).await?;
-        let local = |e: std::io::Error| RemoteError::Local(format!("{}: {e}", path.display()));
-        // A new file: never one already there, nor a link's target.
-        let mut file = tokio::fs::File::options()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .await
-            .map_err(local)?;
-        let mut stream = remote
-            .store()
-            .get(&key)
-            .await
-            .map_err(|e| remote.error(e))?
-            .into_stream();
-        let mut hasher = m.algorithm.hasher();
-        let mut size = 0u64;
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| remote.error(e))?;
-            size += chunk.len() as u64;
-            if size > entry.size {
-                return Err(RemoteError::Refused {
-                    object,
-                    detail: format!(
-                        "longer than the {} bytes its remote manifest lists; the download stopped there",
-                        entry.size
-                    ),
-                });
-            }
-            hasher.update(&chunk);
-            file.write_all(&chunk).await.map_err(local)?;
-        }
-        file.sync_all().await.map_err(local)?;
-        let hash = hasher.finish_hex();
-        if size != entry.size || hash != entry.hash {
-            return Err(RemoteError::Mismatch {
+/// The object `key` into the new file `path` (never one already there, nor a link's
+/// target), hashed as it arrives: refused the moment it passes `entry`'s size, a
+/// mismatch when its bytes are not `entry`'s.
+async fn fetch(
+    remote: &Remote,
+    key: &object_store::path::Path,
+    path: &Path,
+    entry: &FileEntry,
+    algorithm: HashAlgorithm,
+) -> Result<(), RemoteError> {
+    let object = remote.url(key);
+    let local = |e: std::io::Error| RemoteError::Local(format!("{}: {e}", path.display()));
+    let mut file = tokio::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .await
+        .map_err(local)?;
+    let mut stream = remote
+        .store()
+        .get(key)
+        .await
+        .map_err(|e| remote.error(e))?
+        .into_stream();
+    let mut hasher = algorithm.hasher();
+    let mut size = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| remote.error(e))?;
+        size += chunk.len() as u64;
+        if size > entry.size {
+            return Err(RemoteError::Refused {
                 object,
                 detail: format!(
-                    "{size} bytes hashing to {hash}; its remote manifest says {} bytes, {}",
-                    entry.size, entry.hash
+                    "longer than the {} bytes its remote manifest lists; the download stopped there",
+                    entry.size
                 ),
             });
         }
+        hasher.update(&chunk);
+        file.write_all(&chunk).await.map_err(local)?;
+    }
+    file.sync_all().await.map_err(local)?;
+    let hash = hasher.finish_hex();
+    if size != entry.size || hash != entry.hash {
+        return Err(RemoteError::Mismatch {
+            object,
+            detail: format!(
+                "{size} bytes hashing to {hash}; its remote manifest says {} bytes, {}",
+                entry.size, entry.hash
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The run-level files `m` lists, into `run_dir` where it has none of that name
+/// (one there is the run's own, newer or the same: kept). Each goes to a hidden file
+/// first, renamed into place once its bytes match.
+async fn run_files(remote: &Remote, m: &RemoteManifest, run_dir: &Path) -> Result<(), RemoteError> {
+    for entry in &m.run_files {
+        let dest = run_dir.join(&entry.path);
+        if tokio::fs::symlink_metadata(&dest).await.is_ok() {
+            continue;
+        }
+        let key = remote.key(&[
+            &m.run,
+            super::manifest::RUN_FILES_DIR,
+            &entry.hash,
+            &entry.path,
+        ]);
+        let tmp = run_dir.join(format!(
+            "{}run-file-{}-{}",
+            lavender::atomic::TMP_PREFIX,
+            entry.path,
+            std::process::id()
+        ));
+        let _ = tokio::fs::remove_file(&tmp).await;
+        let fetched = fetch(remote, &key, &tmp, entry, m.algorithm).await;
+        if fetched.is_err() {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return fetched;
+        }
+        tokio::fs::rename(&tmp, &dest)
+            .await
+            .map_err(|e| RemoteError::Local(format!("{}: {e}", dest.display())))?;
+    }
+    Ok(())
+}
+
+async fn download(remote: &Remote, m: &RemoteManifest, tmp: &Path) -> Result<(), RemoteError> {
+    for entry in &m.files {
+        let key = remote.key(&[&m.run, &m.checkpoint, &entry.path]);
+        let path = folders_below(tmp, &entry.path).await?;
+        fetch(remote, &key, &path, entry, m.algorithm).await?;
     }
     // The checkpoint's own manifest must list what the remote one does: the same
     // entries, and no object beside them but the two files it never lists.

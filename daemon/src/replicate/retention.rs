@@ -66,6 +66,7 @@ mod tests {
             uploaded_at: String::new(),
             algorithm: HashAlgorithm::Blake3,
             files: Vec::new(),
+            run_files: Vec::new(),
             signature: None,
         }
     }

@@ -107,6 +107,7 @@ mod tests {
                 size: 3,
                 hash: "ab".repeat(32),
             }],
+            run_files: Vec::new(),
             signature: None,
         }
     }

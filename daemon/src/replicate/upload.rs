@@ -164,11 +164,14 @@ pub(crate) async fn upload(
         }
     }
 
+    let run_dir = dir.parent().unwrap_or(dir);
+    let run_files = put_run_files(remote, run, run_dir, algorithm, throttle).await?;
     let read_back_s = started.elapsed().as_secs_f64() - sent_s;
     let m = remote.seal(RemoteManifest {
         uploaded_at: lavender::time::rfc3339_z(lavender::time::now_utc()),
         algorithm,
         files,
+        run_files,
         ..RemoteManifest::describe(run, &checkpoint)
     });
     let key = remote.key(&[run, &ckpt, manifest::FILE]);
@@ -196,6 +199,55 @@ pub(crate) async fn upload(
         sent_s,
         read_back_s,
     })
+}
+
+/// The run-level files a resume of the checkpoint reads (`lavender::run::RUN_FILES`
+/// that `run_dir` holds), each up once by content under
+/// `<run>/`[`manifest::RUN_FILES_DIR`]`/<hash>/<name>` and read back; one already
+/// there (the same bytes, sent with an earlier checkpoint) is not sent again.
+async fn put_run_files(
+    remote: &Remote,
+    run: &str,
+    run_dir: &Path,
+    algorithm: HashAlgorithm,
+    throttle: &Throttle,
+) -> Result<Vec<FileEntry>, RemoteError> {
+    let mut out = Vec::new();
+    for name in lavender::run::RUN_FILES {
+        let path = run_dir.join(name);
+        let hashed = path.clone();
+        let (size, hash) =
+            match tokio::task::spawn_blocking(move || contents::hash_file(&hashed, algorithm))
+                .await
+                .map_err(|e| RemoteError::Local(e.to_string()))?
+            {
+                Ok(h) => h,
+                Err(lavender::Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(RemoteError::Local(e.to_string())),
+            };
+        let key = remote.key(&[run, manifest::RUN_FILES_DIR, &hash, name]);
+        let there = matches!(remote.store().head(&key).await, Ok(meta) if meta.size == size);
+        if !there {
+            let sent = put_file(remote, &key, &path, algorithm, throttle).await?;
+            if sent != (size, hash.clone()) || remote.read_back(&key, algorithm).await? != sent {
+                // Written meanwhile (a rollback appending to skipped.json): next pass.
+                return Err(RemoteError::Local(format!(
+                    "{} changed while it was uploaded; sent again at the next pass",
+                    path.display()
+                )));
+            }
+        }
+        out.push(FileEntry {
+            path: name.to_string(),
+            size,
+            hash,
+        });
+    }
+    Ok(out)
 }
 
 /// A local file that cannot be read: gone with its checkpoint (retention), or an

@@ -26,7 +26,7 @@ use crate::model::{self, Gpt, MODEL_FILE};
 use crate::optim::AdamW;
 use crate::optim::adamw::OPTIMIZER_FILE;
 
-pub const REFERENCE_FILE: &str = "dpo-reference.safetensors";
+pub const REFERENCE_FILE: &str = lavender::run::DPO_REFERENCE_FILE;
 /// Metadata key (in the reference file) and trainer_state key naming the step at
 /// which the DPO reference was taken.
 pub const REFERENCE_STEP: &str = "dpo_reference_step";
