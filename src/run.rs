@@ -5,8 +5,8 @@
 mod lineage;
 
 pub use lineage::{
-    LINEAGE_FILE, Lineage, chain, lineage_path, names, parent, read_lineage, record_parent,
-    try_chain,
+    LINEAGE_FILE, Lineage, chain, lineage_path, lineage_root, names, parent, read_lineage,
+    record_parent, try_chain,
 };
 
 use std::fs;

@@ -43,7 +43,7 @@ pub use notify::{
 };
 pub use origins::{ConfigOrigins, ORIGINS_VAR};
 pub use paths::{MissingPath, PATH_KEYS, missing_paths};
-pub use replicate::{ReplicateConfig, Target as ReplicateTarget};
+pub use replicate::{ReplicateConfig, Target as ReplicateTarget, valid_lineage};
 pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{
     Config, DataConfig, DedupConfig, Device, EmaConfig, FilterConfig, HardExamplesConfig,

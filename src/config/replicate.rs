@@ -32,6 +32,12 @@ pub struct ReplicateConfig {
     /// restore refuses one that is unsigned or does not verify. null = the bucket is
     /// trusted (whoever can write it decides what a restore brings back).
     pub signing_key_file: Option<PathBuf>,
+    /// The name of this training's copies (`[A-Za-z0-9._-]`, up to 128), written into
+    /// every remote manifest: `start --resume latest` and `pull` take only this
+    /// lineage's checkpoints, never another's under the same prefix. null = the name
+    /// of the run the training started with (its lineage's root), and a prefix holding
+    /// several lineages is refused until one is named here.
+    pub lineage: Option<String>,
     /// With a `file://` URL: refuse a folder on the file system of the data root or
     /// of `/` (an unmounted NAS's mount point is a folder of the root disk, and a copy
     /// there is lost with it). false = copy to a local folder on purpose.
@@ -55,6 +61,7 @@ impl Default for ReplicateConfig {
             path_style: false,
             credentials_file: None,
             signing_key_file: None,
+            lineage: None,
             require_mounted: true,
             keep: 5,
             max_mbps: None,
@@ -144,6 +151,15 @@ impl std::fmt::Display for Target {
     }
 }
 
+/// A lineage's name: 1 to 128 of `[A-Za-z0-9._-]`, not starting with `.`.
+pub fn valid_lineage(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 fn invalid(path: &str, message: String) -> ConfigError {
     ConfigError::new(ConfigErrorKind::Invalid {
         path: path.into(),
@@ -196,6 +212,16 @@ pub(crate) fn validate(r: &ReplicateConfig) -> Result<(), ConfigError> {
                 ),
             ));
         }
+    }
+    if let Some(l) = &r.lineage
+        && !valid_lineage(l)
+    {
+        return Err(invalid(
+            "replicate.lineage",
+            format!(
+                "{l:?}: write a name of 1 to 128 letters, digits, `.`, `_` or `-` (an experiment's name)"
+            ),
+        ));
     }
     if r.keep == 0 {
         return Err(invalid(

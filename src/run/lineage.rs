@@ -27,6 +27,11 @@ pub struct Lineage {
     pub parent_run: Option<String>,
     /// The checkpoint's directory name.
     pub parent_checkpoint: String,
+    /// The first run of the chain (the one that started afresh), kept as the chain
+    /// grows so it survives the parents' pruning and a restore that brings back one
+    /// run folder alone: the training's identity (`lineage_root`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_run: Option<String>,
 }
 
 /// `<run_dir>/lineage.json`.
@@ -50,8 +55,12 @@ pub fn record_parent(run_dir: &Path, resumed_from: &Path) -> Result<Option<Linea
         .and_then(Path::file_name)
         .map(|n| n.to_string_lossy().into_owned())
         .filter(|n| parse_run_name(n).is_ok());
+    let root_run = beside
+        .zip(parent_run.as_ref())
+        .map(|(dir, name)| lineage_root_or(dir, name));
     let lineage = Lineage {
         resumed_from: resumed_from.to_path_buf(),
+        root_run,
         parent_run,
         parent_checkpoint: resumed_from
             .file_name()
@@ -60,6 +69,30 @@ pub fn record_parent(run_dir: &Path, resumed_from: &Path) -> Result<Option<Linea
     };
     crate::atomic::write_json(&lineage_path(run_dir), &lineage)?;
     Ok(Some(lineage))
+}
+
+/// The name of the run that started the training `run_dir` continues: its recorded
+/// `root_run`, else the oldest run of its [`chain`] (a lineage written before
+/// `root_run` was), else its own name.
+pub fn lineage_root(run_dir: &Path) -> String {
+    let own = run_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    lineage_root_or(run_dir, &own)
+}
+
+fn lineage_root_or(run_dir: &Path, own: &str) -> String {
+    match read_lineage(run_dir).ok().flatten() {
+        Some(Lineage {
+            root_run: Some(root),
+            ..
+        }) => root,
+        Some(_) => names(&chain(run_dir))
+            .pop()
+            .unwrap_or_else(|| own.to_string()),
+        None => own.to_string(),
+    }
 }
 
 /// The lineage `run_dir` recorded; `Ok(None)` for a run that started afresh.
@@ -207,5 +240,30 @@ mod tests {
         fs::write(lineage_path(&a), "{").unwrap();
         let err = read_lineage(&a).unwrap_err().to_string();
         assert!(err.contains("lineage.json"), "{err}");
+    }
+
+    /// The root a chain started with is kept as it grows: after the parents are
+    /// gone (pruned, or a restore that brought back one run folder), the newest run
+    /// still names it.
+    #[test]
+    fn the_root_run_survives_the_parents() {
+        let root = tempfile::tempdir().unwrap();
+        let runs: Vec<PathBuf> = [
+            "run-2026-01-01_00-00-00",
+            "run-2026-01-01_01-00-00",
+            "run-2026-01-01_02-00-00",
+        ]
+        .iter()
+        .map(|n| root.path().join(n))
+        .collect();
+        for r in &runs {
+            std::fs::create_dir_all(r.join("pretrain-00-00-00-0001")).unwrap();
+        }
+        assert_eq!(lineage_root(&runs[0]), "run-2026-01-01_00-00-00");
+        record_parent(&runs[1], &runs[0].join("pretrain-00-00-00-0001")).unwrap();
+        record_parent(&runs[2], &runs[1].join("pretrain-00-00-00-0001")).unwrap();
+        std::fs::remove_dir_all(&runs[0]).unwrap();
+        std::fs::remove_dir_all(&runs[1]).unwrap();
+        assert_eq!(lineage_root(&runs[2]), "run-2026-01-01_00-00-00");
     }
 }

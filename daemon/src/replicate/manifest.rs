@@ -36,6 +36,10 @@ pub struct RemoteManifest {
     /// `<run>/`[`RUN_FILES_DIR`]`/<hash>/<name>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub run_files: Vec<FileEntry>,
+    /// The training these copies belong to (`replicate.lineage`, else the name of the
+    /// run it started with); absent in copies written before lineages were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<String>,
     /// `blake3-keyed:<hex>`: a MAC over everything above, with the key of
     /// `replicate.signing_key_file` (`super::signing`); absent when none is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -69,8 +73,14 @@ impl RemoteManifest {
             algorithm: HashAlgorithm::Blake3,
             files: Vec::new(),
             run_files: Vec::new(),
+            lineage: None,
             signature: None,
         }
+    }
+
+    /// The lineage this copy belongs to: the one it names, else its run's name.
+    pub fn lineage_name(&self) -> &str {
+        self.lineage.as_deref().unwrap_or(&self.run)
     }
 
     /// The bytes a restore downloads: the checkpoint's and its run files'.
@@ -137,6 +147,11 @@ impl RemoteManifest {
             if !self.files.iter().any(|f| f.path == needed) {
                 return Err(format!("it lists no {needed}"));
             }
+        }
+        if let Some(l) = &self.lineage
+            && !lavender::config::valid_lineage(l)
+        {
+            return Err(format!("lineage {l:?} is not a lineage name"));
         }
         contents::check_entries(&self.run_files)?;
         for f in &self.run_files {
@@ -205,6 +220,7 @@ mod tests {
                 })
                 .collect(),
             run_files: Vec::new(),
+            lineage: None,
             signature: None,
         }
     }

@@ -157,6 +157,8 @@ pub struct Remote {
     /// `replicate.signing_key_file`: manifests written are signed, and those read
     /// must verify.
     signing: Option<Arc<SigningKey>>,
+    /// `replicate.lineage`: the training whose copies these are.
+    lineage: Option<String>,
 }
 
 impl Remote {
@@ -256,7 +258,21 @@ impl Remote {
             base,
             source_of,
             signing,
+            lineage: config.lineage.clone(),
         }))
+    }
+
+    /// `replicate.lineage`, when set.
+    pub fn lineage(&self) -> Option<&str> {
+        self.lineage.as_deref()
+    }
+
+    /// The lineage the copies of the run at `run_dir` are written under:
+    /// `replicate.lineage`, else the name of the run its training started with.
+    pub(crate) fn lineage_of(&self, run_dir: &Path) -> String {
+        self.lineage
+            .clone()
+            .unwrap_or_else(|| lavender::run::lineage_root(run_dir))
     }
 
     /// `m` as it goes up: signed when a key is set.

@@ -521,23 +521,8 @@ mod tests {
         )
         .unwrap();
         std::fs::remove_file(run.join("pretrain-00-00-02-0002/model.safetensors")).unwrap();
-        let yaml = format!(
-            "replicate: {{url: 'file://{}/remote', require_mounted: false}}",
-            dir.path().display()
-        );
-        let config = lavender::config::Config::from_yaml_str(&yaml, "t.yaml").unwrap();
-        let remote = Remote::open(&config.replicate, &|_| None, dir.path())
-            .unwrap()
-            .unwrap();
-        let mut task = Task {
-            remote: remote.clone(),
-            throttle: Throttle::new(None),
-            keep: 5,
-            status: Arc::default(),
-            known: BTreeMap::new(),
-            gone: BTreeSet::new(),
-            changed: BTreeMap::new(),
-        };
+        let remote = file_remote(dir.path(), "");
+        let mut task = task(&remote);
         task.pass(&run).await.unwrap();
         let mut up: Vec<String> = remote
             .manifests(None)
@@ -576,23 +561,8 @@ mod tests {
         for (name, bytes) in &files {
             std::fs::write(run.join(name), bytes).unwrap();
         }
-        let yaml = format!(
-            "replicate: {{url: 'file://{}/remote', require_mounted: false}}",
-            dir.path().display()
-        );
-        let config = lavender::config::Config::from_yaml_str(&yaml, "t.yaml").unwrap();
-        let remote = Remote::open(&config.replicate, &|_| None, dir.path())
-            .unwrap()
-            .unwrap();
-        let mut task = Task {
-            remote: remote.clone(),
-            throttle: Throttle::new(None),
-            keep: 5,
-            status: Arc::default(),
-            known: BTreeMap::new(),
-            gone: BTreeSet::new(),
-            changed: BTreeMap::new(),
-        };
+        let remote = file_remote(dir.path(), "");
+        let mut task = task(&remote);
         task.pass(&run).await.unwrap();
         saved(&run, "dpo-00-00-01-0001", 20);
         task.pass(&run).await.unwrap();
@@ -629,6 +599,95 @@ mod tests {
             .filter(|n| n.starts_with('.'))
             .collect();
         assert!(names.is_empty(), "left behind: {names:?}");
+    }
+
+    fn file_remote(dir: &Path, extra: &str) -> Remote {
+        let yaml = format!(
+            "replicate: {{url: 'file://{}/remote', require_mounted: false{extra}}}",
+            dir.display()
+        );
+        let config = lavender::config::Config::from_yaml_str(&yaml, "t.yaml").unwrap();
+        Remote::open(&config.replicate, &|_| None, dir)
+            .unwrap()
+            .unwrap()
+    }
+
+    fn task(remote: &Remote) -> Task {
+        Task {
+            remote: remote.clone(),
+            throttle: Throttle::new(None),
+            keep: 5,
+            status: Arc::default(),
+            known: BTreeMap::new(),
+            gone: BTreeSet::new(),
+            changed: BTreeMap::new(),
+        }
+    }
+
+    /// Two trainings under one prefix (two machines, two experiments): a resume of
+    /// the older one continues its lineage (a resumed run names its root); without
+    /// `replicate.lineage` the newest copy is not taken blindly but refused, naming
+    /// both; with it, only that lineage's newest is restored, and the other is named.
+    #[tokio::test]
+    async fn a_restore_takes_its_own_lineage_and_names_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("checkpoints");
+        let a = root.join("run-2026-01-01_00-00-00");
+        let a2 = root.join("run-2026-01-01_01-00-00");
+        let b = root.join("run-2026-01-02_00-00-00");
+        let a_first = saved(&a, "pretrain-00-00-00-0000", 10);
+        saved(&a2, "pretrain-00-00-01-0001", 20);
+        lavender::run::record_parent(&a2, &a_first).unwrap();
+        saved(&b, "pretrain-00-00-02-0002", 30);
+        let remote = file_remote(dir.path(), "");
+        let mut t = task(&remote);
+        for run in [&a, &a2, &b] {
+            t.pass(run).await.unwrap();
+        }
+        let lineages: BTreeSet<String> = remote
+            .manifests(None)
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| m.lineage_name().to_string())
+            .collect();
+        assert_eq!(
+            lineages,
+            BTreeSet::from([
+                "run-2026-01-01_00-00-00".into(),
+                "run-2026-01-02_00-00-00".into()
+            ])
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+        let e = super::super::restore::newest(&remote, None, &root)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("copies of 2 trainings")
+                && e.contains("run-2026-01-01_00-00-00 (newest run-2026-01-01_01-00-00/pretrain-00-00-01-0001)")
+                && e.contains("set replicate.lineage"),
+            "{e}"
+        );
+        assert!(!root.exists(), "nothing restored");
+
+        let mine = file_remote(dir.path(), ", lineage: run-2026-01-01_00-00-00");
+        let r = super::super::restore::newest(&mine, None, &root)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            r.path
+                .ends_with("run-2026-01-01_01-00-00/pretrain-00-00-01-0001"),
+            "{r:?}"
+        );
+        assert_eq!(
+            r.other_lineages,
+            [(
+                "run-2026-01-02_00-00-00".to_string(),
+                "run-2026-01-02_00-00-00/pretrain-00-00-02-0002".to_string()
+            )]
+        );
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct Restored {
     pub manifest: RemoteManifest,
     /// Newer remote checkpoints passed over: each name and why.
     pub skipped: Vec<(String, String)>,
+    /// The other lineages under the prefix, never picked: each name and its newest
+    /// checkpoint (`run/checkpoint`).
+    pub other_lineages: Vec<(String, String)>,
 }
 
 /// Downloads the committed remote checkpoint `m` into `<checkpoints_root>/<run>/`,
@@ -280,15 +283,56 @@ async fn download(remote: &Remote, m: &RemoteManifest, tmp: &Path) -> Result<(),
     Ok(())
 }
 
-/// Downloads the newest committed remote checkpoint (of `run`, or of any run) that
-/// downloads whole: one refused, or whose objects do not match its manifest, is
+/// Downloads the newest committed remote checkpoint (of `run`, or of this lineage)
+/// that downloads whole: one refused, or whose objects do not match its manifest, is
 /// passed over (named in `skipped`), and the one before it tried.
+///
+/// Without `run`, only one lineage's copies are candidates: `replicate.lineage`'s,
+/// or, when none is set, the prefix's only one; a prefix holding several is refused,
+/// naming each, since which of them is this training's cannot be told.
 pub async fn newest(
     remote: &Remote,
     run: Option<&str>,
     checkpoints_root: &Path,
 ) -> Result<Option<Restored>, RemoteError> {
     let (mut all, mut skipped) = remote.manifests_and_refusals(run).await?;
+    let mut other_lineages: Vec<(String, String)> = Vec::new();
+    if run.is_none() {
+        // Oldest first: the last of each lineage is its newest.
+        for m in &all {
+            let at = format!("{}/{}", m.run, m.checkpoint);
+            match other_lineages
+                .iter_mut()
+                .find(|(l, _)| l == m.lineage_name())
+            {
+                Some(entry) => entry.1 = at,
+                None => other_lineages.push((m.lineage_name().to_string(), at)),
+            }
+        }
+        let own = match remote.lineage() {
+            Some(l) => l.to_string(),
+            None if other_lineages.len() > 1 => {
+                let each: Vec<String> = other_lineages
+                    .iter()
+                    .map(|(l, at)| format!("{l} (newest {at})"))
+                    .collect();
+                return Err(RemoteError::Refused {
+                    object: remote.target().to_string(),
+                    detail: format!(
+                        "it holds the copies of {} trainings: {}; set replicate.lineage to the one to resume, or pull RUN CHECKPOINT by name",
+                        other_lineages.len(),
+                        each.join(", ")
+                    ),
+                });
+            }
+            None => other_lineages
+                .first()
+                .map(|(l, _)| l.clone())
+                .unwrap_or_default(),
+        };
+        all.retain(|m| m.lineage_name() == own);
+        other_lineages.retain(|(l, _)| *l != own);
+    }
     while let Some(m) = all.pop() {
         match pull(remote, &m, checkpoints_root).await {
             Ok((path, downloaded)) => {
@@ -297,6 +341,7 @@ pub async fn newest(
                     downloaded,
                     manifest: m,
                     skipped,
+                    other_lineages,
                 }));
             }
             Err(e @ (RemoteError::Mismatch { .. } | RemoteError::Refused { .. })) => {

@@ -67,6 +67,7 @@ mod tests {
             algorithm: HashAlgorithm::Blake3,
             files: Vec::new(),
             run_files: Vec::new(),
+            lineage: None,
             signature: None,
         }
     }

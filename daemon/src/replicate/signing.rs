@@ -108,6 +108,7 @@ mod tests {
                 hash: "ab".repeat(32),
             }],
             run_files: Vec::new(),
+            lineage: None,
             signature: None,
         }
     }

@@ -172,6 +172,7 @@ pub(crate) async fn upload(
         algorithm,
         files,
         run_files,
+        lineage: Some(remote.lineage_of(run_dir)),
         ..RemoteManifest::describe(run, &checkpoint)
     });
     let key = remote.key(&[run, &ckpt, manifest::FILE]);

@@ -237,3 +237,101 @@ fn a_run_whose_checkpoints_are_wiped_mid_run_comes_back_from_s3() {
         "the run restored from S3 mid-run ends with other weights than the run left alone"
     );
 }
+
+/// What a resume reads beside its checkpoint comes back with it, at every stage:
+/// `checkpoints/` lost in pretrain, in sft and in dpo (a checkpoint mid-DPO needs the
+/// run's DPO reference, its tokenizer, its config), then the whole data root on "a new
+/// machine" (the same config, the data written again); each time `start --resume
+/// latest` pulls the newest remote checkpoint and its run files and resumes, and the
+/// run ends with the final weights of the same run left alone, byte for byte.
+#[test]
+fn checkpoints_lost_in_each_stage_come_back_from_s3_with_their_run_files() {
+    let s3 = S3::start();
+    let dir = tempfile::tempdir().unwrap();
+    training::write_tokens(&dir.path().join("data"));
+    let stages = "    - {name: pretrain, steps: 200, lr: 3.0e-3, checkpoint_every: 10}
+    - {name: sft, steps: 200, lr: 1.0e-3, checkpoint_every: 10}
+    - {name: dpo, steps: 200, lr: 5.0e-4, checkpoint_every: 10, beta: 0.1}";
+    let config = |extra: &str| {
+        training::TrainOnly {
+            worker: WORKER,
+            model: training::SMALL_MODEL,
+            keep_checkpoints: 3,
+            stages,
+            supervisor: "",
+            notify: "",
+            extra,
+        }
+        .yaml()
+    };
+    let mut d = Lavenderd::with_real_worker(dir.path(), &config(&s3.replicate_yaml("stages")));
+    d.log = d.state_dir().join("lavenderd.log");
+    d.start(&[]);
+    for (stage, whole_data_root) in [
+        ("pretrain", false),
+        ("sft", false),
+        ("dpo", false),
+        ("dpo", true),
+    ] {
+        // A checkpoint of this stage saved by the run training now (not the one it
+        // was restored from).
+        d.wait_status(T, &format!("a {stage} checkpoint saved"), |st| {
+            assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+            let run = d.pipeline_json()["run_dir"]
+                .as_str()
+                .map(std::path::PathBuf::from);
+            run.and_then(|r| training::checkpoints(&r).pop())
+                .is_some_and(|c| name(&c).starts_with(&format!("{stage}-")))
+        });
+        d.stop_saved();
+        let newest = training::checkpoints(&d.run_dir())
+            .pop()
+            .expect("the stop's checkpoint");
+        let st = d.wait_status(T, "the stop's checkpoint safely remote", |st| {
+            st["replication"]["newest_remote"]["checkpoint"].as_str() == Some(&name(&newest))
+        });
+        let step = st["replication"]["newest_remote"]["step"].as_u64().unwrap();
+        if whole_data_root {
+            let out = d.run(&["daemon", "stop"]);
+            assert!(out.status.success(), "{}", stderr(&out));
+            std::fs::remove_dir_all(&d.data_root).unwrap();
+            training::write_tokens(&d.data_root);
+        } else {
+            std::fs::remove_dir_all(d.data_root.join("checkpoints")).unwrap();
+        }
+        let out = d.start(&["--resume", "latest"]);
+        let said = stdout(&out);
+        eprintln!("$ lavenderd start --resume latest ({stage})\n{said}");
+        assert!(
+            said.contains(&format!("/{} (step {step},", name(&newest))) && said.contains("pulled "),
+            "{said}"
+        );
+        let restored = d
+            .data_root
+            .join("checkpoints")
+            .join(name(newest.parent().unwrap()));
+        let mut want = vec!["config.yaml", "tokenizer.json"];
+        if stage == "dpo" {
+            want.push("dpo-reference.safetensors");
+        }
+        for file in want {
+            assert!(
+                restored.join(file).is_file(),
+                "{stage}: {file} not restored"
+            );
+        }
+    }
+    d.wait_state("finished", T);
+    let resumed = final_weights(&d);
+
+    let alone = tempfile::tempdir().unwrap();
+    training::write_tokens(&alone.path().join("data"));
+    let mut a = Lavenderd::with_real_worker(alone.path(), &config(""));
+    a.serve();
+    a.start(&[]);
+    a.wait_state("finished", T);
+    assert!(
+        resumed == final_weights(&a),
+        "the run restored from S3 in every stage ends with other weights than the run left alone"
+    );
+}

@@ -23,6 +23,9 @@ fn say(restored: &Restored, remote: &Remote) {
     for (name, why) in &restored.skipped {
         println!("passed over {name}: {why}");
     }
+    for (lineage, newest) in &restored.other_lineages {
+        println!("another training's copies, not picked: lineage {lineage} (newest {newest})");
+    }
     let m = &restored.manifest;
     if !restored.downloaded {
         println!(
@@ -70,6 +73,7 @@ pub async fn run(
                 downloaded,
                 manifest: m,
                 skipped: Vec::new(),
+                other_lineages: Vec::new(),
             })
         }
     };
