@@ -105,9 +105,13 @@ impl Replication {
     /// `events`, the next ones of `run_dir`'s event log: a save (or the first look at
     /// a run) starts a pass.
     pub fn observe(&self, run_dir: &Path, events: &[Event]) {
-        let saved = events
-            .iter()
-            .any(|e| e.kind == kind::CHECKPOINT_SAVED || e.kind == kind::FINAL_SAVED);
+        // A save, or a resume past a rollback (whose set-aside checkpoints go from the
+        // remote too).
+        let saved = events.iter().any(|e| {
+            e.kind == kind::CHECKPOINT_SAVED
+                || e.kind == kind::FINAL_SAVED
+                || e.kind == kind::DATA_SKIPPED
+        });
         if saved {
             let _ = self.wake.send(run_dir.to_path_buf());
         }
@@ -300,6 +304,7 @@ impl Task {
                     .collect(),
             );
         }
+        self.forget_diverged(&run, run_dir).await?;
         loop {
             let dir = run_dir.to_path_buf();
             let local = tokio::task::spawn_blocking(move || list_run_checkpoints(&dir))
@@ -375,6 +380,41 @@ impl Task {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Deletes the remote copies of the checkpoints a rollback set aside in `run_dir`
+    /// (`.diverged-<name>`): a restore must never bring the diverged state back.
+    async fn forget_diverged(&mut self, run: &str, run_dir: &Path) -> Result<(), RemoteError> {
+        let dir = run_dir.to_path_buf();
+        let diverged: Vec<String> = tokio::task::spawn_blocking(move || {
+            std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .strip_prefix(lavender::skips::SET_ASIDE_PREFIX)
+                        .map(str::to_string)
+                })
+                .collect()
+        })
+        .await
+        .map_err(|e| RemoteError::Local(e.to_string()))?;
+        for name in diverged {
+            if !self.known.get(run).is_some_and(|k| k.contains_key(&name)) {
+                continue;
+            }
+            self.remote.delete(run, &name).await?;
+            if let Some(k) = self.known.get_mut(run) {
+                k.remove(&name);
+            }
+            tracing::warn!(
+                "REPLICATE deleted {run}/{name} from {}: a rollback set it aside (saved after the divergence began)",
+                self.remote.target()
+            );
+        }
+        Ok(())
     }
 
     /// Deletes the remote checkpoints of `run` that `replicate.keep` drops.
@@ -688,6 +728,47 @@ mod tests {
                 "run-2026-01-02_00-00-00/pretrain-00-00-02-0002".to_string()
             )]
         );
+    }
+
+    /// A rollback sets the checkpoints saved after the divergence aside locally
+    /// (`.diverged-<name>`); the next pass deletes their remote copies, so a disk lost
+    /// after the rollback restores the checkpoint rolled back to, never the diverged one.
+    #[tokio::test]
+    async fn a_rollback_reaches_the_remote_and_a_restore_never_returns_the_diverged_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("checkpoints");
+        let run = root.join("run-2026-01-01_00-00-00");
+        for (i, step) in [10, 20, 30].iter().enumerate() {
+            saved(&run, &format!("pretrain-00-00-0{i}-000{i}"), *step);
+        }
+        let remote = file_remote(dir.path(), "");
+        let mut t = task(&remote);
+        t.pass(&run).await.unwrap();
+        assert_eq!(remote.manifests(None).await.unwrap().len(), 3);
+        // What pipeline/rollback.rs does to a checkpoint saved after the divergence.
+        std::fs::rename(
+            run.join("pretrain-00-00-02-0002"),
+            run.join(format!(
+                "{}pretrain-00-00-02-0002",
+                lavender::skips::SET_ASIDE_PREFIX
+            )),
+        )
+        .unwrap();
+        t.pass(&run).await.unwrap();
+        let names: Vec<String> = remote
+            .manifests(None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.checkpoint)
+            .collect();
+        assert_eq!(names, ["pretrain-00-00-00-0000", "pretrain-00-00-01-0001"]);
+        std::fs::remove_dir_all(&root).unwrap();
+        let r = super::super::restore::newest(&remote, None, &root)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(r.path.ends_with("pretrain-00-00-01-0001"), "{r:?}");
     }
 
     #[test]
