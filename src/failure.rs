@@ -25,6 +25,10 @@ pub enum FailureKind {
     DamagedCheckpoint,
     /// Inputs are missing or corrupt.
     Data,
+    /// The checkpoint to resume from needs a file of its run folder that is not
+    /// there (`lavender::run::RUN_FILES`: the DPO reference of a checkpoint taken
+    /// mid-DPO): the checkpoint is intact, its run folder is not whole.
+    MissingRunFile,
     /// A write found no space left (`ENOSPC`) or the quota used up (`EDQUOT`). The
     /// worker removes what it had half written; the daemon waits for free space and
     /// resumes from the latest verified checkpoint (not a crash, not a restart).
@@ -34,13 +38,14 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
-    pub const ALL: [FailureKind; 8] = [
+    pub const ALL: [FailureKind; 9] = [
         FailureKind::Diverged,
         FailureKind::OutOfMemory,
         FailureKind::Config,
         FailureKind::IncompatibleCheckpoint,
         FailureKind::DamagedCheckpoint,
         FailureKind::Data,
+        FailureKind::MissingRunFile,
         FailureKind::DiskFull,
         FailureKind::Crash,
     ];
@@ -54,6 +59,7 @@ impl FailureKind {
             FailureKind::IncompatibleCheckpoint => "incompatible_checkpoint",
             FailureKind::DamagedCheckpoint => "damaged_checkpoint",
             FailureKind::Data => "data",
+            FailureKind::MissingRunFile => "missing_run_file",
             FailureKind::DiskFull => "disk_full",
             FailureKind::Crash => "crash",
         }
@@ -71,6 +77,7 @@ impl FailureKind {
             FailureKind::OutOfMemory => 81,
             FailureKind::DamagedCheckpoint => 82,
             FailureKind::DiskFull => 83,
+            FailureKind::MissingRunFile => 84,
         }
     }
 

@@ -23,6 +23,7 @@ def test_kinds_and_exit_codes_are_lavenders():
         "out_of_memory": 81,
         "damaged_checkpoint": 82,
         "disk_full": 83,
+        "missing_run_file": 84,
     }
     assert failure.exit_code("meteor") == 1
     with pytest.raises(ValueError, match="not one of"):

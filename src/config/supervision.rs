@@ -184,6 +184,8 @@ impl OnFailure {
             FailureKind::DamagedCheckpoint => FailureAction::Restart,
             // Not a choice either: waited out, then resumed (the daemon's `disk` wait).
             FailureKind::DiskFull => FailureAction::Restart,
+            // Would repeat: the file is not there until someone restores it.
+            FailureKind::MissingRunFile => FailureAction::Fail,
             FailureKind::Diverged => return None,
         })
     }

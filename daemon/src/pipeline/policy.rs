@@ -175,6 +175,10 @@ pub fn cause_and_fix(step: PipelineStep, failure: &Failure) -> String {
             "no intact checkpoint is left to resume from",
             "restore a checkpoint from a backup (the damaged ones are under the run's damaged/ folder), or start without --resume",
         ),
+        FailureKind::MissingRunFile => (
+            "the checkpoint is intact but its run folder lacks a file its resume reads",
+            "bring that file back (`lavenderd pull RUN CHECKPOINT` restores it with the checkpoint when a remote copy has it), or resume from a checkpoint taken before the stage that needs it",
+        ),
         FailureKind::Data => (
             "the training data is missing or corrupt",
             "rebuild it (remove the step's done-marker under state/done/ and start again) or restore it",

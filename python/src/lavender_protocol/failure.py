@@ -6,7 +6,9 @@ kind: `config`, `incompatible_checkpoint` and `data` are not retried, `diverged`
 rolled back to a checkpoint before `since_step`, `damaged_checkpoint` (the checkpoint
 to resume from cannot be read) sets it aside and resumes from the one before,
 `disk_full` (a write found no space left, or the quota used up) is waited out
-until space is freed, then resumed; anything else is restarted.
+until space is freed, then resumed; `missing_run_file` (the checkpoint is intact but
+its run folder lacks a file its resume reads) is not retried; anything else is
+restarted.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ INCOMPATIBLE_CHECKPOINT = "incompatible_checkpoint"
 DAMAGED_CHECKPOINT = "damaged_checkpoint"
 DATA = "data"
 DISK_FULL = "disk_full"
+MISSING_RUN_FILE = "missing_run_file"
 CRASH = "crash"
 
 #: Each kind's exit code, the same as lavender-worker's (`lavender::failure`).
@@ -36,6 +39,7 @@ EXIT_CODES: Dict[str, int] = {
     OUT_OF_MEMORY: 81,
     DAMAGED_CHECKPOINT: 82,
     DISK_FULL: 83,
+    MISSING_RUN_FILE: 84,
 }
 KINDS = tuple(EXIT_CODES)
 

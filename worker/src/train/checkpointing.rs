@@ -244,6 +244,16 @@ pub fn load(ck: &Checkpoint, s: &Settings, model: &mut Gpt, opt: &mut AdamW) -> 
         let run = ck.path.parent().unwrap_or(Path::new("."));
         let path = run.join(REFERENCE_FILE);
         let mut reference = model.frozen_copy();
+        if !path.is_file() {
+            return Err(crate::failure::tag(
+                anyhow::anyhow!(
+                    "checkpoint {} is mid-DPO and needs its run's reference model {}, which is not there",
+                    ck.path.display(),
+                    path.display()
+                ),
+                lavender::failure::FailureKind::MissingRunFile,
+            ));
+        }
         let meta = model::load_weights(&mut reference, &path).with_context(|| {
             format!(
                 "checkpoint {} is mid-DPO and needs its reference model {}",

@@ -714,3 +714,37 @@ fn skipped_data_is_skipped_once_and_a_stop_after_it_resumes_exactly() {
     run_ok(&mut train_cmd(plain.path(), Some(&run), &[]));
     assert!(final_model(&run) != final_model(&straight));
 }
+
+/// A checkpoint taken mid-DPO whose run folder lost its DPO reference (a restore that
+/// brought the checkpoint alone, a file deleted by hand): the resume fails as
+/// `missing_run_file` (exit 84), naming the file, not as `data` ("the training data is
+/// missing or corrupt": the wrong cause and the wrong advice).
+#[test]
+fn a_mid_dpo_checkpoint_without_its_reference_is_a_missing_run_file() {
+    let root = tempfile::tempdir().unwrap();
+    write_tokens(root.path());
+    let run = root.path().join("checkpoints/run-2026-01-01_00-00-03");
+    run_ok(&mut train_cmd(
+        root.path(),
+        Some(&run),
+        &["--stop-at-step", "14"],
+    ));
+    let state = read_json(&checkpoints(&run).pop().unwrap().join("trainer_state.json"));
+    assert_eq!(state["stage"].as_str(), Some("dpo"), "{state}");
+    std::fs::remove_file(run.join(lavender::run::DPO_REFERENCE_FILE)).unwrap();
+    let out = train_cmd(root.path(), None, &["--resume", "latest"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(lavender::failure::FailureKind::MissingRunFile.exit_code()),
+        "{said}"
+    );
+    assert!(
+        said.contains("dpo-reference.safetensors") && said.contains("which is not there"),
+        "{said}"
+    );
+    let hb = read_json(&run.join("heartbeat.json"));
+    assert_eq!(hb["failure"]["kind"], "missing_run_file", "{hb}");
+}
