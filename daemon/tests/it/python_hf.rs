@@ -183,3 +183,63 @@ fn a_python_worker_that_never_heartbeats_is_flagged_stale_after_the_grace() {
         Duration::from_secs(10),
     );
 }
+
+/// The Hugging Face example replicating to a real S3 server (SeaweedFS): stopped,
+/// its checkpoints lost; `start --resume latest` pulls the newest remote
+/// `checkpoint-<N>` (the run folder as the Trainer writes it: pickles, RNG state,
+/// scheduler), resumes from it, and finishes with the final weights of the same run
+/// left alone, byte for byte.
+#[test]
+fn hf_trainer_checkpoints_lost_come_back_from_s3_and_finish_as_left_alone() {
+    let s3 = lavender_testkit::s3::S3::start();
+    let mut env = hf_env();
+    env.env.extend(
+        [
+            ("LAVENDER__REPLICATE__URL", format!("s3://{}/hf", s3.bucket)),
+            ("LAVENDER__REPLICATE__ENDPOINT", s3.endpoint.clone()),
+            ("LAVENDER__REPLICATE__PATH_STYLE", "true".into()),
+            (
+                "LAVENDER__REPLICATE__CREDENTIALS_FILE",
+                s3.credentials.display().to_string(),
+            ),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    );
+    env.serve();
+    env.start(&[]);
+    env.wait_step(60, SLOW);
+    env.stop_saved();
+    env.wait_state("stopped", SLOW);
+    let run = env.run_dir();
+    let (newest, step) = complete(&run).last().unwrap().clone();
+    env.wait_status(SLOW, "the stop's checkpoint safely remote", |st| {
+        st["replication"]["newest_remote"]["checkpoint"].as_str() == Some(newest.as_str())
+    });
+    std::fs::remove_dir_all(env.data_root.join("checkpoints")).unwrap();
+
+    let out = env.start(&["--resume", "latest"]);
+    let said = stdout(&out);
+    say(format!("hf: $ lavenderd start --resume latest\n{said}"));
+    let run_name = run.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        said.contains(&format!(
+            "pulled s3://{}/hf/{run_name}/{newest} (step {step},",
+            s3.bucket
+        )),
+        "{said}"
+    );
+    env.wait_state("finished", SLOW);
+    let weights = |run: &std::path::Path| {
+        std::fs::read(run.join(format!("checkpoint-{MAX_STEPS}/model.safetensors"))).unwrap()
+    };
+    let resumed = weights(&env.run_dir());
+
+    let mut alone = hf_env();
+    alone.serve();
+    alone.start(&[]);
+    alone.wait_state("finished", SLOW);
+    assert!(
+        resumed == weights(&alone.run_dir()),
+        "the HF run restored from S3 ends with other weights than the run left alone"
+    );
+}
