@@ -639,6 +639,14 @@ mod tests {
             .filter(|n| n.starts_with('.'))
             .collect();
         assert!(names.is_empty(), "left behind: {names:?}");
+        // The checkpoint here, its DPO reference gone: a pull brings the file back.
+        std::fs::remove_file(run.join(lavender::run::DPO_REFERENCE_FILE)).unwrap();
+        let again = super::super::restore::newest(&remote, None, &dir.path().join("checkpoints"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!again.downloaded);
+        assert!(run.join(lavender::run::DPO_REFERENCE_FILE).is_file());
     }
 
     fn file_remote(dir: &Path, extra: &str) -> Remote {

@@ -64,6 +64,9 @@ pub async fn pull(
     }
     let leftover = real_dir(&dest).map_err(refused)?;
     if leftover && lavender::checkpoint::is_complete(&dest) {
+        // Here already; what its resume reads beside it may not be (a DPO reference
+        // deleted by hand): brought back from the copy.
+        run_files(remote, m, &run_dir).await?;
         return Ok((dest, false));
     }
     let need = m.download_bytes();

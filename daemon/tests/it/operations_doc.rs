@@ -239,9 +239,11 @@ impl DocEnv {
 
 #[test]
 fn every_sh_block_of_the_operations_guide_runs_against_a_live_daemon() {
+    // The replication commands run against a real S3 server.
+    let s3 = lavender_testkit::s3::S3::start();
     let env = Env::new(
         &["--total-steps", "100000", "--step-ms", "20"],
-        "",
+        &s3.replicate_yaml("guide"),
         "[downloads, train]",
     );
     let home = env.dir.path().join("home");
@@ -281,11 +283,12 @@ fn every_sh_block_of_the_operations_guide_runs_against_a_live_daemon() {
     assert!(out.status.success(), "{}", stderr(&out));
     wait_until(
         Duration::from_secs(20),
-        "training with a checkpoint",
+        "training with a checkpoint, safely remote",
         || {
             let st = doc.status();
             st["training"]["step"].as_u64().unwrap_or(0) >= 1
                 && st["training"]["checkpoints"].as_u64().unwrap_or(0) >= 1
+                && st["replication"]["newest_remote"].is_object()
         },
     );
 

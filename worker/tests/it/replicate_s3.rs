@@ -238,6 +238,63 @@ fn a_run_whose_checkpoints_are_wiped_mid_run_comes_back_from_s3() {
     );
 }
 
+/// The three stages, each `steps` long with a save every 10, and `extra`.
+fn staged(steps: u64, extra: &str) -> String {
+    let stages = format!(
+        "    - {{name: pretrain, steps: {steps}, lr: 3.0e-3, checkpoint_every: 10}}
+    - {{name: sft, steps: {steps}, lr: 1.0e-3, checkpoint_every: 10}}
+    - {{name: dpo, steps: {steps}, lr: 5.0e-4, checkpoint_every: 10, beta: 0.1}}"
+    );
+    training::TrainOnly {
+        worker: WORKER,
+        model: training::SMALL_MODEL,
+        keep_checkpoints: 3,
+        stages: &stages,
+        supervisor: "",
+        notify: "",
+        extra,
+    }
+    .yaml()
+}
+
+/// The DPO reference deleted by hand from a run stopped mid-DPO (its checkpoints
+/// intact): `start --resume latest` brings it back from the remote copy, says so, and
+/// the run finishes.
+#[test]
+fn a_run_file_deleted_by_hand_comes_back_at_the_next_resume() {
+    let s3 = S3::start();
+    let dir = tempfile::tempdir().unwrap();
+    training::write_tokens(&dir.path().join("data"));
+    let mut d = Lavenderd::with_real_worker(dir.path(), &staged(30, &s3.replicate_yaml("runfile")));
+    d.log = d.state_dir().join("lavenderd.log");
+    d.start(&[]);
+    d.wait_status(T, "a dpo checkpoint saved", |st| {
+        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+        st["training"]["latest_checkpoint"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("dpo-"))
+    });
+    d.stop_saved();
+    let run = d.run_dir();
+    let newest = training::checkpoints(&run).pop().unwrap();
+    d.wait_status(T, "the stop's checkpoint safely remote", |st| {
+        st["replication"]["newest_remote"]["checkpoint"].as_str() == Some(&name(&newest))
+    });
+    let reference = run.join(lavender::run::DPO_REFERENCE_FILE);
+    std::fs::remove_file(&reference).unwrap();
+    let out = d.start(&["--resume", "latest"]);
+    let said = stdout(&out);
+    assert!(
+        said.contains(
+            "lacked dpo-reference.safetensors, which its resume reads; brought back from"
+        ),
+        "{said}{}",
+        stderr(&out)
+    );
+    assert!(reference.is_file());
+    d.wait_state("finished", T);
+}
+
 /// What a resume reads beside its checkpoint comes back with it, at every stage:
 /// `checkpoints/` lost in pretrain, in sft and in dpo (a checkpoint mid-DPO needs the
 /// run's DPO reference, its tokenizer, its config), then the whole data root on "a new
@@ -249,21 +306,7 @@ fn checkpoints_lost_in_each_stage_come_back_from_s3_with_their_run_files() {
     let s3 = S3::start();
     let dir = tempfile::tempdir().unwrap();
     training::write_tokens(&dir.path().join("data"));
-    let stages = "    - {name: pretrain, steps: 200, lr: 3.0e-3, checkpoint_every: 10}
-    - {name: sft, steps: 200, lr: 1.0e-3, checkpoint_every: 10}
-    - {name: dpo, steps: 200, lr: 5.0e-4, checkpoint_every: 10, beta: 0.1}";
-    let config = |extra: &str| {
-        training::TrainOnly {
-            worker: WORKER,
-            model: training::SMALL_MODEL,
-            keep_checkpoints: 3,
-            stages,
-            supervisor: "",
-            notify: "",
-            extra,
-        }
-        .yaml()
-    };
+    let config = |extra: &str| staged(200, extra);
     let mut d = Lavenderd::with_real_worker(dir.path(), &config(&s3.replicate_yaml("stages")));
     d.log = d.state_dir().join("lavenderd.log");
     d.start(&[]);

@@ -98,8 +98,11 @@ pub async fn before_resume(settings: &Settings, resume: Option<&str>) -> Result<
         return Ok(());
     }
     let root = settings.layout.checkpoints_root();
-    if lavender::checkpoint::list_checkpoints(&root).is_ok_and(|l| !l.is_empty()) {
-        return Ok(());
+    if let Some(newest) = lavender::checkpoint::list_checkpoints(&root)
+        .ok()
+        .and_then(|mut l| l.pop())
+    {
+        return run_files_back(settings, &newest).await;
     }
     let remote = open(settings)?;
     println!(
@@ -111,6 +114,46 @@ pub async fn before_resume(settings: &Settings, resume: Option<&str>) -> Result<
         Some(r) => say(&r, &remote),
         None => println!("{} holds no complete checkpoint either", remote.target()),
     }
+    Ok(())
+}
+
+/// The newest local checkpoint's run folder lacks a file its resume reads that its
+/// remote copy lists (a DPO reference deleted by hand, a run folder copied without
+/// it): brought back, said, before the resume needs it.
+async fn run_files_back(
+    settings: &Settings,
+    newest: &lavender::checkpoint::Checkpoint,
+) -> Result<()> {
+    let Some(run_dir) = newest.path.parent() else {
+        return Ok(());
+    };
+    let run = crate::replicate::remote::dir_name(run_dir);
+    let missing = |m: &RemoteManifest| {
+        m.run_files
+            .iter()
+            .filter(|f| !run_dir.join(&f.path).exists())
+            .map(|f| f.path.clone())
+            .collect::<Vec<_>>()
+    };
+    // A target that cannot be reached, or has no copy, leaves the start as it was.
+    let Ok(remote) = open(settings) else {
+        return Ok(());
+    };
+    let Ok(Some(m)) = remote.manifest(&run, &newest.name).await else {
+        return Ok(());
+    };
+    let lacking = missing(&m);
+    if lacking.is_empty() {
+        return Ok(());
+    }
+    restore::pull(&remote, &m, &settings.layout.checkpoints_root()).await?;
+    println!(
+        "{} lacked {}, which its resume reads; brought back from {}/{run}/{}",
+        run_dir.display(),
+        lacking.join(", "),
+        remote.target(),
+        newest.name
+    );
     Ok(())
 }
 
