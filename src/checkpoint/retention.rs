@@ -310,6 +310,43 @@ mod tests {
         assert_eq!(listed(&run)[0].path, third);
     }
 
+    /// A run the daemon reads back is watched from before its first save: with
+    /// `keep_checkpoints: 1`, a second save while the first is still being hashed
+    /// keeps both (before, nothing protected a run until its first verdict, and the
+    /// second save could delete the first unread); once the second verifies, the
+    /// first goes. An unwatched run (a worker alone) prunes as before.
+    #[test]
+    fn a_watched_run_keeps_everything_until_a_checkpoint_verifies() {
+        use crate::checkpoint::contents::{self, HashAlgorithm};
+        let (_root, run) = run_dir();
+        let with_manifest = |c: u32| {
+            let p = save(&run, "pretrain", c, None);
+            set_mtime(&p, 1_000 + c as u64);
+            let m = contents::build_from_disk(&p, HashAlgorithm::Blake3).unwrap();
+            contents::write(&p, &m).unwrap();
+            p
+        };
+        verdicts::watch(&run).unwrap();
+        let first = with_manifest(1);
+        assert!(enforce_retention(&run, 1).unwrap().is_empty());
+        let second = with_manifest(2);
+        assert!(
+            enforce_retention(&run, 1).unwrap().is_empty(),
+            "nothing read back yet"
+        );
+        let listed = list_run_checkpoints(&run).unwrap();
+        verdicts::verify_and_record(&listed[1]).unwrap();
+        assert_eq!(enforce_retention(&run, 1).unwrap(), [first]);
+        assert_eq!(list_run_checkpoints(&run).unwrap()[0].path, second);
+
+        let (_root, alone) = run_dir();
+        for c in 1..=2 {
+            let p = save(&alone, "pretrain", c, None);
+            set_mtime(&p, 1_000 + c as u64);
+        }
+        assert_eq!(enforce_retention(&alone, 1).unwrap().len(), 1, "unwatched");
+    }
+
     #[test]
     fn concurrent_retention_is_safe() {
         let (_root, run) = run_dir();

@@ -18,6 +18,12 @@ use crate::error::Result;
 /// The start of a verdict's file name in the run directory.
 pub const PREFIX: &str = ".verdict.";
 
+/// Written into a run folder before its first save by whoever will read its
+/// checkpoints back (the daemon, when it creates the run): from the first save on,
+/// retention — the daemon's and `lavender-worker`'s own — keeps everything newer than
+/// the newest checkpoint found intact, none found yet meaning all.
+pub const WATCHED: &str = ".verdicts-watched";
+
 /// One checkpoint's verdict as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recorded {
@@ -92,9 +98,19 @@ fn recorded_names(run_dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Whether a verifier watches `run_dir` (it recorded a verdict there).
+/// Whether a verifier watches `run_dir`: it said so before the first save
+/// ([`watch`]), or it recorded a verdict there.
 pub fn watched(run_dir: &Path) -> bool {
-    !recorded_names(run_dir).is_empty()
+    run_dir.join(WATCHED).exists() || !recorded_names(run_dir).is_empty()
+}
+
+/// Says that a verifier will read back every checkpoint saved in `run_dir` (see
+/// [`WATCHED`]).
+pub fn watch(run_dir: &Path) -> Result<()> {
+    crate::atomic::write_file(
+        &run_dir.join(WATCHED),
+        b"lavenderd reads back each checkpoint of this run; retention keeps every checkpoint newer than the newest found intact\n",
+    )
 }
 
 /// The recorded check of checkpoint `name` of `run_dir`.

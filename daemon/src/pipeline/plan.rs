@@ -144,11 +144,14 @@ pub fn prepare(
         let root = layout.checkpoints_root();
         std::fs::create_dir_all(&root)
             .map_err(|e| StartError::Spawn(format!("create {}: {e}", root.display())))?;
-        Some(
-            lavender::run::create_run(&root, now)
-                .map_err(|e| StartError::Spawn(e.to_string()))?
-                .path,
-        )
+        let dir = lavender::run::create_run(&root, now)
+            .map_err(|e| StartError::Spawn(e.to_string()))?
+            .path;
+        // Read back from its first save on: nothing older goes before something newer
+        // is verified, whoever prunes (retention: worker included).
+        lavender::checkpoint::verdicts::watch(&dir)
+            .map_err(|e| StartError::Spawn(e.to_string()))?;
+        Some(dir)
     } else {
         None
     };
