@@ -48,7 +48,8 @@ impl Replication {
         match Remote::open(r, &env, data_root) {
             Ok(Some(remote)) => {
                 tracing::info!("replicating checkpoints to {}", remote.target());
-                let replication = Replication::start(remote, r.max_mbps, r.keep);
+                let observe = config.supervisor.mode == lavender::config::SupervisorMode::Observe;
+                let replication = Replication::start(remote, r.max_mbps, r.keep, observe);
                 if let Ok(mut s) = replication.status.lock() {
                     s.max_lag_s = r.max_lag_s;
                 }
@@ -83,7 +84,9 @@ impl Replication {
     }
 
     /// Starts the task for `remote` (needs a tokio runtime).
-    pub fn start(remote: Remote, max_mbps: Option<f64>, keep: u32) -> Replication {
+    /// Under `observe`, remote retention and a rollback's remote deletions are said
+    /// as what would have been done, and nothing remote is deleted.
+    pub fn start(remote: Remote, max_mbps: Option<f64>, keep: u32, observe: bool) -> Replication {
         let status = Arc::new(Mutex::new(ReplicationStatus {
             target: remote.target().to_string(),
             ..ReplicationStatus::default()
@@ -97,6 +100,8 @@ impl Replication {
             known: BTreeMap::new(),
             gone: BTreeSet::new(),
             changed: BTreeMap::new(),
+            observe,
+            would_have: BTreeSet::new(),
         };
         tokio::spawn(task.run(rx));
         Replication { wake, status }
@@ -170,6 +175,10 @@ struct Task {
     gone: BTreeSet<PathBuf>,
     /// Uploads of a checkpoint cut short because it changed meanwhile.
     changed: BTreeMap<PathBuf, u32>,
+    /// `supervisor.mode: observe`: nothing remote is deleted.
+    observe: bool,
+    /// In observe mode, the remote checkpoints already said as would-have-deleted.
+    would_have: BTreeSet<(String, String)>,
 }
 
 /// Uploads of one checkpoint that may find it changed before it is skipped.
@@ -405,6 +414,10 @@ impl Task {
             if !self.known.get(run).is_some_and(|k| k.contains_key(&name)) {
                 continue;
             }
+            if self.observe {
+                self.would_have_deleted(run, &name, "a rollback set it aside");
+                continue;
+            }
             self.remote.delete(run, &name).await?;
             if let Some(k) = self.known.get_mut(run) {
                 k.remove(&name);
@@ -417,6 +430,17 @@ impl Task {
         Ok(())
     }
 
+    /// Observe mode: the remote copy `run/ckpt` would have been deleted for `why`;
+    /// said once.
+    fn would_have_deleted(&mut self, run: &str, ckpt: &str, why: &str) {
+        if self.would_have.insert((run.to_string(), ckpt.to_string())) {
+            tracing::info!(
+                "observe mode (supervisor.mode: observe): would have deleted {run}/{ckpt} from {} ({why}); nothing deleted",
+                self.remote.target()
+            );
+        }
+    }
+
     /// Deletes the remote checkpoints of `run` that `replicate.keep` drops.
     async fn retain(&mut self, run: &str) -> Result<(), RemoteError> {
         let Some(known) = self.known.get(run) else {
@@ -424,6 +448,13 @@ impl Task {
         };
         let all: Vec<&RemoteManifest> = known.values().collect();
         let dropped = super::retention::drop_list(&all, self.keep);
+        if self.observe {
+            let why = format!("replicate.keep {}", self.keep);
+            for ckpt in &dropped {
+                self.would_have_deleted(run, ckpt, &why);
+            }
+            return Ok(());
+        }
         for ckpt in &dropped {
             self.remote.delete(run, ckpt).await?;
             if let Some(k) = self.known.get_mut(run) {
@@ -669,6 +700,8 @@ mod tests {
             known: BTreeMap::new(),
             gone: BTreeSet::new(),
             changed: BTreeMap::new(),
+            observe: false,
+            would_have: BTreeSet::new(),
         }
     }
 
@@ -777,6 +810,32 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(r.path.ends_with("pretrain-00-00-01-0001"), "{r:?}");
+    }
+
+    /// Observe mode deletes nothing remote either: what `replicate.keep` would drop,
+    /// and a rollback's set-aside checkpoint, stay remote (said once in the log).
+    #[tokio::test]
+    async fn in_observe_mode_nothing_remote_is_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("checkpoints/run-2026-01-01_00-00-00");
+        let remote = file_remote(dir.path(), "");
+        let mut t = task(&remote);
+        (t.observe, t.keep) = (true, 1);
+        for (i, step) in [10, 20, 30].iter().enumerate() {
+            saved(&run, &format!("pretrain-00-00-0{i}-000{i}"), *step);
+            t.pass(&run).await.unwrap();
+        }
+        std::fs::rename(
+            run.join("pretrain-00-00-02-0002"),
+            run.join(format!(
+                "{}pretrain-00-00-02-0002",
+                lavender::skips::SET_ASIDE_PREFIX
+            )),
+        )
+        .unwrap();
+        t.pass(&run).await.unwrap();
+        assert_eq!(remote.manifests(None).await.unwrap().len(), 3);
+        assert_eq!(t.would_have.len(), 3, "{:?}", t.would_have);
     }
 
     #[test]
