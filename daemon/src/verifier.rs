@@ -70,8 +70,10 @@ pub fn pass(run_dir: &Path) -> lavender::Result<()> {
             Check::Pending => true,
             // A writer that adds the manifest after the commit marker (the Hugging
             // Face callback's `on_save`): read back once it is there.
-            Check::Done(Verdict::Unverified) => c.path.join(contents::FILE).is_file(),
-            Check::Done(_) => false,
+            Check::Done(Verdict::Unverified) if c.path.join(contents::FILE).is_file() => true,
+            // Its files changed since it was read back (written again, one dropped,
+            // one added; or a verdict of `lavenderd verify` made before that): again.
+            Check::Done(_) => !verdicts::current(c),
         };
         if !due {
             continue;
@@ -112,5 +114,46 @@ fn lower_priority() {
             tid as nix::libc::c_long,
             IOPRIO_CLASS_IDLE << 13,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lavender::checkpoint::contents::HashAlgorithm;
+
+    /// A "damaged" verdict that no longer says what the files hold (recorded by a
+    /// `lavenderd verify` that read a manifest the worker rewrote meanwhile, or by an
+    /// older version without a stamp) is read back again at the next pass, not kept.
+    #[test]
+    fn a_stale_damaged_verdict_is_read_back_again() {
+        let root = tempfile::tempdir().unwrap();
+        let run = root.path().join("run-2026-01-01_00-00-00");
+        let dir = run.join("pretrain-00-00-01-0001");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("model.safetensors"), b"weights").unwrap();
+        std::fs::write(dir.join("optimizer.safetensors"), b"moments").unwrap();
+        let m = contents::build_from_disk(&dir, HashAlgorithm::Blake3).unwrap();
+        contents::write(&dir, &m).unwrap();
+        let state = lavender::trainer_state::TrainerState::new("pretrain", 10);
+        lavender::trainer_state::write(&dir, &state).unwrap();
+        let ckpt = list_run_checkpoints(&run).unwrap().remove(0);
+        let torn = Verdict::Damaged {
+            damage: vec![contents::Damage::Missing {
+                path: "optimizer.safetensors".into(),
+            }],
+        };
+        verdicts::record(&ckpt, &torn).unwrap();
+        pass(&run).unwrap();
+        assert_eq!(
+            verdicts::read(&run, &ckpt.name).word(),
+            "damaged",
+            "current: kept"
+        );
+        // What `save_optimizer_state: last` does: the manifest forgets, the file goes.
+        contents::forget(&dir, "optimizer.safetensors").unwrap();
+        std::fs::remove_file(dir.join("optimizer.safetensors")).unwrap();
+        pass(&run).unwrap();
+        assert_eq!(verdicts::read(&run, &ckpt.name).word(), "verified");
     }
 }

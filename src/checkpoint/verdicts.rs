@@ -31,6 +31,56 @@ pub struct Recorded {
     pub verdict: Verdict,
     /// When it was read back (RFC 3339 UTC).
     pub checked_at: String,
+    /// The checkpoint's files as they were when read back ([`stamp`]): a verdict
+    /// whose files changed since is read back again. Absent in older verdicts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp: Option<String>,
+}
+
+/// What one `stat` of every file of the checkpoint at `dir` says (path, size,
+/// mtime, inode, ctime), hashed: it changes when a file is written, replaced,
+/// added or removed (bit rot changes no `stat`). `None` when the folder cannot be
+/// listed.
+pub fn stamp(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).ok()? {
+            let e = e.ok()?;
+            let md = e.metadata().ok()?;
+            if md.is_dir() {
+                stack.push(e.path());
+            } else {
+                let rel = e
+                    .path()
+                    .strip_prefix(dir)
+                    .ok()?
+                    .to_string_lossy()
+                    .into_owned();
+                files.push(format!(
+                    "{rel}\0{}\0{}.{}\0{}\0{}.{}",
+                    md.len(),
+                    md.mtime(),
+                    md.mtime_nsec(),
+                    md.ino(),
+                    md.ctime(),
+                    md.ctime_nsec()
+                ));
+            }
+        }
+    }
+    files.sort();
+    Some(blake3::hash(files.join("\n").as_bytes()).to_hex()[..32].to_string())
+}
+
+/// Whether the verdict recorded for `ckpt` was made on its files as they are now.
+pub fn current(ckpt: &Checkpoint) -> bool {
+    let run_dir = ckpt.path.parent().unwrap_or(Path::new("."));
+    std::fs::read_to_string(path(run_dir, &ckpt.name))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Recorded>(&t).ok())
+        .is_some_and(|r| r.stamp.is_some() && r.stamp == stamp(&ckpt.path))
 }
 
 /// Where a checkpoint stands for the verifier.
@@ -123,25 +173,46 @@ pub fn read(run_dir: &Path, name: &str) -> Check {
 
 /// Reads `ckpt` back against its manifest (every byte) and records the verdict.
 pub fn verify_and_record(ckpt: &Checkpoint) -> Result<Verdict> {
-    let read = || contents::read(&ckpt.path).ok().flatten();
-    let before = read();
-    let mut verdict = contents::verify(&ckpt.path, Depth::Full, None);
-    // A writer dropping a file from an older checkpoint (`save_optimizer_state:
-    // last`) rewrites its manifest, then deletes the file: read between the two, the
-    // file is "missing". A manifest changed meanwhile is checked once more.
-    if matches!(verdict, Verdict::Damaged { .. }) && read() != before {
-        verdict = contents::verify(&ckpt.path, Depth::Full, None);
+    verify_and_record_with(ckpt, contents::Hashing::OneThread)
+        .map(|v| v.unwrap_or(Verdict::Unverified))
+}
+
+/// [`verify_and_record`], hashing as `hashing` says (`lavenderd verify`: every
+/// core); `None`, and nothing recorded, when the checkpoint went away meanwhile
+/// (retention). Its files changed while they were read (a writer dropping a file
+/// from an older checkpoint under `save_optimizer_state: last` rewrites its manifest,
+/// then deletes the file: read between the two, the file is "missing"): read once
+/// more, so no verdict of files that are no longer there is left to stick.
+pub fn verify_and_record_with(
+    ckpt: &Checkpoint,
+    hashing: contents::Hashing,
+) -> Result<Option<Verdict>> {
+    let check = || contents::verify_with(&ckpt.path, Depth::Full, None, hashing);
+    let before = stamp(&ckpt.path);
+    let mut verdict = check();
+    let mut after = stamp(&ckpt.path);
+    if after != before {
+        verdict = check();
+        after = stamp(&ckpt.path);
     }
-    record(ckpt, &verdict)?;
-    Ok(verdict)
+    if !super::is_complete(&ckpt.path) {
+        return Ok(None);
+    }
+    record_stamped(ckpt, &verdict, after)?;
+    Ok(Some(verdict))
 }
 
 /// Records what reading `ckpt` back found (the daemon's verifier, `lavenderd verify`).
 pub fn record(ckpt: &Checkpoint, verdict: &Verdict) -> Result<()> {
+    record_stamped(ckpt, verdict, stamp(&ckpt.path))
+}
+
+fn record_stamped(ckpt: &Checkpoint, verdict: &Verdict, stamp: Option<String>) -> Result<()> {
     let run_dir = ckpt.path.parent().unwrap_or(Path::new("."));
     let recorded = Recorded {
         verdict: verdict.clone(),
         checked_at: crate::time::rfc3339_z(crate::time::now_utc()),
+        stamp,
     };
     crate::atomic::write_json(&path(run_dir, &ckpt.name), &recorded)
 }
@@ -222,5 +293,35 @@ mod tests {
         forget_others(&run, &[ckpts[0].name.as_str()]);
         assert_eq!(read(&run, &ckpts[2].name), Check::Pending);
         assert_eq!(read(&run, &ckpts[0].name).word(), "verified");
+    }
+
+    /// A verdict is current while the checkpoint's files are as they were read; a
+    /// file rewritten (same size), dropped or added makes it stale, and reading it
+    /// back again replaces it; a checkpoint gone meanwhile records nothing.
+    #[test]
+    fn a_verdict_goes_stale_when_its_files_change() {
+        let root = tempfile::tempdir().unwrap();
+        let run = root.path().join("run-2026-01-01_00-00-00");
+        let p = save(&run, "pretrain", 1, None);
+        let m = contents::build_from_disk(&p, HashAlgorithm::Blake3).unwrap();
+        contents::write(&p, &m).unwrap();
+        let ckpt = list_run_checkpoints(&run).unwrap().remove(0);
+        assert!(!current(&ckpt), "nothing recorded yet");
+        assert!(!verify_and_record(&ckpt).unwrap().is_damaged());
+        assert!(current(&ckpt));
+        let weights = p.join("model.safetensors");
+        let mut bytes = std::fs::read(&weights).unwrap();
+        bytes[0] ^= 1;
+        std::fs::write(&weights, &bytes).unwrap();
+        assert!(!current(&ckpt), "rewritten in place");
+        assert!(verify_and_record(&ckpt).unwrap().is_damaged());
+        assert!(current(&ckpt));
+        std::fs::write(p.join("optimizer.safetensors"), b"left over").unwrap();
+        assert!(!current(&ckpt), "a file added");
+        std::fs::remove_dir_all(&p).unwrap();
+        assert_eq!(
+            verify_and_record_with(&ckpt, contents::Hashing::OneThread).unwrap(),
+            None
+        );
     }
 }

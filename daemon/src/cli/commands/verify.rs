@@ -64,12 +64,23 @@ pub fn run(settings: &Settings, run: Option<&str>, all: bool, json: bool) -> Res
         let list = lavender::checkpoint::list_run_checkpoints(run_dir)
             .with_context(|| format!("list checkpoints in {}", run_dir.display()))?;
         for c in list {
-            // This command's only work: hash on every core, as b3sum does.
-            let verdict = contents::verify_with(&c.path, Depth::Full, None, Hashing::AllCores);
-            // Recorded as the daemon's verifier does: `checkpoints` shows it after.
-            if let Err(e) = verdicts::record(&c, &verdict) {
-                eprintln!("could not record the verdict of {}: {e}", c.path.display());
-            }
+            // This command's only work: hash on every core, as b3sum does. Recorded
+            // as the daemon's verifier does (`checkpoints` shows it after): read again
+            // when its files changed meanwhile, nothing recorded when it went away.
+            let verdict = match verdicts::verify_and_record_with(&c, Hashing::AllCores) {
+                Ok(Some(v)) => v,
+                Ok(None) => {
+                    eprintln!(
+                        "{} went away while it was read back (retention); not counted",
+                        c.path.display()
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    eprintln!("could not record the verdict of {}: {e}", c.path.display());
+                    contents::verify_with(&c.path, Depth::Full, None, Hashing::AllCores)
+                }
+            };
             match &verdict {
                 Verdict::Verified { bytes, .. } => {
                     report.verified += 1;
