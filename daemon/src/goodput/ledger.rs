@@ -167,6 +167,26 @@ impl RunLedger {
         }
     }
 
+    /// The first count of a daemon back after `alive + down` seconds away: `alive`
+    /// (until the worker's last heartbeat, which said `training` when
+    /// `alive_training`: the steps it made meanwhile) where the run was, or
+    /// `productive`; `down` (the daemon and the worker both gone: a power cut) to
+    /// `stopped`. The time down is never productive, so a relaunch never moves it
+    /// to `rework`.
+    pub(crate) fn back(
+        &mut self,
+        wall: DateTime<Utc>,
+        alive: f64,
+        alive_training: bool,
+        down: f64,
+    ) {
+        let running = self.seen.state == Some(PipelineState::Running) && !self.seen.data_step;
+        if alive_training && running && self.seen.counts() {
+            self.seen.beat = Some(WorkerState::Training);
+        }
+        self.advance(wall, alive, down);
+    }
+
     fn add(&mut self, wall: DateTime<Utc>, bucket: Bucket, seconds: f64) {
         if seconds <= 0.0 {
             return;

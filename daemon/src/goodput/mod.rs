@@ -74,6 +74,11 @@ pub struct Goodput {
     checkpoint_every: u64,
     /// When the ledger last counted, on both clocks; `None` right after loading.
     counted: Option<(Instant, DateTime<Utc>)>,
+    /// When the run's heartbeat was last written, as last read: the worker's last
+    /// sign of life, which tells a daemon restart alone from a power cut.
+    beat_at: Option<DateTime<Utc>>,
+    /// That heartbeat said `training`.
+    beat_training: bool,
     saved: Option<Instant>,
     last_record: Option<PipelineRecord>,
     /// The step-time detector of the running worker's stage, and where its alerts go.
@@ -110,6 +115,8 @@ impl Goodput {
             file,
             checkpoint_every,
             counted: None,
+            beat_at: None,
+            beat_training: false,
             saved: None,
             last_record: None,
             slowdown: Detector::new(config.supervisor.slowdown),
@@ -145,6 +152,9 @@ impl Goodput {
             .then(|| lavender::time::parse_rfc3339(&record.updated_at))
             .flatten();
         let beat_at = heartbeat.and_then(|hb| lavender::time::parse_rfc3339(&hb.timestamp));
+        self.beat_at = beat_at;
+        self.beat_training =
+            heartbeat.is_some_and(|hb| hb.state == lavender::heartbeat::WorkerState::Training);
         let beat_first = match (beat_at, record_at) {
             (Some(b), Some(r)) => b < r,
             _ => false,
@@ -283,8 +293,12 @@ impl Goodput {
     }
 
     /// Counts the time since the last count to the current run. Right after a
-    /// daemon (re)start that is the time since the file's last count: the run was
-    /// where the ledger last saw it.
+    /// daemon (re)start that is the time since the file's last count: up to the
+    /// worker's last heartbeat the run was where the ledger last saw it (a worker
+    /// that outlived the daemon trained on); after it, the daemon and the worker were
+    /// both down (a power cut, a crash of the machine), which is `stopped`, never the
+    /// last bucket and so never `rework` once the relaunch moves the steps since its
+    /// checkpoint there.
     fn count(&mut self, (mono, wall): (Instant, DateTime<Utc>)) {
         let before = self.counted.replace((mono, wall));
         let Some(run) = self.file.pipeline.current.clone() else {
@@ -294,16 +308,29 @@ impl Goodput {
             return;
         };
         let ledger = &mut section.ledger;
-        let (dt, suspended) = match before {
+        match before {
             Some((m, w)) => {
                 let dt = mono.duration_since(m).as_secs_f64();
                 let wall_dt = seconds(wall - w);
                 let slept = wall_dt - dt;
-                (dt, if slept > SUSPEND_SLACK_S { slept } else { 0.0 })
+                ledger.advance(wall, dt, if slept > SUSPEND_SLACK_S { slept } else { 0.0 });
             }
-            None => (ledger.last_wall.map_or(0.0, |w| seconds(wall - w)), 0.0),
-        };
-        ledger.advance(wall, dt, suspended);
+            None => {
+                let gap = ledger.last_wall.map_or(0.0, |w| seconds(wall - w));
+                let alive = ledger
+                    .last_wall
+                    .zip(self.beat_at)
+                    .map_or(0.0, |(w, beat)| seconds(beat - w))
+                    .min(gap);
+                let down = gap - alive;
+                let (alive, down) = if down > SUSPEND_SLACK_S {
+                    (alive, down)
+                } else {
+                    (gap, 0.0)
+                };
+                ledger.back(wall, alive, self.beat_training, down);
+            }
+        }
     }
 
     fn section(&mut self, run: &str, now: DateTime<Utc>) -> &mut RunSection {

@@ -409,3 +409,80 @@ fn cpu_ticks(pid: i32) -> u64 {
     // After the name: state is field 3, utime 14 and stime 15.
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
+
+/// A power cut: the daemon and its worker SIGKILLed together, the machine "off" for
+/// a few seconds, the daemon started again (it resumes the run from the newest
+/// checkpoint). The time both were down is `stopped`, not the bucket the run was
+/// last in and never `rework`: rework stays the steps redone (those since the
+/// checkpoint, by the worker's clock), and the buckets still add up to the wall.
+#[test]
+fn a_power_cut_is_counted_as_stopped_not_as_rework() {
+    let mut env = Env::new(
+        &[
+            "--step-ms",
+            "100",
+            "--total-steps",
+            "100",
+            "--checkpoint-every",
+            "10",
+        ],
+        "",
+        "[train]",
+    );
+    env.serve();
+    env.start(&[]);
+    let run = env.run_dir();
+    let worker = env.worker_pid().unwrap();
+    // Past a checkpoint (step 70), and past the ledger's periodic write.
+    wait_beat(&run, worker, 75);
+    env.kill_daemons();
+    send_signal(-worker, SIGKILL);
+    let cut = now_s();
+    wait_until(Duration::from_secs(5), "the worker to be gone", || {
+        !alive(worker)
+    });
+    // The machine stays off for three seconds of wall clock.
+    let off = Duration::from_secs(3);
+    wait_until(
+        off + Duration::from_secs(2),
+        "the power to come back",
+        || now_s() - cut >= off.as_secs_f64(),
+    );
+    env.serve();
+    let back = now_s();
+    env.wait_state("finished", Duration::from_secs(60));
+    wait_until(
+        Duration::from_secs(10),
+        "the ledger to see the finish",
+        || ledger(&env, &run)["ledger"]["seen"]["state"] == "finished",
+    );
+    let g = ledger(&env, &run)["figures"].clone();
+    println!("ledger after a power cut of {:.1} s: {g:#}", back - cut);
+    let wall = g["wall_s"].as_f64().unwrap();
+    let sum: f64 = g["seconds"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    assert!((sum - wall).abs() < 0.01, "{sum} vs {wall}");
+    let stopped = g["seconds"]["stopped"].as_f64().unwrap();
+    assert!(
+        stopped >= (back - cut) - 1.0,
+        "the {:.1} s down are stopped: {stopped:.3} s",
+        back - cut
+    );
+    let (redone, redone_s, _) = thrown_away(&run);
+    let cut_short = cut - last_step_before(&run, cut);
+    let truth = redone_s + cut_short;
+    let rework = g["seconds"]["rework"].as_f64().unwrap();
+    println!("steps redone {redone} ({truth:.3} s); ledger rework {rework:.3} s");
+    assert!(
+        rework <= truth + 0.5,
+        "rework {rework:.3} s is more than the {truth:.3} s redone: the time down counted as rework"
+    );
+    assert!(
+        rework >= 0.5 * truth,
+        "rework {rework:.3} s is less than half the {truth:.3} s redone"
+    );
+}
