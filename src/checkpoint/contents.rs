@@ -258,8 +258,13 @@ pub enum Damage {
         expected: String,
         found: String,
     },
-    /// The manifest is there but cannot be read or parsed.
+    /// The manifest is there but cannot be read or parsed, or lists no file at all
+    /// (nothing of the checkpoint would be covered).
     Manifest { reason: String },
+    /// A file in the checkpoint the manifest does not list (a leftover of a crash
+    /// between a manifest rewrite and the file's removal, a file put there later): a
+    /// loader that reads it would resume from bytes nothing vouches for.
+    Unlisted { path: String },
     /// The file could not be read (a permission or I/O error).
     Unreadable { path: String, reason: String },
 }
@@ -284,6 +289,7 @@ impl std::fmt::Display for Damage {
                 &expected[..expected.len().min(12)]
             ),
             Damage::Manifest { reason } => write!(f, "{FILE}: {reason}"),
+            Damage::Unlisted { path } => write!(f, "{path}: not listed in {FILE}"),
             Damage::Unreadable { path, reason } => write!(f, "{path}: unreadable: {reason}"),
         }
     }
@@ -337,6 +343,18 @@ pub fn verify_with(dir: &Path, depth: Depth, only: Option<&[&str]>, hashing: Has
         }
     };
     let mut damage = Vec::new();
+    if manifest.files.is_empty() {
+        damage.push(Damage::Manifest {
+            reason: "lists no file: nothing of the checkpoint would be checked".into(),
+        });
+    }
+    if only.is_none() {
+        damage.extend(
+            unlisted(dir, &manifest)
+                .into_iter()
+                .map(|path| Damage::Unlisted { path }),
+        );
+    }
     let mut files = 0;
     let mut bytes = 0;
     for entry in &manifest.files {
@@ -354,6 +372,39 @@ pub fn verify_with(dir: &Path, depth: Depth, only: Option<&[&str]>, hashing: Has
     } else {
         Verdict::Damaged { damage }
     }
+}
+
+/// The files under `dir` that `manifest` does not list (but the manifest itself and
+/// `trainer_state.json`, which it never lists), as relative `/`-separated paths.
+fn unlisted(dir: &Path, manifest: &ContentManifest) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(kind) = e.file_type() else { continue };
+            if kind.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let Ok(rel) = path.strip_prefix(dir) else {
+                continue;
+            };
+            let rel = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/");
+            if rel != FILE && rel != crate::trainer_state::FILE && manifest.entry(&rel).is_none() {
+                out.push(rel);
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 fn check_file(
@@ -576,6 +627,57 @@ mod tests {
         std::fs::remove_file(dir.path().join(FILE)).unwrap();
         forget(dir.path(), "model.safetensors").unwrap();
         assert!(!dir.path().join(FILE).exists());
+    }
+
+    /// "Verified" covers every file a loader could read: a manifest listing nothing,
+    /// or a file beside the listed ones (a leftover `optimizer.safetensors` from a
+    /// crash between the manifest's rewrite and its removal), is not verified but
+    /// damaged, naming what.
+    #[test]
+    fn an_empty_manifest_or_an_unlisted_file_is_not_verified() {
+        let (dir, _) = checkpoint(HashAlgorithm::Blake3);
+        assert!(matches!(
+            verify(dir.path(), Depth::Full, None),
+            Verdict::Verified { .. }
+        ));
+        std::fs::write(dir.path().join("optimizer.safetensors"), b"stale moments").unwrap();
+        match verify(dir.path(), Depth::Full, None) {
+            Verdict::Damaged { damage } => assert_eq!(
+                damage,
+                [Damage::Unlisted {
+                    path: "optimizer.safetensors".into()
+                }]
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            Damage::Unlisted {
+                path: "optimizer.safetensors".into()
+            }
+            .to_string(),
+            "optimizer.safetensors: not listed in manifest.json"
+        );
+        // A check of named files only (what a worker loads) looks at those alone.
+        assert!(matches!(
+            verify(dir.path(), Depth::Full, Some(&["model.safetensors"])),
+            Verdict::Verified { .. }
+        ));
+        let (dir, _) = checkpoint(HashAlgorithm::Blake3);
+        write(
+            dir.path(),
+            &ContentManifest::new(HashAlgorithm::Blake3, Vec::new()),
+        )
+        .unwrap();
+        for f in ["model.safetensors", "sub/extra.bin"] {
+            std::fs::remove_file(dir.path().join(f)).unwrap();
+        }
+        match verify(dir.path(), Depth::Full, None) {
+            Verdict::Damaged { damage } => assert!(
+                matches!(&damage[..], [Damage::Manifest { reason }] if reason.contains("lists no file")),
+                "{damage:?}"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
