@@ -79,6 +79,13 @@ pub fn pass(run_dir: &Path) -> lavender::Result<()> {
             continue;
         }
         match verdicts::verify_and_record(c)? {
+            v if v.storage_error().is_some() => tracing::warn!(
+                "VERIFY checkpoint {} could not be read ({}): a storage error, not damage; nothing recorded, read again at the next pass",
+                c.name,
+                v.storage_error()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            ),
             Verdict::Damaged { damage } => tracing::warn!(
                 "VERIFY checkpoint {} is damaged: {}; a resume sets it aside",
                 c.name,

@@ -311,6 +311,18 @@ impl Verdict {
     pub fn is_damaged(&self) -> bool {
         matches!(self, Verdict::Damaged { .. })
     }
+
+    /// A file (or the manifest) that could not be read at all (EIO, ESTALE, EACCES,
+    /// ELOOP…): the storage failed, which says nothing of the checkpoint's bytes. Such
+    /// a verdict is no damage to act on: nothing is set aside or recorded for it.
+    pub fn storage_error(&self) -> Option<&Damage> {
+        match self {
+            Verdict::Damaged { damage } => damage
+                .iter()
+                .find(|d| matches!(d, Damage::Unreadable { .. })),
+            _ => None,
+        }
+    }
 }
 
 /// How much of a checkpoint to check.
@@ -334,6 +346,15 @@ pub fn verify_with(dir: &Path, depth: Depth, only: Option<&[&str]>, hashing: Has
     let manifest = match read(dir) {
         Ok(Some(m)) => m,
         Ok(None) => return Verdict::Unverified,
+        // The manifest's file could not be read: the storage's error, not damage.
+        Err(Error::Io { source, .. }) => {
+            return Verdict::Damaged {
+                damage: vec![Damage::Unreadable {
+                    path: FILE.into(),
+                    reason: source.to_string(),
+                }],
+            };
+        }
         Err(e) => {
             return Verdict::Damaged {
                 damage: vec![Damage::Manifest {

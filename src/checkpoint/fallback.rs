@@ -90,6 +90,10 @@ pub struct Resolved {
     pub set_aside: Vec<SetAside>,
     /// Candidates there were: none at all means a start from step 0, not a failure.
     pub tried: usize,
+    /// The walk stopped at a checkpoint whose files could not be read (a storage
+    /// error, not damage): which one and what the storage said. Nothing was set aside
+    /// for it, nor is anything older taken in its place.
+    pub storage_error: Option<String>,
 }
 
 /// What a resume checks: every file's size and hash against the manifest. The
@@ -118,7 +122,12 @@ pub fn resolve(
     let mut out = Resolved::default();
     for ckpt in list(candidates)? {
         out.tried += 1;
-        match check(&ckpt.path) {
+        let verdict = check(&ckpt.path);
+        if let Some(error) = verdict.storage_error() {
+            out.storage_error = Some(format!("checkpoint {}: {error}", ckpt.name));
+            break;
+        }
+        match verdict {
             Verdict::Damaged { damage } => {
                 let reason = describe(&damage);
                 out.set_aside.push(match on_damage {
@@ -396,5 +405,33 @@ mod tests {
             .map(|e| e.unwrap().path())
             .collect();
         assert_eq!(before, after);
+    }
+
+    /// A file that cannot be read at all (here a symbolic link loop: ELOOP, as EIO or
+    /// ESTALE would be on a failing disk or NFS) is a storage error, not damage: the
+    /// walk stops there, sets nothing aside and takes nothing older.
+    #[test]
+    fn a_read_error_stops_the_walk_and_sets_nothing_aside() {
+        let (_root, run, ckpts) = run();
+        let model = ckpts[2].join("model.safetensors");
+        std::fs::remove_file(&model).unwrap();
+        std::os::unix::fs::symlink(&model, &model).unwrap();
+        let r = resolve(
+            &Candidates::Run {
+                run_dir: run.clone(),
+                then: None,
+            },
+            check,
+            OnDamage::SetAside,
+        )
+        .unwrap();
+        assert!(r.chosen.is_none() && r.set_aside.is_empty(), "{r:?}");
+        let e = r.storage_error.unwrap();
+        assert!(
+            e.starts_with("checkpoint pretrain-12-00-03-0003: model.safetensors: unreadable: "),
+            "{e}"
+        );
+        assert!(!run.join(DAMAGED_DIR).exists());
+        assert!(ckpts.iter().all(|c| c.is_dir()));
     }
 }

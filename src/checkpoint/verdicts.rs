@@ -198,7 +198,10 @@ pub fn verify_and_record_with(
     if !super::is_complete(&ckpt.path) {
         return Ok(None);
     }
-    record_stamped(ckpt, &verdict, after)?;
+    // A storage error says nothing of the bytes: nothing recorded, read again later.
+    if verdict.storage_error().is_none() {
+        record_stamped(ckpt, &verdict, after)?;
+    }
     Ok(Some(verdict))
 }
 

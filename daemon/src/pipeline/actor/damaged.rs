@@ -69,6 +69,12 @@ impl ResumeCheck {
             refusal: None,
         };
         spec.resume = checked.chosen.as_ref().map(|(p, _)| p.clone());
+        if let Some(error) = resolved.storage_error {
+            checked.refusal = Some(format!(
+                "a storage error, not damage: {error}; nothing was set aside and every checkpoint is kept; when the storage reads again, start again with --resume latest"
+            ));
+            return checked;
+        }
         // Only a run with nothing saved yet, started from nothing, trains from step 0.
         let named = match &self.candidates {
             Candidates::None | Candidates::Run { then: None, .. } => None,

@@ -485,6 +485,57 @@ async fn in_observe_mode_the_pre_launch_check_leaves_a_damaged_checkpoint_in_pla
     assert_eq!(d.mode, crate::decisions::Mode::WouldHave);
 }
 
+/// A checkpoint whose files cannot be read at all (a storage error: here ELOOP, as
+/// EIO on a failing disk) is not damage: the launch is refused naming it, nothing is
+/// set aside, no older checkpoint is taken in its place, every checkpoint is kept.
+#[tokio::test(start_paused = true)]
+async fn a_read_error_before_a_launch_sets_nothing_aside() {
+    use lavender::checkpoint::contents::{self, HashAlgorithm};
+    let h = harness(|_| {});
+    let run = h
+        ._dir
+        .path()
+        .join("data/checkpoints/run-2026-01-01_00-00-00");
+    for (i, name) in ["pretrain-00-00-01-0001", "pretrain-00-00-02-0002"]
+        .iter()
+        .enumerate()
+    {
+        save_checkpoint(&run, name, 10 * (i as u64 + 1));
+        let dir = run.join(name);
+        std::fs::write(dir.join("model.safetensors"), b"weights").unwrap();
+        let m = contents::build_from_disk(&dir, HashAlgorithm::Blake3).unwrap();
+        contents::write(&dir, &m).unwrap();
+        let when = std::time::UNIX_EPOCH + Duration::from_secs(1_000 * (i as u64 + 1));
+        std::fs::File::options()
+            .write(true)
+            .open(dir.join("trainer_state.json"))
+            .and_then(|f| f.set_modified(when))
+            .unwrap();
+    }
+    let model = run.join("pretrain-00-00-02-0002/model.safetensors");
+    std::fs::remove_file(&model).unwrap();
+    std::os::unix::fs::symlink(&model, &model).unwrap();
+    let _ = h
+        .pipeline
+        .start(StartRequest {
+            resume: Some("latest".into()),
+            ..StartRequest::default()
+        })
+        .await;
+    let record = h.wait_state(PipelineState::Failed).await;
+    let error = record.last_error.unwrap_or_default();
+    assert!(
+        error.contains("a storage error, not damage: checkpoint pretrain-00-00-02-0002")
+            && error.contains("nothing was set aside"),
+        "{error}"
+    );
+    assert!(!run.join("damaged").exists());
+    assert!(
+        run.join("pretrain-00-00-01-0001").is_dir() && run.join("pretrain-00-00-02-0002").is_dir()
+    );
+    assert!(h.fake.launched().is_empty());
+}
+
 /// The worker's last heartbeat: diverged at `step`, since `since`.
 fn diverged_at(run: &std::path::Path, step: u64, since: u64) {
     let mut failure = lavender::failure::Failure::new(FailureKind::Diverged, "loss spiked");
