@@ -493,17 +493,10 @@ impl Remote {
         run: &str,
         kept: &[&RemoteManifest],
     ) -> Result<usize, RemoteError> {
-        let base = self.key(&[run, manifest::RUN_FILES_DIR]);
         let depth = self.prefix.len();
-        let keys: Vec<Key> = self
-            .store
-            .list(Some(&base))
-            .map(|m| m.map(|m| m.location))
-            .collect::<Vec<_>>()
-            .await
-            .into_iter()
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.error(e))?;
+        let keys = self
+            .keys_under(&self.key(&[run, manifest::RUN_FILES_DIR]))
+            .await?;
         let mut gone = 0;
         for key in keys {
             let parts: Vec<String> = key
@@ -529,18 +522,21 @@ impl Remote {
         Ok(gone)
     }
 
-    /// Deletes every object under `prefix` (one already gone is no error).
-    async fn delete_under(&self, prefix: &Key) -> Result<(), RemoteError> {
-        let keys: Vec<Key> = self
-            .store
+    /// Every object's key under `prefix`.
+    async fn keys_under(&self, prefix: &Key) -> Result<Vec<Key>, RemoteError> {
+        self.store
             .list(Some(prefix))
             .map(|m| m.map(|m| m.location))
             .collect::<Vec<_>>()
             .await
             .into_iter()
             .collect::<Result<_, _>>()
-            .map_err(|e| self.error(e))?;
-        for key in keys {
+            .map_err(|e| self.error(e))
+    }
+
+    /// Deletes every object under `prefix` (one already gone is no error).
+    async fn delete_under(&self, prefix: &Key) -> Result<(), RemoteError> {
+        for key in self.keys_under(prefix).await? {
             match self.store.delete(&key).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(self.error(e)),

@@ -680,6 +680,12 @@ mod tests {
         assert!(run.join(lavender::run::DPO_REFERENCE_FILE).is_file());
     }
 
+    /// What pipeline/rollback.rs does to a checkpoint saved after a divergence.
+    fn diverged(run: &Path, name: &str) {
+        let hidden = format!("{}{name}", lavender::skips::SET_ASIDE_PREFIX);
+        std::fs::rename(run.join(name), run.join(hidden)).unwrap();
+    }
+
     fn file_remote(dir: &Path, extra: &str) -> Remote {
         let yaml = format!(
             "replicate: {{url: 'file://{}/remote', require_mounted: false{extra}}}",
@@ -786,15 +792,7 @@ mod tests {
         let mut t = task(&remote);
         t.pass(&run).await.unwrap();
         assert_eq!(remote.manifests(None).await.unwrap().len(), 3);
-        // What pipeline/rollback.rs does to a checkpoint saved after the divergence.
-        std::fs::rename(
-            run.join("pretrain-00-00-02-0002"),
-            run.join(format!(
-                "{}pretrain-00-00-02-0002",
-                lavender::skips::SET_ASIDE_PREFIX
-            )),
-        )
-        .unwrap();
+        diverged(&run, "pretrain-00-00-02-0002");
         t.pass(&run).await.unwrap();
         let names: Vec<String> = remote
             .manifests(None)
@@ -825,14 +823,7 @@ mod tests {
             saved(&run, &format!("pretrain-00-00-0{i}-000{i}"), *step);
             t.pass(&run).await.unwrap();
         }
-        std::fs::rename(
-            run.join("pretrain-00-00-02-0002"),
-            run.join(format!(
-                "{}pretrain-00-00-02-0002",
-                lavender::skips::SET_ASIDE_PREFIX
-            )),
-        )
-        .unwrap();
+        diverged(&run, "pretrain-00-00-02-0002");
         t.pass(&run).await.unwrap();
         assert_eq!(remote.manifests(None).await.unwrap().len(), 3);
         assert_eq!(t.would_have.len(), 3, "{:?}", t.would_have);

@@ -47,6 +47,17 @@ fn final_weights(d: &Lavenderd) -> Vec<u8> {
     std::fs::read(last.join("model.safetensors")).unwrap()
 }
 
+/// The final weights of the run of `config` on the synthetic tokens, left alone.
+fn left_alone(config: &str) -> Vec<u8> {
+    let alone = tempfile::tempdir().unwrap();
+    training::write_tokens(&alone.path().join("data"));
+    let mut a = Lavenderd::with_real_worker(alone.path(), config);
+    a.serve();
+    a.start(&[]);
+    a.wait_state("finished", T);
+    final_weights(&a)
+}
+
 fn name(p: &Path) -> String {
     p.file_name().unwrap().to_string_lossy().into_owned()
 }
@@ -140,14 +151,8 @@ fn a_run_whose_checkpoints_are_gone_comes_back_from_s3_byte_identical() {
     let resumed = final_weights(&d);
 
     // The same run, left alone, without replication.
-    let alone = tempfile::tempdir().unwrap();
-    training::write_tokens(&alone.path().join("data"));
-    let mut a = Lavenderd::with_real_worker(alone.path(), &config(""));
-    a.serve();
-    a.start(&[]);
-    a.wait_state("finished", T);
     assert!(
-        resumed == final_weights(&a),
+        resumed == left_alone(&config("")),
         "the run restored from S3 ends with other weights than the run left alone"
     );
 }
@@ -226,14 +231,8 @@ fn a_run_whose_checkpoints_are_wiped_mid_run_comes_back_from_s3() {
     d.wait_state("finished", T);
     let resumed = final_weights(&d);
 
-    let alone = tempfile::tempdir().unwrap();
-    training::write_tokens(&alone.path().join("data"));
-    let mut a = Lavenderd::with_real_worker(alone.path(), &long(config("")));
-    a.serve();
-    a.start(&[]);
-    a.wait_state("finished", T);
     assert!(
-        resumed == final_weights(&a),
+        resumed == left_alone(&long(config(""))),
         "the run restored from S3 mid-run ends with other weights than the run left alone"
     );
 }
@@ -367,14 +366,8 @@ fn checkpoints_lost_in_each_stage_come_back_from_s3_with_their_run_files() {
     d.wait_state("finished", T);
     let resumed = final_weights(&d);
 
-    let alone = tempfile::tempdir().unwrap();
-    training::write_tokens(&alone.path().join("data"));
-    let mut a = Lavenderd::with_real_worker(alone.path(), &config(""));
-    a.serve();
-    a.start(&[]);
-    a.wait_state("finished", T);
     assert!(
-        resumed == final_weights(&a),
+        resumed == left_alone(&config("")),
         "the run restored from S3 in every stage ends with other weights than the run left alone"
     );
 }

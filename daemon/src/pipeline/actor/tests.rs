@@ -426,17 +426,10 @@ async fn in_observe_mode_a_damaged_checkpoint_is_left_where_it_is() {
     assert_eq!(h.fake.launched().len(), 1);
 }
 
-/// Observe mode moves nothing before a launch either: `start --resume latest` with a
-/// newest checkpoint whose weights no longer match its manifest leaves it where it
-/// is, resumes from the one before, and writes the set-aside down as would-have.
-#[tokio::test(start_paused = true)]
-async fn in_observe_mode_the_pre_launch_check_leaves_a_damaged_checkpoint_in_place() {
+/// `pretrain-00-00-01-0001` and `-0002` (steps 10 and 20, completed in that order) in
+/// `run`, each with its weights and a manifest.
+fn two_checkpoints_with_manifests(run: &std::path::Path) {
     use lavender::checkpoint::contents::{self, HashAlgorithm};
-    let mut h = harness(|s| s.mode = lavender::config::SupervisorMode::Observe);
-    let run = h
-        ._dir
-        .path()
-        .join("data/checkpoints/run-2026-01-01_00-00-00");
     for (i, name) in ["pretrain-00-00-01-0001", "pretrain-00-00-02-0002"]
         .iter()
         .enumerate()
@@ -453,6 +446,19 @@ async fn in_observe_mode_the_pre_launch_check_leaves_a_damaged_checkpoint_in_pla
             .and_then(|f| f.set_modified(when))
             .unwrap();
     }
+}
+
+/// Observe mode moves nothing before a launch either: `start --resume latest` with a
+/// newest checkpoint whose weights no longer match its manifest leaves it where it
+/// is, resumes from the one before, and writes the set-aside down as would-have.
+#[tokio::test(start_paused = true)]
+async fn in_observe_mode_the_pre_launch_check_leaves_a_damaged_checkpoint_in_place() {
+    let mut h = harness(|s| s.mode = lavender::config::SupervisorMode::Observe);
+    let run = h
+        ._dir
+        .path()
+        .join("data/checkpoints/run-2026-01-01_00-00-00");
+    two_checkpoints_with_manifests(&run);
     let newest = run.join("pretrain-00-00-02-0002");
     std::fs::write(newest.join("model.safetensors"), b"weightz").unwrap();
     h.pipeline
@@ -490,28 +496,12 @@ async fn in_observe_mode_the_pre_launch_check_leaves_a_damaged_checkpoint_in_pla
 /// set aside, no older checkpoint is taken in its place, every checkpoint is kept.
 #[tokio::test(start_paused = true)]
 async fn a_read_error_before_a_launch_sets_nothing_aside() {
-    use lavender::checkpoint::contents::{self, HashAlgorithm};
     let h = harness(|_| {});
     let run = h
         ._dir
         .path()
         .join("data/checkpoints/run-2026-01-01_00-00-00");
-    for (i, name) in ["pretrain-00-00-01-0001", "pretrain-00-00-02-0002"]
-        .iter()
-        .enumerate()
-    {
-        save_checkpoint(&run, name, 10 * (i as u64 + 1));
-        let dir = run.join(name);
-        std::fs::write(dir.join("model.safetensors"), b"weights").unwrap();
-        let m = contents::build_from_disk(&dir, HashAlgorithm::Blake3).unwrap();
-        contents::write(&dir, &m).unwrap();
-        let when = std::time::UNIX_EPOCH + Duration::from_secs(1_000 * (i as u64 + 1));
-        std::fs::File::options()
-            .write(true)
-            .open(dir.join("trainer_state.json"))
-            .and_then(|f| f.set_modified(when))
-            .unwrap();
-    }
+    two_checkpoints_with_manifests(&run);
     let model = run.join("pretrain-00-00-02-0002/model.safetensors");
     std::fs::remove_file(&model).unwrap();
     std::os::unix::fs::symlink(&model, &model).unwrap();
