@@ -434,7 +434,7 @@ fn two_checkpoints_with_manifests(run: &std::path::Path) {
         .iter()
         .enumerate()
     {
-        save_checkpoint(&run, name, 10 * (i as u64 + 1));
+        save_checkpoint(run, name, 10 * (i as u64 + 1));
         let dir = run.join(name);
         std::fs::write(dir.join("model.safetensors"), b"weights").unwrap();
         let m = contents::build_from_disk(&dir, HashAlgorithm::Blake3).unwrap();
