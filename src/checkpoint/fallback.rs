@@ -253,6 +253,15 @@ mod tests {
         (root, run, ckpts)
     }
 
+    /// The walk over `run`'s own checkpoints, with the real check.
+    fn walk(run: &Path, on_damage: OnDamage) -> Resolved {
+        let candidates = Candidates::Run {
+            run_dir: run.to_path_buf(),
+            then: None,
+        };
+        resolve(&candidates, check, on_damage).unwrap()
+    }
+
     fn flip(ckpt: &Path) {
         let model = ckpt.join("model.safetensors");
         let mut bytes = std::fs::read(&model).unwrap();
@@ -265,15 +274,7 @@ mod tests {
         let (_root, run, ckpts) = run();
         flip(&ckpts[2]);
         std::fs::write(ckpts[1].join("model.safetensors"), b"w").unwrap();
-        let r = resolve(
-            &Candidates::Run {
-                run_dir: run.clone(),
-                then: None,
-            },
-            check,
-            OnDamage::SetAside,
-        )
-        .unwrap();
+        let r = walk(&run, OnDamage::SetAside);
         assert_eq!(r.chosen.as_ref().unwrap().path, ckpts[0]);
         assert!(matches!(r.verdict, Some(Verdict::Verified { .. })));
         let names: Vec<&str> = r.set_aside.iter().map(|s| s.name.as_str()).collect();
@@ -379,15 +380,7 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().path())
             .collect();
-        let r = resolve(
-            &Candidates::Run {
-                run_dir: run.clone(),
-                then: None,
-            },
-            check,
-            OnDamage::Leave,
-        )
-        .unwrap();
+        let r = walk(&run, OnDamage::Leave);
         assert_eq!(r.chosen.unwrap().path, ckpts[1]);
         let s = &r.set_aside[0];
         assert!(!s.moved && ckpts[2].is_dir() && !run.join(DAMAGED_DIR).exists());
@@ -416,15 +409,7 @@ mod tests {
         let model = ckpts[2].join("model.safetensors");
         std::fs::remove_file(&model).unwrap();
         std::os::unix::fs::symlink(&model, &model).unwrap();
-        let r = resolve(
-            &Candidates::Run {
-                run_dir: run.clone(),
-                then: None,
-            },
-            check,
-            OnDamage::SetAside,
-        )
-        .unwrap();
+        let r = walk(&run, OnDamage::SetAside);
         assert!(r.chosen.is_none() && r.set_aside.is_empty(), "{r:?}");
         let e = r.storage_error.unwrap();
         assert!(

@@ -279,19 +279,22 @@ mod tests {
         assert_eq!(names(&run).len(), 1);
     }
 
+    /// Checkpoint `c` of `run`, completed at second 1000 + `c`, with a manifest.
+    fn saved_with_manifest(run: &Path, c: u32) -> PathBuf {
+        use crate::checkpoint::contents::{self, HashAlgorithm};
+        let p = save(run, "pretrain", c, None);
+        set_mtime(&p, 1_000 + c as u64);
+        let m = contents::build_from_disk(&p, HashAlgorithm::Blake3).unwrap();
+        contents::write(&p, &m).unwrap();
+        p
+    }
+
     /// `keep_checkpoints: 1`: a newer checkpoint that is pending or damaged does not
     /// cost the older verified one; once a newer one verifies, the older goes.
     #[test]
     fn a_newer_checkpoint_that_never_verifies_does_not_cost_the_older_verified_one() {
-        use crate::checkpoint::contents::{self, HashAlgorithm};
         let (_root, run) = run_dir();
-        let with_manifest = |c: u32| {
-            let p = save(&run, "pretrain", c, None);
-            set_mtime(&p, 1_000 + c as u64);
-            let m = contents::build_from_disk(&p, HashAlgorithm::Blake3).unwrap();
-            contents::write(&p, &m).unwrap();
-            p
-        };
+        let with_manifest = |c: u32| saved_with_manifest(&run, c);
         let first = with_manifest(1);
         let listed = |run: &Path| list_run_checkpoints(run).unwrap();
         verdicts::verify_and_record(&listed(&run)[0]).unwrap();
@@ -317,15 +320,8 @@ mod tests {
     /// first goes. An unwatched run (a worker alone) prunes as before.
     #[test]
     fn a_watched_run_keeps_everything_until_a_checkpoint_verifies() {
-        use crate::checkpoint::contents::{self, HashAlgorithm};
         let (_root, run) = run_dir();
-        let with_manifest = |c: u32| {
-            let p = save(&run, "pretrain", c, None);
-            set_mtime(&p, 1_000 + c as u64);
-            let m = contents::build_from_disk(&p, HashAlgorithm::Blake3).unwrap();
-            contents::write(&p, &m).unwrap();
-            p
-        };
+        let with_manifest = |c: u32| saved_with_manifest(&run, c);
         verdicts::watch(&run).unwrap();
         let first = with_manifest(1);
         assert!(enforce_retention(&run, 1).unwrap().is_empty());

@@ -191,7 +191,7 @@ impl RemoteManifest {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::path::Path;

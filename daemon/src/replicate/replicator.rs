@@ -102,6 +102,7 @@ impl Replication {
             changed: BTreeMap::new(),
             observe,
             would_have: BTreeSet::new(),
+            run_file_hashes: Default::default(),
         };
         tokio::spawn(task.run(rx));
         Replication { wake, status }
@@ -177,6 +178,8 @@ struct Task {
     changed: BTreeMap<PathBuf, u32>,
     /// `supervisor.mode: observe`: nothing remote is deleted.
     observe: bool,
+    /// The run-level files' hashes, taken once while each stays as it was.
+    run_file_hashes: upload::RunFileHashes,
     /// In observe mode, the remote checkpoints already said as would-have-deleted.
     would_have: BTreeSet<(String, String)>,
 }
@@ -328,7 +331,15 @@ impl Task {
             let (name, path) = (next.name.clone(), next.path.clone());
             self.set(|s| s.in_flight = Some(name.clone()));
             let started = Instant::now();
-            match upload::upload(&self.remote, &run, &path, &self.throttle).await {
+            match upload::upload(
+                &self.remote,
+                &run,
+                &path,
+                &self.throttle,
+                &mut self.run_file_hashes,
+            )
+            .await
+            {
                 Ok(up) => {
                     let secs = started.elapsed().as_secs_f64();
                     let bytes = up.manifest.bytes();
@@ -595,15 +606,10 @@ mod tests {
         let remote = file_remote(dir.path(), "");
         let mut task = task(&remote);
         task.pass(&run).await.unwrap();
-        let mut up: Vec<String> = remote
-            .manifests(None)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|m| m.checkpoint)
-            .collect();
-        up.sort();
-        assert_eq!(up, ["pretrain-00-00-00-0000", "pretrain-00-00-03-0003"]);
+        assert_eq!(
+            remote_names(&remote).await,
+            ["pretrain-00-00-00-0000", "pretrain-00-00-03-0003"]
+        );
         let status = task.status.lock().unwrap().clone();
         let named: Vec<(&str, &str)> = status
             .not_replicated
@@ -686,6 +692,19 @@ mod tests {
         std::fs::rename(run.join(name), run.join(hidden)).unwrap();
     }
 
+    /// The committed remote checkpoints, by name, sorted.
+    async fn remote_names(remote: &Remote) -> Vec<String> {
+        let mut names: Vec<String> = remote
+            .manifests(None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.checkpoint)
+            .collect();
+        names.sort();
+        names
+    }
+
     fn file_remote(dir: &Path, extra: &str) -> Remote {
         let yaml = format!(
             "replicate: {{url: 'file://{}/remote', require_mounted: false{extra}}}",
@@ -708,6 +727,7 @@ mod tests {
             changed: BTreeMap::new(),
             observe: false,
             would_have: BTreeSet::new(),
+            run_file_hashes: Default::default(),
         }
     }
 
@@ -794,14 +814,10 @@ mod tests {
         assert_eq!(remote.manifests(None).await.unwrap().len(), 3);
         diverged(&run, "pretrain-00-00-02-0002");
         t.pass(&run).await.unwrap();
-        let names: Vec<String> = remote
-            .manifests(None)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|m| m.checkpoint)
-            .collect();
-        assert_eq!(names, ["pretrain-00-00-00-0000", "pretrain-00-00-01-0001"]);
+        assert_eq!(
+            remote_names(&remote).await,
+            ["pretrain-00-00-00-0000", "pretrain-00-00-01-0001"]
+        );
         std::fs::remove_dir_all(&root).unwrap();
         let r = super::super::restore::newest(&remote, None, &root)
             .await

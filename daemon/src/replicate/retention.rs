@@ -51,24 +51,15 @@ pub(crate) fn drop_list(all: &[&RemoteManifest], keep: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lavender::checkpoint::contents::HashAlgorithm;
 
     fn m(name: &str, stage: &str, at: u64, val: Option<f64>) -> RemoteManifest {
         RemoteManifest {
-            format: super::super::manifest::FORMAT.into(),
-            version: 1,
-            run: "run-1".into(),
             checkpoint: name.into(),
             stage: stage.into(),
             step: at,
             val_loss: val,
             completed_unix_ms: at * 1000,
-            uploaded_at: String::new(),
-            algorithm: HashAlgorithm::Blake3,
-            files: Vec::new(),
-            run_files: Vec::new(),
-            lineage: None,
-            signature: None,
+            ..super::super::manifest::tests::manifest(&[])
         }
     }
 

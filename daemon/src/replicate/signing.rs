@@ -81,7 +81,6 @@ impl SigningKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lavender::checkpoint::contents::{FileEntry, HashAlgorithm};
 
     fn key(text: &str) -> SigningKey {
         let dir = tempfile::tempdir().unwrap();
@@ -91,26 +90,7 @@ mod tests {
     }
 
     fn manifest() -> RemoteManifest {
-        RemoteManifest {
-            format: super::super::manifest::FORMAT.into(),
-            version: super::super::manifest::VERSION,
-            run: "run-2026-04-24_16-08-45".into(),
-            checkpoint: "pretrain-16-08-47-0003".into(),
-            stage: "pretrain".into(),
-            step: 20,
-            val_loss: Some(2.25),
-            completed_unix_ms: 1,
-            uploaded_at: "t".into(),
-            algorithm: HashAlgorithm::Blake3,
-            files: vec![FileEntry {
-                path: "model.safetensors".into(),
-                size: 3,
-                hash: "ab".repeat(32),
-            }],
-            run_files: Vec::new(),
-            lineage: None,
-            signature: None,
-        }
+        super::super::manifest::tests::manifest(&["model.safetensors"])
     }
 
     #[test]

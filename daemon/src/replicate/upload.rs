@@ -22,6 +22,40 @@ pub(crate) const PART: usize = 8 << 20;
 /// Parts of one file in flight at once.
 pub(crate) const PARTS_IN_FLIGHT: usize = 4;
 
+/// The hashes of the run-level files already taken, by path, with the `stat` they
+/// were taken at: the DPO reference (a whole model) is hashed once, not at every
+/// upload, while it stays as it was.
+#[derive(Debug, Default)]
+pub(crate) struct RunFileHashes(std::collections::BTreeMap<PathBuf, (FileStat, u64, String)>);
+
+/// What one `stat` says of a file: size, mtime, inode, ctime.
+type FileStat = (u64, i64, i64, u64, i64, i64);
+
+impl RunFileHashes {
+    /// The size and hash of `path`, from the cache while its `stat` is unchanged.
+    fn get(&mut self, path: &Path, algorithm: HashAlgorithm) -> lavender::Result<(u64, String)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).map_err(|e| lavender::Error::io("stat", path, e))?;
+        let stat = (
+            m.len(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ino(),
+            m.ctime(),
+            m.ctime_nsec(),
+        );
+        if let Some((at, size, hash)) = self.0.get(path)
+            && *at == stat
+        {
+            return Ok((*size, hash.clone()));
+        }
+        let (size, hash) = contents::hash_file(path, algorithm)?;
+        self.0
+            .insert(path.to_path_buf(), (stat, size, hash.clone()));
+        Ok((size, hash))
+    }
+}
+
 /// What one upload did.
 #[derive(Debug, Clone)]
 pub struct Uploaded {
@@ -75,6 +109,7 @@ pub(crate) async fn upload(
     run: &str,
     dir: &Path,
     throttle: &Throttle,
+    hashes: &mut RunFileHashes,
 ) -> Result<Uploaded, RemoteError> {
     let ckpt = dir_name(dir);
     // A copy a restore would refuse is not made.
@@ -165,7 +200,7 @@ pub(crate) async fn upload(
     }
 
     let run_dir = dir.parent().unwrap_or(dir);
-    let run_files = put_run_files(remote, run, run_dir, algorithm, throttle).await?;
+    let run_files = put_run_files(remote, run, run_dir, algorithm, throttle, hashes).await?;
     let read_back_s = started.elapsed().as_secs_f64() - sent_s;
     let m = remote.seal(RemoteManifest {
         uploaded_at: lavender::time::rfc3339_z(lavender::time::now_utc()),
@@ -212,24 +247,28 @@ async fn put_run_files(
     run_dir: &Path,
     algorithm: HashAlgorithm,
     throttle: &Throttle,
+    hashes: &mut RunFileHashes,
 ) -> Result<Vec<FileEntry>, RemoteError> {
     let mut out = Vec::new();
     for name in lavender::run::RUN_FILES {
         let path = run_dir.join(name);
-        let hashed = path.clone();
-        let (size, hash) =
-            match tokio::task::spawn_blocking(move || contents::hash_file(&hashed, algorithm))
-                .await
-                .map_err(|e| RemoteError::Local(e.to_string()))?
+        let (hashed, mut cache) = (path.clone(), std::mem::take(hashes));
+        let (got, cache) = tokio::task::spawn_blocking(move || {
+            let got = cache.get(&hashed, algorithm);
+            (got, cache)
+        })
+        .await
+        .map_err(|e| RemoteError::Local(e.to_string()))?;
+        *hashes = cache;
+        let (size, hash) = match got {
+            Ok(h) => h,
+            Err(lavender::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
             {
-                Ok(h) => h,
-                Err(lavender::Error::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    continue;
-                }
-                Err(e) => return Err(RemoteError::Local(e.to_string())),
-            };
+                continue;
+            }
+            Err(e) => return Err(RemoteError::Local(e.to_string())),
+        };
         let key = remote.key(&[run, manifest::RUN_FILES_DIR, &hash, name]);
         let there = matches!(remote.store().head(&key).await, Ok(meta) if meta.size == size);
         if !there {
