@@ -3,6 +3,7 @@
 
 pub mod alert;
 pub mod backoff;
+pub(crate) mod checkpoints;
 pub mod cli;
 pub(crate) mod client;
 pub(crate) mod config_source;
@@ -16,7 +17,6 @@ pub(crate) mod exe;
 pub mod exit;
 pub(crate) mod feed;
 pub(crate) mod goodput;
-pub(crate) mod inventory;
 pub(crate) mod locate;
 pub mod logging;
 pub(crate) mod logs;
@@ -25,10 +25,8 @@ pub mod pipeline;
 pub mod process;
 pub(crate) mod prune;
 pub(crate) mod replicate;
-pub(crate) mod retention;
 pub(crate) mod server;
 pub mod service;
 pub(crate) mod settings;
 pub(crate) mod status;
-pub(crate) mod verifier;
 pub(crate) mod web;

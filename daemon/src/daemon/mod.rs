@@ -35,7 +35,7 @@ use crate::events::EventFollower;
 use crate::feed::{self, Feed};
 use crate::notify::{self, Notifier};
 use crate::pipeline::{self, PipelineHandle};
-use crate::retention::{Retention, RetentionHandle};
+use crate::checkpoints::{Lifecycle, Retention, RetentionHandle};
 use crate::server::{self, AppState};
 use crate::settings::Settings;
 use crate::status::{self, StatusCache};
@@ -186,17 +186,19 @@ impl Daemon {
             ConfigSource::from_process(settings.config_file.clone()),
             alerts.clone(),
         )?;
-        let (pruner, retention) = Retention::start(&settings.config, layout.checkpoints_root());
+        let (pruner, retention) = Retention::new(&settings.config, layout.checkpoints_root());
         let replication = crate::replicate::Replication::from_config(
             &settings.config,
             &settings.layout.data_root,
             alerts.clone(),
         );
+        let lifecycle = Lifecycle::start(pruner, replication.clone())
+            .context("start the checkpoints' lifecycle")?;
         let parts = StatusParts {
             feed,
             notifier: notifier.clone(),
             alerts,
-            pruner,
+            lifecycle,
             replication,
         };
         let (cache, web) = status_tasks(&settings, &opts.status, &pipeline, parts)?;
@@ -471,10 +473,34 @@ struct StatusParts {
     feed: Feed,
     notifier: Notifier,
     alerts: AlertSender,
-    /// The daemon's checkpoint retention, fed by the one follower of `events.jsonl`.
-    pruner: Retention,
-    /// Uploads of each new checkpoint (`replicate:`), told by the same follower.
+    /// Each checkpoint's life after its save: read back, retention, replication.
+    lifecycle: Lifecycle,
+    /// Uploads of each new checkpoint (`replicate:`), handed each run by the lifecycle.
     replication: Option<crate::replicate::Replication>,
+}
+
+/// Tells the checkpoints room of each refresh that may have seen its run's events
+/// grow (a new run, a new mark), straight from the refresher's change stream.
+async fn follow_checkpoints(
+    mut refreshes: watch::Receiver<Arc<status::StatusSnapshot>>,
+    lifecycle: Lifecycle,
+) {
+    let mut seen: Option<(std::path::PathBuf, u64)> = None;
+    loop {
+        let looked = {
+            let snap = refreshes.borrow_and_update();
+            snap.facts.run_dir.clone().map(|dir| (dir, snap.events_mark))
+        };
+        if let Some(looked) = looked
+            && seen.as_ref() != Some(&looked)
+        {
+            lifecycle.looked(&looked.0);
+            seen = Some(looked);
+        }
+        if refreshes.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// The refresher, the watchdog and the feed's publisher (with the one follower of
@@ -490,17 +516,14 @@ fn status_tasks(
         feed,
         notifier,
         alerts,
-        pruner,
+        lifecycle,
         replication,
     } = parts;
     let follower = EventFollower::new(
         settings.config.notify.milestones.then_some(&notifier),
         &settings.layout.state_dir,
         &settings.layout.data_root,
-    )
-    .with_retention(pruner)
-    .with_verifier(crate::verifier::Verifier::start().context("start the checkpoint verifier")?)
-    .with_replication(replication.clone());
+    );
     let tasks =
         status::tasks::StatusTasks::start().context("start the thread of the status tasks")?;
     let layout = &settings.layout;
@@ -519,6 +542,8 @@ fn status_tasks(
             Some(notifier.clone()),
             replication.clone(),
         );
+        let report = lifecycle.subscribe();
+        tokio::spawn(follow_checkpoints(cache.subscribe_refreshes(), lifecycle));
         let goodput = crate::goodput::Goodput::load(layout, &settings.config, alerts.clone());
         status::watchdog::spawn(
             layout.clone(),
@@ -533,7 +558,8 @@ fn status_tasks(
             layout.clone(),
             follower,
             goodput,
-        );
+        )
+        .with_checkpoints(report);
         (cache, web)
     }))
 }

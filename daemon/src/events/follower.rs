@@ -1,8 +1,9 @@
-//! The one follower of a run's `events.jsonl`. Each poll reads what was appended
-//! and hands it to its three readers: the live feed (every event, from the run's
-//! first line on; the caller publishes them), the daemon's checkpoint retention (a
-//! pass after each save, `retention.rs`) and the notifier (a push per milestone, at
-//! most once: its offset is persisted, so a daemon restart sends nothing twice).
+//! The feed's follower of a run's `events.jsonl`. Each poll reads what was appended
+//! and hands it to its two readers: the live feed (every event, from the run's
+//! first line on; the caller publishes them) and the notifier (a push per milestone,
+//! at most once: its offset is persisted, so a daemon restart sends nothing twice).
+//! A checkpoint's life after its save is not here: the checkpoints room reads the
+//! events itself (`checkpoints/lifecycle.rs`).
 //! The feed and the pushes usually stand at the same offset and share one read;
 //! they differ only right after a daemon restart, when the feed catches up on what
 //! was pushed.
@@ -14,9 +15,6 @@ use lavender::events::{self, Event, EventBatch};
 
 use super::offsets;
 use crate::notify::{Notifier, milestone};
-use crate::replicate::Replication;
-use crate::retention::Retention;
-use crate::verifier::Verifier;
 use lavender::layout::Layout;
 
 pub struct EventFollower {
@@ -25,12 +23,6 @@ pub struct EventFollower {
     /// The events file the feed is reading, and how far.
     feed_file: Option<PathBuf>,
     feed_offset: u64,
-    /// The daemon's retention, told of every event the feed gets.
-    retention: Option<Retention>,
-    /// The daemon's verifier, told of every event too (it reads each save back).
-    verifier: Option<Verifier>,
-    /// The replication task, told of every save (replicate/replicator.rs).
-    replication: Option<Replication>,
 }
 
 struct Pushes {
@@ -67,28 +59,7 @@ impl EventFollower {
             }),
             feed_file: None,
             feed_offset: 0,
-            retention: None,
-            verifier: None,
-            replication: None,
         }
-    }
-
-    /// Also hands every new event to `retention`, which prunes after saves.
-    pub fn with_retention(mut self, retention: Retention) -> EventFollower {
-        self.retention = Some(retention);
-        self
-    }
-
-    /// Also hands every new event to `verifier`, which reads each save back.
-    pub fn with_verifier(mut self, verifier: Verifier) -> EventFollower {
-        self.verifier = Some(verifier);
-        self
-    }
-
-    /// Also tells `replication` of every save, which uploads it.
-    pub fn with_replication(mut self, replication: Option<Replication>) -> EventFollower {
-        self.replication = replication;
-        self
     }
 
     /// Where the next push of `run_dir`'s milestones starts reading.
@@ -124,15 +95,6 @@ impl EventFollower {
             };
         }
         self.feed_offset = batch.next_offset;
-        if let Some(retention) = self.retention.as_mut() {
-            retention.observe(run_dir, &batch.events);
-        }
-        if let Some(verifier) = self.verifier.as_mut() {
-            verifier.observe(run_dir, &batch.events);
-        }
-        if let Some(replication) = &self.replication {
-            replication.observe(run_dir, &batch.events);
-        }
         Ok(Followed {
             events: batch.events,
             pushed,

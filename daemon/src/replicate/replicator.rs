@@ -1,9 +1,12 @@
-//! The daemon's replication task: told by the one follower of `events.jsonl` that a
-//! run saved a checkpoint, it uploads the run's newest complete checkpoints not yet
-//! remote, newest first, one at a time, on its own task (the pipeline actor, the
-//! status and a stop never wait for it). A checkpoint whose upload was cut short (no
-//! remote manifest) is uploaded again at the next pass, after a daemon restart too:
-//! the follower reads a run's events from the first line on.
+//! The daemon's replication task, the last duty of a checkpoint's life: handed a run
+//! by the checkpoints room once its new checkpoints were read back and retention ran
+//! (`checkpoints/lifecycle.rs`), it uploads the run's newest complete checkpoints not
+//! yet remote, newest first, one at a time, on its own task (the pipeline actor, the
+//! status and a stop never wait for it). Only a checkpoint with a good verdict goes
+//! up in a run the daemon reads back: one not read back yet waits for its pass, a
+//! damaged one is named in the status and never sent. A checkpoint whose upload was
+//! cut short (no remote manifest) is uploaded again at the next pass, after a daemon
+//! restart too: the room looks at a run from its first event on.
 //!
 //! Failures back off (2 s doubling to 5 min) and are logged once per incident; a
 //! refused credential is not retried on a timer at all, only at the next save (one
@@ -15,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lavender::checkpoint::list_run_checkpoints;
-use lavender::events::{Event, kind};
 use tokio::sync::mpsc;
 
 use crate::alert::AlertSender;
@@ -108,22 +110,8 @@ impl Replication {
         Replication { wake, status }
     }
 
-    /// `events`, the next ones of `run_dir`'s event log: a save (or the first look at
-    /// a run) starts a pass.
-    pub fn observe(&self, run_dir: &Path, events: &[Event]) {
-        // A save, or a resume past a rollback (whose set-aside checkpoints go from the
-        // remote too).
-        let saved = events.iter().any(|e| {
-            e.kind == kind::CHECKPOINT_SAVED
-                || e.kind == kind::FINAL_SAVED
-                || e.kind == kind::DATA_SKIPPED
-        });
-        if saved {
-            let _ = self.wake.send(run_dir.to_path_buf());
-        }
-    }
-
-    /// A pass over `run_dir` now (a daemon that starts on a run).
+    /// A pass over `run_dir` now: the room read back its new checkpoints (after a
+    /// save, a rollback's resume, or the first look at a run).
     pub fn wake(&self, run_dir: &Path) {
         let _ = self.wake.send(run_dir.to_path_buf());
     }
@@ -198,6 +186,33 @@ fn backoff(failures: u32) -> Duration {
 /// would keep beside what is there (`replicate.keep` over `known` and it). One it
 /// would drop at once is never sent: whatever the local and remote keep values, each
 /// checkpoint goes up at most once, and none is sent only to be deleted.
+/// Whether a local checkpoint may go up.
+#[derive(Debug, Clone, PartialEq)]
+enum Ready {
+    Yes,
+    /// Not read back yet in a run the daemon reads back: its pass hands it over.
+    NotYet,
+    /// Read back and found damaged: never sent; why.
+    Damaged(String),
+}
+
+/// What the verdicts of `run_dir` say of each of `local`'s checkpoints. A run nobody
+/// reads back (no verdicts, not watched) uploads what is complete, as before.
+fn checks(run_dir: &Path, local: &[lavender::checkpoint::Checkpoint]) -> Vec<Ready> {
+    use lavender::checkpoint::verdicts::{self, Check};
+    let watched = verdicts::watched(run_dir);
+    local
+        .iter()
+        .map(|c| match verdicts::read(run_dir, &c.name) {
+            Check::Pending if watched => Ready::NotYet,
+            check @ Check::Done(lavender::checkpoint::contents::Verdict::Damaged { .. }) => {
+                Ready::Damaged(check.describe())
+            }
+            _ => Ready::Yes,
+        })
+        .collect()
+}
+
 fn next_upload<'a>(
     run: &str,
     local: &'a [lavender::checkpoint::Checkpoint],
@@ -319,12 +334,30 @@ impl Task {
         self.forget_diverged(&run, run_dir).await?;
         loop {
             let dir = run_dir.to_path_buf();
-            let local = tokio::task::spawn_blocking(move || list_run_checkpoints(&dir))
-                .await
-                .map_err(|e| RemoteError::Local(e.to_string()))?
-                .map_err(|e| RemoteError::Local(e.to_string()))?;
+            let (local, checks) = tokio::task::spawn_blocking(move || {
+                list_run_checkpoints(&dir).map(|local| {
+                    let checks = checks(&dir, &local);
+                    (local, checks)
+                })
+            })
+            .await
+            .map_err(|e| RemoteError::Local(e.to_string()))?
+            .map_err(|e| RemoteError::Local(e.to_string()))?;
             self.measure(&run, &local);
-            let Some(next) = next_upload(&run, &local, &self.known[&run], &self.gone, self.keep)
+            let mut ready = Vec::with_capacity(local.len());
+            for (c, check) in local.iter().zip(checks) {
+                match check {
+                    Ready::Yes => ready.push(c.clone()),
+                    Ready::NotYet => {}
+                    Ready::Damaged(why) if !self.gone.contains(&c.path) => {
+                        tracing::error!("REPLICATE skipped {run}/{}: {why}", c.name);
+                        self.not_replicated(&c.name, why);
+                        self.gone.insert(c.path.clone());
+                    }
+                    Ready::Damaged(_) => {}
+                }
+            }
+            let Some(next) = next_upload(&run, &ready, &self.known[&run], &self.gone, self.keep)
             else {
                 return self.retain(&run).await;
             };

@@ -24,6 +24,8 @@ pub struct WebState {
     pub counters: Arc<Counters>,
     /// Set once notifications exist; `/metrics` then reports their counts.
     pub notifications: Option<crate::notify::Notifier>,
+    /// What the checkpoints room did; `/metrics` reports it.
+    pub checkpoints: Option<tokio::sync::watch::Receiver<crate::checkpoints::lifecycle::Report>>,
     cache: StatusCache,
 }
 
@@ -51,12 +53,21 @@ impl WebState {
             history: Arc::new(HistoryCache::default()),
             counters,
             notifications: None,
+            checkpoints: None,
             cache,
         }
     }
 
     pub fn with_notifications(mut self, notifier: crate::notify::Notifier) -> WebState {
         self.notifications = Some(notifier);
+        self
+    }
+
+    pub fn with_checkpoints(
+        mut self,
+        report: tokio::sync::watch::Receiver<crate::checkpoints::lifecycle::Report>,
+    ) -> WebState {
+        self.checkpoints = Some(report);
         self
     }
 

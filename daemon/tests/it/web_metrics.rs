@@ -122,9 +122,15 @@ const GAUGES: &[&str] = &[
     "lavender_pipeline_state",
     "lavender_goodput_seconds",
     "lavender_goodput_ratio",
+    "lavender_checkpoint_storage_error",
 ];
 // The parser names counter families without their `_total` suffix.
-const COUNTERS: &[&str] = &["lavender_worker_restarts", "lavender_notifications"];
+const COUNTERS: &[&str] = &[
+    "lavender_worker_restarts",
+    "lavender_notifications",
+    "lavender_checkpoint_reads",
+    "lavender_checkpoints_dropped",
+];
 
 #[test]
 fn metrics_are_valid_prometheus_text_and_follow_the_pipeline() {

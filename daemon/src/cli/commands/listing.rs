@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::inventory;
+use crate::checkpoints::inventory;
 use crate::settings::Settings;
 
 pub fn runs(settings: &Settings, json: bool) -> Result<ExitCode> {

@@ -164,7 +164,7 @@ pub async fn checkpoints(settings: &Settings, run: Option<&str>, json: bool) -> 
     if json || !settings.config.replicate.enabled() {
         return super::listing::checkpoints(settings, run, json);
     }
-    let local = crate::inventory::checkpoints(&settings.layout, run);
+    let local = crate::checkpoints::inventory::checkpoints(&settings.layout, run);
     let remote = open(settings)?;
     let run_name = run
         .map(|r| crate::replicate::remote::dir_name(std::path::Path::new(r)))

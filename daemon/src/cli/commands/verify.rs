@@ -12,7 +12,7 @@ use lavender::checkpoint::contents::{self, Depth, Hashing, Verdict};
 use lavender::checkpoint::verdicts;
 use serde::Serialize;
 
-use crate::inventory;
+use crate::checkpoints::inventory;
 use crate::settings::Settings;
 
 /// One checkpoint's line of the report.

@@ -100,7 +100,7 @@ impl Actor {
         let may_delete = !self.observing()
             && run_dir
                 .as_deref()
-                .is_some_and(|d| crate::retention::inside(d, &root));
+                .is_some_and(|d| crate::checkpoints::retain::inside(d, &root));
         let input = CheckInput {
             data_root: self.layout.data_root.clone(),
             run_dir,

@@ -3,7 +3,7 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use lavender_api::{CheckpointInfo, CheckpointsQuery};
 
-use crate::inventory;
+use crate::checkpoints::inventory;
 use crate::server::AppState;
 use crate::server::error::ApiError;
 

@@ -14,6 +14,7 @@ pub async fn get(State(app): State<AppState>) -> Result<impl IntoResponse, ApiEr
         .await
         .map_err(ApiError::internal)?;
     let web = &app.web;
+    let checkpoints = web.checkpoints.as_ref().map(|r| r.borrow().clone());
     let text = metrics::render(&Inputs {
         status: &status,
         disk_available_bytes: disk,
@@ -25,6 +26,7 @@ pub async fn get(State(app): State<AppState>) -> Result<impl IntoResponse, ApiEr
             .notifications
             .as_ref()
             .map(crate::web::metrics::notification_counts),
+        checkpoints: checkpoints.as_ref(),
     });
     Ok((
         [(

@@ -3,7 +3,7 @@ use axum::extract::State;
 
 use lavender_api::RunInfo;
 
-use crate::inventory;
+use crate::checkpoints::inventory;
 use crate::server::AppState;
 use crate::server::error::ApiError;
 

@@ -19,6 +19,8 @@ pub struct Inputs<'a> {
     pub worker_restarts: u64,
     /// `None` until a notifications module provides counts.
     pub notifications: Option<Vec<NotificationCount>>,
+    /// What the checkpoints room did since the daemon started.
+    pub checkpoints: Option<&'a crate::checkpoints::lifecycle::Report>,
 }
 
 const STATES: [PipelineState; 8] = [
@@ -105,6 +107,18 @@ pub fn render(m: &Inputs<'_>) -> String {
         )
         .sample(&[], m.worker_restarts as f64),
         notifications_family(m.notifications.as_deref()),
+        checkpoint_reads_family(m.checkpoints),
+        Family::new(
+            "lavender_checkpoints_dropped_total",
+            "Checkpoints the daemon's retention deleted since the daemon started.",
+            MetricType::Counter,
+        )
+        .sample_opt(&[], m.checkpoints.map(|c| c.dropped as f64)),
+        gauge(
+            "lavender_checkpoint_storage_error",
+            "1 while a checkpoint cannot be read (EIO, ESTALE, EACCES, ...): retention and replication wait.",
+            m.checkpoints.map(|c| if c.storage_error.is_some() { 1.0 } else { 0.0 }),
+        ),
         goodput_family(m.status.goodput.as_ref()),
         gauge(
             "lavender_goodput_ratio",
@@ -148,6 +162,19 @@ fn goodput_family(goodput: Option<&lavender::goodput::GoodputStatus>) -> Family 
     lavender::goodput::Bucket::ALL.iter().fold(family, |f, b| {
         f.sample(&[("bucket", b.as_str())], g.seconds.get(*b))
     })
+}
+
+/// Checkpoints read back by the daemon since it started, by what was found.
+fn checkpoint_reads_family(report: Option<&crate::checkpoints::lifecycle::Report>) -> Family {
+    let family = Family::new(
+        "lavender_checkpoint_reads_total",
+        "Checkpoints the daemon read back since it started, by verdict (verified, damaged).",
+        MetricType::Counter,
+    );
+    let Some(r) = report else { return family };
+    family
+        .sample(&[("verdict", "verified")], r.verified as f64)
+        .sample(&[("verdict", "damaged")], r.damaged as f64)
 }
 
 fn notifications_family(counts: Option<&[NotificationCount]>) -> Family {

@@ -1,19 +1,21 @@
-//! Checkpoint retention enforced by the daemon (`supervisor.retention: daemon`).
-//!
-//! The one follower of `events.jsonl` (`events::EventFollower`) hands each run's
-//! new events to [`Retention`]; after a `checkpoint_saved` or `final_saved` event it
-//! applies the run's `training.keep_checkpoints` + newest + best-by-validation-loss
-//! rules with [`lavender::checkpoint::enforce_retention_with`], the same code
-//! `lavender-worker` runs, on the blocking pool (a checkpoint is gigabytes), one
-//! pass at a time, and logs `RETAIN dropped N old ckpt(s)` in the daemon's log. It
+//! Retention, the duty after the read-back (`supervisor.retention: daemon`): the
+//! lifecycle task hands [`Retention::due`] each batch of the run's events; after a
+//! `checkpoint_saved` or `final_saved` the plan is to apply the run's
+//! `training.keep_checkpoints` + newest + best-by-validation-loss rules with
+//! [`lavender::checkpoint::enforce_retention_with`] (the same code `lavender-worker`
+//! runs; in a run the daemon reads back, nothing older than the newest checkpoint
+//! found intact goes before it), and the lifecycle runs it once every new checkpoint
+//! has its verdict, logging `RETAIN dropped N old ckpt(s)` in the daemon's log. It
 //! writes nothing into the run: `events.jsonl` and `train.log` are the worker's.
 //! It never touches:
 //! - a run whose worker declared in its `run_started` event that it prunes its own
-//!   (`"retention": "worker"`, as `lavender-worker` does);
+//!   (`"retention": "worker"`, as `lavender-worker` does: its own pruning follows the
+//!   same rule, and knows a verifier watches from the run's `.verdicts-watched`);
 //! - a checkpoint being written (listing sees complete checkpoints only; temporary
 //!   `.tmp-*` entries are cleared only after the retention grace of an hour);
-//! - another run (only the run the follower follows, the pipeline's current one);
-//! - anything outside `<data_root>/checkpoints/` (a run directory elsewhere is left alone).
+//! - another run (only the run the lifecycle follows, the pipeline's current one);
+//! - anything outside `<data_root>/checkpoints/` (a run directory elsewhere is left alone);
+//! - anything in observe mode (the plan says what it would have done).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -21,10 +23,9 @@ use std::sync::{Arc, Mutex};
 use lavender::checkpoint::{RetentionPolicy, enforce_retention_with};
 use lavender::config::{Config, Retention as RetentionMode};
 use lavender::events::{self, Event, kind};
-use tokio::sync::mpsc;
 
-/// Decides from a run's events, as the follower reads them, when a pass is due, and
-/// hands it to the pass task.
+/// Decides from a run's events, as the lifecycle reads them, what retention does
+/// at the next pass.
 pub struct Retention {
     /// The config in force: `supervisor.retention`, `training.keep_checkpoints`.
     config: Arc<Mutex<Config>>,
@@ -32,7 +33,6 @@ pub struct Retention {
     run_dir: Option<PathBuf>,
     worker_prunes: bool,
     warned_outside: bool,
-    passes: Option<mpsc::UnboundedSender<Pass>>,
 }
 
 /// Changes the config of a running [`Retention`] (config reload).
@@ -56,8 +56,37 @@ pub struct Pass {
     pub keep: usize,
 }
 
+/// What retention does at a pass.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    /// Delete what the rules drop.
+    Prune(Pass),
+    /// Observe mode: the daemon would have pruned; it says so and deletes nothing.
+    WouldPrune(Pass),
+    /// Nothing: no save, or the daemon is not the one to prune.
+    Nothing,
+}
+
+impl Plan {
+    /// The pass to run, when the plan deletes.
+    #[cfg(test)]
+    pub fn prune(self) -> Option<Pass> {
+        match self {
+            Plan::Prune(pass) => Some(pass),
+            _ => None,
+        }
+    }
+
+    /// A later plan over the same run replaces an earlier one, except by nothing.
+    pub fn or(self, earlier: Plan) -> Plan {
+        match self {
+            Plan::Nothing => earlier,
+            later => later,
+        }
+    }
+}
+
 impl Retention {
-    /// Decides only; [`Retention::start`] also runs the passes.
     pub fn new(config: &Config, checkpoints_root: PathBuf) -> (Retention, RetentionHandle) {
         let config = Arc::new(Mutex::new(config.clone()));
         let handle = RetentionHandle {
@@ -69,37 +98,14 @@ impl Retention {
             run_dir: None,
             worker_prunes: false,
             warned_outside: false,
-            passes: None,
         };
-        (retention, handle)
-    }
-
-    /// Runs each due pass on the blocking pool, one at a time; passes asked for
-    /// while one runs are merged into the next (needs a tokio runtime).
-    pub fn start(config: &Config, checkpoints_root: PathBuf) -> (Retention, RetentionHandle) {
-        let (mut retention, handle) = Retention::new(config, checkpoints_root);
-        let (tx, mut rx) = mpsc::unbounded_channel::<Pass>();
-        retention.passes = Some(tx);
-        tokio::spawn(async move {
-            while let Some(mut pass) = rx.recv().await {
-                while let Ok(later) = rx.try_recv() {
-                    pass = later;
-                }
-                let run_dir = pass.run_dir.clone();
-                match tokio::task::spawn_blocking(move || pass.run()).await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => tracing::warn!("retention in {}: {e}", run_dir.display()),
-                    Err(e) => tracing::warn!("retention in {}: {e}", run_dir.display()),
-                }
-            }
-        });
         (retention, handle)
     }
 
     /// `events`, the next ones of `run_dir`'s event log: a pass is due when one
     /// says a checkpoint was saved and the daemon is the one to prune. A new run
     /// directory starts afresh (its events from the first on).
-    pub fn due(&mut self, run_dir: &Path, events: &[Event]) -> Option<Pass> {
+    pub fn due(&mut self, run_dir: &Path, events: &[Event]) -> Plan {
         if self.run_dir.as_deref() != Some(run_dir) {
             self.run_dir = Some(run_dir.to_path_buf());
             self.worker_prunes = false;
@@ -113,24 +119,25 @@ impl Retention {
             }
             saved |= event.kind == kind::CHECKPOINT_SAVED || event.kind == kind::FINAL_SAVED;
         }
-        let (mode, keep, observe) = {
-            let config = self.config.lock().ok()?;
+        let Ok((mode, keep, observe)) = self.config.lock().map(|config| {
             (
                 config.supervisor.retention,
                 config.training.keep_checkpoints as usize,
                 config.supervisor.mode == lavender::config::SupervisorMode::Observe,
             )
+        }) else {
+            return Plan::Nothing;
         };
         if !saved || mode == RetentionMode::Worker || self.worker_prunes {
-            return None;
+            return Plan::Nothing;
         }
+        let pass = Pass {
+            run_dir: run_dir.to_path_buf(),
+            keep,
+        };
         if observe {
             // Observe mode deletes nothing; the owner of the run prunes it.
-            tracing::info!(
-                run_dir = %run_dir.display(),
-                "observe mode (supervisor.mode: observe): would have enforced training.keep_checkpoints {keep}; nothing deleted"
-            );
-            return None;
+            return Plan::WouldPrune(pass);
         }
         if !inside(run_dir, &self.checkpoints_root) {
             if !self.warned_outside {
@@ -141,23 +148,22 @@ impl Retention {
                     self.checkpoints_root.display()
                 );
             }
-            return None;
+            return Plan::Nothing;
         }
-        Some(Pass {
-            run_dir: run_dir.to_path_buf(),
-            keep,
-        })
-    }
-
-    /// [`Retention::due`], and the due pass handed to the pass task.
-    pub fn observe(&mut self, run_dir: &Path, events: &[Event]) {
-        if let (Some(pass), Some(passes)) = (self.due(run_dir, events), &self.passes) {
-            let _ = passes.send(pass);
-        }
+        Plan::Prune(pass)
     }
 }
 
 impl Pass {
+    /// Says in the daemon's log what the pass would have deleted (observe mode).
+    pub fn would_have(&self) {
+        tracing::info!(
+            run_dir = %self.run_dir.display(),
+            "observe mode (supervisor.mode: observe): would have enforced training.keep_checkpoints {}; nothing deleted",
+            self.keep
+        );
+    }
+
     /// Deletes what the rules drop (blocking: run it off the async workers) and
     /// says so in the daemon's log; returns the checkpoint directories deleted.
     pub fn run(&self) -> lavender::Result<Vec<PathBuf>> {
@@ -224,7 +230,7 @@ mod tests {
         fn poll(&mut self, run_dir: &Path) -> Option<Vec<PathBuf>> {
             let batch = events::read_from(&events::path(run_dir), self.offset).unwrap();
             self.offset = batch.next_offset;
-            let pass = self.retention.due(run_dir, &batch.events)?;
+            let pass = self.retention.due(run_dir, &batch.events).prune()?;
             Some(pass.run().unwrap())
         }
     }

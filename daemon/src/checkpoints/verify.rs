@@ -1,69 +1,35 @@
-//! The daemon reads each new checkpoint back against its manifest, off the critical
-//! path: told of each event by the one follower of `events.jsonl` (as retention is),
-//! it queues a pass over the run when the run is new to it or a save was made; one
-//! thread of its own, at low CPU and idle I/O priority, re-reads every byte of each
-//! checkpoint not checked yet (the writer is not trusted) and records the verdict in
+//! The first duty of a checkpoint's life: read each new checkpoint back against
+//! its manifest (the writer is not trusted), every byte, and record the verdict in
 //! `<run>/.verdict.<name>.json` (`lavender::checkpoint::verdicts`), which the status,
-//! `lavenderd checkpoints` and retention read. A damaged one is said in the daemon's
-//! log at once; it is set aside when a resume comes to it.
+//! `lavenderd checkpoints`, retention and replication read. Run by the lifecycle
+//! task (`lifecycle.rs`) on its own thread, at low CPU and idle I/O priority
+//! ([`lower_priority`]). A damaged one is said in the daemon's log at once; it is set
+//! aside when a resume comes to it. A read error is not damage: nothing is recorded
+//! for it, and the pass says so ([`Read::storage_error`]).
 
-use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::path::Path;
 
 use lavender::checkpoint::contents::{self, Verdict};
 use lavender::checkpoint::list_run_checkpoints;
 use lavender::checkpoint::verdicts::{self, Check};
-use lavender::events::{Event, kind};
 
-/// Hands the runs to read back to the verifying thread.
-pub struct Verifier {
-    run_dir: Option<PathBuf>,
-    passes: mpsc::Sender<PathBuf>,
-}
-
-impl Verifier {
-    /// Starts the verifying thread.
-    pub fn start() -> std::io::Result<Verifier> {
-        let (passes, rx) = mpsc::channel::<PathBuf>();
-        std::thread::Builder::new()
-            .name("verifier".into())
-            .spawn(move || {
-                lower_priority();
-                while let Ok(mut run_dir) = rx.recv() {
-                    // Passes asked for meanwhile are one pass over the latest run.
-                    while let Ok(later) = rx.try_recv() {
-                        run_dir = later;
-                    }
-                    if let Err(e) = pass(&run_dir) {
-                        tracing::warn!("verifying the checkpoints of {}: {e}", run_dir.display());
-                    }
-                }
-            })?;
-        Ok(Verifier {
-            run_dir: None,
-            passes,
-        })
-    }
-
-    /// `events`, the next ones of `run_dir`'s event log: a pass when the run is new
-    /// (a daemon restart: what was saved meanwhile) or a checkpoint was saved.
-    pub fn observe(&mut self, run_dir: &Path, events: &[Event]) {
-        let new_run = self.run_dir.as_deref() != Some(run_dir);
-        let saved = events
-            .iter()
-            .any(|e| e.kind == kind::CHECKPOINT_SAVED || e.kind == kind::FINAL_SAVED);
-        if new_run {
-            self.run_dir = Some(run_dir.to_path_buf());
-        }
-        if new_run || saved {
-            let _ = self.passes.send(run_dir.to_path_buf());
-        }
-    }
+/// What one pass read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Read {
+    /// Checkpoints read back and found intact.
+    pub verified: u64,
+    /// Checkpoints read back and found damaged, by name.
+    pub damaged: Vec<String>,
+    /// Checkpoints without a manifest.
+    pub unverified: u64,
+    /// The first checkpoint whose files could not be read, and what the storage said.
+    pub storage_error: Option<String>,
 }
 
 /// Reads back each checkpoint of `run_dir` not checked yet, newest first (the one a
 /// resume would take), and drops the verdicts of those gone.
-pub fn pass(run_dir: &Path) -> lavender::Result<()> {
+pub fn pass(run_dir: &Path) -> lavender::Result<Read> {
+    let mut read = Read::default();
     let ckpts = list_run_checkpoints(run_dir)?;
     for c in ckpts.iter().rev() {
         let due = match verdicts::read(run_dir, &c.name) {
@@ -79,35 +45,47 @@ pub fn pass(run_dir: &Path) -> lavender::Result<()> {
             continue;
         }
         match verdicts::verify_and_record(c)? {
-            v if v.storage_error().is_some() => tracing::warn!(
-                "VERIFY checkpoint {} could not be read ({}): a storage error, not damage; nothing recorded, read again at the next pass",
-                c.name,
-                v.storage_error()
+            v if v.storage_error().is_some() => {
+                let error = v
+                    .storage_error()
                     .map(ToString::to_string)
-                    .unwrap_or_default()
-            ),
-            Verdict::Damaged { damage } => tracing::warn!(
-                "VERIFY checkpoint {} is damaged: {}; a resume sets it aside",
-                c.name,
-                lavender::checkpoint::fallback::describe(&damage)
-            ),
-            Verdict::Verified { files, bytes } => tracing::info!(
-                "VERIFY checkpoint {} verified: {files} files, {bytes} bytes read back",
-                c.name
-            ),
+                    .unwrap_or_default();
+                tracing::warn!(
+                    "VERIFY checkpoint {} could not be read ({error}): a storage error, not damage; nothing recorded, nothing set aside or deleted, read again later",
+                    c.name,
+                );
+                read.storage_error
+                    .get_or_insert_with(|| format!("checkpoint {}: {error}", c.name));
+            }
+            Verdict::Damaged { damage } => {
+                tracing::warn!(
+                    "VERIFY checkpoint {} is damaged: {}; a resume sets it aside",
+                    c.name,
+                    lavender::checkpoint::fallback::describe(&damage)
+                );
+                read.damaged.push(c.name.clone());
+            }
+            Verdict::Verified { files, bytes } => {
+                tracing::info!(
+                    "VERIFY checkpoint {} verified: {files} files, {bytes} bytes read back",
+                    c.name
+                );
+                read.verified += 1;
+            }
             Verdict::Unverified => {
-                tracing::info!("VERIFY checkpoint {} has no manifest: unverified", c.name)
+                tracing::info!("VERIFY checkpoint {} has no manifest: unverified", c.name);
+                read.unverified += 1;
             }
         }
     }
     let names: Vec<&str> = ckpts.iter().map(|c| c.name.as_str()).collect();
     verdicts::forget_others(run_dir, &names);
-    Ok(())
+    Ok(read)
 }
 
-/// This thread alone: nice 10 and the idle I/O class, so reading a checkpoint back
+/// The calling thread alone: nice 10 and the idle I/O class, so reading a checkpoint back
 /// never slows the worker's training or its next save.
-fn lower_priority() {
+pub(super) fn lower_priority() {
     #[cfg(target_os = "linux")]
     // SAFETY: plain syscalls on the calling thread's own id; failures are ignored.
     unsafe {
