@@ -83,6 +83,25 @@ pub fn current(ckpt: &Checkpoint) -> bool {
         .is_some_and(|r| r.stamp.is_some() && r.stamp == stamp(&ckpt.path))
 }
 
+/// The "verified" recorded for the checkpoint at `dir` when it still holds: made on
+/// its files as they are now (one `stat` of each: size, mtime, inode, ctime) and
+/// younger than `max_age` (bit rot changes no `stat`, so an old verdict is read
+/// again). A resume takes it instead of reading every byte once more. `None`: no
+/// such verdict, and the caller reads the checkpoint.
+pub fn reusable(dir: &Path, max_age: std::time::Duration) -> Option<Verdict> {
+    let run_dir = dir.parent()?;
+    let name = dir.file_name()?.to_str()?;
+    let recorded: Recorded =
+        serde_json::from_str(&std::fs::read_to_string(path(run_dir, name)).ok()?).ok()?;
+    if !matches!(recorded.verdict, Verdict::Verified { .. }) {
+        return None;
+    }
+    let checked = crate::time::parse_rfc3339(&recorded.checked_at)?;
+    let age = (crate::time::now_utc() - checked).to_std().ok()?;
+    (age < max_age && recorded.stamp.is_some() && recorded.stamp == stamp(dir))
+        .then_some(recorded.verdict)
+}
+
 /// Where a checkpoint stands for the verifier.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Check {
@@ -296,6 +315,50 @@ mod tests {
         forget_others(&run, &[ckpts[0].name.as_str()]);
         assert_eq!(read(&run, &ckpts[2].name), Check::Pending);
         assert_eq!(read(&run, &ckpts[0].name).word(), "verified");
+    }
+
+    /// A resume takes a recorded "verified" while its files are unchanged and it is
+    /// younger than the limit; a file written since, an old verdict, a limit of 0 or
+    /// a verdict that is not "verified" send it back to reading every byte.
+    #[test]
+    fn a_fresh_verified_verdict_on_unchanged_files_is_reused() {
+        use std::time::Duration;
+        let root = tempfile::tempdir().unwrap();
+        let run = root.path().join("run-2026-01-01_00-00-00");
+        let p = save(&run, "pretrain", 1, None);
+        let m = contents::build_from_disk(&p, HashAlgorithm::Blake3).unwrap();
+        contents::write(&p, &m).unwrap();
+        let ckpt = list_run_checkpoints(&run).unwrap().remove(0);
+        let day = Duration::from_secs(86_400);
+        assert_eq!(reusable(&p, day), None, "nothing recorded yet");
+        let verdict = verify_and_record(&ckpt).unwrap();
+        assert!(matches!(verdict, Verdict::Verified { .. }));
+        assert_eq!(reusable(&p, day), Some(verdict.clone()));
+        assert_eq!(reusable(&p, Duration::ZERO), None, "0: always read again");
+        // Recorded long ago: read again (bit rot changes no stat).
+        let file = path(&run, &ckpt.name);
+        let mut old: Recorded =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let recorded = old.clone();
+        old.checked_at = "2020-01-01T00:00:00.000Z".into();
+        crate::atomic::write_json(&file, &old).unwrap();
+        assert_eq!(reusable(&p, day), None);
+        crate::atomic::write_json(&file, &recorded).unwrap();
+        assert_eq!(reusable(&p, day), Some(verdict));
+        // A file written since (same bytes, dated elsewhere): its stat changed, read again.
+        let w = p.join("model.safetensors");
+        std::fs::write(&w, std::fs::read(&w).unwrap()).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&w)
+            .unwrap()
+            .set_modified(std::time::SystemTime::UNIX_EPOCH)
+            .unwrap();
+        assert_eq!(reusable(&p, day), None);
+        // A damaged verdict is never taken as it stands.
+        std::fs::write(&w, b"x").unwrap();
+        verify_and_record(&ckpt).unwrap();
+        assert_eq!(reusable(&p, day), None);
     }
 
     /// A verdict is current while the checkpoint's files are as they were read; a

@@ -516,6 +516,16 @@ pub struct SupervisorConfig {
     /// factor 1.3 for 300 s.
     #[serde(default)]
     pub slowdown: Slowdown,
+    /// How long a checkpoint's recorded "verified" spares a resume from reading every
+    /// byte again, while its files are unchanged (one `stat` of each); older, it is
+    /// read again (bit rot changes no `stat`). 0: always read again. Absent in
+    /// configs older than the key: 86400 (a day).
+    #[serde(default = "default_verdict_max_age_s")]
+    pub verdict_max_age_s: u64,
+}
+
+fn default_verdict_max_age_s() -> u64 {
+    86_400
 }
 
 fn default_true() -> bool {

@@ -27,6 +27,9 @@ use crate::process::SpawnSpec;
 /// What a training launch checks before it starts the worker.
 pub(super) struct ResumeCheck {
     candidates: Candidates,
+    /// `supervisor.verdict_max_age_s`: a recorded "verified" this young, on files
+    /// unchanged since, is taken without reading every byte again.
+    verdict_max_age: Duration,
     /// Observe mode: a damaged candidate is left in place, said as would-have.
     on_damage: OnDamage,
     /// A checkpoint set aside before this launch (the worker could not load it): with
@@ -45,10 +48,12 @@ pub(super) struct Checked {
 }
 
 impl ResumeCheck {
-    /// Walks the candidates (reading every byte of the one taken), sets `spec`'s
+    /// Walks the candidates (reading every byte of the one taken, unless its verdict
+    /// still holds), sets `spec`'s
     /// resume to the checkpoint taken. Runs on the blocking pool.
     pub(super) fn run(self, spec: &mut SpawnSpec) -> Checked {
-        let resolved = match fallback::resolve(&self.candidates, fallback::check, self.on_damage) {
+        let check = fallback::check_reusing(self.verdict_max_age);
+        let resolved = match fallback::resolve(&self.candidates, check, self.on_damage) {
             Ok(r) => r,
             Err(e) => {
                 return Checked {
@@ -129,6 +134,7 @@ impl Actor {
         };
         (candidates != Candidates::None || earlier.is_some()).then_some(ResumeCheck {
             candidates,
+            verdict_max_age: Duration::from_secs(self.config.supervisor.verdict_max_age_s),
             on_damage,
             earlier,
         })
