@@ -103,13 +103,6 @@ pub fn check(dir: &Path) -> Verdict {
     contents::verify(dir, Depth::Full, None)
 }
 
-/// [`check`], unless the checkpoint's recorded "verified" still holds
-/// ([`super::verdicts::reusable`]: its files unchanged since, and younger than
-/// `max_age`): a restart then loads at once instead of reading every byte again.
-pub fn check_reusing(max_age: std::time::Duration) -> impl Fn(&Path) -> Verdict {
-    move |dir| super::verdicts::reusable(dir, max_age).unwrap_or_else(|| check(dir))
-}
-
 /// The damage in one line.
 pub fn describe(damage: &[Damage]) -> String {
     damage

@@ -102,6 +102,13 @@ pub fn reusable(dir: &Path, max_age: std::time::Duration) -> Option<Verdict> {
         .then_some(recorded.verdict)
 }
 
+/// The resume's check ([`super::fallback::check`]), unless the checkpoint's recorded
+/// "verified" still holds ([`reusable`]): a restart then loads at once instead of
+/// reading every byte again.
+pub fn check_reusing(max_age: std::time::Duration) -> impl Fn(&Path) -> Verdict {
+    move |dir| reusable(dir, max_age).unwrap_or_else(|| super::fallback::check(dir))
+}
+
 /// Where a checkpoint stands for the verifier.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Check {

@@ -154,7 +154,10 @@ impl Room {
             Ok(batch) => batch,
             Err(e) if e.is_not_found() => Default::default(),
             Err(e) => {
-                tracing::warn!("checkpoints: reading the events of {}: {e}", run_dir.display());
+                tracing::warn!(
+                    "checkpoints: reading the events of {}: {e}",
+                    run_dir.display()
+                );
                 return;
             }
         };
@@ -255,7 +258,8 @@ impl Room {
                 }
                 Duty::RetryLater => {
                     let failures = waited.map_or(1, |(f, _)| f + 1);
-                    let wait = STORAGE_BACKOFF[(failures as usize - 1).min(STORAGE_BACKOFF.len() - 1)];
+                    let wait =
+                        STORAGE_BACKOFF[(failures as usize - 1).min(STORAGE_BACKOFF.len() - 1)];
                     self.waiting = Some(Waiting {
                         plan,
                         due: Instant::now() + wait,
@@ -426,7 +430,10 @@ mod tests {
         let got = report.borrow().clone();
         assert_eq!(got.last, [Duty::Verify, Duty::RetryLater]);
         assert!(
-            got.storage_error.as_deref().unwrap().contains("pretrain-12-00-02-0002"),
+            got.storage_error
+                .as_deref()
+                .unwrap()
+                .contains("pretrain-12-00-02-0002"),
             "{got:?}"
         );
         assert_eq!(names(&r.dir).len(), 2, "nothing deleted");

@@ -88,19 +88,19 @@ mod tests {
     use super::Duty::*;
     use super::*;
 
-/// The duties one pass runs from [`Duty::Verify`], when the read finds `read`.
-pub fn pass(read: Found, rules: Rules) -> Vec<Duty> {
-    let mut out = vec![Duty::Verify];
-    let mut duty = next(Duty::Verify, read, rules);
-    while duty != Duty::Rest {
-        out.push(duty);
-        if duty == Duty::RetryLater {
-            return out;
+    /// The duties one pass runs from [`Duty::Verify`], when the read finds `read`.
+    pub fn pass(read: Found, rules: Rules) -> Vec<Duty> {
+        let mut out = vec![Duty::Verify];
+        let mut duty = next(Duty::Verify, read, rules);
+        while duty != Duty::Rest {
+            out.push(duty);
+            if duty == Duty::RetryLater {
+                return out;
+            }
+            duty = next(duty, Found::Done, rules);
         }
-        duty = next(duty, Found::Done, rules);
+        out
     }
-    out
-}
 
     /// The whole order: for each rule set and what the read found, the duties one
     /// pass runs, in order.

@@ -30,12 +30,12 @@ use tokio::task::JoinHandle;
 use lavender_api::{ReloadReport, StartRequest};
 
 use crate::alert::AlertSender;
+use crate::checkpoints::{Lifecycle, Retention, RetentionHandle};
 use crate::config_source::ConfigSource;
 use crate::events::EventFollower;
 use crate::feed::{self, Feed};
 use crate::notify::{self, Notifier};
 use crate::pipeline::{self, PipelineHandle};
-use crate::checkpoints::{Lifecycle, Retention, RetentionHandle};
 use crate::server::{self, AppState};
 use crate::settings::Settings;
 use crate::status::{self, StatusCache};
@@ -489,7 +489,10 @@ async fn follow_checkpoints(
     loop {
         let looked = {
             let snap = refreshes.borrow_and_update();
-            snap.facts.run_dir.clone().map(|dir| (dir, snap.events_mark))
+            snap.facts
+                .run_dir
+                .clone()
+                .map(|dir| (dir, snap.events_mark))
         };
         if let Some(looked) = looked
             && seen.as_ref() != Some(&looked)

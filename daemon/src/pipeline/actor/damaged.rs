@@ -52,7 +52,7 @@ impl ResumeCheck {
     /// still holds), sets `spec`'s
     /// resume to the checkpoint taken. Runs on the blocking pool.
     pub(super) fn run(self, spec: &mut SpawnSpec) -> Checked {
-        let check = fallback::check_reusing(self.verdict_max_age);
+        let check = lavender::checkpoint::verdicts::check_reusing(self.verdict_max_age);
         let resolved = match fallback::resolve(&self.candidates, check, self.on_damage) {
             Ok(r) => r,
             Err(e) => {

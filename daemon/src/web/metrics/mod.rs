@@ -117,7 +117,8 @@ pub fn render(m: &Inputs<'_>) -> String {
         gauge(
             "lavender_checkpoint_storage_error",
             "1 while a checkpoint cannot be read (EIO, ESTALE, EACCES, ...): retention and replication wait.",
-            m.checkpoints.map(|c| if c.storage_error.is_some() { 1.0 } else { 0.0 }),
+            m.checkpoints
+                .map(|c| if c.storage_error.is_some() { 1.0 } else { 0.0 }),
         ),
         goodput_family(m.status.goodput.as_ref()),
         gauge(
