@@ -162,9 +162,24 @@ pub fn from_hugging_face(doc: &Map<String, Value>) -> Option<TrainerState> {
     Some(state)
 }
 
-/// Write the state atomically (used by `CheckpointBuilder::commit`).
+/// Write the state atomically.
 pub fn write(checkpoint_dir: &Path, state: &TrainerState) -> Result<()> {
-    atomic::write_json(&checkpoint_dir.join(FILE), state)
+    atomic::write_file(
+        &checkpoint_dir.join(FILE),
+        &to_bytes(checkpoint_dir, state)?,
+    )
+}
+
+/// The bytes [`write`] puts in the file: `CheckpointBuilder::commit` hashes them into
+/// the checkpoint's manifest before it writes them, so the commit marker is covered.
+pub fn to_bytes(checkpoint_dir: &Path, state: &TrainerState) -> Result<Vec<u8>> {
+    let mut bytes =
+        serde_json::to_vec_pretty(state).map_err(|e| crate::error::Error::Malformed {
+            path: checkpoint_dir.join(FILE),
+            reason: format!("could not serialize: {e}"),
+        })?;
+    bytes.push(b'\n');
+    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -161,8 +161,8 @@ def test_commit_writes_the_manifest_before_the_marker(run, monkeypatch):
     from lavender_protocol import _fs
 
     written = []
-    real = _fs.write_json
-    monkeypatch.setattr(_fs, "write_json", lambda path, value: (written.append(path.name), real(path, value)))
+    real = _fs.write_bytes
+    monkeypatch.setattr(_fs, "write_bytes", lambda path, data: (written.append(path.name), real(path, data)))
     p = ck.PendingCheckpoint.begin(run, "train-01-02-03-0001")
     (p.dir / "model.safetensors").write_bytes(b"weights" * 1000)
     (p.dir / "sub").mkdir()
@@ -175,9 +175,12 @@ def test_commit_writes_the_manifest_before_the_marker(run, monkeypatch):
         1,
         "sha256",
     )
+    # The commit marker is covered: hashed from the bytes then written.
+    state = path / ck.TRAINER_STATE_FILE
     assert manifest["files"] == [
         {"path": "model.safetensors", "size": 7000, "hash": _sha256(path / "model.safetensors")},
         {"path": "sub/opt.pt", "size": 0, "hash": _sha256(path / "sub" / "opt.pt")},
+        {"path": "trainer_state.json", "size": state.stat().st_size, "hash": _sha256(state)},
     ]
 
 
@@ -189,6 +192,10 @@ def test_commit_directory_writes_the_manifest_of_a_trainer_save(run):
     (staged / "rng_state.pth").write_bytes(b"r")
     target = ck.commit_directory(staged, run / "checkpoint-7")
     manifest = json.loads((target / ck.MANIFEST_FILE).read_text())
-    # The Trainer's own trainer_state.json is the marker, not a listed file.
-    assert [(f["path"], f["size"]) for f in manifest["files"]] == [("model.safetensors", 3000), ("rng_state.pth", 1)]
+    # The Trainer's own trainer_state.json, the marker, is covered too.
+    assert [(f["path"], f["size"]) for f in manifest["files"]] == [
+        ("model.safetensors", 3000),
+        ("rng_state.pth", 1),
+        ("trainer_state.json", 18),
+    ]
     assert manifest["files"][0]["hash"] == _sha256(target / "model.safetensors")

@@ -79,7 +79,10 @@ def test_a_save_is_complete_named_and_announced(tmp_path):
     assert protocol.saved_names(run) == [path.name]
     assert ck.next_counter(run) == 2
     manifest = json.loads((path / ck.MANIFEST_FILE).read_text())
-    assert [(f["path"], f["size"]) for f in manifest["files"]] == [("model.bin", 1)]
+    assert [(f["path"], f["size"]) for f in manifest["files"]] == [
+        ("model.bin", 1),
+        ("trainer_state.json", (path / "trainer_state.json").stat().st_size),
+    ]
 
 
 def test_a_failed_save_leaves_nothing(tmp_path):

@@ -40,9 +40,15 @@ impl CheckpointBuilder {
         self.staged.target()
     }
 
-    /// Every payload file durable, then the marker, then the rename.
+    /// Every payload file durable, then the marker, then the rename. When the
+    /// checkpoint has a manifest, the marker's bytes are hashed into it first
+    /// ([`super::contents::cover`]): "verified" then covers the step, the data cursor
+    /// and the rest of the state a resume reads.
     pub fn commit(self, state: &TrainerState) -> Result<PathBuf> {
-        self.staged
-            .commit_with(|dir| trainer_state::write(dir, state))
+        self.staged.commit_with(|dir| {
+            let bytes = trainer_state::to_bytes(dir, state)?;
+            super::contents::cover(dir, trainer_state::FILE, &bytes)?;
+            crate::atomic::write_file(&dir.join(trainer_state::FILE), &bytes)
+        })
     }
 }

@@ -92,8 +92,10 @@ pub struct FileEntry {
     pub hash: String,
 }
 
-/// `manifest.json`: every file of the checkpoint but the manifest itself and
-/// `trainer_state.json` (written after it, the commit marker).
+/// `manifest.json`: every file of the checkpoint but the manifest itself, the commit
+/// marker `trainer_state.json` included (hashed from its bytes before they are
+/// written: `cover`). A manifest that does not list the marker (written before it was
+/// covered) verifies its files but leaves the checkpoint "unverified".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContentManifest {
     pub format: String,
@@ -191,6 +193,28 @@ pub fn forget(dir: &Path, path: &str) -> Result<()> {
         return Ok(());
     }
     write(dir, &manifest)
+}
+
+/// Lists `name` with `bytes` (a file about to be written into the checkpoint at
+/// `dir`, its commit marker) in the checkpoint's manifest, when it has one; a
+/// checkpoint without a manifest stays without.
+pub fn cover(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let Some(mut manifest) = read(dir)? else {
+        return Ok(());
+    };
+    let mut hasher = manifest.algorithm.hasher();
+    hasher.update(bytes);
+    let entry = FileEntry {
+        path: name.to_string(),
+        size: bytes.len() as u64,
+        hash: hasher.finish_hex(),
+    };
+    manifest.files.retain(|f| f.path != name);
+    manifest.files.push(entry);
+    write(
+        dir,
+        &ContentManifest::new(manifest.algorithm, manifest.files),
+    )
 }
 
 /// How a verifier reads and hashes one file.
@@ -388,10 +412,15 @@ pub fn verify_with(dir: &Path, depth: Depth, only: Option<&[&str]>, hashing: Has
             damage.push(d);
         }
     }
-    if damage.is_empty() {
-        Verdict::Verified { files, bytes }
-    } else {
+    if !damage.is_empty() {
         Verdict::Damaged { damage }
+    } else if only.is_none() && manifest.entry(crate::trainer_state::FILE).is_none() {
+        // Written before the commit marker was hashed into the manifest: every listed
+        // file matches, but the step, the data cursor and the rest of the state a
+        // resume reads are vouched for by nothing. Readable, as before; not verified.
+        Verdict::Unverified
+    } else {
+        Verdict::Verified { files, bytes }
     }
 }
 
@@ -474,8 +503,8 @@ fn check_file(
     }
 }
 
-/// Build a manifest by hashing the files now in `dir` (every regular file under it,
-/// but the manifest and `trainer_state.json`). For writers that cannot hash as they
+/// Build a manifest by hashing the files now in `dir` (every regular file under it
+/// but the manifest, `trainer_state.json` included when it is there). For writers that cannot hash as they
 /// write; `lavender-worker` hashes the bytes it writes instead.
 pub fn build_from_disk(dir: &Path, algorithm: HashAlgorithm) -> Result<ContentManifest> {
     let mut files = Vec::new();
@@ -507,7 +536,7 @@ fn collect(
             .map(|c| c.as_os_str().to_string_lossy())
             .collect::<Vec<_>>()
             .join("/");
-        if rel == FILE || rel == crate::trainer_state::FILE {
+        if rel == FILE {
             continue;
         }
         let (size, hash) = hash_file(&path, algorithm)?;
@@ -556,12 +585,15 @@ mod tests {
         for alg in [HashAlgorithm::Blake3, HashAlgorithm::Sha256] {
             let (dir, m) = checkpoint(alg);
             let paths: Vec<&str> = m.files.iter().map(|f| f.path.as_str()).collect();
-            assert_eq!(paths, ["model.safetensors", "sub/extra.bin"]);
+            assert_eq!(
+                paths,
+                ["model.safetensors", "sub/extra.bin", "trainer_state.json"]
+            );
             assert_eq!(
                 verify(dir.path(), Depth::Full, None),
                 Verdict::Verified {
-                    files: 2,
-                    bytes: 4099
+                    files: 3,
+                    bytes: 4101
                 }
             );
             assert_eq!(read(dir.path()).unwrap().unwrap(), m);
@@ -631,6 +663,50 @@ mod tests {
         }));
     }
 
+    /// The commit marker is covered: a step changed in `trainer_state.json` (the JSON
+    /// still valid) is damage; a manifest written before the marker was covered
+    /// verifies its files and leaves the checkpoint unverified, readable as before.
+    #[test]
+    fn the_commit_marker_is_covered_and_an_older_manifest_is_unverified() {
+        let root = tempfile::tempdir().unwrap();
+        let name: crate::checkpoint::CheckpointName = "pretrain-12-00-01-0001".parse().unwrap();
+        let b = crate::checkpoint::CheckpointBuilder::begin(root.path(), &name).unwrap();
+        std::fs::write(b.dir().join("model.safetensors"), vec![7u8; 64]).unwrap();
+        write(
+            b.dir(),
+            &build_from_disk(b.dir(), HashAlgorithm::Blake3).unwrap(),
+        )
+        .unwrap();
+        let dir = b
+            .commit(&crate::trainer_state::TrainerState::new("pretrain", 1400))
+            .unwrap();
+        let m = read(&dir).unwrap().unwrap();
+        assert!(m.entry(crate::trainer_state::FILE).is_some(), "{m:?}");
+        assert!(matches!(
+            verify(&dir, Depth::Full, None),
+            Verdict::Verified { files: 2, .. }
+        ));
+        let state = dir.join(crate::trainer_state::FILE);
+        let text = std::fs::read_to_string(&state).unwrap();
+        std::fs::write(&state, text.replace("1400", "1401")).unwrap();
+        let Verdict::Damaged { damage } = verify(&dir, Depth::Full, None) else {
+            panic!("an altered step verified");
+        };
+        assert!(
+            matches!(&damage[..], [Damage::Hash { path, .. }] if path == "trainer_state.json"),
+            "{damage:?}"
+        );
+        // A manifest from before the marker was covered.
+        std::fs::write(&state, text).unwrap();
+        forget(&dir, crate::trainer_state::FILE).unwrap();
+        assert_eq!(verify(&dir, Depth::Full, None), Verdict::Unverified);
+        std::fs::write(dir.join("model.safetensors"), vec![8u8; 64]).unwrap();
+        assert!(
+            verify(&dir, Depth::Full, None).is_damaged(),
+            "still checked"
+        );
+    }
+
     #[test]
     fn a_forgotten_file_may_go_and_the_rest_still_verifies() {
         let (dir, _) = checkpoint(HashAlgorithm::Blake3);
@@ -639,8 +715,8 @@ mod tests {
         assert_eq!(
             verify(dir.path(), Depth::Full, None),
             Verdict::Verified {
-                files: 1,
-                bytes: 4096
+                files: 2,
+                bytes: 4098
             }
         );
         // Twice, or without a manifest: nothing to do.

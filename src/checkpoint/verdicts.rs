@@ -134,7 +134,9 @@ impl Check {
             Check::Done(Verdict::Verified { files, bytes }) => {
                 format!("verified ({files} files, {bytes} bytes)")
             }
-            Check::Done(Verdict::Unverified) => "unverified (no manifest)".into(),
+            Check::Done(Verdict::Unverified) => {
+                "unverified (no manifest, or one that does not list trainer_state.json)".into()
+            }
             Check::Done(Verdict::Damaged { damage }) => {
                 format!("damaged: {}", super::fallback::describe(damage))
             }

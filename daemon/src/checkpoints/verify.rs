@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use lavender::checkpoint::contents::{self, Verdict};
+use lavender::checkpoint::contents::Verdict;
 use lavender::checkpoint::list_run_checkpoints;
 use lavender::checkpoint::verdicts::{self, Check};
 
@@ -34,11 +34,10 @@ pub fn pass(run_dir: &Path) -> lavender::Result<Read> {
     for c in ckpts.iter().rev() {
         let due = match verdicts::read(run_dir, &c.name) {
             Check::Pending => true,
-            // A writer that adds the manifest after the commit marker (the Hugging
-            // Face callback's `on_save`): read back once it is there.
-            Check::Done(Verdict::Unverified) if c.path.join(contents::FILE).is_file() => true,
             // Its files changed since it was read back (written again, one dropped,
-            // one added; or a verdict of `lavenderd verify` made before that): again.
+            // one added: the manifest a writer adds after the commit marker, as the
+            // Hugging Face callback's `on_save` does; or a verdict of `lavenderd
+            // verify` made before that): again.
             Check::Done(_) => !verdicts::current(c),
         };
         if !due {
@@ -73,7 +72,10 @@ pub fn pass(run_dir: &Path) -> lavender::Result<Read> {
                 read.verified += 1;
             }
             Verdict::Unverified => {
-                tracing::info!("VERIFY checkpoint {} has no manifest: unverified", c.name);
+                tracing::info!(
+                    "VERIFY checkpoint {} unverified: it has no manifest, or one that does not list trainer_state.json",
+                    c.name
+                );
                 read.unverified += 1;
             }
         }
@@ -105,7 +107,7 @@ pub(super) fn lower_priority() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lavender::checkpoint::contents::HashAlgorithm;
+    use lavender::checkpoint::contents::{self, HashAlgorithm};
 
     /// A "damaged" verdict that no longer says what the files hold (recorded by a
     /// `lavenderd verify` that read a manifest the worker rewrote meanwhile, or by an
@@ -118,10 +120,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("model.safetensors"), b"weights").unwrap();
         std::fs::write(dir.join("optimizer.safetensors"), b"moments").unwrap();
-        let m = contents::build_from_disk(&dir, HashAlgorithm::Blake3).unwrap();
-        contents::write(&dir, &m).unwrap();
         let state = lavender::trainer_state::TrainerState::new("pretrain", 10);
         lavender::trainer_state::write(&dir, &state).unwrap();
+        let m = contents::build_from_disk(&dir, HashAlgorithm::Blake3).unwrap();
+        contents::write(&dir, &m).unwrap();
         let ckpt = list_run_checkpoints(&run).unwrap().remove(0);
         let torn = Verdict::Damaged {
             damage: vec![contents::Damage::Missing {

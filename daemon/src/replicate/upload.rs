@@ -148,20 +148,23 @@ pub(crate) async fn upload(
         }
         files.push(entry.clone());
     }
-    let key = remote.key(&[run, &ckpt, trainer_state::FILE]);
-    let (size, hash) = put_file(
-        remote,
-        &key,
-        &dir.join(trainer_state::FILE),
-        algorithm,
-        throttle,
-    )
-    .await?;
-    files.push(FileEntry {
-        path: trainer_state::FILE.into(),
-        size,
-        hash,
-    });
+    // A manifest written before the commit marker was covered does not list it.
+    if content.entry(trainer_state::FILE).is_none() {
+        let key = remote.key(&[run, &ckpt, trainer_state::FILE]);
+        let (size, hash) = put_file(
+            remote,
+            &key,
+            &dir.join(trainer_state::FILE),
+            algorithm,
+            throttle,
+        )
+        .await?;
+        files.push(FileEntry {
+            path: trainer_state::FILE.into(),
+            size,
+            hash,
+        });
+    }
     let manifest_bytes = if built {
         serde_json::to_vec_pretty(&content).expect("a manifest serializes")
     } else {

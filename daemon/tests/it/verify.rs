@@ -111,7 +111,7 @@ fn verify_names_each_damaged_checkpoint_and_fails_only_when_one_is() {
     for ck in &py {
         let name = ck.file_name().unwrap().to_string_lossy();
         assert!(
-            lines_of(&out, &name).contains("verified (2 file(s)"),
+            lines_of(&out, &name).contains("verified (3 file(s)"),
             "{}",
             text(&out)
         );
@@ -254,6 +254,27 @@ fn verify_names_each_damaged_checkpoint_and_fails_only_when_one_is() {
         "{}",
         text(&out)
     );
+
+    // The commit marker is covered: a step changed in `trainer_state.json`, the JSON
+    // still valid, is damage, in a checkpoint of each writer.
+    for ckpt in [&all[0], &py[0]] {
+        let state = ckpt.join("trainer_state.json");
+        let mut doc: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+        doc["step"] = (doc["step"].as_u64().unwrap() + 1).into();
+        std::fs::write(&state, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    }
+    for run in [WORKER_RUN, PYTHON_RUN] {
+        let out = verify(root, &["--run", run]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    }
+    let out = verify(root, &["--all"]);
+    for ckpt in [&all[0], &py[0]] {
+        assert!(
+            lines_of(&out, &name(ckpt)).contains("damaged: trainer_state.json: "),
+            "{}",
+            text(&out)
+        );
+    }
 }
 
 #[test]

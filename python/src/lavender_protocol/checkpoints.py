@@ -3,7 +3,8 @@
 A checkpoint is a directory of the run, `<stage>-<HH-MM-SS>-<NNNN>` (stage of
 `[a-z0-9_]`, UTC clock, a counter that only grows within the run), complete once its
 `trainer_state.json` exists and parses. It is built in a hidden `.tmp-` directory,
-every file is hashed and fsynced, `manifest.json` (each file's size and SHA-256) is
+every file is hashed and fsynced, `manifest.json` (each file's size and SHA-256,
+`trainer_state.json`'s included, hashed from the bytes about to be written) is
 written, `trainer_state.json` goes in last and the directory is renamed
 into place, so a checkpoint is either complete or invisible. A Hugging Face
 `checkpoint-<N>/` whose `trainer_state.json` parses (it carries `global_step`)
@@ -257,11 +258,13 @@ def _hash_and_fsync(path: Path) -> Tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def write_manifest(ckpt_dir: Path) -> Dict[str, Any]:
-    """Hash every file of the checkpoint being built (all but `manifest.json` and
-    `trainer_state.json`), fsync each on the way, and write `manifest.json` durably:
-    what lavender verifies the checkpoint against (`lavenderd verify`). Called after
-    the files are written and before the marker. Returns the manifest."""
+def write_manifest(ckpt_dir: Path, state_bytes: Optional[bytes] = None) -> Dict[str, Any]:
+    """Hash every file of the checkpoint being built (all but `manifest.json`), fsync
+    each on the way, and write `manifest.json` durably: what lavender verifies the
+    checkpoint against (`lavenderd verify`). The commit marker is covered too: the
+    `trainer_state.json` already there (a Hugging Face save), or `state_bytes`, the
+    bytes about to be written as it (`PendingCheckpoint.commit`), so "verified"
+    vouches for the step and data cursor a resume reads. Returns the manifest."""
     root = Path(ckpt_dir)
     files = []
     for dirpath, dirs, names in os.walk(root):
@@ -271,12 +274,16 @@ def write_manifest(ckpt_dir: Path) -> Dict[str, Any]:
             if path.is_symlink() or not path.is_file():
                 continue
             rel = path.relative_to(root).as_posix()
-            if rel in (MANIFEST_FILE, TRAINER_STATE_FILE):
+            if rel == MANIFEST_FILE or (rel == TRAINER_STATE_FILE and state_bytes is not None):
                 _fs.fsync_file(path)
                 continue
             size, digest = _hash_and_fsync(path)
             files.append({"path": rel, "size": size, "hash": digest})
         _fs.fsync_dir(Path(dirpath))
+    if state_bytes is not None:
+        files.append(
+            {"path": TRAINER_STATE_FILE, "size": len(state_bytes), "hash": hashlib.sha256(state_bytes).hexdigest()}
+        )
     files.sort(key=lambda f: f["path"])
     manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "algorithm": "sha256", "files": files}
     _fs.write_json(root / MANIFEST_FILE, manifest)
@@ -307,8 +314,9 @@ class PendingCheckpoint:
         """fsync every file, write trainer_state.json last, rename into place."""
         if "step" not in state or "stage" not in state:
             raise ValueError("trainer_state needs at least `step` and `stage`")
-        write_manifest(self.dir)
-        _fs.write_json(self.dir / TRAINER_STATE_FILE, state)
+        state_bytes = (json.dumps(state, indent=2, allow_nan=False) + "\n").encode()
+        write_manifest(self.dir, state_bytes)
+        _fs.write_bytes(self.dir / TRAINER_STATE_FILE, state_bytes)
         _fs.fsync_dir(self.dir)
         os.rename(self.dir, self.target)
         _fs.fsync_dir(self.run_dir)

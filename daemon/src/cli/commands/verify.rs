@@ -140,7 +140,14 @@ fn print_table(report: &Report, runs: &[PathBuf]) {
             Verdict::Verified { files, bytes } => {
                 println!("{head}  verified ({files} file(s), {})", mb(*bytes))
             }
-            Verdict::Unverified => println!("{head}  unverified (no {})", contents::FILE),
+            Verdict::Unverified if !c.path.join(contents::FILE).is_file() => {
+                println!("{head}  unverified (no {})", contents::FILE)
+            }
+            Verdict::Unverified => println!(
+                "{head}  unverified ({} does not list {}: written before the commit marker was covered; its files match)",
+                contents::FILE,
+                lavender::trainer_state::FILE
+            ),
             Verdict::Damaged { damage } => {
                 for (i, d) in damage.iter().enumerate() {
                     let lead = if i == 0 {
@@ -159,7 +166,7 @@ fn print_table(report: &Report, runs: &[PathBuf]) {
         String::new()
     };
     println!(
-        "{} checkpoint(s): {} verified, {} damaged, {} unverified (no manifest); {} read in {:.2} s{rate}",
+        "{} checkpoint(s): {} verified, {} damaged, {} unverified; {} read in {:.2} s{rate}",
         report.checkpoints.len(),
         report.verified,
         report.damaged,
