@@ -37,6 +37,10 @@ pub struct CheckpointInfo {
     /// For a damaged one, what: the file, expected against found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub damage: Option<String>,
+    /// With replication, whether a copy is committed off the machine (`None`: no
+    /// replication, or the daemon has not listed this run's remote copies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<bool>,
 }
 
 /// A checkpoint read back by the daemon against its `manifest.json`, or not yet.

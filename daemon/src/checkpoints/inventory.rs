@@ -88,6 +88,7 @@ pub fn checkpoints(layout: &Layout, run: Option<&str>) -> Result<Vec<CheckpointI
                 verification: verification(&check),
                 damage: matches!(check, Check::Done(Verdict::Damaged { .. }))
                     .then(|| check.describe()),
+                remote: None,
                 name: c.name,
                 path: c.path,
             }

@@ -165,6 +165,7 @@ impl Published {
             t.heartbeat_stale,
             t.heartbeat_error,
             t.checkpoints,
+            t.verified_checkpoints,
             t.latest_checkpoint,
             snap.status.pipeline.state,
             snap.status.active_step,

@@ -505,6 +505,7 @@ impl Task {
                 k.remove(ckpt);
             }
         }
+        self.publish_remote(run);
         if !dropped.is_empty() {
             let kept: Vec<&RemoteManifest> = self
                 .known
@@ -533,6 +534,16 @@ impl Task {
 
     /// The status's newest remote checkpoint and lag, against `local` (the run's
     /// complete checkpoints, oldest first).
+    /// The checkpoints of `run` committed remotely, into the status.
+    fn publish_remote(&self, run: &str) {
+        let names = self
+            .known
+            .get(run)
+            .map(|k| k.keys().cloned().collect())
+            .unwrap_or_default();
+        self.set(|s| s.remote_checkpoints = Some((run.to_string(), names)));
+    }
+
     fn measure(&self, run: &str, local: &[lavender::checkpoint::Checkpoint]) {
         let known = &self.known[run];
         let newest_remote = known
@@ -549,6 +560,7 @@ impl Task {
                 Some(min.map_or(t, |m| m.min(t)))
             });
         let newest_local = local.last().map(|c| c.state.step);
+        self.publish_remote(run);
         self.set(|s| {
             s.lag_steps = newest_local
                 .map(|l| l.saturating_sub(newest_remote.as_ref().map_or(0, |m| m.step)));

@@ -40,6 +40,21 @@ pub struct ReplicationStatus {
     /// refused the credentials): `last_error` says why.
     #[serde(skip)]
     pub(super) unavailable: bool,
+    /// The run the task last looked at and its checkpoints committed remotely (the
+    /// dashboard's checkpoint table says where each one's copies are).
+    #[serde(skip)]
+    pub remote_checkpoints: Option<(String, std::collections::BTreeSet<String>)>,
+}
+
+impl ReplicationStatus {
+    /// Whether checkpoint `name` of `run` is committed remotely; `None` when the task
+    /// has not listed that run.
+    pub fn is_remote(&self, run: &str, name: &str) -> Option<bool> {
+        match &self.remote_checkpoints {
+            Some((r, names)) if r == run => Some(names.contains(name)),
+            _ => None,
+        }
+    }
 }
 
 /// How many `not_replicated` entries the status keeps.

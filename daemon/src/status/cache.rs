@@ -45,7 +45,7 @@ pub struct StatusSnapshot {
     /// The body after `{"timestamp":"…` (from the timestamp's closing quote on).
     rest: String,
     /// Where the checkpoints' copies are (shown as `replication`), when configured.
-    replication: Option<ReplicationStatus>,
+    pub replication: Option<ReplicationStatus>,
 }
 
 impl StatusSnapshot {

@@ -389,6 +389,19 @@ fn uploads_stay_one_per_save_whatever_the_two_keep_values() {
                 .last()
                 .is_some_and(|l| l.ends_with("local+remote"))
         });
+        // The dashboard's checkpoint table: where each one's copies are, as the
+        // replication task last listed them; the newest one's remote.
+        wait_until(T, "the API naming the newest checkpoint remote", || {
+            let r = d
+                .uds("GET", &format!("/checkpoints?run={run}"), None)
+                .unwrap();
+            let list: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+            let list = list.as_array().unwrap().clone();
+            let copies = list.iter().filter(|c| c["remote"] == true).count();
+            list.iter().all(|c| c["remote"].is_boolean())
+                && list.last().is_some_and(|c| c["remote"] == true)
+                && copies <= remote
+        });
         let log = std::fs::read_to_string(d.daemon_log()).unwrap();
         let sent: Vec<&str> = log
             .lines()

@@ -229,6 +229,7 @@ const PAGE_STATE: &str = r#"document.readyState === 'loading' || !document.getEl
   state: document.getElementById('state').textContent,
   ckpts: document.querySelectorAll('#ckpts tr td:nth-child(3)').length,
   ckptTime: (document.querySelector('#ckpts tr td:nth-child(3)') || {}).textContent || '',
+  ckptVerdicts: [...document.querySelectorAll('#ckpts tr td:nth-child(5)')].map((e) => e.textContent),
   events: document.querySelectorAll('#events li:not(.empty)').length,
   notice: document.getElementById('notice').textContent,
   tokenForm: getComputedStyle(document.getElementById('tokenform')).display,
@@ -305,6 +306,13 @@ fn the_dashboard_draws_live_training_and_stops_it_with_the_token() {
         later["events"].as_u64() > Some(0),
         "milestones are listed: {later}"
     );
+    // Each checkpoint's verdict, as `lavenderd checkpoints` says it: the fake
+    // worker's have no manifest, so once read back they are unverified.
+    wait_page(&mut cdp, "a checkpoint's verdict in the table", |p| {
+        p["ckptVerdicts"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|t| t == "unverified"))
+    });
     let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
     cdp.screenshot(&shot);
 

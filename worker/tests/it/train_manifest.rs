@@ -1,6 +1,7 @@
 //! Every checkpoint `lavender-worker` saves carries `manifest.json` (each file's size
-//! and BLAKE3 hash, taken from the bytes as they were written), durable before
-//! `trainer_state.json`, and the manifest verifies when the files are read back.
+//! and BLAKE3 hash, taken from the bytes as they were written; `trainer_state.json`'s
+//! from the bytes about to be written), durable before `trainer_state.json`, and the
+//! manifest verifies when the files are read back.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -9,8 +10,8 @@ use std::time::{Duration, Instant};
 use lavender::checkpoint::contents::{self, Depth, HashAlgorithm, Verdict};
 use lavender_testkit::training::*;
 
-/// Every regular file under `dir` (relative, `/`-separated) but the manifest and
-/// the marker: what the manifest must list.
+/// Every regular file under `dir` (relative, `/`-separated) but the manifest: what
+/// the manifest must list (the marker `trainer_state.json` included, once committed).
 fn payload_files(dir: &Path) -> Vec<String> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
         for e in std::fs::read_dir(dir).unwrap() {
@@ -19,7 +20,7 @@ fn payload_files(dir: &Path) -> Vec<String> {
                 walk(root, &p, out);
             } else {
                 let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-                if rel != contents::FILE && rel != "trainer_state.json" {
+                if rel != contents::FILE {
                     out.push(rel);
                 }
             }
@@ -95,6 +96,30 @@ fn every_saved_checkpoint_has_a_manifest_that_lists_and_verifies_its_files() {
     bytes[at] ^= 0x40;
     std::fs::write(&model, &bytes).unwrap();
     assert!(contents::verify(last, Depth::Full, None).is_damaged());
+    // So is a step changed in the marker, its JSON still valid.
+    let before = &all[all.len() - 2];
+    let state = before.join("trainer_state.json");
+    let text = std::fs::read_to_string(&state).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let step = doc["step"].as_u64().unwrap();
+    std::fs::write(
+        &state,
+        text.replacen(
+            &format!("\"step\": {step}"),
+            &format!("\"step\": {}", step + 1),
+            1,
+        ),
+    )
+    .unwrap();
+    let Verdict::Damaged { damage } = contents::verify(before, Depth::Full, None) else {
+        panic!("a changed step verified");
+    };
+    assert!(
+        damage
+            .iter()
+            .any(|d| d.to_string().starts_with("trainer_state.json: ")),
+        "{damage:?}"
+    );
 }
 
 /// `save_optimizer_state: last` deletes the older checkpoints' moments: their
@@ -169,6 +194,13 @@ fn the_manifest_is_on_disk_before_the_marker() {
         !dir.join("trainer_state.json").exists(),
         "the marker came with the manifest"
     );
-    assert_manifest_verifies(&dir);
+    // The staged files are listed and verify; the marker is not there to cover yet.
+    let manifest = contents::read(&dir).unwrap().unwrap();
+    let listed: Vec<&str> = manifest.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(listed, payload_files(&dir), "{}", dir.display());
+    assert!(matches!(
+        contents::verify(&dir, Depth::Full, Some(&listed)),
+        Verdict::Verified { .. }
+    ));
     assert!(checkpoints(&run).is_empty(), "a held save was committed");
 }
