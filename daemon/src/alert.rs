@@ -94,6 +94,11 @@ pub enum Alert {
     /// not load, was moved to `<run>/damaged/<name>/`; the run resumes from the one
     /// before. `message` names it and what was wrong.
     CheckpointDamaged { step: PipelineStep, message: String },
+    /// The checkpoint a relaunch resumes from cannot be read at all (EIO, ESTALE,
+    /// EACCES): not damage; nothing is set aside, and the relaunch reads it again with
+    /// a backoff (`supervisor.storage_error_wait_s`). `message` names the file and
+    /// what the storage said.
+    StorageError { step: PipelineStep, message: String },
     /// The daemon's start resumed a pipeline interrupted by its previous exit or a
     /// power loss (`supervisor.resume_on_start`).
     Resumed {
@@ -210,6 +215,7 @@ impl Alert {
             Alert::NodeLost { .. } => "node_lost",
             Alert::RolledBack { .. } => "rolled_back",
             Alert::CheckpointDamaged { .. } => "checkpoint_damaged",
+            Alert::StorageError { .. } => "storage_error",
             Alert::Resumed { .. } => "resumed",
             Alert::Stale { .. } => "stalled",
             Alert::Recovered { .. } | Alert::IncidentOver { .. } => "recovered",
@@ -238,6 +244,7 @@ impl Alert {
             | Alert::NodeLost { step, .. }
             | Alert::RolledBack { step, .. }
             | Alert::CheckpointDamaged { step, .. }
+            | Alert::StorageError { step, .. }
             | Alert::Resumed { step, .. }
             | Alert::Stale { step, .. }
             | Alert::Recovered { step, .. }
@@ -297,6 +304,7 @@ impl std::fmt::Display for Alert {
             Alert::NodeLost { step, message } => write!(f, "step {step}: {message}"),
             Alert::RolledBack { step, message, .. } => write!(f, "step {step}: {message}"),
             Alert::CheckpointDamaged { step, message }
+            | Alert::StorageError { step, message }
             | Alert::DiskFull { step, message }
             | Alert::DiskSpaceBack { step, message }
             | Alert::SaveWontFit { step, message } => write!(f, "step {step}: {message}"),

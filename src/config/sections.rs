@@ -522,6 +522,16 @@ pub struct SupervisorConfig {
     /// configs older than the key: 86400 (a day).
     #[serde(default = "default_verdict_max_age_s")]
     pub verdict_max_age_s: u64,
+    /// How long a relaunch waits for a checkpoint that cannot be read (EIO, ESTALE,
+    /// EACCES: a storage error, not damage) to read again, trying with a backoff,
+    /// before the pipeline fails naming the file; nothing is set aside meanwhile.
+    /// Absent in configs older than the key: 600.
+    #[serde(default = "default_storage_error_wait_s")]
+    pub storage_error_wait_s: u64,
+}
+
+fn default_storage_error_wait_s() -> u64 {
+    600
 }
 
 fn default_verdict_max_age_s() -> u64 {

@@ -108,6 +108,10 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             "checkpoint damaged: set aside, resuming from the one before".to_string(),
             message.clone(),
         )],
+        Alert::StorageError { message, .. } => vec![push(
+            "checkpoint unreadable: a storage error; waiting for it, nothing set aside".to_string(),
+            message.clone(),
+        )],
         Alert::Resumed { message, .. } => {
             vec![push("resumed by itself".to_string(), message.clone())]
         }

@@ -8,7 +8,9 @@
 //! left, the launch fails naming each one set aside.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use lavender::checkpoint::contents::Verdict;
 use lavender::checkpoint::fallback::{self, Candidates, OnDamage, SetAside};
@@ -18,7 +20,7 @@ use lavender::failure::{Failure, FailureKind};
 use lavender::pipeline_file::RecordEvent;
 
 use super::Actor;
-use crate::alert::Alert;
+use crate::alert::{Alert, AlertSender};
 use crate::exit::ExitOutcome;
 use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Phase, Relaunch, Restart};
 use crate::pipeline::plan;
@@ -35,6 +37,44 @@ pub(super) struct ResumeCheck {
     /// A checkpoint set aside before this launch (the worker could not load it): with
     /// nothing else intact, the failure names it too.
     earlier: Option<String>,
+    /// A relaunch (no operator at hand) waits this long for a checkpoint the storage
+    /// cannot read; a start (`None`) is refused at once, naming it.
+    storage_wait: Option<StorageWait>,
+}
+
+/// How a relaunch waits for its storage.
+pub(super) struct StorageWait {
+    /// `supervisor.storage_error_wait_s`.
+    limit: Duration,
+    step: PipelineStep,
+    alerts: AlertSender,
+    /// The launch this check is for, and the last launch a stop abandoned: a wait
+    /// ends as soon as they are equal.
+    generation: u64,
+    abandoned: Arc<AtomicU64>,
+}
+
+/// The waits between two reads of a checkpoint the storage could not read; the last
+/// repeats.
+const STORAGE_BACKOFF_S: [u64; 6] = [1, 2, 5, 10, 30, 60];
+
+impl StorageWait {
+    fn abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Relaxed) >= self.generation
+    }
+
+    /// Sleeps `wait` unless the launch is abandoned first (checked every 100 ms);
+    /// false when it was.
+    fn sleep(&self, wait: Duration) -> bool {
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if self.abandoned() {
+                return false;
+            }
+            std::thread::sleep((until - Instant::now()).min(Duration::from_millis(100)));
+        }
+        !self.abandoned()
+    }
 }
 
 /// What the check found, reported back with the launch.
@@ -53,17 +93,55 @@ impl ResumeCheck {
     /// resume to the checkpoint taken. Runs on the blocking pool.
     pub(super) fn run(self, spec: &mut SpawnSpec) -> Checked {
         let check = lavender::checkpoint::verdicts::check_reusing(self.verdict_max_age);
-        let resolved = match fallback::resolve(&self.candidates, check, self.on_damage) {
-            Ok(r) => r,
-            Err(e) => {
-                return Checked {
-                    chosen: None,
-                    verdict: None,
-                    set_aside: Vec::new(),
-                    refusal: Some(format!("cannot check the checkpoints to resume from: {e}")),
-                };
+        let began = Instant::now();
+        let mut tries = 0usize;
+        let resolved = loop {
+            let resolved = match fallback::resolve(&self.candidates, &check, self.on_damage) {
+                Ok(r) => r,
+                Err(e) => {
+                    return Checked {
+                        chosen: None,
+                        verdict: None,
+                        set_aside: Vec::new(),
+                        refusal: Some(format!("cannot check the checkpoints to resume from: {e}")),
+                    };
+                }
+            };
+            // A storage error: a relaunch waits for the storage (the pipeline would
+            // only fail, every checkpoint intact), trying again with a backoff.
+            let (Some(error), Some(wait)) = (&resolved.storage_error, &self.storage_wait) else {
+                break resolved;
+            };
+            if began.elapsed() >= wait.limit {
+                break resolved;
+            }
+            let next =
+                Duration::from_secs(STORAGE_BACKOFF_S[tries.min(STORAGE_BACKOFF_S.len() - 1)])
+                    .min(wait.limit.saturating_sub(began.elapsed()));
+            if tries == 0 {
+                let message = format!(
+                    "{error}: a storage error, not damage; nothing is set aside and every checkpoint is kept; reading it again with a backoff for up to {} s (supervisor.storage_error_wait_s)",
+                    wait.limit.as_secs()
+                );
+                tracing::warn!(step = %wait.step, "{message}");
+                let _ = wait.alerts.send(Alert::StorageError {
+                    step: wait.step,
+                    message,
+                });
+            } else {
+                tracing::info!(step = %wait.step, "still unreadable: {error}; again in {} s", next.as_secs());
+            }
+            tries += 1;
+            if !wait.sleep(next) {
+                break resolved;
             }
         };
+        if tries > 0 && resolved.storage_error.is_none() {
+            tracing::info!(
+                "the storage reads again after {:.0} s: the relaunch goes on",
+                began.elapsed().as_secs_f64()
+            );
+        }
         let mut checked = Checked {
             chosen: resolved
                 .chosen
@@ -75,8 +153,15 @@ impl ResumeCheck {
         };
         spec.resume = checked.chosen.as_ref().map(|(p, _)| p.clone());
         if let Some(error) = resolved.storage_error {
+            let waited = match tries {
+                0 => String::new(),
+                _ => format!(
+                    " (still, after {:.0} s of trying again: supervisor.storage_error_wait_s)",
+                    began.elapsed().as_secs_f64()
+                ),
+            };
             checked.refusal = Some(format!(
-                "a storage error, not damage: {error}; nothing was set aside and every checkpoint is kept; when the storage reads again, start again with --resume latest"
+                "a storage error, not damage: {error}{waited}; nothing was set aside and every checkpoint is kept; when the storage reads again, start again with --resume latest"
             ));
             return checked;
         }
@@ -132,9 +217,24 @@ impl Actor {
         } else {
             OnDamage::SetAside
         };
+        // A relaunch has no operator at hand: it waits for a storage error to clear.
+        let storage_wait = launch.after_crash().then(|| StorageWait {
+            limit: Duration::from_secs(self.config.supervisor.storage_error_wait_s),
+            step,
+            alerts: self.alerts.clone(),
+            generation: launch.generation,
+            abandoned: self.abandoned_launch.clone(),
+        });
+        // After a worker could not load its checkpoint, what it read is read again,
+        // whatever a verdict says (a storage error a `stat` does not show).
+        let verdict_max_age = match earlier {
+            Some(_) => Duration::ZERO,
+            None => Duration::from_secs(self.config.supervisor.verdict_max_age_s),
+        };
         (candidates != Candidates::None || earlier.is_some()).then_some(ResumeCheck {
             candidates,
-            verdict_max_age: Duration::from_secs(self.config.supervisor.verdict_max_age_s),
+            verdict_max_age,
+            storage_wait,
             on_damage,
             earlier,
         })

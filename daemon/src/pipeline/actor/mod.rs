@@ -119,6 +119,9 @@ struct Actor {
     generation: u64,
     /// Launches not reported back yet, abandoned ones included.
     launches_in_flight: usize,
+    /// The last launch generation a stop abandoned: a relaunch waiting off the actor
+    /// for its storage (`damaged.rs`) gives up when it reaches its own.
+    abandoned_launch: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The local files of the generation being installed, as fingerprinted before
     /// its launch (see [`LaunchDone::files`]).
     launched_files: Option<(u64, LocalFiles)>,
@@ -200,6 +203,7 @@ fn spawn_sourced(
         phase: Phase::Idle,
         generation: 0,
         launches_in_flight: 0,
+        abandoned_launch: Default::default(),
         launched_files: None,
         alerts,
     };

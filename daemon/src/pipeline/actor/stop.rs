@@ -52,6 +52,8 @@ impl Actor {
         cause: StopCause,
         reply: oneshot::Sender<StopReport>,
     ) {
+        self.abandoned_launch
+            .store(self.generation, std::sync::atomic::Ordering::Relaxed);
         self.stopped_without_worker(Some(step), cause);
         let root = self.layout.checkpoints_root();
         let run_dir = self.record.run_dir.as_deref();

@@ -526,6 +526,68 @@ async fn a_read_error_before_a_launch_sets_nothing_aside() {
     assert!(h.fake.launched().is_empty());
 }
 
+/// A crash restart whose checkpoint cannot be read (a storage error: ELOOP here, as
+/// EIO on a file system that fails for a while) waits instead of walking back: one
+/// storage_error alert naming the file, nothing set aside, and once the file reads
+/// again the restart resumes from that same checkpoint.
+#[tokio::test(start_paused = true)]
+async fn a_restart_waits_for_its_storage_and_resumes_from_the_same_checkpoint() {
+    let mut h = harness(|s| s.storage_error_wait_s = 600);
+    h.start().await;
+    let run = h.pipeline.record().run_dir.expect("a run directory");
+    two_checkpoints_with_manifests(&run);
+    let model = run.join("pretrain-00-00-02-0002/model.safetensors");
+    let weights = std::fs::read(&model).unwrap();
+    std::fs::remove_file(&model).unwrap();
+    std::os::unix::fs::symlink(&model, &model).unwrap();
+    h.fake.exit(0, ExitOutcome::Signal(9));
+    assert!(matches!(h.alert().await, Alert::Crashed { .. }));
+    match h.alert().await {
+        Alert::StorageError { message, .. } => assert!(
+            message.contains("checkpoint pretrain-00-00-02-0002")
+                && message.contains("model.safetensors")
+                && message.contains("nothing is set aside"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // The storage reads again.
+    std::fs::remove_file(&model).unwrap();
+    std::fs::write(&model, weights).unwrap();
+    let record = h.wait_restarted(1).await;
+    let from = record.recovery.as_ref().and_then(|r| r.checkpoint.clone());
+    assert_eq!(from.as_deref(), Some("pretrain-00-00-02-0002"));
+    assert!(!run.join("damaged").exists());
+    assert_eq!(h.fake.launched().len(), 2);
+}
+
+/// A storage error that does not clear within `storage_error_wait_s` fails the
+/// pipeline naming the file, every checkpoint kept.
+#[tokio::test(start_paused = true)]
+async fn a_storage_error_that_does_not_clear_fails_naming_the_file() {
+    let mut h = harness(|s| s.storage_error_wait_s = 1);
+    h.start().await;
+    let run = h.pipeline.record().run_dir.expect("a run directory");
+    two_checkpoints_with_manifests(&run);
+    let model = run.join("pretrain-00-00-02-0002/model.safetensors");
+    std::fs::remove_file(&model).unwrap();
+    std::os::unix::fs::symlink(&model, &model).unwrap();
+    h.fake.exit(0, ExitOutcome::Signal(9));
+    assert!(matches!(h.alert().await, Alert::Crashed { .. }));
+    assert!(matches!(h.alert().await, Alert::StorageError { .. }));
+    let record = h.wait_state(PipelineState::Failed).await;
+    let error = record.last_error.unwrap_or_default();
+    assert!(
+        error.contains("a storage error, not damage: checkpoint pretrain-00-00-02-0002")
+            && error.contains("supervisor.storage_error_wait_s")
+            && error.contains("nothing was set aside"),
+        "{error}"
+    );
+    assert!(!run.join("damaged").exists());
+    assert!(run.join("pretrain-00-00-01-0001").is_dir());
+    assert_eq!(h.fake.launched().len(), 1);
+}
+
 /// The worker's last heartbeat: diverged at `step`, since `since`.
 fn diverged_at(run: &std::path::Path, step: u64, since: u64) {
     let mut failure = lavender::failure::Failure::new(FailureKind::Diverged, "loss spiked");
