@@ -294,3 +294,46 @@ fn a_protocol_run_whose_only_checkpoint_is_damaged_fails_naming_it() {
 fn an_hf_run_whose_only_checkpoint_is_damaged_fails_naming_it() {
     only_checkpoint_damaged(hf_env(1, 100_000), HF.weights);
 }
+
+/// A read error is not damage under a Python worker either: its checkpoints on a
+/// real file system that fails (`lavender_testkit::failfs`), every file of the
+/// weights unreadable (EIO) while the worker is killed. The relaunch waits for the
+/// storage (the script, spared the check by its checkpoint's recorded verdict, says
+/// `damaged_checkpoint` when it cannot read it; the next check reads every byte and
+/// meets the error): one `storage_error` alert naming the file, nothing set aside,
+/// and once the files read again the run resumes from its newest checkpoint.
+#[test]
+fn a_protocol_worker_waits_out_eio_on_its_checkpoints_and_nothing_is_set_aside() {
+    let mut env = protocol_env(4, 100_000);
+    let fs = lavender_testkit::failfs::FailingFs::mount(
+        &env.dir.path().join("backing"),
+        &env.data_root.join("checkpoints"),
+    );
+    env.serve();
+    env.start(&[]);
+    let frozen = damage::freeze_at(&env, 2, T);
+    let newest = frozen.checkpoints.last().unwrap().clone();
+    fs.fail(&format!("*{}", PROTOCOL.weights));
+    frozen.kill();
+    let log = env.log_with("ALERT step train: checkpoint ", T);
+    let alert = log
+        .lines()
+        .find(|l| l.contains("ALERT step train: checkpoint "))
+        .unwrap();
+    assert!(
+        alert.contains(PROTOCOL.weights)
+            && alert.contains("Input/output error")
+            && alert.contains("a storage error, not damage; nothing is set aside"),
+        "{alert}"
+    );
+    env.log_with("still unreadable", T);
+    fs.heal();
+    damage::assert_resumed(&env, &frozen, &newest, &[], "", T);
+    assert!(
+        !frozen.run.join("damaged").exists(),
+        "something was set aside"
+    );
+    // The daemon and its worker go before the file system under them.
+    drop(env);
+    drop(fs);
+}
