@@ -115,6 +115,14 @@ pub fn freeze_at(d: &Lavenderd, n: usize, timeout: Duration) -> Frozen {
     freeze_when(d, timeout, &format!("{n} checkpoint(s)"), |c| c.len() >= n)
 }
 
+/// Waits until the daemon recorded checkpoint `ckpt` of `frozen`'s run as verified.
+pub fn wait_verified(frozen: &Frozen, ckpt: &Path, timeout: Duration) {
+    let verdict = frozen.run.join(format!(".verdict.{}.json", name(ckpt)));
+    crate::wait::wait_until(timeout, "the newest checkpoint verified", || {
+        std::fs::read_to_string(&verdict).is_ok_and(|t| t.contains("\"verified\""))
+    });
+}
+
 /// The run's events after the first `since`.
 pub fn events_after(run: &Path, since: usize) -> Vec<Value> {
     events(run).into_iter().skip(since).collect()

@@ -313,6 +313,9 @@ fn a_protocol_worker_waits_out_eio_on_its_checkpoints_and_nothing_is_set_aside()
     env.start(&[]);
     let frozen = damage::freeze_at(&env, 2, T);
     let newest = frozen.checkpoints.last().unwrap().clone();
+    // Read back and verified first: the relaunch's check takes that verdict and the
+    // worker meets the error.
+    damage::wait_verified(&frozen, &newest, T);
     fs.fail(&format!("*{}", PROTOCOL.weights));
     frozen.kill();
     let log = env.log_with("ALERT step train: checkpoint ", T);

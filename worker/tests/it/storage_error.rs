@@ -43,6 +43,9 @@ fn eio_on_every_checkpoint_for_seconds_is_waited_out_and_nothing_is_set_aside() 
     let frozen = damage::freeze_at(&d, 3, T);
     let kept: Vec<PathBuf> = frozen.checkpoints.clone();
     let newest = kept.last().unwrap().clone();
+    // Read back and verified first: the relaunch's check takes that verdict, and the
+    // worker's own load meets the error.
+    damage::wait_verified(&frozen, &newest, T);
 
     // Every tensor file of every checkpoint now fails with EIO.
     fs.fail("*.safetensors");

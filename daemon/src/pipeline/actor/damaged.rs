@@ -225,11 +225,13 @@ impl Actor {
             generation: launch.generation,
             abandoned: self.abandoned_launch.clone(),
         });
-        // After a worker could not load its checkpoint, what it read is read again,
-        // whatever a verdict says (a storage error a `stat` does not show).
-        let verdict_max_age = match earlier {
-            Some(_) => Duration::ZERO,
-            None => Duration::from_secs(self.config.supervisor.verdict_max_age_s),
+        // After a worker could not load its checkpoint, or ended without training
+        // past it, what it read is read again whatever a verdict says (a storage
+        // error, which no `stat` shows, fails the worker's load however it names it).
+        let verdict_max_age = if earlier.is_some() || self.record.no_progress_restarts > 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(self.config.supervisor.verdict_max_age_s)
         };
         (candidates != Candidates::None || earlier.is_some()).then_some(ResumeCheck {
             candidates,
