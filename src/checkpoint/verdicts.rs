@@ -326,6 +326,14 @@ mod tests {
         assert_eq!(read(&run, &ckpts[0].name).word(), "verified");
     }
 
+    /// One complete checkpoint in `run` with its manifest: its folder and listing.
+    fn one_with_manifest(run: &Path) -> (PathBuf, Checkpoint) {
+        let p = save(run, "pretrain", 1, None);
+        let m = contents::build_from_disk(&p, HashAlgorithm::Blake3).unwrap();
+        contents::write(&p, &m).unwrap();
+        (p, list_run_checkpoints(run).unwrap().remove(0))
+    }
+
     /// A resume takes a recorded "verified" while its files are unchanged and it is
     /// younger than the limit; a file written since, an old verdict, a limit of 0 or
     /// a verdict that is not "verified" send it back to reading every byte.
@@ -334,10 +342,7 @@ mod tests {
         use std::time::Duration;
         let root = tempfile::tempdir().unwrap();
         let run = root.path().join("run-2026-01-01_00-00-00");
-        let p = save(&run, "pretrain", 1, None);
-        let m = contents::build_from_disk(&p, HashAlgorithm::Blake3).unwrap();
-        contents::write(&p, &m).unwrap();
-        let ckpt = list_run_checkpoints(&run).unwrap().remove(0);
+        let (p, ckpt) = one_with_manifest(&run);
         let day = Duration::from_secs(86_400);
         assert_eq!(reusable(&p, day), None, "nothing recorded yet");
         let verdict = verify_and_record(&ckpt).unwrap();
@@ -377,10 +382,7 @@ mod tests {
     fn a_verdict_goes_stale_when_its_files_change() {
         let root = tempfile::tempdir().unwrap();
         let run = root.path().join("run-2026-01-01_00-00-00");
-        let p = save(&run, "pretrain", 1, None);
-        let m = contents::build_from_disk(&p, HashAlgorithm::Blake3).unwrap();
-        contents::write(&p, &m).unwrap();
-        let ckpt = list_run_checkpoints(&run).unwrap().remove(0);
+        let (p, ckpt) = one_with_manifest(&run);
         assert!(!current(&ckpt), "nothing recorded yet");
         assert!(!verify_and_record(&ckpt).unwrap().is_damaged());
         assert!(current(&ckpt));

@@ -115,10 +115,28 @@ pub fn freeze_at(d: &Lavenderd, n: usize, timeout: Duration) -> Frozen {
     freeze_when(d, timeout, &format!("{n} checkpoint(s)"), |c| c.len() >= n)
 }
 
+/// The daemon said a relaunch waits for its storage: one `storage_error` alert in its
+/// log naming a file matching `file`, the error (EIO), and that nothing is set aside;
+/// then a read again with the backoff.
+pub fn assert_storage_wait(d: &Lavenderd, file: &str, timeout: Duration) {
+    let log = d.log_with("ALERT step train: checkpoint ", timeout);
+    let alert = log
+        .lines()
+        .find(|l| l.contains("ALERT step train: checkpoint "))
+        .unwrap_or_default();
+    assert!(
+        alert.contains(file)
+            && alert.contains("Input/output error")
+            && alert.contains("a storage error, not damage; nothing is set aside"),
+        "{alert}"
+    );
+    d.log_with("still unreadable", timeout);
+}
+
 /// Waits until the daemon recorded checkpoint `ckpt` of `frozen`'s run as verified.
 pub fn wait_verified(frozen: &Frozen, ckpt: &Path, timeout: Duration) {
     let verdict = frozen.run.join(format!(".verdict.{}.json", name(ckpt)));
-    crate::wait::wait_until(timeout, "the newest checkpoint verified", || {
+    wait_until(timeout, "the newest checkpoint verified", || {
         std::fs::read_to_string(&verdict).is_ok_and(|t| t.contains("\"verified\""))
     });
 }

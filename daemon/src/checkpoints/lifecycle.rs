@@ -294,23 +294,13 @@ mod tests {
     use lavender::events::Event;
     use lavender::trainer_state::TrainerState;
 
-    struct Run {
-        _root: tempfile::TempDir,
-        checkpoints: PathBuf,
-        dir: PathBuf,
-    }
+    use crate::checkpoints::fixture::Run;
 
+    /// The room's run, read back by the daemon from its first save.
     fn run() -> Run {
-        let root = tempfile::tempdir().unwrap();
-        let checkpoints = root.path().join("checkpoints");
-        let dir = checkpoints.join("run-2026-04-24_16-08-45");
-        std::fs::create_dir_all(&dir).unwrap();
-        verdicts::watch(&dir).unwrap();
-        Run {
-            _root: root,
-            checkpoints,
-            dir,
-        }
+        let r = crate::checkpoints::fixture::run();
+        verdicts::watch(&r.dir).unwrap();
+        r
     }
 
     /// A complete checkpoint with a manifest, and its `checkpoint_saved` event.

@@ -13,6 +13,8 @@
 //! a verdict whose files have not changed; the disk foresight's early retention
 //! (`pipeline/disk.rs`) runs the same rule through [`retain::inside`].
 
+#[cfg(test)]
+mod fixture;
 pub mod inventory;
 pub mod lifecycle;
 pub mod order;

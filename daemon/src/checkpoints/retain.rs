@@ -235,23 +235,7 @@ mod tests {
         }
     }
 
-    struct Run {
-        _root: tempfile::TempDir,
-        checkpoints: PathBuf,
-        dir: PathBuf,
-    }
-
-    fn run() -> Run {
-        let root = tempfile::tempdir().unwrap();
-        let checkpoints = root.path().join("checkpoints");
-        let dir = checkpoints.join("run-2026-04-24_16-08-45");
-        std::fs::create_dir_all(&dir).unwrap();
-        Run {
-            _root: root,
-            checkpoints,
-            dir,
-        }
-    }
+    use crate::checkpoints::fixture::run;
 
     /// A complete checkpoint and its `checkpoint_saved` event, `counter` seconds apart.
     fn save(dir: &Path, counter: u32, val_loss: Option<f64>) -> PathBuf {

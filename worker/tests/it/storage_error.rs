@@ -53,18 +53,7 @@ fn eio_on_every_checkpoint_for_seconds_is_waited_out_and_nothing_is_set_aside() 
     // The relaunch meets it (at its check, or at the worker's own load when a
     // recorded verdict spared the check the read): one alert naming the file and the
     // error, and the daemon reads it again with a backoff.
-    let log = d.log_with("ALERT step train: checkpoint ", T);
-    let alert = log
-        .lines()
-        .find(|l| l.contains("ALERT step train: checkpoint "))
-        .unwrap();
-    assert!(
-        alert.contains(".safetensors")
-            && alert.contains("Input/output error")
-            && alert.contains("a storage error, not damage; nothing is set aside"),
-        "{alert}"
-    );
-    d.log_with("still unreadable", T);
+    damage::assert_storage_wait(&d, ".safetensors", T);
     let st = d.status();
     assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
     // The storage reads again: the run resumes from the newest checkpoint, nothing
