@@ -28,7 +28,7 @@ import blake3
 
 here = Path(__file__).resolve().parent
 sys.path.insert(0, str(here))
-import measure  # noqa: E402
+import measure
 
 
 def sh(*args, **kw):
@@ -128,9 +128,8 @@ notify:
   milestones: false
 """)
     cli = [a.lavenderd, "--config", d / "lavender.yaml", "--data-root", data]
-    daemon = subprocess.Popen(
-        [str(c) for c in cli + ["serve"]], stdout=open(d / "daemon.log", "w"), stderr=subprocess.STDOUT
-    )
+    log = open(d / "daemon.log", "w")  # noqa: SIM115 (the daemon writes it until it is stopped below)
+    daemon = subprocess.Popen([str(c) for c in cli + ["serve"]], stdout=log, stderr=subprocess.STDOUT)
     try:
         until("the daemon", 30, lambda: (data / "state" / "lavenderd.sock").exists())
         sh(*cli, "start", stdout=subprocess.DEVNULL)
@@ -168,9 +167,12 @@ notify:
         loaded = [e for e in events(run) if e.get("kind") == "checkpoint_loaded"][-1]["path"]
         assert Path(loaded).name == ckpt.name, (loaded, ckpt)
     finally:
-        subprocess.run([str(c) for c in cli + ["stop"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [str(c) for c in cli + ["stop"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
+        )
         daemon.terminate()
         daemon.wait()
+        log.close()
     if a.drop:
         drop_caches()
     limit = measure.cold(

@@ -9,9 +9,10 @@
 //! - Everything else reads what the room recorded: the verdict files
 //!   (`lavender::checkpoint::verdicts`, [`inventory`]) and [`lifecycle::Report`].
 //!
-//! The resume's own check (`pipeline/actor/damaged.rs`, `fallback::resolve`) reuses
-//! a verdict whose files have not changed; the disk foresight's early retention
-//! (`pipeline/disk.rs`) runs the same rule through [`retain::inside`].
+//! Behind its interface, for the pipeline: the disk foresight's early retention
+//! ([`retain::early`], the same rule one save ahead) and [`retain::inside`]. The
+//! resume's own check (`pipeline/actor/damaged.rs`, `fallback::resolve`) reuses a
+//! verdict the room recorded while its files are unchanged.
 
 #[cfg(test)]
 mod fixture;

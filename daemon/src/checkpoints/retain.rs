@@ -184,6 +184,15 @@ impl Pass {
     }
 }
 
+/// Early retention, for the disk foresight (`pipeline/disk.rs`, when the next save
+/// will not fit): what that save's own retention would drop, dropped now. The same
+/// rule with one fewer kept (`keep − 1`, and always the newest, the best and nothing
+/// older than the newest checkpoint found intact). Blocking; the caller keeps it out
+/// of observe mode and inside the checkpoints root ([`inside`]).
+pub fn early(run_dir: &Path, keep: usize) -> lavender::Result<Vec<PathBuf>> {
+    enforce_retention_with(run_dir, &RetentionPolicy::keep(keep.saturating_sub(1)))
+}
+
 /// `dir` is a directory strictly below `root` (both resolved through symlinks).
 pub fn inside(dir: &Path, root: &Path) -> bool {
     match (std::fs::canonicalize(dir), std::fs::canonicalize(root)) {

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use lavender::checkpoint::{dir_size, enforce_retention, list_run_checkpoints};
+use lavender::checkpoint::{dir_size, list_run_checkpoints};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -133,7 +133,7 @@ pub(crate) fn check(input: &CheckInput) -> DiskCheck {
     let (Some(run), Some(keep)) = (run, input.keep) else {
         return found;
     };
-    match enforce_retention(run, keep.saturating_sub(1)) {
+    match crate::checkpoints::retain::early(run, keep) {
         Ok(dropped) => found.dropped = dropped,
         Err(e) => found.retention_error = Some(e.to_string()),
     }
