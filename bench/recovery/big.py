@@ -5,7 +5,7 @@ lavenderd supervises lavender-worker on a model whose checkpoint is large (the
 worker is frozen (SIGSTOP, so that checkpoint is the newest and nothing is in
 flight), optionally padded to PAD_MB more with a file its manifest lists and the
 loader never opens (the size of a far larger model's checkpoint without training
-one), and read back by the daemon. Then the page cache is dropped (DROP=1), the
+one), and read back (`lavenderd verify` after the padding). Then the page cache is dropped (DROP=1), the
 worker killed (SIGKILL) and the time taken from the kill to the first heartbeat of
 the restarted worker past the step it was killed at; then the limit: the worker
 started by hand from the same checkpoint (cache dropped again), to the same step.
@@ -143,6 +143,10 @@ notify:
         ckpt = Path(saved["path"])
         if a.pad_mb:
             pad(ckpt, a.pad_mb)
+            # The daemon read it back before the padding was listed (a save is what
+            # makes it read a run again): `lavenderd verify` reads it now and records
+            # the verdict, as an operator would.
+            sh(*cli, "verify", "--run", run.name, stdout=subprocess.DEVNULL)
         size = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
         verdict = run / f".verdict.{ckpt.name}.json"
         t_pad = time.time()
