@@ -83,6 +83,24 @@ pub fn current(ckpt: &Checkpoint) -> bool {
         .is_some_and(|r| r.stamp.is_some() && r.stamp == stamp(&ckpt.path))
 }
 
+/// What a reader shows for `ckpt`: its recorded check, or pending when its files
+/// changed since it was read back (a verdict of files that are no longer there says
+/// nothing; the daemon reads it again at its next pass, `lavenderd verify` at once).
+/// A verdict older than the stamp is taken as it is.
+pub fn shown(ckpt: &Checkpoint) -> Check {
+    let run_dir = ckpt.path.parent().unwrap_or(Path::new("."));
+    let Some(recorded) = std::fs::read_to_string(path(run_dir, &ckpt.name))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Recorded>(&t).ok())
+    else {
+        return Check::Pending;
+    };
+    match recorded.stamp {
+        Some(s) if Some(&s) != stamp(&ckpt.path).as_ref() => Check::Pending,
+        _ => Check::Done(recorded.verdict),
+    }
+}
+
 /// The "verified" recorded for the checkpoint at `dir` when it still holds: made on
 /// its files as they are now (one `stat` of each: size, mtime, inode, ctime) and
 /// younger than `max_age` (bit rot changes no `stat`, so an old verdict is read
@@ -348,6 +366,7 @@ mod tests {
         let verdict = verify_and_record(&ckpt).unwrap();
         assert!(matches!(verdict, Verdict::Verified { .. }));
         assert_eq!(reusable(&p, day), Some(verdict.clone()));
+        assert_eq!(shown(&ckpt), Check::Done(verdict.clone()));
         assert_eq!(reusable(&p, Duration::ZERO), None, "0: always read again");
         // Recorded long ago: read again (bit rot changes no stat).
         let file = path(&run, &ckpt.name);
@@ -369,6 +388,8 @@ mod tests {
             .set_modified(std::time::SystemTime::UNIX_EPOCH)
             .unwrap();
         assert_eq!(reusable(&p, day), None);
+        // What a listing shows: not the verdict of files that are no longer there.
+        assert_eq!(shown(&ckpt), Check::Pending);
         // A damaged verdict is never taken as it stands.
         std::fs::write(&w, b"x").unwrap();
         verify_and_record(&ckpt).unwrap();

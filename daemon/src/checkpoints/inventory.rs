@@ -78,7 +78,8 @@ pub fn checkpoints(layout: &Layout, run: Option<&str>) -> Result<Vec<CheckpointI
     Ok(list
         .into_iter()
         .map(|c| {
-            let check = verdicts::read(&run_dir, &c.name);
+            // A verdict of files changed since it was read back shows as pending.
+            let check = verdicts::shown(&c);
             CheckpointInfo {
                 stage: c.state.stage.clone(),
                 step: c.state.step,
