@@ -1,6 +1,7 @@
 //! A backoff schedule: the wait before retry N is the N-th value, and the last value
-//! repeats for every retry after it. Restarts of a crashed worker and retries of a
-//! failed push both wait this way.
+//! repeats for every retry after it. Restarts of a crashed worker, retries of a
+//! failed push and reads again after a storage error ([`Backoff::storage`]) all wait
+//! this way.
 
 use std::time::Duration;
 
@@ -20,6 +21,13 @@ impl Backoff {
                 .map(|s| Duration::try_from_secs_f64(*s).unwrap_or_default())
                 .collect(),
         )
+    }
+
+    /// Between two reads of a checkpoint the storage could not read (EIO, ESTALE,
+    /// EACCES): 1, 2, 5, 10, 30, then every 60 s. The checkpoints room and a
+    /// relaunch's check wait alike.
+    pub fn storage() -> Backoff {
+        Backoff::from_secs(&[1.0, 2.0, 5.0, 10.0, 30.0, 60.0])
     }
 
     /// The wait before retry `n` (1-based; 0 counts as 1). An empty schedule waits nothing.

@@ -74,13 +74,16 @@ pub fn stamp(dir: &Path) -> Option<String> {
     Some(blake3::hash(files.join("\n").as_bytes()).to_hex()[..32].to_string())
 }
 
+/// The verdict recorded for the checkpoint at `dir`, as its file says.
+fn recorded(dir: &Path) -> Option<Recorded> {
+    let name = dir.file_name()?.to_str()?;
+    let text = std::fs::read_to_string(path(dir.parent()?, name)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
 /// Whether the verdict recorded for `ckpt` was made on its files as they are now.
 pub fn current(ckpt: &Checkpoint) -> bool {
-    let run_dir = ckpt.path.parent().unwrap_or(Path::new("."));
-    std::fs::read_to_string(path(run_dir, &ckpt.name))
-        .ok()
-        .and_then(|t| serde_json::from_str::<Recorded>(&t).ok())
-        .is_some_and(|r| r.stamp.is_some() && r.stamp == stamp(&ckpt.path))
+    recorded(&ckpt.path).is_some_and(|r| r.stamp.is_some() && r.stamp == stamp(&ckpt.path))
 }
 
 /// What a reader shows for `ckpt`: its recorded check, or pending when its files
@@ -88,11 +91,7 @@ pub fn current(ckpt: &Checkpoint) -> bool {
 /// nothing; the daemon reads it again at its next pass, `lavenderd verify` at once).
 /// A verdict older than the stamp is taken as it is.
 pub fn shown(ckpt: &Checkpoint) -> Check {
-    let run_dir = ckpt.path.parent().unwrap_or(Path::new("."));
-    let Some(recorded) = std::fs::read_to_string(path(run_dir, &ckpt.name))
-        .ok()
-        .and_then(|t| serde_json::from_str::<Recorded>(&t).ok())
-    else {
+    let Some(recorded) = recorded(&ckpt.path) else {
         return Check::Pending;
     };
     match recorded.stamp {
@@ -107,10 +106,7 @@ pub fn shown(ckpt: &Checkpoint) -> Check {
 /// again). A resume takes it instead of reading every byte once more. `None`: no
 /// such verdict, and the caller reads the checkpoint.
 pub fn reusable(dir: &Path, max_age: std::time::Duration) -> Option<Verdict> {
-    let run_dir = dir.parent()?;
-    let name = dir.file_name()?.to_str()?;
-    let recorded: Recorded =
-        serde_json::from_str(&std::fs::read_to_string(path(run_dir, name)).ok()?).ok()?;
+    let recorded = recorded(dir)?;
     if !matches!(recorded.verdict, Verdict::Verified { .. }) {
         return None;
     }
@@ -211,10 +207,7 @@ pub fn watch(run_dir: &Path) -> Result<()> {
 
 /// The recorded check of checkpoint `name` of `run_dir`.
 pub fn read(run_dir: &Path, name: &str) -> Check {
-    std::fs::read_to_string(path(run_dir, name))
-        .ok()
-        .and_then(|t| serde_json::from_str::<Recorded>(&t).ok())
-        .map_or(Check::Pending, |r| Check::Done(r.verdict))
+    recorded(&run_dir.join(name)).map_or(Check::Pending, |r| Check::Done(r.verdict))
 }
 
 /// Reads `ckpt` back against its manifest (every byte) and records the verdict.

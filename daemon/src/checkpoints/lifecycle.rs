@@ -5,7 +5,7 @@
 //! a save, a rollback's `data_skipped` or the first look at a run, runs one pass in
 //! the order of [`order::next`]: read back → record the verdicts → retention →
 //! replication. A storage error stops the pass before retention and is read again
-//! after a backoff ([`STORAGE_BACKOFF`]); saves meanwhile join the pending pass.
+//! after a backoff ([`Backoff::storage`]); saves meanwhile join the pending pass.
 //! What each pass did goes to [`Report`], the room's one face to the rest.
 
 use std::path::{Path, PathBuf};
@@ -18,17 +18,8 @@ use tokio::sync::watch;
 use super::order::{self, Duty, Found, Retaining, Rules};
 use super::retain::{Plan, Retention};
 use super::verify;
+use crate::backoff::Backoff;
 use crate::replicate::Replication;
-
-/// The waits before reading a checkpoint again after a storage error; the last repeats.
-pub const STORAGE_BACKOFF: [Duration; 6] = [
-    Duration::from_secs(1),
-    Duration::from_secs(2),
-    Duration::from_secs(5),
-    Duration::from_secs(10),
-    Duration::from_secs(30),
-    Duration::from_secs(60),
-];
 
 /// How long a storage error holds retention and replication back; past it, they run
 /// (retention never drops anything newer than the newest checkpoint found intact,
@@ -200,99 +191,99 @@ impl Room {
             },
             replicating: self.replication.is_some(),
         };
+        let since = waited.map_or_else(Instant::now, |(_, s)| s);
         let mut ran = Vec::new();
-        let mut duty = Duty::Verify;
-        let mut found;
         let mut report = self.report.borrow().clone();
         report.passes += 1;
-        loop {
+        let mut duty = Duty::Verify;
+        while duty != Duty::Rest {
             ran.push(duty);
-            found = Found::Done;
-            match duty {
-                Duty::Verify => match verify::pass(run_dir) {
-                    Ok(read) => {
-                        report.verified += read.verified;
-                        report.damaged += read.damaged.len() as u64;
-                        report.storage_error = read.storage_error.clone();
-                        if let Some(error) = read.storage_error {
-                            let since = waited.map_or_else(Instant::now, |(_, s)| s);
-                            found = if since.elapsed() >= STORAGE_WAIT {
-                                tracing::error!(
-                                    "checkpoints: {error} for {} s: retention and replication go on; what could not be read is kept",
-                                    since.elapsed().as_secs()
-                                );
-                                Found::StorageErrorPersists
-                            } else {
-                                Found::StorageError
-                            };
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(
-                            "checkpoints: reading back the checkpoints of {}: {e}",
-                            run_dir.display()
-                        );
-                        report.storage_error = Some(e.to_string());
-                        found = Found::StorageError;
-                    }
-                },
+            let found = match duty {
+                Duty::Verify => read_back(run_dir, since, &mut report),
                 Duty::Retain => {
                     if let Plan::Prune(p) = &plan {
                         match p.run() {
                             Ok(dropped) => report.dropped += dropped.len() as u64,
-                            Err(e) => {
-                                tracing::warn!("retention in {}: {e}", run_dir.display())
-                            }
+                            Err(e) => tracing::warn!("retention in {}: {e}", run_dir.display()),
                         }
                     }
+                    Found::Done
                 }
                 Duty::WouldRetain => {
                     if let Plan::WouldPrune(p) = &plan {
                         p.would_have();
                     }
+                    Found::Done
                 }
                 Duty::Replicate => {
                     if let Some(r) = &self.replication {
                         r.wake(run_dir);
                     }
+                    Found::Done
                 }
                 Duty::RetryLater => {
                     let failures = waited.map_or(1, |(f, _)| f + 1);
-                    let wait =
-                        STORAGE_BACKOFF[(failures as usize - 1).min(STORAGE_BACKOFF.len() - 1)];
-                    self.waiting = Some(Waiting {
-                        plan,
-                        due: Instant::now() + wait,
-                        failures,
-                        since: waited.map_or_else(Instant::now, |(_, s)| s),
-                    });
+                    let wait = Backoff::storage().before(failures);
                     tracing::info!(
                         "checkpoints: retention and replication wait; read again in {} s",
                         wait.as_secs()
                     );
+                    self.waiting = Some(Waiting {
+                        plan,
+                        due: Instant::now() + wait,
+                        failures,
+                        since,
+                    });
                     break;
                 }
                 Duty::Rest => break,
-            }
+            };
             duty = order::next(duty, found, rules);
-            if duty == Duty::Rest {
-                break;
-            }
         }
         report.last = ran;
         self.report.send_replace(report);
     }
 }
 
+/// The read-back duty: every checkpoint of `run_dir` not checked yet, counted into
+/// `report`; a storage error waited on since `since` is `StorageErrorPersists` once
+/// past [`STORAGE_WAIT`].
+fn read_back(run_dir: &Path, since: Instant, report: &mut Report) -> Found {
+    let error = match verify::pass(run_dir) {
+        Ok(read) => {
+            report.verified += read.verified;
+            report.damaged += read.damaged;
+            read.storage_error
+        }
+        Err(e) => {
+            tracing::warn!(
+                "checkpoints: reading back the checkpoints of {}: {e}",
+                run_dir.display()
+            );
+            Some(e.to_string())
+        }
+    };
+    report.storage_error = error.clone();
+    match error {
+        None => Found::Done,
+        Some(error) if since.elapsed() >= STORAGE_WAIT => {
+            tracing::error!(
+                "checkpoints: {error} for {} s: retention and replication go on; what could not be read is kept",
+                since.elapsed().as_secs()
+            );
+            Found::StorageErrorPersists
+        }
+        Some(_) => Found::StorageError,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lavender::checkpoint::contents::{self, HashAlgorithm};
+    use lavender::checkpoint::contents;
+    use lavender::checkpoint::list_run_checkpoints;
     use lavender::checkpoint::verdicts::{self, Check};
-    use lavender::checkpoint::{CheckpointBuilder, CheckpointName, list_run_checkpoints};
     use lavender::config::Config;
-    use lavender::events::Event;
-    use lavender::trainer_state::TrainerState;
 
     use crate::checkpoints::fixture::Run;
 
@@ -305,23 +296,7 @@ mod tests {
 
     /// A complete checkpoint with a manifest, and its `checkpoint_saved` event.
     fn save(dir: &Path, n: u32) -> PathBuf {
-        let name = CheckpointName::new(
-            "pretrain",
-            chrono::NaiveTime::from_hms_opt(12, 0, n).unwrap(),
-            n,
-        )
-        .unwrap();
-        let b = CheckpointBuilder::begin(dir, &name).unwrap();
-        std::fs::write(b.dir().join("model.safetensors"), format!("weights {n}")).unwrap();
-        let m = contents::build_from_disk(b.dir(), HashAlgorithm::Blake3).unwrap();
-        contents::write(b.dir(), &m).unwrap();
-        let path = b.commit(&TrainerState::new("pretrain", n as u64)).unwrap();
-        events::append(
-            dir,
-            &Event::new(kind::CHECKPOINT_SAVED, "saved").with("path", path.display().to_string()),
-        )
-        .unwrap();
-        path
+        crate::checkpoints::fixture::save(dir, "pretrain", n, None, true)
     }
 
     fn room(r: &Run, keep: u32, observe: bool) -> (Room, watch::Receiver<Report>) {

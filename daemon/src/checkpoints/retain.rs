@@ -206,9 +206,6 @@ mod tests {
     use super::*;
     use lavender::checkpoint::CheckpointBuilder;
     use lavender::checkpoint::{CheckpointName, list_run_checkpoints};
-    use lavender::trainer_state::TrainerState;
-
-    use std::time::Duration;
 
     /// A config with `retention: mode` and `keep_checkpoints: keep`.
     fn config(mode: RetentionMode, keep: u32) -> Config {
@@ -248,30 +245,7 @@ mod tests {
 
     /// A complete checkpoint and its `checkpoint_saved` event, `counter` seconds apart.
     fn save(dir: &Path, counter: u32, val_loss: Option<f64>) -> PathBuf {
-        let name = CheckpointName::new(
-            "train",
-            chrono::NaiveTime::from_hms_opt(12, 0, counter).unwrap(),
-            counter,
-        )
-        .unwrap();
-        let b = CheckpointBuilder::begin(dir, &name).unwrap();
-        std::fs::write(b.dir().join("model.pt"), b"w").unwrap();
-        let mut st = TrainerState::new("train", counter as u64);
-        st.val_loss = val_loss;
-        let path = b.commit(&st).unwrap();
-        let t = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000 + counter as u64);
-        std::fs::File::options()
-            .write(true)
-            .open(path.join("trainer_state.json"))
-            .unwrap()
-            .set_modified(t)
-            .unwrap();
-        events::append(
-            dir,
-            &Event::new(kind::CHECKPOINT_SAVED, "saved").with("path", path.display().to_string()),
-        )
-        .unwrap();
-        path
+        crate::checkpoints::fixture::save(dir, "train", counter, val_loss, false)
     }
 
     fn names(dir: &Path) -> Vec<String> {

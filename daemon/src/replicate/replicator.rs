@@ -196,14 +196,15 @@ enum Ready {
     Damaged(String),
 }
 
-/// What the verdicts of `run_dir` say of each of `local`'s checkpoints. A run nobody
-/// reads back (no verdicts, not watched) uploads what is complete, as before.
+/// What the verdicts of `run_dir` say of each of `local`'s checkpoints, as a listing
+/// shows them (a verdict of files changed since is pending). A run nobody reads back
+/// (no verdicts, not watched) uploads what is complete, as before.
 fn checks(run_dir: &Path, local: &[lavender::checkpoint::Checkpoint]) -> Vec<Ready> {
     use lavender::checkpoint::verdicts::{self, Check};
     let watched = verdicts::watched(run_dir);
     local
         .iter()
-        .map(|c| match verdicts::read(run_dir, &c.name) {
+        .map(|c| match verdicts::shown(c) {
             Check::Pending if watched => Ready::NotYet,
             check @ Check::Done(lavender::checkpoint::contents::Verdict::Damaged { .. }) => {
                 Ready::Damaged(check.describe())

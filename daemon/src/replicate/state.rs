@@ -43,7 +43,7 @@ pub struct ReplicationStatus {
     /// The run the task last looked at and its checkpoints committed remotely (the
     /// dashboard's checkpoint table says where each one's copies are).
     #[serde(skip)]
-    pub remote_checkpoints: Option<(String, std::collections::BTreeSet<String>)>,
+    pub(super) remote_checkpoints: Option<(String, std::collections::BTreeSet<String>)>,
 }
 
 impl ReplicationStatus {

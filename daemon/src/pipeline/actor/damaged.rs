@@ -54,10 +54,6 @@ pub(super) struct StorageWait {
     abandoned: Arc<AtomicU64>,
 }
 
-/// The waits between two reads of a checkpoint the storage could not read; the last
-/// repeats.
-const STORAGE_BACKOFF_S: [u64; 6] = [1, 2, 5, 10, 30, 60];
-
 impl StorageWait {
     fn abandoned(&self) -> bool {
         self.abandoned.load(Ordering::Relaxed) >= self.generation
@@ -88,36 +84,32 @@ pub(super) struct Checked {
 }
 
 impl ResumeCheck {
-    /// Walks the candidates (reading every byte of the one taken, unless its verdict
-    /// still holds), sets `spec`'s
-    /// resume to the checkpoint taken. Runs on the blocking pool.
-    pub(super) fn run(self, spec: &mut SpawnSpec) -> Checked {
+    /// The walk over the candidates; a relaunch whose walk meets a storage error walks
+    /// again after a backoff while the storage wait lasts (one alert, at the first).
+    /// Also how long it waited, when it did.
+    fn resolve(&self) -> lavender::Result<(fallback::Resolved, Option<Duration>)> {
         let check = lavender::checkpoint::verdicts::check_reusing(self.verdict_max_age);
         let began = Instant::now();
-        let mut tries = 0usize;
-        let resolved = loop {
-            let resolved = match fallback::resolve(&self.candidates, &check, self.on_damage) {
-                Ok(r) => r,
-                Err(e) => {
-                    return Checked {
-                        chosen: None,
-                        verdict: None,
-                        set_aside: Vec::new(),
-                        refusal: Some(format!("cannot check the checkpoints to resume from: {e}")),
-                    };
-                }
-            };
-            // A storage error: a relaunch waits for the storage (the pipeline would
-            // only fail, every checkpoint intact), trying again with a backoff.
+        let mut tries = 0u32;
+        loop {
+            let resolved = fallback::resolve(&self.candidates, &check, self.on_damage)?;
+            let waited = (tries > 0).then(|| began.elapsed());
             let (Some(error), Some(wait)) = (&resolved.storage_error, &self.storage_wait) else {
-                break resolved;
+                if waited.is_some() {
+                    tracing::info!(
+                        "the storage reads again after {:.0} s: the relaunch goes on",
+                        began.elapsed().as_secs_f64()
+                    );
+                }
+                return Ok((resolved, waited));
             };
-            if began.elapsed() >= wait.limit {
-                break resolved;
+            let left = wait.limit.saturating_sub(began.elapsed());
+            if left.is_zero() {
+                return Ok((resolved, waited));
             }
-            let next =
-                Duration::from_secs(STORAGE_BACKOFF_S[tries.min(STORAGE_BACKOFF_S.len() - 1)])
-                    .min(wait.limit.saturating_sub(began.elapsed()));
+            let next = crate::backoff::Backoff::storage()
+                .before(tries + 1)
+                .min(left);
             if tries == 0 {
                 let message = format!(
                     "{error}: a storage error, not damage; nothing is set aside and every checkpoint is kept; reading it again with a backoff for up to {} s (supervisor.storage_error_wait_s)",
@@ -133,15 +125,26 @@ impl ResumeCheck {
             }
             tries += 1;
             if !wait.sleep(next) {
-                break resolved;
+                return Ok((resolved, waited));
+            }
+        }
+    }
+
+    /// Walks the candidates (reading every byte of the one taken, unless its verdict
+    /// still holds), sets `spec`'s
+    /// resume to the checkpoint taken. Runs on the blocking pool.
+    pub(super) fn run(self, spec: &mut SpawnSpec) -> Checked {
+        let (resolved, waited) = match self.resolve() {
+            Ok(r) => r,
+            Err(e) => {
+                return Checked {
+                    chosen: None,
+                    verdict: None,
+                    set_aside: Vec::new(),
+                    refusal: Some(format!("cannot check the checkpoints to resume from: {e}")),
+                };
             }
         };
-        if tries > 0 && resolved.storage_error.is_none() {
-            tracing::info!(
-                "the storage reads again after {:.0} s: the relaunch goes on",
-                began.elapsed().as_secs_f64()
-            );
-        }
         let mut checked = Checked {
             chosen: resolved
                 .chosen
@@ -153,13 +156,12 @@ impl ResumeCheck {
         };
         spec.resume = checked.chosen.as_ref().map(|(p, _)| p.clone());
         if let Some(error) = resolved.storage_error {
-            let waited = match tries {
-                0 => String::new(),
-                _ => format!(
+            let waited = waited.map_or_else(String::new, |w| {
+                format!(
                     " (still, after {:.0} s of trying again: supervisor.storage_error_wait_s)",
-                    began.elapsed().as_secs_f64()
-                ),
-            };
+                    w.as_secs_f64()
+                )
+            });
             checked.refusal = Some(format!(
                 "a storage error, not damage: {error}{waited}; nothing was set aside and every checkpoint is kept; when the storage reads again, start again with --resume latest"
             ));
