@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make test-run`: every test, on what `make test-build` compiled (run with the same
 # environment, so nothing recompiles), in two rounds:
-# 1. The Rust suite, and beside it pytest (python/tests; its exit 5, no test
+# 1. The Rust suite (cargo-nextest: a process per test, four at once across every
+#    binary, .config/nextest.toml; the 15 slowest are printed at the end), and
+#    beside it pytest (python/tests; its exit 5, no test
 #    collected, fails like any other non-zero code) and the Slurm tests in a second
 #    cargo: the single-node end-to-end test spends most of its minute waiting on the
 #    scheduler's 30-second cycles, the two-node one (slurm_cluster: its own
@@ -16,7 +18,7 @@
 #    with whatever runs beside it (beside the Slurm tests it took 185-246 s in CI,
 #    alone about 100 s). `--workspace --test` selects it with the same packages, so
 #    the same features, as the build: nothing recompiles.
-# --no-fail-fast: one failing binary does not hide the others.
+# No fail-fast: one failing test or binary does not hide the others.
 # Logs: target/pytest.log, target/test.log, target/test-slurm.log and
 # target/test-attribution.log.
 set -uo pipefail
@@ -37,8 +39,13 @@ cargo test -p lavenderd --test it -- --nocapture slurm_e2e:: slurm_cluster:: rep
 slurm=$!
 # The attribution test, by name: its binary runs in round 2.
 attribution=at_two_checkpoints_a_verbatim_training_window_ranks_its_document_first
-cargo test --workspace --no-fail-fast -- --skip slurm_e2e:: --skip slurm_cluster:: --skip replicate_faults:: \
-  --skip "$attribution" 2>&1 | tee target/test.log
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "cargo-nextest is not installed: \`cargo install cargo-nextest --locked\` (0.9.143 or newer)" >&2
+  exit 2
+fi
+cargo nextest run --workspace \
+  -E "not (test(/^(slurm_e2e|slurm_cluster|replicate_faults)::/) | test(=$attribution))" 2>&1 |
+  tee target/test.log
 rest=${PIPESTATUS[0]}
 wait "$pytest"
 py=$?
@@ -64,6 +71,10 @@ if [ "$attribution_rc" = 0 ] && [ "$(passed_in target/test-attribution.log)" != 
   echo "the attribution test $attribution did not run: see target/test-attribution.log" >&2
   attribution_rc=1
 fi
+
+echo "---- the 15 slowest tests of the Rust suite (target/test.log):"
+sed -n 's/^ *\(PASS\|FAIL\|TIMEOUT\) \[ *\([0-9.]*\)s\] ([^)]*) \(.*\)$/\2 s  \3/p' target/test.log |
+  sort -rn | head -15
 
 failed=0
 if [ "$py" != 0 ]; then echo "pytest failed (exit $py): see target/pytest.log" >&2; failed=1; fi
