@@ -24,8 +24,10 @@ setup: libtorch
 # --simulate-inotify-exhausted`) is on only where a package's tests are built, through
 # its dev-dependency on itself (daemon/Cargo.toml, worker/Cargo.toml): test-build,
 # test-run and a plain `cargo test -p <pkg>` have it, build and install do not.
+# Only the two programs `run` and `install` use: the benches, the load generator and
+# the test kit are built by what uses them (bench/setup.sh, the test build).
 build: libtorch
-	@$(TORCH_ENV) cargo build --release --workspace
+	@$(TORCH_ENV) cargo build --release -p lavenderd -p lavender-worker
 
 # The demo trains into the data root every lavenderd command finds by itself, from
 # any folder (docs/OPERATIONS.md, "Which data root"): the per-user data folder

@@ -21,7 +21,7 @@ install_all() {
   local manifest="$manifest_dir/install-manifest.txt"
   for p in "${PROGRAMS[@]}"; do
     if [ ! -x "$bin_dir/$p" ]; then
-      echo "install: $bin_dir/$p is not built; run \`make install\` (it builds first) or \`cargo build --release --workspace\`" >&2
+      echo "install: $bin_dir/$p is not built; run \`make install\` (it builds first) or \`cargo build --release -p lavenderd -p lavender-worker\`" >&2
       exit 1
     fi
   done
