@@ -1,7 +1,7 @@
 //! Alerts: what an operator must hear about, raised by the pipeline actor (crash,
 //! failure, finish) and the status watchdog (stall, recovery, disk low). One type
-//! from detection to delivery: the sink (`notify/sink.rs`) logs each one and queues
-//! its pushes (`notify::pushes` renders them) on the configured channels. A leaf:
+//! from detection to delivery: the sink (`push/sink.rs`) logs each one and queues
+//! its pushes (`push::pushes` renders them) on the configured channels. A leaf:
 //! every layer that raises, streams or delivers alerts imports it from here.
 
 use std::path::PathBuf;

@@ -34,8 +34,8 @@ use crate::checkpoints::{Lifecycle, Retention, RetentionHandle};
 use crate::config_source::ConfigSource;
 use crate::events::EventFollower;
 use crate::feed::{self, Feed};
-use crate::notify::{self, Notifier};
 use crate::pipeline::{self, PipelineHandle};
+use crate::push::{self, Notifier};
 use crate::server::{self, AppState};
 use crate::settings::Settings;
 use crate::status::{self, StatusCache};
@@ -178,7 +178,7 @@ impl Daemon {
         let feed = Feed::new(feed::bus::DEFAULT_CAPACITY);
         let notify_cfg = &settings.config.notify;
         let notifier = Notifier::start(notify_cfg, &layout.state_dir);
-        let sink = notify::spawn_sink(Some(notifier.clone()), notify_cfg.log_lines);
+        let sink = push::spawn_sink(Some(notifier.clone()), notify_cfg.log_lines);
         let alerts = feed::alerts::tee(feed.clone(), sink);
         let pipeline = pipeline::actor::spawn(
             layout.clone(),

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use lavender::events::{self, Event, EventBatch};
 
 use super::offsets;
-use crate::notify::{Notifier, milestone};
+use crate::push::{Notifier, milestone};
 use lavender::layout::Layout;
 
 pub struct EventFollower {

@@ -196,7 +196,7 @@ fn milestones(
         Ok(followed) => {
             for event in &followed.events {
                 // The pipeline log says each milestone as the pushes do.
-                if let Some(text) = crate::notify::format::milestone_text(event, "") {
+                if let Some(text) = crate::push::format::milestone_text(event, "") {
                     crate::logs::story::say(&text);
                 }
                 let mut data = serde_json::to_value(event).unwrap_or(Value::Null);

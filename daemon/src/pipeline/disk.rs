@@ -95,7 +95,7 @@ pub(crate) fn bytes(n: u64) -> String {
     if n < MIB {
         format!("{n} bytes")
     } else {
-        crate::notify::format::bytes(n)
+        crate::push::format::bytes(n)
     }
 }
 

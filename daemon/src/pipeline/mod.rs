@@ -10,9 +10,9 @@ pub(crate) mod machine;
 pub(crate) mod plan;
 pub(crate) mod policy;
 pub(crate) mod reload;
-pub(crate) mod restart;
 pub(crate) mod rollback;
 pub(crate) mod stop;
+pub(crate) mod timings;
 
 pub use handle::{HungReport, PipelineHandle, StartError};
 pub use reload::Reload;

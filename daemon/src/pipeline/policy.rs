@@ -13,7 +13,7 @@ use std::time::Duration;
 use lavender::config::{FailureAction, OnDiverged, PipelineStep, SupervisorConfig};
 use lavender::failure::{Failure, FailureKind};
 
-use super::restart;
+use super::timings;
 use crate::decisions::Rule;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -130,7 +130,7 @@ pub fn decide(
     let restart = streak.restarts + 1;
     Decision::Restart {
         restart,
-        delay: restart::restart_delay(sup, restart),
+        delay: timings::restart_delay(sup, restart),
     }
 }
 

@@ -19,7 +19,7 @@ use chrono::{DateTime, Datelike as _, Timelike as _, Utc};
 use lavender::status::Status;
 use tokio::sync::watch;
 
-use crate::notify::ChannelCounts;
+use crate::push::ChannelCounts;
 use crate::replicate::replicator::ReplicationStatus;
 use lavender::compose::{FileFacts, Liveness, StatusSettings, compose, stall_watch};
 use lavender::pipeline_file::PipelineRecord;

@@ -23,7 +23,7 @@ pub struct WebState {
     pub history: Arc<HistoryCache>,
     pub counters: Arc<Counters>,
     /// Set once notifications exist; `/metrics` then reports their counts.
-    pub notifications: Option<crate::notify::Notifier>,
+    pub notifications: Option<crate::push::Notifier>,
     /// What the checkpoints room did; `/metrics` reports it.
     pub checkpoints: Option<tokio::sync::watch::Receiver<crate::checkpoints::lifecycle::Report>>,
     cache: StatusCache,
@@ -58,7 +58,7 @@ impl WebState {
         }
     }
 
-    pub fn with_notifications(mut self, notifier: crate::notify::Notifier) -> WebState {
+    pub fn with_notifications(mut self, notifier: crate::push::Notifier) -> WebState {
         self.notifications = Some(notifier);
         self
     }

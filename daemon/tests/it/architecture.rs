@@ -907,3 +907,188 @@ fn the_route_check_reads_literals_and_knows_the_routes() {
         ["daemon/src/cli/x.rs: crate::pipeline::PipelineRecord"]
     );
 }
+
+/// What a package's `Cargo.toml` depends on: (normal, build, dev) crate names.
+type Deps = (Vec<String>, Vec<String>, Vec<String>);
+
+/// The dependency names of a `Cargo.toml`, by kind: `[dependencies]` and a target's
+/// `[target.….dependencies]` are normal, then `[build-dependencies]` and
+/// `[dev-dependencies]` (keys as written: `serde.workspace = true` is `serde`).
+fn manifest_deps(toml: &str) -> Deps {
+    let (mut normal, mut build, mut dev) = (Vec::new(), Vec::new(), Vec::new());
+    let mut section = String::new();
+    for line in toml.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.to_string();
+            continue;
+        }
+        let Some(key) = line.split(['=', '.']).next().map(str::trim) else {
+            continue;
+        };
+        if key.is_empty() || line.starts_with('#') || !line.contains('=') {
+            continue;
+        }
+        let list = match section.as_str() {
+            "[dependencies]" => &mut normal,
+            "[build-dependencies]" => &mut build,
+            "[dev-dependencies]" => &mut dev,
+            s if s.starts_with("[target.") && s.ends_with(".dependencies]") => &mut normal,
+            _ => continue,
+        };
+        list.push(key.to_string());
+    }
+    for list in [&mut normal, &mut build, &mut dev] {
+        list.sort();
+    }
+    (normal, build, dev)
+}
+
+/// `text` without what stands in parentheses (nested ones too): a remark on a crate,
+/// not a crate.
+fn without_remarks(text: &str) -> String {
+    let mut depth = 0usize;
+    text.chars()
+        .filter(|&c| {
+            match c {
+                '(' => depth += 1,
+                ')' => depth = depth.saturating_sub(1),
+                _ => return depth == 0,
+            }
+            false
+        })
+        .collect()
+}
+
+/// The backticked names in `text`, sorted.
+fn ticked(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = text
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names
+}
+
+/// Each package the "Dependencies" section lists, with its dependencies by kind:
+/// a bullet names the package first, then the crates, `Build:` and `Tests:` last.
+fn documented_deps(doc: &str) -> Vec<(String, Deps)> {
+    let doc = format!("\n{doc}");
+    let section = doc
+        .split("\n## ")
+        .find(|s| s.starts_with("Dependencies"))
+        .expect("docs/ARCHITECTURE.md has no \"## Dependencies\" section");
+    let mut bullets: Vec<String> = Vec::new();
+    for line in section.lines() {
+        if let Some(rest) = line.strip_prefix("- ") {
+            bullets.push(rest.to_string());
+        } else if let (Some(last), true) = (bullets.last_mut(), line.starts_with("  ")) {
+            last.push(' ');
+            last.push_str(line.trim());
+        }
+    }
+    bullets
+        .iter()
+        .map(|bullet| {
+            let plain = without_remarks(bullet);
+            let (rest, dev) = plain.split_once("Tests:").unwrap_or((&plain, ""));
+            let (rest, build) = rest.split_once("Build:").unwrap_or((rest, ""));
+            let mut normal = ticked(rest);
+            let package = rest
+                .split('`')
+                .nth(1)
+                .unwrap_or_else(|| {
+                    panic!("a bullet of \"Dependencies\" names no package: {bullet}")
+                })
+                .to_string();
+            normal.retain(|n| *n != package);
+            (package, (normal, ticked(build), ticked(dev)))
+        })
+        .collect()
+}
+
+/// Every workspace member's `Cargo.toml`, by package name.
+fn workspace_manifests() -> Vec<(String, Deps)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let members = workspace
+        .lines()
+        .find(|l| l.starts_with("members"))
+        .expect("the workspace's Cargo.toml lists no members");
+    ticked(&members.replace('"', "`"))
+        .iter()
+        .map(|member| {
+            let toml = std::fs::read_to_string(root.join(member).join("Cargo.toml")).unwrap();
+            // The root manifest holds the workspace's tables too; only the package's
+            // own count.
+            let own = toml.split("[package]").nth(1).expect("a [package] table");
+            let name = own
+                .lines()
+                .find_map(|l| l.strip_prefix("name = "))
+                .expect("a package name")
+                .trim_matches('"')
+                .to_string();
+            (name, manifest_deps(own))
+        })
+        .collect()
+}
+
+#[test]
+fn the_dependency_list_is_what_the_manifests_name() {
+    let documented = documented_deps(DOC);
+    let mut wrong = Vec::new();
+    for (package, deps) in workspace_manifests() {
+        let Some((_, listed)) = documented.iter().find(|(p, _)| *p == package) else {
+            wrong.push(format!("`{package}` is not listed"));
+            continue;
+        };
+        for (kind, actual, doc) in [
+            ("", &deps.0, &listed.0),
+            ("Build: ", &deps.1, &listed.1),
+            ("Tests: ", &deps.2, &listed.2),
+        ] {
+            let missing: Vec<_> = actual.iter().filter(|d| !doc.contains(d)).collect();
+            let extra: Vec<_> = doc.iter().filter(|d| !actual.contains(d)).collect();
+            if !missing.is_empty() || !extra.is_empty() {
+                wrong.push(format!(
+                    "`{package}` {kind}missing {missing:?}, named but not used {extra:?}"
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/ARCHITECTURE.md's \"Dependencies\" differs from the Cargo.toml files:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_dependency_check_reads_kinds_targets_and_remarks() {
+    let toml = "[package]\nname = \"x\"\n[dependencies]\nserde.workspace = true\n\
+                tch = { version = \"0.26\" }\n# old = 1\n[target.'cfg(unix)'.dependencies]\n\
+                inotify = \"0.11\"\n[build-dependencies]\ncc = \"1\"\n[dev-dependencies]\n\
+                tempfile.workspace = true\n[features]\nhooks = []\n";
+    assert_eq!(
+        manifest_deps(toml),
+        (
+            vec!["inotify".into(), "serde".into(), "tch".into()],
+            vec!["cc".into()],
+            vec!["tempfile".into()]
+        )
+    );
+    let doc = "## Dependencies\n\n- `x` (`src/`): `serde`, `tch` (with `torch-sys`\n  \
+               (a remark)), `inotify`. Build: `cc`. Tests: `tempfile`.\n\n## Next\n";
+    assert_eq!(
+        documented_deps(doc),
+        vec![(
+            "x".to_string(),
+            (
+                vec!["inotify".into(), "serde".into(), "tch".into()],
+                vec!["cc".into()],
+                vec!["tempfile".into()]
+            )
+        )]
+    );
+}

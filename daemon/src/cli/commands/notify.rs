@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
-use crate::notify::Notifier;
+use crate::push::Notifier;
 use crate::settings::Settings;
 
 pub async fn test(settings: &Settings, channel: Option<&str>) -> Result<ExitCode> {

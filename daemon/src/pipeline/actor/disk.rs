@@ -19,9 +19,9 @@ use super::Actor;
 use crate::alert::Alert;
 use crate::decisions::{Decision, DecisionKind, Evidence, Rule};
 use crate::exit::ExitOutcome;
-use crate::notify::format::thousands;
 use crate::pipeline::disk::{self, Asked, CheckInput, DiskCheck, bytes};
 use crate::pipeline::machine::{DiskWaiting, Event, PendingRestart, Phase, Restart};
+use crate::push::format::thousands;
 
 /// What the actor keeps about the disk between checks.
 #[derive(Debug, Default)]
@@ -36,7 +36,7 @@ pub(super) struct DiskState {
 
 /// Between two checks while waiting: the supervisor's poll interval, within reason.
 fn check_every(config: &lavender::config::Config) -> Duration {
-    crate::pipeline::restart::poll_interval(&config.supervisor)
+    crate::pipeline::timings::poll_interval(&config.supervisor)
         .clamp(Duration::from_millis(200), Duration::from_secs(5))
 }
 

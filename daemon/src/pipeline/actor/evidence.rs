@@ -12,7 +12,7 @@ use super::Actor;
 use crate::evidence::{self, Request};
 use crate::pipeline::handle::HungReport;
 use crate::pipeline::machine::Event;
-use crate::pipeline::restart::stall_kill_grace;
+use crate::pipeline::timings::stall_kill_grace;
 
 /// What the capture reports back.
 pub(super) struct HangEvidence {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::Actor;
 use crate::pipeline::handle::HungReport;
 use crate::pipeline::machine::Event;
-use crate::pipeline::restart::stall_kill_grace;
+use crate::pipeline::timings::stall_kill_grace;
 use lavender::pipeline_file::RecordEvent;
 
 impl Actor {

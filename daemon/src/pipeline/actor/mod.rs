@@ -344,7 +344,7 @@ impl Actor {
         let jobs = self.jobs_tx.clone();
         let exit = self.backend.watch_adopted(
             &handle,
-            super::restart::poll_interval(&self.config.supervisor),
+            super::timings::poll_interval(&self.config.supervisor),
             Box::new(move |update| {
                 let _ = jobs.send(JobChange { generation, update });
             }),

@@ -16,7 +16,7 @@ use crate::alert::{Alert, Repeats};
 use crate::exit::ExitOutcome;
 use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Relaunch, Restart};
 use crate::pipeline::policy::{self, Cause, Decision, Streak};
-use crate::pipeline::restart::reset_after;
+use crate::pipeline::timings::reset_after;
 
 impl Actor {
     /// `worker` ended (`why`); `last_step`: the training step it last reported.

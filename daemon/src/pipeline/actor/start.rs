@@ -456,7 +456,7 @@ impl Actor {
             .filter(|(g, _)| *g == generation)
             .map(|(_, files)| files);
         self.report_exit(generation, step, exit, files);
-        let poll = crate::pipeline::restart::poll_interval(&self.config.supervisor);
+        let poll = crate::pipeline::timings::poll_interval(&self.config.supervisor);
         self.decisions.worker_running(
             step,
             self.record.run_dir.as_deref(),

@@ -10,8 +10,8 @@ use tokio::sync::oneshot;
 
 use super::Actor;
 use crate::pipeline::machine::Event;
-use crate::pipeline::restart::stop_timeout;
 use crate::pipeline::stop::{StopMark, StopReport, StopReports as _};
+use crate::pipeline::timings::stop_timeout;
 use lavender::pipeline_file::{RecordEvent, StopCause};
 
 impl Actor {

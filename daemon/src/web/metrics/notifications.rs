@@ -11,7 +11,7 @@ pub struct NotificationCount {
 }
 
 /// One count per channel and outcome.
-pub fn notification_counts(notifier: &crate::notify::Notifier) -> Vec<NotificationCount> {
+pub fn notification_counts(notifier: &crate::push::Notifier) -> Vec<NotificationCount> {
     notifier
         .counts()
         .into_iter()

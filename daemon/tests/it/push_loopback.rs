@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::notify_support::*;
+use crate::push_support::*;
 use lavender::config::{PipelineStep, WebhookFormat};
 use lavender::events;
 use lavender::failure::{Failure, FailureKind};
@@ -13,7 +13,7 @@ use lavender_testkit::notify::*;
 use lavenderd::alert::Alert;
 use lavenderd::events::EventFollower;
 use lavenderd::exit::ExitOutcome;
-use lavenderd::notify::{Level, Notification, Notifier, Options, milestone, pushes};
+use lavenderd::push::{Level, Notification, Notifier, Options, milestone, pushes};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 

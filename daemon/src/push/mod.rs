@@ -39,7 +39,7 @@
 //!   queueing, so a daemon restart never resends them.
 //! - A channel without its key/topic/program is off (a no-op, not an error).
 
-mod alert;
+mod alert_text;
 mod bark;
 mod channel;
 mod delivery;
@@ -54,7 +54,7 @@ mod rate;
 mod sink;
 mod webhook;
 
-pub use alert::{disk_low_need, log_tail, pushes};
+pub use alert_text::{disk_low_need, log_tail, pushes};
 pub use format::{milestone, milestone_text};
 pub use message::{Level, Notification};
 pub use notifier::{Notifier, Options};

@@ -5,10 +5,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::notify_support::*;
+use crate::push_support::*;
 use lavender::config::WebhookFormat;
 use lavender_testkit::notify::*;
-use lavenderd::notify::Notifier;
+use lavenderd::push::Notifier;
 
 /// Log lines at WARN and above, for counting.
 #[derive(Clone, Default)]

@@ -9,7 +9,7 @@ use lavender::config::PipelineStep;
 use lavenderd::alert::Alert;
 use lavenderd::backoff::Backoff;
 use lavenderd::exit::ExitOutcome;
-use lavenderd::notify::{Notification, Notifier, Options, Timings, pushes};
+use lavenderd::push::{Notification, Notifier, Options, Timings, pushes};
 
 pub fn fast() -> Options {
     Options {
