@@ -1,5 +1,6 @@
 //! lavender's API between the daemon and its clients: the route table
-//! ([`routes`]) and every request and response type, serde data alone. The
+//! ([`routes`]), each JSON route paired with its request and reply types
+//! ([`endpoint`]), and every request and response type, serde data alone. The
 //! daemon's server routes, its CLI and the HTTP client all name them from here, so
 //! a route or a body is written once. What the daemon does to answer (plan a
 //! start, take a stop's mark, judge when a changed key takes effect) stays in the
@@ -10,6 +11,9 @@
 //! has no dependency.
 
 pub mod routes;
+
+#[cfg(feature = "messages")]
+pub mod endpoint;
 
 #[cfg(feature = "messages")]
 mod daemon;
@@ -31,6 +35,9 @@ mod status;
 mod stop;
 
 pub use routes::{Method, Route};
+
+#[cfg(feature = "messages")]
+pub use endpoint::Endpoint;
 
 #[cfg(feature = "messages")]
 pub use daemon::{Health, RestartReply};

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use lavender_api::{Health, Route};
+use lavender_api::endpoint::Healthz;
 
 use super::spec::ServiceSpec;
 use super::{Scope, ServiceOs, launchd, render, systemd};
@@ -304,9 +304,9 @@ pub async fn status(spec: &ServiceSpec, settings: &Settings) -> Result<ExitCode>
         }
     };
     let socket = settings.layout.socket();
-    match Client::new(&socket).request(Route::Healthz).await {
+    match Client::new(&socket).call::<Healthz>(&()).await {
         Ok(r) if r.status == 200 => {
-            let h: Health = r.json()?;
+            let h = r.reply()?;
             println!(
                 "daemon: answering on {} (pid {}, pipeline {})",
                 socket.display(),

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
-use lavender_api::{Health, Route};
+use lavender_api::endpoint::Healthz;
 
 pub use spec::ServiceSpec;
 
@@ -127,10 +127,10 @@ async fn warn_if_a_daemon_runs_outside(spec: &ServiceSpec, settings: &Settings) 
         return;
     }
     let client = crate::client::Client::new(&settings.layout.socket());
-    let Ok(resp) = client.request(Route::Healthz).await else {
+    let Ok(resp) = client.call::<Healthz>(&()).await else {
         return;
     };
-    let pid = resp.json::<Health>().ok().map(|h| h.pid);
+    let pid = resp.reply().ok().map(|h| h.pid);
     if let (200, Some(pid)) = (resp.status, pid) {
         eprintln!(
             "note: lavenderd (pid {pid}) already serves {} outside the service; the service's daemon \

@@ -8,9 +8,10 @@
 
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use lavender::pipeline_file::PipelineRecord;
-use lavender_api::{PruneReply, PruneRequest, Route};
+use lavender_api::PruneRequest;
+use lavender_api::endpoint::Prune;
 
 use crate::client::Client;
 use crate::confirm::confirm;
@@ -45,11 +46,7 @@ pub async fn run(
         let (client, root, active) = (&client, &root, active.clone());
         async move {
             if daemon {
-                let resp = client.request_with(Route::Prune, &req).await?;
-                if resp.status != 200 {
-                    bail!("{}", resp.error_text());
-                }
-                return resp.json::<PruneReply>();
+                return client.call::<Prune>(&req).await?.ok();
             }
             let delete = req.delete.map_or(Delete::Nothing, Delete::Named);
             let root2 = root.clone();

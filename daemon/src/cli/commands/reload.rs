@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
-use lavender_api::{ReloadReport, Route};
+use lavender_api::endpoint::DaemonReload;
 
 use crate::client::Client;
 use crate::settings::Settings;
@@ -19,11 +19,7 @@ pub async fn run(settings: &Settings) -> Result<ExitCode> {
             layout.socket().display()
         );
     }
-    let resp = client.request(Route::DaemonReload).await?;
-    if resp.status != 200 {
-        bail!("{}", resp.error_text());
-    }
-    let report: ReloadReport = resp.json()?;
+    let report = client.call::<DaemonReload>(&()).await?.ok()?;
     for line in report.lines() {
         println!("{line}");
     }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use lavender_api::{Health, RestartReply, Route, ServedStatus};
+use lavender_api::endpoint::{DaemonRestart, Healthz, Status};
 
 use crate::client::Client;
 use crate::settings::Settings;
@@ -23,17 +23,13 @@ pub async fn run(settings: &Settings) -> Result<ExitCode> {
             layout.socket().display()
         );
     }
-    let resp = client.request(Route::DaemonRestart).await?;
-    if resp.status != 200 {
-        bail!("{}", resp.error_text());
-    }
-    let before: RestartReply = resp.json()?;
+    let before = client.call::<DaemonRestart>(&()).await?.ok()?;
     let pid = before.pid;
     let deadline = Instant::now() + RESTART_WAIT;
     let health = loop {
-        if let Ok(r) = client.request(Route::Healthz).await
+        if let Ok(r) = client.call::<Healthz>(&()).await
             && r.status == 200
-            && let Ok(h) = r.json::<Health>()
+            && let Ok(h) = r.reply()
             && h.started_at != before.started_at
         {
             break h;
@@ -49,11 +45,7 @@ pub async fn run(settings: &Settings) -> Result<ExitCode> {
     let version = &health.version;
     match before.worker_pid {
         Some(worker) => {
-            let status = client
-                .request(Route::Status)
-                .await?
-                .json::<ServedStatus>()?
-                .status;
+            let status = client.call::<Status>(&()).await?.reply()?.status;
             if status.pipeline.pid != Some(worker) {
                 bail!(
                     "lavenderd {version} restarted (pid {pid}), but it does not show worker pid {worker} running (pipeline state {:?}); see `lavenderd status` and `lavenderd logs`",

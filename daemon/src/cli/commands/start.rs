@@ -6,7 +6,8 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lavender_api::{ConfigFileRef, Route, StartReply};
+use lavender_api::ConfigFileRef;
+use lavender_api::endpoint::Start;
 
 use crate::cli::{ListenArgs, PipelineFlags};
 use crate::client::Client;
@@ -48,7 +49,7 @@ pub async fn run(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let resp = client.request_with(Route::Start, &req).await?;
+    let resp = client.call::<Start>(&req).await?;
     if resp.status != 200
         && let Some(pid) = spawned
     {
@@ -63,7 +64,7 @@ pub async fn run(
     }
     match resp.status {
         200 => {
-            let reply: StartReply = resp.json()?;
+            let reply = resp.reply()?;
             if let Some(line) = &reply.nothing_to_do {
                 println!("{line}");
                 return Ok(ExitCode::SUCCESS);

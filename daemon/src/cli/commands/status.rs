@@ -7,7 +7,7 @@ use anyhow::Result;
 use lavender::compose::{FileFacts, Liveness, StatusSettings, compose};
 use lavender::pipeline_file::PipelineRecord;
 use lavender::status::Status;
-use lavender_api::{Route, ServedStatus};
+use lavender_api::{ServedStatus, endpoint};
 
 use crate::client::Client;
 use crate::process::Alive;
@@ -16,10 +16,10 @@ use crate::settings::Settings;
 /// From the daemon, `GET /status` whole; with no daemon, the contract from the files.
 pub async fn fetch_served(settings: &Settings) -> Result<ServedStatus> {
     let client = Client::new(&settings.layout.socket());
-    if let Ok(resp) = client.request(Route::Status).await
+    if let Ok(resp) = client.call::<endpoint::Status>(&()).await
         && resp.status == 200
     {
-        return resp.json();
+        return resp.reply();
     }
     let status = offline(settings)?;
     Ok(ServedStatus {

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
-use lavender_api::{Route, StopReport, StopRequest};
+use lavender_api::endpoint::Stop;
+use lavender_api::{StopReport, StopRequest};
 
 use crate::client::Client;
 use crate::settings::Settings;
@@ -31,11 +32,7 @@ pub async fn run(settings: &Settings, timeout: Option<f64>) -> Result<ExitCode> 
         return Ok(ExitCode::from(EXIT_NOT_RUNNING));
     }
     let body = StopRequest { timeout_s: timeout };
-    let resp = client.request_with(Route::Stop, &body).await?;
-    if resp.status != 200 {
-        bail!("{}", resp.error_text());
-    }
-    let report: StopReport = resp.json()?;
+    let report = client.call::<Stop>(&body).await?.ok()?;
     println!("{}", report.message);
     Ok(if !report.was_running {
         ExitCode::from(EXIT_NOT_RUNNING)

@@ -1,7 +1,8 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use lavender_api::{PruneReply, PruneRequest};
+use lavender_api::Endpoint;
+use lavender_api::endpoint::Prune;
 
 use crate::server::AppState;
 use crate::server::error::ApiError;
@@ -12,8 +13,8 @@ use crate::server::strict_json::StrictJson;
 /// when the plan cannot be made (a run's lineage unreadable).
 pub async fn post(
     State(app): State<AppState>,
-    StrictJson(body): StrictJson<PruneRequest>,
-) -> Result<Json<PruneReply>, ApiError> {
+    StrictJson(body): StrictJson<<Prune as Endpoint>::Request>,
+) -> Result<Json<<Prune as Endpoint>::Reply>, ApiError> {
     app.pipeline
         .prune(body)
         .await

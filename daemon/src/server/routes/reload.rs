@@ -1,8 +1,8 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-
-use lavender_api::ReloadReport;
+use lavender_api::Endpoint;
+use lavender_api::endpoint::DaemonReload;
 
 use crate::server::AppState;
 use crate::server::error::ApiError;
@@ -11,7 +11,9 @@ use crate::server::error::ApiError;
 /// the file and each changed key with when it takes effect (`now`, `next_worker`,
 /// `next_start`, `next_daemon`); 422 with the error when the file does not load
 /// (the daemon keeps the config it had).
-pub async fn post(State(app): State<AppState>) -> Result<Json<ReloadReport>, ApiError> {
+pub async fn post(
+    State(app): State<AppState>,
+) -> Result<Json<<DaemonReload as Endpoint>::Reply>, ApiError> {
     let (reply, rx) = tokio::sync::oneshot::channel();
     let gone = || {
         ApiError::new(

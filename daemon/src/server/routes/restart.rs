@@ -2,7 +2,9 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use lavender::status::PipelineState;
+use lavender_api::Endpoint;
 use lavender_api::RestartReply;
+use lavender_api::endpoint::DaemonRestart;
 
 use crate::server::AppState;
 use crate::server::error::ApiError;
@@ -11,7 +13,9 @@ use crate::server::error::ApiError;
 /// place); the worker keeps training and is re-adopted.
 /// Answers at once with what restarts; `GET /healthz` shows a new `started_at`
 /// once the new daemon serves.
-pub async fn post(State(app): State<AppState>) -> Result<Json<RestartReply>, ApiError> {
+pub async fn post(
+    State(app): State<AppState>,
+) -> Result<Json<<DaemonRestart as Endpoint>::Reply>, ApiError> {
     let Some(restart) = &app.restart else {
         return Err(ApiError::new(
             StatusCode::CONFLICT,

@@ -2,8 +2,10 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use lavender_api::Endpoint;
+use lavender_api::endpoint::Start;
 
-use lavender_api::{ResumableRefusal, StartReply, StartRequest};
+use lavender_api::ResumableRefusal;
 
 use crate::pipeline::StartError;
 use crate::server::AppState;
@@ -15,8 +17,8 @@ use crate::server::strict_json::StrictJson;
 /// (the body then also carries `run_dir`, `resume_command` and `fresh_command`).
 pub async fn post(
     State(app): State<AppState>,
-    StrictJson(req): StrictJson<StartRequest>,
-) -> Result<Json<StartReply>, Response> {
+    StrictJson(req): StrictJson<<Start as Endpoint>::Request>,
+) -> Result<Json<<Start as Endpoint>::Reply>, Response> {
     let reply = app.pipeline.start(req).await.map_err(|e| {
         let status = match e {
             StartError::AlreadyRunning { .. }

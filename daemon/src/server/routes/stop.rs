@@ -3,7 +3,8 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use lavender_api::{StopReport, StopRequest};
+use lavender_api::Endpoint;
+use lavender_api::endpoint::Stop;
 
 use crate::server::AppState;
 use crate::server::error::ApiError;
@@ -13,8 +14,8 @@ use crate::server::strict_json::StrictJson;
 /// what the stop saved once the worker has exited.
 pub async fn post(
     State(app): State<AppState>,
-    StrictJson(body): StrictJson<StopRequest>,
-) -> Result<Json<StopReport>, ApiError> {
+    StrictJson(body): StrictJson<<Stop as Endpoint>::Request>,
+) -> Result<Json<<Stop as Endpoint>::Reply>, ApiError> {
     let timeout = match body.timeout_s {
         Some(s) if !(s.is_finite() && s >= 0.0) => {
             return Err(ApiError::new(
