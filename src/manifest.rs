@@ -9,30 +9,20 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::data_root;
 use crate::error::{Error, IoContext, Result};
+use crate::pipeline_step::{STEPS, data_count_keys};
 
 /// File name of a step manifest.
 pub const FILE: &str = "manifest.json";
 
-/// The data steps that write a manifest, in pipeline order, with the directory
-/// (relative to the data root) their manifest lives in.
-pub const STEP_DIRS: &[(&str, &str)] = &[
-    ("downloads", data_root::CORPUS),
-    ("dedup", data_root::DEDUP),
-    ("filter", data_root::FILTERED),
-    ("build_shards", data_root::SHARDS),
-    ("precompute", data_root::TOKENS),
-    ("mine_hard", data_root::HARD_EXAMPLES),
-];
-
-/// Where `step`'s manifest lives. A step not in [`STEP_DIRS`] uses
-/// `<data_root>/<step>/manifest.json`.
+/// Where `step`'s manifest lives: its row's `output_dir` in the step table
+/// (`pipeline_step::STEPS`); a name with none, `<data_root>/<step>/manifest.json`.
 pub fn manifest_path(data_root: &Path, step: &str) -> PathBuf {
-    let dir = STEP_DIRS
+    let dir = STEPS
         .iter()
-        .find(|(name, _)| *name == step)
-        .map_or(step, |(_, dir)| dir);
+        .find(|s| s.name == step)
+        .and_then(|s| s.output_dir)
+        .unwrap_or(step);
     data_root.join(dir).join(FILE)
 }
 
@@ -161,52 +151,23 @@ pub fn write_path(path: &Path, manifest: &StepManifest) -> Result<()> {
     crate::atomic::write_json(path, manifest)
 }
 
-/// Status `data` keys and where each comes from: the first manifest (step, count
-/// key) that has it wins, so later steps' figures take precedence.
-const DATA_KEYS: &[(&str, &[(&str, &str)])] = &[
-    ("shard_count", &[("build_shards", "shard_count")]),
-    (
-        "documents",
-        &[
-            ("build_shards", "documents"),
-            ("filter", "documents"),
-            ("dedup", "documents"),
-            ("downloads", "documents"),
-        ],
-    ),
-    ("tokens", &[("precompute", "tokens")]),
-    ("vocab_size", &[("precompute", "vocab_size")]),
-    ("sft_samples", &[("precompute", "sft_samples")]),
-    ("dpo_pairs", &[("precompute", "dpo_pairs")]),
-    ("hard_examples", &[("mine_hard", "hard_examples")]),
-    // Records `downloads` skipped under `data.on_bad_record: skip`.
-    ("skipped_records", &[("downloads", "skipped_records")]),
-    ("shards_used", &[("precompute", "shards_used")]),
-    (
-        "shards_available",
-        &[
-            ("precompute", "shards_available"),
-            ("build_shards", "shard_count"),
-        ],
-    ),
-];
-
 /// The status `data` counts, from the step manifests alone (never lists a
 /// directory). Every key is present; a count no readable manifest has is `None`.
 pub fn data_counts(data_root: &Path) -> BTreeMap<String, Option<u64>> {
     // A damaged manifest reads as absent: status must still be produced.
-    let manifests: BTreeMap<&str, StepManifest> = STEP_DIRS
+    let manifests: BTreeMap<&str, StepManifest> = STEPS
         .iter()
-        .filter_map(|(step, _)| Some((*step, read(data_root, step).ok()??)))
+        .filter(|s| s.output_dir.is_some())
+        .filter_map(|s| Some((s.name, read(data_root, s.name).ok()??)))
         .collect();
-    DATA_KEYS
-        .iter()
-        .map(|(key, sources)| {
-            let value = sources.iter().find_map(|(step, count)| {
-                manifests
-                    .get(step)
-                    .and_then(|m| m.counts.get(*count))
-                    .copied()
+    data_count_keys()
+        .into_iter()
+        .map(|key| {
+            // The later step's figure wins (the documents left after filtering, not
+            // those downloaded).
+            let value = STEPS.iter().rev().find_map(|s| {
+                let (_, count) = s.counts.iter().find(|(k, _)| *k == key)?;
+                manifests.get(s.name)?.counts.get(*count).copied()
             });
             (key.to_string(), value)
         })
@@ -281,7 +242,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let counts = data_counts(root);
-        assert_eq!(counts.len(), DATA_KEYS.len());
+        assert_eq!(counts.len(), data_count_keys().len());
         assert!(counts.values().all(Option::is_none), "{counts:?}");
 
         write(

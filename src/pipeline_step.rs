@@ -2,11 +2,14 @@
 //! what it is (data, train, mine), which config keys its outputs depend on, which
 //! steps' outputs and which local files it reads, and how a hang of it is watched.
 //! The config's `steps:` list, the done-markers' inputs (`steps::inputs`), the hang
-//! watch (`stall`) and the worker's command line (`lavender-worker <step> …`) all read
-//! this table. A leaf: it names no other module, so the config and `steps` can both
-//! take it without a circle.
+//! watch (`stall`), the worker's command line (`lavender-worker <step> …`), where each
+//! step's manifest lives and the status's `data` counts (`manifest`) all read this
+//! table. A leaf but for the data root's folder names (`data_root`, itself a leaf),
+//! so the config and `steps` can both take it without a circle.
 
 use std::fmt;
+
+use crate::data_root;
 
 use serde::{Deserialize, Serialize};
 
@@ -91,9 +94,36 @@ pub struct StepSpec {
     /// The local files it reads (for the steps with no upstream step standing for them).
     pub local_files: &'static [LocalFile],
     pub hang: HangWatch,
+    /// The folder under the data root that holds its outputs and, last, its
+    /// `manifest.json` (`None`: the train step, whose outputs are runs).
+    pub output_dir: Option<&'static str>,
+    /// The counts of its manifest the status shows under `data`, as (status key,
+    /// manifest key). Where several steps give one key, the later step's wins.
+    pub counts: &'static [(&'static str, &'static str)],
 }
 
 use PipelineStep as S;
+
+/// The names of the steps from the first through `last`, in the pipeline's order
+/// (tests run the data steps a later one needs).
+pub fn names_through(last: PipelineStep) -> Vec<&'static str> {
+    STEPS
+        .iter()
+        .take(last as usize + 1)
+        .map(|s| s.name)
+        .collect()
+}
+
+/// The status's `data` keys: every count a step's row names, each once, sorted.
+pub fn data_count_keys() -> Vec<&'static str> {
+    let mut keys: Vec<&'static str> = STEPS
+        .iter()
+        .flat_map(|s| s.counts.iter().map(|(key, _)| *key))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
 
 /// Every step, in the pipeline's order, each at the index of its [`PipelineStep`].
 pub static STEPS: [StepSpec; 7] = [
@@ -110,6 +140,11 @@ pub static STEPS: [StepSpec; 7] = [
         reads_outputs_of: &[],
         local_files: &[LocalFile::SourcePaths],
         hang: HangWatch::StepHeartbeat,
+        output_dir: Some(data_root::CORPUS),
+        counts: &[
+            ("documents", "documents"),
+            ("skipped_records", "skipped_records"),
+        ],
     },
     StepSpec {
         step: S::Dedup,
@@ -120,6 +155,8 @@ pub static STEPS: [StepSpec; 7] = [
         reads_outputs_of: &[S::Downloads],
         local_files: &[],
         hang: HangWatch::StepHeartbeat,
+        output_dir: Some(data_root::DEDUP),
+        counts: &[("documents", "documents")],
     },
     StepSpec {
         step: S::Filter,
@@ -130,6 +167,8 @@ pub static STEPS: [StepSpec; 7] = [
         reads_outputs_of: &[S::Dedup],
         local_files: &[],
         hang: HangWatch::StepHeartbeat,
+        output_dir: Some(data_root::FILTERED),
+        counts: &[("documents", "documents")],
     },
     StepSpec {
         step: S::BuildShards,
@@ -140,6 +179,12 @@ pub static STEPS: [StepSpec; 7] = [
         reads_outputs_of: &[S::Filter],
         local_files: &[],
         hang: HangWatch::StepHeartbeat,
+        output_dir: Some(data_root::SHARDS),
+        counts: &[
+            ("shard_count", "shard_count"),
+            ("documents", "documents"),
+            ("shards_available", "shard_count"),
+        ],
     },
     StepSpec {
         step: S::Precompute,
@@ -161,6 +206,15 @@ pub static STEPS: [StepSpec; 7] = [
             LocalFile::InitFrom,
         ],
         hang: HangWatch::StepHeartbeat,
+        output_dir: Some(data_root::TOKENS),
+        counts: &[
+            ("tokens", "tokens"),
+            ("vocab_size", "vocab_size"),
+            ("sft_samples", "sft_samples"),
+            ("dpo_pairs", "dpo_pairs"),
+            ("shards_used", "shards_used"),
+            ("shards_available", "shards_available"),
+        ],
     },
     StepSpec {
         step: S::Train,
@@ -181,6 +235,8 @@ pub static STEPS: [StepSpec; 7] = [
         reads_outputs_of: &[S::Precompute],
         local_files: &[],
         hang: HangWatch::Heartbeat,
+        output_dir: None,
+        counts: &[],
     },
     StepSpec {
         step: S::MineHard,
@@ -196,6 +252,8 @@ pub static STEPS: [StepSpec; 7] = [
         reads_outputs_of: &[S::Precompute],
         local_files: &[],
         hang: HangWatch::StepHeartbeat,
+        output_dir: Some(data_root::HARD_EXAMPLES),
+        counts: &[("hard_examples", "hard_examples")],
     },
 ];
 
@@ -275,6 +333,35 @@ impl std::str::FromStr for PipelineStep {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_step_but_train_has_its_own_output_folder_and_counts_name_distinct_keys() {
+        let mut dirs = Vec::new();
+        for spec in &STEPS {
+            assert_eq!(
+                spec.output_dir.is_none(),
+                spec.kind == StepKind::Train,
+                "{}",
+                spec.name
+            );
+            dirs.extend(spec.output_dir);
+            let mut keys: Vec<_> = spec.counts.iter().map(|(k, _)| *k).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            assert_eq!(
+                keys.len(),
+                spec.counts.len(),
+                "{} names a key twice",
+                spec.name
+            );
+        }
+        let before = dirs.len();
+        dirs.sort_unstable();
+        dirs.dedup();
+        assert_eq!(dirs.len(), before, "two steps share an output folder");
+        assert_eq!(names_through(PipelineStep::Dedup), ["downloads", "dedup"]);
+        assert!(data_count_keys().contains(&"documents"));
+    }
 
     #[test]
     fn each_row_is_at_its_steps_index_and_names_it_as_serde_does() {

@@ -1,6 +1,7 @@
 //! dedup, filter, build_shards and precompute on small inputs: what each removes, keeps
 //! and counts, when each reruns, and the shard selection of every (chunk, scale).
 
+use lavender::pipeline_step::{PipelineStep, names_through};
 use std::path::PathBuf;
 
 use lavender_testkit::data_steps::{Root, docs, path_config};
@@ -83,7 +84,7 @@ fn filter_counts_removals_per_rule() {
         &src,
         "  filter: {min_chars: 10, max_chars: 200, max_nonprintable_ratio: 0.1, max_repeated_line_ratio: 0.5}\n",
     ));
-    for step in ["downloads", "dedup", "filter"] {
+    for step in names_through(PipelineStep::Filter) {
         root.ok(step, &[]);
     }
     assert_eq!(root.count("corpus/filtered", "documents"), 2);
@@ -102,7 +103,7 @@ fn filter_that_removes_everything_is_an_error_and_keeps_the_old_output() {
     let root = Root::new();
     let src = corpus(&root, &["A:\nfine speech here", "B:\nanother one"]);
     root.config(&path_config(&src, ""));
-    for step in ["downloads", "dedup", "filter"] {
+    for step in names_through(PipelineStep::Filter) {
         root.ok(step, &[]);
     }
     let before = root.manifest("corpus/filtered");
@@ -139,7 +140,7 @@ fn build_shards_packs_fixed_size_shards_with_a_deterministic_split() {
         &src,
         "  shards: {shard_bytes: 2000, validation_fraction: 0.1}\n",
     ));
-    for step in ["downloads", "dedup", "filter", "build_shards"] {
+    for step in names_through(PipelineStep::BuildShards) {
         root.ok(step, &[]);
     }
     let m = root.manifest("shards");
@@ -184,7 +185,7 @@ fn build_shards_packs_fixed_size_shards_with_a_deterministic_split() {
         &src2,
         "  shards: {shard_bytes: 2000, validation_fraction: 0.1}\n",
     ));
-    for step in ["downloads", "dedup", "filter", "build_shards"] {
+    for step in names_through(PipelineStep::BuildShards) {
         other.ok(step, &[]);
     }
     let mut v1 = validation.clone();
@@ -204,7 +205,7 @@ fn shards_used_and_available_are_recorded_for_every_chunk_and_scale() {
         &src,
         "  shards: {shard_bytes: 1500, validation_fraction: 0.05}\n",
     ));
-    for step in ["downloads", "dedup", "filter", "build_shards"] {
+    for step in names_through(PipelineStep::BuildShards) {
         root.ok(step, &[]);
     }
     let available = root.count("shards", "shard_count");
@@ -256,7 +257,7 @@ fn steps_rerun_when_their_config_or_inputs_change_and_with_force() {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let src = corpus(&root, &refs);
     root.config(&path_config(&src, ""));
-    for step in ["downloads", "dedup", "filter"] {
+    for step in names_through(PipelineStep::Filter) {
         root.ok(step, &[]);
     }
     assert!(root.ok("filter", &[]).contains("up to date"));
@@ -374,7 +375,7 @@ fn a_rerun_that_changes_nothing_does_not_cascade() {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let src = corpus(&root, &refs);
     root.config(&path_config(&src, ""));
-    for step in ["downloads", "dedup", "filter"] {
+    for step in names_through(PipelineStep::Filter) {
         root.ok(step, &[]);
     }
     let err = root.ok("downloads", &["--force"]);

@@ -5,6 +5,7 @@
 //! rates and moments. Installs `transformers` into .venv when missing
 //! (scripts/hf-setup.sh) and prints the versions used.
 
+use lavender::pipeline_step::{PipelineStep, names_through};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -151,7 +152,7 @@ fn an_exported_checkpoint_loads_in_transformers_with_the_same_logits() {
     let data_root = tmp.path().join("data");
     let corpus = tmp.path().join("corpus.txt");
     write_corpus(&corpus);
-    for step in ["downloads", "dedup", "filter", "build_shards", "precompute"] {
+    for step in names_through(PipelineStep::Precompute) {
         run_ok(&mut step_cmd(step, &data_root, &corpus));
     }
     let run_dir = data_root.join("checkpoints/run-2026-01-01_00-00-00");
@@ -402,7 +403,7 @@ fn a_pretrained_gpt2_continues_through_sft_and_exports_with_the_same_logits() {
     let init = |dir: &Path| format!("model.init_from={}", dir.display());
 
     // The tokenizer step takes the checkpoint's tokenizer as it is.
-    for step in ["downloads", "dedup", "filter", "build_shards", "precompute"] {
+    for step in names_through(PipelineStep::Precompute) {
         run_ok(step_cmd(step, &data_root, &corpus).args(["--set", &init(&gpt2)]));
     }
     assert_eq!(
