@@ -11,7 +11,9 @@
 #    being noticed, and the rest of the suite runs in that time instead of after it.
 #    The replication fault tests (replicate_faults: each its own SeaweedFS from
 #    scripts/s3/start.sh) run in that second cargo too: they mostly wait on a
-#    bandwidth cap and a killed server's restart.
+#    bandwidth cap and a killed server's restart. `--workspace --test it` (every
+#    package's `it` binary, the filter picking the daemon's) builds with the same
+#    features as the build phase, so nothing recompiles beside the suite.
 # 2. Then, alone, the default pipeline's attribution test (worker/tests/
 #    attribution_default.rs, `at_two_checkpoints_…`): a whole `start --scale tiny`
 #    and bergson's passes, CPU-bound libtorch work that on two cores only shares them
@@ -35,7 +37,8 @@ passed_in() {
 # pytest and Slurm's test run in the background, their output kept for the end.
 .venv/bin/python -m pytest -q python/tests >target/pytest.log 2>&1 &
 pytest=$!
-cargo test -p lavenderd --test it -- --nocapture slurm_e2e:: slurm_cluster:: replicate_faults:: >target/test-slurm.log 2>&1 &
+cargo test --workspace --test it -- --nocapture slurm_e2e:: slurm_cluster:: replicate_faults:: \
+  >target/test-slurm.log 2>&1 &
 slurm=$!
 # The attribution test, by name: its binary runs in round 2.
 attribution=at_two_checkpoints_a_verbatim_training_window_ranks_its_document_first
