@@ -8,6 +8,7 @@ import pytest
 
 from lavender_protocol import Worker, failure, protocol
 from lavender_protocol.divergence import SpikeDetector
+from bounds import HANG_S
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
@@ -117,7 +118,7 @@ def run(tmp_path, mode):
         env=dict(os.environ, PYTHONPATH=str(SRC)),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     hb = protocol.read_heartbeat(run_dir)
     assert hb["state"] == "failed", proc.stderr

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from lavender_protocol import lifetime
+from bounds import HANG_S
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 
@@ -53,9 +54,9 @@ def test_a_rank_in_its_own_session_dies_when_its_launcher_is_killed(launched):
     rank = int(pid)
     assert asked == str(launched)
     launcher.send_signal(signal.SIGKILL)
-    launcher.wait(timeout=30)
+    launcher.wait(timeout=HANG_S)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_S
         while launched and alive(rank) and time.monotonic() < deadline:
             time.sleep(0.02)
         # Without a launcher the process is left alone (a worker outlives its daemon).

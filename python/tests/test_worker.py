@@ -11,6 +11,7 @@ import pytest
 from lavender_protocol import Worker, parse_args, protocol
 from lavender_protocol import checkpoints as ck
 from lavender_protocol import dist
+from bounds import HANG_S
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
@@ -162,7 +163,7 @@ def run_script(tmp_path, *args, steps=100000):
     )
 
 
-def wait_for(cond, what, timeout=30.0):
+def wait_for(cond, what, timeout=HANG_S):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
@@ -183,7 +184,7 @@ def test_sigterm_saves_and_exits_zero_then_resume_continues(tmp_path):
     proc = run_script(tmp_path)
     wait_for(lambda: heartbeat_step(run) >= 30, "30 steps")
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 0, err
     stopped_at = int(out.split("stopped at step ")[1].split()[0])
     hb = protocol.read_heartbeat(run)
@@ -194,7 +195,7 @@ def test_sigterm_saves_and_exits_zero_then_resume_continues(tmp_path):
     assert ck.latest_complete(run).step == stopped_at
 
     proc = run_script(tmp_path, "--resume", "latest", steps=stopped_at + 5)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 0, err
     assert f"ready at step {stopped_at}" in out
     hb = protocol.read_heartbeat(run)
@@ -206,12 +207,12 @@ def test_sigterm_saves_and_exits_zero_then_resume_continues(tmp_path):
 def test_a_checkpoint_the_script_cannot_load_is_a_damaged_checkpoint(tmp_path):
     run = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
     proc = run_script(tmp_path, steps=25)
-    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    assert proc.wait(timeout=HANG_S) == 0, proc.stderr.read()
     saved = ck.latest_complete(run).path
     model = saved / "model.json"
     model.write_bytes(model.read_bytes()[:3])  # cut short
     proc = run_script(tmp_path, "--resume", "latest", steps=30)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 1, err  # the excepthook's: Python's own exit code
     failed = [e for e in protocol.read_events(run) if e["kind"] == "failed"]
     assert len(failed) == 1, failed
@@ -223,7 +224,7 @@ def test_a_checkpoint_the_script_cannot_load_is_a_damaged_checkpoint(tmp_path):
 
 def test_a_resume_that_names_nothing_exits_with_the_config_code_and_a_message(tmp_path):
     proc = run_script(tmp_path, "--resume", str(tmp_path / "nope"))
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 78
     assert "cannot resume" in err and "nope" in err
     # Said in the run as well, for a launcher that turns every exit into 1.
@@ -240,7 +241,7 @@ def test_a_data_step_is_refused_with_what_to_configure(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=HANG_S,
     )
     assert proc.returncode == 2
     assert "steps: [train]" in proc.stderr
