@@ -18,6 +18,7 @@ pub mod log_history;
 pub mod manifest;
 pub mod pipeline_file;
 pub mod pipeline_step;
+pub mod replay;
 pub mod run;
 pub mod skips;
 pub mod stall;
