@@ -106,7 +106,8 @@ pub fn read_from(path: &Path, offset: u64) -> Result<(Vec<StepValues>, u64)> {
     };
     let len = file.metadata().ctx("read per-step record", path)?.len();
     let offset = if len < offset { 0 } else { offset };
-    file.seek(SeekFrom::Start(offset)).ctx("read per-step record", path)?;
+    file.seek(SeekFrom::Start(offset))
+        .ctx("read per-step record", path)?;
     let mut bytes = Vec::new();
     file.take(MAX_READ)
         .read_to_end(&mut bytes)
@@ -274,7 +275,12 @@ impl Replay {
         let pairs = [
             ("loss", first.loss, again.loss, true),
             ("grad_norm", first.grad_norm, again.grad_norm, false),
-            ("learning_rate", first.learning_rate, again.learning_rate, false),
+            (
+                "learning_rate",
+                first.learning_rate,
+                again.learning_rate,
+                false,
+            ),
         ];
         for (key, a, b, always) in pairs {
             if !always && (a.is_none() || b.is_none()) {
@@ -301,11 +307,7 @@ impl Replay {
     /// The worker ended: a check still waiting for steps is incomplete.
     pub fn ended(&mut self) {
         if self.verdict == Verdict::Checking {
-            self.verdict = if self.checked == 0 && self.expected.is_empty() {
-                Verdict::Passed
-            } else {
-                Verdict::Incomplete
-            };
+            self.verdict = Verdict::Incomplete;
         }
     }
 
@@ -356,6 +358,35 @@ pub struct ReplayStatus {
     pub mismatch: Option<String>,
 }
 
+impl ReplayStatus {
+    /// The status's line: "resumed from C: 40 replayed steps agree (exact)".
+    pub fn line(&self) -> String {
+        let from = &self.checkpoint;
+        let checked = self.steps_checked;
+        match self.verdict {
+            Verdict::Checking => format!(
+                "resumed from {from}: checking, {} step(s) to replay ({}; {checked} agree so far)",
+                self.steps_to_check, self.tolerance
+            ),
+            Verdict::Passed => format!(
+                "resumed from {from}: {checked} replayed step(s) agree ({}; largest difference {:.2e})",
+                self.tolerance, self.largest_difference
+            ),
+            Verdict::Incomplete => format!(
+                "resumed from {from}: {checked} replayed step(s) agree; the worker ended with {} still to replay",
+                self.steps_to_check
+            ),
+            Verdict::Mismatch => format!(
+                "RESUME MISMATCH from {from}: {} ({})",
+                self.mismatch
+                    .as_deref()
+                    .unwrap_or("a replayed step differs"),
+                self.tolerance
+            ),
+        }
+    }
+}
+
 /// Keeps the check of a resume from `checkpoint` (a directory of `run_dir`) before
 /// the worker starts: the record's steps past the checkpoint go to
 /// `state/replay/<run>.json` and the record is cut back to the checkpoint, so every
@@ -385,15 +416,35 @@ pub fn keep(
         .next()
         .is_some();
     let earlier = Replay::read(state_dir, &run);
-    let mut replay = Replay::new(&run, &name, from_step, tolerance, record.iter().cloned());
+    let mut replay = Replay::new(&run, &name, from_step, tolerance, record);
+    // A replay cut short (the worker gone in the middle of it) still holds first-pass
+    // steps the record no longer has: they come again too.
+    if let Some(e) = &earlier {
+        for (step, first) in e.expected.range(from_step + 1..) {
+            if replay.expected.len() >= MAX_STEPS {
+                break;
+            }
+            replay
+                .expected
+                .entry(*step)
+                .or_insert_with(|| first.clone());
+        }
+    }
     if skipping {
         replay.expected.clear();
-        replay.verdict = Verdict::Passed;
     }
+    replay.checked_before = earlier.as_ref().map_or(0, |e| e.checked_before + e.checked);
     if replay.expected.is_empty() {
+        // Nothing to compare. An earlier check still waiting is over, and forgets
+        // its steps (after a rollback they are another run's).
+        if let Some(mut e) = earlier.filter(|e| !e.expected.is_empty()) {
+            e.ended();
+            e.expected.clear();
+            e.write(state_dir)?;
+        }
         return Ok(None);
     }
-    replay.checked_before = earlier.map_or(0, |e| e.checked_before + e.checked);
+    replay.verdict = Verdict::Checking;
     replay.write(state_dir)?;
     cut_back(&record_path, from_step)?;
     Ok(Some(replay))

@@ -259,6 +259,10 @@ pub struct TrainingStatus {
     pub latest_verified_checkpoint: Option<String>,
     #[serde(default)]
     pub verified_checkpoints: u64,
+    /// Added key: the last resume's replay check (`lavender::replay`): steps
+    /// compared, the largest difference, the verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<crate::replay::ReplayStatus>,
     pub stage: Option<String>,
     pub epoch: Option<f64>,
     /// Why the heartbeat file could not be read (empty, truncated, …), if so.
@@ -285,6 +289,7 @@ impl TrainingStatus {
             latest_checkpoint: None,
             latest_verified_checkpoint: None,
             verified_checkpoints: 0,
+            replay: None,
             stage: None,
             epoch: None,
             heartbeat_error: None,
@@ -602,6 +607,9 @@ impl Status {
             t.checkpoints,
             opt(&t.latest_checkpoint)
         ));
+        if let Some(r) = &t.replay {
+            line(format!("replay:      {}", r.line()));
+        }
         if let Some(g) = &self.goodput {
             line(g.line());
             if let Some(s) = g.step_time.as_ref().filter(|s| s.slow) {

@@ -99,6 +99,10 @@ pub enum Alert {
     /// a backoff (`supervisor.storage_error_wait_s`). `message` names the file and
     /// what the storage said.
     StorageError { step: PipelineStep, message: String },
+    /// A resumed worker's replayed step differs from the first pass's
+    /// (`lavender::replay`): the checkpoint does not resume the run. `message` names
+    /// the checkpoint, the step and both values.
+    ResumeMismatch { step: PipelineStep, message: String },
     /// The daemon's start resumed a pipeline interrupted by its previous exit or a
     /// power loss (`supervisor.resume_on_start`).
     Resumed {
@@ -216,6 +220,7 @@ impl Alert {
             Alert::RolledBack { .. } => "rolled_back",
             Alert::CheckpointDamaged { .. } => "checkpoint_damaged",
             Alert::StorageError { .. } => "storage_error",
+            Alert::ResumeMismatch { .. } => "resume_mismatch",
             Alert::Resumed { .. } => "resumed",
             Alert::Stale { .. } => "stalled",
             Alert::Recovered { .. } | Alert::IncidentOver { .. } => "recovered",
@@ -245,6 +250,7 @@ impl Alert {
             | Alert::RolledBack { step, .. }
             | Alert::CheckpointDamaged { step, .. }
             | Alert::StorageError { step, .. }
+            | Alert::ResumeMismatch { step, .. }
             | Alert::Resumed { step, .. }
             | Alert::Stale { step, .. }
             | Alert::Recovered { step, .. }
@@ -305,6 +311,7 @@ impl std::fmt::Display for Alert {
             Alert::RolledBack { step, message, .. } => write!(f, "step {step}: {message}"),
             Alert::CheckpointDamaged { step, message }
             | Alert::StorageError { step, message }
+            | Alert::ResumeMismatch { step, message }
             | Alert::DiskFull { step, message }
             | Alert::DiskSpaceBack { step, message }
             | Alert::SaveWontFit { step, message } => write!(f, "step {step}: {message}"),

@@ -55,6 +55,8 @@ pub struct FileFacts {
     pub lineage: Vec<String>,
     /// The run's figures in the daemon's ledger (`state/goodput.json`).
     pub goodput: Option<crate::goodput::GoodputStatus>,
+    /// The run's last resume check (`state/replay/<run>.json`).
+    pub replay: Option<crate::replay::ReplayStatus>,
 }
 
 impl FileFacts {
@@ -78,6 +80,7 @@ impl FileFacts {
             said: None,
             lineage: Vec::new(),
             goodput: None,
+            replay: None,
         }
     }
 
@@ -184,6 +187,11 @@ impl FileFacts {
             .as_deref()
             .and_then(|d| d.file_name())
             .and_then(|n| crate::goodput::read_status(&layout.state_dir, &n.to_string_lossy()));
+        let replay = run_dir
+            .as_deref()
+            .and_then(|d| d.file_name())
+            .and_then(|n| crate::replay::Replay::read(&layout.state_dir, &n.to_string_lossy()))
+            .map(|r| r.status());
         FileFacts {
             run_dir,
             heartbeat,
@@ -202,6 +210,7 @@ impl FileFacts {
             idle_steps,
             said: None,
             goodput,
+            replay,
             lineage,
         }
     }

@@ -107,6 +107,7 @@ pub fn compose(
     let training = TrainingStatus {
         verified_checkpoints: facts.verified_checkpoints,
         latest_verified_checkpoint: facts.latest_verified_checkpoint.clone(),
+        replay: facts.replay.clone(),
         ..training
     };
     let scale = record.scale.unwrap_or(settings.default_scale);

@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::supervision::{
-    OnDiverged, OnFailure, OnStall, Slowdown, StaleAfter, StaleAuto, SupervisorMode,
+    OnDiverged, OnFailure, OnResumeMismatch, OnStall, ReplayTolerance, Slowdown, StaleAfter,
+    StaleAuto, SupervisorMode,
 };
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -475,6 +476,12 @@ pub struct SupervisorConfig {
     pub on_failure: OnFailure,
     /// What a worker that stopped with `diverged` gets.
     pub on_diverged: OnDiverged,
+    /// How close a resumed worker's replayed steps must come to the first pass's.
+    #[serde(default = "default_replay_tolerance")]
+    pub replay_tolerance: ReplayTolerance,
+    /// What a replayed step that differs gets.
+    #[serde(default)]
+    pub on_resume_mismatch: OnResumeMismatch,
     /// Rollbacks within `rollback_window_steps` of each other before a divergence
     /// fails the pipeline.
     pub max_rollbacks: u32,
@@ -544,6 +551,10 @@ fn default_true() -> bool {
 
 fn default_data_step_stale_after_s() -> u64 {
     1800
+}
+
+fn default_replay_tolerance() -> ReplayTolerance {
+    ReplayTolerance::Auto
 }
 
 fn default_rollback_window_steps() -> u64 {

@@ -74,6 +74,114 @@ impl<'de> Deserialize<'de> for StaleAfter {
     }
 }
 
+/// `supervisor.replay_tolerance`: how close the steps a resumed worker trains again
+/// must come to what they gave the first time (`lavender::replay`). `auto`: bit for
+/// bit for `lavender-worker` on the CPU (its resume is exact there), else
+/// [`ReplayTolerance::DEFAULT_RELATIVE`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ReplayTolerance {
+    Auto,
+    Exact,
+    /// `|a - b| <= r * max(|a|, |b|)`.
+    Relative(f64),
+}
+
+impl ReplayTolerance {
+    /// `auto`'s tolerance where a resume is not bit for bit (a GPU's kernels sum in
+    /// another order from run to run; another thread count splits sums otherwise):
+    /// such differences start near the float's precision and grow slowly over a
+    /// replay, while a resume that trains other data, or draws other noise, differs
+    /// by the loss's own step-to-step spread from its first step on.
+    pub const DEFAULT_RELATIVE: f64 = 0.02;
+
+    /// The tolerance for a run of `config`.
+    pub fn resolve(self, config: &super::Config) -> crate::replay::Tolerance {
+        use crate::replay::Tolerance;
+        match self {
+            ReplayTolerance::Exact => Tolerance::Exact,
+            ReplayTolerance::Relative(r) => Tolerance::Relative(r),
+            ReplayTolerance::Auto
+                if config.runs_lavender_worker() && config.device == super::Device::Cpu =>
+            {
+                Tolerance::Exact
+            }
+            ReplayTolerance::Auto => Tolerance::Relative(Self::DEFAULT_RELATIVE),
+        }
+    }
+}
+
+impl fmt::Display for ReplayTolerance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplayTolerance::Auto => f.write_str("auto"),
+            ReplayTolerance::Exact => f.write_str("exact"),
+            ReplayTolerance::Relative(r) => write!(f, "{r}"),
+        }
+    }
+}
+
+impl Serialize for ReplayTolerance {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ReplayTolerance::Relative(r) => s.serialize_f64(*r),
+            other => s.serialize_str(&other.to_string()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ReplayTolerance {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ToleranceVisitor;
+        impl Visitor<'_> for ToleranceVisitor {
+            type Value = ReplayTolerance;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("`auto`, `exact` or a relative tolerance (e.g. 0.02)")
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                self.visit_f64(v as f64)
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                self.visit_f64(v as f64)
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                if v.is_finite() && (0.0..1.0).contains(&v) {
+                    Ok(ReplayTolerance::Relative(v))
+                } else {
+                    Err(E::custom(format!(
+                        "{v} is not a relative tolerance: give a fraction from 0 to below 1 (e.g. 0.02), or `exact`"
+                    )))
+                }
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                match v {
+                    "auto" => Ok(ReplayTolerance::Auto),
+                    "exact" => Ok(ReplayTolerance::Exact),
+                    other => Err(E::custom(format!(
+                        "`{other}` is not a tolerance; give auto, exact or a fraction (e.g. 0.02)"
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(ToleranceVisitor)
+    }
+}
+
+/// `supervisor.on_resume_mismatch`: what a replayed step that differs gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnResumeMismatch {
+    /// A `resume_mismatch` decision and an alert; training goes on.
+    #[default]
+    Alert,
+    /// The same, and the pipeline is stopped (the worker saves and exits).
+    Stop,
+}
+
 /// `supervisor.stale_auto`: how `stale_after_s: auto` learns. The allowance is
 /// `factor` × the longest interval seen between two training heartbeats of the
 /// run, kept within `floor_s ..= ceiling_s`; `ceiling_s` until one is seen.

@@ -41,7 +41,10 @@ fn a_line_is_a_step_entry_or_nothing() {
     for (line, want) in table {
         assert_eq!(&StepValues::parse(line), want, "{line}");
     }
-    let long = format!(r#"{{"step": 1, "loss": 1.0, "stage": "{}"}}"#, "x".repeat(65));
+    let long = format!(
+        r#"{{"step": 1, "loss": 1.0, "stage": "{}"}}"#,
+        "x".repeat(65)
+    );
     assert_eq!(StepValues::parse(&long), None);
 }
 
@@ -64,7 +67,10 @@ fn the_tolerance_is_bits_or_relative_and_a_missing_value_is_a_difference() {
 fn a_replay_checks_each_kept_step_once_and_names_the_first_that_differs() {
     let record = (1..=10).map(|s| values(s, 1.0 / s as f64));
     let mut r = Replay::new("run", "ck-5", 5, Tolerance::Exact, record);
-    assert_eq!(r.expected.keys().copied().collect::<Vec<_>>(), [6, 7, 8, 9, 10]);
+    assert_eq!(
+        r.expected.keys().copied().collect::<Vec<_>>(),
+        [6, 7, 8, 9, 10]
+    );
     assert_eq!(r.verdict, Verdict::Checking);
     // Steps up to the checkpoint are not replays; a step twice is checked once.
     assert!(r.observe(&values(5, 9.0)).is_none());
@@ -130,8 +136,11 @@ fn keep_saves_the_steps_past_the_checkpoint_and_cuts_the_record_back() {
     let run = data.path().join("run-2026-01-01_00-00-00");
     let ck = run.join("checkpoint-pretrain-5");
     std::fs::create_dir_all(&ck).unwrap();
-    std::fs::write(ck.join("trainer_state.json"), json!({"global_step": 5}).to_string())
-        .unwrap();
+    std::fs::write(
+        ck.join("trainer_state.json"),
+        json!({"global_step": 5}).to_string(),
+    )
+    .unwrap();
     let mut text = String::new();
     for s in 1..=8u64 {
         text.push_str(&format!("{{\"step\": {s}, \"loss\": {s}.5}}\n"));
@@ -141,14 +150,18 @@ fn keep_saves_the_steps_past_the_checkpoint_and_cuts_the_record_back() {
 
     let kept = keep(&state, &run, &ck, Tolerance::Exact).unwrap().unwrap();
     assert_eq!(kept.expected.keys().copied().collect::<Vec<_>>(), [6, 7, 8]);
-    assert_eq!(Replay::read(&state, "run-2026-01-01_00-00-00").unwrap(), kept);
+    assert_eq!(
+        Replay::read(&state, "run-2026-01-01_00-00-00").unwrap(),
+        kept
+    );
     let left = std::fs::read_to_string(run.join(crate::log_history::SIDECAR)).unwrap();
     assert_eq!(left.lines().count(), 5, "{left}");
     assert!(left.ends_with("{\"step\": 5, \"loss\": 5.5}\n"));
 
-    // Nothing past the checkpoint now: nothing to keep, the kept check stays.
-    assert!(keep(&state, &run, &ck, Tolerance::Exact).unwrap().is_none());
-    assert!(Replay::read(&state, "run-2026-01-01_00-00-00").is_some());
+    // The worker gone before it replayed them: the next resume from the same
+    // checkpoint compares the same steps.
+    let again = keep(&state, &run, &ck, Tolerance::Exact).unwrap().unwrap();
+    assert_eq!(again.expected, kept.expected);
 }
 
 #[test]
@@ -157,8 +170,11 @@ fn a_rollback_range_from_the_checkpoint_is_new_data_not_a_replay() {
     let run = data.path().join("run-2026-01-01_00-00-00");
     let ck = run.join("checkpoint-pretrain-5");
     std::fs::create_dir_all(&ck).unwrap();
-    std::fs::write(ck.join("trainer_state.json"), json!({"global_step": 5}).to_string())
-        .unwrap();
+    std::fs::write(
+        ck.join("trainer_state.json"),
+        json!({"global_step": 5}).to_string(),
+    )
+    .unwrap();
     std::fs::write(
         run.join(crate::log_history::SIDECAR),
         "{\"step\": 6, \"loss\": 1.0}\n",
@@ -175,9 +191,11 @@ fn a_rollback_range_from_the_checkpoint_is_new_data_not_a_replay() {
         },
     )
     .unwrap();
-    assert!(keep(&data.path().join("state"), &run, &ck, Tolerance::Exact)
-        .unwrap()
-        .is_none());
+    assert!(
+        keep(&data.path().join("state"), &run, &ck, Tolerance::Exact)
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[test]
@@ -223,4 +241,49 @@ proptest! {
         }
         prop_assert_eq!(r.verdict, Verdict::Passed);
     }
+}
+
+#[test]
+fn a_replay_cut_short_hands_its_unchecked_steps_to_the_next_resume() {
+    let data = tempfile::tempdir().unwrap();
+    let state = data.path().join("state");
+    let run = data.path().join("run-2026-01-01_00-00-00");
+    let checkpoint = |step: u64| {
+        let ck = run.join(format!("checkpoint-pretrain-{step}"));
+        std::fs::create_dir_all(&ck).unwrap();
+        std::fs::write(
+            ck.join("trainer_state.json"),
+            json!({"global_step": step}).to_string(),
+        )
+        .unwrap();
+        ck
+    };
+    let record = |steps: std::ops::RangeInclusive<u64>| {
+        let text: String = steps
+            .map(|s| format!("{{\"step\": {s}, \"loss\": {s}.25}}\n"))
+            .collect();
+        std::fs::write(run.join(crate::log_history::SIDECAR), text).unwrap();
+    };
+    // The first pass got to 10; a resume from 5 replayed 6 and 7, then stopped with
+    // a checkpoint at 7.
+    std::fs::create_dir_all(&run).unwrap();
+    record(1..=10);
+    let first = keep(&state, &run, &checkpoint(5), Tolerance::Exact)
+        .unwrap()
+        .unwrap();
+    let mut r = first.clone();
+    r.observe(&StepValues::parse(r#"{"step": 6, "loss": 6.25}"#).unwrap());
+    r.observe(&StepValues::parse(r#"{"step": 7, "loss": 7.25}"#).unwrap());
+    r.ended();
+    r.write(&state).unwrap();
+    record(1..=7);
+    let next = keep(&state, &run, &checkpoint(7), Tolerance::Exact)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        next.expected.keys().copied().collect::<Vec<_>>(),
+        [8, 9, 10]
+    );
+    assert_eq!(next.status().steps_checked, 2);
+    assert_eq!(next.verdict, Verdict::Checking);
 }

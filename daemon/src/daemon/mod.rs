@@ -554,6 +554,11 @@ fn status_tasks(
             alerts,
             pipeline.clone(),
         );
+        status::replay::spawn(
+            layout.state_dir.clone(),
+            cache.subscribe_refreshes(),
+            pipeline.clone(),
+        );
         let web = WebState::start(
             feed,
             cache.clone(),

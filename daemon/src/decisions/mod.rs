@@ -152,7 +152,7 @@ impl Decisions {
                 inner.write_outcome(&id, OutcomeKind::GaveUp, &text);
             }
             // Done while the worker trains on: no incident to wait out.
-            (Mode::Acted, DecisionKind::EarlyRetention) => {}
+            (Mode::Acted, DecisionKind::EarlyRetention | DecisionKind::ResumeMismatch) => {}
             (Mode::Acted, _) => {
                 inner.opened.get_or_insert_with(Instant::now);
                 inner.reached = inner.reached.max(last_step);

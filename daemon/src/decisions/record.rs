@@ -59,6 +59,9 @@ pub enum DecisionKind {
     Requeue,
     /// A node of a Slurm job declared lost.
     NodeLost,
+    /// A resumed worker's replayed step differs from what it gave the first time
+    /// (`lavender::replay`): alerted, or the pipeline stopped.
+    ResumeMismatch,
 }
 
 impl DecisionKind {
@@ -74,6 +77,7 @@ impl DecisionKind {
             DecisionKind::CheckpointSetAside => "checkpoint set aside",
             DecisionKind::Requeue => "requeue",
             DecisionKind::NodeLost => "node lost",
+            DecisionKind::ResumeMismatch => "resume mismatch",
         }
     }
 }

@@ -62,9 +62,13 @@ pub(super) enum Command {
     },
     /// The watchdog found the worker hung (`supervisor.on_stall: restart`).
     Hung(HungReport),
+    ResumeMismatch(ResumeMismatch),
     /// The watchdog learned a longer steady heartbeat interval for the run
     /// (`supervisor.stale_after_s: auto`); the record keeps it.
-    Interval { run_dir: PathBuf, longest_s: f64 },
+    Interval {
+        run_dir: PathBuf,
+        longest_s: f64,
+    },
     /// The watchdog found the next save short of space (`actor/disk.rs`).
     DiskShort,
     /// Read the config file again (SIGHUP, `lavenderd reload`).
@@ -77,13 +81,27 @@ pub(super) enum Command {
         reply: oneshot::Sender<Result<lavender_api::PruneReply, String>>,
     },
     /// A round trip that proves the actor's loop still turns (the service watchdog).
-    Ping { reply: oneshot::Sender<()> },
+    Ping {
+        reply: oneshot::Sender<()>,
+    },
     /// The daemon is about to re-execute itself: the record on disk is current; the
     /// actor ends without touching the worker (the next daemon re-adopts it).
-    Detach { reply: oneshot::Sender<()> },
+    Detach {
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// A worker that has not written a heartbeat within its phase's allowance.
+/// A resumed worker's replayed step that differs (the replay watcher's, `crate::replay`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResumeMismatch {
+    /// The run's directory and the checkpoint resumed from (its name).
+    pub run_dir: PathBuf,
+    pub checkpoint: String,
+    pub mismatch: lavender::replay::Mismatch,
+    pub tolerance: lavender::replay::Tolerance,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct HungReport {
     /// The worker seen hung: the actor acts only if it is still the one running.
@@ -150,6 +168,12 @@ impl PipelineHandle {
     /// full queue drops the report, and the next look reports again.
     pub fn report_hung(&self, report: HungReport) -> bool {
         self.cmds.try_send(Command::Hung(report)).is_ok()
+    }
+
+    /// Hands the actor a replayed step that differs (never waits: a full queue drops
+    /// it, and the watcher reports it again at its next look).
+    pub fn report_resume_mismatch(&self, report: ResumeMismatch) -> bool {
+        self.cmds.try_send(Command::ResumeMismatch(report)).is_ok()
     }
 
     /// Tells the actor the next save looks short of space: it checks the disk and

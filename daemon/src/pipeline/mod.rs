@@ -14,5 +14,5 @@ pub(crate) mod rollback;
 pub(crate) mod stop;
 pub(crate) mod timings;
 
-pub use handle::{HungReport, PipelineHandle, StartError};
+pub use handle::{HungReport, PipelineHandle, ResumeMismatch, StartError};
 pub use reload::Reload;

@@ -112,6 +112,10 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             "checkpoint unreadable: a storage error; waiting for it, nothing set aside".to_string(),
             message.clone(),
         )],
+        Alert::ResumeMismatch { message, .. } => vec![push(
+            "resume mismatch: a replayed step differs from the first pass".to_string(),
+            message.clone(),
+        )],
         Alert::Resumed { message, .. } => {
             vec![push("resumed by itself".to_string(), message.clone())]
         }

@@ -19,6 +19,7 @@ mod effects;
 mod evidence;
 mod exit;
 mod hung;
+mod mismatch;
 mod prune;
 mod recover;
 mod reload;
@@ -313,6 +314,7 @@ impl Actor {
                 reply,
             } => self.stop(timeout, cause, reply),
             Command::Hung(report) => self.on_hung(report),
+            Command::ResumeMismatch(report) => self.on_resume_mismatch(report),
             Command::DiskShort => self.on_disk_short(),
             Command::Interval { run_dir, longest_s } => {
                 if self.record.run_dir.as_ref() == Some(&run_dir)

@@ -373,6 +373,14 @@ impl Actor {
         let done = self.launches_tx.clone();
         let check = self.resume_check(step);
         let ran_with = self.ran_with(step);
+        // Observe mode leaves the run's files as they are: no replay check.
+        let replay = (step == PipelineStep::Train && !self.observing()).then(|| {
+            let sup = &self.config.supervisor;
+            (
+                self.layout.state_dir.clone(),
+                sup.replay_tolerance.resolve(&self.config),
+            )
+        });
         tokio::spawn(async move {
             let launch = tokio::task::spawn_blocking(move || {
                 let mut spec = spec;
@@ -384,6 +392,9 @@ impl Actor {
                 let checked = check.map(|c| c.run(&mut spec));
                 if let Some(refusal) = checked.as_ref().and_then(|c| c.refusal.clone()) {
                     return (Err(anyhow::anyhow!(refusal)), checked, files);
+                }
+                if let Some((state_dir, tolerance)) = &replay {
+                    keep_replay(state_dir, &spec, *tolerance);
                 }
                 let updates = Box::new(move |update| {
                     let _ = jobs.send(JobChange { generation, update });
@@ -463,5 +474,32 @@ impl Actor {
             resumed_from_step,
             poll,
         );
+    }
+}
+
+/// Before a training worker resumes from a checkpoint of the run it writes: the
+/// steps its run recorded past the checkpoint are kept for the replay check
+/// (`lavender::replay::keep`, followed by `crate::replay`). A failure is logged: the
+/// launch goes on without the check.
+fn keep_replay(state_dir: &Path, spec: &SpawnSpec, tolerance: lavender::replay::Tolerance) {
+    let (Some(checkpoint), Some(run_dir)) = (spec.resume.as_deref(), spec.run_dir.as_deref())
+    else {
+        return;
+    };
+    if checkpoint.parent() != Some(run_dir) {
+        return;
+    }
+    match lavender::replay::keep(state_dir, run_dir, checkpoint, tolerance) {
+        Ok(Some(replay)) => tracing::info!(
+            "replay check: the {} step(s) past {} (step {}) will be compared as the worker trains them again ({tolerance})",
+            replay.expected.len(),
+            replay.checkpoint,
+            replay.from_step
+        ),
+        Ok(None) => {}
+        Err(e) => tracing::warn!(
+            "replay check: could not keep the steps past {}: {e}; this resume goes unchecked",
+            checkpoint.display()
+        ),
     }
 }
