@@ -66,6 +66,12 @@ pub struct TrainArgs {
     #[cfg(feature = "test-hooks")]
     #[arg(long, value_name = "STEP", hide = true)]
     pub hang_at_step: Option<u64>,
+    /// Test hook: a resume bug. A resume forgets one piece of its state: `cursor`,
+    /// the data position (the epoch's data starts over); `rng`, the random state
+    /// (dropout draws as if the run began at the checkpoint).
+    #[cfg(feature = "test-hooks")]
+    #[arg(long, value_name = "PART", hide = true, value_parser = ["cursor", "rng"])]
+    pub forget_on_resume: Option<String>,
 }
 
 /// Runs training on a dedicated thread; SIGTERM/SIGINT only set a flag that the
@@ -262,6 +268,8 @@ fn train(args: TrainArgs, stop: Arc<AtomicBool>, run_dir_out: &mut Option<PathBu
         hold_save: args.hold_save,
         #[cfg(feature = "test-hooks")]
         hang_at_step: args.hang_at_step,
+        #[cfg(feature = "test-hooks")]
+        forget_on_resume: args.forget_on_resume.clone(),
         started,
     });
     if let (Some(ck), Some(r)) = (&resume, resumed) {

@@ -13,6 +13,7 @@ mod disk_full;
 mod export_hf;
 mod project_folder;
 mod readme_commands;
+mod replay_check;
 mod replicate_s3;
 mod scale_notice;
 mod storage_error;

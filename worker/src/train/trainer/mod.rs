@@ -67,6 +67,9 @@ pub struct Parts {
     /// Test hook: hang for ever once this global step is done.
     #[cfg(feature = "test-hooks")]
     pub hang_at_step: Option<u64>,
+    /// Test hook: the piece of state a resume forgets (`cursor` or `rng`).
+    #[cfg(feature = "test-hooks")]
+    pub forget_on_resume: Option<String>,
     /// When this process started, for the run's wall time.
     pub started: Instant,
 }
@@ -117,6 +120,11 @@ pub struct Trainer {
     hold_save: Option<u32>,
     #[cfg(feature = "test-hooks")]
     hang_at_step: Option<u64>,
+    #[cfg(feature = "test-hooks")]
+    forget_on_resume: Option<String>,
+    /// Test hook (`forget_on_resume: rng`): the step the random state counts from.
+    #[cfg(feature = "test-hooks")]
+    rng_base: u64,
     started: Instant,
     /// What a checkpoint restores: step, position, losses, wall time, latest save.
     progress: Progress,
@@ -172,6 +180,10 @@ impl Trainer {
             hold_save: p.hold_save,
             #[cfg(feature = "test-hooks")]
             hang_at_step: p.hang_at_step,
+            #[cfg(feature = "test-hooks")]
+            forget_on_resume: p.forget_on_resume,
+            #[cfg(feature = "test-hooks")]
+            rng_base: 0,
             started: p.started,
             progress,
             last_eval: None,
@@ -189,6 +201,12 @@ impl Trainer {
     /// its progress and DPO reference and reports the load (`checkpoint_loaded`).
     pub fn resume_from(&mut self, ck: &Checkpoint, r: Resumed) -> Result<()> {
         self.progress = r.progress;
+        #[cfg(feature = "test-hooks")]
+        match self.forget_on_resume.as_deref() {
+            Some("cursor") => self.progress.pos.cursor.index = 0,
+            Some("rng") => self.rng_base = self.progress.step,
+            _ => {}
+        }
         // Mid-stage, the steps after the checkpoint are judged as they were before.
         self.divergence = match r.divergence {
             Some(state) => Detector::restore(self.s.spike, state, self.progress.step),
@@ -482,7 +500,11 @@ impl Trainer {
                             i
                         })
                         .collect();
-                    seed_torch(self.s.seed, self.progress.step, micro);
+                    #[cfg(feature = "test-hooks")]
+                    let rng_step = self.progress.step - self.rng_base;
+                    #[cfg(not(feature = "test-hooks"))]
+                    let rng_step = self.progress.step;
+                    seed_torch(self.s.seed, rng_step, micro);
                     let batch = stager.stage(&objective.rows(&idx))?;
                     let loss = objective.backward(&self.model, &batch, grad_factor);
                     sum = Some(match sum {
