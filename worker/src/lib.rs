@@ -61,7 +61,7 @@ enum StepRun {
 /// (78), an error the code who made it classified has its kind's code, anything else 1.
 pub fn main() -> ExitCode {
     let parsed = parse(std::env::args_os()).and_then(|cli| match cli.command {
-        Command::Step(argv) => parse_step(&argv).map(Run::Step),
+        Command::Step(argv) => parse_step(&argv).map(|step| Run::Step(Box::new(step))),
         Command::Generate(a) => Ok(Run::Generate(a)),
         Command::Logits(a) => Ok(Run::Logits(a)),
     });
@@ -131,7 +131,7 @@ fn step_args<A: Args + FromArgMatches>(
 }
 
 enum Run {
-    Step(StepRun),
+    Step(Box<StepRun>),
     Generate(Box<generate::GenerateArgs>),
     Logits(logits::LogitsArgs),
 }
@@ -142,16 +142,18 @@ fn exit_code(kind: FailureKind) -> ExitCode {
 
 fn run(todo: Run) -> anyhow::Result<()> {
     match todo {
-        Run::Step(StepRun::Data(step, a)) => data::run(step, &a),
-        Run::Step(StepRun::Train(a)) => train::run(a),
-        Run::Step(StepRun::Mine(a)) => {
-            let run_dir = a.step.run_dir.clone();
-            mine_hard::run(a).inspect_err(|e| {
-                if let Some(run_dir) = &run_dir {
-                    failure::record_step_failure(run_dir, lavender::hard_examples::STEP, e);
-                }
-            })
-        }
+        Run::Step(step) => match *step {
+            StepRun::Data(step, a) => data::run(step, &a),
+            StepRun::Train(a) => train::run(a),
+            StepRun::Mine(a) => {
+                let run_dir = a.step.run_dir.clone();
+                mine_hard::run(a).inspect_err(|e| {
+                    if let Some(run_dir) = &run_dir {
+                        failure::record_step_failure(run_dir, lavender::hard_examples::STEP, e);
+                    }
+                })
+            }
+        },
         Run::Generate(a) => generate::run(*a),
         Run::Logits(a) => logits::run(a),
     }
