@@ -60,6 +60,10 @@ pub struct StepValues {
     pub grad_norm: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learning_rate: Option<f64>,
+    /// The steps the loss is the mean of, ending at `step` (the Hugging Face
+    /// Trainer logs a mean over `logging_steps`); `None`: the step's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u64>,
 }
 
 impl StepValues {
@@ -85,8 +89,13 @@ impl StepValues {
             None | Some(Value::Null) => None,
             Some(_) => return None,
         };
+        let window = match entry.get("window") {
+            None | Some(Value::Null) => None,
+            Some(w) => Some(w.as_u64().filter(|w| *w >= 1 && *w <= step)?),
+        };
         Some(StepValues {
             step,
+            window,
             stage,
             loss: number("loss")?,
             grad_norm: number("grad_norm")?,
@@ -270,6 +279,18 @@ impl Replay {
             return None;
         }
         let first = self.expected.remove(&again.step)?;
+        // A mean over a window compares only with the mean over the same steps: a
+        // window begun before the checkpoint held steps the replay does not train.
+        if first.window != again.window
+            || first
+                .window
+                .is_some_and(|w| again.step - w < self.from_step)
+        {
+            if self.expected.is_empty() {
+                self.verdict = Verdict::Passed;
+            }
+            return None;
+        }
         self.checked += 1;
         // The loss always; the gradient norm and the rate where both passes say them.
         let pairs = [
@@ -455,7 +476,7 @@ fn file_name(path: &Path) -> Option<String> {
 }
 
 /// Every step entry of a record (a long record in [`MAX_READ`] pieces).
-fn read_all(path: &Path) -> Result<Vec<StepValues>> {
+pub fn read_all(path: &Path) -> Result<Vec<StepValues>> {
     let mut all = Vec::new();
     let mut offset = 0;
     loop {

@@ -41,6 +41,10 @@ pub struct CheckpointInfo {
     /// replication, or the daemon has not listed this run's remote copies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<bool>,
+    /// What a restore drill of it found (`lavenderd drill`): `drilled`, or `drill
+    /// failed: step S loss A vs B`; `None`: never drilled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drill: Option<String>,
 }
 
 /// A checkpoint read back by the daemon against its `manifest.json`, or not yet.

@@ -11,6 +11,7 @@ pub(crate) mod confirm;
 pub(crate) mod daemon;
 pub(crate) mod decisions;
 pub(crate) mod disk;
+pub(crate) mod drill;
 pub mod events;
 pub(crate) mod evidence;
 pub(crate) mod exe;

@@ -48,6 +48,12 @@ def main() -> int:
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--corpus", type=Path, default=CORPUS)
+    p.add_argument(
+        "--ignore-data-skip",
+        action="store_true",
+        help="a resume starts the epoch's data over (the Trainer's ignore_data_skip): "
+        "the replayed steps train other batches, which lavenderd's replay check reports",
+    )
     opts = p.parse_args(cb.worker.args.rest)
     torch.set_num_threads(opts.threads)
 
@@ -79,6 +85,7 @@ def main() -> int:
         report_to="none",
         disable_tqdm=True,
         seed=1337,
+        ignore_data_skip=opts.ignore_data_skip,
     )
     trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=held_out, callbacks=[cb])
     resume = cb.resume_from_checkpoint

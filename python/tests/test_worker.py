@@ -281,3 +281,51 @@ def test_hf_a_periodic_save_under_way_at_sigterm_is_not_the_final_one(tmp_path):
     # on_save wrote each checkpoint's manifest into the Trainer's folder before it appeared.
     manifest = json.loads((run / "checkpoint-31" / ck.MANIFEST_FILE).read_text())
     assert [f["path"] for f in manifest["files"]] == ["model.safetensors"]
+
+
+def step_record(run):
+    path = run / protocol.STEP_RECORD_FILE
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_every_step_with_a_loss_is_a_line_of_the_step_record_and_a_resume_cuts_it_back(tmp_path):
+    run = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
+    proc = run_script(tmp_path, steps=30)
+    assert proc.wait(timeout=HANG_S) == 0, proc.stderr.read()
+    lines = step_record(run)
+    assert [e["step"] for e in lines] == list(range(1, 31))
+    assert lines[3] == {"step": 4, "loss": 0.25, "learning_rate": 0.1, "stage": "train"}
+    # The first pass's steps 26..30 (after the checkpoint at 25) as if lost with a
+    # crash: a resume from 25 trains them again, once each.
+    ck.latest_complete(run).path.rename(run / "final-moved-aside")
+    proc = run_script(tmp_path, "--resume", "latest", steps=30)
+    assert proc.wait(timeout=HANG_S) == 0, proc.stderr.read()
+    assert [e["step"] for e in step_record(run)] == list(range(1, 31))
+
+
+def test_a_nan_loss_is_null_in_the_step_record(tmp_path):
+    run = tmp_path / "run"
+    w = Worker(run, total_steps=3, handle_signals=False)
+    w.start()
+    w.step(1, loss=float("nan"), lr=0.1)
+    w.step(2, lr=0.1)  # no loss: not a training step's record
+    assert step_record(run) == [{"step": 1, "loss": None, "learning_rate": 0.1, "stage": "train"}]
+
+
+def test_stop_at_step_from_the_environment_stops_as_a_sigterm_would(tmp_path, monkeypatch):
+    run = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
+    env = dict(os.environ, PYTHONPATH=str(SRC), LAVENDER_STOP_AT_STEP="7")
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "loop_script.py"), "train", "--data-root", str(tmp_path), "--run-dir", str(run), "--steps", "30"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = proc.communicate(timeout=HANG_S)
+    assert proc.returncode == 0, err
+    assert "stopped at step 7" in out
+    assert ck.latest_complete(run).step == 7
+    monkeypatch.setenv("LAVENDER_STOP_AT_STEP", "soon")
+    with pytest.raises(ValueError, match="LAVENDER_STOP_AT_STEP"):
+        Worker(tmp_path / "other", handle_signals=False)

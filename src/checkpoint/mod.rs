@@ -3,6 +3,7 @@
 
 mod builder;
 pub mod contents;
+pub mod drills;
 pub mod fallback;
 mod listing;
 mod name;

@@ -5,7 +5,8 @@
 //! (`trainer_state.json`'s `val_loss`); one without is never "best". Clears
 //! temporary directories left by killed saves once they are older than a grace period.
 //! In a run the daemon reads back (`verdicts`), nothing older than the newest
-//! checkpoint found intact goes before it, and that one stays.
+//! checkpoint found intact goes before it, and that one stays. The newest checkpoint
+//! a restore drill passed on, and any a drill reads now, stay (`drills`).
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::listing::list_run_checkpoints;
-use super::verdicts;
+use super::{drills, verdicts};
 use crate::atomic::TMP_PREFIX;
 use crate::error::{Error, IoContext, Result};
 
@@ -73,6 +74,8 @@ pub fn enforce_retention_with(run_dir: &Path, policy: &RetentionPolicy) -> Resul
         let from = verdicts::newest_good(run_dir, &ckpts).unwrap_or(0);
         keep.extend(ckpts[from..].iter().map(|c| c.path.as_path()));
     }
+    // Drilled: the newest checkpoint a restore drill resumed, and any a drill reads.
+    keep.extend(drills::kept(run_dir, &ckpts));
 
     let mut dropped = Vec::new();
     for c in &ckpts {

@@ -231,6 +231,21 @@ impl Config {
         })
     }
 
+    /// How close a resumed worker's replayed steps must come to the first pass's
+    /// (`supervisor.replay_tolerance`; `auto`: bit for bit for `lavender-worker` on the
+    /// CPU, else [`ReplayTolerance::DEFAULT_RELATIVE`]).
+    pub fn replay_tolerance(&self) -> crate::replay::Tolerance {
+        use crate::replay::Tolerance;
+        match self.supervisor.replay_tolerance {
+            ReplayTolerance::Exact => Tolerance::Exact,
+            ReplayTolerance::Relative(r) => Tolerance::Relative(r),
+            ReplayTolerance::Auto if self.runs_lavender_worker() && self.device == Device::Cpu => {
+                Tolerance::Exact
+            }
+            ReplayTolerance::Auto => Tolerance::Relative(ReplayTolerance::DEFAULT_RELATIVE),
+        }
+    }
+
     /// lavender-worker is one process on one device: a launch of several tasks
     /// (`launch.slurm.ntasks > 1`), or a `WORLD_SIZE` above 1 in its environment
     /// (`world_size`, as torchrun sets it), would start copies that do not coordinate

@@ -77,7 +77,7 @@ impl<'de> Deserialize<'de> for StaleAfter {
 /// `supervisor.replay_tolerance`: how close the steps a resumed worker trains again
 /// must come to what they gave the first time (`lavender::replay`). `auto`: bit for
 /// bit for `lavender-worker` on the CPU (its resume is exact there), else
-/// [`ReplayTolerance::DEFAULT_RELATIVE`].
+/// [`ReplayTolerance::DEFAULT_RELATIVE`] (`Config::replay_tolerance`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ReplayTolerance {
     Auto,
@@ -93,21 +93,6 @@ impl ReplayTolerance {
     /// replay, while a resume that trains other data, or draws other noise, differs
     /// by the loss's own step-to-step spread from its first step on.
     pub const DEFAULT_RELATIVE: f64 = 0.02;
-
-    /// The tolerance for a run of `config`.
-    pub fn resolve(self, config: &super::Config) -> crate::replay::Tolerance {
-        use crate::replay::Tolerance;
-        match self {
-            ReplayTolerance::Exact => Tolerance::Exact,
-            ReplayTolerance::Relative(r) => Tolerance::Relative(r),
-            ReplayTolerance::Auto
-                if config.runs_lavender_worker() && config.device == super::Device::Cpu =>
-            {
-                Tolerance::Exact
-            }
-            ReplayTolerance::Auto => Tolerance::Relative(Self::DEFAULT_RELATIVE),
-        }
-    }
 }
 
 impl fmt::Display for ReplayTolerance {

@@ -9,6 +9,7 @@ fn values(step: u64, loss: f64) -> StepValues {
         loss: Some(loss),
         grad_norm: Some(1.0),
         learning_rate: Some(0.1),
+        window: None,
     }
 }
 
@@ -28,6 +29,7 @@ fn a_line_is_a_step_entry_or_nothing() {
                 loss: None,
                 grad_norm: None,
                 learning_rate: None,
+                window: None,
             }),
         ),
         // An evaluation, a torn line, a negative step, a string loss, a long stage.
@@ -286,4 +288,26 @@ fn a_replay_cut_short_hands_its_unchecked_steps_to_the_next_resume() {
     );
     assert_eq!(next.status().steps_checked, 2);
     assert_eq!(next.verdict, Verdict::Checking);
+}
+
+#[test]
+fn a_logging_window_compares_only_with_the_same_window_inside_the_replay() {
+    let mean = |step: u64, window: u64, loss: f64| StepValues {
+        window: Some(window),
+        ..values(step, loss)
+    };
+    // Windows of 5 in the first pass; the checkpoint at 12 splits the one ending at
+    // 15; the replay logs 13-15 as a window of 3, then 16-20 as the first pass did.
+    let record = [mean(10, 5, 1.0), mean(15, 5, 2.0), mean(20, 5, 3.0)];
+    let mut r = Replay::new("run", "ck", 12, Tolerance::Exact, record);
+    assert!(r.observe(&mean(15, 3, 9.0)).is_none());
+    assert_eq!(r.checked, 0);
+    assert!(r.observe(&mean(20, 5, 3.0)).is_none());
+    assert_eq!((r.checked, r.verdict), (1, Verdict::Passed));
+    let mut r = Replay::new("run", "ck", 10, Tolerance::Exact, [mean(15, 5, 2.0)]);
+    assert_eq!(r.observe(&mean(15, 5, 2.5)).unwrap().step, 15);
+    assert_eq!(
+        StepValues::parse(r#"{"step": 3, "loss": 1.0, "window": 4}"#),
+        None
+    );
 }

@@ -90,6 +90,7 @@ pub fn checkpoints(layout: &Layout, run: Option<&str>) -> Result<Vec<CheckpointI
                 damage: matches!(check, Check::Done(Verdict::Damaged { .. }))
                     .then(|| check.describe()),
                 remote: None,
+                drill: lavender::checkpoint::drills::read(&run_dir, &c.name).map(|d| d.describe()),
                 name: c.name,
                 path: c.path,
             }

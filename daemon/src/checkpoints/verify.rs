@@ -79,6 +79,7 @@ pub fn pass(run_dir: &Path) -> lavender::Result<Read> {
     }
     let names: Vec<&str> = ckpts.iter().map(|c| c.name.as_str()).collect();
     verdicts::forget_others(run_dir, &names);
+    lavender::checkpoint::drills::forget_others(run_dir, &names);
     Ok(read)
 }
 

@@ -215,6 +215,23 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Resume a kept, verified checkpoint in a sandbox (a worker of its own at the
+    /// lowest priority, one thread, writing only into a scratch folder removed after),
+    /// train a few steps and compare them with what the run recorded for them.
+    /// Exit code 0 when they agree, 1 when a step differs, 2 when the drill could not run.
+    Drill {
+        /// Run name (run-YYYY-MM-DD_HH-MM-SS) or path (default: the newest run).
+        #[arg(long, value_name = "ID")]
+        run: Option<String>,
+        /// Checkpoint name (default: the run's newest verified checkpoint).
+        #[arg(long, value_name = "NAME")]
+        checkpoint: Option<String>,
+        /// Steps to train (default: up to the next step the run recorded, at most 50).
+        #[arg(long, value_name = "K")]
+        steps: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Delete old run directories, keeping the newest N (never the active run).
     /// Asks first on a terminal; without one it needs --yes.
     Prune {

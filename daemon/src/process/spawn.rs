@@ -13,7 +13,7 @@ use super::{ProcessIdentity, SpawnSpec};
 use crate::exit::ExitOutcome;
 
 /// Variables that belong to the daemon's service manager, not to the worker.
-pub(crate) const SCRUBBED_ENV: &[&str] = &[
+pub const SCRUBBED_ENV: &[&str] = &[
     "NOTIFY_SOCKET",
     "LISTEN_FDS",
     "LISTEN_PID",

@@ -24,6 +24,7 @@ mod python_damage;
 mod python_hf;
 mod python_torchrun;
 mod readme_api;
+mod replay_protocol;
 mod replicate_faults;
 mod replicate_untrusted;
 mod service_notify;

@@ -35,7 +35,7 @@ from typing import Any, Optional, Sequence
 
 from transformers import TrainerCallback
 
-from . import _fs, checkpoints
+from . import _fs, checkpoints, protocol
 from .worker import Worker
 
 #: The Trainer's output_dir inside the run: hidden, so never listed as a checkpoint.
@@ -70,6 +70,8 @@ class LavenderCallback(TrainerCallback):
         # when SIGTERM comes is not the stop's: the stop's comes after its own step.
         self._stop_save_step: Optional[int] = None
         self._began = False
+        # The step of the Trainer's last log: its next `loss` is the mean since.
+        self._logged_at: Optional[int] = None
 
     @property
     def output_dir(self) -> str:
@@ -109,6 +111,7 @@ class LavenderCallback(TrainerCallback):
         epochs = getattr(state, "num_train_epochs", None)
         if epochs:
             w.epochs = int(epochs)
+        self._logged_at = int(state.global_step)
         if not self._began:
             self._began = True
             w.start(step=int(state.global_step))
@@ -147,10 +150,31 @@ class LavenderCallback(TrainerCallback):
         if isinstance(logs.get("loss"), (int, float)):
             loss = float(logs["loss"])
             w._loss_smooth = loss if w._loss_smooth is None else 0.9 * w._loss_smooth + 0.1 * loss
+            self._record(state, logs)
         if isinstance(logs.get("eval_loss"), (int, float)):
             self._eval_loss = float(logs["eval_loss"])
             self._eval_step = int(state.global_step)
         return control
+
+    def _record(self, state, logs) -> None:
+        """The step record's line for a logged `loss`: the Trainer's mean over the
+        steps since its last log (a `window` of them), compared by lavenderd's replay
+        check only with the same window."""
+        step = int(state.global_step)
+        since = self._logged_at
+        self._logged_at = step
+        if not self.worker.writes or since is None or step <= since:
+            return
+        entry = protocol.step_entry(
+            step,
+            loss=logs["loss"],
+            learning_rate=logs.get("learning_rate"),
+            grad_norm=logs.get("grad_norm"),
+            epoch=state.epoch,
+            stage=self.worker.stage,
+            window=step - since,
+        )
+        protocol.append_step(self.worker.run_dir, entry)
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if metrics and isinstance(metrics.get("eval_loss"), (int, float)):

@@ -1,5 +1,6 @@
 """The files a worker writes into its run directory: `heartbeat.json` (atomic),
-`events.jsonl` (append-only) and `train.log` (SAVE / RETAIN lines)."""
+`events.jsonl` (append-only), `log_history.jsonl` (one line a training step) and
+`train.log` (SAVE / RETAIN lines)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ from . import _fs, _time
 HEARTBEAT_FILE = "heartbeat.json"
 EVENTS_FILE = "events.jsonl"
 TRAIN_LOG_FILE = "train.log"
+#: Every training step's values, one JSON line a step in Hugging Face's key names, as
+#: lavender-worker writes it: the record lavenderd compares a resume's replayed
+#: steps with (its replay check).
+STEP_RECORD_FILE = "log_history.jsonl"
 
 #: Heartbeat states, as lavenderd reads them. `loading`, `evaluating` and `saving`
 #: are phases that hold training: each has its own allowance before lavenderd judges
@@ -143,6 +148,46 @@ def read_events(run_dir: Path):
         if isinstance(doc, dict) and "kind" in doc:
             out.append(doc)
     return out
+
+
+def step_entry(step: int, **values: Any) -> Dict[str, Any]:
+    """One line of the step record: `step` and the values given (`loss`,
+    `learning_rate`, `grad_norm`, `epoch` numbers, NaN as null; `stage` a string;
+    `window`, the steps a mean `loss` is over, ending at `step`)."""
+    entry: Dict[str, Any] = {"step": int(step)}
+    for key, value in values.items():
+        if key == "stage":
+            entry[key] = str(value)
+        elif key == "window":
+            entry[key] = int(value)
+        elif value is not None or key == "loss":
+            entry[key] = _finite(value)
+    return entry
+
+
+def append_step(run_dir: Path, entry: Dict[str, Any]) -> None:
+    """Appends one step's line to `<run>/log_history.jsonl`."""
+    _fs.append_line(Path(run_dir) / STEP_RECORD_FILE, json.dumps(entry, separators=(",", ":")))
+
+
+def cut_back_steps(run_dir: Path, step: int) -> None:
+    """Rewrites the step record without the lines of steps after `step` (and a torn
+    last line): a resume trains them again. Lines that are not steps are kept."""
+    path = Path(run_dir) / STEP_RECORD_FILE
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return
+    kept = []
+    for line in text.split(b"\n")[:-1]:
+        try:
+            doc = json.loads(line)
+            past = isinstance(doc, dict) and isinstance(doc.get("step"), int) and doc["step"] > step
+        except ValueError:
+            past = False
+        if not past:
+            kept.append(line + b"\n")
+    _fs.write_bytes(path, b"".join(kept))
 
 
 def log_run_dir(run_dir: Path) -> None:

@@ -24,6 +24,7 @@ with w:                                         # an exception: `failed`, its ki
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import time
@@ -43,6 +44,22 @@ T = TypeVar("T")
 RESUME_EXIT = failure.EXIT_CODES[failure.CONFIG]
 #: The exit code when lavenderd asks this script for a step it does not do.
 WRONG_STEP_EXIT = 2
+
+
+#: The environment variable that tells a worker the step to stop at (`lavenderd drill`).
+STOP_AT_STEP_VAR = "LAVENDER_STOP_AT_STEP"
+
+
+def _stop_at_step(value: Optional[str]) -> Optional[int]:
+    if value is None or value == "":
+        return None
+    try:
+        step = int(value)
+    except ValueError:
+        raise ValueError(f"{STOP_AT_STEP_VAR}={value!r} is not a step number; unset it or give one (e.g. 120)") from None
+    if step < 0:
+        raise ValueError(f"{STOP_AT_STEP_VAR}={value!r} is negative; give a step number (e.g. 120)")
+    return step
 
 
 class Worker:
@@ -130,6 +147,10 @@ class Worker:
         self.skip_ranges = skips.to_apply(ranges, start_step, applied)
         self.skip_steps = skips.steps(self.skip_ranges)
         self.skips_applied = len(ranges)
+        #: `LAVENDER_STOP_AT_STEP` (set by `lavenderd drill`): once this step is done,
+        #: `should_stop()` is true, as after a SIGTERM (the drill's worker saves into
+        #: its scratch run and exits).
+        self.stop_at_step = _stop_at_step(os.environ.get(STOP_AT_STEP_VAR))
 
     # ----- construction from lavenderd's arguments -----
 
@@ -196,6 +217,8 @@ class Worker:
         """True once any rank saw SIGTERM. Under torch.distributed this is a collective
         (every rank calls it once per step, at the same point), so all ranks stop
         after the same step."""
+        if self.stop_at_step is not None and self._step >= self.stop_at_step:
+            self._stop_flag = True
         if not self._stop_agreed:
             self._stop_agreed = dist.any_rank(self._stop_flag)
         return self._stop_agreed
@@ -294,6 +317,8 @@ class Worker:
         self._rate_mark = (time.monotonic(), self._step)
         if self.writes:
             protocol.log_run_dir(self.run_dir)
+            # The steps after this one were lost with the process before: trained again.
+            protocol.cut_back_steps(self.run_dir, self._step)
             extra = dict(fields)
             if self.skip_ranges:
                 self.event(
@@ -336,9 +361,15 @@ class Worker:
     ) -> None:
         """Report step `step` done; the heartbeat is rewritten every `heartbeat_every`
         steps, at most every `heartbeat_min_interval_s` seconds (always on the first
-        step and when `force`)."""
+        step and when `force`). A step with its `loss` is appended to the run's step
+        record (`log_history.jsonl`), every step, for lavenderd's replay check."""
         self._step = int(step)
         self._stepped = True
+        if self.writes and loss is not None:
+            entry = protocol.step_entry(
+                step, loss=loss, learning_rate=lr, grad_norm=grad_norm, epoch=epoch, stage=self.stage
+            )
+            protocol.append_step(self.run_dir, entry)
         for key, value in (("loss", loss), ("lr", lr), ("grad_norm", grad_norm), ("epoch", epoch)):
             if value is not None:
                 self._last[key] = float(value)

@@ -50,8 +50,9 @@ pub struct TrainArgs {
     /// Compute device: auto|cpu|cuda|cuda:N|mps (overrides the config's `device`).
     #[arg(long)]
     pub device: Option<String>,
-    /// Stop once this global step is done, exactly as on SIGTERM (save, exit 0).
-    #[arg(long, value_name = "STEP", hide = true)]
+    /// Stop once this global step is done, exactly as on SIGTERM (save, exit 0);
+    /// `lavenderd drill` sets it through the environment, as for any worker.
+    #[arg(long, value_name = "STEP", hide = true, env = "LAVENDER_STOP_AT_STEP")]
     pub stop_at_step: Option<u64>,
     /// Test hook: the N-th save of this process writes its files and holds its commit
     /// until a file `.tmp-release-held-save` appears in the run directory, so a save

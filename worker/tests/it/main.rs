@@ -10,6 +10,7 @@ mod data_interrupt;
 mod data_pipeline;
 mod data_steps;
 mod disk_full;
+mod drill;
 mod export_hf;
 mod project_folder;
 mod readme_commands;

@@ -154,3 +154,59 @@ fn assert_mismatch_at_21(d: &Lavenderd) {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("RESUME MISMATCH"), "{text}");
 }
+
+/// No false alarm: the real worker (named as the command, so `auto` is bit for
+/// bit) killed 20 times wherever it happens to be, each time restarted from its
+/// newest checkpoint; every replay agrees and the run finishes.
+#[test]
+fn twenty_kills_anywhere_replay_bit_for_bit_and_raise_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    lavender_testkit::training::write_tokens(&dir.path().join("data"));
+    let stages = "    - {name: pretrain, steps: 4000, lr: 3.0e-3, checkpoint_every: 20}";
+    let config = lavender_testkit::training::TrainOnly {
+        worker: WORKER,
+        model: lavender_testkit::training::SMALL_MODEL,
+        keep_checkpoints: 3,
+        stages,
+        supervisor: "  restart_backoff_s: [0]\n  max_restarts: 100\n  max_same_failure: 100",
+        notify: "",
+        extra: "",
+    }
+    .yaml();
+    let mut d = Lavenderd::with_real_worker(dir.path(), &config);
+    d.serve();
+    d.start(&[]);
+    let (mut checked, mut last_pid, mut last_step) = (0, None, 0);
+    for _ in 0..20 {
+        // A worker of its own each time, a few steps past where the last one was
+        // killed (or past the first checkpoint).
+        let st = d.wait_status(T, "a new worker training", |st| {
+            assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+            st["pipeline"]["pid"].as_u64().is_some()
+                && st["pipeline"]["pid"].as_u64() != last_pid
+                && st["training"]["running"] == true
+                && st["training"]["step"].as_u64() > Some(last_step.max(20) + 5)
+        });
+        checked = st["training"]["replay"]["steps_checked"]
+            .as_u64()
+            .unwrap_or(0);
+        last_pid = st["pipeline"]["pid"].as_u64();
+        last_step = st["training"]["step"].as_u64().unwrap();
+        lavender_testkit::send_signal(-(last_pid.unwrap() as i32), 9);
+    }
+    let st = d.wait_state("finished", T);
+    let replay = &st["training"]["replay"];
+    assert_eq!(replay["verdict"], "passed", "{st:#}");
+    assert_eq!(replay["tolerance"], "exact", "{st:#}");
+    assert!(replay["steps_checked"].as_u64() >= Some(checked), "{st:#}");
+    assert!(
+        replay["steps_checked"].as_u64() >= Some(20),
+        "too few replayed steps to say anything: {st:#}"
+    );
+    eprintln!("20 kills: {replay}");
+    assert!(
+        !decisions(&d).iter().any(|l| l["kind"] == "resume_mismatch"),
+        "{:?}",
+        decisions(&d)
+    );
+}

@@ -44,6 +44,14 @@ pub fn checkpoints(settings: &Settings, run: Option<&str>, json: bool) -> Result
         println!("no complete checkpoints");
     } else {
         for c in list {
+            let check = c
+                .damage
+                .clone()
+                .unwrap_or_else(|| c.verification.as_str().to_string());
+            let check = match &c.drill {
+                Some(drill) => format!("{check}, {drill}"),
+                None => check,
+            };
             println!(
                 "{}  step {}  stage {}  loss {}  {}  {}",
                 c.name,
@@ -52,9 +60,7 @@ pub fn checkpoints(settings: &Settings, run: Option<&str>, json: bool) -> Result
                 c.loss
                     .map(|l| format!("{l:.4}"))
                     .unwrap_or_else(|| "-".into()),
-                c.damage
-                    .clone()
-                    .unwrap_or_else(|| c.verification.as_str().to_string()),
+                check,
                 c.path.display()
             );
         }

@@ -4,6 +4,7 @@ pub mod attribute;
 pub mod config;
 pub mod daemon_stop;
 pub mod debug;
+pub mod drill;
 pub mod export;
 pub mod incidents;
 pub mod listing;
@@ -51,6 +52,17 @@ pub async fn dispatch(global: GlobalArgs, command: Command) -> Result<ExitCode> 
         Command::Checkpoints { run, json } => {
             pull::checkpoints(&settings()?, run.as_deref(), json).await
         }
+        Command::Drill {
+            run,
+            checkpoint,
+            steps,
+            json,
+        } => Ok(settings()
+            .and_then(|s| drill::run(&s, run.as_deref(), checkpoint.as_deref(), steps, json))
+            .unwrap_or_else(|e| {
+                eprintln!("lavenderd: {e:#}");
+                ExitCode::from(2)
+            })),
         // 1 is damage found; a check that could not run is 2, so a cron job tells them apart.
         Command::Verify { run, all, json } => Ok(settings()
             .and_then(|s| verify::run(&s, run.as_deref(), all, json))
@@ -143,6 +155,7 @@ fn say_for(command: &Command) -> Say {
         | Command::Incidents { json: true, .. }
         | Command::Checkpoints { json: true, .. }
         | Command::Verify { json: true, .. }
+        | Command::Drill { json: true, .. }
         | Command::Attribute(AttributeArgs { json: true, .. }) => Say::Stderr,
         _ => Say::Stdout,
     }

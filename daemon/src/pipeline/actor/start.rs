@@ -375,10 +375,9 @@ impl Actor {
         let ran_with = self.ran_with(step);
         // Observe mode leaves the run's files as they are: no replay check.
         let replay = (step == PipelineStep::Train && !self.observing()).then(|| {
-            let sup = &self.config.supervisor;
             (
                 self.layout.state_dir.clone(),
-                sup.replay_tolerance.resolve(&self.config),
+                self.config.replay_tolerance(),
             )
         });
         tokio::spawn(async move {

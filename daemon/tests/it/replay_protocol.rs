@@ -1,0 +1,176 @@
+//! The replay check under a `lavender_protocol` script (python/tests/schedule_script.py,
+//! a loop whose learning-rate warm-up is kept in its checkpoint): the first worker
+//! hangs after step 30 and is killed; the restart from the checkpoint at 25 trains
+//! steps 26 to 30 again. Resumed whole, they agree (the protocol's step record is
+//! the first pass's); a script that forgets its schedule's position gives another
+//! learning rate at step 26, and the daemon names it. The same with the Hugging Face
+//! example (examples/hf-trainer/train.py), whose record holds the Trainer's mean loss
+//! over each logging window: resumed whole its replayed windows agree within the
+//! tolerance; with `--ignore-data-skip` (the Trainer starts the epoch's data over on
+//! a resume) the first replayed window differs.
+
+use std::time::Duration;
+
+use lavender_testkit::python::*;
+use lavender_testkit::*;
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(120);
+
+fn env(forget: bool) -> Env {
+    let mut command = vec![
+        venv_tool("python"),
+        repo()
+            .join("python/tests/schedule_script.py")
+            .display()
+            .to_string(),
+        "--steps".into(),
+        "60".into(),
+        "--hang-after".into(),
+        "30".into(),
+    ];
+    if forget {
+        command.push("--forget-schedule".into());
+    }
+    let mut env = Env::python(&command, "  restart_backoff_s: [0]", "");
+    env.serve();
+    env.start(&[]);
+    env
+}
+
+/// Kills the first worker, hung after step 30; the status once the check is done.
+fn killed_at_30_and_replayed(env: &Env) -> Value {
+    env.wait_status(T, "the first worker at step 30", |st| {
+        st["training"]["step"].as_u64() == Some(30)
+    });
+    let worker = env.worker_pid().unwrap();
+    send_signal(-worker, 9);
+    env.wait_status(T, "the replay check's verdict", |st| {
+        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+        matches!(
+            st["training"]["replay"]["verdict"].as_str(),
+            Some("passed" | "mismatch")
+        )
+    })
+}
+
+#[test]
+fn a_protocol_script_resumed_whole_replays_its_steps_as_they_were() {
+    let env = env(false);
+    let st = killed_at_30_and_replayed(&env);
+    let replay = &st["training"]["replay"];
+    assert_eq!(replay["verdict"], "passed", "{st:#}");
+    assert_eq!(replay["steps_checked"], 5, "{st:#}");
+    assert_eq!(replay["largest_difference"], 0.0, "{st:#}");
+    // `auto` for a script: a relative tolerance.
+    assert_eq!(replay["tolerance"], "relative 0.02", "{st:#}");
+    env.wait_state("finished", T);
+}
+
+#[test]
+fn a_protocol_script_that_forgets_its_schedule_is_a_resume_mismatch_naming_the_step() {
+    let env = env(true);
+    let st = killed_at_30_and_replayed(&env);
+    let replay = &st["training"]["replay"];
+    assert_eq!(replay["verdict"], "mismatch", "{st:#}");
+    assert_eq!(
+        replay["mismatch"], "step 26 learning_rate 0.026 vs 0.001",
+        "{st:#}"
+    );
+    let log = env.log_with("ALERT step train: the run resumed from", T);
+    assert!(log.contains("step 26 learning_rate"), "{log}");
+    env.wait_state("finished", T);
+}
+
+/// The Hugging Face example: 300 steps of batches of 4 windows of 32 bytes, a save
+/// every 100, a log every 5, no evaluation on the way.
+fn hf_env(ignore_data_skip: bool) -> Env {
+    require_modules(&["torch", "transformers", "accelerate"]);
+    let mut command: Vec<String> = [
+        venv_tool("python").as_str(),
+        &example("hf-trainer/train.py"),
+        "--max-steps",
+        "300",
+        "--save-steps",
+        "100",
+        "--eval-steps",
+        "100000",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "32",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if ignore_data_skip {
+        command.push("--ignore-data-skip".into());
+    }
+    let mut env = Env::python(
+        &command,
+        "  restart_backoff_s: [0]\n  startup_grace_s: 300",
+        "",
+    );
+    env.serve();
+    env.start(&[]);
+    env
+}
+
+/// Freezes the worker once it is at least two logging windows past its newest
+/// checkpoint (thawing it to go on when it is not), then kills it; the status once
+/// the restart's check is done.
+fn hf_killed_past_a_checkpoint_and_replayed(env: &Env) -> Value {
+    let mut at_least = 110;
+    loop {
+        env.wait_status(T, &format!("the worker past step {at_least}"), |st| {
+            assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+            st["training"]["step"].as_u64() >= Some(at_least)
+                && st["training"]["checkpoints"].as_u64() >= Some(1)
+        });
+        let worker = env.worker_pid().unwrap();
+        send_signal(-worker, 19); // SIGSTOP to the group
+        let run = env.run_dir();
+        let step = lavender::heartbeat::read(&lavender::heartbeat::path(&run))
+            .unwrap()
+            .step;
+        let newest = lavender::checkpoint::latest_complete(&run)
+            .unwrap()
+            .and_then(|c| lavender::trainer_state::read(&c.path).ok())
+            .map_or(0, |s| s.step);
+        if step >= newest + 10 {
+            send_signal(-worker, 9);
+            break;
+        }
+        send_signal(-worker, 18); // SIGCONT: too close to its checkpoint
+        at_least = newest + 10;
+    }
+    env.wait_status(T, "the replay check's verdict", |st| {
+        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+        matches!(
+            st["training"]["replay"]["verdict"].as_str(),
+            Some("passed" | "mismatch")
+        )
+    })
+}
+
+#[test]
+fn the_hf_example_resumed_whole_replays_its_logged_windows_within_the_tolerance() {
+    let env = hf_env(false);
+    let st = hf_killed_past_a_checkpoint_and_replayed(&env);
+    let replay = &st["training"]["replay"];
+    assert_eq!(replay["verdict"], "passed", "{st:#}");
+    assert!(replay["steps_checked"].as_u64() >= Some(2), "{st:#}");
+    say(format!("HF example resumed whole: {replay}"));
+    env.wait_state("finished", T);
+}
+
+#[test]
+fn the_hf_example_that_starts_its_epoch_over_on_a_resume_is_a_resume_mismatch() {
+    let env = hf_env(true);
+    let st = hf_killed_past_a_checkpoint_and_replayed(&env);
+    let replay = &st["training"]["replay"];
+    assert_eq!(replay["verdict"], "mismatch", "{st:#}");
+    say(format!("HF example with ignore_data_skip: {replay}"));
+    let said = replay["mismatch"].as_str().unwrap();
+    assert!(said.contains(" loss "), "{said}");
+}
