@@ -119,3 +119,46 @@ pub fn forget_others(run_dir: &Path, names: &[&str]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::listing::tests::save;
+    use super::*;
+    use crate::checkpoint::enforce_retention;
+
+    fn verdict(passed: bool) -> DrillVerdict {
+        DrillVerdict {
+            passed,
+            steps: 3,
+            mismatch: (!passed).then(|| "step 11 loss 2 vs 3".to_string()),
+            tolerance: "exact".into(),
+            at: "2026-01-01T00:00:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn retention_keeps_the_newest_drilled_and_any_a_drill_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run-2026-01-01_00-00-00");
+        let paths: Vec<PathBuf> = (1..=6).map(|i| save(&run, "pretrain", i, None)).collect();
+        let name = |i: usize| paths[i].file_name().unwrap().to_string_lossy().into_owned();
+        record(&run, &name(0), &verdict(true)).unwrap();
+        record(&run, &name(1), &verdict(true)).unwrap();
+        record(&run, &name(2), &verdict(false)).unwrap();
+        let reading = reading(&run, &name(3)).unwrap();
+        let dropped = enforce_retention(&run, 1).unwrap();
+        // Kept: the newest (6), the newest drilled that passed (2), the one read (4).
+        let left: Vec<bool> = paths.iter().map(|p| p.exists()).collect();
+        assert_eq!(left, [false, true, false, true, false, true], "{dropped:?}");
+        assert_eq!(
+            read(&run, &name(2)).unwrap().describe(),
+            "drill failed: step 11 loss 2 vs 3"
+        );
+        assert_eq!(read(&run, &name(1)).unwrap().describe(), "drilled");
+        drop(reading);
+        enforce_retention(&run, 1).unwrap();
+        assert!(!paths[3].exists());
+        forget_others(&run, &[name(1).as_str()]);
+        assert!(read(&run, &name(0)).is_none() && read(&run, &name(1)).is_some());
+    }
+}

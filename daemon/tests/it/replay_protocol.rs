@@ -18,6 +18,11 @@ use serde_json::Value;
 const T: Duration = Duration::from_secs(120);
 
 fn env(forget: bool) -> Env {
+    schedule_env(forget, &["--hang-after", "30"])
+}
+
+/// The schedule script for 60 steps (a save every 25), with `more` arguments.
+fn schedule_env(forget: bool, more: &[&str]) -> Env {
     let mut command = vec![
         venv_tool("python"),
         repo()
@@ -26,9 +31,8 @@ fn env(forget: bool) -> Env {
             .to_string(),
         "--steps".into(),
         "60".into(),
-        "--hang-after".into(),
-        "30".into(),
     ];
+    command.extend(more.iter().map(|s| s.to_string()));
     if forget {
         command.push("--forget-schedule".into());
     }
@@ -73,10 +77,10 @@ fn a_protocol_script_that_forgets_its_schedule_is_a_resume_mismatch_naming_the_s
     let st = killed_at_30_and_replayed(&env);
     let replay = &st["training"]["replay"];
     assert_eq!(replay["verdict"], "mismatch", "{st:#}");
-    assert_eq!(
-        replay["mismatch"], "step 26 learning_rate 0.026 vs 0.001",
-        "{st:#}"
-    );
+    // 0.1 × 26/100 against 0.1 × 1/100: the warm-up started over.
+    let said = replay["mismatch"].as_str().unwrap();
+    assert!(said.starts_with("step 26 learning_rate 0.026"), "{st:#}");
+    assert!(said.ends_with(" vs 0.001"), "{st:#}");
     let log = env.log_with("ALERT step train: the run resumed from", T);
     assert!(log.contains("step 26 learning_rate"), "{log}");
     env.wait_state("finished", T);
@@ -171,6 +175,44 @@ fn the_hf_example_that_starts_its_epoch_over_on_a_resume_is_a_resume_mismatch() 
     let replay = &st["training"]["replay"];
     assert_eq!(replay["verdict"], "mismatch", "{st:#}");
     say(format!("HF example with ignore_data_skip: {replay}"));
+    // The first replayed window: its batches are the epoch's first ones again.
     let said = replay["mismatch"].as_str().unwrap();
-    assert!(said.contains(" loss "), "{said}");
+    let newest = replay["checkpoint"].as_str().unwrap();
+    let step: u64 = newest.rsplit('-').next().unwrap().parse().unwrap();
+    assert!(said.starts_with(&format!("step {} ", step + 5)), "{said}");
+}
+
+/// A drill of a protocol script's finished run: resumed in a sandbox from the
+/// checkpoint at 25, step 26 is what the run trained; a script that forgets its
+/// schedule on a resume fails the drill, naming the step and the learning rates.
+#[test]
+fn a_drill_of_a_protocol_run_passes_and_one_whose_resume_forgets_its_schedule_fails() {
+    for forget in [false, true] {
+        let mut env = schedule_env(forget, &[]);
+        env.wait_state("finished", T);
+        env.wait_status(T, "every checkpoint verified", |st| {
+            st["training"]["verified_checkpoints"].as_u64() >= Some(3)
+        });
+        env.terminate_daemons();
+        let first = lavender::checkpoint::list_run_checkpoints(&env.run_dir()).unwrap()[0].clone();
+        assert_eq!(first.state.step, 25);
+        let out = env.run(&["drill", "--checkpoint", &first.name]);
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        say(format!(
+            "$ lavenderd drill --checkpoint {}\n{said}",
+            first.name
+        ));
+        if forget {
+            assert_eq!(out.status.code(), Some(1), "{said}");
+            assert!(said.contains("step 26 learning_rate 0.026"), "{said}");
+            assert!(said.contains(" vs 0.001 (relative 0.02)"), "{said}");
+        } else {
+            assert!(out.status.success(), "{said}");
+            assert!(said.contains("drill passed: 1 step(s)"), "{said}");
+        }
+    }
 }
