@@ -103,6 +103,9 @@ pub enum Alert {
     /// (`lavender::replay`): the checkpoint does not resume the run. `message` names
     /// the checkpoint, the step and both values.
     ResumeMismatch { step: PipelineStep, message: String },
+    /// A restore drill (`supervisor.drill`) found a checkpoint that does not resume
+    /// the run; `message` names it, the step and both values. Once per checkpoint.
+    DrillFailed { message: String },
     /// The daemon's start resumed a pipeline interrupted by its previous exit or a
     /// power loss (`supervisor.resume_on_start`).
     Resumed {
@@ -221,6 +224,7 @@ impl Alert {
             Alert::CheckpointDamaged { .. } => "checkpoint_damaged",
             Alert::StorageError { .. } => "storage_error",
             Alert::ResumeMismatch { .. } => "resume_mismatch",
+            Alert::DrillFailed { .. } => "drill_failed",
             Alert::Resumed { .. } => "resumed",
             Alert::Stale { .. } => "stalled",
             Alert::Recovered { .. } | Alert::IncidentOver { .. } => "recovered",
@@ -260,7 +264,9 @@ impl Alert {
             | Alert::DiskSpaceBack { step, .. }
             | Alert::SaveWontFit { step, .. }
             | Alert::StoppedExternally { step } => Some(*step),
-            Alert::Slowdown { .. } | Alert::SlowdownRecovered { .. } => Some(PipelineStep::Train),
+            Alert::Slowdown { .. }
+            | Alert::SlowdownRecovered { .. }
+            | Alert::DrillFailed { .. } => Some(PipelineStep::Train),
             Alert::Finished { .. }
             | Alert::IncidentClosed { .. }
             | Alert::DiskLow { .. }
@@ -316,6 +322,7 @@ impl std::fmt::Display for Alert {
             | Alert::DiskSpaceBack { step, message }
             | Alert::SaveWontFit { step, message } => write!(f, "step {step}: {message}"),
             Alert::Resumed { step, message, .. } => write!(f, "step {step}: {message}"),
+            Alert::DrillFailed { message } => write!(f, "restore drill: {message}"),
             Alert::Adopted { step, worker } => {
                 write!(f, "re-adopted the running worker of step {step} ({worker})")
             }

@@ -293,3 +293,113 @@ fn lowest_priority(cmd: &mut std::process::Command) {
         });
     }
 }
+
+/// `supervisor.drill`: follows the refresher's snapshots; while a training worker
+/// runs, a drill of the run's newest verified checkpoint it trained past every
+/// `every_checkpoints` newly verified checkpoints and/or every `every_hours`, one at
+/// a time on the blocking pool. A failed drill alerts once per checkpoint; a drill
+/// that could not run (nothing recorded past the checkpoint yet) is tried again at
+/// the next look that finds one due.
+pub(crate) fn spawn_schedule(
+    layout: Layout,
+    config: Config,
+    mut snapshots: tokio::sync::watch::Receiver<std::sync::Arc<crate::status::StatusSnapshot>>,
+    alerts: crate::alert::AlertSender,
+) {
+    let schedule = config.supervisor.drill;
+    if !schedule.enabled() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut due = Due::default();
+        let mut alerted: Vec<(PathBuf, String)> = Vec::new();
+        loop {
+            let (run, verified) = {
+                let snap = snapshots.borrow_and_update();
+                let training = snap
+                    .record
+                    .state
+                    .worker()
+                    .is_some_and(|w| w.step == PipelineStep::Train);
+                (
+                    snap.facts.run_dir.clone().filter(|_| training),
+                    snap.facts.verified_checkpoints,
+                )
+            };
+            if let Some(run_dir) = run
+                && due.now(&schedule, &run_dir, verified)
+            {
+                let (layout, config, dir) = (layout.clone(), config.clone(), run_dir.clone());
+                let drilled = tokio::task::spawn_blocking(move || {
+                    let drill = Drill::plan(&config, &dir, None, None)?;
+                    let verdict = drill.run(&layout, &config)?;
+                    anyhow::Ok((drill.checkpoint.name, verdict))
+                })
+                .await;
+                match drilled {
+                    Ok(Ok((name, verdict))) => {
+                        due.done(&run_dir, verified);
+                        if verdict.passed {
+                            tracing::info!(
+                                "drill of {name}: {} step(s) as the run trained them ({})",
+                                verdict.steps,
+                                verdict.tolerance
+                            );
+                        } else if !alerted.contains(&(run_dir.clone(), name.clone())) {
+                            alerted.push((run_dir.clone(), name.clone()));
+                            let _ = alerts.send(crate::alert::Alert::DrillFailed {
+                                message: format!(
+                                    "checkpoint {name} of {} does not resume the run: {} ({}); the checkpoint is intact, its resume is not",
+                                    run_dir.display(),
+                                    verdict.mismatch.as_deref().unwrap_or("a step differs"),
+                                    verdict.tolerance
+                                ),
+                            });
+                        }
+                    }
+                    Ok(Err(e)) => tracing::debug!("drill not run yet: {e:#}"),
+                    Err(e) => tracing::warn!("the drill task failed: {e}"),
+                }
+            }
+            if snapshots.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// When the next scheduled drill is due: per run, the verified checkpoints and the
+/// time at the last drill.
+#[derive(Default)]
+struct Due {
+    last: Option<(PathBuf, u64, Instant)>,
+}
+
+impl Due {
+    fn now(
+        &mut self,
+        schedule: &lavender::config::DrillSchedule,
+        run: &Path,
+        verified: u64,
+    ) -> bool {
+        let (at_count, at) = match &self.last {
+            Some((r, n, t)) if r == run => (*n, *t),
+            // A new run (or the first look): counted from here.
+            _ => {
+                self.last = Some((run.to_path_buf(), 0, Instant::now()));
+                (0, Instant::now())
+            }
+        };
+        let by_count = schedule
+            .every_checkpoints
+            .is_some_and(|n| verified >= at_count + n);
+        let by_time = schedule
+            .every_hours
+            .is_some_and(|h| at.elapsed().as_secs_f64() >= h * 3600.0 && verified > 0);
+        by_count || by_time
+    }
+
+    fn done(&mut self, run: &Path, verified: u64) {
+        self.last = Some((run.to_path_buf(), verified, Instant::now()));
+    }
+}

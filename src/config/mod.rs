@@ -55,8 +55,8 @@ pub use source::{
     Compression, DEFAULT_TEXT_KEY, DataSource, EmbeddedCorpus, PathSource, SourceFormat,
 };
 pub use supervision::{
-    FailureAction, OnDiverged, OnFailure, OnResumeMismatch, OnStall, ReplayTolerance, Slowdown,
-    StaleAfter, StaleAuto, SupervisorMode,
+    DrillSchedule, FailureAction, OnDiverged, OnFailure, OnResumeMismatch, OnStall,
+    ReplayTolerance, Slowdown, StaleAfter, StaleAuto, SupervisorMode,
 };
 
 use tree::Node;

@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::supervision::{
-    OnDiverged, OnFailure, OnResumeMismatch, OnStall, ReplayTolerance, Slowdown, StaleAfter,
-    StaleAuto, SupervisorMode,
+    DrillSchedule, OnDiverged, OnFailure, OnResumeMismatch, OnStall, ReplayTolerance, Slowdown,
+    StaleAfter, StaleAuto, SupervisorMode,
 };
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -482,6 +482,9 @@ pub struct SupervisorConfig {
     /// What a replayed step that differs gets.
     #[serde(default)]
     pub on_resume_mismatch: OnResumeMismatch,
+    /// Restore drills while training goes on.
+    #[serde(default)]
+    pub drill: DrillSchedule,
     /// Rollbacks within `rollback_window_steps` of each other before a divergence
     /// fails the pipeline.
     pub max_rollbacks: u32,

@@ -156,6 +156,22 @@ impl<'de> Deserialize<'de> for ReplayTolerance {
     }
 }
 
+/// `supervisor.drill`: restore drills while training goes on (`lavenderd drill` on
+/// the run's newest verified checkpoint it trained past), every N newly verified
+/// checkpoints and/or every H hours; both `null` (the default): none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrillSchedule {
+    pub every_checkpoints: Option<u64>,
+    pub every_hours: Option<f64>,
+}
+
+impl DrillSchedule {
+    pub fn enabled(&self) -> bool {
+        self.every_checkpoints.is_some() || self.every_hours.is_some()
+    }
+}
+
 /// `supervisor.on_resume_mismatch`: what a replayed step that differs gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -8,7 +8,7 @@ use super::error::{ConfigError, ConfigErrorKind};
 use super::scale::Scale;
 use super::sections::{Config, SupervisorConfig};
 use super::source::{Compression, DataSource, PathSource, SourceFormat};
-use super::supervision::StaleAfter;
+use super::supervision::{ReplayTolerance, StaleAfter};
 
 type Check = Result<(), ConfigError>;
 
@@ -489,6 +489,30 @@ fn supervision_rules(s: &SupervisorConfig) -> Result<(), ConfigError> {
         ));
     }
     positive_seconds("supervisor.slowdown.for_s", s.slowdown.for_s)?;
+    if s.drill.every_checkpoints == Some(0) {
+        return Err(invalid(
+            "supervisor.drill.every_checkpoints",
+            "0 checkpoints between drills; give 1 or more, or null for none".to_string(),
+        ));
+    }
+    if let Some(h) = s.drill.every_hours
+        && !(h.is_finite() && h > 0.0)
+    {
+        return Err(invalid(
+            "supervisor.drill.every_hours",
+            format!("{h} hours between drills; give a number above 0, or null for none"),
+        ));
+    }
+    if let ReplayTolerance::Relative(r) = s.replay_tolerance
+        && !(r.is_finite() && (0.0..1.0).contains(&r))
+    {
+        return Err(invalid(
+            "supervisor.replay_tolerance",
+            format!(
+                "{r} is not a relative tolerance; give a fraction from 0 to below 1, exact or auto"
+            ),
+        ));
+    }
     let a = &s.stale_auto;
     if !(a.factor.is_finite() && a.factor >= 1.0) {
         return Err(invalid(

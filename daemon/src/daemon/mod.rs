@@ -548,6 +548,7 @@ fn status_tasks(
         let report = lifecycle.subscribe();
         tokio::spawn(follow_checkpoints(cache.subscribe_refreshes(), lifecycle));
         let goodput = crate::goodput::Goodput::load(layout, &settings.config, alerts.clone());
+        let alerts_for_drills = alerts.clone();
         status::watchdog::spawn(
             layout.clone(),
             cache.subscribe_refreshes(),
@@ -558,6 +559,12 @@ fn status_tasks(
             layout.state_dir.clone(),
             cache.subscribe_refreshes(),
             pipeline.clone(),
+        );
+        crate::drill::spawn_schedule(
+            layout.clone(),
+            settings.config.clone(),
+            cache.subscribe_refreshes(),
+            alerts_for_drills,
         );
         let web = WebState::start(
             feed,

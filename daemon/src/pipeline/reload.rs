@@ -30,6 +30,7 @@ impl TakesEffectRule for TakesEffect {
             "supervisor.allow_non_loopback",
             "supervisor.watcher",
             "supervisor.slowdown",
+            "supervisor.drill",
         ]
         .iter()
         .any(|k| under(k))

@@ -116,6 +116,10 @@ pub fn pushes(alert: &Alert, prefix: &str, log_lines: usize) -> Vec<Notification
             "resume mismatch: a replayed step differs from the first pass".to_string(),
             message.clone(),
         )],
+        Alert::DrillFailed { message } => vec![push(
+            "restore drill failed: a checkpoint does not resume the run".to_string(),
+            message.clone(),
+        )],
         Alert::Resumed { message, .. } => {
             vec![push("resumed by itself".to_string(), message.clone())]
         }

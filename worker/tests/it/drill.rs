@@ -125,3 +125,73 @@ fn a_drill_of_a_resume_that_forgets_its_data_position_fails_naming_the_step() {
         "{listed}"
     );
 }
+
+/// A training daemon with `supervisor.drill: {every_checkpoints: 1}`: 400 steps, a
+/// checkpoint every 20, the worker command adding `hook`.
+fn drilling_daemon(dir: &Path, hook: &str) -> Lavenderd {
+    lavender_testkit::training::write_tokens(&dir.join("data"));
+    let command = serde_json::json!([
+        "/bin/sh",
+        "-c",
+        format!("exec {WORKER} \"$@\" {hook}"),
+        "sh"
+    ]);
+    let config = lavender_testkit::training::TrainOnly {
+        worker: WORKER,
+        model: lavender_testkit::training::SMALL_MODEL,
+        keep_checkpoints: 3,
+        stages: "    - {name: pretrain, steps: 2000, lr: 3.0e-3, checkpoint_every: 20}",
+        supervisor: "  replay_tolerance: exact\n  drill: {every_checkpoints: 1}",
+        notify: "",
+        extra: "",
+    }
+    .yaml()
+    .replace(
+        &format!(r#"command: ["{WORKER}"]"#),
+        &format!("command: {command}"),
+    );
+    let mut d = Lavenderd::with_real_worker(dir, &config);
+    d.serve();
+    d.start(&[]);
+    d
+}
+
+/// The drill records of the run: (checkpoint, passed).
+fn drilled(run: &Path) -> Vec<(String, bool)> {
+    let Ok(entries) = std::fs::read_dir(run) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ck = name
+                .strip_prefix(".drill.")?
+                .strip_suffix(".json")?
+                .to_string();
+            let v = lavender::checkpoint::drills::read(run, &ck)?;
+            Some((ck, v.passed))
+        })
+        .collect()
+}
+
+#[test]
+fn drills_run_by_themselves_while_training_goes_on_and_a_failed_one_alerts() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = drilling_daemon(&dir.path().join("good"), "");
+    lavender_testkit::wait_until(T, "a drill that passed while the worker trains", || {
+        let st = d.status();
+        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+        st["training"]["running"] == true && drilled(&d.run_dir()).iter().any(|(_, ok)| *ok)
+    });
+    assert!(
+        drilled(&d.run_dir()).iter().all(|(_, ok)| *ok),
+        "{:?}",
+        drilled(&d.run_dir())
+    );
+
+    let d = drilling_daemon(&dir.path().join("bad"), "--forget-on-resume cursor");
+    let log = d.log_with("restore drill: checkpoint", T);
+    assert!(log.contains("does not resume the run: step "), "{log}");
+    assert!(drilled(&d.run_dir()).iter().any(|(_, ok)| !*ok));
+}
