@@ -25,6 +25,10 @@ use serde_json::Value;
 
 use crate::error::{IoContext, Result};
 
+/// One writer of the checks at a time in this process: a keep and the watcher's
+/// writes of the check it follows never cross.
+static WRITES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The most bytes one [`read_from`] reads (the rest waits for the next call).
 pub const MAX_READ: u64 = 16 << 20;
 
@@ -235,6 +239,10 @@ pub struct Replay {
     /// Steps checked by the run's earlier resumes.
     #[serde(default)]
     pub checked_before: u64,
+    /// Which keep this check is (a time and the keeper's pid): a writer holding an
+    /// older one writes nothing over a newer ([`Replay::write_if_current`]).
+    #[serde(default)]
+    pub kept: String,
 }
 
 impl Replay {
@@ -269,6 +277,7 @@ impl Replay {
             verdict,
             mismatch: None,
             checked_before: 0,
+            kept: String::new(),
         }
     }
 
@@ -351,6 +360,16 @@ impl Replay {
         serde_json::from_slice(&bytes).ok()
     }
 
+    /// Writes it unless the file now holds another keep (a relaunch kept a newer
+    /// check meanwhile); returns whether it wrote.
+    pub fn write_if_current(&self, state_dir: &Path) -> Result<bool> {
+        let _one = WRITES.lock().unwrap_or_else(|p| p.into_inner());
+        if Replay::read(state_dir, &self.run).is_some_and(|r| r.kept != self.kept) {
+            return Ok(false);
+        }
+        self.write(state_dir).map(|()| true)
+    }
+
     /// Writes it (atomically) under `state_dir`.
     pub fn write(&self, state_dir: &Path) -> Result<()> {
         let Some(path) = path(state_dir, &self.run) else {
@@ -419,6 +438,7 @@ pub fn keep(
     checkpoint: &Path,
     tolerance: Tolerance,
 ) -> Result<Option<Replay>> {
+    let _one = WRITES.lock().unwrap_or_else(|p| p.into_inner());
     let (Some(run), Some(name)) = (file_name(run_dir), file_name(checkpoint)) else {
         return Ok(None);
     };
@@ -466,6 +486,11 @@ pub fn keep(
         return Ok(None);
     }
     replay.verdict = Verdict::Checking;
+    replay.kept = format!(
+        "{}-{}",
+        crate::time::rfc3339_z(crate::time::now_utc()),
+        std::process::id()
+    );
     replay.write(state_dir)?;
     cut_back(&record_path, from_step)?;
     Ok(Some(replay))

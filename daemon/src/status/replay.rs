@@ -162,8 +162,9 @@ impl Watcher {
     }
 }
 
+/// Writes the check followed, unless a relaunch kept a newer one meanwhile.
 fn write(state_dir: &Path, replay: &Replay) {
-    if let Err(e) = replay.write(state_dir) {
+    if let Err(e) = replay.write_if_current(state_dir) {
         tracing::warn!("replay check: could not write its state: {e}");
     }
 }

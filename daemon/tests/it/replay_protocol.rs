@@ -216,3 +216,34 @@ fn a_drill_of_a_protocol_run_passes_and_one_whose_resume_forgets_its_schedule_fa
         }
     }
 }
+
+/// A drill of the Hugging Face example's finished run: resumed from checkpoint-100
+/// in a sandbox, it trains up to the next logged step (a window of 5) and agrees
+/// within the tolerance; with `--ignore-data-skip` that window trains the epoch's
+/// first batches again, and the drill fails.
+#[test]
+fn a_drill_of_the_hf_example_passes_and_one_that_starts_its_epoch_over_fails() {
+    for ignore_data_skip in [false, true] {
+        let mut env = hf_env(ignore_data_skip);
+        env.wait_state("finished", T);
+        env.wait_status(T, "every checkpoint verified", |st| {
+            st["training"]["verified_checkpoints"].as_u64() >= Some(3)
+        });
+        env.terminate_daemons();
+        let out = env.run(&["drill", "--checkpoint", "checkpoint-100"]);
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        say(format!("$ lavenderd drill --checkpoint checkpoint-100 (ignore_data_skip: {ignore_data_skip})\n{said}"));
+        assert!(said.contains("for 5 step(s)"), "{said}");
+        if ignore_data_skip {
+            assert_eq!(out.status.code(), Some(1), "{said}");
+            assert!(said.contains("step 105 "), "{said}");
+        } else {
+            assert!(out.status.success(), "{said}");
+            assert!(said.contains("drill passed: 1 step(s)"), "{said}");
+        }
+    }
+}

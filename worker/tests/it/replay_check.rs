@@ -210,3 +210,66 @@ fn twenty_kills_anywhere_replay_bit_for_bit_and_raise_nothing() {
         decisions(&d)
     );
 }
+
+/// A daemon killed in the middle of a replay: the first worker hangs after step 30
+/// and is killed; the second replays 21 to 25 and hangs; the daemon is killed then
+/// (a power cut of the daemon alone) and a new one adopts the hung worker, which is
+/// killed too. The third worker replays 21 to 30 from the same checkpoint: the new
+/// daemon compares them from the state the old one left, and every step agrees.
+#[test]
+fn a_daemon_restarted_in_the_middle_of_a_replay_goes_on_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    lavender_testkit::training::write_tokens(&dir.path().join("data"));
+    let count = dir.path().join("workers");
+    let script = format!(
+        "n=$(cat {c} 2>/dev/null || echo 0); echo $((n + 1)) > {c}; \
+         case $n in 0) exec {WORKER} \"$@\" --hang-at-step 30;; 1) exec {WORKER} \"$@\" --hang-at-step 25;; *) exec {WORKER} \"$@\";; esac",
+        c = count.display()
+    );
+    let config = lavender_testkit::training::TrainOnly {
+        worker: WORKER,
+        model: lavender_testkit::training::SMALL_MODEL,
+        keep_checkpoints: 3,
+        stages: "    - {name: pretrain, steps: 60, lr: 3.0e-3, checkpoint_every: 20}",
+        supervisor: RESTART_AT_ONCE,
+        notify: "",
+        extra: "",
+    }
+    .yaml()
+    .replace(
+        &format!(r#"command: ["{WORKER}"]"#),
+        &format!(
+            "command: {}",
+            serde_json::json!(["/bin/sh", "-c", script, "sh"])
+        ),
+    );
+    let mut d = Lavenderd::with_real_worker(dir.path(), &config);
+    d.serve();
+    d.start(&[]);
+    kill_at_step_30(&d);
+    let run = d.run_dir();
+    let name = run.file_name().unwrap().to_string_lossy().into_owned();
+    lavender_testkit::wait_until(T, "5 replayed steps checked", || {
+        lavender::replay::Replay::read(&d.state_dir(), &name).is_some_and(|r| r.checked == 5)
+    });
+    let hung = d.worker_pid().unwrap();
+    d.kill_daemons();
+    d.serve();
+    d.wait_status(T, "the hung worker adopted", |st| {
+        st["pipeline"]["pid"].as_i64() == Some(hung as i64)
+    });
+    let st = d.status();
+    assert_eq!(st["training"]["replay"]["verdict"], "checking", "{st:#}");
+    assert_eq!(st["training"]["replay"]["steps_checked"], 5, "{st:#}");
+    lavender_testkit::send_signal(-hung, 9);
+    let st = d.wait_state("finished", T);
+    let replay = &st["training"]["replay"];
+    assert_eq!(replay["verdict"], "passed", "{st:#}");
+    // 5 by the second worker, 10 by the third.
+    assert_eq!(replay["steps_checked"], 15, "{st:#}");
+    assert!(
+        !decisions(&d).iter().any(|l| l["kind"] == "resume_mismatch"),
+        "{:?}",
+        decisions(&d)
+    );
+}
