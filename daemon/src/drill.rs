@@ -180,14 +180,12 @@ impl Drill {
         let log_path = scratch.join("worker.log");
         let log = std::fs::File::create(&log_path)
             .with_context(|| format!("create {}", log_path.display()))?;
-        use std::os::unix::process::CommandExt;
         let mut cmd = std::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
-            .envs(&spec.env)
-            .process_group(0);
+            .envs(&spec.env);
         for var in crate::process::spawn::SCRUBBED_ENV {
             cmd.env_remove(var);
         }
@@ -270,30 +268,43 @@ fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
-/// Nice 19 and the idle I/O class for the drill's worker: training goes first.
+/// The drill's worker runs only on what training leaves: a session of its own (so
+/// the killpg above reaches all of it), nice 19, and on Linux the idle scheduling
+/// class, the idle I/O class and its session's autogroup at nice 19 (under autogroup
+/// scheduling, the default of most kernels, a nice weighs only within its session,
+/// and the training worker's is another).
 fn lowest_priority(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: between fork and exec only setpriority(2) and ioprio_set(2) run, both
-    // async-signal-safe syscalls on the child itself; failures are ignored.
+    // SAFETY: between fork and exec only async-signal-safe syscalls run on the child
+    // itself (setsid, open, write, close, sched_setscheduler, setpriority,
+    // ioprio_set); failures are ignored.
     unsafe {
         cmd.pre_exec(|| {
-            nix::libc::setpriority(nix::libc::PRIO_PROCESS, 0, 19);
+            use nix::libc;
+            libc::setsid();
             #[cfg(target_os = "linux")]
             {
-                const IOPRIO_WHO_PROCESS: nix::libc::c_long = 1;
-                const IOPRIO_CLASS_IDLE: nix::libc::c_long = 3;
-                nix::libc::syscall(
-                    nix::libc::SYS_ioprio_set,
+                let fd = libc::open(c"/proc/self/autogroup".as_ptr(), libc::O_WRONLY);
+                if fd >= 0 {
+                    libc::write(fd, b"19".as_ptr().cast(), 2);
+                    libc::close(fd);
+                }
+                let param = libc::sched_param { sched_priority: 0 };
+                libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+                const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+                const IOPRIO_CLASS_IDLE: libc::c_long = 3;
+                libc::syscall(
+                    libc::SYS_ioprio_set,
                     IOPRIO_WHO_PROCESS,
-                    0 as nix::libc::c_long,
+                    0 as libc::c_long,
                     IOPRIO_CLASS_IDLE << 13,
                 );
             }
+            libc::setpriority(libc::PRIO_PROCESS, 0, 19);
             Ok(())
         });
     }
 }
-
 /// `supervisor.drill`: follows the refresher's snapshots; while a training worker
 /// runs, a drill of the run's newest verified checkpoint it trained past every
 /// `every_checkpoints` newly verified checkpoints and/or every `every_hours`, one at
