@@ -224,6 +224,42 @@ impl Lavenderd {
         })
     }
 
+    /// The status once the last resume's replay check has a verdict (`passed` or
+    /// `mismatch`), failing on a failed pipeline.
+    pub fn wait_replay_verdict(&self, timeout: Duration) -> Value {
+        self.wait_status(timeout, "the replay check's verdict", |st| {
+            assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+            matches!(
+                st["training"]["replay"]["verdict"].as_str(),
+                Some("passed" | "mismatch")
+            )
+        })
+    }
+
+    /// The decision log's lines (`state/decisions.jsonl`).
+    pub fn decisions(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.state_dir().join("decisions.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// The run's resumes trained their replayed steps as the first pass had: no
+    /// `resume mismatch` decision, and a replay check that ran said `passed`.
+    pub fn assert_no_resume_mismatch(&self) {
+        let decisions = self.decisions();
+        assert!(
+            !decisions.iter().any(|l| l["kind"] == "resume_mismatch"),
+            "{decisions:?}"
+        );
+        let replay = &self.status()["training"]["replay"];
+        assert!(
+            replay.is_null() || replay["verdict"] == "passed",
+            "{replay:#}"
+        );
+    }
+
     /// Polls the status until `done` holds for it; returns that status. `done` sees
     /// every status read, so it may also check what must hold all along.
     pub fn wait_status(

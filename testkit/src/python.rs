@@ -43,6 +43,29 @@ pub fn require_modules(modules: &[&str]) {
     );
 }
 
+/// The Hugging Face example at its smallest: `max_steps` steps of batches of 4
+/// windows of 32 bytes, a save every `save_steps`, no evaluation on the way.
+pub fn hf_example(max_steps: u64, save_steps: u64) -> Vec<String> {
+    require_modules(&["torch", "transformers", "accelerate"]);
+    [
+        venv_tool("python").as_str(),
+        &example("hf-trainer/train.py"),
+        "--max-steps",
+        &max_steps.to_string(),
+        "--save-steps",
+        &save_steps.to_string(),
+        "--eval-steps",
+        "100000",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "32",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
 pub fn example(path: &str) -> String {
     repo().join("examples").join(path).display().to_string()
 }

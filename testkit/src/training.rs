@@ -309,6 +309,16 @@ pub struct TrainOnly<'a> {
     pub extra: &'a str,
 }
 
+/// `yaml` (a [`TrainOnly`] of `worker`) with `worker.command` a shell running
+/// `script`, which gets the daemon's arguments as `"$@"` (e.g. `exec WORKER "$@"
+/// --hang-at-step 25`).
+pub fn shell_worker(yaml: &str, worker: &str, script: &str) -> String {
+    yaml.replace(
+        &format!(r#"command: ["{worker}"]"#),
+        &format!("command: {}", json!(["/bin/sh", "-c", script, "sh"])),
+    )
+}
+
 impl TrainOnly<'_> {
     pub fn yaml(&self) -> String {
         let TrainOnly {

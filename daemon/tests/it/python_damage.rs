@@ -61,26 +61,8 @@ fn protocol_env(keep: u32, steps: u64) -> Env {
 /// The Hugging Face example at its smallest: `max_steps` steps of batches of 4
 /// windows of 32 bytes, a save every 10 steps, no evaluation on the way.
 fn hf_env(keep: u32, max_steps: u64) -> Env {
-    require_modules(&["torch", "transformers", "accelerate"]);
-    let command: Vec<String> = [
-        venv_tool("python").as_str(),
-        &example("hf-trainer/train.py"),
-        "--max-steps",
-        &max_steps.to_string(),
-        "--save-steps",
-        "10",
-        "--eval-steps",
-        "100000",
-        "--batch-size",
-        "4",
-        "--seq-len",
-        "32",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
     Env::python(
-        &command,
+        &hf_example(max_steps, 10),
         SUPERVISOR,
         &format!("training:\n  keep_checkpoints: {keep}"),
     )

@@ -49,13 +49,7 @@ fn killed_at_30_and_replayed(env: &Env) -> Value {
     });
     let worker = env.worker_pid().unwrap();
     send_signal(-worker, 9);
-    env.wait_status(T, "the replay check's verdict", |st| {
-        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
-        matches!(
-            st["training"]["replay"]["verdict"].as_str(),
-            Some("passed" | "mismatch")
-        )
-    })
+    env.wait_replay_verdict(T)
 }
 
 #[test]
@@ -89,24 +83,7 @@ fn a_protocol_script_that_forgets_its_schedule_is_a_resume_mismatch_naming_the_s
 /// The Hugging Face example: 300 steps of batches of 4 windows of 32 bytes, a save
 /// every 100, a log every 5, no evaluation on the way.
 fn hf_env(ignore_data_skip: bool) -> Env {
-    require_modules(&["torch", "transformers", "accelerate"]);
-    let mut command: Vec<String> = [
-        venv_tool("python").as_str(),
-        &example("hf-trainer/train.py"),
-        "--max-steps",
-        "300",
-        "--save-steps",
-        "100",
-        "--eval-steps",
-        "100000",
-        "--batch-size",
-        "4",
-        "--seq-len",
-        "32",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut command = hf_example(300, 100);
     if ignore_data_skip {
         command.push("--ignore-data-skip".into());
     }
@@ -148,13 +125,7 @@ fn hf_killed_past_a_checkpoint_and_replayed(env: &Env) -> Value {
         send_signal(-worker, 18); // SIGCONT: too close to its checkpoint
         at_least = newest + 10;
     }
-    env.wait_status(T, "the replay check's verdict", |st| {
-        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
-        matches!(
-            st["training"]["replay"]["verdict"].as_str(),
-            Some("passed" | "mismatch")
-        )
-    })
+    env.wait_replay_verdict(T)
 }
 
 #[test]
@@ -236,7 +207,9 @@ fn a_drill_of_the_hf_example_passes_and_one_that_starts_its_epoch_over_fails() {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        say(format!("$ lavenderd drill --checkpoint checkpoint-100 (ignore_data_skip: {ignore_data_skip})\n{said}"));
+        say(format!(
+            "$ lavenderd drill --checkpoint checkpoint-100 (ignore_data_skip: {ignore_data_skip})\n{said}"
+        ));
         assert!(said.contains("for 5 step(s)"), "{said}");
         if ignore_data_skip {
             assert_eq!(out.status.code(), Some(1), "{said}");

@@ -287,19 +287,6 @@ fn wait_training(d: &Lavenderd, step: u64) {
     });
 }
 
-/// The run's resumes trained their replayed steps as the first pass had: no
-/// `resume mismatch` decision, and a replay check that ran said `passed`.
-fn no_resume_mismatch(d: &Lavenderd) {
-    let decisions =
-        std::fs::read_to_string(d.state_dir().join("decisions.jsonl")).unwrap_or_default();
-    assert!(!decisions.contains("\"resume_mismatch\""), "{decisions}");
-    let replay = &d.status()["training"]["replay"];
-    assert!(
-        replay.is_null() || replay["verdict"] == "passed",
-        "{replay:#}"
-    );
-}
-
 /// SIGTERM to the daemon mid-training (a service restart): the worker saves, the
 /// daemon exits; a new `serve` on the same data root, with no `start`, resumes and
 /// finishes, with the weights of the untouched run, byte for byte.
@@ -351,7 +338,7 @@ fn sigkill_of_daemon_and_worker_then_a_new_daemon_finishes_the_run_byte_identica
         final_weights(&d) == untouched_weights(),
         "the resumed run's final weights differ from the untouched run's"
     );
-    no_resume_mismatch(&d);
+    d.assert_no_resume_mismatch();
 }
 
 /// The worker's whole process group frozen with SIGSTOP: no heartbeat within
@@ -385,7 +372,7 @@ fn a_worker_frozen_with_sigstop_is_killed_and_restarted_and_the_run_finishes() {
     assert!(message.starts_with("hung at step "), "{message}");
     let st = d.wait_state("finished", T);
     assert_eq!(st["pipeline"]["restarts"], 1, "{st:#}");
-    no_resume_mismatch(&d);
+    d.assert_no_resume_mismatch();
     let daemon_log = std::fs::read_to_string(&log).unwrap();
     assert!(
         daemon_log.contains(&format!("ALERT step train: {message}")),
@@ -406,12 +393,11 @@ fn a_hung_worker_leaves_a_native_stack_naming_where_it_hung() {
     let dir = tempfile::tempdir().unwrap();
     lavender_testkit::training::write_tokens(&dir.path().join("data"));
     // The hook's flag goes after the arguments the daemon passes (`train --config …`).
-    let wrapped = format!(r#"["/bin/sh", "-c", "exec {WORKER} \"$@\" --hang-at-step 25", "sh"]"#);
-    let config = train_only("  stale_after_s: 2\n  stall_kill_grace_s: 1\n  max_restarts: 0")
-        .replace(
-            &format!(r#"command: ["{WORKER}"]"#),
-            &format!("command: {wrapped}"),
-        );
+    let config = lavender_testkit::training::shell_worker(
+        &train_only("  stale_after_s: 2\n  stall_kill_grace_s: 1\n  max_restarts: 0"),
+        WORKER,
+        &format!("exec {WORKER} \"$@\" --hang-at-step 25"),
+    );
     let mut d = Lavenderd::with_real_worker(dir.path(), &config);
     d.serve();
     d.start(&[]);
@@ -673,7 +659,7 @@ fn a_spike_is_rolled_back_to_the_checkpoint_before_it_and_the_run_finishes() {
     let log = show_log();
     assert!(log.contains("rolled back"), "{log}");
     // The steps after the rollback trained other data: not compared.
-    no_resume_mismatch(&d);
+    d.assert_no_resume_mismatch();
 }
 
 /// A learning rate so high that every attempt diverges: rolled back

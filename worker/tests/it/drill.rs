@@ -17,30 +17,10 @@ const T: Duration = Duration::from_secs(90);
 /// command adds `hook`; the daemon is gone after, so only the drill writes.
 fn finished_run(dir: &Path, hook: &str) -> Lavenderd {
     lavender_testkit::training::write_tokens(&dir.join("data"));
-    let command = if hook.is_empty() {
-        format!(r#"["{WORKER}"]"#)
-    } else {
-        serde_json::json!([
-            "/bin/sh",
-            "-c",
-            format!("exec {WORKER} \"$@\" {hook}"),
-            "sh"
-        ])
-        .to_string()
-    };
-    let config = lavender_testkit::training::TrainOnly {
-        worker: WORKER,
-        model: lavender_testkit::training::SMALL_MODEL,
-        keep_checkpoints: 5,
-        stages: "    - {name: pretrain, steps: 60, lr: 3.0e-3, checkpoint_every: 20}",
-        supervisor: "  replay_tolerance: exact",
-        notify: "",
-        extra: "",
-    }
-    .yaml()
-    .replace(
-        &format!(r#"command: ["{WORKER}"]"#),
-        &format!("command: {command}"),
+    let config = hooked_config(
+        hook,
+        "    - {name: pretrain, steps: 60, lr: 3.0e-3, checkpoint_every: 20}",
+        "  replay_tolerance: exact",
     );
     let mut d = Lavenderd::with_real_worker(dir, &config);
     d.serve();
@@ -51,6 +31,22 @@ fn finished_run(dir: &Path, hook: &str) -> Lavenderd {
     });
     d.terminate_daemons();
     d
+}
+
+/// Training only, the worker's command a shell adding `hook` to its arguments.
+fn hooked_config(hook: &str, stages: &str, supervisor: &str) -> String {
+    let config = lavender_testkit::training::TrainOnly {
+        worker: WORKER,
+        model: lavender_testkit::training::SMALL_MODEL,
+        keep_checkpoints: 5,
+        stages,
+        supervisor,
+        notify: "",
+        extra: "",
+    }
+    .yaml();
+    let script = format!("exec {WORKER} \"$@\" {hook}");
+    lavender_testkit::training::shell_worker(&config, WORKER, &script)
 }
 
 /// Every file under `root`: its size and modification time.
@@ -130,25 +126,10 @@ fn a_drill_of_a_resume_that_forgets_its_data_position_fails_naming_the_step() {
 /// checkpoint every 20, the worker command adding `hook`.
 fn drilling_daemon(dir: &Path, hook: &str) -> Lavenderd {
     lavender_testkit::training::write_tokens(&dir.join("data"));
-    let command = serde_json::json!([
-        "/bin/sh",
-        "-c",
-        format!("exec {WORKER} \"$@\" {hook}"),
-        "sh"
-    ]);
-    let config = lavender_testkit::training::TrainOnly {
-        worker: WORKER,
-        model: lavender_testkit::training::SMALL_MODEL,
-        keep_checkpoints: 3,
-        stages: "    - {name: pretrain, steps: 2000, lr: 3.0e-3, checkpoint_every: 20}",
-        supervisor: "  replay_tolerance: exact\n  drill: {every_checkpoints: 1}",
-        notify: "",
-        extra: "",
-    }
-    .yaml()
-    .replace(
-        &format!(r#"command: ["{WORKER}"]"#),
-        &format!("command: {command}"),
+    let config = hooked_config(
+        hook,
+        "    - {name: pretrain, steps: 2000, lr: 3.0e-3, checkpoint_every: 20}",
+        "  replay_tolerance: exact\n  drill: {every_checkpoints: 1}",
     );
     let mut d = Lavenderd::with_real_worker(dir, &config);
     d.serve();

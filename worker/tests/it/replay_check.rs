@@ -10,7 +10,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use lavender_testkit::Lavenderd;
-use serde_json::Value;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lavender-worker");
 const T: Duration = Duration::from_secs(90);
@@ -35,14 +34,8 @@ fn daemon(dir: &Path, hook: &str, model: &str, supervisor: &str) -> Lavenderd {
         notify: "",
         extra: "",
     }
-    .yaml()
-    .replace(
-        &format!(r#"command: ["{WORKER}"]"#),
-        &format!(
-            "command: {}",
-            serde_json::json!(["/bin/sh", "-c", script, "sh"])
-        ),
-    );
+    .yaml();
+    let config = lavender_testkit::training::shell_worker(&config, WORKER, &script);
     let mut d = Lavenderd::with_real_worker(dir, &config);
     d.serve();
     d.start(&[]);
@@ -59,28 +52,9 @@ fn kill_at_step_30(d: &Lavenderd) {
     lavender_testkit::send_signal(-worker, 9);
 }
 
-/// The status once the resume's check has a verdict.
-fn replay_verdict(d: &Lavenderd) -> Value {
-    d.wait_status(T, "the replay check's verdict", |st| {
-        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
-        matches!(
-            st["training"]["replay"]["verdict"].as_str(),
-            Some("passed" | "mismatch")
-        )
-    })
-}
-
 /// Restarts at once; bit for bit (`auto` would be too, for `lavender-worker` named
 /// as the command, but the command here is the shell that wraps it).
 const RESTART_AT_ONCE: &str = "  restart_backoff_s: [0]\n  replay_tolerance: exact";
-
-fn decisions(d: &Lavenderd) -> Vec<Value> {
-    std::fs::read_to_string(d.state_dir().join("decisions.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
 
 #[test]
 fn a_clean_restart_replays_every_step_bit_for_bit() {
@@ -88,7 +62,7 @@ fn a_clean_restart_replays_every_step_bit_for_bit() {
     let small = lavender_testkit::training::SMALL_MODEL;
     let d = daemon(dir.path(), "", small, RESTART_AT_ONCE);
     kill_at_step_30(&d);
-    let st = replay_verdict(&d);
+    let st = d.wait_replay_verdict(T);
     let replay = &st["training"]["replay"];
     assert_eq!(replay["verdict"], "passed", "{st:#}");
     // From the checkpoint at step 20: steps 21 to 30 again.
@@ -97,11 +71,7 @@ fn a_clean_restart_replays_every_step_bit_for_bit() {
     assert_eq!(replay["tolerance"], "exact", "{st:#}");
     let st = d.wait_state("finished", T);
     assert_eq!(st["training"]["replay"]["verdict"], "passed", "{st:#}");
-    assert!(
-        !decisions(&d).iter().any(|l| l["kind"] == "resume_mismatch"),
-        "{:?}",
-        decisions(&d)
-    );
+    d.assert_no_resume_mismatch();
 }
 
 /// The data cursor not restored: the epoch's data starts over, so the first
@@ -137,14 +107,14 @@ fn a_resume_that_forgets_the_random_state_is_a_mismatch_and_stop_stops_the_pipel
 }
 
 fn assert_mismatch_at_21(d: &Lavenderd) {
-    let st = replay_verdict(d);
+    let st = d.wait_replay_verdict(T);
     let replay = &st["training"]["replay"];
     assert_eq!(replay["verdict"], "mismatch", "{st:#}");
     let said = replay["mismatch"].as_str().unwrap();
     assert!(said.starts_with("step 21 loss "), "{said}");
     let log = d.log_with("ALERT step train: the run resumed from", T);
     assert!(log.contains("step 21 loss"), "{log}");
-    let decided = decisions(d);
+    let decided = d.decisions();
     let mismatch = decided
         .iter()
         .find(|l| l["kind"] == "resume_mismatch")
@@ -204,11 +174,7 @@ fn twenty_kills_anywhere_replay_bit_for_bit_and_raise_nothing() {
         "too few replayed steps to say anything: {st:#}"
     );
     eprintln!("20 kills: {replay}");
-    assert!(
-        !decisions(&d).iter().any(|l| l["kind"] == "resume_mismatch"),
-        "{:?}",
-        decisions(&d)
-    );
+    d.assert_no_resume_mismatch();
 }
 
 /// A daemon killed in the middle of a replay: the first worker hangs after step 30
@@ -235,14 +201,8 @@ fn a_daemon_restarted_in_the_middle_of_a_replay_goes_on_with_it() {
         notify: "",
         extra: "",
     }
-    .yaml()
-    .replace(
-        &format!(r#"command: ["{WORKER}"]"#),
-        &format!(
-            "command: {}",
-            serde_json::json!(["/bin/sh", "-c", script, "sh"])
-        ),
-    );
+    .yaml();
+    let config = lavender_testkit::training::shell_worker(&config, WORKER, &script);
     let mut d = Lavenderd::with_real_worker(dir.path(), &config);
     d.serve();
     d.start(&[]);
@@ -267,9 +227,5 @@ fn a_daemon_restarted_in_the_middle_of_a_replay_goes_on_with_it() {
     assert_eq!(replay["verdict"], "passed", "{st:#}");
     // 5 by the second worker, 10 by the third.
     assert_eq!(replay["steps_checked"], 15, "{st:#}");
-    assert!(
-        !decisions(&d).iter().any(|l| l["kind"] == "resume_mismatch"),
-        "{:?}",
-        decisions(&d)
-    );
+    d.assert_no_resume_mismatch();
 }
