@@ -316,7 +316,17 @@ def test_stop_at_step_from_the_environment_stops_as_a_sigterm_would(tmp_path, mo
     run = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
     env = dict(os.environ, PYTHONPATH=str(SRC), LAVENDER_STOP_AT_STEP="7")
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "loop_script.py"), "train", "--data-root", str(tmp_path), "--run-dir", str(run), "--steps", "30"],
+        [
+            sys.executable,
+            str(HERE / "loop_script.py"),
+            "train",
+            "--data-root",
+            str(tmp_path),
+            "--run-dir",
+            str(run),
+            "--steps",
+            "30",
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -56,7 +56,9 @@ def _stop_at_step(value: Optional[str]) -> Optional[int]:
     try:
         step = int(value)
     except ValueError:
-        raise ValueError(f"{STOP_AT_STEP_VAR}={value!r} is not a step number; unset it or give one (e.g. 120)") from None
+        raise ValueError(
+            f"{STOP_AT_STEP_VAR}={value!r} is not a step number; unset it or give one (e.g. 120)"
+        ) from None
     if step < 0:
         raise ValueError(f"{STOP_AT_STEP_VAR}={value!r} is negative; give a step number (e.g. 120)")
     return step
