@@ -2,7 +2,7 @@
 //! failures (a rollback, SIGKILLs, a SIGSTOP hang) with a daemon restart in the
 //! middle, after which the buckets add up to the wall clock and `rework` to the
 //! steps computed twice, measured by the worker's own clock (the `time` of each
-//! step in `log_history.jsonl`).
+//! step in its `.fake-timeline.jsonl`, which nothing cuts back).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -60,12 +60,12 @@ fn ledger(env: &Env, run: &Path) -> Value {
     file["pipeline"]["runs"][name].clone()
 }
 
-/// The steps computed and then thrown away, by the worker's `log_history.jsonl`:
+/// The steps computed and then thrown away, by the fake worker's `.fake-timeline.jsonl`:
 /// (how many, and the seconds they took by the worker's clock, each step's time
 /// the time since the step before it in the same process; the first step of a
 /// process, whose start is not there, at the median step time).
 fn thrown_away(run: &Path) -> (u64, f64, f64) {
-    let text = std::fs::read_to_string(run.join("log_history.jsonl")).unwrap();
+    let text = std::fs::read_to_string(run.join(".fake-timeline.jsonl")).unwrap();
     let lines: Vec<(u64, f64)> = text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -94,7 +94,7 @@ fn thrown_away(run: &Path) -> (u64, f64, f64) {
 
 /// When the last step before `t` ended, by the worker's clock.
 fn last_step_before(run: &Path, t: f64) -> f64 {
-    let text = std::fs::read_to_string(run.join("log_history.jsonl")).unwrap();
+    let text = std::fs::read_to_string(run.join(".fake-timeline.jsonl")).unwrap();
     text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter_map(|v| v["time"].as_f64())
