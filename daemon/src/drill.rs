@@ -180,7 +180,10 @@ impl Drill {
         let log_path = scratch.join("worker.log");
         let log = std::fs::File::create(&log_path)
             .with_context(|| format!("create {}", log_path.display()))?;
-        let mut cmd = std::process::Command::new(&argv[0]);
+        // A bare `lavender-worker` is found as a launch finds it (PATH, then beside us).
+        let program = crate::locate::worker_program_here(&argv[0])
+            .map_err(|e| anyhow::anyhow!("the drill's worker: {e}"))?;
+        let mut cmd = std::process::Command::new(&program);
         cmd.args(&argv[1..])
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone()?)
@@ -241,6 +244,7 @@ impl Drill {
                 steps: status.steps_checked,
                 mismatch: status.mismatch,
                 tolerance: status.tolerance,
+                largest_difference: status.largest_difference,
                 at: lavender::time::rfc3339_z(lavender::time::now_utc()),
             }),
             Verdict::Checking | Verdict::Incomplete => bail!(

@@ -30,6 +30,9 @@ pub struct DrillVerdict {
     pub mismatch: Option<String>,
     /// `exact` or `relative R`.
     pub tolerance: String,
+    /// The largest relative difference between a drilled step and the run's.
+    #[serde(default)]
+    pub largest_difference: f64,
     /// When it ended (RFC 3339 UTC).
     pub at: String,
 }
@@ -132,6 +135,7 @@ mod tests {
             steps: 3,
             mismatch: (!passed).then(|| "step 11 loss 2 vs 3".to_string()),
             tolerance: "exact".into(),
+            largest_difference: 0.0,
             at: "2026-01-01T00:00:00Z".into(),
         }
     }

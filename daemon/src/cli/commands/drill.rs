@@ -53,8 +53,8 @@ pub fn run(
         );
     } else if verdict.passed {
         println!(
-            "drill passed: {} step(s) as the run trained them ({}) in {seconds:.1} s; {} is drilled",
-            verdict.steps, verdict.tolerance, drill.checkpoint.name
+            "drill passed: {} step(s) as the run trained them ({}; largest difference {:.2e}) in {seconds:.1} s; {} is drilled",
+            verdict.steps, verdict.tolerance, verdict.largest_difference, drill.checkpoint.name
         );
     } else {
         println!(
