@@ -52,6 +52,17 @@ pub fn path(state_dir: &Path, run: &str) -> Option<PathBuf> {
     plain.then(|| dir(state_dir).join(format!("{run}.json")))
 }
 
+/// What one `stat` of a check's file says: inode, size, modification time (each
+/// write makes a new inode): a reader tells its own write from another's by it.
+pub type Stat = (u64, u64, std::time::SystemTime);
+
+/// The [`Stat`] of `run`'s check file; `None` without one.
+pub fn stat(state_dir: &Path, run: &str) -> Option<Stat> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(path(state_dir, run)?).ok()?;
+    Some((md.ino(), md.len(), md.modified().ok()?))
+}
+
 /// One training step's values as the record has them (Hugging Face's key names).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepValues {
@@ -361,13 +372,14 @@ impl Replay {
     }
 
     /// Writes it unless the file now holds another keep (a relaunch kept a newer
-    /// check meanwhile); returns whether it wrote.
-    pub fn write_if_current(&self, state_dir: &Path) -> Result<bool> {
+    /// check meanwhile); the file's [`stat`] after the write, `None` when it did not.
+    pub fn write_if_current(&self, state_dir: &Path) -> Result<Option<Stat>> {
         let _one = WRITES.lock().unwrap_or_else(|p| p.into_inner());
         if Replay::read(state_dir, &self.run).is_some_and(|r| r.kept != self.kept) {
-            return Ok(false);
+            return Ok(None);
         }
-        self.write(state_dir).map(|()| true)
+        self.write(state_dir)?;
+        Ok(stat(state_dir, &self.run))
     }
 
     /// Writes it (atomically) under `state_dir`.

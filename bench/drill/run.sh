@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark 11 — restore drills beside training. Part 1: lavender-worker trains the
-# default tiny GPT-2 under lavenderd (THREADS threads, CPU, a checkpoint every 200
-# steps); its step time is measured in WINDOW-second windows without a drill and in
+# default GPT-2 of SCALE (tiny) under lavenderd (THREADS threads, CPU, a checkpoint
+# every EVERY steps); its step time is measured in WINDOW-second windows without a drill and in
 # windows in which `lavenderd drill` runs back to back on the run's newest verified
 # checkpoint it trained past (what `supervisor.drill` runs: the run's worker at nice
 # 19 and the idle I/O class, one thread, a step). PAIRS pairs, the order reversed
@@ -12,7 +12,7 @@
 # the worker it waits for, from /usr/bin/time), and in wall seconds, for the tiny and
 # the small model (scales.small.model: 6 × 384), DRILLS drills of one checkpoint each.
 #
-#   bash bench/drill/run.sh      # WINDOW=20 PAIRS=3 THREADS=2 DRILLS=3
+#   bash bench/drill/run.sh      # WINDOW=20 PAIRS=3 THREADS=2 DRILLS=3 SCALE=tiny EVERY=200
 #
 # Needs the release binaries (bash bench/setup.sh). Not a test.
 set -euo pipefail
@@ -25,8 +25,10 @@ WINDOW="${WINDOW:-20}"
 PAIRS="${PAIRS:-3}"
 THREADS="${THREADS:-2}"
 DRILLS="${DRILLS:-3}"
+SCALE="${SCALE:-tiny}"
+EVERY="${EVERY:-200}"
 bench_machine "$BENCH_TMP"
-echo "windows of ${WINDOW}s, $PAIRS pairs; worker threads: $THREADS; $DRILLS drills per model for the cost"
+echo "windows of ${WINDOW}s, $PAIRS pairs; $SCALE model, worker threads: $THREADS, a checkpoint every $EVERY steps; $DRILLS drills per model for the cost"
 
 # train_config DIR SCALE: a training pipeline on synthetic tokens, a checkpoint every 200 steps.
 train_config() {
@@ -59,8 +61,8 @@ drill() {
 }
 
 # Part 1.
-dir="$BENCH_TMP/tiny"
-train_config "$dir" tiny
+dir="$BENCH_TMP/beside"
+train_config "$dir" "$SCALE" "$EVERY"
 daemon_start "$dir"
 daemon_pid="$DAEMON_PID"
 daemon_cli "$dir" start >/dev/null

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lavender::pipeline_file::{PipelineRecord, WorkerHandle};
-use lavender::replay::{Replay, Verdict};
+use lavender::replay::{Replay, Stat, Verdict};
 use tokio::sync::watch;
 
 use super::cache::StatusSnapshot;
@@ -65,12 +65,14 @@ fn training_worker(record: &PipelineRecord) -> Option<(WorkerHandle, PathBuf)> {
     Some((worker.handle.clone(), record.run_dir.clone()?))
 }
 
-/// The check followed now, and which worker's check is over.
+/// The check followed now, and what the check's file was when last found with
+/// nothing to follow.
 #[derive(Default)]
 struct Watcher {
     following: Option<Following>,
-    /// The worker whose check is done (or that has none): not looked up again.
-    done_for: Option<WorkerHandle>,
+    /// The file's stat when it was last read (or written) and held no check to
+    /// follow: not read again until it changes.
+    seen: Option<Stat>,
     unreported: Option<ResumeMismatch>,
 }
 
@@ -80,30 +82,42 @@ struct Following {
     replay: Replay,
     /// Bytes of the record read so far.
     offset: u64,
+    /// The file as this watcher last read or wrote it: another stat means a keep
+    /// (a relaunch, a requeued job) replaced the check.
+    stat: Option<Stat>,
 }
 
 impl Watcher {
     /// One look: the worker now training (if any) against the check followed.
     fn look(&mut self, state_dir: &Path, worker: Option<(WorkerHandle, PathBuf)>) {
-        let same = |f: &Following| worker.as_ref().is_some_and(|(w, _)| *w == f.worker);
         if let Some(mut f) = self.following.take() {
             // What the worker wrote before it ended counts.
             self.read(state_dir, &mut f);
-            if same(&f) {
-                self.following = Some(f);
-            } else if f.replay.verdict == Verdict::Checking {
+            let now = lavender::replay::stat(state_dir, &f.replay.run);
+            let same_worker = worker.as_ref().is_some_and(|(w, _)| *w == f.worker);
+            if now != f.stat {
+                // A newer keep: that check is the one to follow (below).
+                self.seen = None;
+            } else if !same_worker && f.replay.verdict == Verdict::Checking {
                 f.replay.ended();
-                write(state_dir, &f.replay);
+                self.seen = write(state_dir, &f.replay);
+            } else if f.replay.verdict != Verdict::Checking {
+                self.seen = f.stat;
+            } else {
+                self.following = Some(f);
             }
         }
         if self.following.is_none()
             && let Some((worker, run_dir)) = worker
-            && self.done_for.as_ref() != Some(&worker)
         {
             let run = run_dir
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
+            let now = lavender::replay::stat(state_dir, &run);
+            if now.is_none() || now == self.seen {
+                return;
+            }
             match Replay::read(state_dir, &run).filter(|r| r.verdict == Verdict::Checking) {
                 Some(replay) => {
                     let mut f = Following {
@@ -111,18 +125,17 @@ impl Watcher {
                         run_dir,
                         replay,
                         offset: 0,
+                        stat: now,
                     };
                     self.read(state_dir, &mut f);
-                    self.following = Some(f);
+                    if f.replay.verdict == Verdict::Checking {
+                        self.following = Some(f);
+                    } else {
+                        self.seen = f.stat;
+                    }
                 }
-                None => self.done_for = Some(worker),
+                None => self.seen = now,
             }
-        }
-        if let Some(f) = self
-            .following
-            .take_if(|f| f.replay.verdict != Verdict::Checking)
-        {
-            self.done_for = Some(f.worker);
         }
     }
 
@@ -157,14 +170,21 @@ impl Watcher {
                     f.replay.tolerance
                 );
             }
-            write(state_dir, &f.replay);
+            if let Some(written) = write(state_dir, &f.replay) {
+                f.stat = Some(written);
+            }
         }
     }
 }
 
-/// Writes the check followed, unless a relaunch kept a newer one meanwhile.
-fn write(state_dir: &Path, replay: &Replay) {
-    if let Err(e) = replay.write_if_current(state_dir) {
-        tracing::warn!("replay check: could not write its state: {e}");
+/// Writes the check followed, unless a keep replaced it meanwhile; the file's stat
+/// after the write (`None`: not written).
+fn write(state_dir: &Path, replay: &Replay) -> Option<Stat> {
+    match replay.write_if_current(state_dir) {
+        Ok(written) => written,
+        Err(e) => {
+            tracing::warn!("replay check: could not write its state: {e}");
+            None
+        }
     }
 }

@@ -313,6 +313,7 @@ fn sigterm_to_the_daemon_then_a_new_daemon_finishes_the_run_byte_identical() {
         final_weights(&d) == untouched_weights(),
         "the resumed run's final weights differ from the untouched run's"
     );
+    d.assert_no_resume_mismatch();
 }
 
 /// The daemon and the worker killed together (a power loss): the next daemon

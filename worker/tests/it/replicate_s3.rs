@@ -239,10 +239,15 @@ fn a_run_whose_checkpoints_are_wiped_mid_run_comes_back_from_s3() {
 
 /// The three stages, each `steps` long with a save every 10, and `extra`.
 fn staged(steps: u64, extra: &str) -> String {
+    staged_dpo(steps, steps, extra)
+}
+
+/// [`staged`] with a DPO stage of `dpo` steps.
+fn staged_dpo(steps: u64, dpo: u64, extra: &str) -> String {
     let stages = format!(
         "    - {{name: pretrain, steps: {steps}, lr: 3.0e-3, checkpoint_every: 10}}
     - {{name: sft, steps: {steps}, lr: 1.0e-3, checkpoint_every: 10}}
-    - {{name: dpo, steps: {steps}, lr: 5.0e-4, checkpoint_every: 10, beta: 0.1}}"
+    - {{name: dpo, steps: {dpo}, lr: 5.0e-4, checkpoint_every: 10, beta: 0.1}}"
     );
     training::TrainOnly {
         worker: WORKER,
@@ -264,7 +269,10 @@ fn a_run_file_deleted_by_hand_comes_back_at_the_next_resume() {
     let s3 = S3::start();
     let dir = tempfile::tempdir().unwrap();
     training::write_tokens(&dir.path().join("data"));
-    let mut d = Lavenderd::with_real_worker(dir.path(), &staged(30, &s3.replicate_yaml("runfile")));
+    // DPO long enough that the stop after its first checkpoint lands in it on a
+    // loaded machine too (20 steps of it went by first once, four tests beside).
+    let config = staged_dpo(30, 600, &s3.replicate_yaml("runfile"));
+    let mut d = Lavenderd::with_real_worker(dir.path(), &config);
     d.log = d.state_dir().join("lavenderd.log");
     d.start(&[]);
     d.wait_status(T, "a dpo checkpoint saved", |st| {

@@ -255,6 +255,23 @@ impl Actor {
             rule,
             requeue.to_string(),
         ));
+        // The requeued job trains again the steps past the run's newest checkpoint:
+        // they are kept for the replay check before it starts (Slurm's requeue takes
+        // seconds), off the actor.
+        if step == PipelineStep::Train
+            && !self.observing()
+            && let Some(run_dir) = self.record.run_dir.clone()
+        {
+            let (state_dir, tolerance) = (
+                self.layout.state_dir.clone(),
+                self.config.replay_tolerance(),
+            );
+            tokio::task::spawn_blocking(move || {
+                if let Ok(Some(newest)) = lavender::checkpoint::latest_complete(&run_dir) {
+                    super::start::keep_replay_at(&state_dir, &run_dir, &newest.path, tolerance);
+                }
+            });
+        }
     }
 
     /// A damaged checkpoint set aside (`damaged.rs`), in the decision log: what was

@@ -488,6 +488,17 @@ fn keep_replay(state_dir: &Path, spec: &SpawnSpec, tolerance: lavender::replay::
     if checkpoint.parent() != Some(run_dir) {
         return;
     }
+    keep_replay_at(state_dir, run_dir, checkpoint, tolerance);
+}
+
+/// [`keep_replay`] of a resume from `checkpoint` of `run_dir` (a requeued Slurm job's
+/// too: `decided.rs`).
+pub(super) fn keep_replay_at(
+    state_dir: &Path,
+    run_dir: &Path,
+    checkpoint: &Path,
+    tolerance: lavender::replay::Tolerance,
+) {
     match lavender::replay::keep(state_dir, run_dir, checkpoint, tolerance) {
         Ok(Some(replay)) => tracing::info!(
             "replay check: the {} step(s) past {} (step {}) will be compared as the worker trains them again ({tolerance})",
