@@ -156,67 +156,71 @@ fn the_hf_example_that_starts_its_epoch_over_on_a_resume_is_a_resume_mismatch() 
 /// A drill of a protocol script's finished run: resumed in a sandbox from the
 /// checkpoint at 25, step 26 is what the run trained; a script that forgets its
 /// schedule on a resume fails the drill, naming the step and the learning rates.
+fn protocol_drill(forget: bool) -> (std::process::Output, String) {
+    let mut env = schedule_env(forget, &[]);
+    env.wait_state("finished", T);
+    env.wait_status(T, "every checkpoint verified", |st| {
+        st["training"]["verified_checkpoints"].as_u64() >= Some(3)
+    });
+    env.terminate_daemons();
+    let first = lavender::checkpoint::list_run_checkpoints(&env.run_dir()).unwrap()[0].clone();
+    assert_eq!(first.state.step, 25);
+    drilled(&env, &first.name)
+}
+
+/// `lavenderd drill --checkpoint NAME`: its exit and what it said.
+fn drilled(env: &Env, name: &str) -> (std::process::Output, String) {
+    let out = env.run(&["drill", "--checkpoint", name]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    say(format!("$ lavenderd drill --checkpoint {name}\n{said}"));
+    (out, said)
+}
+
 #[test]
-fn a_drill_of_a_protocol_run_passes_and_one_whose_resume_forgets_its_schedule_fails() {
-    for forget in [false, true] {
-        let mut env = schedule_env(forget, &[]);
-        env.wait_state("finished", T);
-        env.wait_status(T, "every checkpoint verified", |st| {
-            st["training"]["verified_checkpoints"].as_u64() >= Some(3)
-        });
-        env.terminate_daemons();
-        let first = lavender::checkpoint::list_run_checkpoints(&env.run_dir()).unwrap()[0].clone();
-        assert_eq!(first.state.step, 25);
-        let out = env.run(&["drill", "--checkpoint", &first.name]);
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        say(format!(
-            "$ lavenderd drill --checkpoint {}\n{said}",
-            first.name
-        ));
-        if forget {
-            assert_eq!(out.status.code(), Some(1), "{said}");
-            assert!(said.contains("step 26 learning_rate 0.026"), "{said}");
-            assert!(said.contains(" vs 0.001 (relative 0.02)"), "{said}");
-        } else {
-            assert!(out.status.success(), "{said}");
-            assert!(said.contains("drill passed: 1 step(s)"), "{said}");
-        }
-    }
+fn a_drill_of_a_protocol_run_passes() {
+    let (out, said) = protocol_drill(false);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("drill passed: 1 step(s)"), "{said}");
+}
+
+#[test]
+fn a_drill_of_a_protocol_run_whose_resume_forgets_its_schedule_fails() {
+    let (out, said) = protocol_drill(true);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("step 26 learning_rate 0.026"), "{said}");
+    assert!(said.contains(" vs 0.001 (relative 0.02)"), "{said}");
 }
 
 /// A drill of the Hugging Face example's finished run: resumed from checkpoint-100
 /// in a sandbox, it trains up to the next logged step (a window of 5) and agrees
 /// within the tolerance; with `--ignore-data-skip` that window trains the epoch's
 /// first batches again, and the drill fails.
+fn hf_drill(ignore_data_skip: bool) -> (std::process::Output, String) {
+    let mut env = hf_env(ignore_data_skip);
+    env.wait_state("finished", T);
+    env.wait_status(T, "every checkpoint verified", |st| {
+        st["training"]["verified_checkpoints"].as_u64() >= Some(3)
+    });
+    env.terminate_daemons();
+    let (out, said) = drilled(&env, "checkpoint-100");
+    assert!(said.contains("for 5 step(s)"), "{said}");
+    (out, said)
+}
+
 #[test]
-fn a_drill_of_the_hf_example_passes_and_one_that_starts_its_epoch_over_fails() {
-    for ignore_data_skip in [false, true] {
-        let mut env = hf_env(ignore_data_skip);
-        env.wait_state("finished", T);
-        env.wait_status(T, "every checkpoint verified", |st| {
-            st["training"]["verified_checkpoints"].as_u64() >= Some(3)
-        });
-        env.terminate_daemons();
-        let out = env.run(&["drill", "--checkpoint", "checkpoint-100"]);
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        say(format!(
-            "$ lavenderd drill --checkpoint checkpoint-100 (ignore_data_skip: {ignore_data_skip})\n{said}"
-        ));
-        assert!(said.contains("for 5 step(s)"), "{said}");
-        if ignore_data_skip {
-            assert_eq!(out.status.code(), Some(1), "{said}");
-            assert!(said.contains("step 105 "), "{said}");
-        } else {
-            assert!(out.status.success(), "{said}");
-            assert!(said.contains("drill passed: 1 step(s)"), "{said}");
-        }
-    }
+fn a_drill_of_the_hf_example_passes() {
+    let (out, said) = hf_drill(false);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("drill passed: 1 step(s)"), "{said}");
+}
+
+#[test]
+fn a_drill_of_the_hf_example_that_starts_its_epoch_over_fails() {
+    let (out, said) = hf_drill(true);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("step 105 "), "{said}");
 }

@@ -984,6 +984,7 @@ fn lost_node_waits_and_resumes_or_fails(cluster: &Cluster) {
             None => assert!(requeues.is_empty(), "{kinds:?}"),
         }
     }
+    requeue_replayed(&waiting, &waiting_dir);
     waiting.d.stop_saved();
     let loaded = run.wait_event(
         &run_dir,
@@ -1011,12 +1012,33 @@ fn lost_node_waits_and_resumes_or_fails(cluster: &Cluster) {
         st["training"]["step"],
         run.text()
     ));
+    requeue_replayed(&run, &run_dir);
     run.d.stop_saved();
     let fst = failing.d.status();
     assert_eq!(
         fst["pipeline"]["state"], "failed",
         "the failed pipeline did not start again with n2 back: {fst:#}"
     );
+}
+
+/// The steps between a requeued job's newest checkpoint and the node's loss were
+/// kept when the requeue was decided; the job trained them again, and they agree.
+fn requeue_replayed(r: &Run, dir: &Path) {
+    let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+    match lavender::replay::Replay::read(&r.d.state_dir(), &name) {
+        Some(kept) => {
+            let st = r.d.wait_replay_verdict(SLOW);
+            let replay = &st["training"]["replay"];
+            assert_eq!(replay["verdict"], "passed", "{st:#}");
+            say(format!(
+                "requeued job of {name}: the replay of the steps after {} (step {}): {replay}",
+                kept.checkpoint, kept.from_step
+            ));
+        }
+        None => say(format!(
+            "requeued job of {name}: no step was recorded past its newest checkpoint when n2 was lost; nothing to replay"
+        )),
+    }
 }
 
 fn lavender_worker_on_two_nodes_is_refused(cluster: &Cluster) {
