@@ -141,8 +141,8 @@ def test_resume_from_a_run_directory_picks_its_newest(tmp_path):
     assert w2.resume.path == newest
 
 
-def run_script(tmp_path, *args, steps=100000):
-    env = dict(os.environ, PYTHONPATH=str(SRC))
+def run_script(tmp_path, *args, steps=100000, **env_vars):
+    env = dict(os.environ, PYTHONPATH=str(SRC), **env_vars)
     return subprocess.Popen(
         [
             sys.executable,
@@ -314,24 +314,7 @@ def test_a_nan_loss_is_null_in_the_step_record(tmp_path):
 
 def test_stop_at_step_from_the_environment_stops_as_a_sigterm_would(tmp_path, monkeypatch):
     run = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
-    env = dict(os.environ, PYTHONPATH=str(SRC), LAVENDER_STOP_AT_STEP="7")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "loop_script.py"),
-            "train",
-            "--data-root",
-            str(tmp_path),
-            "--run-dir",
-            str(run),
-            "--steps",
-            "30",
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = run_script(tmp_path, steps=30, LAVENDER_STOP_AT_STEP="7")
     out, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 0, err
     assert "stopped at step 7" in out

@@ -13,6 +13,18 @@ fn values(step: u64, loss: f64) -> StepValues {
     }
 }
 
+/// A complete-enough checkpoint of `run` at `step` (its trainer state only).
+fn checkpoint_at(run: &Path, step: u64) -> std::path::PathBuf {
+    let ck = run.join(format!("checkpoint-pretrain-{step}"));
+    std::fs::create_dir_all(&ck).unwrap();
+    std::fs::write(
+        ck.join("trainer_state.json"),
+        json!({"global_step": step}).to_string(),
+    )
+    .unwrap();
+    ck
+}
+
 #[test]
 fn a_line_is_a_step_entry_or_nothing() {
     let table: &[(&str, Option<StepValues>)] = &[
@@ -136,13 +148,7 @@ fn keep_saves_the_steps_past_the_checkpoint_and_cuts_the_record_back() {
     let data = tempfile::tempdir().unwrap();
     let state = data.path().join("state");
     let run = data.path().join("run-2026-01-01_00-00-00");
-    let ck = run.join("checkpoint-pretrain-5");
-    std::fs::create_dir_all(&ck).unwrap();
-    std::fs::write(
-        ck.join("trainer_state.json"),
-        json!({"global_step": 5}).to_string(),
-    )
-    .unwrap();
+    let ck = checkpoint_at(&run, 5);
     let mut text = String::new();
     for s in 1..=8u64 {
         text.push_str(&format!("{{\"step\": {s}, \"loss\": {s}.5}}\n"));
@@ -170,13 +176,7 @@ fn keep_saves_the_steps_past_the_checkpoint_and_cuts_the_record_back() {
 fn a_rollback_range_from_the_checkpoint_is_new_data_not_a_replay() {
     let data = tempfile::tempdir().unwrap();
     let run = data.path().join("run-2026-01-01_00-00-00");
-    let ck = run.join("checkpoint-pretrain-5");
-    std::fs::create_dir_all(&ck).unwrap();
-    std::fs::write(
-        ck.join("trainer_state.json"),
-        json!({"global_step": 5}).to_string(),
-    )
-    .unwrap();
+    let ck = checkpoint_at(&run, 5);
     std::fs::write(
         run.join(crate::log_history::SIDECAR),
         "{\"step\": 6, \"loss\": 1.0}\n",
@@ -250,16 +250,7 @@ fn a_replay_cut_short_hands_its_unchecked_steps_to_the_next_resume() {
     let data = tempfile::tempdir().unwrap();
     let state = data.path().join("state");
     let run = data.path().join("run-2026-01-01_00-00-00");
-    let checkpoint = |step: u64| {
-        let ck = run.join(format!("checkpoint-pretrain-{step}"));
-        std::fs::create_dir_all(&ck).unwrap();
-        std::fs::write(
-            ck.join("trainer_state.json"),
-            json!({"global_step": step}).to_string(),
-        )
-        .unwrap();
-        ck
-    };
+    let checkpoint = |step: u64| checkpoint_at(&run, step);
     let record = |steps: std::ops::RangeInclusive<u64>| {
         let text: String = steps
             .map(|s| format!("{{\"step\": {s}, \"loss\": {s}.25}}\n"))
