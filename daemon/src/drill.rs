@@ -176,6 +176,10 @@ impl Drill {
         // One thread (lavender-worker's config key; torch and BLAS read these).
         spec.env.insert("LAVENDER__THREADS".into(), "1".into());
         spec.env.insert("OMP_NUM_THREADS".into(), "1".into());
+        // `supervisor.drill.device`: another device than the run's (a second GPU).
+        if let Some(device) = &config.supervisor.drill.device {
+            spec.env.insert("LAVENDER__DEVICE".into(), device.clone());
+        }
         let argv = spec.argv();
         let log_path = scratch.join("worker.log");
         let log = std::fs::File::create(&log_path)
@@ -321,7 +325,7 @@ pub(crate) fn spawn_schedule(
     mut snapshots: tokio::sync::watch::Receiver<std::sync::Arc<crate::status::StatusSnapshot>>,
     alerts: crate::alert::AlertSender,
 ) {
-    let schedule = config.supervisor.drill;
+    let schedule = config.supervisor.drill.clone();
     if !schedule.enabled() {
         return;
     }

@@ -159,11 +159,15 @@ impl<'de> Deserialize<'de> for ReplayTolerance {
 /// `supervisor.drill`: restore drills while training goes on (`lavenderd drill` on
 /// the run's newest verified checkpoint it trained past), every N newly verified
 /// checkpoints and/or every H hours; both `null` (the default): none.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DrillSchedule {
     pub every_checkpoints: Option<u64>,
     pub every_hours: Option<f64>,
+    /// The device a drill's worker trains on (`lavender-worker`'s `device`, e.g. a
+    /// second GPU `cuda:1`); `None`: the run's.
+    #[serde(default)]
+    pub device: Option<String>,
 }
 
 impl DrillSchedule {

@@ -495,6 +495,19 @@ fn supervision_rules(s: &SupervisorConfig) -> Result<(), ConfigError> {
             "0 checkpoints between drills; give 1 or more, or null for none".to_string(),
         ));
     }
+    if let Some(device) = &s.drill.device
+        && serde_json::from_value::<super::sections::Device>(serde_json::Value::String(
+            device.clone(),
+        ))
+        .is_err()
+    {
+        return Err(invalid(
+            "supervisor.drill.device",
+            format!(
+                "`{device}` is not a device; give cpu, cuda, cuda:N, mps or auto, or null for the run's"
+            ),
+        ));
+    }
     if let Some(h) = s.drill.every_hours
         && !(h.is_finite() && h > 0.0)
     {

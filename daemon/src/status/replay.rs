@@ -1,22 +1,24 @@
-//! The replay watcher: follows the refresher's snapshots. While a training worker
-//! runs in a run whose resume check waits for steps (`state/replay/<run>.json`,
-//! kept by the launch: `lavender::replay::keep`), it reads the run's per-step record
-//! as it grows and compares each replayed step. The first that differs goes to the
-//! pipeline actor (a `resume_mismatch` decision, an alert, a stop if so configured);
-//! a worker that ends first leaves the check incomplete. The file is the check's
+//! The replay watcher: follows the refresher's snapshots. While the pipeline's run
+//! has a resume check waiting for steps (`state/replay/<run>.json`, kept before a
+//! relaunch or a requeue: `lavender::replay::keep`), it reads the run's per-step
+//! record as it grows and compares each replayed step, whichever worker writes it
+//! (the check is kept before its worker exists, and a requeued Slurm job keeps its
+//! handle). The first that differs goes to the pipeline actor (a `resume_mismatch`
+//! decision, an alert, a stop if so configured); a pipeline that ends (stopped,
+//! finished, failed) first leaves the check incomplete. The file is the check's
 //! state, written whenever it moves: a daemon restarted in the middle goes on from
 //! it, and the status reads it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use lavender::pipeline_file::{PipelineRecord, WorkerHandle};
+use lavender::pipeline_file::PipelineRecord;
 use lavender::replay::{Replay, Stat, Verdict};
+use lavender::status::PipelineState;
 use tokio::sync::watch;
 
 use super::cache::StatusSnapshot;
 use crate::pipeline::{PipelineHandle, ResumeMismatch};
-use lavender::config::PipelineStep;
 
 pub fn spawn(
     state_dir: PathBuf,
@@ -33,10 +35,10 @@ async fn run(
 ) {
     let mut watcher = Watcher::default();
     loop {
-        let worker = training_worker(&snapshots.borrow_and_update().record);
+        let (run_dir, over) = pipeline_run(&snapshots.borrow_and_update().record);
         let state = state_dir.clone();
         let looked = tokio::task::spawn_blocking(move || {
-            watcher.look(&state, worker);
+            watcher.look(&state, run_dir, over);
             watcher
         })
         .await;
@@ -56,13 +58,17 @@ async fn run(
     }
 }
 
-/// The training worker the record names, and the run it writes.
-fn training_worker(record: &PipelineRecord) -> Option<(WorkerHandle, PathBuf)> {
-    let worker = record
-        .state
-        .worker()
-        .filter(|w| w.step == PipelineStep::Train)?;
-    Some((worker.handle.clone(), record.run_dir.clone()?))
+/// The pipeline's run, and whether the pipeline is over (no worker will train in
+/// it again without a start: idle, stopped, finished, failed).
+fn pipeline_run(record: &PipelineRecord) -> (Option<PathBuf>, bool) {
+    let over = matches!(
+        record.state.kind(),
+        PipelineState::Idle
+            | PipelineState::Stopped
+            | PipelineState::Finished
+            | PipelineState::Failed
+    );
+    (record.run_dir.clone(), over)
 }
 
 /// The check followed now, and what the check's file was when last found with
@@ -77,7 +83,6 @@ struct Watcher {
 }
 
 struct Following {
-    worker: WorkerHandle,
     run_dir: PathBuf,
     replay: Replay,
     /// Bytes of the record read so far.
@@ -88,54 +93,59 @@ struct Following {
 }
 
 impl Watcher {
-    /// One look: the worker now training (if any) against the check followed.
-    fn look(&mut self, state_dir: &Path, worker: Option<(WorkerHandle, PathBuf)>) {
+    /// One look at the check of `run_dir`'s run; `over`: the pipeline ended.
+    fn look(&mut self, state_dir: &Path, run_dir: Option<PathBuf>, over: bool) {
         if let Some(mut f) = self.following.take() {
-            // What the worker wrote before it ended counts.
             self.read(state_dir, &mut f);
             let now = lavender::replay::stat(state_dir, &f.replay.run);
-            let same_worker = worker.as_ref().is_some_and(|(w, _)| *w == f.worker);
+            let same_run = run_dir.as_ref() == Some(&f.run_dir);
             if now != f.stat {
                 // A newer keep: that check is the one to follow (below).
                 self.seen = None;
-            } else if !same_worker && f.replay.verdict == Verdict::Checking {
-                f.replay.ended();
-                self.seen = write(state_dir, &f.replay);
             } else if f.replay.verdict != Verdict::Checking {
                 self.seen = f.stat;
+            } else if over || !same_run {
+                // What the last worker wrote is read: the rest never came.
+                f.replay.ended();
+                self.seen = write(state_dir, &f.replay);
             } else {
                 self.following = Some(f);
             }
         }
-        if self.following.is_none()
-            && let Some((worker, run_dir)) = worker
-        {
-            let run = run_dir
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let now = lavender::replay::stat(state_dir, &run);
-            if now.is_none() || now == self.seen {
-                return;
-            }
-            match Replay::read(state_dir, &run).filter(|r| r.verdict == Verdict::Checking) {
-                Some(replay) => {
-                    let mut f = Following {
-                        worker,
-                        run_dir,
-                        replay,
-                        offset: 0,
-                        stat: now,
-                    };
-                    self.read(state_dir, &mut f);
-                    if f.replay.verdict == Verdict::Checking {
-                        self.following = Some(f);
-                    } else {
-                        self.seen = f.stat;
-                    }
-                }
-                None => self.seen = now,
-            }
+        let Some(run_dir) = run_dir.filter(|_| self.following.is_none()) else {
+            return;
+        };
+        let run = run_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let now = lavender::replay::stat(state_dir, &run);
+        if now.is_none() || now == self.seen {
+            return;
+        }
+        let Some(mut replay) =
+            Replay::read(state_dir, &run).filter(|r| r.verdict == Verdict::Checking)
+        else {
+            self.seen = now;
+            return;
+        };
+        if over {
+            // Left waiting by a daemon that stopped before the pipeline ended.
+            replay.ended();
+            self.seen = write(state_dir, &replay);
+            return;
+        }
+        let mut f = Following {
+            run_dir,
+            replay,
+            offset: 0,
+            stat: now,
+        };
+        self.read(state_dir, &mut f);
+        if f.replay.verdict == Verdict::Checking {
+            self.following = Some(f);
+        } else {
+            self.seen = f.stat;
         }
     }
 
@@ -150,7 +160,7 @@ impl Watcher {
             }
         };
         f.offset = offset;
-        let checked = f.replay.checked;
+        let before = (f.replay.checked, f.replay.verdict, f.replay.expected.len());
         for again in &steps {
             if let Some(mismatch) = f.replay.observe(again).cloned() {
                 self.unreported = Some(ResumeMismatch {
@@ -161,7 +171,7 @@ impl Watcher {
                 });
             }
         }
-        if f.replay.checked != checked {
+        if (f.replay.checked, f.replay.verdict, f.replay.expected.len()) != before {
             if f.replay.verdict == Verdict::Passed {
                 tracing::info!(
                     "replay check: the {} step(s) replayed after {} agree with the first pass ({})",
