@@ -503,8 +503,10 @@ pub fn keep(
         crate::time::rfc3339_z(crate::time::now_utc()),
         std::process::id()
     );
-    replay.write(state_dir)?;
+    // The record first: a watcher that sees the check must find no first-pass line
+    // past the checkpoint left to take for a replayed one.
     cut_back(&record_path, from_step)?;
+    replay.write(state_dir)?;
     Ok(Some(replay))
 }
 
