@@ -133,13 +133,9 @@ impl Drill {
     /// Runs the drill and records its verdict beside the checkpoint. A worker that
     /// fails or stops short is an error, not a verdict (nothing is recorded).
     pub fn run(&self, layout: &Layout, config: &Config) -> Result<DrillVerdict> {
-        let run_name = self
-            .run_dir
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy();
         let scratch = layout.state_dir.join("drills").join(format!(
-            "{run_name}-{}-{}",
+            "{}-{}-{}",
+            run_name(&self.run_dir),
             self.checkpoint.name,
             std::process::id()
         ));
