@@ -27,6 +27,7 @@ pub mod step_heartbeat;
 pub mod steps;
 pub mod time;
 pub mod tokens;
+pub mod tracking;
 pub mod trainer_state;
 pub mod trainlog;
 

@@ -42,6 +42,9 @@ pub struct Status {
     /// absent before the ledger counted anything of the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput: Option<crate::goodput::GoodputStatus>,
+    /// The experiment-tracker runs of the pipeline's lineage (`tracking:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracking: Option<crate::tracking::TrackingStatus>,
 }
 
 /// State of the pipeline as the daemon's state machine sees it.
@@ -501,6 +504,7 @@ impl Status {
             schema_version: SCHEMA_VERSION,
             notices: Vec::new(),
             goodput: None,
+            tracking: None,
         }
     }
 
@@ -609,6 +613,9 @@ impl Status {
         ));
         if let Some(r) = &t.replay {
             line(format!("replay:      {}", r.line()));
+        }
+        if let Some(t) = &self.tracking {
+            line(format!("tracking:    {}", t.line()));
         }
         if let Some(g) = &self.goodput {
             line(g.line());

@@ -30,4 +30,5 @@ pub(crate) mod server;
 pub mod service;
 pub(crate) mod settings;
 pub(crate) mod status;
+pub(crate) mod tracking;
 pub(crate) mod web;

@@ -5,7 +5,9 @@ supervised by lavenderd through `lavender_protocol.hf.LavenderCallback`.
 
 Run alone (no daemon) it makes its own run directory under --data-root. Byte-level
 (vocabulary of 256), so no tokenizer is downloaded. Options after lavender's own:
---max-steps, --save-steps, --eval-steps, --batch-size, --seq-len, --threads.
+--max-steps, --save-steps, --eval-steps, --batch-size, --seq-len, --threads,
+--report-to (the Trainer's report_to: e.g. mlflow; lavenderd's `tracking:` gives the
+tracker one run across restarts).
 """
 
 import argparse
@@ -48,6 +50,7 @@ def main() -> int:
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--corpus", type=Path, default=CORPUS)
+    p.add_argument("--report-to", default="none", help="the Trainer's report_to, comma-separated")
     p.add_argument(
         "--ignore-data-skip",
         action="store_true",
@@ -82,12 +85,13 @@ def main() -> int:
         use_cpu=True,
         dataloader_num_workers=0,
         dataloader_pin_memory=False,
-        report_to="none",
+        report_to=opts.report_to.split(","),
         disable_tqdm=True,
         seed=1337,
         ignore_data_skip=opts.ignore_data_skip,
     )
     trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=held_out, callbacks=[cb])
+    cb.attach(trainer)
     resume = cb.resume_from_checkpoint
     print(f"hf-trainer: run {cb.worker.run_dir}, resume from {resume or 'scratch'}", flush=True)
     trainer.train(resume_from_checkpoint=resume)

@@ -57,6 +57,8 @@ pub struct FileFacts {
     pub goodput: Option<crate::goodput::GoodputStatus>,
     /// The run's last resume check (`state/replay/<run>.json`).
     pub replay: Option<crate::replay::ReplayStatus>,
+    /// The lineage's tracker runs (`state/tracking/status.json`).
+    pub tracking: Option<crate::tracking::TrackingStatus>,
 }
 
 impl FileFacts {
@@ -81,6 +83,7 @@ impl FileFacts {
             lineage: Vec::new(),
             goodput: None,
             replay: None,
+            tracking: None,
         }
     }
 
@@ -192,6 +195,9 @@ impl FileFacts {
             .and_then(|d| d.file_name())
             .and_then(|n| crate::replay::Replay::read(&layout.state_dir, &n.to_string_lossy()))
             .map(|r| r.status());
+        let tracking = run_dir
+            .as_deref()
+            .and_then(|d| crate::tracking::TrackingStatus::read(&layout.state_dir, d));
         FileFacts {
             run_dir,
             heartbeat,
@@ -211,6 +217,7 @@ impl FileFacts {
             said: None,
             goodput,
             replay,
+            tracking,
             lineage,
         }
     }

@@ -155,5 +155,6 @@ pub fn compose(
         schema_version: SCHEMA_VERSION,
         notices: notices.into_iter().collect(),
         goodput: facts.goodput.clone(),
+        tracking: facts.tracking.clone(),
     }
 }

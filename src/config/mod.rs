@@ -20,6 +20,7 @@ mod scale;
 mod sections;
 mod source;
 mod supervision;
+mod tracking;
 mod tree;
 mod validate;
 
@@ -44,6 +45,9 @@ pub use notify::{
 pub use origins::{ConfigOrigins, ORIGINS_VAR};
 pub use paths::{MissingPath, PATH_KEYS, missing_paths};
 pub use replicate::{ReplicateConfig, Target as ReplicateTarget, valid_lineage};
+pub use tracking::{
+    MetricsWriter, MlflowConfig, TensorboardConfig, TrackingConfig, WandbConfig, WandbMode,
+};
 pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{
     Config, DataConfig, DedupConfig, Device, EmaConfig, FilterConfig, HardExamplesConfig,

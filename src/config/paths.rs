@@ -7,7 +7,8 @@
 //! The keys that name files ([`PATH_KEYS`]):
 //! - `data_root`, `data.sources[].path` (a file, a folder or a glob), `data.sft_jsonl`,
 //!   `data.dpo_jsonl`, `model.init_from`, `notify.bark.env_file`,
-//!   `replicate.credentials_file`, `replicate.signing_key_file`;
+//!   `replicate.credentials_file`, `replicate.signing_key_file`,
+//!   `tracking.tensorboard.dir`;
 //! - `worker.command`: its program when it holds a `/` (a bare name such as `python`
 //!   or `lavender-worker` is looked up on `PATH` when the worker starts, never
 //!   rebased), and each later argument written as a path (not starting with `-`, and
@@ -36,6 +37,7 @@ pub const PATH_KEYS: &[&str] = &[
     "notify.bark.env_file",
     "replicate.credentials_file",
     "replicate.signing_key_file",
+    "tracking.tensorboard.dir",
     "worker.command",
 ];
 
@@ -49,6 +51,7 @@ pub(crate) fn rebase(root: &mut Node, cwd: Option<&Path>) {
         &["notify", "bark", "env_file"],
         &["replicate", "credentials_file"],
         &["replicate", "signing_key_file"],
+        &["tracking", "tensorboard", "dir"],
     ] {
         if let Some(node) = get_mut(root, key) {
             rebase_value(node, cwd);

@@ -20,6 +20,7 @@ use super::notify::NotifyConfig;
 use super::replicate::ReplicateConfig;
 use super::scale::{Scale, ScalesConfig};
 use super::source::DataSource;
+use super::tracking::TrackingConfig;
 use crate::pipeline_step::PipelineStep;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -59,6 +60,9 @@ pub struct Config {
     /// resolved config then.
     #[serde(default, skip_serializing_if = "ReplicateConfig::is_default")]
     pub replicate: ReplicateConfig,
+    /// Experiment trackers; absent = none, and left out of a resolved config then.
+    #[serde(default, skip_serializing_if = "TrackingConfig::is_default")]
+    pub tracking: TrackingConfig,
 }
 
 /// The worker's compute device: `auto`, `cpu`, `cuda` (the first GPU), `cuda:N`

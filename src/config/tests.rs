@@ -1236,3 +1236,50 @@ fn replicate_keys_are_checked_and_errors_name_the_key() {
     let e = err("replicate:\n  urll: s3://b\n").to_string();
     assert!(e.contains("`replicate.urll`") && e.contains("`url`"), "{e}");
 }
+
+#[test]
+fn tracking_keys_are_checked_and_errors_name_the_key() {
+    let c = Config::default();
+    assert!(!c.tracking.any());
+    assert!(!c.to_yaml().contains("tracking"), "off: left out");
+    let c = Config::from_yaml_str(
+        "tracking:\n  mlflow: {uri: 'http://127.0.0.1:5000', experiment: gpt2 runs}\n  tensorboard: {dir: /tmp/tb, metrics: worker}\n  wandb: {project: p-1, mode: offline}\n",
+        "my.yaml",
+    )
+    .unwrap();
+    let m = c.tracking.mlflow.as_ref().unwrap();
+    assert_eq!(m.experiment, "gpt2 runs");
+    assert_eq!(m.metrics, crate::config::MetricsWriter::Daemon);
+    let tb = c.tracking.tensorboard.as_ref().unwrap();
+    assert_eq!(tb.metrics, crate::config::MetricsWriter::Worker);
+    assert_eq!(
+        c.tracking.wandb.as_ref().unwrap().mode,
+        crate::config::WandbMode::Offline
+    );
+    let back = Config::from_yaml_str(&c.to_yaml(), "resolved").unwrap();
+    assert_eq!(back.tracking, c.tracking);
+
+    for (text, key, says) in [
+        ("tracking:\n  mlflow: {uri: localhost:5000}\n", "tracking.mlflow.uri", "http"),
+        ("tracking:\n  mlflow: {uri: 'file:///tmp/m'}\n", "tracking.mlflow.uri", "over http(s)"),
+        (
+            "tracking:\n  mlflow: {uri: 'http://u:pw@host:5000'}\n",
+            "tracking.mlflow.uri",
+            "MLFLOW_TRACKING_TOKEN",
+        ),
+        (
+            "tracking:\n  mlflow: {uri: 'http://h:1', experiment: ''}\n",
+            "tracking.mlflow.experiment",
+            "1 to 256",
+        ),
+        ("tracking:\n  wandb: {project: 'a/b'}\n", "tracking.wandb.project", "letters"),
+        (
+            "tracking:\n  wandb: {project: p, entity: 'x y'}\n",
+            "tracking.wandb.entity",
+            "letters",
+        ),
+    ] {
+        let e = Config::from_yaml_str(text, "my.yaml").unwrap_err().to_string();
+        assert!(e.contains(key) && e.contains(says), "{text}: {e}");
+    }
+}

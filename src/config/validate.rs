@@ -93,6 +93,7 @@ pub(crate) fn validate(c: &Config) -> Check {
     super::launch::validate(&c.launch)?;
     super::logging::validate(&c.logging)?;
     super::replicate::validate(&c.replicate)?;
+    super::tracking::validate(&c.tracking)?;
     // A torchrun script may run several processes; lavender-worker never does.
     if c.runs_lavender_worker() {
         c.check_one_process(None)?;

@@ -16,6 +16,7 @@ pub mod fabricated_run;
 pub mod failfs;
 mod fake_env;
 pub mod http;
+pub mod mlflow;
 #[cfg(feature = "notify")]
 pub mod notify;
 mod process;

@@ -560,6 +560,7 @@ fn status_tasks(
             cache.subscribe_refreshes(),
             pipeline.clone(),
         );
+        spawn_tracking(&layout.state_dir, &settings.config, cache.subscribe_refreshes());
         crate::drill::spawn_schedule(
             layout.clone(),
             settings.config.clone(),
@@ -577,4 +578,40 @@ fn status_tasks(
         .with_checkpoints(report);
         (cache, web)
     }))
+}
+
+/// The tracking task (`tracking:`), told each snapshot's run, state, step and
+/// replication lag.
+fn spawn_tracking(
+    state_dir: &std::path::Path,
+    config: &lavender::config::Config,
+    mut snapshots: tokio::sync::watch::Receiver<std::sync::Arc<status::cache::StatusSnapshot>>,
+) {
+    if !config.tracking.any() {
+        return;
+    }
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    crate::tracking::spawn(state_dir.to_path_buf(), config.clone(), rx);
+    tokio::spawn(async move {
+        loop {
+            let seen = {
+                let snap = snapshots.borrow_and_update();
+                snap.record.run_dir.clone().map(|run_dir| crate::tracking::Seen {
+                    run_dir,
+                    state: snap.record.state.kind(),
+                    step: snap.status.training.step,
+                    steps_per_sec: snap.status.training.steps_per_sec,
+                    replication_behind: snap.replication.as_ref().is_some_and(|r| r.behind),
+                })
+            };
+            tx.send_if_modified(|old| {
+                let changed = *old != seen;
+                *old = seen;
+                changed
+            });
+            if snapshots.changed().await.is_err() || tx.is_closed() {
+                return;
+            }
+        }
+    });
 }

@@ -39,6 +39,7 @@ impl TakesEffectRule for TakesEffect {
             || under("data_root_candidates")
             || (under("notify") && !under("notify.disk_floor_mib"))
             || under("replicate")
+            || under("tracking")
         {
             TakesEffect::NextDaemon
         } else if under("supervisor")

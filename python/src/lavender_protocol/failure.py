@@ -122,9 +122,17 @@ _UNREADABLE_WORDS = (
 )
 
 
+#: torch.load's `weights_only` refusing a type the file names (a class pickled into
+#: a checkpoint's hyperparameters, say): the bytes read, the loader declined them.
+_REFUSED_WORDS = ("was not an allowed global by default", "unsupported GLOBAL")
+
+
 def is_unreadable(error: BaseException) -> bool:
     """The checkpoint's bytes cannot be read back (cut short, garbled, a file gone):
-    not a shape or config mismatch, which stays the script's own error."""
+    not a shape or config mismatch, nor a type `torch.load(weights_only=True)`
+    refuses, which stay the script's own error."""
+    if any(w in str(error) for w in _REFUSED_WORDS):
+        return False
     if any(cls.__name__ in _UNREADABLE_TYPES for cls in type(error).__mro__):
         return True
     return isinstance(error, (RuntimeError, ValueError, OSError)) and any(

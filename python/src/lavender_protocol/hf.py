@@ -28,8 +28,8 @@
 
 from __future__ import annotations
 
+import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -55,6 +55,17 @@ LOADERS = frozenset(
 )
 
 
+#: Set by lavenderd on a resume whose steps up to it the run had trained before.
+REPLAY_THROUGH_VAR = "LAVENDER_REPLAY_THROUGH_STEP"
+
+
+def _replay_through(value: Optional[str]) -> Optional[int]:
+    """The variable's step; anything but a plain non-negative integer is none."""
+    if value is None or not value.isdigit() or len(value) > 19:
+        return None
+    return int(value)
+
+
 class LavenderCallback(TrainerCallback):
     def __init__(
         self,
@@ -72,6 +83,10 @@ class LavenderCallback(TrainerCallback):
         self._began = False
         # The step of the Trainer's last log: its next `loss` is the mean since.
         self._logged_at: Optional[int] = None
+        # The last step the run had trained before this resume (lavenderd's
+        # LAVENDER_REPLAY_THROUGH_STEP): logs up to it are a replay, kept from the
+        # Trainer's trackers (`attach`), which have them already.
+        self.replay_through: Optional[int] = _replay_through(os.environ.get(REPLAY_THROUGH_VAR))
 
     @property
     def output_dir(self) -> str:
@@ -90,6 +105,17 @@ class LavenderCallback(TrainerCallback):
                 "trainer_state.json); resume this script from one of its own checkpoint-<N> directories"
             )
         return str(resume.path)
+
+    def attach(self, trainer) -> "LavenderCallback":
+        """Puts this callback first among `trainer`'s, so that its `on_log` runs before
+        the reporters of `report_to` (MLflow, W&B, TensorBoard): the logs of steps a
+        resume trains again are recorded for lavenderd's replay check, then emptied,
+        and no tracker gets a step twice. Call once, after building the Trainer."""
+        callbacks = trainer.callback_handler.callbacks
+        if self in callbacks:
+            callbacks.remove(self)
+        callbacks.insert(0, self)
+        return self
 
     # ----- Trainer events -----
 
@@ -135,9 +161,7 @@ class LavenderCallback(TrainerCallback):
         return control
 
     def on_prediction_step(self, args, state, control, **kwargs):
-        w = self.worker
-        if time.monotonic() - w._last_hb_time >= w.heartbeat_min_interval_s:
-            w.heartbeat()
+        self.worker.refresh()
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -154,6 +178,9 @@ class LavenderCallback(TrainerCallback):
         if isinstance(logs.get("eval_loss"), (int, float)):
             self._eval_loss = float(logs["eval_loss"])
             self._eval_step = int(state.global_step)
+        if self.replay_through is not None and int(state.global_step) <= self.replay_through:
+            # A replayed step: the trackers after this callback (`attach`) have it.
+            logs.clear()
         return control
 
     def _record(self, state, logs) -> None:
@@ -181,8 +208,7 @@ class LavenderCallback(TrainerCallback):
             self._eval_loss = float(metrics["eval_loss"])
             self._eval_step = int(state.global_step)
         w = self.worker
-        if w._state == "evaluating":
-            w.heartbeat("saving" if getattr(control, "should_save", False) else w._base_state())
+        w.leave_phase("evaluating", to="saving" if getattr(control, "should_save", False) else None)
         return control
 
     def on_save(self, args, state, control, **kwargs):
@@ -206,8 +232,7 @@ class LavenderCallback(TrainerCallback):
         val = self._eval_loss if self._eval_step == state.global_step else None
         w._step = int(state.global_step)
         w.committed(target, final=bool(final), val_loss=val)
-        if w._state == "saving":
-            w.heartbeat(w._base_state())
+        w.leave_phase("saving")
         return control
 
     def on_train_end(self, args, state, control, **kwargs):

@@ -127,6 +127,8 @@ class Worker:
         self.loader_calls: frozenset = frozenset()
         self._previous_handler = None
         self._previous_excepthook = None
+        #: SIGTERM is this worker's (`install_signal_handler`).
+        self.handles_sigterm = False
         if handle_signals:
             self.install_signal_handler()
         # Process-wide hooks go together: a worker that leaves SIGTERM alone (a test,
@@ -202,6 +204,7 @@ class Worker:
         """SIGTERM sets the stop flag (the loop saves and exits 0). Must run in the
         main thread, as Python delivers signals there."""
         self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+        self.handles_sigterm = True
 
     def _on_sigterm(self, signum, frame) -> None:  # noqa: ARG002
         self._stop_flag = True
@@ -299,6 +302,20 @@ class Worker:
 
     def _base_state(self) -> str:
         return "training" if self._stepped else "starting"
+
+    def leave_phase(self, state: str, to: Optional[str] = None) -> None:
+        """A phase a training library's callback entered with `heartbeat(state)` ends
+        (its hooks cannot hold a `with phase(...)` open): the heartbeat says `to`,
+        else `training` (`starting` before the first step), unless another state was
+        said meanwhile."""
+        if self._state == state:
+            self.heartbeat(to or self._base_state())
+
+    def refresh(self) -> None:
+        """The heartbeat rewritten as it is, once `heartbeat_min_interval_s` passed
+        since the last: for a phase's batches (an evaluation), which report no step."""
+        if time.monotonic() - self._last_hb_time >= self.heartbeat_min_interval_s:
+            self.heartbeat()
 
     def load(self, load_fn: Callable[[Path], T]) -> T:
         """Loads the checkpoint `--resume` named with `load_fn(path)` in the

@@ -24,3 +24,4 @@ mod train_manifest;
 mod train_optimizer_state;
 mod train_resume;
 mod train_stages;
+mod tracking;

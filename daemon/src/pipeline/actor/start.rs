@@ -374,6 +374,9 @@ impl Actor {
         let check = self.resume_check(step);
         let ran_with = self.ran_with(step);
         // Observe mode leaves the run's files as they are: no replay check.
+        // The trackers' ids for the worker (it may make the lineage's MLflow run).
+        let tracking = (step == PipelineStep::Train && self.config.tracking.any())
+            .then(|| (self.config.clone(), self.layout.state_dir.clone()));
         let replay = (step == PipelineStep::Train && !self.observing()).then(|| {
             (
                 self.layout.state_dir.clone(),
@@ -394,6 +397,18 @@ impl Actor {
                 }
                 if let Some((state_dir, tolerance)) = &replay {
                     keep_replay(state_dir, &spec, *tolerance);
+                }
+                if let (Some((config, state_dir)), Some(run_dir)) = (&tracking, spec.run_dir.clone()) {
+                    let env = crate::tracking::launch_env(
+                        config,
+                        state_dir,
+                        &run_dir,
+                        spec.resume.as_deref(),
+                    );
+                    // `worker.env` wins: a key the operator set is left as set.
+                    for (k, v) in env {
+                        spec.env.entry(k).or_insert(v);
+                    }
                 }
                 let updates = Box::new(move |update| {
                     let _ = jobs.send(JobChange { generation, update });
