@@ -465,7 +465,12 @@ fn gather(
         b.next.events += 1;
     };
     if b.next.since.is_none() {
-        b.next.since = Some(now());
+        // The lineage's start (its first run's name): decisions before it are
+        // another lineage's.
+        let started = lavender::run::parse_run_name(lineage)
+            .map(|t| t.and_utc())
+            .unwrap_or_else(|_| chrono::Utc::now());
+        b.next.since = Some(started.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
     }
     // A resume in a new run of the lineage.
     if !b.next.record.run.is_empty() && b.next.record.run != run {
@@ -492,14 +497,16 @@ fn gather(
     }
     b.next.rollbacks.insert(run.clone(), ranges.len().max(taken));
     // The decision log.
+    let time = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
+    let since = b.next.since.as_deref().and_then(time);
     for (at, id, step, text) in decisions(state_dir) {
-        let since = b.next.since.as_deref().unwrap_or_default();
-        let after = b
-            .next
-            .last_event
-            .as_ref()
-            .is_none_or(|(a, i)| (at.as_str(), id.as_str()) > (a.as_str(), i.as_str()));
-        if at.as_str() >= since && after {
+        let Some(when) = time(&at) else {
+            continue;
+        };
+        let after = b.next.last_event.as_ref().is_none_or(|(a, i)| {
+            time(a).is_none_or(|last| (when, id.as_str()) > (last, i.as_str()))
+        });
+        if since.is_none_or(|s| when >= s) && after {
             b.next.last_event = Some((at.clone(), id));
             event(&mut b, step.unwrap_or(step_now), at, text);
         }

@@ -35,17 +35,23 @@ fn daemon(dir: &Path, steps: u64, tracking: &str) -> Lavenderd {
     d
 }
 
-/// Kills the training worker once it has trained a few steps past `after`; returns
-/// the step it had reached and its pid.
-fn kill_worker_past(d: &Lavenderd, after: u64, last_pid: Option<u64>) -> (u64, Option<u64>) {
-    let st = d.wait_status(T, "a worker training", |st| {
+/// The status once a worker other than `last_pid` has trained a few steps past
+/// `after`.
+fn worker_past(d: &Lavenderd, after: u64, last_pid: Option<u64>) -> Value {
+    d.wait_status(T, "a worker training", |st| {
         assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
         let pid = st["pipeline"]["pid"].as_u64();
         pid.is_some()
             && pid != last_pid
             && st["training"]["running"] == true
             && st["training"]["step"].as_u64() > Some(after + 5)
-    });
+    })
+}
+
+/// Kills the training worker once it has trained a few steps past `after`; returns
+/// the step it had reached and its pid.
+fn kill_worker_past(d: &Lavenderd, after: u64, last_pid: Option<u64>) -> (u64, Option<u64>) {
+    let st = worker_past(d, after, last_pid);
     let pid = st["pipeline"]["pid"].as_u64();
     lavender_testkit::send_signal(-(pid.unwrap() as i32), 9);
     (st["training"]["step"].as_u64().unwrap(), pid)
@@ -91,14 +97,16 @@ fn one_mlflow_run_across_two_kills_and_a_resume_each_step_once_and_tensorboard_a
     let d = daemon(dir.path(), STEPS, &tracking);
     d.start(&[]);
     let (step, pid) = kill_worker_past(&d, 20, None);
-    let (_, pid) = kill_worker_past(&d, step, pid);
+    let (step, pid) = kill_worker_past(&d, step, pid);
     // A stop (the worker saves) and a resume.
-    d.wait_status(T, "a third worker training", |st| {
-        st["pipeline"]["pid"].as_u64().is_some()
-            && st["pipeline"]["pid"].as_u64() != pid
-            && st["training"]["running"] == true
-    });
-    d.stop_saved();
+    worker_past(&d, step, pid);
+    let out = d.run(&["stop"]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        std::fs::read_to_string(d.daemon_log()).unwrap_or_default()
+    );
     d.wait_state("stopped", T);
     let killed = the_run(&m, "kills", "KILLED");
     assert!(
