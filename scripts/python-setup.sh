@@ -2,8 +2,9 @@
 # Python side of the set-up, into the project's .venv (after setup-libtorch.sh put
 # torch there): the lavender-protocol package from python/ (editable), pytest for its
 # tests, and transformers + accelerate (scripts/hf-setup.sh) for the Hugging Face
-# Trainer example and the tests that run it and torchrun under lavenderd, and bergson
-# (scripts/attribution-setup.sh) for attribution.
+# Trainer example and the tests that run it and torchrun under lavenderd, Lightning
+# 2.6.x (scripts/lightning-setup.sh) for the Lightning example and its tests, and
+# bergson (scripts/attribution-setup.sh) for attribution.
 # Idempotent and quick when everything is there; torch is never upgraded (pinned to
 # the version installed).
 set -euo pipefail
@@ -32,5 +33,6 @@ if ! "$PY" -c 'import pytest' 2>/dev/null; then
   "$PY" -m pip install --quiet --no-cache-dir --disable-pip-version-check -c "$pins" pytest
 fi
 LAVENDER_PYTHON="$PY" bash "$root/scripts/hf-setup.sh"
+LAVENDER_PYTHON="$PY" bash "$root/scripts/lightning-setup.sh"
 # bergson 2.5.1 for `lavenderd attribute` and the attribution tests `make test` runs.
 LAVENDER_PYTHON="$PY" bash "$root/scripts/attribution-setup.sh"

@@ -33,6 +33,7 @@ mod slurm_cluster;
 mod slurm_e2e;
 mod status_watch;
 mod supervision;
+mod tracking_hf;
 mod verify;
 mod web_browser;
 mod web_events;
