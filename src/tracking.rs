@@ -89,7 +89,10 @@ impl Identity {
         let id: Identity = serde_json::from_slice(&bytes).ok()?;
         let valid = id.lineage == lineage
             && id.wandb_run_id.len() == 8
-            && id.wandb_run_id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            && id
+                .wandb_run_id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
             && id.mlflow.as_ref().is_none_or(|m| {
                 [&m.run_id, &m.experiment_id].iter().all(|s| {
                     (1..=64).contains(&s.len())
@@ -135,9 +138,15 @@ impl Identity {
         let Some(path) = Identity::path(state_dir, &self.lineage) else {
             return Ok(());
         };
-        std::fs::create_dir_all(dir(state_dir)).ctx("create", &dir(state_dir))?;
-        crate::atomic::write_json(&path, self)
+        write_in(state_dir, &path, self)
     }
+}
+
+/// Writes `value` to `path` under `state/tracking/`, made if missing.
+fn write_in(state_dir: &Path, path: &Path, value: &impl Serialize) -> Result<()> {
+    let folder = dir(state_dir);
+    std::fs::create_dir_all(&folder).ctx("create", &folder)?;
+    crate::atomic::write_json(path, value)
 }
 
 /// 8 of `[a-z0-9]` from the system's random source (W&B's own id alphabet).
@@ -265,8 +274,7 @@ impl Progress {
         let Some(path) = Progress::path(state_dir, lineage, tracker) else {
             return Ok(());
         };
-        std::fs::create_dir_all(dir(state_dir)).ctx("create", &dir(state_dir))?;
-        crate::atomic::write_json(&path, self)
+        write_in(state_dir, &path, self)
     }
 
     /// Whether `p` is a step not logged yet (each step once).

@@ -45,9 +45,6 @@ pub use notify::{
 pub use origins::{ConfigOrigins, ORIGINS_VAR};
 pub use paths::{MissingPath, PATH_KEYS, missing_paths};
 pub use replicate::{ReplicateConfig, Target as ReplicateTarget, valid_lineage};
-pub use tracking::{
-    MetricsWriter, MlflowConfig, TensorboardConfig, TrackingConfig, WandbConfig, WandbMode,
-};
 pub use scale::{ModelSize, Scale, ScalePreset, ScalesConfig, ShardShortfall};
 pub use sections::{
     Config, DataConfig, DedupConfig, Device, EmaConfig, FilterConfig, HardExamplesConfig,
@@ -61,6 +58,9 @@ pub use source::{
 pub use supervision::{
     DrillSchedule, FailureAction, OnDiverged, OnFailure, OnResumeMismatch, OnStall,
     ReplayTolerance, Slowdown, StaleAfter, StaleAuto, SupervisorMode,
+};
+pub use tracking::{
+    MetricsWriter, MlflowConfig, TensorboardConfig, TrackingConfig, WandbConfig, WandbMode,
 };
 
 use tree::Node;

@@ -1260,8 +1260,16 @@ fn tracking_keys_are_checked_and_errors_name_the_key() {
     assert_eq!(back.tracking, c.tracking);
 
     for (text, key, says) in [
-        ("tracking:\n  mlflow: {uri: localhost:5000}\n", "tracking.mlflow.uri", "http"),
-        ("tracking:\n  mlflow: {uri: 'file:///tmp/m'}\n", "tracking.mlflow.uri", "over http(s)"),
+        (
+            "tracking:\n  mlflow: {uri: localhost:5000}\n",
+            "tracking.mlflow.uri",
+            "http",
+        ),
+        (
+            "tracking:\n  mlflow: {uri: 'file:///tmp/m'}\n",
+            "tracking.mlflow.uri",
+            "over http(s)",
+        ),
         (
             "tracking:\n  mlflow: {uri: 'http://u:pw@host:5000'}\n",
             "tracking.mlflow.uri",
@@ -1272,14 +1280,20 @@ fn tracking_keys_are_checked_and_errors_name_the_key() {
             "tracking.mlflow.experiment",
             "1 to 256",
         ),
-        ("tracking:\n  wandb: {project: 'a/b'}\n", "tracking.wandb.project", "letters"),
+        (
+            "tracking:\n  wandb: {project: 'a/b'}\n",
+            "tracking.wandb.project",
+            "letters",
+        ),
         (
             "tracking:\n  wandb: {project: p, entity: 'x y'}\n",
             "tracking.wandb.entity",
             "letters",
         ),
     ] {
-        let e = Config::from_yaml_str(text, "my.yaml").unwrap_err().to_string();
+        let e = Config::from_yaml_str(text, "my.yaml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(key) && e.contains(says), "{text}: {e}");
     }
 }

@@ -146,7 +146,10 @@ pub(crate) fn validate(t: &TrackingConfig) -> Result<(), ConfigError> {
         {
             return Err(invalid(
                 "tracking.mlflow.experiment",
-                format!("{:?}: name the experiment in 1 to 256 printable characters", m.experiment),
+                format!(
+                    "{:?}: name the experiment in 1 to 256 printable characters",
+                    m.experiment
+                ),
             ));
         }
     }
@@ -162,7 +165,10 @@ pub(crate) fn validate(t: &TrackingConfig) -> Result<(), ConfigError> {
         if !plain_name(&w.project) {
             return Err(invalid(
                 "tracking.wandb.project",
-                format!("{:?}: write 1 to 128 letters, digits, `.`, `_` or `-`", w.project),
+                format!(
+                    "{:?}: write 1 to 128 letters, digits, `.`, `_` or `-`",
+                    w.project
+                ),
             ));
         }
         if let Some(e) = &w.entity

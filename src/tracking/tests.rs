@@ -20,7 +20,13 @@ fn a_record_line_gives_its_numbers_under_valid_names_and_nothing_else() {
             ("loss".into(), 12, 2.5),
         ]
     );
-    for line in ["", "[]", "{\"loss\":1}", "{\"step\":-1,\"loss\":1}", "{\"step\":\"3\"}"] {
+    for line in [
+        "",
+        "[]",
+        "{\"loss\":1}",
+        "{\"step\":-1,\"loss\":1}",
+        "{\"step\":\"3\"}",
+    ] {
         assert!(points(line).is_empty(), "{line}");
     }
 }
@@ -68,7 +74,10 @@ fn an_identity_is_made_once_and_a_damaged_one_is_replaced() {
     };
     let set = Identity::set_mlflow(state.path(), &id.lineage, run.clone()).unwrap();
     assert_eq!(set.wandb_run_id, id.wandb_run_id);
-    assert_eq!(run.url(), "http://127.0.0.1:5000/#/experiments/1/runs/abc123");
+    assert_eq!(
+        run.url(),
+        "http://127.0.0.1:5000/#/experiments/1/runs/abc123"
+    );
     let second = MlflowRun {
         run_id: "zzz".into(),
         ..run.clone()
@@ -77,8 +86,11 @@ fn an_identity_is_made_once_and_a_damaged_one_is_replaced() {
     assert_eq!(kept.mlflow, Some(run), "a run made since is kept");
 
     let path = Identity::path(state.path(), &id.lineage).unwrap();
-    std::fs::write(&path, br#"{"lineage":"run-2026-01-01_00-00-00","wandb_run_id":"../../x"}"#)
-        .unwrap();
+    std::fs::write(
+        &path,
+        br#"{"lineage":"run-2026-01-01_00-00-00","wandb_run_id":"../../x"}"#,
+    )
+    .unwrap();
     assert_eq!(Identity::read(state.path(), &id.lineage), None);
     assert!(Identity::path(state.path(), "../etc").is_none());
     assert!(Progress::path(state.path(), "run-1", "../x").is_none());

@@ -560,7 +560,11 @@ fn status_tasks(
             cache.subscribe_refreshes(),
             pipeline.clone(),
         );
-        spawn_tracking(&layout.state_dir, &settings.config, cache.subscribe_refreshes());
+        spawn_tracking(
+            &layout.state_dir,
+            &settings.config,
+            cache.subscribe_refreshes(),
+        );
         crate::drill::spawn_schedule(
             layout.clone(),
             settings.config.clone(),
@@ -596,13 +600,16 @@ fn spawn_tracking(
         loop {
             let seen = {
                 let snap = snapshots.borrow_and_update();
-                snap.record.run_dir.clone().map(|run_dir| crate::tracking::Seen {
-                    run_dir,
-                    state: snap.record.state.kind(),
-                    step: snap.status.training.step,
-                    steps_per_sec: snap.status.training.steps_per_sec,
-                    replication_behind: snap.replication.as_ref().is_some_and(|r| r.behind),
-                })
+                snap.record
+                    .run_dir
+                    .clone()
+                    .map(|run_dir| crate::tracking::Seen {
+                        run_dir,
+                        state: snap.record.state.kind(),
+                        step: snap.status.training.step,
+                        steps_per_sec: snap.status.training.steps_per_sec,
+                        replication_behind: snap.replication.as_ref().is_some_and(|r| r.behind),
+                    })
             };
             tx.send_if_modified(|old| {
                 let changed = *old != seen;

@@ -133,7 +133,12 @@ impl Mlflow {
     }
 
     /// A new run named `name` in `experiment_id`; its id.
-    pub async fn create_run(&self, experiment_id: &str, name: &str, tags: &[(&str, &str)]) -> Result<String> {
+    pub async fn create_run(
+        &self,
+        experiment_id: &str,
+        name: &str,
+        tags: &[(&str, &str)],
+    ) -> Result<String> {
         let tags: Vec<Value> = tags
             .iter()
             .map(|(k, v)| json!({"key": k, "value": v}))
@@ -171,8 +176,11 @@ impl Mlflow {
                     json!({"key": m.key, "value": m.value, "step": m.step, "timestamp": m.timestamp_ms})
                 })
                 .collect();
-            self.post("runs/log-batch", json!({"run_id": run_id, "metrics": metrics}))
-                .await?;
+            self.post(
+                "runs/log-batch",
+                json!({"run_id": run_id, "metrics": metrics}),
+            )
+            .await?;
         }
         let pairs = |items: &[(String, String)]| -> Vec<Value> {
             items
@@ -181,12 +189,18 @@ impl Mlflow {
                 .collect()
         };
         for chunk in params.chunks(100) {
-            self.post("runs/log-batch", json!({"run_id": run_id, "params": pairs(chunk)}))
-                .await?;
+            self.post(
+                "runs/log-batch",
+                json!({"run_id": run_id, "params": pairs(chunk)}),
+            )
+            .await?;
         }
         for chunk in tags.chunks(100) {
-            self.post("runs/log-batch", json!({"run_id": run_id, "tags": pairs(chunk)}))
-                .await?;
+            self.post(
+                "runs/log-batch",
+                json!({"run_id": run_id, "tags": pairs(chunk)}),
+            )
+            .await?;
         }
         Ok(())
     }

@@ -31,7 +31,6 @@ use lavender::tracking::tensorboard::{self, EventFile};
 use lavender::tracking::{Identity, MlflowRun, Point, Progress, TrackingStatus};
 use tokio::sync::watch;
 
-
 /// The most bytes of the decision log read a pass (its newest).
 const MAX_DECISIONS_READ: u64 = 4 << 20;
 
@@ -292,7 +291,13 @@ impl Tracker {
 
     /// What tracker `i` has not taken; `None` when there is nothing to tell it
     /// and nothing of its progress to keep.
-    fn prepare(&self, i: usize, lineage: &str, seen: &Seen, metrics: MetricsWriter) -> Option<Batch> {
+    fn prepare(
+        &self,
+        i: usize,
+        lineage: &str,
+        seen: &Seen,
+        metrics: MetricsWriter,
+    ) -> Option<Batch> {
         let progress = Progress::read(&self.state_dir, lineage, TRACKERS[i]);
         let mut batch = gather(
             &self.state_dir,
@@ -321,7 +326,13 @@ impl Tracker {
     }
 
     /// Keeps tracker `i`'s progress once it took `batch` (`sent`).
-    fn commit(&self, i: usize, lineage: &str, batch: Batch, sent: anyhow::Result<()>) -> Result<(), String> {
+    fn commit(
+        &self,
+        i: usize,
+        lineage: &str,
+        batch: Batch,
+        sent: anyhow::Result<()>,
+    ) -> Result<(), String> {
         sent.map_err(|e| format!("{e:#}"))?;
         batch
             .next
@@ -388,7 +399,10 @@ impl Tracker {
             tags.push((format!("lavender.event.{:05}", first + n as u64 + 1), text));
         }
         if let Some(e) = batch.events.last() {
-            tags.push(("lavender.last_event".into(), e.text.chars().take(4000).collect()));
+            tags.push((
+                "lavender.last_event".into(),
+                e.text.chars().take(4000).collect(),
+            ));
         }
         client
             .log_batch(run_id, &metrics, &batch.params, &tags)
@@ -430,7 +444,12 @@ impl Tracker {
                 .chain(&batch.tags)
                 .map(|(k, v)| format!("{k} = {v}"))
                 .collect();
-            events.push(tensorboard::text(wall, 0, "lavender/config", &lines.join("\n\n")));
+            events.push(tensorboard::text(
+                wall,
+                0,
+                "lavender/config",
+                &lines.join("\n\n"),
+            ));
         }
         file.append(&events)?;
         Ok(())
@@ -495,7 +514,9 @@ fn gather(
     for r in ranges.iter().skip(taken) {
         b.next.rolled_back_to(r.from_step);
     }
-    b.next.rollbacks.insert(run.clone(), ranges.len().max(taken));
+    b.next
+        .rollbacks
+        .insert(run.clone(), ranges.len().max(taken));
     // The decision log.
     let time = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
     let since = b.next.since.as_deref().and_then(time);
@@ -666,7 +687,11 @@ fn decisions(state_dir: &Path) -> Vec<(String, String, Option<u64>, String)> {
 /// The config as MLflow params: each leaf as `a.b.c` = its YAML-ish value (lists as
 /// JSON), at most 500 characters (longer ones are left out).
 fn flat_config(config: &Config) -> std::collections::BTreeMap<String, String> {
-    fn walk(prefix: &str, v: &serde_json::Value, out: &mut std::collections::BTreeMap<String, String>) {
+    fn walk(
+        prefix: &str,
+        v: &serde_json::Value,
+        out: &mut std::collections::BTreeMap<String, String>,
+    ) {
         match v {
             serde_json::Value::Object(m) => {
                 for (k, v) in m {

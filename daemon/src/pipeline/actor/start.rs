@@ -398,7 +398,9 @@ impl Actor {
                 if let Some((state_dir, tolerance)) = &replay {
                     keep_replay(state_dir, &spec, *tolerance);
                 }
-                if let (Some((config, state_dir)), Some(run_dir)) = (&tracking, spec.run_dir.clone()) {
+                if let (Some((config, state_dir)), Some(run_dir)) =
+                    (&tracking, spec.run_dir.clone())
+                {
                     let env = crate::tracking::launch_env(
                         config,
                         state_dir,
