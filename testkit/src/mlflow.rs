@@ -2,8 +2,8 @@
 //! store in the test's own folder, on 127.0.0.1), and what it holds, read back with
 //! MLflow's own Python client.
 
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -70,7 +70,10 @@ impl Mlflow {
             .args(["server", "--host", "127.0.0.1", "--port"])
             .arg(self.port.to_string())
             .arg("--backend-store-uri")
-            .arg(format!("sqlite:///{}", self.dir.join("mlflow.db").display()))
+            .arg(format!(
+                "sqlite:///{}",
+                self.dir.join("mlflow.db").display()
+            ))
             .arg("--default-artifact-root")
             .arg(self.dir.join("artifacts"))
             .args(["--workers", "1"])
@@ -84,11 +87,7 @@ impl Mlflow {
         self.child = Some(child);
         let health = format!("{}/health", self.uri);
         crate::wait_until(Duration::from_secs(180), "mlflow server to answer", || {
-            assert!(
-                crate::alive(pid),
-                "mlflow server exited:\n{}",
-                self.log()
-            );
+            assert!(crate::alive(pid), "mlflow server exited:\n{}", self.log());
             curl_ok(&health)
         });
     }

@@ -44,11 +44,14 @@ fn the_hf_trainer_reporting_to_mlflow_keeps_one_run_across_a_sigkill_with_no_met
     let mut runs = Vec::new();
     lavender_testkit::wait_until(SLOW, "the run's end told to MLflow", || {
         runs = m.runs("hf");
-        runs.iter().any(|r| {
-            events(r).iter().any(|e| e.contains("finished"))
-        })
+        runs.iter()
+            .any(|r| events(r).iter().any(|e| e.contains("finished")))
     });
-    assert_eq!(runs.len(), 1, "one MLflow run across the restart: {runs:#?}");
+    assert_eq!(
+        runs.len(),
+        1,
+        "one MLflow run across the restart: {runs:#?}"
+    );
     let run = &runs[0];
     assert!(
         st["tracking"]["mlflow"]
@@ -59,7 +62,11 @@ fn the_hf_trainer_reporting_to_mlflow_keeps_one_run_across_a_sigkill_with_no_met
     // The Trainer logs `loss` every 5 steps: each once, over the whole run.
     let logged = steps(run, "loss");
     let unique: BTreeSet<u64> = logged.iter().copied().collect();
-    assert_eq!(logged.len(), unique.len(), "a step logged twice: {logged:?}");
+    assert_eq!(
+        logged.len(),
+        unique.len(),
+        "a step logged twice: {logged:?}"
+    );
     assert_eq!(
         unique,
         (1..=12).map(|i| i * 5).collect::<BTreeSet<u64>>(),
@@ -81,15 +88,21 @@ fn the_hf_trainer_reporting_to_mlflow_keeps_one_run_across_a_sigkill_with_no_met
 #[test]
 fn the_hf_trainer_reporting_to_wandb_offline_gets_one_run_id_across_a_sigkill() {
     require_modules(&["wandb"]);
-    let mut env = hf_env("wandb", "  wandb: {project: lavender-test, mode: offline}\n");
+    let mut env = hf_env(
+        "wandb",
+        "  wandb: {project: lavender-test, mode: offline}\n",
+    );
     let wandb_dir = env.dir.path().join("wandb-files");
     std::fs::create_dir_all(&wandb_dir).unwrap();
-    env.env.push(("WANDB_DIR".into(), wandb_dir.display().to_string()));
+    env.env
+        .push(("WANDB_DIR".into(), wandb_dir.display().to_string()));
     env.serve();
     env.start(&[]);
     kill_past_20(&env);
     let st = env.wait_state("finished", SLOW);
-    let id = st["tracking"]["wandb"].as_str().expect("the run id in the status");
+    let id = st["tracking"]["wandb"]
+        .as_str()
+        .expect("the run id in the status");
     let folders: Vec<String> = std::fs::read_dir(wandb_dir.join("wandb"))
         .unwrap()
         .flatten()

@@ -18,7 +18,8 @@ const T: Duration = Duration::from_secs(120);
 
 fn daemon(dir: &Path, steps: u64, tracking: &str) -> Lavenderd {
     lavender_testkit::training::write_tokens(&dir.join("data"));
-    let stages = format!("    - {{name: pretrain, steps: {steps}, lr: 3.0e-3, checkpoint_every: 20}}");
+    let stages =
+        format!("    - {{name: pretrain, steps: {steps}, lr: 3.0e-3, checkpoint_every: 20}}");
     let extra = format!("tracking:\n{tracking}");
     let config = lavender_testkit::training::TrainOnly {
         worker: WORKER,
@@ -131,7 +132,9 @@ fn one_mlflow_run_across_two_kills_and_a_resume_each_step_once_and_tensorboard_a
         assert!(said.iter().any(|e| e.contains(what)), "{what}: {said:#?}");
     }
     assert!(
-        run["metrics"]["lavender/goodput"].as_array().is_some_and(|h| !h.is_empty()),
+        run["metrics"]["lavender/goodput"]
+            .as_array()
+            .is_some_and(|h| !h.is_empty()),
         "the goodput at the end: {run:#}"
     );
     assert!(
@@ -214,9 +217,14 @@ fn a_tracker_down_for_a_minute_costs_the_run_nothing_and_the_gap_is_said() {
     });
     let st = d.status();
     assert_eq!(st["training"]["running"], true, "{st:#}");
-    assert!(st["training"]["step"].as_u64() > Some(at), "trained on: {st:#}");
+    assert!(
+        st["training"]["step"].as_u64() > Some(at),
+        "trained on: {st:#}"
+    );
     m.up();
-    d.wait_status(T, "the tracker back", |st| st["tracking"]["unreachable"].is_null());
+    d.wait_status(T, "the tracker back", |st| {
+        st["tracking"]["unreachable"].is_null()
+    });
     d.stop_saved();
     d.wait_state("stopped", T);
     let run = the_run(&m, "outage", "KILLED");
