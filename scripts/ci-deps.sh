@@ -21,10 +21,9 @@
 #                      (mfusepy in .venv) the file system that fails on purpose
 #                      (scripts/failfs/failfs.py: reads that fail with EIO) of the
 #                      storage-error tests (worker/tests/it/storage_error.rs)
-#   mlflow, tbparse, tensorboard, wandb, lightning
-#                      (in .venv) a real MLflow server, TensorBoard's files read back, W&B offline,
-#                      the Lightning example (worker/tests/it/tracking.rs, daemon/tests/it/tracking_hf.rs,
-#                      daemon/tests/it/python_lightning.rs)
+#   mlflow, tbparse, tensorboard, wandb
+#                      (in .venv) a real MLflow server, TensorBoard's files read back, W&B offline
+#                      (worker/tests/it/tracking.rs, daemon/tests/it/tracking_hf.rs)
 #   iproute2, util-linux
 #                      ip (network namespaces, veth pairs, a bridge), nsenter and unshare:
 #                      each slurmd of the two-node cluster in its own namespace
@@ -126,21 +125,22 @@ python_modules() {
 
   # The experiment trackers' tests (worker/tests/it/tracking.rs, daemon/tests/it/tracking_hf.rs):
   # a real MLflow server and client, tbparse (it reads TensorBoard's event files as written),
-  # W&B in offline mode, and PyTorch Lightning for its example; torch stays 2.13.0.
+  # and W&B in offline mode; torch stays 2.13.0 (Lightning comes with make setup:
+  # scripts/lightning-setup.sh).
   if "$venv/bin/python" - <<'PY' 2>/dev/null
 from importlib.metadata import version
 assert version("mlflow") == "3.17.2" and version("tbparse") == "0.0.9"
-assert version("lightning") == "2.6.6" and version("wandb") == "0.31.0"
+assert version("wandb") == "0.31.0"
 version("tensorboard")
 PY
   then
-    echo "ci-deps: mlflow, tbparse, wandb, lightning present in .venv"
+    echo "ci-deps: mlflow, tbparse, tensorboard, wandb present in .venv"
   else
-    echo "ci-deps: installing mlflow, tbparse, tensorboard, wandb and lightning into .venv (the trackers' tests)"
+    echo "ci-deps: installing mlflow, tbparse, tensorboard and wandb into .venv (the trackers' tests)"
     constraints="$(mktemp)"
     echo "torch==2.13.0" >"$constraints"
     "$venv/bin/python" -m pip install --quiet -c "$constraints" \
-      mlflow==3.17.2 tbparse==0.0.9 tensorboard==2.21.0 wandb==0.31.0 lightning==2.6.6
+      mlflow==3.17.2 tbparse==0.0.9 tensorboard==2.21.0 wandb==0.31.0
     rm -f "$constraints"
   fi
 }

@@ -1,7 +1,8 @@
 """A tiny PyTorch Lightning script with `lavender_protocol.lightning.LavenderCallback`
 (driven by test_lightning.py, which also imports its model): a two-layer network with
 dropout on fixed random data, `--batches` batches an epoch from a loader that resumes
-mid-epoch, a save every `--save-steps`."""
+mid-epoch, a save every `--save-steps`; `--devices 2`: two ranks under Lightning's own
+DDP launcher (gloo), each on the same batches."""
 
 import argparse
 import sys
@@ -71,7 +72,7 @@ class Tiny(L.LightningModule):
     def training_step(self, batch, batch_idx):
         x, y = batch
         loss = nn.functional.mse_loss(self.net(x), y)
-        self.losses.append(float(loss))
+        self.losses.append(float(loss.detach()))
         return loss
 
     def validation_step(self, batch, batch_idx):
@@ -90,17 +91,17 @@ class Tiny(L.LightningModule):
 
 
 def trainer(cb, max_steps: int, callbacks=(), **options) -> L.Trainer:
-    settings = dict(
-        max_steps=max_steps,
-        accelerator="cpu",
-        devices=1,
-        callbacks=[*callbacks, cb],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    )
+    settings = {
+        "max_steps": max_steps,
+        "accelerator": "cpu",
+        "devices": 1,
+        "callbacks": [*callbacks, cb],
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "num_sanity_val_steps": 0,
+        "limit_val_batches": 0,
+    }
     settings.update(options)
     return L.Trainer(**settings)
 
@@ -111,13 +112,15 @@ def main() -> int:
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--save-steps", type=int, default=None)
     p.add_argument("--batches", type=int, default=4)
+    p.add_argument("--devices", type=int, default=1)
     opts = p.parse_args(w.args.rest)
     cb = LavenderCallback(w, save_steps=opts.save_steps)
     torch.manual_seed(0)
-    t = trainer(cb, opts.steps)
+    ddp = {"strategy": "ddp", "devices": opts.devices, "use_distributed_sampler": False} if opts.devices > 1 else {}
+    t = trainer(cb, opts.steps, **ddp)
     with w:
         t.fit(Tiny(), ResumableLoader(opts.batches), ckpt_path=cb.ckpt_path)
-    print(f"{'stopped' if w.stop_requested else 'finished'} at step {t.global_step}", flush=True)
+    print(f"rank {t.global_rank}: {'stopped' if w.stop_requested else 'finished'} at step {t.global_step}", flush=True)
     return 0
 
 

@@ -146,6 +146,21 @@ pub fn events_after(run: &Path, since: usize) -> Vec<Value> {
     events(run).into_iter().skip(since).collect()
 }
 
+/// The one `failed` event of `run` after its first `since`: a worker that could not
+/// load its checkpoint, reported as `damaged_checkpoint`.
+pub fn one_damaged_failure(run: &Path, since: usize) -> Value {
+    let failed: Vec<Value> = events_after(run, since)
+        .into_iter()
+        .filter(|e| e["kind"] == "failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:#?}");
+    assert_eq!(
+        failed[0]["failure"]["kind"], "damaged_checkpoint",
+        "{failed:#?}"
+    );
+    failed.into_iter().next().unwrap()
+}
+
 /// After the kill of `frozen`'s worker: the worker restarted from `from` (its
 /// `checkpoint_loaded`, the first after the freeze); each of `damaged`, newest first,
 /// was set aside under `<run>/damaged/`, named by a `checkpoint_damaged` event whose

@@ -47,23 +47,38 @@ pub fn require_modules(modules: &[&str]) {
 /// windows of 32 bytes, a save every `save_steps`, no evaluation on the way.
 pub fn hf_example(max_steps: u64, save_steps: u64) -> Vec<String> {
     require_modules(&["torch", "transformers", "accelerate"]);
-    [
-        venv_tool("python").as_str(),
-        &example("hf-trainer/train.py"),
-        "--max-steps",
-        &max_steps.to_string(),
-        "--save-steps",
-        &save_steps.to_string(),
-        "--eval-steps",
-        "100000",
-        "--batch-size",
-        "4",
-        "--seq-len",
-        "32",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    smallest(
+        "hf-trainer/train.py",
+        max_steps,
+        save_steps,
+        &["--eval-steps", "100000"],
+    )
+}
+
+/// The Lightning example at its smallest: `max_steps` steps of batches of 4 windows
+/// of 32 bytes, a save every `save_steps`, no validation.
+pub fn lightning_example(max_steps: u64, save_steps: u64) -> Vec<String> {
+    require_modules(&["torch", "lightning"]);
+    smallest(
+        "lightning/train.py",
+        max_steps,
+        save_steps,
+        &["--val-every", "0"],
+    )
+}
+
+/// An example script (`examples/<script>`) at its smallest, with `more` flags.
+fn smallest(script: &str, max_steps: u64, save_steps: u64, more: &[&str]) -> Vec<String> {
+    let (max_steps, save_steps) = (max_steps.to_string(), save_steps.to_string());
+    let mut argv = vec![venv_tool("python"), example(script)];
+    argv.extend(
+        ["--max-steps", &max_steps, "--save-steps", &save_steps]
+            .iter()
+            .chain(more)
+            .chain(&["--batch-size", "4", "--seq-len", "32"])
+            .map(|s| s.to_string()),
+    );
+    argv
 }
 
 pub fn example(path: &str) -> String {
@@ -184,4 +199,64 @@ pub fn resume_arg(argv: &[String]) -> Option<String> {
 /// A line of the test's transcript (shown with --nocapture).
 pub fn say(line: impl AsRef<str>) {
     eprintln!("[transcript] {}", line.as_ref());
+}
+
+/// The daemon's retention of `run` once its worker finished at `newest`: at most
+/// `keep` + the best complete checkpoints, said in the daemon's log, nothing of it
+/// written into the run, the newest kept, nothing half-deleted left. Returns what is
+/// left and the log's retention lines.
+pub fn assert_retention_by_daemon(
+    env: &Env,
+    run: &Path,
+    keep: usize,
+    newest: u64,
+) -> (Vec<(String, u64)>, Vec<String>) {
+    crate::wait_until(Duration::from_secs(10), "the last retention pass", || {
+        complete(run).len() <= keep + 1
+    });
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    let retain_lines: Vec<String> = log
+        .lines()
+        .filter(|l| l.contains("RETAIN dropped"))
+        .map(str::to_string)
+        .collect();
+    assert!(!retain_lines.is_empty(), "{log}");
+    let by_worker: Vec<Value> = events(run)
+        .into_iter()
+        .filter(|e| e["kind"] == "retention")
+        .collect();
+    assert!(by_worker.is_empty(), "{by_worker:?}");
+    let left = complete(run);
+    assert!(left.len() <= keep + 1, "{left:?}");
+    assert!(
+        left.iter().any(|(_, s)| *s == newest),
+        "the newest stays: {left:?}"
+    );
+    let hidden: Vec<String> = std::fs::read_dir(run)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".tmp-drop-"))
+        .collect();
+    assert!(
+        hidden.is_empty(),
+        "nothing half-deleted is left: {hidden:?}"
+    );
+    (left, retain_lines)
+}
+
+/// The worker that replaced `killed`, and the step of the checkpoint of `run` it
+/// resumed from.
+pub fn restarted_in(env: &Env, run: &Path, killed: i32, timeout: Duration) -> (i32, u64) {
+    crate::wait_until(timeout, "a restarted worker", || {
+        env.worker_pid().is_some_and(|p| p != killed)
+    });
+    let restarted = env.worker_pid().unwrap();
+    let resume = resume_arg(&crate::process::cmdline(restarted)).expect("the restart resumes");
+    assert!(resume.starts_with(run.to_str().unwrap()), "{resume}");
+    let step = lavender::checkpoint::resolve_resume(&resume, &env.data_root)
+        .unwrap()
+        .state
+        .step;
+    (restarted, step)
 }

@@ -544,14 +544,30 @@ fn gather(
     if metrics {
         read_record(seen, &mut b);
         if let (Some(step), Some(rate)) = (seen.step, seen.steps_per_sec) {
-            let p = Point {
-                key: "lavender/steps_per_s".into(),
-                step,
-                value: rate,
-            };
-            if rate.is_finite() && b.next.fresh(&p) {
-                b.next.logged(&p);
-                b.points.push(p);
+            // lavender-worker trains `training.*`'s tokens a step; another worker's
+            // are its own.
+            let t = &config.training;
+            let tokens = config.runs_lavender_worker().then(|| {
+                rate * (u64::from(t.batch_size) * u64::from(t.seq_len) * u64::from(t.grad_accum))
+                    as f64
+            });
+            let rates = [
+                ("lavender/steps_per_s", Some(rate)),
+                ("lavender/tokens_per_s", tokens),
+            ];
+            for (key, value) in rates {
+                let Some(value) = value.filter(|v| v.is_finite()) else {
+                    continue;
+                };
+                let p = Point {
+                    key: key.into(),
+                    step,
+                    value,
+                };
+                if b.next.fresh(&p) {
+                    b.next.logged(&p);
+                    b.points.push(p);
+                }
             }
         }
     }
@@ -718,3 +734,6 @@ fn flat_config(config: &Config) -> std::collections::BTreeMap<String, String> {
     out.retain(|k, v| k.len() <= 250 && v.chars().count() <= 500);
     out
 }
+
+#[cfg(test)]
+mod tests;

@@ -22,6 +22,7 @@ mod push_loopback;
 mod push_support;
 mod python_damage;
 mod python_hf;
+mod python_lightning;
 mod python_torchrun;
 mod readme_api;
 mod replay_protocol;

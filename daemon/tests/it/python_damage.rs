@@ -176,15 +176,7 @@ fn damages_in_sequence(env: &mut Env, files: &Files, label: &str) {
             )
         },
     );
-    let failed: Vec<serde_json::Value> = damage::events_after(&unloadable.run, unloadable.events)
-        .into_iter()
-        .filter(|e| e["kind"] == "failed")
-        .collect();
-    assert_eq!(failed.len(), 1, "{failed:#?}");
-    assert_eq!(
-        failed[0]["failure"]["kind"], "damaged_checkpoint",
-        "{failed:#?}"
-    );
+    damage::one_damaged_failure(&unloadable.run, unloadable.events);
     let (second, newest) = {
         let f = seq.cycle(&format!("{label}: the newest two damaged"), 3, |f| {
             let [.., intact, second, newest] = &f.checkpoints[..] else {

@@ -86,20 +86,11 @@ fn hf_trainer_stop_resume_kill_restart_finish_with_daemon_retention() {
         "hf: SIGKILL worker {pid}; newest complete checkpoint {} (step {})",
         newest_before_kill.0, newest_before_kill.1
     ));
-    wait_until(SLOW, "a restarted worker", || {
-        env.worker_pid().is_some_and(|p| p != pid)
-    });
-    let restarted = env.worker_pid().unwrap();
-    let resume = resume_arg(&cmdline(restarted)).expect("the restart resumes");
-    assert!(resume.starts_with(run.to_str().unwrap()), "{resume}");
-    let resumed_step = lavender::checkpoint::resolve_resume(&resume, &env.data_root)
-        .unwrap()
-        .state
-        .step;
-    assert!(resumed_step >= newest_before_kill.1, "{resume}");
+    let (restarted, resumed_step) = restarted_in(&env, &run, pid, SLOW);
+    assert!(resumed_step >= newest_before_kill.1);
     assert_eq!(env.pipeline_json()["restarts"], 1);
     say(format!(
-        "hf: restarted as {restarted} with --resume {resume} (step {resumed_step})"
+        "hf: restarted as {restarted}, resumed from step {resumed_step}"
     ));
 
     // 5. → finished.
@@ -114,37 +105,7 @@ fn hf_trainer_stop_resume_kill_restart_finish_with_daemon_retention() {
 
     // 6. The daemon's retention: at most keep + best complete checkpoints, logged in
     // the daemon's log; nothing of it written into the run (its logs are the worker's).
-    let left = complete(&run);
-    wait_until(Duration::from_secs(10), "the last retention pass", || {
-        complete(&run).len() <= KEEP + 1
-    });
-    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
-    let retain_lines: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("RETAIN dropped"))
-        .collect();
-    assert!(!retain_lines.is_empty(), "{log}");
-    let by_daemon: Vec<serde_json::Value> = events(&run)
-        .into_iter()
-        .filter(|e| e["kind"] == "retention")
-        .collect();
-    assert!(by_daemon.is_empty(), "{by_daemon:?}");
-    let left_after = complete(&run);
-    assert!(left_after.len() <= KEEP + 1, "{left:?}");
-    assert!(
-        left_after.iter().any(|(_, s)| *s == MAX_STEPS),
-        "the newest stays: {left_after:?}"
-    );
-    let hidden: Vec<String> = std::fs::read_dir(&run)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(".tmp-drop-"))
-        .collect();
-    assert!(
-        hidden.is_empty(),
-        "nothing half-deleted is left: {hidden:?}"
-    );
+    let (left_after, retain_lines) = assert_retention_by_daemon(&env, &run, KEEP, MAX_STEPS);
     say(format!(
         "hf: retention kept {} complete checkpoint(s) {:?} (keep {KEEP} + best); daemon log: {}",
         left_after.len(),

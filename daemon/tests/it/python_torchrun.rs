@@ -116,16 +116,7 @@ fn torchrun_two_ranks_stop_resume_kill_one_rank_restart_finish() {
         "torchrun: SIGKILL rank pid {} of agent {agent}; newest complete checkpoint {} (step {})",
         ranks[1], newest.0, newest.1
     ));
-    wait_until(SLOW, "a restarted torchrun", || {
-        env.worker_pid().is_some_and(|p| p != agent)
-    });
-    let restarted = env.worker_pid().unwrap();
-    let resume = resume_arg(&cmdline(restarted)).expect("the restart resumes");
-    assert!(resume.starts_with(run.to_str().unwrap()), "{resume}");
-    let resumed_step = lavender::checkpoint::resolve_resume(&resume, &env.data_root)
-        .unwrap()
-        .state
-        .step;
+    let (restarted, resumed_step) = restarted_in(&env, &run, agent, SLOW);
     assert!(resumed_step >= newest.1);
     // torchrun exited non-zero.
     env.log_with(
@@ -133,7 +124,7 @@ fn torchrun_two_ranks_stop_resume_kill_one_rank_restart_finish() {
         Duration::from_secs(10),
     );
     say(format!(
-        "torchrun: restarted as {restarted} with --resume {resume} (step {resumed_step})"
+        "torchrun: restarted as {restarted}, resumed from step {resumed_step}"
     ));
 
     // 5. → finished.

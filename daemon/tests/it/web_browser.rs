@@ -239,6 +239,7 @@ const PAGE_STATE: &str = r#"document.readyState === 'loading' || !document.getEl
   goodput: document.getElementById('gpline').textContent,
   goodputBar: document.querySelectorAll('#gpbar span').length,
   goodputLegend: [...document.querySelectorAll('#gplegend div')].map((e) => e.textContent),
+  trackers: document.getElementById('trackers').textContent,
 })"#;
 
 fn page(cdp: &mut Cdp) -> Value {
@@ -271,7 +272,7 @@ fn the_dashboard_draws_live_training_and_stops_it_with_the_token() {
             "--checkpoint-every",
             "25",
         ],
-        "",
+        "tracking:\n  tensorboard: {dir: tb}\n  wandb: {project: dash, mode: offline}",
         "[train]",
     );
     env.serve();
@@ -298,6 +299,12 @@ fn the_dashboard_draws_live_training_and_stops_it_with_the_token() {
     });
     assert_eq!(later["state"], "running");
     assert!(later["lr"].as_u64() > Some(0), "{later}");
+    // The lineage's tracker runs (tracking:).
+    wait_page(&mut cdp, "the tracker runs", |p| {
+        p["trackers"]
+            .as_str()
+            .is_some_and(|t| t.contains("TensorBoard ") && t.contains("W&B run "))
+    });
     assert!(
         later["ckptTime"].as_str().unwrap().contains(':'),
         "checkpoints show their time: {later}"

@@ -1,7 +1,8 @@
 """The lavender worker protocol for Python training scripts.
 
-Standard library only; torch (for agreeing on a stop across ranks) and transformers
-(`lavender_protocol.hf`) are used when present. See docs/PYTHON.md."""
+Standard library only; torch (for agreeing on a stop across ranks), transformers
+(`lavender_protocol.hf`) and Lightning (`lavender_protocol.lightning`) are used when
+present. See docs/PYTHON.md."""
 
 from .args import LavenderArgs, parse_args
 from .checkpoints import (

@@ -107,14 +107,20 @@ class LavenderCallback(TrainerCallback):
         return str(resume.path)
 
     def attach(self, trainer) -> "LavenderCallback":
-        """Puts this callback first among `trainer`'s, so that its `on_log` runs before
-        the reporters of `report_to` (MLflow, W&B, TensorBoard): the logs of steps a
-        resume trains again are recorded for lavenderd's replay check, then emptied,
-        and no tracker gets a step twice. Call once, after building the Trainer."""
+        """Puts this callback just before the first of `trainer`'s reporters (the
+        callbacks of `report_to`: MLflow, W&B, TensorBoard, …), so that its `on_log`
+        runs before theirs: the logs of steps a resume trains again are recorded for
+        lavenderd's replay check, then emptied, and no tracker gets a step twice. The
+        Trainer's own flow callbacks keep running first. Call once, after building
+        the Trainer."""
+        from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+        reporters = tuple(INTEGRATION_TO_CALLBACK.values())
         callbacks = trainer.callback_handler.callbacks
-        if self in callbacks:
+        first = next((i for i, c in enumerate(callbacks) if isinstance(c, reporters)), None)
+        if first is not None and callbacks.index(self) > first:
             callbacks.remove(self)
-        callbacks.insert(0, self)
+            callbacks.insert(first, self)
         return self
 
     # ----- Trainer events -----

@@ -1,6 +1,6 @@
 """`LavenderCallback`: the worker protocol for a PyTorch Lightning `Trainer`, written
-for Lightning 2.6.x (`lightning.pytorch`; another version is refused on import, as the
-callback relies on how 2.6 handles SIGTERM and resumes).
+for Lightning 2.6.x (`lightning.pytorch`; another version is refused when the callback
+is first named, as it relies on how 2.6 handles SIGTERM and resumes).
 
     cb = LavenderCallback(save_steps=500)        # reads lavenderd's arguments
     trainer = L.Trainer(max_steps=10_000, callbacks=[cb], logger=False)
@@ -176,8 +176,10 @@ def _define() -> type:
             self._grad_norm: Optional[float] = None
             self._val_loss: Optional[float] = None
             self._val_step: Optional[int] = None
-            # The RNG states of the checkpoint resumed from, put back at the first step.
+            # The RNG states of the checkpoint resumed from, put back as its training
+            # starts; whether the batch of a save was its epoch's last.
             self._rng: Any = None
+            self._epoch_end = False
 
         @property
         def ckpt_path(self) -> Optional[str]:
@@ -195,12 +197,23 @@ def _define() -> type:
         # ----- the callback's state in the checkpoint -----
 
         def state_dict(self) -> Dict[str, Any]:
-            return {"rng": rng_states()}
+            return {"rng": rng_states(), "epoch_end": self._epoch_end}
 
         def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-            # Put back at the first step: the Trainer draws from the RNG while it sets
-            # up the data after loading, which the uninterrupted run did not there.
-            self._rng = state_dict.get("rng") if isinstance(state_dict, Mapping) else None
+            # Each data loader draws its seed from the RNG when its pass begins: the
+            # resumed Trainer's, while it sets up the data after loading, is the one
+            # the uninterrupted run drew after a save at an epoch's end (the states go
+            # back now), and one it never drew mid-epoch (they go back after it).
+            state = state_dict if isinstance(state_dict, Mapping) else {}
+            self._rng = state.get("rng")
+            if state.get("epoch_end") is True and self._rng is not None:
+                self._put_back_rng()
+
+        def _put_back_rng(self) -> None:
+            rng, self._rng = self._rng, None
+            # Rank 0's states are in the checkpoint: another rank keeps its own.
+            if self.worker.rank == 0:
+                set_rng_states(rng)
 
         # ----- Trainer events -----
 
@@ -213,8 +226,9 @@ def _define() -> type:
                 w.rank = int(trainer.global_rank)
                 w.writes = w.rank == 0
             if w.resume is not None:
-                # `fit` loads it next (weights, optimizer, loops): until the first
-                # step a missing or unreadable file of it is `damaged_checkpoint`.
+                # `fit` loads it next (weights, optimizer, loops, data position):
+                # until training starts a missing or unreadable file of it is
+                # `damaged_checkpoint`.
                 w.loading = w.resume.path
                 w.heartbeat("loading")
 
@@ -226,9 +240,7 @@ def _define() -> type:
             w = self.worker
             w.loading = None
             if self._rng is not None:
-                if trainer.world_size == 1:
-                    set_rng_states(self._rng)
-                self._rng = None
+                self._put_back_rng()
             total = trainer.max_steps
             if total is None or total < 0:
                 estimated = trainer.estimated_stepping_batches
@@ -274,10 +286,11 @@ def _define() -> type:
             step = int(trainer.global_step)
             if self._reported is not None and step <= self._reported:
                 return  # gradients accumulate: no optimizer step yet
+            self._epoch_end = batch_idx + 1 == trainer.num_training_batches
             self._reported = step
             w = self.worker
-            w.step(step, loss=self._step_loss(trainer, pl_module), lr=self._lr, grad_norm=self._grad_norm,
-                   epoch=self._epoch(trainer, batch_idx))  # fmt: skip
+            loss = self._step_loss(trainer, pl_module)
+            w.step(step, loss=loss, lr=self._lr, grad_norm=self._grad_norm, epoch=self._epoch(trainer, batch_idx))
             if w.should_stop():
                 self._save(trainer, final=True)
                 self._stop(trainer)

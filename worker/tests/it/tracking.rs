@@ -1,7 +1,8 @@
 //! Experiment trackers with the real daemon, the real worker and a real MLflow
 //! server: one tracker run per lineage across crash restarts and a stop and resume,
 //! each step's metrics once, the supervision events on the run, the goodput at the
-//! end; the same scalars in TensorBoard event files read by `tbparse`; a server down
+//! end, through a daemon killed and started again; the same scalars in TensorBoard
+//! event files read by `tbparse`; a server down
 //! for a minute costs the run nothing and the gap is said.
 
 use std::collections::BTreeSet;
@@ -94,8 +95,8 @@ fn one_mlflow_run_across_two_kills_and_a_resume_each_step_once_and_tensorboard_a
         m.yaml("kills", "daemon"),
         tb.display()
     );
-    const STEPS: u64 = 400;
-    let d = daemon(dir.path(), STEPS, &tracking);
+    const STEPS: u64 = 500;
+    let mut d = daemon(dir.path(), STEPS, &tracking);
     d.start(&[]);
     let (step, pid) = kill_worker_past(&d, 20, None);
     let (step, pid) = kill_worker_past(&d, step, pid);
@@ -116,6 +117,14 @@ fn one_mlflow_run_across_two_kills_and_a_resume_each_step_once_and_tensorboard_a
         events(&killed)
     );
     d.start(&["--resume", "latest"]);
+    // The daemon killed mid-run (the worker goes on) and started again: it adopts
+    // the worker, and the tracker goes on from what MLflow had taken.
+    let st = worker_past(&d, step, pid);
+    d.kill_daemons();
+    d.serve();
+    d.wait_status(T, "the worker adopted", |s| {
+        s["pipeline"]["pid"] == st["pipeline"]["pid"] || s["pipeline"]["state"] == "finished"
+    });
     let st = d.wait_state("finished", T);
     let link = st["tracking"]["mlflow"].as_str().unwrap_or_default();
     let run = the_run(&m, "kills", "FINISHED");
