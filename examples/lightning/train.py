@@ -20,10 +20,11 @@ from pathlib import Path
 import lightning as L
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
 from lavender_protocol import Worker
 from lavender_protocol.lightning import LavenderCallback
+from lavender_protocol.resumable import ResumableLoader
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "tinyshakespeare.txt.gz"
 
@@ -41,40 +42,6 @@ class Windows(Dataset):
         span = len(self.data) - self.seq_len - 1
         start = (i * 7919 * self.seq_len) % span
         return self.data[start : start + self.seq_len + 1]
-
-
-class FromWhereItGot(Sampler):
-    """The indices in order, from where the pass over them had got to."""
-
-    def __init__(self, count: int):
-        self.count, self.next = count, 0
-
-    def __len__(self):
-        return self.count
-
-    def __iter__(self):
-        start = self.next if self.next < self.count else 0  # a pass that got to the end: the next begins
-        for i in range(start, self.count):
-            self.next = i + 1
-            yield i
-        self.next = 0
-
-
-class ResumableLoader(DataLoader):
-    """A loader Lightning resumes mid-epoch: it keeps `state_dict` in its checkpoint
-    and hands it to `load_state_dict` on a resume."""
-
-    def __init__(self, dataset: Dataset, batch_size: int):
-        super().__init__(dataset, batch_size=batch_size, sampler=FromWhereItGot(len(dataset)))
-
-    def state_dict(self):
-        return {"next_index": self.sampler.next}
-
-    def load_state_dict(self, state):
-        index = state.get("next_index") if isinstance(state, dict) else None
-        if not isinstance(index, int) or not 0 <= index <= self.sampler.count:
-            raise ValueError(f"the checkpoint's data position {state!r} is not an index of the {self.sampler.count}")
-        self.sampler.next = index
 
 
 class TinyLM(L.LightningModule):

@@ -10,10 +10,11 @@ import sys
 import lightning as L
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import Dataset
 
 from lavender_protocol import Worker
 from lavender_protocol.lightning import LavenderCallback
+from lavender_protocol.resumable import ResumableLoader
 
 BATCH = 4
 
@@ -31,33 +32,9 @@ class Data(Dataset):
         return self.x[i], self.y[i]
 
 
-class FromWhereItGot(Sampler):
-    def __init__(self, count: int):
-        self.count, self.next = count, 0
-
-    def __len__(self):
-        return self.count
-
-    def __iter__(self):
-        start = self.next if self.next < self.count else 0  # a pass that got to the end: the next begins
-        for i in range(start, self.count):
-            self.next = i + 1
-            yield i
-        self.next = 0
-
-
-class ResumableLoader(DataLoader):
-    """Lightning keeps its `state_dict` in the checkpoint: a resume goes on mid-epoch."""
-
-    def __init__(self, batches: int):
-        data = Data(batches * BATCH)
-        super().__init__(data, batch_size=BATCH, sampler=FromWhereItGot(len(data)))
-
-    def state_dict(self):
-        return {"next": self.sampler.next}
-
-    def load_state_dict(self, state):
-        self.sampler.next = int(state["next"])
+def loader(batches: int) -> ResumableLoader:
+    """`batches` batches of the data, resumable mid-epoch."""
+    return ResumableLoader(Data(batches * BATCH), BATCH)
 
 
 class Tiny(L.LightningModule):
@@ -119,7 +96,7 @@ def main() -> int:
     ddp = {"strategy": "ddp", "devices": opts.devices, "use_distributed_sampler": False} if opts.devices > 1 else {}
     t = trainer(cb, opts.steps, **ddp)
     with w:
-        t.fit(Tiny(), ResumableLoader(opts.batches), ckpt_path=cb.ckpt_path)
+        t.fit(Tiny(), loader(opts.batches), ckpt_path=cb.ckpt_path)
     print(f"rank {t.global_rank}: {'stopped' if w.stop_requested else 'finished'} at step {t.global_step}", flush=True)
     return 0
 

@@ -18,7 +18,7 @@ import lightning as L
 import pytest
 import torch
 from bounds import HANG_S
-from lightning_script import ResumableLoader, Tiny, trainer
+from lightning_script import Tiny, loader, trainer
 
 from lavender_protocol import Worker, failure, protocol
 from lavender_protocol import checkpoints as ck
@@ -70,8 +70,8 @@ def fit(tmp_path, steps, *, resume=None, save_steps=None, callbacks=(), val=Fals
     if val:
         options.update(limit_val_batches=1, val_check_interval=2, check_val_every_n_epoch=None)
     t = trainer(cb, steps, callbacks=callbacks, **options)
-    held_out = torch.utils.data.DataLoader(ResumableLoader(2).dataset, batch_size=4) if val else None
-    t.fit(model, ResumableLoader(4), held_out, ckpt_path=cb.ckpt_path)
+    held_out = torch.utils.data.DataLoader(loader(2).dataset, batch_size=4) if val else None
+    t.fit(model, loader(4), held_out, ckpt_path=cb.ckpt_path)
     return model, t, w
 
 
@@ -364,11 +364,11 @@ def test_a_type_that_weights_only_loading_refuses_is_the_scripts_error_not_damag
     # The checkpoint's bytes are intact: setting it aside would lose every one.
     w = make_worker(tmp_path)
     cb = LavenderCallback(w)
-    trainer(cb, 2).fit(WithHyperparameters(), ResumableLoader(4))
+    trainer(cb, 2).fit(WithHyperparameters(), loader(4))
     w = make_worker(tmp_path, resume="latest")
     cb = LavenderCallback(w)
     with pytest.raises(Exception, match="not an allowed global") as raised:
-        trainer(cb, 4).fit(WithHyperparameters(), ResumableLoader(4), ckpt_path=cb.ckpt_path, weights_only=True)
+        trainer(cb, 4).fit(WithHyperparameters(), loader(4), ckpt_path=cb.ckpt_path, weights_only=True)
     assert w.failed(raised.value) == failure.exit_code("crash")
     assert protocol.read_heartbeat(w.run_dir)["failure"]["kind"] == "crash"
 
