@@ -31,6 +31,10 @@ use lavender::tracking::tensorboard::{self, EventFile};
 use lavender::tracking::{Identity, MlflowRun, Point, Progress, TrackingStatus};
 use tokio::sync::watch;
 
+/// The longest a launch waits for the lineage's first MLflow run to be made (once
+/// per lineage; a server that does not answer delays a relaunch by no more).
+const LAUNCH_WAIT: Duration = Duration::from_secs(5);
+
 /// The most bytes of the decision log read a pass (its newest).
 const MAX_DECISIONS_READ: u64 = 4 << 20;
 
@@ -40,8 +44,8 @@ const MAX_DECISIONS_READ: u64 = 4 << 20;
 pub const REPLAY_THROUGH_VAR: &str = "LAVENDER_REPLAY_THROUGH_STEP";
 
 /// The environment a worker of `run_dir`'s lineage is given (blocking: it may make
-/// the lineage's MLflow run, waiting up to its request timeout). Nothing when no
-/// tracker is configured.
+/// the lineage's MLflow run, waiting up to [`LAUNCH_WAIT`]). Nothing when no tracker
+/// is configured.
 pub fn launch_env(
     config: &Config,
     state_dir: &Path,
@@ -64,7 +68,13 @@ pub fn launch_env(
         Some(m) if identity.mlflow.as_ref().is_none_or(|r| r.uri != m.uri) => {
             let made = tokio::runtime::Handle::try_current()
                 .map_err(anyhow::Error::from)
-                .and_then(|rt| rt.block_on(make_mlflow_run(state_dir, m, &lineage)));
+                .and_then(|rt| {
+                    rt.block_on(async {
+                        tokio::time::timeout(LAUNCH_WAIT, make_mlflow_run(state_dir, m, &lineage))
+                            .await
+                    })
+                    .map_err(|_| anyhow::anyhow!("no answer within {LAUNCH_WAIT:?}"))?
+                });
             match made {
                 Ok(id) => id,
                 Err(e) => {
