@@ -38,15 +38,14 @@ fn daemon(dir: &Path, steps: u64, tracking: &str) -> Lavenderd {
 }
 
 /// The status once a worker other than `last_pid` has trained a few steps past
-/// `after`.
+/// `after`, by its own heartbeat (the status's step may still be the killed one's).
 fn worker_past(d: &Lavenderd, after: u64, last_pid: Option<u64>) -> Value {
     d.wait_status(T, "a worker training", |st| {
         assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
         let pid = st["pipeline"]["pid"].as_u64();
-        pid.is_some()
-            && pid != last_pid
-            && st["training"]["running"] == true
-            && st["training"]["step"].as_u64() > Some(after + 5)
+        let own = lavender::heartbeat::read(&lavender::heartbeat::path(&d.run_dir()))
+            .is_ok_and(|hb| Some(u64::from(hb.pid)) == pid && hb.step > after + 5);
+        pid.is_some() && pid != last_pid && st["training"]["running"] == true && own
     })
 }
 
