@@ -260,3 +260,48 @@ pub fn restarted_in(env: &Env, run: &Path, killed: i32, timeout: Duration) -> (i
         .step;
     (restarted, step)
 }
+
+/// Starts the example under `env`, waits for step 12, and stops it: the worker saves
+/// on SIGTERM (`final_saved`, before `max_steps`), `lavenderd stop` names that
+/// checkpoint, the last heartbeat says `stopping` at its step, the pipeline is
+/// stopped. Returns the run's folder, the save's event and the checkpoint's name.
+pub fn started_then_stopped_saved(
+    env: &Env,
+    label: &str,
+    max_steps: u64,
+    timeout: Duration,
+) -> (std::path::PathBuf, Value, String) {
+    env.start(&[]);
+    let run = env.run_dir();
+    let st = env.wait_step(12, timeout);
+    assert_eq!(st["pipeline"]["state"], "running", "{st:#}");
+    say(format!(
+        "{label}: started, status running at step {}",
+        st["training"]["step"]
+    ));
+    let said = env.stop_saved();
+    let saved = wait_event(env, &run, timeout, "final_saved", |e| {
+        e["kind"] == "final_saved"
+    });
+    let step = step_of(&saved);
+    let name = Path::new(saved["path"].as_str().expect("a save names its path"))
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(said.contains(&name), "stop names {name}: {said}");
+    assert!((12..max_steps).contains(&step), "{step}");
+    let hb: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("heartbeat.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        (hb["state"].as_str(), hb["step"].as_u64()),
+        (Some("stopping"), Some(step))
+    );
+    env.wait_state("stopped", timeout);
+    say(format!(
+        "{label}: stop saved {name} at step {step}; lavenderd stop said: {}",
+        said.trim()
+    ));
+    (run, saved, name)
+}

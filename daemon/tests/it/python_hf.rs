@@ -26,37 +26,11 @@ fn hf_trainer_stop_resume_kill_restart_finish_with_daemon_retention() {
     let mut env = hf_env();
     env.serve();
 
-    // 1. start → running with steps.
-    env.start(&[]);
-    let first_run = env.run_dir();
-    let st = env.wait_step(12, SLOW);
-    assert_eq!(st["pipeline"]["state"], "running", "{st:#}");
-    say(format!(
-        "hf: started, status running at step {}",
-        st["training"]["step"]
-    ));
-
-    // 2. stop → the Trainer saves on SIGTERM; lavenderd names the checkpoint.
-    let said = env.stop_saved();
-    let saved = wait_event(&env, &first_run, SLOW, "final_saved", |e| {
-        e["kind"] == "final_saved"
-    });
+    // 1. start → running with steps; 2. stop → the Trainer saves on SIGTERM;
+    // lavenderd names the checkpoint.
+    let (first_run, saved, stop_ckpt) = started_then_stopped_saved(&env, "hf", MAX_STEPS, SLOW);
     let stop_step = step_of(&saved);
-    let stop_ckpt = format!("checkpoint-{stop_step}");
-    assert!(said.contains(&stop_ckpt), "stop names {stop_ckpt}: {said}");
-    assert!((12..MAX_STEPS).contains(&stop_step), "{stop_step}");
-    let hb: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(first_run.join("heartbeat.json")).unwrap())
-            .unwrap();
-    assert_eq!(
-        (hb["state"].as_str(), hb["step"].as_u64()),
-        (Some("stopping"), Some(stop_step))
-    );
-    env.wait_state("stopped", SLOW);
-    say(format!(
-        "hf: stop saved {stop_ckpt} at step {stop_step}; lavenderd stop said: {}",
-        said.trim()
-    ));
+    assert_eq!(stop_ckpt, format!("checkpoint-{stop_step}"));
 
     // 3. start --resume latest → continues from that checkpoint.
     env.start(&["--resume", "latest"]);

@@ -89,45 +89,22 @@ fn lightning_stop_resume_kill_replay_finish_with_daemon_retention() {
     let mut env = lightning_env();
     env.serve();
 
-    // 1. start → running with steps.
-    env.start(&[]);
-    let first_run = env.run_dir();
-    let st = env.wait_step(12, SLOW);
-    assert_eq!(st["pipeline"]["state"], "running", "{st:#}");
-    say(format!(
-        "lightning: started, status running at step {}",
-        st["training"]["step"]
-    ));
-
-    // 2. stop → the callback saves on SIGTERM; lavenderd names the checkpoint.
-    let said = env.stop_saved();
-    let saved = wait_event(&env, &first_run, SLOW, "final_saved", |e| {
-        e["kind"] == "final_saved"
-    });
+    // 1. start → running with steps; 2. stop → the callback saves on SIGTERM;
+    // lavenderd names the checkpoint.
+    let (first_run, saved, stop_ckpt) =
+        started_then_stopped_saved(&env, "lightning", MAX_STEPS, SLOW);
     let stop_step = step_of(&saved);
-    let stop_ckpt = ckpt_name(&saved);
-    assert!(said.contains(&stop_ckpt), "stop names {stop_ckpt}: {said}");
-    assert!((12..MAX_STEPS).contains(&stop_step), "{stop_step}");
     let finals = events(&first_run)
         .into_iter()
         .filter(|e| e["kind"] == "final_saved")
         .count();
     assert_eq!(finals, 1, "one save for the stop");
-    let hb = read_json(&first_run.join("heartbeat.json"));
-    assert_eq!(
-        (hb["state"].as_str(), hb["step"].as_u64()),
-        (Some("stopping"), Some(stop_step))
-    );
-    let st = env.wait_state("stopped", SLOW);
+    let st = env.status();
     assert_eq!(st["training"]["step"].as_u64(), Some(stop_step), "{st:#}");
     assert!(
         first_run.join(&stop_ckpt).join(CKPT).is_file(),
         "{stop_ckpt} holds {CKPT}"
     );
-    say(format!(
-        "lightning: stop saved {stop_ckpt} at step {stop_step}; lavenderd stop said: {}",
-        said.trim()
-    ));
 
     // 3. start --resume latest → continues from that checkpoint.
     env.start(&["--resume", "latest"]);
