@@ -305,3 +305,15 @@ pub fn started_then_stopped_saved(
     ));
     (run, saved, name)
 }
+
+/// The pipeline finishes with the worker at `max_steps`, its last save of `run` the
+/// final one at that step.
+pub fn assert_finished_with_final_save(env: &Env, run: &Path, max_steps: u64, timeout: Duration) {
+    let st = env.wait_state("finished", timeout);
+    assert_eq!(st["training"]["step"].as_u64(), Some(max_steps), "{st:#}");
+    let last = events(run)
+        .into_iter()
+        .rev()
+        .find(|e| e["kind"] == "final_saved");
+    assert_eq!(last.map(|e| step_of(&e)), Some(max_steps));
+}

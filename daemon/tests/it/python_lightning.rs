@@ -142,13 +142,7 @@ fn lightning_stop_resume_kill_replay_finish_with_daemon_retention() {
     ));
 
     // 5. → finished.
-    let st = env.wait_state("finished", SLOW);
-    assert_eq!(st["training"]["step"].as_u64(), Some(MAX_STEPS), "{st:#}");
-    let last = events(&run)
-        .into_iter()
-        .rev()
-        .find(|e| e["kind"] == "final_saved");
-    assert_eq!(last.map(|e| step_of(&e)), Some(MAX_STEPS));
+    assert_finished_with_final_save(&env, &run, MAX_STEPS, SLOW);
     env.assert_no_resume_mismatch();
     say(format!("lightning: finished at step {MAX_STEPS}"));
 
