@@ -32,7 +32,7 @@ if e is not None:
         metrics = {}
         for k in r.data.metrics:
             h = c.get_metric_history(r.info.run_id, k)
-            metrics[k] = [[m.step, m.value] for m in sorted(h, key=lambda m: (m.timestamp, m.step))]
+            metrics[k] = [[m.step, m.value, m.timestamp] for m in sorted(h, key=lambda m: (m.timestamp, m.step))]
         runs.append({"run_id": r.info.run_id, "status": r.info.status, "tags": r.data.tags,
                      "params": r.data.params, "metrics": metrics})
 print(json.dumps({"runs": runs}))
@@ -102,6 +102,13 @@ impl Mlflow {
         crate::wait_until(Duration::from_secs(10), "mlflow server gone", || {
             !curl_ok(&health)
         });
+    }
+
+    /// SIGSTOP (`true`) or SIGCONT to the server's process group: a server that
+    /// takes connections and answers none, then answers what queued meanwhile.
+    pub fn freeze(&self, frozen: bool) {
+        let pid = self.child.as_ref().expect("a running server").id() as i32;
+        crate::send_signal(-pid, if frozen { 19 } else { 18 });
     }
 
     pub fn log(&self) -> String {

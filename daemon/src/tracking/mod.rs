@@ -35,6 +35,10 @@ use tokio::sync::watch;
 /// per lineage; a server that does not answer delays a relaunch by no more).
 const LAUNCH_WAIT: Duration = Duration::from_secs(5);
 
+/// The most metric points one pass reads from the record (the rest wait for the
+/// next pass, a second later).
+const MAX_POINTS_PER_PASS: usize = 2000;
+
 /// The most bytes of the decision log read a pass (its newest).
 const MAX_DECISIONS_READ: u64 = 4 << 20;
 
@@ -140,8 +144,14 @@ pub fn spawn(state_dir: PathBuf, config: Config, seen: watch::Receiver<Option<Se
 async fn run(mut t: Tracker, mut snapshots: watch::Receiver<Option<Seen>>) {
     loop {
         let seen = snapshots.borrow_and_update().clone();
+        t.backlog = false;
         if let Some(seen) = seen {
             t.pass(&seen).await;
+        }
+        if t.backlog && t.down.iter().all(Option::is_none) {
+            // More of the record waits: the next batch at once.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         let retry = if t.down.iter().any(Option::is_some) {
@@ -187,6 +197,8 @@ struct Batch {
     /// The run's status to set (`RUNNING`, `FINISHED`, `FAILED`, `KILLED`).
     status: Option<String>,
     next: Progress,
+    /// When it was gathered (ms): every point's timestamp, the same when sent again.
+    timestamp_ms: i64,
 }
 
 impl Batch {
@@ -214,6 +226,12 @@ struct Tracker {
     tensorboard: Option<(String, EventFile)>,
     /// Per tracker of [`TRACKERS`].
     down: [Option<Down>; 2],
+    /// Per tracker, the outage to say on the run once it answers again.
+    gap: [Option<String>; 2],
+    /// MLflow's batch not acknowledged, for its lineage.
+    pending: Option<(String, Batch)>,
+    /// A pass left more of the record than one batch holds.
+    backlog: bool,
 }
 
 impl Tracker {
@@ -229,6 +247,9 @@ impl Tracker {
             mlflow,
             tensorboard: None,
             down: [None, None],
+            gap: [None, None],
+            pending: None,
+            backlog: false,
         }
     }
 
@@ -256,11 +277,21 @@ impl Tracker {
                 Ok(id) => {
                     let run = id.mlflow.clone().expect("made above");
                     status.mlflow = Some(run.url());
-                    match self.prepare(0, &lineage, seen, m.metrics) {
-                        Some(batch) => {
-                            let sent = self.send_mlflow(&run.run_id, &batch).await;
-                            self.commit(0, &lineage, batch, sent)
-                        }
+                    // A batch the server did not answer for is sent again as it was
+                    // (its timestamps too: MLflow keeps one of two identical points,
+                    // so a batch it took before its answer was lost is not doubled).
+                    let pending = self.pending.take().filter(|(l, _)| *l == lineage);
+                    match pending
+                        .map(|(_, b)| b)
+                        .or_else(|| self.prepare(0, &lineage, seen, m.metrics))
+                    {
+                        Some(batch) => match self.send_mlflow(&run.run_id, &batch).await {
+                            Ok(()) => self.commit(0, &lineage, batch, Ok(())),
+                            Err(e) => {
+                                self.pending = Some((lineage.clone(), batch));
+                                Err(format!("{e:#}"))
+                            }
+                        },
                         None => Ok(()),
                     }
                 }
@@ -302,7 +333,7 @@ impl Tracker {
     /// What tracker `i` has not taken; `None` when there is nothing to tell it
     /// and nothing of its progress to keep.
     fn prepare(
-        &self,
+        &mut self,
         i: usize,
         lineage: &str,
         seen: &Seen,
@@ -317,21 +348,15 @@ impl Tracker {
             &progress,
             metrics == MetricsWriter::Daemon,
         );
-        if let Some(d) = &self.down[i]
-            && !batch.is_empty()
-        {
-            let secs = (chrono::Utc::now() - d.since).num_seconds();
+        if let Some(text) = self.gap[i].take() {
             batch.events.push(Event {
                 step: seen.step.unwrap_or(0),
                 at: now(),
-                text: format!(
-                    "tracker unreachable from {} for {secs} s ({}); what the run did meanwhile is sent now",
-                    d.since.to_rfc3339(),
-                    d.error
-                ),
+                text,
             });
             batch.next.events += 1;
         }
+        self.backlog |= batch.points.len() >= MAX_POINTS_PER_PASS;
         (!batch.is_empty() || batch.next != progress).then_some(batch)
     }
 
@@ -354,10 +379,17 @@ impl Tracker {
     fn said(&mut self, i: usize, result: Result<(), String>) {
         let name = TRACKERS[i];
         match (result, self.down[i].take()) {
-            (Ok(()), Some(d)) => tracing::info!(
-                "tracking: {name} answers again after {} s; what waited was sent",
-                (chrono::Utc::now() - d.since).num_seconds()
-            ),
+            (Ok(()), Some(d)) => {
+                let secs = (chrono::Utc::now() - d.since).num_seconds();
+                tracing::info!(
+                    "tracking: {name} answers again after {secs} s; what waited was sent"
+                );
+                self.gap[i] = Some(format!(
+                    "tracker unreachable from {} for {secs} s ({}); what the run did meanwhile was sent when it answered",
+                    d.since.to_rfc3339(),
+                    d.error
+                ));
+            }
             (Ok(()), None) => {}
             (Err(error), None) => {
                 tracing::warn!(
@@ -382,7 +414,7 @@ impl Tracker {
             .mlflow
             .clone()
             .ok_or_else(|| anyhow::anyhow!("no MLflow client"))?;
-        let ts = chrono::Utc::now().timestamp_millis();
+        let ts = batch.timestamp_ms;
         let mut metrics: Vec<mlflow::Metric> = batch
             .points
             .iter()
@@ -481,6 +513,7 @@ fn gather(
 ) -> Batch {
     let mut b = Batch {
         next: progress.clone(),
+        timestamp_ms: chrono::Utc::now().timestamp_millis(),
         ..Batch::default()
     };
     let run = seen
@@ -599,7 +632,10 @@ fn gather(
             }
         }
     }
-    // The end, or a run going again after one.
+    // The end, or a run going again after one: once the record is all sent.
+    if b.points.len() >= MAX_POINTS_PER_PASS {
+        return b;
+    }
     let status = match seen.state {
         PipelineState::Finished => "FINISHED",
         PipelineState::Failed => "FAILED",
@@ -671,16 +707,23 @@ fn read_record(seen: &Seen, b: &mut Batch) {
     {
         return;
     }
-    let whole = bytes.iter().rposition(|&c| c == b'\n').map_or(0, |i| i + 1);
-    pos.offset += whole as u64;
-    for line in String::from_utf8_lossy(&bytes[..whole]).lines() {
-        for p in lavender::tracking::points(line) {
+    // Whole lines only (one still being written waits), and at most
+    // MAX_POINTS_PER_PASS points: a long backlog goes in batches a slow server takes
+    // within its timeout.
+    let mut used = 0;
+    for line in bytes.split_inclusive(|&c| c == b'\n') {
+        if !line.ends_with(b"\n") || b.points.len() >= MAX_POINTS_PER_PASS {
+            break;
+        }
+        used += line.len();
+        for p in lavender::tracking::points(&String::from_utf8_lossy(line)) {
             if b.next.fresh(&p) {
                 b.next.logged(&p);
                 b.points.push(p);
             }
         }
     }
+    b.next.record.offset += used as u64;
 }
 
 /// The decision log's decisions, oldest first: time, id, training step, words.

@@ -176,3 +176,26 @@ fn a_pass_gives_each_step_once_the_events_since_the_lineage_began_and_the_end() 
     );
     assert!(again.is_empty(), "{:?}", again.events);
 }
+
+#[test]
+fn a_long_backlog_goes_in_batches_and_the_end_after_it() {
+    let root = tempfile::tempdir().unwrap();
+    let state = root.path().join("state");
+    let run_dir = root.path().join(RUN);
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let config = Config::default();
+    record(&run_dir, 1..=2500);
+    let end = seen(&run_dir, PipelineState::Finished, 2500);
+    let b = gather(&state, &config, RUN, &end, &Progress::default(), true);
+    assert_eq!(
+        loss_steps(&b),
+        (1..=super::MAX_POINTS_PER_PASS as u64).collect::<Vec<_>>()
+    );
+    assert_eq!(b.status, None, "the end waits for the rest of the record");
+    let b = gather(&state, &config, RUN, &end, &b.next, true);
+    assert_eq!(
+        loss_steps(&b),
+        (super::MAX_POINTS_PER_PASS as u64 + 1..=2500).collect::<Vec<_>>()
+    );
+    assert_eq!(b.status.as_deref(), Some("FINISHED"));
+}
