@@ -58,10 +58,11 @@ fn kill_worker_past(d: &Lavenderd, after: u64, last_pid: Option<u64>) -> (u64, O
     (st["training"]["step"].as_u64().unwrap(), pid)
 }
 
-/// The one run of `experiment` once the daemon told it `status`.
+/// The one run of `experiment` once the daemon told it `status`. The end goes after
+/// the record's backlog (2,000 points a batch), which a loaded server takes slowly.
 fn the_run(m: &Mlflow, experiment: &str, status: &str) -> Value {
     let mut runs = Vec::new();
-    lavender_testkit::wait_until(T, &format!("the MLflow run {status}"), || {
+    lavender_testkit::wait_until(3 * T, &format!("the MLflow run {status}"), || {
         runs = m.runs(experiment);
         runs.len() == 1 && runs[0]["status"] == status
     });
