@@ -114,12 +114,22 @@ impl Lavenderd {
     /// The daemon's log once it holds `line` (within `timeout`). Alerts reach the
     /// log through their own task, after the record (and so the status) already moved.
     pub fn log_with(&self, line: &str, timeout: Duration) -> String {
-        let mut log = String::new();
-        wait_until(timeout, line, || {
-            log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            log.contains(line)
-        });
-        log
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if log.contains(line) {
+                return log;
+            }
+            if std::time::Instant::now() >= deadline {
+                let tail: Vec<&str> = log.lines().rev().take(150).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "timed out waiting for {line:?} in the daemon's log; its last lines:\n{}",
+                    tail.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
     }
 
     /// Starts `lavenderd serve` and waits until it answers.

@@ -79,35 +79,66 @@ impl Frozen {
 
 /// Waits (the pipeline never failing meanwhile) until a worker runs and the run's
 /// complete checkpoints satisfy `ready`, then freezes the worker's process group.
+/// Every checkpoint it lists has its `checkpoint_saved` event in the run: the daemon
+/// heard of each save (it verifies on that event), so a worker frozen between a
+/// save's rename and its event is thawed and frozen again after it.
 pub fn freeze_when(
     d: &Lavenderd,
     timeout: Duration,
     what: &str,
     mut ready: impl FnMut(&[PathBuf]) -> bool,
 ) -> Frozen {
-    let mut found = None;
-    d.wait_status(timeout, what, |st| {
-        assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
-        let p = d.pipeline_json();
-        let (Some(run), Some(pid)) = (p["run_dir"].as_str(), p["worker"]["pid"].as_i64()) else {
-            return false;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let mut found = None;
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        d.wait_status(left, what, |st| {
+            assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
+            let p = d.pipeline_json();
+            let (Some(run), Some(pid)) = (p["run_dir"].as_str(), p["worker"]["pid"].as_i64())
+            else {
+                return false;
+            };
+            let run = PathBuf::from(run);
+            if run.is_dir() && ready(&checkpoints(&run)) {
+                found = Some((pid as i32, run));
+                return true;
+            }
+            false
+        });
+        let (pid, run) = found.unwrap();
+        // Every thread stopped before the listing: a save cannot land after it.
+        crate::process::freeze_group(pid);
+        let frozen = Frozen {
+            pid,
+            checkpoints: checkpoints(&run),
+            events: events(&run).len(),
+            run,
         };
-        let run = PathBuf::from(run);
-        if run.is_dir() && ready(&checkpoints(&run)) {
-            found = Some((pid as i32, run));
-            return true;
+        let told = saved_names(&frozen.run);
+        if frozen.checkpoints.iter().all(|c| told.contains(&name(c))) {
+            return frozen;
         }
-        false
-    });
-    let (pid, run) = found.unwrap();
-    // Every thread stopped before the listing: a save cannot land after it.
-    crate::process::freeze_group(pid);
-    Frozen {
-        pid,
-        checkpoints: checkpoints(&run),
-        events: events(&run).len(),
-        run,
+        frozen.thaw();
+        // The event is a write away once the worker runs.
+        let unheard = |run: &Path| {
+            let told = saved_names(run);
+            checkpoints(run).iter().any(|c| !told.contains(&name(c)))
+        };
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        wait_until(left, "the saves' checkpoint_saved events", || {
+            !unheard(&frozen.run)
+        });
     }
+}
+
+/// The names of the checkpoints `run`'s events say were saved.
+fn saved_names(run: &Path) -> Vec<String> {
+    events(run)
+        .iter()
+        .filter(|e| e["kind"] == "checkpoint_saved" || e["kind"] == "final_saved")
+        .filter_map(|e| e["path"].as_str().map(|p| name(Path::new(p))))
+        .collect()
 }
 
 /// [`freeze_when`] the run holds `n` complete checkpoints.
