@@ -11,6 +11,7 @@ use lavender::status::PipelineState;
 use lavender_api::{StartRequest, StopReport};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
+use super::actor::Input;
 use super::reload::Reload;
 use crate::process::WorkerHandle;
 use lavender::pipeline_file::{PipelineRecord, StopCause};
@@ -122,18 +123,22 @@ pub struct HungReport {
 /// The handle everyone else holds.
 #[derive(Clone)]
 pub struct PipelineHandle {
-    pub(super) cmds: mpsc::Sender<Command>,
+    /// The actor's one input channel (`actor::Input`); the handles hold it open.
+    pub(super) inputs: mpsc::UnboundedSender<Input>,
     pub(super) snapshot: watch::Receiver<PipelineRecord>,
     pub(super) transitions: broadcast::Sender<PipelineRecord>,
 }
 
 impl PipelineHandle {
+    /// Hands the actor `cmd` (never waits); `None` once the actor has ended.
+    fn send(&self, cmd: Command) -> Option<()> {
+        self.inputs.send(Input::Command(cmd)).ok()
+    }
+
     pub async fn start(&self, req: StartRequest) -> Result<StartReply, StartError> {
         let (reply, rx) = oneshot::channel();
-        self.cmds
-            .send(Command::Start { req, reply })
-            .await
-            .map_err(|_| StartError::Spawn("the pipeline actor has stopped".into()))?;
+        self.send(Command::Start { req, reply })
+            .ok_or_else(|| StartError::Spawn("the pipeline actor has stopped".into()))?;
         rx.await
             .map_err(|_| StartError::Spawn("the pipeline actor has stopped".into()))?
     }
@@ -152,41 +157,35 @@ impl PipelineHandle {
         timeout: Option<Duration>,
     ) -> Result<StopReport> {
         let (reply, rx) = oneshot::channel();
-        self.cmds
-            .send(Command::Stop {
-                timeout,
-                cause,
-                reply,
-            })
-            .await
-            .ok()
-            .context("the pipeline actor has stopped")?;
+        self.send(Command::Stop {
+            timeout,
+            cause,
+            reply,
+        })
+        .context("the pipeline actor has stopped")?;
         rx.await.ok().context("the pipeline actor has stopped")
     }
 
-    /// Hands the actor a hung worker (it kills and restarts it). Never waits: a
-    /// full queue drops the report, and the next look reports again.
+    /// Hands the actor a hung worker (it kills and restarts it). Never waits.
     pub fn report_hung(&self, report: HungReport) -> bool {
-        self.cmds.try_send(Command::Hung(report)).is_ok()
+        self.send(Command::Hung(report)).is_some()
     }
 
-    /// Hands the actor a replayed step that differs (never waits: a full queue drops
-    /// it, and the watcher reports it again at its next look).
+    /// Hands the actor a replayed step that differs (never waits).
     pub fn report_resume_mismatch(&self, report: ResumeMismatch) -> bool {
-        self.cmds.try_send(Command::ResumeMismatch(report)).is_ok()
+        self.send(Command::ResumeMismatch(report)).is_some()
     }
 
     /// Tells the actor the next save looks short of space: it checks the disk and
-    /// applies retention early (never waits; a full queue drops it).
+    /// applies retention early (never waits).
     pub fn report_disk_short(&self) -> bool {
-        self.cmds.try_send(Command::DiskShort).is_ok()
+        self.send(Command::DiskShort).is_some()
     }
 
     /// Hands the actor the run's longest steady heartbeat interval (never waits).
     pub fn report_interval(&self, run_dir: PathBuf, longest_s: f64) -> bool {
-        self.cmds
-            .try_send(Command::Interval { run_dir, longest_s })
-            .is_ok()
+        self.send(Command::Interval { run_dir, longest_s })
+            .is_some()
     }
 
     /// Has the actor read its config file again; the report says what changed and
@@ -194,10 +193,8 @@ impl PipelineHandle {
     /// other parts.
     pub async fn reload(&self) -> Result<Reload, String> {
         let (reply, rx) = oneshot::channel();
-        self.cmds
-            .send(Command::Reload { reply })
-            .await
-            .map_err(|_| "the pipeline actor has stopped".to_string())?;
+        self.send(Command::Reload { reply })
+            .ok_or_else(|| "the pipeline actor has stopped".to_string())?;
         rx.await
             .map_err(|_| "the pipeline actor has stopped".to_string())?
     }
@@ -209,10 +206,8 @@ impl PipelineHandle {
         req: lavender_api::PruneRequest,
     ) -> Result<lavender_api::PruneReply, String> {
         let (reply, rx) = oneshot::channel();
-        self.cmds
-            .send(Command::Prune { req, reply })
-            .await
-            .map_err(|_| "the pipeline actor has stopped".to_string())?;
+        self.send(Command::Prune { req, reply })
+            .ok_or_else(|| "the pipeline actor has stopped".to_string())?;
         rx.await
             .map_err(|_| "the pipeline actor has stopped".to_string())?
     }
@@ -220,14 +215,14 @@ impl PipelineHandle {
     /// True when the actor answered: its loop is not wedged.
     pub async fn ping(&self) -> bool {
         let (reply, rx) = oneshot::channel();
-        self.cmds.send(Command::Ping { reply }).await.is_ok() && rx.await.is_ok()
+        self.send(Command::Ping { reply }).is_some() && rx.await.is_ok()
     }
 
     /// Ends the actor between two transitions, leaving the worker running and
     /// `pipeline.json` current, for a daemon that restarts alone.
     pub async fn detach(&self) {
         let (reply, rx) = oneshot::channel();
-        if self.cmds.send(Command::Detach { reply }).await.is_ok() {
+        if self.send(Command::Detach { reply }).is_some() {
             let _ = rx.await;
         }
     }

@@ -15,7 +15,7 @@ use lavender::failure::Failure;
 use lavender::pipeline_file::RecordEvent;
 use lavender::status::DiskWait;
 
-use super::Actor;
+use super::{Actor, Input};
 use crate::alert::Alert;
 use crate::decisions::{Decision, DecisionKind, Evidence, Rule};
 use crate::exit::ExitOutcome;
@@ -108,7 +108,7 @@ impl Actor {
             keep: may_delete.then_some(self.config.training.keep_checkpoints as usize),
             asked,
         };
-        let tx = self.disk_tx.clone();
+        let tx = self.reports.clone();
         tokio::spawn(async move {
             let fallback = DiskCheck {
                 path: input.data_root.clone(),
@@ -123,7 +123,7 @@ impl Actor {
             let check = tokio::task::spawn_blocking(move || disk::check(&input))
                 .await
                 .unwrap_or(fallback);
-            let _ = tx.send(check);
+            tx.send(Input::Disk(check));
         });
     }
 

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use lavender::pipeline_file::WorkerHandle;
 
-use super::Actor;
+use super::{Actor, Input};
 use crate::evidence::{self, Request};
 use crate::pipeline::handle::HungReport;
 use crate::pipeline::machine::Event;
 use crate::pipeline::timings::stall_kill_grace;
 
 /// What the capture reports back.
-pub(super) struct HangEvidence {
+pub(in crate::pipeline) struct HangEvidence {
     report: HungReport,
     bundle: Option<PathBuf>,
 }
@@ -47,7 +47,7 @@ impl Actor {
             log_file: self.record.log_file.clone(),
             tool_dirs: tool_dirs(),
         };
-        let done = self.evidence_tx.clone();
+        let done = self.reports.clone();
         let report = report.clone();
         tracing::info!(worker = %report.worker, "taking the hung worker's stacks before killing it");
         tokio::spawn(async move {
@@ -70,7 +70,7 @@ impl Actor {
                     None
                 }
             };
-            let _ = done.send(HangEvidence { report, bundle });
+            done.send(Input::Evidence(HangEvidence { report, bundle }));
         });
         true
     }

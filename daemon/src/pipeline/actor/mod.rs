@@ -1,16 +1,17 @@
 //! The pipeline actor: one task owns the state machine (its phase, stepped by
-//! `pipeline/machine/`; the effects performed by `effects.rs`) and the worker;
-//! everything else talks to it through the [`PipelineHandle`]'s commands and
-//! watches its published record. A file per transition: `start` (and the steps
-//! that follow), `exit`, `restart` (a failed or hung worker restarted, or the pipeline failed),
-//! `hung` (a worker that stopped beating killed), `stop`, `recover` (after a daemon
-//! restart) and `resume` (an interrupted pipeline resumed at daemon start).
+//! `pipeline/machine/`; the effects performed by `effects.rs`) and the worker. It
+//! hears everything on one channel, one [`Input`] at a time: the [`PipelineHandle`]'s
+//! commands and its own tasks' reports; everything else watches its published
+//! record. A file per transition: `start` (and the steps that follow), `exit`,
+//! `restart` (a failed or hung worker restarted, or the pipeline failed), `hung` (a
+//! worker that stopped beating killed), `stop`, `recover` (after a daemon restart)
+//! and `resume` (an interrupted pipeline resumed at daemon start).
 //!
 //! The actor never blocks: what may take seconds (`sbatch`, `scontrol`, `scancel`,
 //! deleting old runs, fingerprinting a source folder's files) runs on the blocking
-//! pool, and a launch reports back with a [`LaunchDone`], a start's fingerprints with
-//! a [`Fingerprinted`], so a status, a stop or the watchdog's ping is answered
-//! meanwhile.
+//! pool, and reports back on the same channel ([`Input::Launched`],
+//! [`Input::Fingerprinted`], …), so a status, a stop or the watchdog's ping is
+//! answered meanwhile.
 
 mod damaged;
 mod decided;
@@ -46,7 +47,7 @@ use lavender::layout::Layout;
 use lavender::pipeline_file::{PipelineRecord, RecordEvent, WorkerRecord};
 use lavender::steps::inputs::{LocalFiles, reads_local_files};
 
-struct WorkerExit {
+pub(super) struct WorkerExit {
     generation: u64,
     outcome: ExitOutcome,
     /// The local files of its step as they were before it started (read when it ended
@@ -55,13 +56,13 @@ struct WorkerExit {
 }
 
 /// A Slurm job of worker `generation` changed state or node.
-struct JobChange {
+pub(super) struct JobChange {
     generation: u64,
     update: JobUpdate,
 }
 
 /// How a launch went, reported back to the actor.
-struct LaunchDone {
+pub(super) struct LaunchDone {
     generation: u64,
     result: Result<Launched>,
     /// What the check of the checkpoint to resume from found (`damaged.rs`).
@@ -73,7 +74,7 @@ struct LaunchDone {
 
 /// A start whose steps' local files were fingerprinted on the blocking pool; the
 /// actor goes on with it in [`Actor::on_fingerprinted`].
-struct Fingerprinted {
+pub(super) struct Fingerprinted {
     req: lavender::pipeline_file::StartRequest,
     reply: oneshot::Sender<Result<StartReply, StartError>>,
     config: Config,
@@ -83,7 +84,7 @@ struct Fingerprinted {
 
 /// A prune's work on the blocking pool done; `reply`: who asked (none for
 /// `supervisor.keep_runs`).
-struct Pruned {
+pub(super) struct Pruned {
     result: Result<lavender_api::PruneReply, String>,
     keep_runs: usize,
     /// It deleted (or tried to), holding starts back meanwhile.
@@ -103,11 +104,8 @@ struct Actor {
     snapshot: watch::Sender<PipelineRecord>,
     /// Every committed record, in order (the watch keeps only the latest).
     transitions: broadcast::Sender<PipelineRecord>,
-    exits_tx: mpsc::UnboundedSender<WorkerExit>,
-    jobs_tx: mpsc::UnboundedSender<JobChange>,
-    launches_tx: mpsc::UnboundedSender<LaunchDone>,
-    fingerprints_tx: mpsc::UnboundedSender<Fingerprinted>,
-    prunes_tx: mpsc::UnboundedSender<Pruned>,
+    /// Where the actor's own tasks report back: its one input channel.
+    reports: Reports,
     /// Prunes deleting runs now, and the starts held back until they are done (a
     /// start makes a run, or resumes from one).
     prunes_in_flight: usize,
@@ -129,11 +127,9 @@ struct Actor {
     alerts: AlertSender,
     /// The decision log (`state/decisions.jsonl`) and its open incident.
     decisions: crate::decisions::Decisions,
-    evidence_tx: mpsc::UnboundedSender<evidence::HangEvidence>,
     /// The evidence bundle of the hang being dealt with, for what is said of it.
     hang_bundle: Option<std::path::PathBuf>,
-    /// Checks of the disk reported back, and what the actor keeps about them (`disk.rs`).
-    disk_tx: mpsc::UnboundedSender<crate::pipeline::disk::DiskCheck>,
+    /// What the actor keeps about the checks of the disk (`disk.rs`).
     disk: disk::DiskState,
 }
 
@@ -171,27 +167,15 @@ fn spawn_sourced(
     let record = PipelineRecord::load(&layout)?;
     let (snapshot, snapshot_rx) = watch::channel(record.clone());
     let (transitions, _) = broadcast::channel(TRANSITIONS);
-    let (cmds, cmds_rx) = mpsc::channel(32);
-    let (exits_tx, exits_rx) = mpsc::unbounded_channel();
-    let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
-    let (launches_tx, launches_rx) = mpsc::unbounded_channel();
-    let (fingerprints_tx, fingerprints_rx) = mpsc::unbounded_channel();
-    let (evidence_tx, evidence_rx) = mpsc::unbounded_channel();
-    let (disk_tx, disk_rx) = mpsc::unbounded_channel();
+    let (inputs, inbox) = mpsc::unbounded_channel();
     let decisions =
         crate::decisions::Decisions::open(&layout, config.logging, Some(alerts.clone()));
-    let (prunes_tx, prunes_rx) = mpsc::unbounded_channel();
     let mut actor = Actor {
         decisions,
-        evidence_tx,
         hang_bundle: None,
-        disk_tx,
         disk: disk::DiskState::default(),
         backend,
-        jobs_tx,
-        launches_tx,
-        fingerprints_tx,
-        prunes_tx,
+        reports: Reports(inputs.downgrade()),
         prunes_in_flight: 0,
         held_starts: Vec::new(),
         layout,
@@ -200,7 +184,6 @@ fn spawn_sourced(
         record,
         snapshot,
         transitions: transitions.clone(),
-        exits_tx,
         phase: Phase::Idle,
         generation: 0,
         launches_in_flight: 0,
@@ -209,18 +192,9 @@ fn spawn_sourced(
         alerts,
     };
     actor.recover();
-    tokio::spawn(actor.run(Inbox {
-        cmds: cmds_rx,
-        exits: exits_rx,
-        jobs: jobs_rx,
-        launches: launches_rx,
-        fingerprints: fingerprints_rx,
-        evidence: evidence_rx,
-        disk: disk_rx,
-        prunes: prunes_rx,
-    }));
+    tokio::spawn(actor.run(inbox));
     Ok(PipelineHandle {
-        cmds,
+        inputs,
         snapshot: snapshot_rx,
         transitions,
     })
@@ -237,47 +211,52 @@ async fn sleep_until_opt(at: Option<Instant>) {
     }
 }
 
-/// What the actor hears: commands, and what its tasks off the actor report.
-struct Inbox {
-    cmds: mpsc::Receiver<Command>,
-    exits: mpsc::UnboundedReceiver<WorkerExit>,
-    jobs: mpsc::UnboundedReceiver<JobChange>,
-    launches: mpsc::UnboundedReceiver<LaunchDone>,
-    fingerprints: mpsc::UnboundedReceiver<Fingerprinted>,
-    evidence: mpsc::UnboundedReceiver<evidence::HangEvidence>,
-    disk: mpsc::UnboundedReceiver<crate::pipeline::disk::DiskCheck>,
-    prunes: mpsc::UnboundedReceiver<Pruned>,
+/// Everything the actor hears, on its one channel, in the order it was sent: the
+/// handle's commands and what the actor's own tasks off the actor report back.
+pub(super) enum Input {
+    Command(Command),
+    /// A launch done (`start.rs`).
+    Launched(LaunchDone),
+    /// A start's local files fingerprinted (`start.rs`).
+    Fingerprinted(Box<Fingerprinted>),
+    /// A hung worker's evidence taken (`evidence.rs`).
+    Evidence(evidence::HangEvidence),
+    /// A check of the disk done (`disk.rs`).
+    Disk(crate::pipeline::disk::DiskCheck),
+    /// A prune done (`prune.rs`).
+    Pruned(Pruned),
+    /// A worker ended.
+    Exit(WorkerExit),
+    /// A Slurm job moved.
+    Job(JobChange),
+}
+
+/// The actor's tasks' way back to it. Weak: only the handles keep the channel open,
+/// so the actor ends once the last handle is gone, whatever its tasks still hold; a
+/// report sent after that is dropped.
+#[derive(Clone)]
+struct Reports(mpsc::WeakUnboundedSender<Input>);
+
+impl Reports {
+    fn send(&self, input: Input) {
+        if let Some(tx) = self.0.upgrade() {
+            let _ = tx.send(input);
+        }
+    }
 }
 
 impl Actor {
-    async fn run(mut self, inbox: Inbox) {
-        let Inbox {
-            mut cmds,
-            mut exits,
-            mut jobs,
-            mut launches,
-            mut fingerprints,
-            mut evidence,
-            mut disk,
-            mut prunes,
-        } = inbox;
+    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Input>) {
         // A detach waits for the launches in flight: the record must name the worker
         // it leaves running, and an abandoned launch's worker must be cancelled.
         let mut detaching = None;
         loop {
             tokio::select! {
-                cmd = cmds.recv() => match cmd {
-                    Some(Command::Detach { reply }) => detaching = Some(reply),
-                    Some(cmd) => self.on_command(cmd),
+                input = inbox.recv() => match input {
+                    Some(Input::Command(Command::Detach { reply })) => detaching = Some(reply),
+                    Some(input) => self.on_input(input),
                     None => break,
                 },
-                Some(done) = launches.recv() => self.on_launched(done),
-                Some(f) = fingerprints.recv() => self.on_fingerprinted(f),
-                Some(ev) = evidence.recv() => self.on_hang_evidence(ev),
-                Some(check) = disk.recv() => self.on_disk_checked(check),
-                Some(p) = prunes.recv() => self.on_pruned(p),
-                Some(exit) = exits.recv() => self.on_exit(exit),
-                Some(change) = jobs.recv() => self.on_job_change(change),
                 _ = sleep_until_opt(self.phase.deadline()) => self.on(Event::TimerFired),
             }
             if self.launches_in_flight == 0
@@ -287,6 +266,19 @@ impl Actor {
                 let _ = reply.send(());
                 break;
             }
+        }
+    }
+
+    fn on_input(&mut self, input: Input) {
+        match input {
+            Input::Command(cmd) => self.on_command(cmd),
+            Input::Launched(done) => self.on_launched(done),
+            Input::Fingerprinted(f) => self.on_fingerprinted(*f),
+            Input::Evidence(ev) => self.on_hang_evidence(ev),
+            Input::Disk(check) => self.on_disk_checked(check),
+            Input::Pruned(p) => self.on_pruned(p),
+            Input::Exit(exit) => self.on_exit(exit),
+            Input::Job(change) => self.on_job_change(change),
         }
     }
 
@@ -343,12 +335,12 @@ impl Actor {
     /// A re-adopted worker is not our child: poll it (kill(pid, 0) + start time, or
     /// the Slurm job's state).
     fn watch_adopted(&self, generation: u64, step: PipelineStep, handle: WorkerHandle) {
-        let jobs = self.jobs_tx.clone();
+        let jobs = self.reports.clone();
         let exit = self.backend.watch_adopted(
             &handle,
             super::timings::poll_interval(&self.config.supervisor),
             Box::new(move |update| {
-                let _ = jobs.send(JobChange { generation, update });
+                jobs.send(Input::Job(JobChange { generation, update }));
             }),
         );
         self.report_exit(generation, step, exit, None);
@@ -365,7 +357,7 @@ impl Actor {
         exit: ExitFuture,
         files: Option<LocalFiles>,
     ) {
-        let exits = self.exits_tx.clone();
+        let exits = self.reports.clone();
         let ran_with = self.ran_with(step).filter(|_| files.is_none());
         tokio::spawn(async move {
             let outcome = exit.await;
@@ -381,11 +373,11 @@ impl Actor {
                 }
                 (None, None) => LocalFiles::default(),
             };
-            let _ = exits.send(WorkerExit {
+            exits.send(Input::Exit(WorkerExit {
                 generation,
                 outcome,
                 files,
-            });
+            }));
         });
     }
 

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use lavender_api::{PruneReply, PruneRequest};
 use tokio::sync::oneshot;
 
-use super::{Actor, Pruned};
+use super::{Actor, Input, Pruned};
 use crate::prune::Delete;
 
 type PruneAnswer = oneshot::Sender<Result<PruneReply, String>>;
@@ -44,7 +44,7 @@ impl Actor {
         let holds = delete != Delete::Nothing;
         self.prunes_in_flight += usize::from(holds);
         let root = self.layout.checkpoints_root();
-        let done = self.prunes_tx.clone();
+        let done = self.reports.clone();
         tokio::spawn(async move {
             let result = tokio::task::spawn_blocking(move || {
                 crate::prune::prune(&root, keep_runs, active.as_deref(), &delete)
@@ -52,12 +52,12 @@ impl Actor {
             })
             .await
             .unwrap_or_else(|e| Err(format!("the prune ended early: {e}")));
-            let _ = done.send(Pruned {
+            done.send(Input::Pruned(Pruned {
                 result,
                 keep_runs,
                 holds,
                 reply,
-            });
+            }));
         });
     }
 

@@ -10,7 +10,7 @@ use lavender::config::{Config, PipelineStep};
 use lavender::status::{PipelineState, StepState};
 use tokio::sync::oneshot;
 
-use super::{Actor, Fingerprinted, JobChange, LaunchDone, backend_for};
+use super::{Actor, Fingerprinted, Input, JobChange, LaunchDone, backend_for};
 use crate::alert::Alert;
 use crate::pipeline::handle::{StartError, StartReply};
 use crate::pipeline::machine::{Event, Launching, PendingStart, Phase, Relaunch};
@@ -68,7 +68,7 @@ impl Actor {
             });
             return;
         }
-        let done = self.fingerprints_tx.clone();
+        let done = self.reports.clone();
         tokio::spawn(async move {
             let read = config.clone();
             let files = match tokio::task::spawn_blocking(move || LocalFiles::read(&read)).await {
@@ -80,13 +80,13 @@ impl Actor {
                     return;
                 }
             };
-            let _ = done.send(Fingerprinted {
+            done.send(Input::Fingerprinted(Box::new(Fingerprinted {
                 req,
                 reply,
                 config,
                 origins,
                 files,
-            });
+            })));
         });
     }
 
@@ -368,9 +368,9 @@ impl Actor {
     pub(super) fn launch(&mut self, generation: u64, spec: Box<SpawnSpec>) {
         self.launches_in_flight += 1;
         let step = spec.step;
-        let jobs = self.jobs_tx.clone();
+        let jobs = self.reports.clone();
         let backend = self.backend.clone();
-        let done = self.launches_tx.clone();
+        let done = self.reports.clone();
         let check = self.resume_check(step);
         let ran_with = self.ran_with(step);
         // Observe mode leaves the run's files as they are: no replay check.
@@ -413,7 +413,7 @@ impl Actor {
                     }
                 }
                 let updates = Box::new(move |update| {
-                    let _ = jobs.send(JobChange { generation, update });
+                    jobs.send(Input::Job(JobChange { generation, update }));
                 });
                 (backend.launch(&spec, updates), checked, files)
             });
@@ -421,12 +421,12 @@ impl Actor {
                 let e = anyhow::anyhow!("the launch of step {step} failed: {e}");
                 (Err(e), None, LocalFiles::default())
             });
-            let _ = done.send(LaunchDone {
+            done.send(Input::Launched(LaunchDone {
                 generation,
                 result,
                 checked,
                 files,
-            });
+            }));
         });
     }
 
