@@ -1173,3 +1173,62 @@ exec sleep 600
     eprintln!("{line}");
     assert!(line.contains("the worker left behind"), "{line}");
 }
+
+/// The record an older daemon wrote is one an upgraded daemon re-adopts from: the
+/// `state/pipeline.json` the daemon wrote before the actor took one input (commit
+/// aff3e6d: daemon/tests/fixtures/pipeline-aff3e6d.json), its machine-specific values
+/// (the worker's pid and start time, the paths, the config's digest) filled in from a
+/// live worker, replaces the file under a killed daemon; the next daemon
+/// re-adopts that worker, supervises it (a stop saves) and starts no second one.
+#[test]
+fn a_record_written_by_an_older_daemon_still_re_adopts_the_running_worker() {
+    let mut env = Env::new(
+        &["--total-steps", "100000", "--step-ms", "10"],
+        "",
+        "[train]",
+    );
+    env.serve();
+    env.start(&[]);
+    env.wait_step(5, Duration::from_secs(10));
+    let worker = env.worker_pid().unwrap();
+    env.kill_daemons(); // SIGKILL: the worker trains on
+    let path = env.state_dir().join("pipeline.json");
+    let live: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let fixture = std::fs::read_to_string(
+        lavender_testkit::repo().join("daemon/tests/fixtures/pipeline-aff3e6d.json"),
+    )
+    .unwrap();
+    let text = |v: &serde_json::Value| v.as_str().unwrap().to_string();
+    let (w, req) = (&live["worker"], &live["request"]);
+    let old = [
+        ("@DATA_ROOT@", text(&req["data_root"])),
+        ("@CONFIG_PATH@", text(&req["config"]["path"])),
+        ("@CONFIG_SHA256@", text(&req["config"]["sha256"])),
+        ("@RUN_DIR@", text(&live["run_dir"])),
+        ("@LOG_FILE@", text(&live["log_file"])),
+        ("@PID@", w["pid"].to_string()),
+        ("@START_TIME@", text(&w["start_time"])),
+        ("@GENERATION@", text(&w["generation"])),
+    ]
+    .iter()
+    .fold(fixture, |f, (k, v)| f.replace(k, v));
+    assert!(!old.contains('@'), "a placeholder left: {old}");
+    std::fs::write(&path, old).unwrap();
+
+    env.serve();
+    let st = env.status();
+    assert_eq!(st["pipeline"]["pid"], worker, "re-adopted, not restarted");
+    assert_eq!(st["pipeline"]["state"], "running");
+    assert_eq!(st["pipeline"]["restarts"], 0);
+    let step = st["training"]["step"].as_u64().unwrap();
+    env.wait_step(step + 10, Duration::from_secs(10));
+    let log = std::fs::read_to_string(env.daemon_log()).unwrap();
+    assert!(log.contains("re-adopted"), "{log}");
+    let said = env.stop_saved();
+    assert!(said.contains("saved"), "{said}");
+    assert_eq!(env.train_calls().len(), 1, "no second worker was started");
+    wait_until(Duration::from_secs(10), "the worker to end", || {
+        !alive(worker)
+    });
+}
