@@ -121,9 +121,12 @@ pub enum Alert {
         stale_after_s: u64,
         training_step: Option<u64>,
     },
-    /// A fresh heartbeat after a stale one.
+    /// A fresh heartbeat after a stale one, or from a worker brought back after a
+    /// crash.
     Recovered {
         step: PipelineStep,
+        /// How long the heartbeat was stale; `None`: no stall, a worker brought back
+        /// after a crash (that incident's end is [`Alert::IncidentOver`]).
         stalled_for: Option<Duration>,
         training_step: Option<u64>,
     },

@@ -23,8 +23,10 @@ impl Incident {
             Alert::Crashed { .. } | Alert::HungRestarted { .. } | Alert::RolledBack { .. } => {
                 !std::mem::replace(&mut self.open, true)
             }
-            // A fresh heartbeat of a worker brought back is no end yet: it may fail again.
-            Alert::Recovered { .. } => !self.open,
+            // A fresh heartbeat of a worker brought back is no end yet: it may fail
+            // again; its end is `IncidentOver`, whichever of the two comes first. A
+            // stall's end outside an incident is pushed.
+            Alert::Recovered { stalled_for, .. } => stalled_for.is_some() && !self.open,
             // The end of the incident, whatever it was.
             Alert::IncidentOver { .. }
             | Alert::IncidentClosed { .. }
@@ -63,7 +65,17 @@ mod tests {
         }
     }
 
+    /// A stall's end.
     fn fresh() -> Alert {
+        Alert::Recovered {
+            step: PipelineStep::Train,
+            stalled_for: Some(Duration::from_secs(30)),
+            training_step: Some(5),
+        }
+    }
+
+    /// The first fresh heartbeat of a worker brought back after a crash.
+    fn brought_back() -> Alert {
         Alert::Recovered {
             step: PipelineStep::Train,
             stalled_for: None,
@@ -103,8 +115,13 @@ mod tests {
             failure: None,
         };
         assert!(gate.admit(&failed), "giving up is the incident's end");
-        // Outside an incident a fresh heartbeat (after a stall) is pushed.
+        // Outside an incident a fresh heartbeat after a stall is pushed.
         assert!(gate.admit(&fresh()));
+        // A crash's end told by the decision log before the watchdog saw the brought
+        // back worker's first fresh heartbeat: that heartbeat is not pushed again.
+        assert!(gate.admit(&crashed(1)));
+        assert!(gate.admit(&over()));
+        assert!(!gate.admit(&brought_back()));
         // An incident the decision log closed without a push (an operator's stop):
         // the next crash is a new incident, pushed.
         assert!(gate.admit(&crashed(1)));

@@ -90,11 +90,14 @@ impl HeartbeatWatch {
             .zip(heartbeat_at)
             .is_some_and(|(started, at)| at >= started);
         if status.pipeline.running && from_current_worker && !being_killed {
-            self.stale_since = None;
             self.crashed = None;
+            // A worker brought back after a crash, with no stall: no stall to time
+            // (the incident's end is the decision log's `IncidentOver`).
+            let stalled = self.stale_since.is_some();
+            self.stale_since = None;
             return status.active_step.map(|step| Alert::Recovered {
                 step,
-                stalled_for: Some(since.elapsed()),
+                stalled_for: stalled.then(|| since.elapsed()),
                 training_step,
             });
         }
