@@ -9,9 +9,8 @@ use lavender::config::PipelineStep;
 use lavender::heartbeat::WorkerState;
 use lavender::status::PipelineState;
 use lavender_api::{StartRequest, StopReport};
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{broadcast, oneshot, watch};
 
-use super::actor::Input;
 use super::reload::Reload;
 use crate::process::WorkerHandle;
 use lavender::pipeline_file::{PipelineRecord, StopCause};
@@ -120,11 +119,16 @@ pub struct HungReport {
     pub work: PipelineStep,
 }
 
+/// How a handle reaches the actor's input channel: the actor makes it (the channel's
+/// item, `actor::Input`, stays the actor's own).
+pub(super) type CommandSender = std::sync::Arc<dyn Fn(Command) -> Option<()> + Send + Sync>;
+
 /// The handle everyone else holds.
 #[derive(Clone)]
 pub struct PipelineHandle {
-    /// The actor's one input channel (`actor::Input`); the handles hold it open.
-    pub(super) inputs: mpsc::UnboundedSender<Input>,
+    /// Puts a command on the actor's one input channel (`actor::Input`), `None` once
+    /// the actor has ended; the handles hold the channel open.
+    pub(super) inputs: CommandSender,
     pub(super) snapshot: watch::Receiver<PipelineRecord>,
     pub(super) transitions: broadcast::Sender<PipelineRecord>,
 }
@@ -132,7 +136,7 @@ pub struct PipelineHandle {
 impl PipelineHandle {
     /// Hands the actor `cmd` (never waits); `None` once the actor has ended.
     fn send(&self, cmd: Command) -> Option<()> {
-        self.inputs.send(Input::Command(cmd)).ok()
+        (self.inputs)(cmd)
     }
 
     pub async fn start(&self, req: StartRequest) -> Result<StartReply, StartError> {

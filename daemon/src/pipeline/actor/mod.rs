@@ -194,7 +194,7 @@ fn spawn_sourced(
     actor.recover();
     tokio::spawn(actor.run(inbox));
     Ok(PipelineHandle {
-        inputs,
+        inputs: std::sync::Arc::new(move |cmd| inputs.send(Input::Command(cmd)).ok()),
         snapshot: snapshot_rx,
         transitions,
     })
