@@ -215,18 +215,24 @@ fn lavender_newest(run_dir: &Path) -> String {
     names.pop().unwrap().1
 }
 
-#[test]
-fn a_sigkilled_daemon_leaves_the_worker_running_and_a_new_one_adopts_it() {
-    let mut env = Env::new(
-        &["--total-steps", "150", "--step-ms", "20"],
-        "",
-        "[train, mine_hard]",
-    );
+/// A fake worker of `steps` (with `args`) past step 5, its daemon then SIGKILLed:
+/// the worker trains on, nobody supervising it. Returns its pid.
+fn left_by_a_killed_daemon(args: &[&str], steps: &str) -> (Env, i32) {
+    let mut env = Env::new(args, "", steps);
     env.serve();
     env.start(&[]);
     env.wait_step(5, Duration::from_secs(10));
     let worker = env.worker_pid().unwrap();
-    env.kill_daemons(); // SIGKILL
+    env.kill_daemons();
+    (env, worker)
+}
+
+#[test]
+fn a_sigkilled_daemon_leaves_the_worker_running_and_a_new_one_adopts_it() {
+    let (mut env, worker) = left_by_a_killed_daemon(
+        &["--total-steps", "150", "--step-ms", "20"],
+        "[train, mine_hard]",
+    );
     let run = env.run_dir();
     let at_kill = heartbeat_step(&run).expect("a heartbeat");
     wait_until(
@@ -1182,16 +1188,8 @@ exec sleep 600
 /// re-adopts that worker, supervises it (a stop saves) and starts no second one.
 #[test]
 fn a_record_written_by_an_older_daemon_still_re_adopts_the_running_worker() {
-    let mut env = Env::new(
-        &["--total-steps", "100000", "--step-ms", "10"],
-        "",
-        "[train]",
-    );
-    env.serve();
-    env.start(&[]);
-    env.wait_step(5, Duration::from_secs(10));
-    let worker = env.worker_pid().unwrap();
-    env.kill_daemons(); // SIGKILL: the worker trains on
+    let (mut env, worker) =
+        left_by_a_killed_daemon(&["--total-steps", "100000", "--step-ms", "10"], "[train]");
     let path = env.state_dir().join("pipeline.json");
     let live: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
