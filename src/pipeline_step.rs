@@ -22,6 +22,7 @@ pub enum PipelineStep {
     Dedup,
     Filter,
     BuildShards,
+    Stats,
     Precompute,
     Train,
     MineHard,
@@ -126,7 +127,7 @@ pub fn data_count_keys() -> Vec<&'static str> {
 }
 
 /// Every step, in the pipeline's order, each at the index of its [`PipelineStep`].
-pub static STEPS: [StepSpec; 7] = [
+pub static STEPS: [StepSpec; 8] = [
     StepSpec {
         step: S::Downloads,
         name: "downloads",
@@ -184,6 +185,27 @@ pub static STEPS: [StepSpec; 7] = [
             ("shard_count", "shard_count"),
             ("documents", "documents"),
             ("shards_available", "shard_count"),
+        ],
+    },
+    StepSpec {
+        step: S::Stats,
+        name: "stats",
+        kind: StepKind::Data,
+        about: "Count the documents, words and shard sizes of the chunk to train on.",
+        // The chunk's shards are the scale's (`scales.<scale>.shards`); a chunk has
+        // its own done-markers.
+        config_keys: &["data.shards", "scale", "scales.<scale>.shards"],
+        reads_outputs_of: &[S::BuildShards],
+        local_files: &[],
+        hang: HangWatch::StepHeartbeat,
+        output_dir: Some("stats"),
+        counts: &[
+            ("stats_documents", "documents"),
+            ("stats_words", "words"),
+            ("stats_shards", "shards"),
+            ("stats_shard_bytes", "shard_bytes"),
+            ("stats_shard_bytes_min", "shard_bytes_min"),
+            ("stats_shard_bytes_max", "shard_bytes_max"),
         ],
     },
     StepSpec {
@@ -258,11 +280,12 @@ pub static STEPS: [StepSpec; 7] = [
 ];
 
 impl PipelineStep {
-    pub const ALL: [PipelineStep; 7] = [
+    pub const ALL: [PipelineStep; 8] = [
         S::Downloads,
         S::Dedup,
         S::Filter,
         S::BuildShards,
+        S::Stats,
         S::Precompute,
         S::Train,
         S::MineHard,

@@ -47,7 +47,7 @@ fn defaults_parse_and_validate() {
     assert_eq!(config.data.document_separator, "\n\n");
     assert_eq!(config.optimizer.betas, [0.9, 0.95]);
     assert_eq!(config.model.layer_norm_epsilon, 1.0e-5);
-    assert_eq!(config.steps.len(), 7);
+    assert_eq!(config.steps, PipelineStep::ALL);
     assert_eq!(config.steps[3], PipelineStep::BuildShards);
     assert_eq!(config.training.stages[2].beta, Some(0.1));
 }

@@ -1,4 +1,5 @@
-//! The pipeline's data steps: downloads → dedup → filter → build_shards → precompute.
+//! The pipeline's data steps: downloads → dedup → filter → build_shards → stats →
+//! precompute.
 //! Each reads the resolved config and the data root, writes its outputs under the data
 //! root atomically with a manifest last, and skips itself when nothing changed.
 
@@ -13,6 +14,7 @@ pub mod records;
 pub mod settings;
 pub mod shards;
 pub mod stage;
+pub mod stats;
 pub mod step;
 
 use anyhow::{Context, Result};
@@ -43,6 +45,7 @@ pub fn run(step: PipelineStep, args: &StepArgs) -> Result<()> {
         PipelineStep::Dedup => dedup::run(&ctx),
         PipelineStep::Filter => filter::run(&ctx),
         PipelineStep::BuildShards => shards::run(&ctx),
+        PipelineStep::Stats => stats::run(&ctx),
         PipelineStep::Precompute => precompute::run(&ctx),
         PipelineStep::Train | PipelineStep::MineHard => {
             anyhow::bail!("{step} is not a data step (its kind is {:?})", step.kind())

@@ -123,7 +123,20 @@ pub fn new_manifest(
 
 /// The manifest of the step this one reads from, or an error saying to run it.
 pub fn upstream(ctx: &Ctx, step: &str, needed_by: &str) -> Result<StepManifest> {
-    match manifest::read(&ctx.root, step)? {
+    let read = manifest::read(&ctx.root, step).map_err(|e| {
+        let damaged = matches!(
+            e,
+            lavender::error::Error::Empty { .. } | lavender::error::Error::Malformed { .. }
+        );
+        let e = anyhow::Error::from(e);
+        if !damaged {
+            return e;
+        }
+        e.context(format!(
+            "{needed_by} needs the output of {step}, whose manifest is damaged: rerun `lavender-worker {step} --force`"
+        ))
+    })?;
+    match read {
         Some(m) => Ok(m),
         None => bail!(
             "{needed_by} needs the output of {step}, but {} does not exist: run `lavender-worker {step}` first",

@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use lavender::pipeline_step::{PipelineStep, names_through};
 use lavender_testkit::{Lavenderd, WORDS, wait_until, write_speeches};
 use serde_json::Value;
 
@@ -24,7 +25,7 @@ const T: Duration = Duration::from_secs(60);
 /// stages, a heartbeat every step and a save every few.
 fn config(corpus: &Path) -> String {
     format!(
-        r#"steps: [downloads, dedup, filter, build_shards, precompute, train, mine_hard]
+        r#"steps: [{steps}]
 device: cpu
 threads: 1
 worker:
@@ -55,6 +56,7 @@ supervisor:
 notify:
   desktop: false
 "#,
+        steps = PipelineStep::names(),
         worker = WORKER,
         corpus = corpus.display(),
         pretrain = PRETRAIN_STEPS,
@@ -103,7 +105,7 @@ fn start_stop_resume_finish_with_the_real_worker() {
     assert!(running["pipeline"]["pid"].as_u64().is_some(), "{running:#}");
     assert_eq!(running["training"]["stage"], "pretrain", "{running:#}");
     assert_eq!(running["training"]["heartbeat_stale"], false);
-    for step in ["downloads", "dedup", "filter", "build_shards", "precompute"] {
+    for step in names_through(PipelineStep::Precompute) {
         assert_eq!(running["steps"][step], "done", "{step}: {running:#}");
     }
     assert_eq!(running["steps"]["train"], "running");

@@ -1,5 +1,6 @@
-//! dedup, filter, build_shards and precompute on small inputs: what each removes, keeps
-//! and counts, when each reruns, and the shard selection of every (chunk, scale).
+//! dedup, filter, build_shards, stats and precompute on small inputs: what each
+//! removes, keeps and counts, when each reruns, and the shard selection of every
+//! (chunk, scale).
 
 use lavender::pipeline_step::{PipelineStep, names_through};
 use std::path::PathBuf;
@@ -317,7 +318,7 @@ fn precompute_uses_user_sft_and_dpo_jsonl_when_configured() {
             dpo.display()
         ),
     ));
-    for step in ["downloads", "dedup", "filter", "build_shards", "precompute"] {
+    for step in names_through(PipelineStep::Precompute) {
         root.ok(step, &[]);
     }
     let (s, sh) = (
@@ -395,4 +396,117 @@ fn a_rerun_that_changes_nothing_does_not_cascade() {
     // dedup forced with the same result leaves filter fresh too.
     root.ok("dedup", &["--force"]);
     assert!(root.ok("filter", &[]).contains("up to date"));
+}
+
+/// `lavenderd status --json` with no daemon (composed from the files, as a daemon's is).
+fn status(root: &Root) -> serde_json::Value {
+    let out = std::process::Command::new(lavender_testkit::lavenderd())
+        .arg("--data-root")
+        .arg(root.data())
+        .args(["status", "--json"])
+        .env_remove("LAVENDER_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    lavender_testkit::assert_valid(&status);
+    status
+}
+
+#[test]
+fn stats_counts_what_the_chunks_shards_hold_and_the_status_shows_it() {
+    let root = Root::new();
+    let texts = many_docs(400);
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let src = corpus(&root, &refs);
+    root.config(&path_config(
+        &src,
+        "  shards: {shard_bytes: 2000, validation_fraction: 0.1}\n",
+    ));
+    let chunk2 = ["--scale", "small", "--chunk", "2"];
+    for step in names_through(PipelineStep::Stats) {
+        root.ok(step, &chunk2);
+    }
+
+    // The chunk's shards as build_shards chose them, read back from the disk.
+    let built = root.manifest("shards");
+    let chosen: Vec<&str> = built["selection"]["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(chosen.len() >= 2, "{chosen:?}");
+    let (mut documents, mut words, mut sizes) = (0u64, 0u64, Vec::new());
+    for name in &chosen {
+        let path = root.data().join("shards").join(format!("{name}.jsonl"));
+        let d = docs(&path);
+        documents += d.len() as u64;
+        words += d
+            .iter()
+            .map(|t| t.split_whitespace().count() as u64)
+            .sum::<u64>();
+        sizes.push(std::fs::metadata(&path).unwrap().len());
+    }
+    let m = root.manifest("stats");
+    assert_eq!(m["chunk"], 2);
+    assert_eq!(m["scale"], "small");
+    let per_shard: Vec<&str> = m["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["shard"].as_str().unwrap())
+        .collect();
+    assert_eq!(per_shard, chosen);
+    let want = [
+        ("documents", documents),
+        ("words", words),
+        ("shards", chosen.len() as u64),
+        ("shard_bytes", sizes.iter().sum()),
+        ("shard_bytes_min", *sizes.iter().min().unwrap()),
+        ("shard_bytes_max", *sizes.iter().max().unwrap()),
+    ];
+    for (key, value) in want {
+        assert_eq!(root.count("stats", key), value, "{key}");
+    }
+    let st = status(&root);
+    for (key, value) in want {
+        assert_eq!(st["data"][format!("stats_{key}")], value, "{key}: {st:#}");
+    }
+
+    // Unchanged inputs skip it; another chunk counts that chunk.
+    assert!(root.ok("stats", &chunk2).contains("up to date"));
+    let err = root.ok("stats", &["--scale", "small", "--chunk", "3"]);
+    assert!(!err.contains("up to date"), "{err}");
+    assert_eq!(root.manifest("stats")["chunk"], 3);
+
+    // A shard changed behind build_shards' back, or its manifest damaged: a failure
+    // naming the file and what to do, and the earlier counts stay.
+    let before = root.manifest("stats");
+    let shard = root
+        .data()
+        .join("shards")
+        .join(format!("{}.jsonl", chosen[0]));
+    let mut changed = std::fs::read(&shard).unwrap();
+    changed.extend_from_slice(b"{\"text\":\"one more\"}\n");
+    std::fs::write(&shard, changed).unwrap();
+    let err = root.fails("stats", &chunk2);
+    assert!(
+        err.contains(&shard.display().to_string())
+            && err.contains("changed after build_shards wrote it")
+            && err.contains("rerun `lavender-worker build_shards --force`"),
+        "{err}"
+    );
+    std::fs::write(root.data().join("shards/manifest.json"), "{\"step\": \"bui").unwrap();
+    let err = root.fails("stats", &chunk2);
+    assert!(
+        err.contains("shards/manifest.json is malformed")
+            && err.contains("rerun `lavender-worker build_shards --force`"),
+        "{err}"
+    );
+    assert_eq!(root.manifest("stats"), before);
 }
