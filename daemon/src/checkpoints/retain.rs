@@ -184,7 +184,7 @@ impl Pass {
     }
 }
 
-/// Early retention, for the disk foresight (`pipeline/disk.rs`, when the next save
+/// Early retention, for the disk foresight (`pipeline/save_room.rs`, when the next save
 /// will not fit): what that save's own retention would drop, dropped now. The same
 /// rule with one fewer kept (`keep − 1`, and always the newest, the best and nothing
 /// older than the newest checkpoint found intact). Blocking; the caller keeps it out

@@ -69,7 +69,7 @@ pub(super) enum Command {
         run_dir: PathBuf,
         longest_s: f64,
     },
-    /// The watchdog found the next save short of space (`actor/disk.rs`).
+    /// The watchdog found the next save short of space (`actor/disk_wait.rs`).
     DiskShort,
     /// Read the config file again (SIGHUP, `lavenderd reload`).
     Reload {

@@ -3,7 +3,6 @@
 //! as the record shows it); `machine/` writes down its phases and transitions.
 
 pub(crate) mod actor;
-pub(crate) mod disk;
 pub(crate) mod handle;
 pub(crate) mod judge;
 pub(crate) mod machine;
@@ -11,6 +10,7 @@ pub(crate) mod plan;
 pub(crate) mod policy;
 pub(crate) mod reload;
 pub(crate) mod rollback;
+pub(crate) mod save_room;
 pub(crate) mod stop;
 pub(crate) mod timings;
 

@@ -70,7 +70,7 @@ pub async fn pull(
         return Ok((dest, false));
     }
     let need = m.download_bytes();
-    if let Some(free) = crate::disk::avail_bytes(&run_dir)
+    if let Some(free) = crate::filesystem::avail_bytes(&run_dir)
         && free < need
     {
         return Err(RemoteError::Local(format!(

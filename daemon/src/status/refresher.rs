@@ -76,7 +76,7 @@ pub fn spawn(
         &mut watcher,
         FileFacts::run_dir_for(&layout, &record).as_deref(),
     );
-    let disk = crate::disk::read(&layout.data_root);
+    let disk = crate::filesystem::read(&layout.data_root);
     let mut facts = FileFacts::read(&layout, &record, &settings, Some(disk));
     let clock: Box<dyn Clock> = Box::new(SystemClock);
     let mut hangs = HangClock::default();
@@ -262,7 +262,8 @@ impl Refresher {
                     let reuse_disk = facts
                         .disk_read_at
                         .is_some_and(|t| t.elapsed() < DISK_READING);
-                    let disk = (!reuse_disk).then(|| crate::disk::read(&self.layout.data_root));
+                    let disk =
+                        (!reuse_disk).then(|| crate::filesystem::read(&self.layout.data_root));
                     let read = FileFacts::read(&self.layout, &record, &settings, disk);
                     facts = if reuse_disk {
                         read.with_disk_of(&facts)

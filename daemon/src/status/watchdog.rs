@@ -169,7 +169,7 @@ impl DiskWatch {
         let avail_bytes = facts.disk_avail_bytes?;
         self.save_short = snap.record.worker().is_some()
             && avail_bytes
-                < crate::pipeline::disk::save_need(
+                < crate::pipeline::save_room::save_need(
                     facts.latest_checkpoint_bytes,
                     snap.settings.disk_floor_mib,
                 );

@@ -15,7 +15,7 @@ use lavender_api::endpoint::Prune;
 
 use crate::client::Client;
 use crate::confirm::confirm;
-use crate::prune::Delete;
+use crate::old_runs::Delete;
 use crate::settings::Settings;
 
 pub async fn run(
@@ -51,7 +51,7 @@ pub async fn run(
             let delete = req.delete.map_or(Delete::Nothing, Delete::Named);
             let root2 = root.clone();
             tokio::task::spawn_blocking(move || {
-                crate::prune::prune(&root2, keep_runs, active.as_deref(), &delete)
+                crate::old_runs::prune(&root2, keep_runs, active.as_deref(), &delete)
             })
             .await?
             .with_context(|| format!("prune runs in {}", root.display()))

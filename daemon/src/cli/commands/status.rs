@@ -35,7 +35,7 @@ fn offline(settings: &Settings) -> Result<Status> {
     let layout = &settings.layout;
     let record = PipelineRecord::load(layout)?;
     let status_settings = StatusSettings::from_config(&settings.config);
-    let disk = crate::disk::read(&layout.data_root);
+    let disk = crate::filesystem::read(&layout.data_root);
     let facts = FileFacts::read(layout, &record, &status_settings, Some(disk));
     let alive = record.worker().is_some_and(|w| w.handle.is_alive());
     Ok(compose(

@@ -15,7 +15,7 @@
 
 mod damaged;
 mod decided;
-mod disk;
+mod disk_wait;
 mod effects;
 mod evidence;
 mod exit;
@@ -129,8 +129,8 @@ struct Actor {
     decisions: crate::decisions::Decisions,
     /// The evidence bundle of the hang being dealt with, for what is said of it.
     hang_bundle: Option<std::path::PathBuf>,
-    /// What the actor keeps about the checks of the disk (`disk.rs`).
-    disk: disk::DiskState,
+    /// What the actor keeps about the checks of the disk (`disk_wait.rs`).
+    disk: disk_wait::DiskState,
 }
 
 /// Loads `state/pipeline.json`, re-adopts a worker that outlived the previous
@@ -173,7 +173,7 @@ fn spawn_sourced(
     let mut actor = Actor {
         decisions,
         hang_bundle: None,
-        disk: disk::DiskState::default(),
+        disk: disk_wait::DiskState::default(),
         backend,
         reports: Reports(inputs.downgrade()),
         prunes_in_flight: 0,
@@ -221,8 +221,8 @@ pub(super) enum Input {
     Fingerprinted(Box<Fingerprinted>),
     /// A hung worker's evidence taken (`evidence.rs`).
     Evidence(evidence::HangEvidence),
-    /// A check of the disk done (`disk.rs`).
-    Disk(crate::pipeline::disk::DiskCheck),
+    /// A check of the disk done (`disk_wait.rs`).
+    Disk(crate::pipeline::save_room::DiskCheck),
     /// A prune done (`prune.rs`).
     Pruned(Pruned),
     /// A worker ended.

@@ -10,7 +10,7 @@ use lavender_api::{PruneReply, PruneRequest};
 use tokio::sync::oneshot;
 
 use super::{Actor, Input, Pruned};
-use crate::prune::Delete;
+use crate::old_runs::Delete;
 
 type PruneAnswer = oneshot::Sender<Result<PruneReply, String>>;
 
@@ -47,7 +47,7 @@ impl Actor {
         let done = self.reports.clone();
         tokio::spawn(async move {
             let result = tokio::task::spawn_blocking(move || {
-                crate::prune::prune(&root, keep_runs, active.as_deref(), &delete)
+                crate::old_runs::prune(&root, keep_runs, active.as_deref(), &delete)
                     .map_err(|e| e.to_string())
             })
             .await

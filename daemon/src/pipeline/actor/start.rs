@@ -325,7 +325,7 @@ impl Actor {
             return;
         }
         let current = self.record.run_dir.clone();
-        self.prune_runs(keep as usize, current, crate::prune::Delete::All, None);
+        self.prune_runs(keep as usize, current, crate::old_runs::Delete::All, None);
     }
 
     /// Launches `step` on the blocking pool (`sbatch` may take seconds; a local spawn

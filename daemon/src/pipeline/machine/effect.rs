@@ -8,8 +8,8 @@ use tokio::sync::oneshot;
 
 use super::phase::{Launching, LiveWorker, PendingStart, Restart, Stop};
 use crate::exit::ExitOutcome;
-use crate::pipeline::disk::DiskCheck;
 use crate::pipeline::handle::HungReport;
+use crate::pipeline::save_room::DiskCheck;
 use crate::pipeline::stop::StopReport;
 use crate::process::{SpawnSpec, WorkerHandle};
 use lavender::pipeline_file::StopCause;

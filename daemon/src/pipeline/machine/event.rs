@@ -7,8 +7,8 @@ use tokio::sync::oneshot;
 
 use super::phase::{DiskWaiting, Launching, LiveWorker, PendingStart, Restart, Stop};
 use crate::exit::ExitOutcome;
-use crate::pipeline::disk::DiskCheck;
 use crate::pipeline::handle::HungReport;
+use crate::pipeline::save_room::DiskCheck;
 use crate::pipeline::stop::{StopMark, StopReport};
 use crate::process::{SpawnSpec, WorkerHandle};
 use lavender::pipeline_file::StopCause;
@@ -54,7 +54,7 @@ pub(crate) enum Event {
     TimerFired,
     /// The worker that ended said the disk is full: wait for space.
     DiskFullJudged { wait: DiskWaiting },
-    /// A check of the disk (`pipeline/disk.rs`) reported back.
+    /// A check of the disk (`pipeline/save_room.rs`) reported back.
     DiskChecked(DiskCheck),
 }
 

@@ -205,7 +205,7 @@ fn running_checked(free: u64) -> Event {
     checked(free, false)
 }
 fn checked(free: u64, for_wait: bool) -> Event {
-    Event::DiskChecked(crate::pipeline::disk::DiskCheck {
+    Event::DiskChecked(crate::pipeline::save_room::DiskCheck {
         path: PathBuf::from("data"),
         next_save_bytes: Some(100),
         need_bytes: 110,

@@ -2,7 +2,7 @@
 //! `ENOSPC` or `EDQUOT`; the worker removed what it had half written, so the latest
 //! verified checkpoint is as it was) is neither a crash nor a restart: the pipeline
 //! waits (`waiting_for_disk`, `pipeline.disk_wait`), the disk is checked every few
-//! seconds off the actor (`pipeline/disk.rs`, early retention included), and the
+//! seconds off the actor (`pipeline/save_room.rs`, early retention included), and the
 //! worker is brought back from the latest verified checkpoint once the next save
 //! fits. While a worker runs, the watchdog's word that the next save looks short
 //! has the disk checked the same way: early retention, and an alert with the
@@ -19,8 +19,8 @@ use super::{Actor, Input};
 use crate::alert::Alert;
 use crate::decisions::{Decision, DecisionKind, Evidence, Rule};
 use crate::exit::ExitOutcome;
-use crate::pipeline::disk::{self, Asked, CheckInput, DiskCheck, bytes};
 use crate::pipeline::machine::{DiskWaiting, Event, PendingRestart, Phase, Restart};
+use crate::pipeline::save_room::{self, Asked, CheckInput, DiskCheck, bytes};
 use crate::push::format::thousands;
 
 /// What the actor keeps about the disk between checks.
@@ -120,7 +120,7 @@ impl Actor {
                 retention_error: Some("the check of the disk did not finish".into()),
                 for_wait: input.asked.by_wait(),
             };
-            let check = tokio::task::spawn_blocking(move || disk::check(&input))
+            let check = tokio::task::spawn_blocking(move || save_room::check(&input))
                 .await
                 .unwrap_or(fallback);
             tx.send(Input::Disk(check));
@@ -276,7 +276,7 @@ impl Actor {
         }
         let step_text = self
             .last_heartbeat()
-            .and_then(|(_, s)| disk::save_due_at(&disk::stages_of(&self.config), s))
+            .and_then(|(_, s)| save_room::save_due_at(&save_room::stages_of(&self.config), s))
             .map_or("the next save".to_string(), |due| {
                 format!("the save due at step {}", thousands(due))
             });

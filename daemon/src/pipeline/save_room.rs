@@ -4,7 +4,7 @@
 //! retention would drop, dropped now (`keep_checkpoints − 1` kept, and always the
 //! newest, the best and the newest verified: `enforce_retention`'s rules). Read on
 //! the blocking pool (`check`); the actor acts on the [`DiskCheck`] it reports back
-//! (`actor/disk.rs`).
+//! (`actor/disk_wait.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -105,7 +105,7 @@ pub(crate) fn check(input: &CheckInput) -> DiskCheck {
     let run = input.run_dir.as_deref().filter(|d| d.is_dir());
     let next_save_bytes = run.and_then(newest_checkpoint_bytes);
     let on = run.unwrap_or(&input.data_root);
-    let free_before = crate::disk::avail_bytes(on);
+    let free_before = crate::filesystem::avail_bytes(on);
     let at_least = match input.asked {
         Asked::Wait { at_least } => at_least.unwrap_or(0),
         Asked::Watchdog | Asked::WaitFirst => 0,
@@ -138,7 +138,7 @@ pub(crate) fn check(input: &CheckInput) -> DiskCheck {
         Err(e) => found.retention_error = Some(e.to_string()),
     }
     if !found.dropped.is_empty() {
-        found.free_bytes = crate::disk::avail_bytes(on);
+        found.free_bytes = crate::filesystem::avail_bytes(on);
     }
     found
 }
