@@ -322,3 +322,77 @@ def test_stop_at_step_from_the_environment_stops_as_a_sigterm_would(tmp_path, mo
     monkeypatch.setenv("LAVENDER_STOP_AT_STEP", "soon")
     with pytest.raises(ValueError, match="LAVENDER_STOP_AT_STEP"):
         Worker(tmp_path / "other", handle_signals=False)
+
+
+def test_a_log_recorded_but_not_reported_before_a_kill_is_reported_by_the_next_worker(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    from lavender_protocol import hf
+
+    reporter_type = next(iter(INTEGRATION_TO_CALLBACK.values()))
+
+    class Reporter(reporter_type):
+        """A tracker's callback: what it was given to log."""
+
+        def __init__(self):
+            self.logged = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs:
+                self.logged.append(state.global_step)
+            return control
+
+    run = tmp_path / "checkpoints" / "run-2026-01-01_00-00-00"
+    run.mkdir(parents=True)
+    args = SimpleNamespace(output_dir=str(tmp_path / "out"))
+    control = SimpleNamespace()
+
+    def worker(replay_through):
+        if replay_through is None:
+            monkeypatch.delenv(hf.REPLAY_THROUGH_VAR, raising=False)
+        else:
+            monkeypatch.setenv(hf.REPLAY_THROUGH_VAR, str(replay_through))
+        w = Worker(run, total_steps=60, handle_signals=False)
+        cb = hf.LavenderCallback(worker=w)
+        reporter = Reporter()
+        flow = TrainerCallbackStub()
+        trainer = SimpleNamespace(callback_handler=SimpleNamespace(callbacks=[flow, reporter, cb]))
+        cb.attach(trainer)
+        callbacks = trainer.callback_handler.callbacks
+        assert callbacks[:3] == [flow, cb, reporter]
+        assert isinstance(callbacks[3], hf._ReportedMark)
+        w.start(step=0)
+        return cb, reporter, callbacks
+
+    def log(callbacks, step, upto=None):
+        state = SimpleNamespace(global_step=step, epoch=0.1, max_steps=60)
+        logs = {"loss": 1.0 / step, "learning_rate": 1e-3}
+        for c in callbacks[:upto]:
+            c.on_log(args, state, control, logs=logs)
+
+    # The first worker logs 5 … 25; at 30 it is killed after lavender's record,
+    # before the reporters' turn.
+    cb, first, callbacks = worker(None)
+    for step in (5, 10, 15, 20, 25):
+        log(callbacks, step)
+    log(callbacks, 30, upto=2)
+    assert first.logged == [5, 10, 15, 20, 25]
+    assert (run / hf.REPORTED_FILE).read_text() == "25"
+
+    # lavenderd's record says the run trained through 30: the restart from 20 keeps
+    # 25 from the trackers and reports 30 (no tracker had it) and on.
+    cb, second, callbacks = worker(30)
+    assert cb.replay_through == 25
+    for step in (25, 30, 35):
+        log(callbacks, step)
+    assert second.logged == [30, 35]
+    assert (run / hf.REPORTED_FILE).read_text() == "35"
+
+
+class TrainerCallbackStub:
+    """One of the Trainer's own flow callbacks: it stays first."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        return control

@@ -59,11 +59,46 @@ LOADERS = frozenset(
 REPLAY_THROUGH_VAR = "LAVENDER_REPLAY_THROUGH_STEP"
 
 
+#: In the run folder: the highest step whose logs the Trainer's reporters took
+#: (written by the mark `attach` puts after the last of them).
+REPORTED_FILE = ".reported_through"
+
+
 def _replay_through(value: Optional[str]) -> Optional[int]:
     """The variable's step; anything but a plain non-negative integer is none."""
     if value is None or not value.isdigit() or len(value) > 19:
         return None
     return int(value)
+
+
+def _reported_through(run_dir) -> Optional[int]:
+    """The step in the run folder's `REPORTED_FILE`; none when it is missing or
+    holds anything but a plain non-negative integer."""
+    try:
+        text = (Path(run_dir) / REPORTED_FILE).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return _replay_through(text)
+
+
+class _ReportedMark(TrainerCallback):
+    """After the last reporter: each log they took raises the run folder's
+    `REPORTED_FILE` to its step. A worker killed between lavender's record of a log
+    and the reporters' turn has recorded a step no tracker got: the next worker
+    keeps from the trackers only the steps up to this mark."""
+
+    def __init__(self, run_dir) -> None:
+        self.path = Path(run_dir) / REPORTED_FILE
+        self.through = _reported_through(run_dir)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        step = int(state.global_step)
+        if self.through is None or step > self.through:
+            self.through = step
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text(str(step), encoding="ascii")
+            os.replace(tmp, self.path)
+        return control
 
 
 class LavenderCallback(TrainerCallback):
@@ -87,6 +122,11 @@ class LavenderCallback(TrainerCallback):
         # LAVENDER_REPLAY_THROUGH_STEP): logs up to it are a replay, kept from the
         # Trainer's trackers (`attach`), which have them already.
         self.replay_through: Optional[int] = _replay_through(os.environ.get(REPLAY_THROUGH_VAR))
+        # Of those, the trackers have the ones up to the reporters' mark (`attach`),
+        # where the previous worker left one in this run.
+        reported = _reported_through(self.worker.run_dir)
+        if self.replay_through is not None and reported is not None:
+            self.replay_through = min(self.replay_through, reported)
 
     @property
     def output_dir(self) -> str:
@@ -110,17 +150,24 @@ class LavenderCallback(TrainerCallback):
         """Puts this callback just before the first of `trainer`'s reporters (the
         callbacks of `report_to`: MLflow, W&B, TensorBoard, …), so that its `on_log`
         runs before theirs: the logs of steps a resume trains again are recorded for
-        lavenderd's replay check, then emptied, and no tracker gets a step twice. The
-        Trainer's own flow callbacks keep running first. Call once, after building
-        the Trainer."""
+        lavenderd's replay check, then emptied, and no tracker gets a step twice. A
+        mark after the last reporter keeps the highest step they took in the run
+        folder, so a step recorded but not reported (a kill in between) is reported
+        by the next worker. The Trainer's own flow callbacks keep running first.
+        Call once, after building the Trainer."""
         from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
         reporters = tuple(INTEGRATION_TO_CALLBACK.values())
         callbacks = trainer.callback_handler.callbacks
         first = next((i for i, c in enumerate(callbacks) if isinstance(c, reporters)), None)
-        if first is not None and callbacks.index(self) > first:
+        if first is None:
+            return self
+        if callbacks.index(self) > first:
             callbacks.remove(self)
             callbacks.insert(first, self)
+        if self.worker.writes and not any(isinstance(c, _ReportedMark) for c in callbacks):
+            last = max(i for i, c in enumerate(callbacks) if isinstance(c, reporters))
+            callbacks.insert(last + 1, _ReportedMark(self.worker.run_dir))
         return self
 
     # ----- Trainer events -----
