@@ -215,6 +215,17 @@ fn lavender_newest(run_dir: &Path) -> String {
     names.pop().unwrap().1
 }
 
+/// The daemon supervises `worker` as it was (re-adopted, not restarted) and it
+/// trains on: ten steps past the status's.
+fn trains_on_re_adopted(env: &Env, worker: i32) {
+    let st = env.status();
+    assert_eq!(st["pipeline"]["pid"], worker, "re-adopted, not restarted");
+    assert_eq!(st["pipeline"]["state"], "running");
+    assert_eq!(st["pipeline"]["restarts"], 0);
+    let step = st["training"]["step"].as_u64().unwrap();
+    env.wait_step(step + 10, Duration::from_secs(10));
+}
+
 /// A fake worker of `steps` (with `args`) past step 5, its daemon then SIGKILLed:
 /// the worker trains on, nobody supervising it. Returns its pid.
 fn left_by_a_killed_daemon(args: &[&str], steps: &str) -> (Env, i32) {
@@ -845,12 +856,7 @@ fn a_daemon_restarted_alone_re_adopts_the_worker_which_keeps_training() {
     let health = env.tcp("GET", "/healthz", None, None).json();
     assert_eq!(health["pid"], daemon, "re-executed in place: the pid stays");
     assert!(alive(worker), "the worker kept running");
-    let st = env.status();
-    assert_eq!(st["pipeline"]["pid"], worker, "re-adopted, not restarted");
-    assert_eq!(st["pipeline"]["state"], "running");
-    assert_eq!(st["pipeline"]["restarts"], 0);
-    let step = st["training"]["step"].as_u64().unwrap();
-    env.wait_step(step + 10, Duration::from_secs(10));
+    trains_on_re_adopted(&env, worker);
     assert_eq!(env.train_calls().len(), 1, "no second worker was started");
     let log = std::fs::read_to_string(env.daemon_log()).unwrap();
     assert!(log.contains("restarting the daemon alone"), "{log}");
@@ -1215,12 +1221,7 @@ fn a_record_written_by_an_older_daemon_still_re_adopts_the_running_worker() {
     std::fs::write(&path, old).unwrap();
 
     env.serve();
-    let st = env.status();
-    assert_eq!(st["pipeline"]["pid"], worker, "re-adopted, not restarted");
-    assert_eq!(st["pipeline"]["state"], "running");
-    assert_eq!(st["pipeline"]["restarts"], 0);
-    let step = st["training"]["step"].as_u64().unwrap();
-    env.wait_step(step + 10, Duration::from_secs(10));
+    trains_on_re_adopted(&env, worker);
     let log = std::fs::read_to_string(env.daemon_log()).unwrap();
     assert!(log.contains("re-adopted"), "{log}");
     let said = env.stop_saved();
