@@ -38,6 +38,9 @@ if e is not None:
 print(json.dumps({"runs": runs}))
 "#;
 
+/// How long a server's start may take before a test gives up on it.
+const UP: Duration = Duration::from_secs(360);
+
 impl Mlflow {
     /// Starts a server and waits until it answers (its first start makes the store).
     pub fn start() -> Mlflow {
@@ -77,6 +80,11 @@ impl Mlflow {
             .arg("--default-artifact-root")
             .arg(self.dir.join("artifacts"))
             .args(["--workers", "1"])
+            // The server's background jobs (mlflow 3: a job runner and eight huey
+            // consumers, each a Python process importing mlflow) serve none of what
+            // the tests log; without them a start is 2 processes, not 10 (16 s to
+            // answer against 40 s here, at load 8).
+            .env("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -86,10 +94,18 @@ impl Mlflow {
         let pid = child.id() as i32;
         self.child = Some(child);
         let health = format!("{}/health", self.uri);
-        crate::wait_until(Duration::from_secs(180), "mlflow server to answer", || {
+        // A server's start imports mlflow and its web stack: tens of CPU-seconds,
+        // several times that on two cores that four other tests share.
+        let deadline = std::time::Instant::now() + UP;
+        while !curl_ok(&health) {
             assert!(crate::alive(pid), "mlflow server exited:\n{}", self.log());
-            curl_ok(&health)
-        });
+            assert!(
+                std::time::Instant::now() < deadline,
+                "mlflow server (pid {pid}) not answering {health} after {UP:?}; its log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// SIGKILL to the server's process group, waiting until it is gone.
