@@ -30,6 +30,26 @@ impl Root {
         self.dir.path()
     }
 
+    /// `lavenderd status --json` with no daemon (composed from the files, as a
+    /// daemon's is), checked against the status contract.
+    pub fn status(&self) -> serde_json::Value {
+        let out = Command::new(crate::bins::lavenderd())
+            .arg("--data-root")
+            .arg(self.data())
+            .args(["status", "--json"])
+            .env_remove("LAVENDER_CONFIG")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        crate::assert_valid(&status);
+        status
+    }
+
     pub fn data(&self) -> PathBuf {
         self.path().join("root")
     }

@@ -533,20 +533,7 @@ pq.write_table(pa.table({"text": texts}), f"{d}/nulls.parquet", row_group_size=4
     assert_eq!(loaded["skipped_records"], 2);
     // The status counts them too (read from the files, as `lavenderd status` does
     // with the daemon down), in the shape the status contract allows.
-    let out = std::process::Command::new(lavender_testkit::lavenderd())
-        .arg("--data-root")
-        .arg(root.data())
-        .args(["status", "--json"])
-        .env_remove("LAVENDER_CONFIG")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    lavender_testkit::assert_valid(&status);
+    let status = root.status();
     assert_eq!(status["data"]["skipped_records"], 2, "{status}");
 
     // A Parquet null: its row group and row.

@@ -398,25 +398,6 @@ fn a_rerun_that_changes_nothing_does_not_cascade() {
     assert!(root.ok("filter", &[]).contains("up to date"));
 }
 
-/// `lavenderd status --json` with no daemon (composed from the files, as a daemon's is).
-fn status(root: &Root) -> serde_json::Value {
-    let out = std::process::Command::new(lavender_testkit::lavenderd())
-        .arg("--data-root")
-        .arg(root.data())
-        .args(["status", "--json"])
-        .env_remove("LAVENDER_CONFIG")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    lavender_testkit::assert_valid(&status);
-    status
-}
-
 #[test]
 fn stats_counts_what_the_chunks_shards_hold_and_the_status_shows_it() {
     let root = Root::new();
@@ -473,7 +454,7 @@ fn stats_counts_what_the_chunks_shards_hold_and_the_status_shows_it() {
     for (key, value) in want {
         assert_eq!(root.count("stats", key), value, "{key}");
     }
-    let st = status(&root);
+    let st = root.status();
     for (key, value) in want {
         assert_eq!(st["data"][format!("stats_{key}")], value, "{key}: {st:#}");
     }
