@@ -131,8 +131,9 @@ fn many_docs(n: usize) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn build_shards_packs_fixed_size_shards_with_a_deterministic_split() {
+/// A data root of 400 documents (also returned), configured for 2,000-byte shards
+/// and a tenth of them for validation.
+fn sharded_root() -> (Root, Vec<String>) {
     let root = Root::new();
     let texts = many_docs(400);
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
@@ -141,6 +142,13 @@ fn build_shards_packs_fixed_size_shards_with_a_deterministic_split() {
         &src,
         "  shards: {shard_bytes: 2000, validation_fraction: 0.1}\n",
     ));
+    (root, texts)
+}
+
+#[test]
+fn build_shards_packs_fixed_size_shards_with_a_deterministic_split() {
+    let (root, texts) = sharded_root();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     for step in names_through(PipelineStep::BuildShards) {
         root.ok(step, &[]);
     }
@@ -400,14 +408,7 @@ fn a_rerun_that_changes_nothing_does_not_cascade() {
 
 #[test]
 fn stats_counts_what_the_chunks_shards_hold_and_the_status_shows_it() {
-    let root = Root::new();
-    let texts = many_docs(400);
-    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let src = corpus(&root, &refs);
-    root.config(&path_config(
-        &src,
-        "  shards: {shard_bytes: 2000, validation_fraction: 0.1}\n",
-    ));
+    let (root, _) = sharded_root();
     let chunk2 = ["--scale", "small", "--chunk", "2"];
     for step in names_through(PipelineStep::Stats) {
         root.ok(step, &chunk2);
