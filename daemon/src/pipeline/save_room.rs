@@ -72,6 +72,21 @@ pub(crate) struct DiskCheck {
 }
 
 impl DiskCheck {
+    /// The wait for space as the status shows it after this check, waiting since
+    /// `since` (RFC 3339).
+    pub(crate) fn shown(&self, since: String) -> lavender::status::DiskWait {
+        lavender::status::DiskWait {
+            path: self.path.clone(),
+            need_bytes: self.need_bytes,
+            free_bytes: self.free_bytes,
+            since,
+            message: format!(
+                "a save found the disk full; the next save {}; waiting (the latest verified checkpoint is as it was)",
+                self.numbers()
+            ),
+        }
+    }
+
     /// The next save fits. A filesystem that cannot be read is given the benefit
     /// of the doubt: the worker's own write will tell.
     pub(crate) fn fits(&self) -> bool {

@@ -22,7 +22,9 @@ use lavender::pipeline_file::RecordEvent;
 use super::Actor;
 use crate::alert::{Alert, AlertSender};
 use crate::exit::ExitOutcome;
-use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Phase, Relaunch, Restart};
+use crate::pipeline::machine::{
+    Crash, Event, LiveWorker, PendingRestart, Phase, Relaunch, Restart,
+};
 use crate::pipeline::plan;
 use crate::process::SpawnSpec;
 
@@ -326,10 +328,6 @@ impl Actor {
             }
         };
         self.tell_set_aside(worker.step, &s, "restarting from the one before");
-        self.record.apply(RecordEvent::Crashed {
-            error: s.to_string(),
-            restarts: None,
-        });
         // Said once the worker runs again, and named if nothing intact is left.
         let failure = Failure {
             message: s.to_string(),
@@ -341,8 +339,12 @@ impl Actor {
                 why: Some(PendingRestart::Failed(failure)),
                 last_exit: Some(outcome),
             },
+            crash: Some(Crash {
+                error: s.to_string(),
+                restarts: None,
+                rolled_back: None,
+            }),
         });
-        self.commit();
         true
     }
 

@@ -112,7 +112,7 @@ impl Actor {
         false
     }
 
-    /// The rollback done, in the decision log.
+    /// The rollback decided (the record does not show it yet), in the decision log.
     pub(super) fn rolled_back(
         &self,
         step: PipelineStep,
@@ -122,7 +122,7 @@ impl Actor {
         let saw = Evidence {
             last_step: failure.step,
             failure: Some(failure.clone()),
-            rollbacks: Some(self.record.rollbacks.len().saturating_sub(1)),
+            rollbacks: Some(self.record.rollbacks.len()),
             ..Evidence::default()
         };
         let rule = Rule::new("supervisor.on_diverged", "rollback");

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use lavender::config::PipelineStep;
 use lavender::failure::Failure;
-use lavender::pipeline_file::RecordEvent;
 use lavender::status::DiskWait;
 
 use super::{Actor, Input};
@@ -47,18 +46,15 @@ impl Actor {
         if self.observing() {
             return false;
         }
-        self.record.apply(RecordEvent::DiskFull {
-            error: failure.message.clone(),
-            wait: DiskWait {
-                path: self.layout.data_root.clone(),
-                need_bytes: 0,
-                free_bytes: None,
-                since: lavender::time::rfc3339_z(lavender::time::now_utc()),
-                message: format!("a save found the disk full ({}); checking", failure.message),
-            },
-        });
+        let since = lavender::time::rfc3339_z(lavender::time::now_utc());
+        let shown = DiskWait {
+            path: self.layout.data_root.clone(),
+            need_bytes: 0,
+            free_bytes: None,
+            since: since.clone(),
+            message: format!("a save found the disk full ({}); checking", failure.message),
+        };
         self.disk.at_least = None;
-        self.commit();
         self.on(Event::DiskFullJudged {
             wait: DiskWaiting {
                 restart: Restart {
@@ -68,7 +64,10 @@ impl Actor {
                 check_at: None,
                 every: check_every(&self.config),
                 told: false,
+                since,
             },
+            error: failure.message.clone(),
+            shown,
         });
         true
     }
@@ -174,37 +173,15 @@ impl Actor {
         ));
     }
 
-    /// The next save does not fit yet: the record (and, the first time, the alert
-    /// and the decision log) say where, how much is needed and how much is free.
+    /// The next save does not fit yet: the record says where, how much is needed and
+    /// how much is free, and the first time the alert and the decision log too.
     pub(super) fn disk_still_full(&mut self, check: DiskCheck, first: bool) {
-        if first {
-            self.disk.at_least = Some(check.need_bytes);
-        }
-        let message = format!(
-            "a save found the disk full; the next save {}; waiting (the latest verified checkpoint is as it was)",
-            check.numbers()
-        );
-        let since = self
-            .record
-            .disk_wait()
-            .map(|w| w.since.clone())
-            .unwrap_or_else(|| lavender::time::rfc3339_z(lavender::time::now_utc()));
-        let wait = DiskWait {
-            path: check.path.clone(),
-            need_bytes: check.need_bytes,
-            free_bytes: check.free_bytes,
-            since,
-            message: message.clone(),
-        };
-        if self.record.disk_wait() == Some(&wait) {
-            return;
-        }
-        self.record.apply(RecordEvent::DiskWaitSeen(wait));
         // The record's own write may fail on the full disk: the status still shows it.
-        self.commit();
         if !first {
             return;
         }
+        self.disk.at_least = Some(check.need_bytes);
+        let message = check.shown(String::new()).message;
         let step = self.step_now();
         tracing::warn!(%step, "{message}");
         let floor = self.config.notify.disk_floor_mib;
@@ -238,7 +215,6 @@ impl Actor {
     /// checkpoint (the launch checks it, as every resume does).
     pub(super) fn disk_back(&mut self, check: DiskCheck, restart: Restart, told: bool) {
         let step = self.step_now();
-        self.record.apply(RecordEvent::DiskBack);
         self.disk.at_least = None;
         let message = format!(
             "space is back under {}: {} free, the next save needs {}; resuming from the latest verified checkpoint",

@@ -6,6 +6,8 @@ use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
 use super::Actor;
+use super::exit::ended;
+use crate::alert::Alert;
 use crate::pipeline::machine::{Effect, Event, KillReason, PendingRestart, Phase, step};
 use crate::process::ExitFuture;
 
@@ -16,10 +18,12 @@ impl Actor {
     }
 
     /// [`Actor::on`] for a launch reported back: `exit` resolves when its worker ends.
+    /// A record the effects changed is saved and published once they are performed,
+    /// unless one of them did so already (to answer after it).
     pub(super) fn on_with_exit(&mut self, event: Event, mut exit: Option<ExitFuture>) {
         let phase = std::mem::replace(&mut self.phase, Phase::Idle);
         let (from, heard) = (phase.name(), event.name());
-        let (next, effects) = step(phase, event, Instant::now());
+        let (next, effects) = step(phase, &self.record, event, Instant::now());
         tracing::debug!(
             "pipeline: {from} + {heard} -> {} / {:?}",
             next.name(),
@@ -29,10 +33,17 @@ impl Actor {
         for effect in effects {
             self.perform(effect, &mut exit);
         }
+        if self.unsaved {
+            self.commit();
+        }
     }
 
     fn perform(&mut self, effect: Effect, exit: &mut Option<ExitFuture>) {
         match effect {
+            Effect::Record(change) => {
+                self.record.apply(change);
+                self.unsaved = true;
+            }
             Effect::Launch { generation, spec } => self.launch(generation, spec),
             Effect::Supervise { launch } => match exit.take() {
                 Some(exit) => self.install(launch, exit),
@@ -43,7 +54,7 @@ impl Actor {
                 reason,
                 last_exit,
                 failure,
-            } => self.fail_after(step, reason, last_exit, failure),
+            } => self.failed(step, reason, last_exit, failure),
             Effect::Cancel { handle } => {
                 tracing::info!(worker = %handle, "the pipeline was stopped while this worker was launched; cancelling it");
                 self.backend.signal(&handle, Signal::SIGKILL, true);
@@ -71,11 +82,11 @@ impl Actor {
                 }
                 self.backend.signal(&handle, Signal::SIGKILL, own_child);
             }
-            Effect::StopBegun { cause, timeout } => self.stop_begun(cause, timeout),
-            Effect::StopWithoutWorker { cause, reply } => self.stop_without_worker(cause, reply),
-            Effect::StopDuringLaunch { step, cause, reply } => {
-                self.stop_during_launch(step, cause, reply)
+            Effect::StopBegun { timeout } => self.stop_begun(timeout),
+            Effect::StopWithoutWorker { cancelled, reply } => {
+                self.stop_without_worker(cancelled, reply)
             }
+            Effect::StopDuringLaunch { step, reply } => self.stop_during_launch(step, reply),
             Effect::Stopped {
                 worker,
                 stop,
@@ -91,12 +102,26 @@ impl Actor {
                 outcome,
                 files,
             } => self.judge_exit(worker, outcome, files),
+            Effect::StepDone { step } => {
+                self.decisions.step_done(step);
+                self.advance(None);
+            }
+            Effect::StoppedOutside { step } => {
+                self.commit();
+                self.alert(Alert::StoppedExternally { step });
+            }
+            Effect::WorkerFailed {
+                worker,
+                failure,
+                outcome,
+                last_step,
+            } => self.worker_failed(worker, failure, outcome, last_step),
             Effect::HungEnded {
                 worker,
                 report,
                 outcome,
             } => {
-                self.ended(&worker, outcome);
+                ended(&worker, outcome);
                 let last_step = report.step;
                 self.restart_after(&worker, PendingRestart::Hung(report), outcome, last_step);
             }

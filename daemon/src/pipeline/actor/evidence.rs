@@ -11,8 +11,6 @@ use lavender::pipeline_file::WorkerHandle;
 use super::{Actor, Input};
 use crate::evidence::{self, Request};
 use crate::pipeline::handle::HungReport;
-use crate::pipeline::machine::Event;
-use crate::pipeline::timings::stall_kill_grace;
 
 /// What the capture reports back.
 pub(in crate::pipeline) struct HangEvidence {
@@ -81,11 +79,7 @@ impl Actor {
             tracing::warn!(worker = %ev.report.worker, "the hung worker's evidence: {}", dir.display());
         }
         self.hang_bundle = ev.bundle;
-        let grace = stall_kill_grace(&self.config.supervisor);
-        self.on(Event::HungJudged {
-            report: ev.report,
-            grace,
-        });
+        self.hung_judged(ev.report);
     }
 
     /// ", evidence in <dir>" when the last hang left a bundle.

@@ -2,16 +2,15 @@
 //! the next step, the step stopped from outside, or a failure for the policy
 //! (`restart.rs`).
 
-use lavender::failure::FailureKind;
+use lavender::failure::{Failure, FailureKind};
 
 use super::{Actor, WorkerExit};
-use crate::alert::Alert;
 use crate::exit::ExitOutcome;
 use crate::pipeline::judge::{Verdict, judge};
 use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Stop};
 use crate::pipeline::plan;
 use crate::pipeline::stop::{StopReport, StopReports as _};
-use lavender::pipeline_file::{RecordEvent, StopCause};
+use lavender::pipeline_file::StopCause;
 use lavender::steps::inputs::{LocalFiles, StepInputs};
 use lavender::steps::markers;
 use lavender::steps::start::ResolvedStart;
@@ -30,15 +29,10 @@ impl Actor {
         });
     }
 
-    /// The supervised `worker` ended: the record no longer names it.
-    pub(super) fn ended(&mut self, worker: &LiveWorker, outcome: ExitOutcome) {
-        self.record.apply(RecordEvent::WorkerEnded);
-        tracing::info!(step = %worker.step, outcome = %outcome, "worker exited");
-    }
-
-    /// The worker of a stop ended: what it saved, to who asked.
+    /// The worker of a stop ended (the record says stopped): what it saved, to who
+    /// asked.
     pub(super) fn stopped(&mut self, worker: LiveWorker, stop: Stop, outcome: ExitOutcome) {
-        self.ended(&worker, outcome);
+        ended(&worker, outcome);
         let report = StopReport::after_exit(
             worker.step,
             &stop.mark,
@@ -46,9 +40,6 @@ impl Actor {
             stop.escalation.killed(),
         );
         tracing::info!("{}", report.message);
-        self.record.apply(RecordEvent::StopDone {
-            step: Some(worker.step),
-        });
         self.commit();
         for waiter in stop.waiters {
             let _ = waiter.send(report.clone());
@@ -58,15 +49,15 @@ impl Actor {
         }
     }
 
-    /// A running worker ended by itself: the next step, the step stopped from
-    /// outside, or a failure for the policy.
+    /// A running worker ended by itself (the record no longer names it): the next
+    /// step, the step stopped from outside, or a failure for the policy.
     pub(super) fn judge_exit(
         &mut self,
         worker: LiveWorker,
         outcome: ExitOutcome,
         files: LocalFiles,
     ) {
-        self.ended(&worker, outcome);
+        ended(&worker, outcome);
         let step = worker.step;
         // `on_node_failure: fail` cancelled the job when a node was lost: the
         // pipeline fails with that, rather than restart as after a crash.
@@ -106,37 +97,42 @@ impl Actor {
                 ) {
                     tracing::error!("{e:#}");
                 }
-                self.record.apply(RecordEvent::StepDone { step });
-                self.decisions.step_done(step);
-                self.advance(None);
             }
-            Verdict::StoppedExternally => {
-                self.record.apply(RecordEvent::Stopped {
-                    step: Some(step),
-                    cause: StopCause::External,
-                });
-                self.commit();
-                self.alert(Alert::StoppedExternally { step });
-            }
-            Verdict::Failed { failure, .. } => {
+            Verdict::Failed { ref failure, .. } => {
                 tracing::warn!(%step, kind = %failure.kind, "the worker failed: {}", failure.message);
-                self.record
-                    .apply(RecordEvent::WorkerFailed(failure.clone()));
-                if failure.kind == FailureKind::DamagedCheckpoint
-                    && self.fall_back(&worker, &failure, outcome)
-                {
-                    return;
-                }
-                if failure.kind == FailureKind::DiskFull && self.wait_for_disk(&failure, outcome) {
-                    return;
-                }
-                self.restart_after(
-                    &worker,
-                    PendingRestart::Failed(failure),
-                    outcome,
-                    judged.last_step,
-                );
             }
+            Verdict::StoppedExternally => {}
         }
+        self.on(Event::ExitJudged {
+            worker,
+            outcome,
+            verdict: judged.verdict,
+            last_step: judged.last_step,
+        });
     }
+
+    /// The worker failed (the record shows how): a checkpoint it was given set
+    /// aside, a wait for disk, or the policy's restart or failure.
+    pub(super) fn worker_failed(
+        &mut self,
+        worker: LiveWorker,
+        failure: Failure,
+        outcome: ExitOutcome,
+        last_step: Option<u64>,
+    ) {
+        if failure.kind == FailureKind::DamagedCheckpoint
+            && self.fall_back(&worker, &failure, outcome)
+        {
+            return;
+        }
+        if failure.kind == FailureKind::DiskFull && self.wait_for_disk(&failure, outcome) {
+            return;
+        }
+        self.restart_after(&worker, PendingRestart::Failed(failure), outcome, last_step);
+    }
+}
+
+/// The supervised `worker` ended.
+pub(super) fn ended(worker: &LiveWorker, outcome: ExitOutcome) {
+    tracing::info!(step = %worker.step, outcome = %outcome, "worker exited");
 }

@@ -11,20 +11,29 @@ use super::Actor;
 use crate::pipeline::handle::HungReport;
 use crate::pipeline::machine::Event;
 use crate::pipeline::timings::stall_kill_grace;
-use lavender::pipeline_file::RecordEvent;
 
 impl Actor {
     pub(super) fn on_hung(&mut self, report: HungReport) {
         if self.hang_observed(&report) || self.capture_hang(&report) {
             return;
         }
-        let grace = stall_kill_grace(&self.config.supervisor);
-        self.on(Event::HungJudged { report, grace });
+        self.hung_judged(report);
     }
 
-    /// The hung worker got its SIGTERM: the record says why.
+    /// The hung worker is to be killed: SIGTERM, then SIGKILL after the grace.
+    pub(super) fn hung_judged(&mut self, report: HungReport) {
+        let grace = stall_kill_grace(&self.config.supervisor);
+        let said = format!("{}{}", hung_text(&report), self.hang_bundle_text());
+        self.on(Event::HungJudged {
+            report,
+            grace,
+            said,
+        });
+    }
+
+    /// The hung worker got its SIGTERM (the record says why).
     pub(super) fn hung_kill_begun(&mut self, report: &HungReport, grace: Duration) {
-        let text = format!("{}{}", hung_text(report), self.hang_bundle_text());
+        let text = self.record.last_error.clone().unwrap_or_default();
         let worker = self.phase.worker().map_or(&report.worker, |w| &w.handle);
         tracing::warn!(
             worker = %worker,
@@ -33,7 +42,6 @@ impl Actor {
             report.allowance.as_secs_f64(),
             grace.as_secs_f64()
         );
-        self.record.apply(RecordEvent::Hung { error: text });
         self.commit();
         self.hang_kill_decided(report.work, report, grace);
     }

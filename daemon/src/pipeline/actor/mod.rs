@@ -44,7 +44,7 @@ use crate::config_source::ConfigSource;
 use crate::exit::ExitOutcome;
 use crate::process::{Backend, ExitFuture, JobUpdate, Launched, WorkerHandle};
 use lavender::layout::Layout;
-use lavender::pipeline_file::{PipelineRecord, RecordEvent, WorkerRecord};
+use lavender::pipeline_file::{PipelineRecord, WorkerRecord};
 use lavender::steps::inputs::{LocalFiles, reads_local_files};
 
 pub(super) struct WorkerExit {
@@ -101,6 +101,8 @@ struct Actor {
     /// Where `config` was read from; a start and a reload read it again.
     source: ConfigSource,
     record: PipelineRecord,
+    /// The record changed since it was last saved and published (`commit`).
+    unsaved: bool,
     snapshot: watch::Sender<PipelineRecord>,
     /// Every committed record, in order (the watch keeps only the latest).
     transitions: broadcast::Sender<PipelineRecord>,
@@ -182,6 +184,7 @@ fn spawn_sourced(
         config,
         source,
         record,
+        unsaved: false,
         snapshot,
         transitions: transitions.clone(),
         phase: Phase::Idle,
@@ -285,6 +288,7 @@ impl Actor {
     /// Persists and publishes the record; a failed write is logged, not fatal
     /// (the worker must keep being supervised even on a full disk).
     fn commit(&mut self) {
+        self.unsaved = false;
         if let Err(e) = self.record.save(&self.layout) {
             tracing::error!("{e:#}");
         }
@@ -309,17 +313,12 @@ impl Actor {
             Command::ResumeMismatch(report) => self.on_resume_mismatch(report),
             Command::DiskShort => self.on_disk_short(),
             Command::Interval { run_dir, longest_s } => {
-                if self.record.run_dir.as_ref() == Some(&run_dir)
-                    && self
-                        .record
-                        .heartbeat_interval_s
-                        .is_none_or(|known| longest_s > known)
-                {
+                let known = self.record.heartbeat_interval_s;
+                self.on(Event::IntervalLearned { run_dir, longest_s });
+                if self.record.heartbeat_interval_s != known {
                     tracing::info!(
                         "learned heartbeat interval: {longest_s:.3} s (the longest between two training steps so far)"
                     );
-                    self.record.apply(RecordEvent::HeartbeatInterval(longest_s));
-                    self.commit();
                 }
             }
             Command::Prune { req, reply } => self.prune(req, Some(reply)),
@@ -411,13 +410,7 @@ impl Actor {
         slurm.seen.message = update.message;
         slurm.seen.failed_on_node_loss = update.failed_on_node_loss;
         let message = slurm.seen.message.clone();
-        if let Some(w) = self.phase.worker_mut() {
-            w.handle = WorkerHandle::Slurm {
-                slurm: slurm.clone(),
-            };
-        }
-        self.record.apply(RecordEvent::SlurmJobSeen(slurm));
-        self.commit();
+        self.on(Event::SlurmJobMoved(slurm));
         if let (true, Some(message), Some(step)) = (newly_lost, message, self.record.active_step) {
             self.node_lost_decided(step, &message);
             self.alert(Alert::NodeLost { step, message });

@@ -56,9 +56,6 @@ impl Actor {
                     ),
                     resume_after: interrupted,
                 });
-                if stop.is_none() {
-                    self.record.apply(RecordEvent::Adopted);
-                }
                 self.on(Event::Adopted { worker, stop });
                 tracing::info!(worker = %w.handle, step = %w.step, "re-adopted running worker");
                 self.alert(Alert::Adopted {
@@ -129,6 +126,7 @@ impl Actor {
                     why: None,
                     last_exit: None,
                 },
+                crash: None,
             });
         } else if self.record.state.kind() == PipelineState::Running {
             // The daemon died between two steps.

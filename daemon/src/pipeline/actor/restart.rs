@@ -14,7 +14,7 @@ use super::hung::hung_text;
 use super::resume::resume_reason;
 use crate::alert::{Alert, Repeats};
 use crate::exit::ExitOutcome;
-use crate::pipeline::machine::{Event, LiveWorker, PendingRestart, Relaunch, Restart};
+use crate::pipeline::machine::{Crash, Event, LiveWorker, PendingRestart, Relaunch, Restart};
 use crate::pipeline::policy::{self, Cause, Decision, Streak};
 use crate::pipeline::timings::reset_after;
 
@@ -87,22 +87,23 @@ impl Actor {
                 ),
             },
             Decision::Restart { restart, delay } => {
-                self.record.apply(RecordEvent::Crashed {
-                    error: match &why {
-                        PendingRestart::Hung(report) => hung_text(report),
-                        PendingRestart::Failed(f) => f.message.clone(),
-                        PendingRestart::RolledBack { message, .. } => message.clone(),
-                    },
-                    restarts: Some(restart),
-                });
+                let error = match &why {
+                    PendingRestart::Hung(report) => hung_text(report),
+                    PendingRestart::Failed(f) => f.message.clone(),
+                    PendingRestart::RolledBack { message, .. } => message.clone(),
+                };
                 self.on(Event::RestartDecided {
                     delay,
                     restart: Restart {
                         why: Some(why),
                         last_exit: Some(outcome),
                     },
+                    crash: Some(Crash {
+                        error,
+                        restarts: Some(restart),
+                        rolled_back: None,
+                    }),
                 });
-                self.commit();
                 if let Some(failure) = failure {
                     self.alert(Alert::Crashed {
                         step,
@@ -211,6 +212,7 @@ impl Actor {
         }
     }
 
+    /// The pipeline fails at `step`: the policy gave up on its worker.
     pub(super) fn fail_after(
         &mut self,
         step: PipelineStep,
@@ -218,11 +220,22 @@ impl Actor {
         last_exit: Option<ExitOutcome>,
         failure: Option<Failure>,
     ) {
-        tracing::error!(%step, "{reason}");
         self.record.apply(RecordEvent::Failed {
             step,
             reason: reason.clone(),
         });
+        self.failed(step, reason, last_exit, failure);
+    }
+
+    /// The pipeline failed at `step` (the record says so): logged, saved, told.
+    pub(super) fn failed(
+        &mut self,
+        step: PipelineStep,
+        reason: String,
+        last_exit: Option<ExitOutcome>,
+        failure: Option<Failure>,
+    ) {
+        tracing::error!(%step, "{reason}");
         self.commit();
         self.alert(Alert::Failed {
             step,

@@ -10,12 +10,10 @@ use lavender::config::PipelineStep;
 use lavender::failure::Failure;
 use std::time::Duration;
 
-use lavender::pipeline_file::RecordEvent;
-
 use super::Actor;
 use crate::alert::Alert;
 use crate::exit::ExitOutcome;
-use crate::pipeline::machine::{Event, PendingRestart, Restart};
+use crate::pipeline::machine::{Crash, Event, PendingRestart, Restart};
 use crate::pipeline::rollback::{self, NoRollback, Rollback};
 use lavender::steps::start::ResolvedStart;
 
@@ -58,10 +56,6 @@ impl Actor {
             ));
         }
         tracing::warn!(%step, "{message}");
-        self.record.apply(RecordEvent::RolledBack {
-            range: rb.range.clone(),
-            error: message.clone(),
-        });
         self.rolled_back(step, &failure, &message);
         // At once: the data that diverged is skipped, so the restart is not a retry.
         self.on(Event::RestartDecided {
@@ -73,8 +67,12 @@ impl Actor {
                 }),
                 last_exit: Some(outcome),
             },
+            crash: Some(Crash {
+                error: message.clone(),
+                restarts: None,
+                rolled_back: Some(rb.range.clone()),
+            }),
         });
-        self.commit();
         self.alert(Alert::RolledBack {
             step,
             message,

@@ -16,8 +16,8 @@ use crate::pipeline::handle::{StartError, StartReply};
 use crate::pipeline::machine::{Event, Launching, PendingStart, Phase, Relaunch};
 use crate::pipeline::plan;
 use crate::process::{ExitFuture, SpawnSpec};
+use lavender::pipeline_file::RecordEvent;
 use lavender::pipeline_file::StartRequest;
-use lavender::pipeline_file::{RecordEvent, WorkerRecord};
 use lavender::steps::inputs::{LocalFiles, reads_local_files};
 use lavender::steps::start::ResolvedStart;
 
@@ -462,13 +462,6 @@ impl Actor {
         );
         let resumed_from_step = launching.resumed_from_step;
         tracing::info!(%step, worker = %handle, after_crash, "worker started");
-        let started_at = launching.started_at;
-        self.record.apply(RecordEvent::WorkerRunning(WorkerRecord {
-            handle,
-            step,
-            started_at,
-            resumed_from_step,
-        }));
         let said = launching
             .relaunch
             .map(|why| self.relaunched(step, why, launching.resume.as_deref()));

@@ -12,7 +12,7 @@ use super::Actor;
 use crate::pipeline::machine::Event;
 use crate::pipeline::stop::{StopMark, StopReport, StopReports as _};
 use crate::pipeline::timings::stop_timeout;
-use lavender::pipeline_file::{RecordEvent, StopCause};
+use lavender::pipeline_file::StopCause;
 
 impl Actor {
     pub(super) fn stop(
@@ -34,53 +34,50 @@ impl Actor {
         });
     }
 
-    /// The worker got its SIGTERM: the record says stopping, and who asked.
-    pub(super) fn stop_begun(&mut self, cause: StopCause, timeout: Duration) {
+    /// The worker got its SIGTERM (the record says stopping, and who asked).
+    pub(super) fn stop_begun(&mut self, timeout: Duration) {
         if let Some(worker) = self.phase.worker() {
             tracing::info!(worker = %worker.handle, step = %worker.step, ?timeout, "stopping: SIGTERM to the worker");
         }
-        self.record.apply(RecordEvent::StopBegun { cause });
         self.commit();
         self.decisions.stopped();
     }
 
-    /// No worker yet (`sbatch` may take seconds): the pipeline stops now, and the
-    /// worker is cancelled when its launch returns.
+    /// No worker yet (`sbatch` may take seconds): the pipeline stops now (the
+    /// record says stopped), and the worker is cancelled when its launch returns.
     pub(super) fn stop_during_launch(
         &mut self,
         step: PipelineStep,
-        cause: StopCause,
         reply: oneshot::Sender<StopReport>,
     ) {
         self.abandoned_launch
             .store(self.generation, std::sync::atomic::Ordering::Relaxed);
-        self.stopped_without_worker(Some(step), cause);
+        self.stopped_without_worker();
         let root = self.layout.checkpoints_root();
         let run_dir = self.record.run_dir.as_deref();
         let _ = reply.send(StopReport::during_launch(step, &root, run_dir));
     }
 
     /// No worker: nothing to stop, or, crashed and waiting to restart, the restart
-    /// cancelled.
+    /// `cancelled` (the record says stopped).
     pub(super) fn stop_without_worker(
         &mut self,
-        cause: StopCause,
+        cancelled: bool,
         reply: oneshot::Sender<StopReport>,
     ) {
         let root = self.layout.checkpoints_root();
         let mut report = StopReport::nothing_running(&root, self.record.run_dir.as_deref());
-        if self.record.restart_pending() {
-            self.stopped_without_worker(self.record.active_step, cause);
+        if cancelled {
+            self.stopped_without_worker();
             report.message = format!("cancelled the pending restart; {}", report.message);
         }
         let _ = reply.send(report);
     }
 
-    /// Stopped with no worker to wait for: no restart follows, `step` runs again
-    /// at the next start.
-    fn stopped_without_worker(&mut self, step: Option<PipelineStep>, cause: StopCause) {
+    /// Stopped with no worker to wait for: no restart follows; the stop is in the
+    /// decision log and the record saved before the reply.
+    fn stopped_without_worker(&mut self) {
         self.decisions.stopped();
-        self.record.apply(RecordEvent::Stopped { step, cause });
         self.commit();
     }
 }

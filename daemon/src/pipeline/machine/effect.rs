@@ -12,10 +12,13 @@ use crate::pipeline::handle::HungReport;
 use crate::pipeline::save_room::DiskCheck;
 use crate::pipeline::stop::StopReport;
 use crate::process::{SpawnSpec, WorkerHandle};
-use lavender::pipeline_file::StopCause;
+use lavender::pipeline_file::RecordEvent;
 use lavender::steps::inputs::LocalFiles;
 
 pub(crate) enum Effect {
+    /// The record changes (`PipelineRecord::apply`): what the status shows and a
+    /// daemon restart reads back. Written once the step's effects are performed.
+    Record(RecordEvent),
     /// Launch worker `generation` off the actor; it reports back with a `LaunchDone`.
     Launch {
         generation: u64,
@@ -48,17 +51,17 @@ pub(crate) enum Effect {
         reason: KillReason,
     },
     /// A stop began (after its SIGTERM): the record says stopping.
-    StopBegun { cause: StopCause, timeout: Duration },
-    /// A stop with no worker running: nothing to stop, or the restart due cancelled.
+    StopBegun { timeout: Duration },
+    /// A stop with no worker running: nothing to stop, or (`cancelled`) the restart
+    /// due cancelled.
     StopWithoutWorker {
-        cause: StopCause,
+        cancelled: bool,
         reply: oneshot::Sender<StopReport>,
     },
     /// A stop during a launch: the pipeline stops now; the launch, once back, is
     /// cancelled.
     StopDuringLaunch {
         step: PipelineStep,
-        cause: StopCause,
         reply: oneshot::Sender<StopReport>,
     },
     /// The worker of a stop exited: what it saved reported to who asked.
@@ -77,6 +80,18 @@ pub(crate) enum Effect {
         worker: LiveWorker,
         outcome: ExitOutcome,
         files: LocalFiles,
+    },
+    /// The step's work is done (its markers written): the next step, or the finish.
+    StepDone { step: PipelineStep },
+    /// A SIGTERM from outside lavenderd stopped the worker: the pipeline stays
+    /// stopped (told by an alert).
+    StoppedOutside { step: PipelineStep },
+    /// The worker failed: a checkpoint set aside, a wait for disk, or the policy.
+    WorkerFailed {
+        worker: LiveWorker,
+        failure: Failure,
+        outcome: ExitOutcome,
+        last_step: Option<u64>,
     },
     /// A hung worker's kill is done: the policy restarts it, or fails the pipeline.
     HungEnded {
@@ -113,7 +128,8 @@ pub(crate) enum KillReason {
 }
 
 /// The effects by name, as the diagram labels them.
-pub(crate) const EFFECTS: [&str; 20] = [
+pub(crate) const EFFECTS: [&str; 24] = [
+    "Record",
     "Launch",
     "Supervise",
     "LaunchFailed",
@@ -128,6 +144,9 @@ pub(crate) const EFFECTS: [&str; 20] = [
     "HungKillBegun",
     "QueuedNotHung",
     "Judge",
+    "StepDone",
+    "StoppedOutside",
+    "WorkerFailed",
     "HungEnded",
     "RestartDue",
     "CheckDisk",
@@ -139,26 +158,30 @@ pub(crate) const EFFECTS: [&str; 20] = [
 impl Effect {
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Effect::Launch { .. } => EFFECTS[0],
-            Effect::Supervise { .. } => EFFECTS[1],
-            Effect::LaunchFailed { .. } => EFFECTS[2],
-            Effect::Cancel { .. } => EFFECTS[3],
-            Effect::AnswerStart(_) => EFFECTS[4],
-            Effect::Terminate { .. } => EFFECTS[5],
-            Effect::Kill { .. } => EFFECTS[6],
-            Effect::StopBegun { .. } => EFFECTS[7],
-            Effect::StopWithoutWorker { .. } => EFFECTS[8],
-            Effect::StopDuringLaunch { .. } => EFFECTS[9],
-            Effect::Stopped { .. } => EFFECTS[10],
-            Effect::HungKillBegun { .. } => EFFECTS[11],
-            Effect::QueuedNotHung { .. } => EFFECTS[12],
-            Effect::Judge { .. } => EFFECTS[13],
-            Effect::HungEnded { .. } => EFFECTS[14],
-            Effect::RestartDue(_) => EFFECTS[15],
-            Effect::CheckDisk { .. } => EFFECTS[16],
-            Effect::DiskStillFull { .. } => EFFECTS[17],
-            Effect::DiskBack { .. } => EFFECTS[18],
-            Effect::DiskCheckedRunning(_) => EFFECTS[19],
+            Effect::Record(_) => EFFECTS[0],
+            Effect::Launch { .. } => EFFECTS[1],
+            Effect::Supervise { .. } => EFFECTS[2],
+            Effect::LaunchFailed { .. } => EFFECTS[3],
+            Effect::Cancel { .. } => EFFECTS[4],
+            Effect::AnswerStart(_) => EFFECTS[5],
+            Effect::Terminate { .. } => EFFECTS[6],
+            Effect::Kill { .. } => EFFECTS[7],
+            Effect::StopBegun { .. } => EFFECTS[8],
+            Effect::StopWithoutWorker { .. } => EFFECTS[9],
+            Effect::StopDuringLaunch { .. } => EFFECTS[10],
+            Effect::Stopped { .. } => EFFECTS[11],
+            Effect::HungKillBegun { .. } => EFFECTS[12],
+            Effect::QueuedNotHung { .. } => EFFECTS[13],
+            Effect::Judge { .. } => EFFECTS[14],
+            Effect::StepDone { .. } => EFFECTS[15],
+            Effect::StoppedOutside { .. } => EFFECTS[16],
+            Effect::WorkerFailed { .. } => EFFECTS[17],
+            Effect::HungEnded { .. } => EFFECTS[18],
+            Effect::RestartDue(_) => EFFECTS[19],
+            Effect::CheckDisk { .. } => EFFECTS[20],
+            Effect::DiskStillFull { .. } => EFFECTS[21],
+            Effect::DiskBack { .. } => EFFECTS[22],
+            Effect::DiskCheckedRunning(_) => EFFECTS[23],
         }
     }
 }

@@ -1,6 +1,7 @@
 //! What moves the phase: what the actor heard (a command, a launch or an exit
 //! reported back, its timer) and what it decided from the files (a restart).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -8,10 +9,13 @@ use tokio::sync::oneshot;
 use super::phase::{DiskWaiting, Launching, LiveWorker, PendingStart, Restart, Stop};
 use crate::exit::ExitOutcome;
 use crate::pipeline::handle::HungReport;
+use crate::pipeline::judge::Verdict;
 use crate::pipeline::save_room::DiskCheck;
 use crate::pipeline::stop::{StopMark, StopReport};
 use crate::process::{SpawnSpec, WorkerHandle};
-use lavender::pipeline_file::StopCause;
+use lavender::pipeline_file::{SlurmJob, StopCause};
+use lavender::skips::SkipRange;
+use lavender::status::DiskWait;
 use lavender::steps::inputs::LocalFiles;
 
 pub(crate) enum Event {
@@ -33,8 +37,21 @@ pub(crate) enum Event {
         outcome: ExitOutcome,
         files: LocalFiles,
     },
-    /// The watchdog found the worker hung; `grace`: until SIGKILL.
-    HungJudged { report: HungReport, grace: Duration },
+    /// The worker that ended by itself (`Effect::Judge`) judged from its files:
+    /// `last_step`, the training step it last reported.
+    ExitJudged {
+        worker: LiveWorker,
+        outcome: ExitOutcome,
+        verdict: Verdict,
+        last_step: Option<u64>,
+    },
+    /// The watchdog found the worker hung; `grace`: until SIGKILL; `said`: what the
+    /// record says of it ("hung at step 40 for 5m 0s…").
+    HungJudged {
+        report: HungReport,
+        grace: Duration,
+        said: String,
+    },
     /// A stop; `timeout`: until SIGKILL; `mark`: where it began.
     StopAsked {
         timeout: Duration,
@@ -42,8 +59,14 @@ pub(crate) enum Event {
         reply: oneshot::Sender<StopReport>,
         mark: StopMark,
     },
-    /// The policy restarts the worker that ended after `delay`.
-    RestartDecided { delay: Duration, restart: Restart },
+    /// The policy restarts the worker that ended after `delay`; `crash`: what the
+    /// record says until it runs again (`None`: a restart the record already shows,
+    /// decided by a daemon before this one).
+    RestartDecided {
+        delay: Duration,
+        restart: Restart,
+        crash: Option<Crash>,
+    },
     /// At daemon start, a worker of the previous daemon found alive (`stop`: its
     /// stop was under way), or found ended (its exit follows).
     Adopted {
@@ -52,18 +75,41 @@ pub(crate) enum Event {
     },
     /// The phase's deadline may have passed (`Phase::deadline`).
     TimerFired,
-    /// The worker that ended said the disk is full: wait for space.
-    DiskFullJudged { wait: DiskWaiting },
+    /// The worker that ended said the disk is full (`error`): wait for space;
+    /// `shown`: the wait as the status shows it until the first check.
+    DiskFullJudged {
+        wait: DiskWaiting,
+        error: String,
+        shown: DiskWait,
+    },
     /// A check of the disk (`pipeline/save_room.rs`) reported back.
     DiskChecked(DiskCheck),
+    /// The worker's Slurm job moved (queued, running on a node, requeued…).
+    SlurmJobMoved(SlurmJob),
+    /// The watchdog learned a longer steady interval between two heartbeats of the
+    /// run in `run_dir`.
+    IntervalLearned { run_dir: PathBuf, longest_s: f64 },
+}
+
+/// A restart's crash, as the record shows it until the worker runs again.
+pub(crate) struct Crash {
+    pub error: String,
+    /// The restart's count, as the policy gave it (`None`: not counted, as after a
+    /// checkpoint set aside).
+    pub restarts: Option<u32>,
+    /// A divergence rolled back: the range of data skipped from now on.
+    pub rolled_back: Option<SkipRange>,
 }
 
 /// The events by name (`LaunchFinished` and `Adopted` by how they went), as the diagram labels them.
-pub(crate) const EVENTS: [&str; 13] = [
+pub(crate) const EVENTS: [&str; 18] = [
     "LaunchAsked",
     "LaunchFinished ok",
     "LaunchFinished failed",
     "WorkerExited",
+    "ExitJudged done",
+    "ExitJudged stopped outside",
+    "ExitJudged failed",
     "HungJudged",
     "StopAsked",
     "RestartDecided",
@@ -73,6 +119,8 @@ pub(crate) const EVENTS: [&str; 13] = [
     "DiskFullJudged",
     "DiskChecked fits",
     "DiskChecked short",
+    "SlurmJobMoved",
+    "IntervalLearned",
 ];
 
 impl Event {
@@ -82,15 +130,22 @@ impl Event {
             Event::LaunchFinished { result: Ok(_), .. } => EVENTS[1],
             Event::LaunchFinished { result: Err(_), .. } => EVENTS[2],
             Event::WorkerExited { .. } => EVENTS[3],
-            Event::HungJudged { .. } => EVENTS[4],
-            Event::StopAsked { .. } => EVENTS[5],
-            Event::RestartDecided { .. } => EVENTS[6],
-            Event::Adopted { stop: None, .. } => EVENTS[7],
-            Event::Adopted { stop: Some(_), .. } => EVENTS[8],
-            Event::TimerFired => EVENTS[9],
-            Event::DiskFullJudged { .. } => EVENTS[10],
-            Event::DiskChecked(c) if c.fits() => EVENTS[11],
-            Event::DiskChecked(_) => EVENTS[12],
+            Event::ExitJudged { verdict, .. } => match verdict {
+                Verdict::Success => EVENTS[4],
+                Verdict::StoppedExternally => EVENTS[5],
+                Verdict::Failed { .. } => EVENTS[6],
+            },
+            Event::HungJudged { .. } => EVENTS[7],
+            Event::StopAsked { .. } => EVENTS[8],
+            Event::RestartDecided { .. } => EVENTS[9],
+            Event::Adopted { stop: None, .. } => EVENTS[10],
+            Event::Adopted { stop: Some(_), .. } => EVENTS[11],
+            Event::TimerFired => EVENTS[12],
+            Event::DiskFullJudged { .. } => EVENTS[13],
+            Event::DiskChecked(c) if c.fits() => EVENTS[14],
+            Event::DiskChecked(_) => EVENTS[15],
+            Event::SlurmJobMoved(_) => EVENTS[16],
+            Event::IntervalLearned { .. } => EVENTS[17],
         }
     }
 }

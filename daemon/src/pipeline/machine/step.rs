@@ -2,12 +2,24 @@
 
 use tokio::time::Instant;
 
+use lavender::pipeline_file::{PipelineRecord, RecordEvent, StopCause, WorkerHandle, WorkerRecord};
+
 use super::effect::{Effect, KillReason};
-use super::event::Event;
+use super::event::{Crash, Event};
 use super::phase::{DiskWaiting, Escalation, LiveWorker, Phase, Relaunch, Restart, Stop};
+use crate::pipeline::judge::Verdict;
 
 /// The phase after `event` at `now`, and what the actor is to do about it, in order.
-pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effect>) {
+/// `record`: the pipeline's record as it is; what the event changes in it is among
+/// the effects (`Effect::Record`), so the table test shows what the status says
+/// after each event.
+pub(crate) fn step(
+    phase: Phase,
+    record: &PipelineRecord,
+    event: Event,
+    now: Instant,
+) -> (Phase, Vec<Effect>) {
+    use Effect::Record;
     match event {
         Event::LaunchAsked {
             launch,
@@ -31,6 +43,12 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
                 let start = start.map(Effect::AnswerStart);
                 match result {
                     Ok(handle) => {
+                        let running = Record(RecordEvent::WorkerRunning(WorkerRecord {
+                            handle: handle.clone(),
+                            step: launch.step,
+                            started_at: launch.started_at,
+                            resumed_from_step: launch.resumed_from_step,
+                        }));
                         let worker = LiveWorker {
                             generation,
                             handle,
@@ -40,7 +58,9 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
                             own_child: true,
                             resumed_from_step: launch.resumed_from_step,
                         };
-                        let effects = [Effect::Supervise { launch }].into_iter().chain(start);
+                        let effects = [running, Effect::Supervise { launch }]
+                            .into_iter()
+                            .chain(start);
                         (Phase::Running { worker }, effects.collect())
                     }
                     Err(reason) => {
@@ -50,13 +70,18 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
                             }
                             _ => (None, None),
                         };
+                        let shown = Record(RecordEvent::Failed {
+                            step: launch.step,
+                            reason: reason.clone(),
+                        });
                         let failed = Effect::LaunchFailed {
                             step: launch.step,
                             reason,
                             last_exit,
                             failure,
                         };
-                        (Phase::Idle, [failed].into_iter().chain(start).collect())
+                        let effects = [shown, failed].into_iter().chain(start);
+                        (Phase::Idle, effects.collect())
                     }
                 }
             }
@@ -74,33 +99,87 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
         } => match phase {
             Phase::Running { worker } if worker.generation == generation => (
                 Phase::Idle,
-                vec![Effect::Judge {
-                    worker,
-                    outcome,
-                    files,
-                }],
+                vec![
+                    Record(RecordEvent::WorkerEnded),
+                    Effect::Judge {
+                        worker,
+                        outcome,
+                        files,
+                    },
+                ],
             ),
             Phase::Stopping { worker, stop } if worker.generation == generation => (
                 Phase::Idle,
-                vec![Effect::Stopped {
-                    worker,
-                    stop,
-                    outcome,
-                }],
+                vec![
+                    Record(RecordEvent::WorkerEnded),
+                    Record(RecordEvent::StopDone {
+                        step: Some(worker.step),
+                    }),
+                    Effect::Stopped {
+                        worker,
+                        stop,
+                        outcome,
+                    },
+                ],
             ),
             Phase::KillingHung { worker, report, .. } if worker.generation == generation => (
                 Phase::Idle,
-                vec![Effect::HungEnded {
-                    worker,
-                    report,
-                    outcome,
-                }],
+                vec![
+                    Record(RecordEvent::WorkerEnded),
+                    Effect::HungEnded {
+                        worker,
+                        report,
+                        outcome,
+                    },
+                ],
             ),
             // A worker no longer supervised.
             other => (other, Vec::new()),
         },
 
-        Event::HungJudged { report, grace } => match phase {
+        Event::ExitJudged {
+            worker,
+            outcome,
+            verdict,
+            last_step,
+        } => match phase {
+            // Judged right after its exit, from `Idle`.
+            Phase::Idle => {
+                let step = worker.step;
+                let effects = match verdict {
+                    Verdict::Success => {
+                        vec![
+                            Record(RecordEvent::StepDone { step }),
+                            Effect::StepDone { step },
+                        ]
+                    }
+                    Verdict::StoppedExternally => vec![
+                        Record(RecordEvent::Stopped {
+                            step: Some(step),
+                            cause: StopCause::External,
+                        }),
+                        Effect::StoppedOutside { step },
+                    ],
+                    Verdict::Failed { failure, .. } => vec![
+                        Record(RecordEvent::WorkerFailed(failure.clone())),
+                        Effect::WorkerFailed {
+                            worker,
+                            failure,
+                            outcome,
+                            last_step,
+                        },
+                    ],
+                };
+                (Phase::Idle, effects)
+            }
+            other => (other, Vec::new()),
+        },
+
+        Event::HungJudged {
+            report,
+            grace,
+            said,
+        } => match phase {
             Phase::Running { worker } if worker.handle.same_as(&report.worker) => {
                 // A Slurm job waiting in the queue (requeued after a lost node or at
                 // its time limit) runs nothing that could beat.
@@ -120,6 +199,7 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
                         handle: worker.handle.clone(),
                         own_child: worker.own_child,
                     },
+                    Record(RecordEvent::Hung { error: said }),
                     Effect::HungKillBegun {
                         report: report.clone(),
                         grace,
@@ -154,7 +234,8 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
                         handle: worker.handle.clone(),
                         own_child: worker.own_child,
                     },
-                    Effect::StopBegun { cause, timeout },
+                    Record(RecordEvent::StopBegun { cause }),
+                    Effect::StopBegun { timeout },
                 ];
                 let stop = Stop {
                     escalation: Escalation::Term {
@@ -172,36 +253,66 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
             }
             // No worker yet: the pipeline stops now; the launch is cancelled once back.
             Phase::Launching { launch, start } => {
+                let shown = Record(RecordEvent::Stopped {
+                    step: Some(launch.step),
+                    cause,
+                });
                 let stopped = Effect::StopDuringLaunch {
                     step: launch.step,
-                    cause,
                     reply,
                 };
                 let start = start.map(Effect::AnswerStart);
-                (Phase::Idle, [stopped].into_iter().chain(start).collect())
+                let effects = [shown, stopped].into_iter().chain(start);
+                (Phase::Idle, effects.collect())
             }
             // Crashed and waiting to restart, or waiting for disk space: cancelling
-            // the restart is the stop.
-            Phase::Idle | Phase::BackingOff { .. } | Phase::WaitingForDisk { .. } => (
-                Phase::Idle,
-                vec![Effect::StopWithoutWorker { cause, reply }],
-            ),
+            // the restart is the stop (the step runs again at the next start).
+            Phase::Idle | Phase::BackingOff { .. } | Phase::WaitingForDisk { .. } => {
+                let cancelled = record.restart_pending();
+                let shown = cancelled.then(|| {
+                    Record(RecordEvent::Stopped {
+                        step: record.active_step,
+                        cause,
+                    })
+                });
+                let stopped = Effect::StopWithoutWorker { cancelled, reply };
+                (Phase::Idle, shown.into_iter().chain([stopped]).collect())
+            }
         },
 
-        Event::RestartDecided { delay, restart } => match phase {
+        Event::RestartDecided {
+            delay,
+            restart,
+            crash,
+        } => match phase {
             Phase::Idle => (
                 Phase::BackingOff {
                     at: now + delay,
                     restart,
                 },
-                Vec::new(),
+                crash
+                    .map(|crash| match crash {
+                        Crash {
+                            error,
+                            rolled_back: Some(range),
+                            ..
+                        } => Record(RecordEvent::RolledBack { range, error }),
+                        Crash {
+                            error, restarts, ..
+                        } => Record(RecordEvent::Crashed { error, restarts }),
+                    })
+                    .into_iter()
+                    .collect(),
             ),
             // Decided only once a worker ended, from `Idle`.
             other => (other, Vec::new()),
         },
 
         Event::Adopted { worker, stop } => match (phase, stop) {
-            (Phase::Idle, None) => (Phase::Running { worker }, Vec::new()),
+            (Phase::Idle, None) => (
+                Phase::Running { worker },
+                vec![Record(RecordEvent::Adopted)],
+            ),
             (Phase::Idle, Some(stop)) => (Phase::Stopping { worker, stop }, Vec::new()),
             // Only at daemon start, from `Idle`.
             (other, _) => (other, Vec::new()),
@@ -249,13 +360,20 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
             other => (other, Vec::new()),
         },
 
-        Event::DiskFullJudged { mut wait } => match phase {
+        Event::DiskFullJudged {
+            mut wait,
+            error,
+            shown,
+        } => match phase {
             // Judged only once a worker ended, from `Idle`; checked at once.
             Phase::Idle => {
                 wait.check_at = None;
                 (
                     Phase::WaitingForDisk { wait },
-                    vec![Effect::CheckDisk { first: true }],
+                    vec![
+                        Record(RecordEvent::DiskFull { error, wait: shown }),
+                        Effect::CheckDisk { first: true },
+                    ],
                 )
             }
             other => (other, Vec::new()),
@@ -269,7 +387,7 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
                         restart: wait.restart,
                         told: wait.told,
                     };
-                    return (Phase::Idle, vec![back]);
+                    return (Phase::Idle, vec![Record(RecordEvent::DiskBack), back]);
                 }
                 let first = !wait.told;
                 let wait = DiskWaiting {
@@ -277,9 +395,14 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
                     told: true,
                     ..wait
                 };
+                // Rewritten only when it changes.
+                let shown = check.shown(wait.since.clone());
+                let seen = (record.disk_wait() != Some(&shown))
+                    .then(|| Record(RecordEvent::DiskWaitSeen(shown)));
+                let still = Effect::DiskStillFull { check, first };
                 (
                     Phase::WaitingForDisk { wait },
-                    vec![Effect::DiskStillFull { check, first }],
+                    seen.into_iter().chain([still]).collect(),
                 )
             }
             Phase::Running { worker } => (
@@ -290,5 +413,27 @@ pub(crate) fn step(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effe
             // asked while the worker ran that came back after it ended.
             other => (other, Vec::new()),
         },
+
+        Event::SlurmJobMoved(job) => match phase {
+            mut phase @ (Phase::Running { .. }
+            | Phase::Stopping { .. }
+            | Phase::KillingHung { .. }) => {
+                if let Some(worker) = phase.worker_mut() {
+                    worker.handle = WorkerHandle::Slurm { slurm: job.clone() };
+                }
+                (phase, vec![Record(RecordEvent::SlurmJobSeen(job))])
+            }
+            // No worker left to show it.
+            other => (other, Vec::new()),
+        },
+
+        Event::IntervalLearned { run_dir, longest_s } => {
+            let longer = record.run_dir.as_ref() == Some(&run_dir)
+                && record
+                    .heartbeat_interval_s
+                    .is_none_or(|known| longest_s > known);
+            let learned = longer.then_some(Record(RecordEvent::HeartbeatInterval(longest_s)));
+            (phase, learned.into_iter().collect())
+        }
     }
 }

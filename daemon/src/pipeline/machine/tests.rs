@@ -1,5 +1,5 @@
-//! The machine as a table: one row per (phase, event) → (phase, effects), and the
-//! diagram in docs/ARCHITECTURE.md drawn from the same rows.
+//! The machine as a table: one row per (phase, event) → (phase, effects, what the
+//! status shows), and the diagram in docs/ARCHITECTURE.md drawn from the same rows.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,10 +15,13 @@ use super::phase::PHASES;
 use super::*;
 use crate::exit::ExitOutcome;
 use crate::pipeline::handle::HungReport;
+use crate::pipeline::judge::Verdict;
 use crate::pipeline::stop::StopMark;
 use crate::process::slurm::SlurmJob;
 use crate::process::{ProcessIdentity, SpawnSpec, WorkerHandle};
-use lavender::pipeline_file::StopCause;
+use lavender::compose::{FileFacts, Liveness, StatusSettings, compose};
+use lavender::pipeline_file::{PipelineRecord, RecordState, StepEntry, StopCause, WorkerRecord};
+use lavender::status::{DiskWait, StepState};
 use lavender::steps::inputs::LocalFiles;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -176,6 +179,7 @@ fn disk_wait(t0: Instant, check_at: Option<Duration>, told: bool) -> DiskWaiting
         check_at: check_at.map(|d| t0 + d),
         every: Duration::from_secs(2),
         told,
+        since: SINCE.into(),
     }
 }
 /// Waiting for disk space, the next check due 2 s after the rows' start.
@@ -195,6 +199,8 @@ fn checking(t0: Instant, told: bool) -> Phase {
 fn disk_full(t0: Instant) -> Event {
     Event::DiskFullJudged {
         wait: disk_wait(t0, None, false),
+        error: "No space left on device".into(),
+        shown: shown_wait("a save found the disk full; checking"),
     }
 }
 fn disk_checked(free: u64) -> Event {
@@ -242,10 +248,28 @@ fn exited(generation: u64) -> Event {
         files: LocalFiles::default(),
     }
 }
+fn judged(t0: Instant, verdict: Verdict) -> Event {
+    Event::ExitJudged {
+        worker: live(1, handle(10), t0),
+        outcome: ExitOutcome::Code(1),
+        verdict,
+        last_step: Some(40),
+    }
+}
+fn failed() -> Verdict {
+    Verdict::Failed {
+        failure: lavender::failure::Failure::new(
+            lavender::failure::FailureKind::Crash,
+            "exit code 1",
+        ),
+        said: false,
+    }
+}
 fn hung(worker: WorkerHandle) -> Event {
     Event::HungJudged {
         report: report(worker),
         grace: GRACE,
+        said: "hung at step 40 for 5m 0s".into(),
     }
 }
 fn stop_asked() -> Event {
@@ -257,12 +281,50 @@ fn stop_asked() -> Event {
     }
 }
 fn restart_decided() -> Event {
+    restart_after(Some(Crash {
+        error: "exit code 1".into(),
+        restarts: Some(2),
+        rolled_back: None,
+    }))
+}
+/// A restart a daemon before this one decided: the record shows it already.
+fn restart_resumed() -> Event {
+    restart_after(None)
+}
+fn rolled_back() -> Event {
+    restart_after(Some(Crash {
+        error: "loss diverged at step 40; rolled back".into(),
+        restarts: None,
+        rolled_back: Some(lavender::skips::SkipRange {
+            from_step: 30,
+            to_step: 40,
+            checkpoint: "step-30".into(),
+            reason: "loss diverged at step 40".into(),
+            at: SINCE.into(),
+        }),
+    }))
+}
+fn restart_after(crash: Option<Crash>) -> Event {
     Event::RestartDecided {
         delay: Duration::from_secs(5),
         restart: Restart {
             why: None,
             last_exit: Some(ExitOutcome::Code(1)),
         },
+        crash,
+    }
+}
+fn job_moved(state: &str) -> Event {
+    let WorkerHandle::Slurm { mut slurm } = queued_job() else {
+        unreachable!("a Slurm job");
+    };
+    slurm.state = Some(state.into());
+    Event::SlurmJobMoved(slurm)
+}
+fn interval(run_dir: &str, longest_s: f64) -> Event {
+    Event::IntervalLearned {
+        run_dir: PathBuf::from(run_dir),
+        longest_s,
     }
 }
 fn adopted(t0: Instant, stopping: bool) -> Event {
@@ -272,23 +334,188 @@ fn adopted(t0: Instant, stopping: bool) -> Event {
     }
 }
 
-/// One transition: `from` hears `event` `after` the rows' start; the phase it
-/// ends in and the effects asked, by name.
+const SINCE: &str = "2026-01-01T00:00:00Z";
+
+fn shown_wait(message: &str) -> DiskWait {
+    DiskWait {
+        path: PathBuf::from("data"),
+        need_bytes: 110,
+        free_bytes: None,
+        since: SINCE.into(),
+        message: message.into(),
+    }
+}
+
+fn worker_record(pid: u32) -> WorkerRecord {
+    WorkerRecord {
+        handle: handle(pid),
+        step: PipelineStep::Train,
+        started_at: lavender::time::now_utc(),
+        resumed_from_step: None,
+    }
+}
+
+/// The record as the daemon keeps it in `phase` (a pipeline of one train step
+/// that is under way): what the status shows before the row's event.
+fn record_of(phase: &Phase) -> PipelineRecord {
+    let (state, last_error, restarts) = match phase {
+        Phase::Idle | Phase::Launching { .. } => (RecordState::Running { worker: None }, None, 0),
+        Phase::Running { worker } => {
+            let mut w = worker_record(10);
+            w.handle = worker.handle.clone();
+            (RecordState::Running { worker: Some(w) }, None, 0)
+        }
+        Phase::Stopping { .. } => (
+            RecordState::Stopping {
+                cause: Some(StopCause::Operator),
+                worker: Some(worker_record(10)),
+            },
+            None,
+            0,
+        ),
+        Phase::KillingHung { .. } => (
+            RecordState::Running {
+                worker: Some(worker_record(10)),
+            },
+            Some("hung at step 40 for 5m 0s"),
+            0,
+        ),
+        Phase::BackingOff { .. } => (RecordState::Crashed, Some("exit code 1"), 1),
+        Phase::WaitingForDisk { .. } => (
+            RecordState::WaitingForDisk {
+                wait: Some(shown_wait("a save found the disk full; checking")),
+            },
+            Some("No space left on device"),
+            0,
+        ),
+    };
+    PipelineRecord {
+        state,
+        steps: vec![StepEntry {
+            name: PipelineStep::Train,
+            state: StepState::Running,
+        }],
+        active_step: Some(PipelineStep::Train),
+        chunk: Some(1),
+        run_dir: Some(PathBuf::from("run-1")),
+        last_error: last_error.map(String::from),
+        restarts,
+        ..PipelineRecord::idle()
+    }
+}
+
+/// The record a start prepared, before its first launch: steps pending.
+fn started() -> PipelineRecord {
+    let mut record = record_of(&Phase::Idle);
+    record.steps[0].state = StepState::Pending;
+    record.active_step = None;
+    record
+}
+
+/// Every step done.
+fn finished() -> PipelineRecord {
+    let mut record = record_of(&Phase::Idle);
+    record.state = RecordState::Finished;
+    record.steps[0].state = StepState::Done;
+    record.active_step = None;
+    record
+}
+
+/// The record the previous daemon left with its worker running, or being stopped.
+fn left_running(stopping: bool) -> PipelineRecord {
+    let mut record = record_of(&Phase::Idle);
+    let worker = Some(worker_record(10));
+    record.state = if stopping {
+        RecordState::Stopping {
+            cause: Some(StopCause::Operator),
+            worker,
+        }
+    } else {
+        RecordState::Running { worker }
+    };
+    record
+}
+
+/// What `lavenderd status` shows of `record` while the daemon runs, in a line:
+/// `pipeline.state`, the worker's pid or Slurm job, the train step's state (`·`
+/// when no step is active), `restarts` past 0, the worker's failure kind, and
+/// `last_error` or the disk wait (free of needed bytes) when the state shows them.
+fn seen(record: &PipelineRecord) -> String {
+    let settings = StatusSettings::from_config(&lavender::config::Config::default());
+    let status = compose(
+        record,
+        &FileFacts::empty(),
+        &settings,
+        lavender::time::now_utc(),
+        Liveness::Supervised,
+    );
+    let p = &status.pipeline;
+    let mut line = p.state.to_string();
+    if let Some(pid) = p.pid {
+        line.push_str(&format!(" pid {pid}"));
+    }
+    if let Some(job) = &p.slurm {
+        let state = job.state.as_deref().unwrap_or("?");
+        line.push_str(&format!(" job {} {state}", job.job_id));
+    }
+    let train = status
+        .steps
+        .get("train")
+        .map_or("-".to_string(), ToString::to_string);
+    let active = if status.active_step.is_some() {
+        ""
+    } else {
+        " ·"
+    };
+    line.push_str(&format!(", train {train}{active}"));
+    if p.restarts > 0 {
+        line.push_str(&format!(", restarts {}", p.restarts));
+    }
+    if let Some(f) = &p.failure {
+        line.push_str(&format!(", failure {}", f.kind));
+    }
+    if let Some(e) = &p.last_error {
+        line.push_str(&format!(": {e}"));
+    }
+    if let Some(w) = &p.disk_wait {
+        let free = w.free_bytes.map_or("?".to_string(), |f| f.to_string());
+        line.push_str(&format!(" ({free} of {} B free)", w.need_bytes));
+    }
+    // Not in the status itself: the stall allowance it scales.
+    if let Some(s) = record.heartbeat_interval_s {
+        line.push_str(&format!("; heartbeat interval {s} s"));
+    }
+    line
+}
+
+/// One transition: `from`, its record as `record` has it, hears `event` `after`
+/// the rows' start; the phase it ends in, the effects asked by name (the record's
+/// changes left out), and what the status shows after the record's changes.
 struct Row {
     from: Phase,
+    record: PipelineRecord,
     event: Event,
     after: Duration,
     to: &'static str,
     effects: &'static [&'static str],
+    shows: &'static str,
 }
 
-fn row(from: Phase, event: Event, to: &'static str, effects: &'static [&'static str]) -> Row {
+fn row(
+    from: Phase,
+    event: Event,
+    to: &'static str,
+    effects: &'static [&'static str],
+    shows: &'static str,
+) -> Row {
     Row {
+        record: record_of(&from),
         from,
         event,
         after: Duration::ZERO,
         to,
         effects,
+        shows,
     }
 }
 
@@ -297,137 +524,194 @@ fn later(after: Duration, mut row: Row) -> Row {
     row
 }
 
+/// The row from `record` instead of the phase's usual one.
+fn with(record: PipelineRecord, mut row: Row) -> Row {
+    row.record = record;
+    row
+}
+
+/// [`step`] from `phase`'s usual record.
+fn stepped(phase: Phase, event: Event, now: Instant) -> (Phase, Vec<Effect>) {
+    let record = record_of(&phase);
+    step(phase, &record, event, now)
+}
+
+/// The step's effects by name, the record's changes left out, and the record
+/// after them.
+fn performed(
+    effects: &[Effect],
+    mut record: PipelineRecord,
+) -> (Vec<&'static str>, PipelineRecord) {
+    let mut named = Vec::new();
+    for effect in effects {
+        match effect {
+            Effect::Record(change) => record.apply(change.clone()),
+            other => named.push(other.name()),
+        }
+    }
+    (named, record)
+}
+
 /// Every transition of the machine, one row a line.
 #[rustfmt::skip]
 fn table(t0: Instant) -> Vec<Row> {
     let s = Duration::from_secs;
     vec![
         // Launches.
-        row(idle(), launch_asked(1, false), "Launching", &["Launch"]),
-        row(idle(), launch_asked(1, true), "Launching", &["Launch"]),
-        row(launching(false), launched(1), "Running", &["Supervise"]),
-        row(launching(true), launched(1), "Running", &["Supervise", "AnswerStart"]),
-        row(launching(false), launch_failed(1), "Idle", &["LaunchFailed"]),
-        row(launching(true), launch_failed(1), "Idle", &["LaunchFailed", "AnswerStart"]),
+        with(started(), row(idle(), launch_asked(1, false), "Launching", &["Launch"], "running, train pending ·")),
+        with(started(), row(idle(), launch_asked(1, true), "Launching", &["Launch"], "running, train pending ·")),
+        row(launching(false), launched(1), "Running", &["Supervise"], "running pid 20, train running"),
+        row(launching(true), launched(1), "Running", &["Supervise", "AnswerStart"], "running pid 20, train running"),
+        row(launching(false), launch_failed(1), "Idle", &["LaunchFailed"], "failed, train failed ·: sbatch: error"),
+        row(launching(true), launch_failed(1), "Idle", &["LaunchFailed", "AnswerStart"], "failed, train failed ·: sbatch: error"),
         // A launch a stop abandoned: its worker cancelled.
-        row(idle(), launched(0), "Idle", &["Cancel"]),
-        row(launching(false), launched(0), "Launching", &["Cancel"]),
-        row(idle(), launch_failed(0), "Idle", &[]),
+        row(idle(), launched(0), "Idle", &["Cancel"], "running, train running"),
+        row(launching(false), launched(0), "Launching", &["Cancel"], "running, train running"),
+        row(idle(), launch_failed(0), "Idle", &[], "running, train running"),
         // Exits.
-        row(running(t0), exited(1), "Idle", &["Judge"]),
-        row(running(t0), exited(0), "Running", &[]),
-        row(stopping(t0, Some(t0 + TIMEOUT)), exited(1), "Idle", &["Stopped"]),
-        row(killing_hung(t0), exited(1), "Idle", &["HungEnded"]),
-        row(idle(), exited(1), "Idle", &[]),
+        row(running(t0), exited(1), "Idle", &["Judge"], "running, train running"),
+        row(running(t0), exited(0), "Running", &[], "running pid 10, train running"),
+        row(stopping(t0, Some(t0 + TIMEOUT)), exited(1), "Idle", &["Stopped"], "stopped, train pending ·"),
+        row(killing_hung(t0), exited(1), "Idle", &["HungEnded"], "running, train running"),
+        row(idle(), exited(1), "Idle", &[], "running, train running"),
+        // An exit judged from the worker's files (what follows a failure is the policy's).
+        row(idle(), judged(t0, Verdict::Success), "Idle", &["StepDone"], "running, train done ·"),
+        row(idle(), judged(t0, Verdict::StoppedExternally), "Idle", &["StoppedOutside"], "stopped, train pending ·"),
+        row(idle(), judged(t0, failed()), "Idle", &["WorkerFailed"], "running, train running, failure crash"),
+        row(running(t0), judged(t0, Verdict::Success), "Running", &[], "running pid 10, train running"),
         // Hangs.
-        row(running(t0), hung(handle(10)), "KillingHung", &["Terminate", "HungKillBegun"]),
-        row(running_queued(t0), hung(queued_job()), "Running", &["QueuedNotHung"]),
-        row(running(t0), hung(handle(99)), "Running", &[]),
-        row(stopping(t0, Some(t0 + TIMEOUT)), hung(handle(10)), "Stopping", &[]),
-        row(killing_hung(t0), hung(handle(10)), "KillingHung", &[]),
+        row(running(t0), hung(handle(10)), "KillingHung", &["Terminate", "HungKillBegun"], "running pid 10, train running"),
+        row(running_queued(t0), hung(queued_job()), "Running", &["QueuedNotHung"], "running job 7 PENDING, train running"),
+        row(running(t0), hung(handle(99)), "Running", &[], "running pid 10, train running"),
+        row(stopping(t0, Some(t0 + TIMEOUT)), hung(handle(10)), "Stopping", &[], "stopping pid 10, train running"),
+        row(killing_hung(t0), hung(handle(10)), "KillingHung", &[], "running pid 10, train running"),
         // Stops.
-        row(running(t0), stop_asked(), "Stopping", &["Terminate", "StopBegun"]),
-        row(killing_hung(t0), stop_asked(), "Stopping", &["Terminate", "StopBegun"]),
-        row(stopping(t0, Some(t0 + TIMEOUT)), stop_asked(), "Stopping", &[]),
-        row(launching(false), stop_asked(), "Idle", &["StopDuringLaunch"]),
-        row(launching(true), stop_asked(), "Idle", &["StopDuringLaunch", "AnswerStart"]),
-        row(idle(), stop_asked(), "Idle", &["StopWithoutWorker"]),
-        row(backing_off(t0), stop_asked(), "Idle", &["StopWithoutWorker"]),
+        row(running(t0), stop_asked(), "Stopping", &["Terminate", "StopBegun"], "stopping pid 10, train running"),
+        row(killing_hung(t0), stop_asked(), "Stopping", &["Terminate", "StopBegun"], "stopping pid 10, train running"),
+        row(stopping(t0, Some(t0 + TIMEOUT)), stop_asked(), "Stopping", &[], "stopping pid 10, train running"),
+        row(launching(false), stop_asked(), "Idle", &["StopDuringLaunch"], "stopped, train pending ·"),
+        row(launching(true), stop_asked(), "Idle", &["StopDuringLaunch", "AnswerStart"], "stopped, train pending ·"),
+        with(finished(), row(idle(), stop_asked(), "Idle", &["StopWithoutWorker"], "finished, train done ·")),
+        row(backing_off(t0), stop_asked(), "Idle", &["StopWithoutWorker"], "stopped, train pending ·, restarts 1"),
         // Restarts.
-        row(idle(), restart_decided(), "BackingOff", &[]),
-        later(s(4), row(backing_off(t0), Event::TimerFired, "BackingOff", &[])),
-        later(s(5), row(backing_off(t0), Event::TimerFired, "Idle", &["RestartDue"])),
+        row(idle(), restart_decided(), "BackingOff", &[], "crashed, train running, restarts 2: exit code 1"),
+        later(s(4), row(backing_off(t0), Event::TimerFired, "BackingOff", &[], "crashed, train running, restarts 1: exit code 1")),
+        later(s(5), row(backing_off(t0), Event::TimerFired, "Idle", &["RestartDue"], "crashed, train running, restarts 1: exit code 1")),
         // Escalations.
-        later(s(29), row(stopping(t0, Some(t0 + TIMEOUT)), Event::TimerFired, "Stopping", &[])),
-        later(s(30), row(stopping(t0, Some(t0 + TIMEOUT)), Event::TimerFired, "Stopping", &["Kill"])),
-        later(s(60), row(stopping(t0, None), Event::TimerFired, "Stopping", &[])),
-        later(s(9), row(killing_hung(t0), Event::TimerFired, "KillingHung", &[])),
-        later(s(10), row(killing_hung(t0), Event::TimerFired, "KillingHung", &["Kill"])),
-        row(running(t0), Event::TimerFired, "Running", &[]),
+        later(s(29), row(stopping(t0, Some(t0 + TIMEOUT)), Event::TimerFired, "Stopping", &[], "stopping pid 10, train running")),
+        later(s(30), row(stopping(t0, Some(t0 + TIMEOUT)), Event::TimerFired, "Stopping", &["Kill"], "stopping pid 10, train running")),
+        later(s(60), row(stopping(t0, None), Event::TimerFired, "Stopping", &[], "stopping pid 10, train running")),
+        later(s(9), row(killing_hung(t0), Event::TimerFired, "KillingHung", &[], "running pid 10, train running")),
+        later(s(10), row(killing_hung(t0), Event::TimerFired, "KillingHung", &["Kill"], "running pid 10, train running")),
+        row(running(t0), Event::TimerFired, "Running", &[], "running pid 10, train running"),
         // A full disk: waited out, checked every few seconds off the actor.
-        row(idle(), disk_full(t0), "WaitingForDisk", &["CheckDisk"]),
-        row(checking(t0, false), disk_checked(50), "WaitingForDisk", &["DiskStillFull"]),
-        row(checking(t0, true), disk_checked(50), "WaitingForDisk", &["DiskStillFull"]),
-        row(checking(t0, true), disk_checked(500), "Idle", &["DiskBack"]),
+        row(idle(), disk_full(t0), "WaitingForDisk", &["CheckDisk"], "waiting_for_disk, train running (? of 110 B free)"),
+        row(checking(t0, false), disk_checked(50), "WaitingForDisk", &["DiskStillFull"], "waiting_for_disk, train running (50 of 110 B free)"),
+        row(checking(t0, true), disk_checked(50), "WaitingForDisk", &["DiskStillFull"], "waiting_for_disk, train running (50 of 110 B free)"),
+        row(checking(t0, true), disk_checked(500), "Idle", &["DiskBack"], "waiting_for_disk, train running"),
         // A check asked while the worker ran, back after it ended: not the wait's.
-        row(checking(t0, false), running_checked(500), "WaitingForDisk", &[]),
-        later(s(1), row(waiting(t0), Event::TimerFired, "WaitingForDisk", &[])),
-        later(s(2), row(waiting(t0), Event::TimerFired, "WaitingForDisk", &["CheckDisk"])),
-        row(waiting(t0), disk_checked(500), "WaitingForDisk", &[]),
-        row(waiting(t0), stop_asked(), "Idle", &["StopWithoutWorker"]),
-        row(waiting(t0), launch_asked(2, true), "WaitingForDisk", &["AnswerStart"]),
-        row(running(t0), disk_full(t0), "Running", &[]),
-        row(idle(), disk_checked(500), "Idle", &[]),
+        row(checking(t0, false), running_checked(500), "WaitingForDisk", &[], "waiting_for_disk, train running (? of 110 B free)"),
+        later(s(1), row(waiting(t0), Event::TimerFired, "WaitingForDisk", &[], "waiting_for_disk, train running (? of 110 B free)")),
+        later(s(2), row(waiting(t0), Event::TimerFired, "WaitingForDisk", &["CheckDisk"], "waiting_for_disk, train running (? of 110 B free)")),
+        row(waiting(t0), disk_checked(500), "WaitingForDisk", &[], "waiting_for_disk, train running (? of 110 B free)"),
+        row(waiting(t0), stop_asked(), "Idle", &["StopWithoutWorker"], "stopped, train pending ·"),
+        row(waiting(t0), launch_asked(2, true), "WaitingForDisk", &["AnswerStart"], "waiting_for_disk, train running (? of 110 B free)"),
+        row(running(t0), disk_full(t0), "Running", &[], "running pid 10, train running"),
+        row(idle(), disk_checked(500), "Idle", &[], "running, train running"),
         // The next save looked short while a worker runs: early retention.
-        row(running(t0), running_checked(50), "Running", &["DiskCheckedRunning"]),
+        row(running(t0), running_checked(50), "Running", &["DiskCheckedRunning"], "running pid 10, train running"),
         // At daemon start.
-        row(idle(), adopted(t0, false), "Running", &[]),
-        row(idle(), adopted(t0, true), "Stopping", &[]),
+        with(left_running(false), row(idle(), adopted(t0, false), "Running", &[], "running pid 10, train running")),
+        with(left_running(true), row(idle(), adopted(t0, true), "Stopping", &[], "stopping pid 10, train running")),
+        // What the worker's Slurm job and heartbeats show.
+        row(running_queued(t0), job_moved("RUNNING"), "Running", &[], "running job 7 RUNNING, train running"),
+        row(stopping(t0, Some(t0 + TIMEOUT)), job_moved("RUNNING"), "Stopping", &[], "stopping job 7 RUNNING, train running"),
+        row(idle(), job_moved("RUNNING"), "Idle", &[], "running, train running"),
+        row(running(t0), interval("run-1", 2.5), "Running", &[], "running pid 10, train running; heartbeat interval 2.5 s"),
+        row(running(t0), interval("run-0", 2.5), "Running", &[], "running pid 10, train running"),
+        // A record that shows a restart pending, from the previous daemon or a rollback.
+        with(record_of(&backing_off(t0)), row(idle(), restart_resumed(), "BackingOff", &[], "crashed, train running, restarts 1: exit code 1")),
+        row(idle(), rolled_back(), "BackingOff", &[], "crashed, train running: loss diverged at step 40; rolled back"),
     ]
 }
 
 #[test]
 fn transition_table() {
     let t0 = Instant::now();
+    let mut wrong = Vec::new();
     for Row {
         from,
+        record,
         event,
         after,
         to,
         effects,
+        shows,
     } in table(t0)
     {
         let what = format!("{} + {} (at +{after:?})", from.name(), event.name());
-        let (next, done) = step(from, event, t0 + after);
-        let done: Vec<&str> = done.iter().map(Effect::name).collect();
-        assert_eq!((next.name(), done.as_slice()), (to, effects), "{what}");
+        let (next, done) = step(from, &record, event, t0 + after);
+        let (done, record) = performed(&done, record);
+        let got = (next.name(), done.as_slice(), seen(&record));
+        if got != (to, effects, shows.to_string()) {
+            wrong.push(format!("{what}: {got:?}"));
+        }
     }
+    assert!(
+        wrong.is_empty(),
+        "rows that do not hold:\n{}",
+        wrong.join("\n")
+    );
 }
 
 #[test]
 fn the_timers_are_set_from_the_clock_passed_in() {
     let t0 = Instant::now();
-    let (next, _) = step(running(t0), stop_asked(), t0);
+    let (next, _) = stepped(running(t0), stop_asked(), t0);
     assert_eq!(
         next.deadline(),
         Some(t0 + TIMEOUT),
         "SIGKILL at the stop timeout"
     );
-    let (next, _) = step(running(t0), hung(handle(10)), t0);
+    let (next, _) = stepped(running(t0), hung(handle(10)), t0);
     assert_eq!(next.deadline(), Some(t0 + GRACE), "SIGKILL after the grace");
-    let (next, _) = step(idle(), restart_decided(), t0);
+    let (next, _) = stepped(idle(), restart_decided(), t0);
     assert_eq!(
         next.deadline(),
         Some(t0 + Duration::from_secs(5)),
         "the backoff"
     );
-    let (next, _) = step(next, Event::TimerFired, t0 + Duration::from_secs(5));
+    let (next, _) = stepped(next, Event::TimerFired, t0 + Duration::from_secs(5));
     assert_eq!(next.deadline(), None, "no timer once the restart is due");
-    let (next, _) = step(stopping(t0, Some(t0)), Event::TimerFired, t0);
+    let (next, _) = stepped(stopping(t0, Some(t0)), Event::TimerFired, t0);
     assert_eq!(next.deadline(), None, "SIGKILL sent once");
-    let (next, _) = step(idle(), disk_full(t0), t0);
+    let (next, _) = stepped(idle(), disk_full(t0), t0);
     assert_eq!(next.deadline(), None, "no timer while a check is out");
-    let (next, effects) = step(next, disk_checked(50), t0);
+    let (next, effects) = stepped(next, disk_checked(50), t0);
     assert_eq!(
         next.deadline(),
         Some(t0 + Duration::from_secs(2)),
         "the next check"
     );
-    let [Effect::DiskStillFull { first: true, .. }] = effects.as_slice() else {
-        panic!("the wait begins, told once");
-    };
-    let (next, _) = step(next, Event::TimerFired, t0 + Duration::from_secs(2));
-    let (_, effects) = step(next, disk_checked(50), t0);
-    let [Effect::DiskStillFull { first: false, .. }] = effects.as_slice() else {
-        panic!("told once only");
-    };
+    assert_eq!(told_full(&effects), 1, "the wait begins, told once");
+    let (next, _) = stepped(next, Event::TimerFired, t0 + Duration::from_secs(2));
+    let (_, effects) = stepped(next, disk_checked(50), t0);
+    assert_eq!(told_full(&effects), 0, "told once only");
+}
+
+/// How many of `effects` tell that the disk is full (the wait's first check).
+fn told_full(effects: &[Effect]) -> usize {
+    effects
+        .iter()
+        .filter(|e| matches!(e, Effect::DiskStillFull { first: true, .. }))
+        .count()
 }
 
 #[test]
 fn a_stop_while_stopping_waits_with_the_first() {
     let t0 = Instant::now();
-    let (next, _) = step(running(t0), stop_asked(), t0);
-    let (next, effects) = step(next, stop_asked(), t0);
+    let (next, _) = stepped(running(t0), stop_asked(), t0);
+    let (next, effects) = stepped(next, stop_asked(), t0);
     assert!(effects.is_empty(), "one SIGTERM");
     let Phase::Stopping { stop, .. } = next else {
         panic!("stopping");
@@ -438,7 +722,7 @@ fn a_stop_while_stopping_waits_with_the_first() {
 #[test]
 fn a_launch_asked_while_busy_answers_the_start_and_launches_nothing() {
     let t0 = Instant::now();
-    let (next, effects) = step(running(t0), launch_asked(2, true), t0);
+    let (next, effects) = stepped(running(t0), launch_asked(2, true), t0);
     let effects: Vec<&str> = effects.iter().map(Effect::name).collect();
     assert_eq!(
         (next.name(), effects.as_slice()),
@@ -459,8 +743,9 @@ fn a_failed_restart_launch_keeps_the_crash_it_follows() {
         launch: restart,
         start: None,
     };
-    let (_, effects) = step(from, launch_failed(1), t0);
+    let (_, effects) = stepped(from, launch_failed(1), t0);
     let [
+        Effect::Record(_),
         Effect::LaunchFailed {
             last_exit,
             failure: said,
@@ -523,7 +808,8 @@ fn the_architecture_doc_draws_this_machine() {
             "the table has no row for {event}"
         );
     }
-    for effect in EFFECTS {
+    // The record's changes are the rows' `shows`.
+    for effect in EFFECTS.into_iter().filter(|e| *e != "Record") {
         assert!(
             rows.iter().any(|r| r.effects.contains(&effect)),
             "the table has no row asking {effect}"
