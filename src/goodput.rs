@@ -196,7 +196,7 @@ pub struct GoodputStatus {
     /// The configured checkpoint interval beside the Young–Daly one.
     pub checkpoint: Option<CheckpointAdvice>,
     /// The current stage's step time against its baseline (the slowdown detector).
-    pub step_time: Option<StepTime>,
+    pub step_time: Option<TrainStepTime>,
     /// RFC 3339 UTC: the end of the last second the ledger counted into the run.
     pub updated_at: String,
 }
@@ -216,7 +216,7 @@ pub struct CheckpointAdvice {
 
 /// Seconds per optimizer step of one stage: the baseline (a rolling median) and now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepTime {
+pub struct TrainStepTime {
     pub stage: String,
     pub baseline_s: f64,
     pub current_s: f64,

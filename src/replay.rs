@@ -65,7 +65,7 @@ pub fn stat(state_dir: &Path, run: &str) -> Option<Stat> {
 
 /// One training step's values as the record has them (Hugging Face's key names).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepValues {
+pub struct TrainStepValues {
     pub step: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<String>,
@@ -81,10 +81,10 @@ pub struct StepValues {
     pub window: Option<u64>,
 }
 
-impl StepValues {
+impl TrainStepValues {
     /// A training entry of the record (it has `step` and `loss`); evaluations,
     /// torn lines and anything else are `None`.
-    pub fn parse(line: &str) -> Option<StepValues> {
+    pub fn parse(line: &str) -> Option<TrainStepValues> {
         let Value::Object(entry) = serde_json::from_str::<Value>(line).ok()? else {
             return None;
         };
@@ -108,7 +108,7 @@ impl StepValues {
             None | Some(Value::Null) => None,
             Some(w) => Some(w.as_u64().filter(|w| *w >= 1 && *w <= step)?),
         };
-        Some(StepValues {
+        Some(TrainStepValues {
             step,
             window,
             stage,
@@ -122,7 +122,7 @@ impl StepValues {
 /// The step entries of the record at `path` from byte `offset` on, and the offset
 /// after the last whole line read (a line still being written waits). A missing
 /// record has none. A record shorter than `offset` was written anew: read from 0.
-pub fn read_from(path: &Path, offset: u64) -> Result<(Vec<StepValues>, u64)> {
+pub fn read_from(path: &Path, offset: u64) -> Result<(Vec<TrainStepValues>, u64)> {
     let mut file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
@@ -139,7 +139,7 @@ pub fn read_from(path: &Path, offset: u64) -> Result<(Vec<StepValues>, u64)> {
     let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
     let steps = String::from_utf8_lossy(&bytes[..whole])
         .lines()
-        .filter_map(StepValues::parse)
+        .filter_map(TrainStepValues::parse)
         .collect();
     Ok((steps, offset + whole as u64))
 }
@@ -240,7 +240,7 @@ pub struct Replay {
     pub from_step: u64,
     pub tolerance: Tolerance,
     /// The first pass's steps past `from_step`, by step.
-    pub expected: BTreeMap<u64, StepValues>,
+    pub expected: BTreeMap<u64, TrainStepValues>,
     /// Steps compared so far (each once).
     pub checked: u64,
     /// The largest relative difference seen.
@@ -264,7 +264,7 @@ impl Replay {
         checkpoint: &str,
         from_step: u64,
         tolerance: Tolerance,
-        record: impl IntoIterator<Item = StepValues>,
+        record: impl IntoIterator<Item = TrainStepValues>,
     ) -> Replay {
         let mut expected = BTreeMap::new();
         for v in record.into_iter().filter(|v| v.step > from_step) {
@@ -294,7 +294,7 @@ impl Replay {
 
     /// Compares one replayed step (a step kept and not yet checked; any other is
     /// new training, or a line already seen). Returns the mismatch it found.
-    pub fn observe(&mut self, again: &StepValues) -> Option<&Mismatch> {
+    pub fn observe(&mut self, again: &TrainStepValues) -> Option<&Mismatch> {
         if self.verdict != Verdict::Checking {
             return None;
         }
@@ -515,7 +515,7 @@ fn file_name(path: &Path) -> Option<String> {
 }
 
 /// Every step entry of a record (a long record in [`MAX_READ`] pieces).
-pub fn read_all(path: &Path) -> Result<Vec<StepValues>> {
+pub fn read_all(path: &Path) -> Result<Vec<TrainStepValues>> {
     let mut all = Vec::new();
     let mut offset = 0;
     loop {

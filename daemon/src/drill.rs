@@ -16,7 +16,7 @@ use lavender::checkpoint::{Checkpoint, list_run_checkpoints, verdicts};
 use lavender::config::{Config, PipelineStep};
 use lavender::layout::Layout;
 use lavender::pipeline_file::PipelineRecord;
-use lavender::replay::{Replay, StepValues, Tolerance, Verdict};
+use lavender::replay::{Replay, Tolerance, TrainStepValues, Verdict};
 
 /// The environment variable a worker stops at (`lavender-worker`'s
 /// `--stop-at-step`, `lavender_protocol`'s `Worker.should_stop`).
@@ -33,7 +33,7 @@ pub struct Drill {
     /// Steps the drill trains.
     pub steps: u64,
     /// The run's recorded values of those steps.
-    pub expected: Vec<StepValues>,
+    pub expected: Vec<TrainStepValues>,
     pub tolerance: Tolerance,
 }
 
@@ -91,7 +91,7 @@ impl Drill {
                 })?,
         };
         let from = checkpoint.state.step;
-        let after: Vec<&StepValues> = record.iter().filter(|v| v.step > from).collect();
+        let after: Vec<&TrainStepValues> = record.iter().filter(|v| v.step > from).collect();
         let steps = match steps {
             Some(0) => bail!("--steps 0 trains nothing; give 1 or more"),
             Some(k) => k,
@@ -101,7 +101,7 @@ impl Drill {
                 .min()
                 .map_or(1, |k| k.min(MAX_DEFAULT_STEPS)),
         };
-        let mut expected: Vec<StepValues> = Vec::new();
+        let mut expected: Vec<TrainStepValues> = Vec::new();
         for v in after.into_iter().filter(|v| v.step <= from + steps) {
             // A step recorded twice (a replay after it) counts as last recorded.
             expected.retain(|e| e.step != v.step);

@@ -2,8 +2,8 @@ use super::*;
 use proptest::prelude::*;
 use serde_json::json;
 
-fn values(step: u64, loss: f64) -> StepValues {
-    StepValues {
+fn values(step: u64, loss: f64) -> TrainStepValues {
+    TrainStepValues {
         step,
         stage: Some("pretrain".into()),
         loss: Some(loss),
@@ -27,7 +27,7 @@ fn checkpoint_at(run: &Path, step: u64) -> std::path::PathBuf {
 
 #[test]
 fn a_line_is_a_step_entry_or_nothing() {
-    let table: &[(&str, Option<StepValues>)] = &[
+    let table: &[(&str, Option<TrainStepValues>)] = &[
         (
             r#"{"step": 3, "loss": 2.5, "grad_norm": 1.0, "learning_rate": 0.1, "stage": "pretrain"}"#,
             Some(values(3, 2.5)),
@@ -35,7 +35,7 @@ fn a_line_is_a_step_entry_or_nothing() {
         // JSON has no NaN: the writers write null.
         (
             r#"{"step": 4, "loss": null}"#,
-            Some(StepValues {
+            Some(TrainStepValues {
                 step: 4,
                 stage: None,
                 loss: None,
@@ -53,13 +53,13 @@ fn a_line_is_a_step_entry_or_nothing() {
         ("", None),
     ];
     for (line, want) in table {
-        assert_eq!(&StepValues::parse(line), want, "{line}");
+        assert_eq!(&TrainStepValues::parse(line), want, "{line}");
     }
     let long = format!(
         r#"{{"step": 1, "loss": 1.0, "stage": "{}"}}"#,
         "x".repeat(65)
     );
-    assert_eq!(StepValues::parse(&long), None);
+    assert_eq!(TrainStepValues::parse(&long), None);
 }
 
 #[test]
@@ -215,7 +215,7 @@ proptest! {
     /// Any bytes: the parser answers (no panic), and a parsed entry has its step.
     #[test]
     fn any_line_parses_or_is_skipped(line in ".{0,200}") {
-        if let Some(v) = StepValues::parse(&line) {
+        if let Some(v) = TrainStepValues::parse(&line) {
             prop_assert!(line.contains("step"));
             let _ = v;
         }
@@ -265,8 +265,8 @@ fn a_replay_cut_short_hands_its_unchecked_steps_to_the_next_resume() {
         .unwrap()
         .unwrap();
     let mut r = first.clone();
-    r.observe(&StepValues::parse(r#"{"step": 6, "loss": 6.25}"#).unwrap());
-    r.observe(&StepValues::parse(r#"{"step": 7, "loss": 7.25}"#).unwrap());
+    r.observe(&TrainStepValues::parse(r#"{"step": 6, "loss": 6.25}"#).unwrap());
+    r.observe(&TrainStepValues::parse(r#"{"step": 7, "loss": 7.25}"#).unwrap());
     r.ended();
     r.write(&state).unwrap();
     record(1..=7);
@@ -283,7 +283,7 @@ fn a_replay_cut_short_hands_its_unchecked_steps_to_the_next_resume() {
 
 #[test]
 fn a_logging_window_compares_only_with_the_same_window_inside_the_replay() {
-    let mean = |step: u64, window: u64, loss: f64| StepValues {
+    let mean = |step: u64, window: u64, loss: f64| TrainStepValues {
         window: Some(window),
         ..values(step, loss)
     };
@@ -298,7 +298,7 @@ fn a_logging_window_compares_only_with_the_same_window_inside_the_replay() {
     let mut r = Replay::new("run", "ck", 10, Tolerance::Exact, [mean(15, 5, 2.0)]);
     assert_eq!(r.observe(&mean(15, 5, 2.5)).unwrap().step, 15);
     assert_eq!(
-        StepValues::parse(r#"{"step": 3, "loss": 1.0, "window": 4}"#),
+        TrainStepValues::parse(r#"{"step": 3, "loss": 1.0, "window": 4}"#),
         None
     );
 }

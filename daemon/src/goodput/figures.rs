@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 
 use super::ledger::RunLedger;
-use lavender::goodput::{CheckpointAdvice, GoodputStatus, StepTime};
+use lavender::goodput::{CheckpointAdvice, GoodputStatus, TrainStepTime};
 
 /// Young–Daly and the configured interval differ by more than this factor: advise.
 const ADVISE_BEYOND: f64 = 2.0;
@@ -14,7 +14,7 @@ pub(crate) fn figures(
     run: &str,
     ledger: &RunLedger,
     checkpoint_every: u64,
-    step_time: Option<StepTime>,
+    step_time: Option<TrainStepTime>,
     now: DateTime<Utc>,
 ) -> GoodputStatus {
     let s = ledger.seconds;

@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 
 use lavender::config::Slowdown;
-use lavender::goodput::StepTime;
+use lavender::goodput::TrainStepTime;
 
 /// Samples in the current step time.
 pub(crate) const WINDOW: usize = 8;
@@ -141,11 +141,11 @@ impl Detector {
     }
 
     /// The current step time against the baseline, once both are known.
-    pub(crate) fn now(&self) -> Option<StepTime> {
+    pub(crate) fn now(&self) -> Option<TrainStepTime> {
         if self.recent.len() < WINDOW || self.baseline.len() < BASELINE_MIN {
             return None;
         }
-        Some(StepTime {
+        Some(TrainStepTime {
             stage: self.stage.clone().unwrap_or_default(),
             baseline_s: median(&self.baseline),
             current_s: median(&self.recent),

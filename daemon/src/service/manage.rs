@@ -27,8 +27,9 @@ pub fn unit_path(spec: &ServiceSpec) -> PathBuf {
     }
 }
 
+/// One thing an install or uninstall does (shown as a command with `--print`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub enum Action {
     /// Write the unit file (mode 0644).
     Write {
         path: PathBuf,
@@ -39,16 +40,16 @@ pub enum Step {
 }
 
 /// Install: write the unit, make the manager read it, enable and start it.
-pub fn install_steps(spec: &ServiceSpec) -> Vec<Step> {
+pub fn install_actions(spec: &ServiceSpec) -> Vec<Action> {
     let path = unit_path(spec);
-    let mut steps = vec![Step::Write {
+    let mut steps = vec![Action::Write {
         path: path.clone(),
         contents: render(spec),
     }];
     match spec.os {
         ServiceOs::Linux => {
-            steps.push(Step::Run(systemd::systemctl(spec, &["daemon-reload"])));
-            steps.push(Step::Run(systemd::systemctl(
+            steps.push(Action::Run(systemd::systemctl(spec, &["daemon-reload"])));
+            steps.push(Action::Run(systemd::systemctl(
                 spec,
                 &["enable", "--now", systemd::UNIT_NAME],
             )));
@@ -56,14 +57,14 @@ pub fn install_steps(spec: &ServiceSpec) -> Vec<Step> {
                 && let Some(user) = current_user()
             {
                 // Keeps the user's manager (and the daemon) running after logout, and starts it at boot.
-                steps.push(Step::Run(vec![
+                steps.push(Action::Run(vec![
                     "loginctl".into(),
                     "enable-linger".into(),
                     user,
                 ]));
             }
         }
-        ServiceOs::Macos => steps.push(Step::Run(vec![
+        ServiceOs::Macos => steps.push(Action::Run(vec![
             "launchctl".into(),
             "bootstrap".into(),
             launchd::domain(),
@@ -74,24 +75,24 @@ pub fn install_steps(spec: &ServiceSpec) -> Vec<Step> {
 }
 
 /// Uninstall: stop (the daemon stops the worker with a save), disable, remove.
-pub fn uninstall_steps(spec: &ServiceSpec) -> Vec<Step> {
+pub fn uninstall_actions(spec: &ServiceSpec) -> Vec<Action> {
     let path = unit_path(spec);
     match spec.os {
         ServiceOs::Linux => vec![
-            Step::Run(systemd::systemctl(
+            Action::Run(systemd::systemctl(
                 spec,
                 &["disable", "--now", systemd::UNIT_NAME],
             )),
-            Step::Remove(path),
-            Step::Run(systemd::systemctl(spec, &["daemon-reload"])),
+            Action::Remove(path),
+            Action::Run(systemd::systemctl(spec, &["daemon-reload"])),
         ],
         ServiceOs::Macos => vec![
-            Step::Run(vec![
+            Action::Run(vec![
                 "launchctl".into(),
                 "bootout".into(),
                 format!("{}/{}", launchd::domain(), launchd::LABEL),
             ]),
-            Step::Remove(path),
+            Action::Remove(path),
         ],
     }
 }
@@ -154,10 +155,10 @@ fn write_unit(path: &Path, contents: &str) -> Result<()> {
 }
 
 /// Runs the steps; on the first that fails, prints it and the rest as commands.
-fn carry_out(spec: &ServiceSpec, steps: &[Step]) -> Result<bool> {
+fn carry_out(spec: &ServiceSpec, steps: &[Action]) -> Result<bool> {
     for (i, step) in steps.iter().enumerate() {
         let outcome = match step {
-            Step::Write { path, contents } => {
+            Action::Write { path, contents } => {
                 if std::fs::read_to_string(path).is_ok_and(|c| &c == contents) {
                     println!("{} is up to date", path.display());
                     Ok(())
@@ -165,7 +166,7 @@ fn carry_out(spec: &ServiceSpec, steps: &[Step]) -> Result<bool> {
                     write_unit(path, contents).map(|()| println!("wrote {}", path.display()))
                 }
             }
-            Step::Run(argv) => {
+            Action::Run(argv) => {
                 println!("$ {}", shell(argv));
                 match std::process::Command::new(&argv[0])
                     .args(&argv[1..])
@@ -176,7 +177,7 @@ fn carry_out(spec: &ServiceSpec, steps: &[Step]) -> Result<bool> {
                     Err(e) => Err(anyhow::anyhow!("cannot run `{}`: {e}", argv[0])),
                 }
             }
-            Step::Remove(path) => match std::fs::remove_file(path) {
+            Action::Remove(path) => match std::fs::remove_file(path) {
                 Ok(()) => {
                     println!("removed {}", path.display());
                     Ok(())
@@ -199,7 +200,7 @@ fn carry_out(spec: &ServiceSpec, steps: &[Step]) -> Result<bool> {
 
 /// The steps as shell commands; a unit to write is first saved next to the
 /// daemon's state (`<state_dir>/<unit file name>`) and copied from there.
-pub fn manual_commands(spec: &ServiceSpec, steps: &[Step]) -> Result<Vec<String>> {
+pub fn manual_commands(spec: &ServiceSpec, steps: &[Action]) -> Result<Vec<String>> {
     let sudo = if spec.scope == Scope::System && !nix::unistd::geteuid().is_root() {
         "sudo "
     } else {
@@ -208,7 +209,7 @@ pub fn manual_commands(spec: &ServiceSpec, steps: &[Step]) -> Result<Vec<String>
     let mut out = Vec::new();
     for step in steps {
         match step {
-            Step::Write { path, contents } => {
+            Action::Write { path, contents } => {
                 let staged = spec
                     .state_dir
                     .join(path.file_name().context("unit path has no file name")?);
@@ -223,11 +224,11 @@ pub fn manual_commands(spec: &ServiceSpec, steps: &[Step]) -> Result<Vec<String>
                     shell_quote(&path.display().to_string())
                 ));
             }
-            Step::Run(argv) => {
+            Action::Run(argv) => {
                 let sudo = if argv[0] == "systemctl" { sudo } else { "" };
                 out.push(format!("{sudo}{}", shell(argv)));
             }
-            Step::Remove(path) => out.push(format!(
+            Action::Remove(path) => out.push(format!(
                 "{sudo}rm -f {}",
                 shell_quote(&path.display().to_string())
             )),
@@ -244,7 +245,7 @@ pub fn install(spec: &ServiceSpec) -> Result<ExitCode> {
     lavender::layout::Layout::new(spec.data_root.clone(), Some(spec.state_dir.clone()))
         .ensure_state_dir()
         .with_context(|| format!("create {}", spec.state_dir.display()))?;
-    if !carry_out(spec, &install_steps(spec))? {
+    if !carry_out(spec, &install_actions(spec))? {
         return Ok(ExitCode::from(EXIT_MANUAL));
     }
     println!(
@@ -274,7 +275,7 @@ pub fn uninstall(spec: &ServiceSpec, yes: bool) -> Result<ExitCode> {
         "stopping the service: the daemon stops the worker with a checkpoint first (up to {} s)",
         spec.stop_timeout_with_margin()
     );
-    if !carry_out(spec, &uninstall_steps(spec))? {
+    if !carry_out(spec, &uninstall_actions(spec))? {
         return Ok(ExitCode::from(EXIT_MANUAL));
     }
     println!(
@@ -355,21 +356,21 @@ mod tests {
     #[test]
     fn launchd_plan_bootstraps_the_agent_in_the_login_domain() {
         let s = spec(ServiceOs::Macos, Scope::User);
-        let steps = install_steps(&s);
+        let steps = install_actions(&s);
         let uid = nix::unistd::getuid();
         assert_eq!(
             steps[1],
-            Step::Run(vec![
+            Action::Run(vec![
                 "launchctl".into(),
                 "bootstrap".into(),
                 format!("gui/{uid}"),
                 "/Users/ann/Library/LaunchAgents/dev.lavender.lavenderd.plist".into()
             ])
         );
-        let un = uninstall_steps(&s);
+        let un = uninstall_actions(&s);
         assert_eq!(
             un[0],
-            Step::Run(vec![
+            Action::Run(vec![
                 "launchctl".into(),
                 "bootout".into(),
                 format!("gui/{uid}/dev.lavender.lavenderd")
@@ -380,13 +381,13 @@ mod tests {
     #[test]
     fn system_plan_enables_and_starts_the_unit() {
         let s = spec(ServiceOs::Linux, Scope::System);
-        let steps = install_steps(&s);
+        let steps = install_actions(&s);
         assert!(
-            matches!(&steps[0], Step::Write { path, .. } if path == Path::new("/etc/systemd/system/lavenderd.service"))
+            matches!(&steps[0], Action::Write { path, .. } if path == Path::new("/etc/systemd/system/lavenderd.service"))
         );
         assert_eq!(
             steps[2],
-            Step::Run(vec![
+            Action::Run(vec![
                 "systemctl".into(),
                 "enable".into(),
                 "--now".into(),

@@ -77,7 +77,7 @@ pub struct Parts {
 /// An evaluation and where it was made: a checkpoint's validation loss is the one
 /// measured at its own step, in its own stage.
 #[derive(Debug, Clone)]
-struct StepEval {
+struct TrainStepEval {
     step: u64,
     stage_index: usize,
     eval: Eval,
@@ -87,7 +87,7 @@ struct StepEval {
 
 /// An optimizer step whose loss and gradient norm are still on the device: they are
 /// read, with those of the steps before, at the next log step, evaluation or save.
-struct PendingStep {
+struct PendingTrainStep {
     step: u64,
     stage: String,
     epoch: f64,
@@ -106,7 +106,7 @@ pub struct Trainer {
     /// The weights' moving average (`training.ema`).
     ema: Option<Ema>,
     /// Steps whose values are still on the device, oldest first.
-    pending_steps: Vec<PendingStep>,
+    pending_steps: Vec<PendingTrainStep>,
     run_dir: PathBuf,
     tokens: Tokens,
     shards: Vec<String>,
@@ -129,7 +129,7 @@ pub struct Trainer {
     /// What a checkpoint restores: step, position, losses, wall time, latest save.
     progress: Progress,
     /// The latest evaluation (not restored: the next save evaluates at its own step).
-    last_eval: Option<StepEval>,
+    last_eval: Option<TrainStepEval>,
     /// The checkpoint being written in the background, if any (at most one).
     pending_save: Option<PendingSave>,
     /// Host memory for the next save's copy.
@@ -536,7 +536,7 @@ impl Trainer {
                 ema.after_step(&self.model, self.progress.pos.stage_step);
             }
             let epoch = sampler.epoch_progress();
-            self.pending_steps.push(PendingStep {
+            self.pending_steps.push(PendingTrainStep {
                 step: self.progress.step,
                 stage: stage.name.clone(),
                 epoch,
@@ -602,7 +602,7 @@ impl Trainer {
         .with("stage", &stage.name)
         .with("step", self.progress.step)
         .with(stage.kind.loss_key(), self.progress.last_loss);
-        if let Some(StepEval { eval, ema, .. }) = &self.last_eval {
+        if let Some(TrainStepEval { eval, ema, .. }) = &self.last_eval {
             ev = ev.with("eval_loss", eval.loss);
             for (k, v) in &eval.metrics {
                 ev = ev.with(k, v);
@@ -774,7 +774,7 @@ impl Trainer {
         {
             self.progress.best_val_loss = Some(eval.loss);
         }
-        self.last_eval = Some(StepEval {
+        self.last_eval = Some(TrainStepEval {
             step: self.progress.step,
             stage_index: self.progress.pos.stage_index,
             eval: eval.clone(),
@@ -788,7 +788,7 @@ impl Trainer {
         self.step_evaluation_now().map(|e| &e.eval)
     }
 
-    fn step_evaluation_now(&self) -> Option<&StepEval> {
+    fn step_evaluation_now(&self) -> Option<&TrainStepEval> {
         self.last_eval.as_ref().filter(|e| {
             e.step == self.progress.step && e.stage_index == self.progress.pos.stage_index
         })
