@@ -24,8 +24,8 @@ setup: libtorch
 # --simulate-inotify-exhausted`) is on only where a package's tests are built, through
 # its dev-dependency on itself (daemon/Cargo.toml, worker/Cargo.toml): test-build,
 # test-run and a plain `cargo test -p <pkg>` have it, build and install do not.
-# Only the two programs `run` and `install` use: the benches, the load generator and
-# the test kit are built by what uses them (bench/setup.sh, the test build).
+# Only the two programs `install` uses: the benches, the load generator and the test
+# kit are built by what uses them (bench/setup.sh, the test build).
 build: libtorch
 	@$(TORCH_ENV) cargo build --release -p lavenderd -p lavender-worker
 
@@ -36,11 +36,17 @@ build: libtorch
 # checkout's demo). `start` says which on its first line. Run again after Ctrl-C, it
 # resumes from the newest checkpoint (`start` refuses to start over silently while a
 # run could be resumed); run again after it finished, it says there is nothing to do.
-run: build
-	@resume=$$(./target/release/lavenderd runs --json 2>/dev/null | grep -q '"checkpoints": [1-9]' && echo "--resume latest"); \
-		./target/release/lavenderd start --scale tiny --foreground $$resume
+# The same two programs as `build`, with the `demo` profile (Cargo.toml) into
+# target/demo: only the code the demo spends its time in (the worker, tokenizers, the
+# regex crates, hashing) is optimized, the rest is built at opt-level 0. A fresh build
+# takes under half the release build's time on 2 cores and the demo runs as fast
+# (docs/BENCHMARKS.md, row 12); `make install` builds and installs the release ones.
+run: libtorch
+	@$(TORCH_ENV) cargo build --profile demo -p lavenderd -p lavender-worker
+	@resume=$$(./target/demo/lavenderd runs --json 2>/dev/null | grep -q '"checkpoints": [1-9]' && echo "--resume latest"); \
+		./target/demo/lavenderd start --scale tiny --foreground $$resume
 	@echo "--- a sample from the trained model:"
-	@./target/release/lavender-worker generate --checkpoint latest --prompt "ROMEO:"
+	@./target/demo/lavender-worker generate --checkpoint latest --prompt "ROMEO:"
 
 install: build
 	@bash scripts/install.sh install "$(PREFIX)" target/release
