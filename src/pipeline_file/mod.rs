@@ -239,6 +239,15 @@ impl PipelineRecord {
         self.state.restart_pending()
     }
 
+    /// The step to run next: the first not done (pending, or running when the
+    /// daemon died during it); `None` when every step is done.
+    pub fn next_step(&self) -> Option<PipelineStep> {
+        self.steps
+            .iter()
+            .find(|s| s.state == StepState::Pending || s.state == StepState::Running)
+            .map(|s| s.name)
+    }
+
     /// The saved record (`state/pipeline.json`) with its paths resolved against the
     /// data root, or `idle` when there is none yet.
     pub fn load(layout: &Layout) -> Result<PipelineRecord> {

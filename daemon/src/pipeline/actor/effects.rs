@@ -49,7 +49,9 @@ impl Actor {
                 Some(exit) => self.install(launch, exit),
                 None => tracing::error!(step = %launch.step, "a worker installed without its exit"),
             },
-            Effect::LaunchFailed {
+            Effect::SpawnStep { step, start } => self.spawn_step(step, None, start),
+            Effect::Finished { start } => self.finished(start),
+            Effect::Failed {
                 step,
                 reason,
                 last_exit,
@@ -102,10 +104,7 @@ impl Actor {
                 outcome,
                 files,
             } => self.judge_exit(worker, outcome, files),
-            Effect::StepDone { step } => {
-                self.decisions.step_done(step);
-                self.advance(None);
-            }
+            Effect::StepDone { step } => self.decisions.step_done(step),
             Effect::StoppedOutside { step } => {
                 self.commit();
                 self.alert(Alert::StoppedExternally { step });

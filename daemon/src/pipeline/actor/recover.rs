@@ -130,7 +130,7 @@ impl Actor {
             });
         } else if self.record.state.kind() == PipelineState::Running {
             // The daemon died between two steps.
-            self.advance(None);
+            self.on(Event::BetweenSteps);
         } else if self.record.state.kind() == PipelineState::Stopping {
             self.record.apply(RecordEvent::StopDone { step: None });
             self.commit();

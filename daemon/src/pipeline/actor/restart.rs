@@ -220,11 +220,12 @@ impl Actor {
         last_exit: Option<ExitOutcome>,
         failure: Option<Failure>,
     ) {
-        self.record.apply(RecordEvent::Failed {
+        self.on(Event::GaveUp {
             step,
-            reason: reason.clone(),
+            reason,
+            last_exit,
+            failure,
         });
-        self.failed(step, reason, last_exit, failure);
     }
 
     /// The pipeline failed at `step` (the record says so): logged, saved, told.

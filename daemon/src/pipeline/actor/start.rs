@@ -7,7 +7,7 @@ use std::path::Path;
 
 use chrono::SubsecRound;
 use lavender::config::{Config, PipelineStep};
-use lavender::status::{PipelineState, StepState};
+use lavender::status::PipelineState;
 use tokio::sync::oneshot;
 
 use super::{Actor, Fingerprinted, Input, JobChange, LaunchDone, backend_for};
@@ -16,7 +16,6 @@ use crate::pipeline::handle::{StartError, StartReply};
 use crate::pipeline::machine::{Event, Launching, PendingStart, Phase, Relaunch};
 use crate::pipeline::plan;
 use crate::process::{ExitFuture, SpawnSpec};
-use lavender::pipeline_file::RecordEvent;
 use lavender::pipeline_file::StartRequest;
 use lavender::steps::inputs::{LocalFiles, reads_local_files};
 use lavender::steps::start::ResolvedStart;
@@ -148,14 +147,16 @@ impl Actor {
             self.backend = backend_for(&self.layout, &config);
         }
         self.config = config;
-        self.record.apply(RecordEvent::Started(Box::new(record)));
-        self.advance(Some(PendingStart {
-            reply,
-            chunk,
-            scale,
-            notices,
-            config_line,
-        }));
+        self.on(Event::StartPrepared {
+            record: Box::new(record),
+            start: PendingStart {
+                reply,
+                chunk,
+                scale,
+                notices,
+                config_line,
+            },
+        });
     }
 
     /// Why a start is refused while a pipeline is active (or its first step is being
@@ -257,27 +258,15 @@ impl Actor {
         let _ = start.reply.send(reply);
     }
 
-    /// Starts the next pending step, or finishes the pipeline; `start`: the start
-    /// whose reply waits for that.
-    pub(super) fn advance(&mut self, start: Option<PendingStart>) {
-        let next = self
-            .record
-            .steps
-            .iter()
-            .find(|s| s.state == StepState::Pending || s.state == StepState::Running)
-            .map(|s| s.name);
-        match next {
-            None => {
-                self.record.apply(RecordEvent::Finished);
-                tracing::info!("pipeline finished");
-                self.commit();
-                self.alert(self.finished_alert());
-                self.prune_old_runs();
-                if let Some(start) = start {
-                    self.answer_start(start);
-                }
-            }
-            Some(step) => self.spawn_step(step, None, start),
+    /// Every step is done (the record says finished): told, old runs pruned;
+    /// `start`: the start whose reply waits for that.
+    pub(super) fn finished(&mut self, start: Option<PendingStart>) {
+        tracing::info!("pipeline finished");
+        self.commit();
+        self.alert(self.finished_alert());
+        self.prune_old_runs();
+        if let Some(start) = start {
+            self.answer_start(start);
         }
     }
 

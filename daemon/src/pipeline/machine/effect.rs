@@ -27,9 +27,17 @@ pub(crate) enum Effect {
     /// The launched worker runs (the phase holds it): record it, say why it was
     /// launched again, watch its exit.
     Supervise { launch: Launching },
-    /// The launch failed: the pipeline fails (after a crash, with that crash's exit
-    /// and failure).
-    LaunchFailed {
+    /// Launch the next step off the actor (`start`: the start whose reply waits).
+    SpawnStep {
+        step: PipelineStep,
+        start: Option<PendingStart>,
+    },
+    /// Every step is done (the record says finished): told, old runs pruned, the
+    /// start that waited answered.
+    Finished { start: Option<PendingStart> },
+    /// The pipeline failed (the record says so): logged and told, after a crash with
+    /// that crash's exit and failure.
+    Failed {
         step: PipelineStep,
         reason: String,
         last_exit: Option<ExitOutcome>,
@@ -81,7 +89,7 @@ pub(crate) enum Effect {
         outcome: ExitOutcome,
         files: LocalFiles,
     },
-    /// The step's work is done (its markers written): the next step, or the finish.
+    /// The step's work is done (its markers written): in the decision log.
     StepDone { step: PipelineStep },
     /// A SIGTERM from outside lavenderd stopped the worker: the pipeline stays
     /// stopped (told by an alert).
@@ -128,11 +136,13 @@ pub(crate) enum KillReason {
 }
 
 /// The effects by name, as the diagram labels them.
-pub(crate) const EFFECTS: [&str; 24] = [
+pub(crate) const EFFECTS: [&str; 26] = [
     "Record",
     "Launch",
     "Supervise",
-    "LaunchFailed",
+    "SpawnStep",
+    "Finished",
+    "Failed",
     "Cancel",
     "AnswerStart",
     "Terminate",
@@ -161,27 +171,29 @@ impl Effect {
             Effect::Record(_) => EFFECTS[0],
             Effect::Launch { .. } => EFFECTS[1],
             Effect::Supervise { .. } => EFFECTS[2],
-            Effect::LaunchFailed { .. } => EFFECTS[3],
-            Effect::Cancel { .. } => EFFECTS[4],
-            Effect::AnswerStart(_) => EFFECTS[5],
-            Effect::Terminate { .. } => EFFECTS[6],
-            Effect::Kill { .. } => EFFECTS[7],
-            Effect::StopBegun { .. } => EFFECTS[8],
-            Effect::StopWithoutWorker { .. } => EFFECTS[9],
-            Effect::StopDuringLaunch { .. } => EFFECTS[10],
-            Effect::Stopped { .. } => EFFECTS[11],
-            Effect::HungKillBegun { .. } => EFFECTS[12],
-            Effect::QueuedNotHung { .. } => EFFECTS[13],
-            Effect::Judge { .. } => EFFECTS[14],
-            Effect::StepDone { .. } => EFFECTS[15],
-            Effect::StoppedOutside { .. } => EFFECTS[16],
-            Effect::WorkerFailed { .. } => EFFECTS[17],
-            Effect::HungEnded { .. } => EFFECTS[18],
-            Effect::RestartDue(_) => EFFECTS[19],
-            Effect::CheckDisk { .. } => EFFECTS[20],
-            Effect::DiskStillFull { .. } => EFFECTS[21],
-            Effect::DiskBack { .. } => EFFECTS[22],
-            Effect::DiskCheckedRunning(_) => EFFECTS[23],
+            Effect::SpawnStep { .. } => EFFECTS[3],
+            Effect::Finished { .. } => EFFECTS[4],
+            Effect::Failed { .. } => EFFECTS[5],
+            Effect::Cancel { .. } => EFFECTS[6],
+            Effect::AnswerStart(_) => EFFECTS[7],
+            Effect::Terminate { .. } => EFFECTS[8],
+            Effect::Kill { .. } => EFFECTS[9],
+            Effect::StopBegun { .. } => EFFECTS[10],
+            Effect::StopWithoutWorker { .. } => EFFECTS[11],
+            Effect::StopDuringLaunch { .. } => EFFECTS[12],
+            Effect::Stopped { .. } => EFFECTS[13],
+            Effect::HungKillBegun { .. } => EFFECTS[14],
+            Effect::QueuedNotHung { .. } => EFFECTS[15],
+            Effect::Judge { .. } => EFFECTS[16],
+            Effect::StepDone { .. } => EFFECTS[17],
+            Effect::StoppedOutside { .. } => EFFECTS[18],
+            Effect::WorkerFailed { .. } => EFFECTS[19],
+            Effect::HungEnded { .. } => EFFECTS[20],
+            Effect::RestartDue(_) => EFFECTS[21],
+            Effect::CheckDisk { .. } => EFFECTS[22],
+            Effect::DiskStillFull { .. } => EFFECTS[23],
+            Effect::DiskBack { .. } => EFFECTS[24],
+            Effect::DiskCheckedRunning(_) => EFFECTS[25],
         }
     }
 }

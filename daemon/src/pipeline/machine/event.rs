@@ -13,12 +13,23 @@ use crate::pipeline::judge::Verdict;
 use crate::pipeline::save_room::DiskCheck;
 use crate::pipeline::stop::{StopMark, StopReport};
 use crate::process::{SpawnSpec, WorkerHandle};
-use lavender::pipeline_file::{SlurmJob, StopCause};
+use lavender::config::PipelineStep;
+use lavender::failure::Failure;
+use lavender::pipeline_file::{PipelineRecord, SlurmJob, StopCause};
 use lavender::skips::SkipRange;
 use lavender::status::DiskWait;
 use lavender::steps::inputs::LocalFiles;
 
 pub(crate) enum Event {
+    /// A start prepared its pipeline's record (the run, its steps): its first
+    /// pending step follows, or the finish.
+    StartPrepared {
+        record: Box<PipelineRecord>,
+        start: PendingStart,
+    },
+    /// At daemon start, a record that says running with no worker: the daemon died
+    /// between two steps; the next one follows.
+    BetweenSteps,
     /// A step to launch: a start's first step (`start`), the next step, a restart
     /// due, a resume at daemon start.
     LaunchAsked {
@@ -44,6 +55,15 @@ pub(crate) enum Event {
         outcome: ExitOutcome,
         verdict: Verdict,
         last_step: Option<u64>,
+    },
+    /// The pipeline fails at `step`: the policy gave up on its worker, a lost
+    /// Slurm node under `on_node_failure: fail`, a checkpoint that cannot be set
+    /// aside.
+    GaveUp {
+        step: PipelineStep,
+        reason: String,
+        last_exit: Option<ExitOutcome>,
+        failure: Option<Failure>,
     },
     /// The watchdog found the worker hung; `grace`: until SIGKILL; `said`: what the
     /// record says of it ("hung at step 40 for 5m 0s…").
@@ -102,7 +122,10 @@ pub(crate) struct Crash {
 }
 
 /// The events by name (`LaunchFinished` and `Adopted` by how they went), as the diagram labels them.
-pub(crate) const EVENTS: [&str; 18] = [
+pub(crate) const EVENTS: [&str; 22] = [
+    "StartPrepared",
+    "StartPrepared nothing left",
+    "BetweenSteps",
     "LaunchAsked",
     "LaunchFinished ok",
     "LaunchFinished failed",
@@ -110,6 +133,7 @@ pub(crate) const EVENTS: [&str; 18] = [
     "ExitJudged done",
     "ExitJudged stopped outside",
     "ExitJudged failed",
+    "GaveUp",
     "HungJudged",
     "StopAsked",
     "RestartDecided",
@@ -126,26 +150,30 @@ pub(crate) const EVENTS: [&str; 18] = [
 impl Event {
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Event::LaunchAsked { .. } => EVENTS[0],
-            Event::LaunchFinished { result: Ok(_), .. } => EVENTS[1],
-            Event::LaunchFinished { result: Err(_), .. } => EVENTS[2],
-            Event::WorkerExited { .. } => EVENTS[3],
+            Event::StartPrepared { record, .. } if record.next_step().is_some() => EVENTS[0],
+            Event::StartPrepared { .. } => EVENTS[1],
+            Event::BetweenSteps => EVENTS[2],
+            Event::LaunchAsked { .. } => EVENTS[3],
+            Event::LaunchFinished { result: Ok(_), .. } => EVENTS[4],
+            Event::LaunchFinished { result: Err(_), .. } => EVENTS[5],
+            Event::WorkerExited { .. } => EVENTS[6],
             Event::ExitJudged { verdict, .. } => match verdict {
-                Verdict::Success => EVENTS[4],
-                Verdict::StoppedExternally => EVENTS[5],
-                Verdict::Failed { .. } => EVENTS[6],
+                Verdict::Success => EVENTS[7],
+                Verdict::StoppedExternally => EVENTS[8],
+                Verdict::Failed { .. } => EVENTS[9],
             },
-            Event::HungJudged { .. } => EVENTS[7],
-            Event::StopAsked { .. } => EVENTS[8],
-            Event::RestartDecided { .. } => EVENTS[9],
-            Event::Adopted { stop: None, .. } => EVENTS[10],
-            Event::Adopted { stop: Some(_), .. } => EVENTS[11],
-            Event::TimerFired => EVENTS[12],
-            Event::DiskFullJudged { .. } => EVENTS[13],
-            Event::DiskChecked(c) if c.fits() => EVENTS[14],
-            Event::DiskChecked(_) => EVENTS[15],
-            Event::SlurmJobMoved(_) => EVENTS[16],
-            Event::IntervalLearned { .. } => EVENTS[17],
+            Event::GaveUp { .. } => EVENTS[10],
+            Event::HungJudged { .. } => EVENTS[11],
+            Event::StopAsked { .. } => EVENTS[12],
+            Event::RestartDecided { .. } => EVENTS[13],
+            Event::Adopted { stop: None, .. } => EVENTS[14],
+            Event::Adopted { stop: Some(_), .. } => EVENTS[15],
+            Event::TimerFired => EVENTS[16],
+            Event::DiskFullJudged { .. } => EVENTS[17],
+            Event::DiskChecked(c) if c.fits() => EVENTS[18],
+            Event::DiskChecked(_) => EVENTS[19],
+            Event::SlurmJobMoved(_) => EVENTS[20],
+            Event::IntervalLearned { .. } => EVENTS[21],
         }
     }
 }

@@ -6,7 +6,9 @@ use lavender::pipeline_file::{PipelineRecord, RecordEvent, StopCause, WorkerHand
 
 use super::effect::{Effect, KillReason};
 use super::event::{Crash, Event};
-use super::phase::{DiskWaiting, Escalation, LiveWorker, Phase, Relaunch, Restart, Stop};
+use super::phase::{
+    DiskWaiting, Escalation, LiveWorker, PendingStart, Phase, Relaunch, Restart, Stop,
+};
 use crate::pipeline::judge::Verdict;
 
 /// The phase after `event` at `now`, and what the actor is to do about it, in order.
@@ -21,6 +23,42 @@ pub(crate) fn step(
 ) -> (Phase, Vec<Effect>) {
     use Effect::Record;
     match event {
+        Event::StartPrepared { record: new, start } => match phase {
+            Phase::Idle => {
+                let next = advance(&new, Some(start));
+                let started = Record(RecordEvent::Started(new));
+                (Phase::Idle, [started].into_iter().chain(next).collect())
+            }
+            // A start is refused while a pipeline is active: answered as it is.
+            busy => (busy, vec![Effect::AnswerStart(start)]),
+        },
+
+        Event::BetweenSteps => match phase {
+            Phase::Idle => (Phase::Idle, advance(record, None)),
+            other => (other, Vec::new()),
+        },
+
+        Event::GaveUp {
+            step,
+            reason,
+            last_exit,
+            failure,
+        } => (
+            phase,
+            vec![
+                Record(RecordEvent::Failed {
+                    step,
+                    reason: reason.clone(),
+                }),
+                Effect::Failed {
+                    step,
+                    reason,
+                    last_exit,
+                    failure,
+                },
+            ],
+        ),
+
         Event::LaunchAsked {
             launch,
             spec,
@@ -74,7 +112,7 @@ pub(crate) fn step(
                             step: launch.step,
                             reason: reason.clone(),
                         });
-                        let failed = Effect::LaunchFailed {
+                        let failed = Effect::Failed {
                             step: launch.step,
                             reason,
                             last_exit,
@@ -148,10 +186,13 @@ pub(crate) fn step(
                 let step = worker.step;
                 let effects = match verdict {
                     Verdict::Success => {
-                        vec![
-                            Record(RecordEvent::StepDone { step }),
-                            Effect::StepDone { step },
-                        ]
+                        let done = RecordEvent::StepDone { step };
+                        let mut after = record.clone();
+                        after.apply(done.clone());
+                        [Record(done), Effect::StepDone { step }]
+                            .into_iter()
+                            .chain(advance(&after, None))
+                            .collect()
                     }
                     Verdict::StoppedExternally => vec![
                         Record(RecordEvent::Stopped {
@@ -435,5 +476,17 @@ pub(crate) fn step(
             let learned = longer.then_some(Record(RecordEvent::HeartbeatInterval(longest_s)));
             (phase, learned.into_iter().collect())
         }
+    }
+}
+
+/// What follows once `record` has a step done or is new: its next step's launch, or
+/// the finish when every step is done; `start`: the start whose reply waits.
+fn advance(record: &PipelineRecord, start: Option<PendingStart>) -> Vec<Effect> {
+    match record.next_step() {
+        Some(step) => vec![Effect::SpawnStep { step, start }],
+        None => vec![
+            Effect::Record(RecordEvent::Finished),
+            Effect::Finished { start },
+        ],
     }
 }

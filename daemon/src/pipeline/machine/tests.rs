@@ -248,6 +248,20 @@ fn exited(generation: u64) -> Event {
         files: LocalFiles::default(),
     }
 }
+fn start_prepared(record: PipelineRecord) -> Event {
+    Event::StartPrepared {
+        record: Box::new(record),
+        start: start(),
+    }
+}
+fn gave_up() -> Event {
+    Event::GaveUp {
+        step: PipelineStep::Train,
+        reason: "exit code 1 three times at step 40".into(),
+        last_exit: Some(ExitOutcome::Code(1)),
+        failure: None,
+    }
+}
 fn judged(t0: Instant, verdict: Verdict) -> Event {
     Event::ExitJudged {
         worker: live(1, handle(10), t0),
@@ -412,6 +426,16 @@ fn started() -> PipelineRecord {
     record
 }
 
+/// Training done, hard examples to mine next.
+fn two_steps() -> PipelineRecord {
+    let mut record = record_of(&Phase::Idle);
+    record.steps.push(StepEntry {
+        name: PipelineStep::MineHard,
+        state: StepState::Pending,
+    });
+    record
+}
+
 /// Every step done.
 fn finished() -> PipelineRecord {
     let mut record = record_of(&Phase::Idle);
@@ -557,13 +581,18 @@ fn performed(
 fn table(t0: Instant) -> Vec<Row> {
     let s = Duration::from_secs;
     vec![
+        // Starts, and the next step.
+        with(finished(), row(idle(), start_prepared(started()), "Idle", &["SpawnStep"], "running, train pending ·")),
+        row(idle(), start_prepared(finished()), "Idle", &["Finished"], "finished, train done ·"),
+        row(running(t0), start_prepared(started()), "Running", &["AnswerStart"], "running pid 10, train running"),
+        row(idle(), Event::BetweenSteps, "Idle", &["SpawnStep"], "running, train running"),
         // Launches.
         with(started(), row(idle(), launch_asked(1, false), "Launching", &["Launch"], "running, train pending ·")),
         with(started(), row(idle(), launch_asked(1, true), "Launching", &["Launch"], "running, train pending ·")),
         row(launching(false), launched(1), "Running", &["Supervise"], "running pid 20, train running"),
         row(launching(true), launched(1), "Running", &["Supervise", "AnswerStart"], "running pid 20, train running"),
-        row(launching(false), launch_failed(1), "Idle", &["LaunchFailed"], "failed, train failed ·: sbatch: error"),
-        row(launching(true), launch_failed(1), "Idle", &["LaunchFailed", "AnswerStart"], "failed, train failed ·: sbatch: error"),
+        row(launching(false), launch_failed(1), "Idle", &["Failed"], "failed, train failed ·: sbatch: error"),
+        row(launching(true), launch_failed(1), "Idle", &["Failed", "AnswerStart"], "failed, train failed ·: sbatch: error"),
         // A launch a stop abandoned: its worker cancelled.
         row(idle(), launched(0), "Idle", &["Cancel"], "running, train running"),
         row(launching(false), launched(0), "Launching", &["Cancel"], "running, train running"),
@@ -575,7 +604,9 @@ fn table(t0: Instant) -> Vec<Row> {
         row(killing_hung(t0), exited(1), "Idle", &["HungEnded"], "running, train running"),
         row(idle(), exited(1), "Idle", &[], "running, train running"),
         // An exit judged from the worker's files (what follows a failure is the policy's).
-        row(idle(), judged(t0, Verdict::Success), "Idle", &["StepDone"], "running, train done ·"),
+        row(idle(), judged(t0, Verdict::Success), "Idle", &["StepDone", "Finished"], "finished, train done ·"),
+        with(two_steps(), row(idle(), judged(t0, Verdict::Success), "Idle", &["StepDone", "SpawnStep"], "running, train done ·")),
+        row(idle(), gave_up(), "Idle", &["Failed"], "failed, train failed ·: exit code 1 three times at step 40"),
         row(idle(), judged(t0, Verdict::StoppedExternally), "Idle", &["StoppedOutside"], "stopped, train pending ·"),
         row(idle(), judged(t0, failed()), "Idle", &["WorkerFailed"], "running, train running, failure crash"),
         row(running(t0), judged(t0, Verdict::Success), "Running", &[], "running pid 10, train running"),
@@ -746,7 +777,7 @@ fn a_failed_restart_launch_keeps_the_crash_it_follows() {
     let (_, effects) = stepped(from, launch_failed(1), t0);
     let [
         Effect::Record(_),
-        Effect::LaunchFailed {
+        Effect::Failed {
             last_exit,
             failure: said,
             ..
