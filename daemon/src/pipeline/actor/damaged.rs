@@ -345,6 +345,7 @@ impl Actor {
                 rolled_back: None,
             }),
         });
+        self.commit();
         true
     }
 

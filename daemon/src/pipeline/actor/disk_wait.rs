@@ -69,6 +69,7 @@ impl Actor {
             error: failure.message.clone(),
             shown,
         });
+        self.commit();
         true
     }
 
@@ -177,6 +178,7 @@ impl Actor {
     /// how much is free, and the first time the alert and the decision log too.
     pub(super) fn disk_still_full(&mut self, check: DiskCheck, first: bool) {
         // The record's own write may fail on the full disk: the status still shows it.
+        self.commit_changed();
         if !first {
             return;
         }

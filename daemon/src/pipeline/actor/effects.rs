@@ -18,8 +18,9 @@ impl Actor {
     }
 
     /// [`Actor::on`] for a launch reported back: `exit` resolves when its worker ends.
-    /// A record the effects changed is saved and published once they are performed,
-    /// unless one of them did so already (to answer after it).
+    /// The record's changes are applied in memory; the effect or caller that
+    /// completes a transition saves and publishes it (`commit`), so the status never
+    /// shows half of one (a start is shown running once its first worker runs).
     pub(super) fn on_with_exit(&mut self, event: Event, mut exit: Option<ExitFuture>) {
         let phase = std::mem::replace(&mut self.phase, Phase::Idle);
         let (from, heard) = (phase.name(), event.name());
@@ -32,9 +33,6 @@ impl Actor {
         self.phase = next;
         for effect in effects {
             self.perform(effect, &mut exit);
-        }
-        if self.unsaved {
-            self.commit();
         }
     }
 

@@ -287,6 +287,13 @@ impl Actor {
 
     /// Persists and publishes the record; a failed write is logged, not fatal
     /// (the worker must keep being supervised even on a full disk).
+    /// Saves and publishes the record if a step changed it since the last commit.
+    fn commit_changed(&mut self) {
+        if self.unsaved {
+            self.commit();
+        }
+    }
+
     fn commit(&mut self) {
         self.unsaved = false;
         if let Err(e) = self.record.save(&self.layout) {
@@ -315,6 +322,7 @@ impl Actor {
             Command::Interval { run_dir, longest_s } => {
                 let known = self.record.heartbeat_interval_s;
                 self.on(Event::IntervalLearned { run_dir, longest_s });
+                self.commit_changed();
                 if self.record.heartbeat_interval_s != known {
                     tracing::info!(
                         "learned heartbeat interval: {longest_s:.3} s (the longest between two training steps so far)"
@@ -411,6 +419,7 @@ impl Actor {
         slurm.seen.failed_on_node_loss = update.failed_on_node_loss;
         let message = slurm.seen.message.clone();
         self.on(Event::SlurmJobMoved(slurm));
+        self.commit_changed();
         if let (true, Some(message), Some(step)) = (newly_lost, message, self.record.active_step) {
             self.node_lost_decided(step, &message);
             self.alert(Alert::NodeLost { step, message });

@@ -104,6 +104,7 @@ impl Actor {
                         rolled_back: None,
                     }),
                 });
+                self.commit();
                 if let Some(failure) = failure {
                     self.alert(Alert::Crashed {
                         step,

@@ -73,6 +73,7 @@ impl Actor {
                 rolled_back: Some(rb.range.clone()),
             }),
         });
+        self.commit();
         self.alert(Alert::RolledBack {
             step,
             message,
