@@ -5,7 +5,7 @@
 //! log says so. An operator's stop is never resumed.
 
 use lavender::pipeline_file::RecordEvent;
-use lavender::status::{RecoveryReason, StepState};
+use lavender::status::RecoveryReason;
 
 use super::Actor;
 use crate::pipeline::machine::Relaunch;
@@ -13,13 +13,7 @@ use lavender::pipeline_file::StopCause;
 
 impl Actor {
     pub(super) fn resume_at_start(&mut self, cause: StopCause) {
-        let next = self
-            .record
-            .steps
-            .iter()
-            .find(|s| matches!(s.state, StepState::Pending | StepState::Running))
-            .map(|s| s.name);
-        let Some(step) = next else {
+        let Some(step) = self.record.next_step() else {
             return;
         };
         if !self.config.supervisor.resume_on_start {
