@@ -48,6 +48,8 @@ impl Actor {
                 None => tracing::error!(step = %launch.step, "a worker installed without its exit"),
             },
             Effect::SpawnStep { step, start } => self.spawn_step(step, None, start),
+            Effect::Resume { step, cause } => self.resume(step, cause),
+            Effect::StaysStopped { step, cause } => self.stays_stopped(step, cause),
             Effect::Finished { start } => self.finished(start),
             Effect::Failed {
                 step,

@@ -11,11 +11,11 @@ use super::{Actor, WorkerExit};
 use crate::alert::Alert;
 use crate::exit::ExitOutcome;
 use crate::pipeline::judge::{Verdict, judge};
-use crate::pipeline::machine::{Escalation, Event, LiveWorker, Restart, Stop};
+use crate::pipeline::machine::{Escalation, Event, Found, LiveWorker, Restart, Stop};
 use crate::pipeline::stop::StopMark;
 use crate::pipeline::timings::{restart_delay, stop_timeout};
 use crate::process::Alive;
-use lavender::pipeline_file::{RecordEvent, StopCause};
+use lavender::pipeline_file::StopCause;
 use lavender::steps::inputs::LocalFiles;
 
 impl Actor {
@@ -78,7 +78,7 @@ impl Actor {
                 if let Verdict::Failed { said: false, .. } = judged.verdict {
                     // Gone without a word, and the daemon with it: a power loss, a
                     // reboot, or both killed. Not the worker's failure: resume.
-                    self.record.apply(RecordEvent::WorkerEnded);
+                    self.on(Event::FoundAtStart(Found::WorkerGone));
                     self.resume_at_start(StopCause::PowerLoss);
                     return;
                 }
@@ -132,7 +132,7 @@ impl Actor {
             // The daemon died between two steps.
             self.on(Event::BetweenSteps);
         } else if self.record.state.kind() == PipelineState::Stopping {
-            self.record.apply(RecordEvent::StopDone { step: None });
+            self.on(Event::FoundAtStart(Found::StopOver));
             self.commit();
             if interrupted {
                 self.resume_at_start(StopCause::DaemonExit);

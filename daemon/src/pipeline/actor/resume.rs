@@ -4,33 +4,35 @@
 //! itself (`supervisor.resume_on_start`); with that off it stays stopped and the
 //! log says so. An operator's stop is never resumed.
 
-use lavender::pipeline_file::RecordEvent;
+use lavender::config::PipelineStep;
 use lavender::status::RecoveryReason;
 
 use super::Actor;
-use crate::pipeline::machine::Relaunch;
+use crate::pipeline::machine::{Event, Relaunch};
 use lavender::pipeline_file::StopCause;
 
 impl Actor {
     pub(super) fn resume_at_start(&mut self, cause: StopCause) {
-        let Some(step) = self.record.next_step() else {
-            return;
-        };
-        if !self.config.supervisor.resume_on_start {
-            let (_, why) = resume_reason(cause);
-            self.record.apply(RecordEvent::Stopped {
-                step: Some(step),
-                cause,
-            });
-            self.commit();
-            tracing::warn!(
-                "the pipeline stopped at step {step}, {why}; resume on start is off \
-                 (supervisor.resume_on_start), so it stays stopped: `lavenderd start --resume latest` continues it"
-            );
-            return;
-        }
-        // `relaunched` (restart.rs) says so once the worker runs.
+        self.on(Event::ResumeAsked {
+            cause,
+            resume_on_start: self.config.supervisor.resume_on_start,
+        });
+    }
+
+    /// The interrupted pipeline's `step` launched again; `relaunched` (restart.rs)
+    /// says so once the worker runs.
+    pub(super) fn resume(&mut self, step: PipelineStep, cause: StopCause) {
         self.spawn_step(step, Some(Relaunch::Resume(cause)), None);
+    }
+
+    /// Resume on start is off: the pipeline stays stopped (the record says so).
+    pub(super) fn stays_stopped(&mut self, step: PipelineStep, cause: StopCause) {
+        self.commit();
+        let (_, why) = resume_reason(cause);
+        tracing::warn!(
+            "the pipeline stopped at step {step}, {why}; resume on start is off \
+             (supervisor.resume_on_start), so it stays stopped: `lavenderd start --resume latest` continues it"
+        );
     }
 }
 

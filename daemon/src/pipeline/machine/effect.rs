@@ -12,7 +12,7 @@ use crate::pipeline::handle::HungReport;
 use crate::pipeline::save_room::DiskCheck;
 use crate::pipeline::stop::StopReport;
 use crate::process::{SpawnSpec, WorkerHandle};
-use lavender::pipeline_file::RecordEvent;
+use lavender::pipeline_file::{RecordEvent, StopCause};
 use lavender::steps::inputs::LocalFiles;
 
 pub(crate) enum Effect {
@@ -31,6 +31,18 @@ pub(crate) enum Effect {
     SpawnStep {
         step: PipelineStep,
         start: Option<PendingStart>,
+    },
+    /// At daemon start, an interrupted pipeline's `step` launched again from its
+    /// run's latest checkpoint (`cause`: what interrupted it).
+    Resume {
+        step: PipelineStep,
+        cause: StopCause,
+    },
+    /// At daemon start, an interrupted pipeline left stopped (resume on start is
+    /// off): the log says how to continue it.
+    StaysStopped {
+        step: PipelineStep,
+        cause: StopCause,
     },
     /// Every step is done (the record says finished): told, old runs pruned, the
     /// start that waited answered.
@@ -136,11 +148,13 @@ pub(crate) enum KillReason {
 }
 
 /// The effects by name, as the diagram labels them.
-pub(crate) const EFFECTS: [&str; 26] = [
+pub(crate) const EFFECTS: [&str; 28] = [
     "Record",
     "Launch",
     "Supervise",
     "SpawnStep",
+    "Resume",
+    "StaysStopped",
     "Finished",
     "Failed",
     "Cancel",
@@ -172,28 +186,30 @@ impl Effect {
             Effect::Launch { .. } => EFFECTS[1],
             Effect::Supervise { .. } => EFFECTS[2],
             Effect::SpawnStep { .. } => EFFECTS[3],
-            Effect::Finished { .. } => EFFECTS[4],
-            Effect::Failed { .. } => EFFECTS[5],
-            Effect::Cancel { .. } => EFFECTS[6],
-            Effect::AnswerStart(_) => EFFECTS[7],
-            Effect::Terminate { .. } => EFFECTS[8],
-            Effect::Kill { .. } => EFFECTS[9],
-            Effect::StopBegun { .. } => EFFECTS[10],
-            Effect::StopWithoutWorker { .. } => EFFECTS[11],
-            Effect::StopDuringLaunch { .. } => EFFECTS[12],
-            Effect::Stopped { .. } => EFFECTS[13],
-            Effect::HungKillBegun { .. } => EFFECTS[14],
-            Effect::QueuedNotHung { .. } => EFFECTS[15],
-            Effect::Judge { .. } => EFFECTS[16],
-            Effect::StepDone { .. } => EFFECTS[17],
-            Effect::StoppedOutside { .. } => EFFECTS[18],
-            Effect::WorkerFailed { .. } => EFFECTS[19],
-            Effect::HungEnded { .. } => EFFECTS[20],
-            Effect::RestartDue(_) => EFFECTS[21],
-            Effect::CheckDisk { .. } => EFFECTS[22],
-            Effect::DiskStillFull { .. } => EFFECTS[23],
-            Effect::DiskBack { .. } => EFFECTS[24],
-            Effect::DiskCheckedRunning(_) => EFFECTS[25],
+            Effect::Resume { .. } => EFFECTS[4],
+            Effect::StaysStopped { .. } => EFFECTS[5],
+            Effect::Finished { .. } => EFFECTS[6],
+            Effect::Failed { .. } => EFFECTS[7],
+            Effect::Cancel { .. } => EFFECTS[8],
+            Effect::AnswerStart(_) => EFFECTS[9],
+            Effect::Terminate { .. } => EFFECTS[10],
+            Effect::Kill { .. } => EFFECTS[11],
+            Effect::StopBegun { .. } => EFFECTS[12],
+            Effect::StopWithoutWorker { .. } => EFFECTS[13],
+            Effect::StopDuringLaunch { .. } => EFFECTS[14],
+            Effect::Stopped { .. } => EFFECTS[15],
+            Effect::HungKillBegun { .. } => EFFECTS[16],
+            Effect::QueuedNotHung { .. } => EFFECTS[17],
+            Effect::Judge { .. } => EFFECTS[18],
+            Effect::StepDone { .. } => EFFECTS[19],
+            Effect::StoppedOutside { .. } => EFFECTS[20],
+            Effect::WorkerFailed { .. } => EFFECTS[21],
+            Effect::HungEnded { .. } => EFFECTS[22],
+            Effect::RestartDue(_) => EFFECTS[23],
+            Effect::CheckDisk { .. } => EFFECTS[24],
+            Effect::DiskStillFull { .. } => EFFECTS[25],
+            Effect::DiskBack { .. } => EFFECTS[26],
+            Effect::DiskCheckedRunning(_) => EFFECTS[27],
         }
     }
 }

@@ -106,9 +106,28 @@ pub(crate) enum Event {
     DiskChecked(DiskCheck),
     /// The worker's Slurm job moved (queued, running on a node, requeued…).
     SlurmJobMoved(SlurmJob),
+    /// At daemon start, what the record did not know yet: its worker ended while
+    /// no daemon watched, or its stop finished.
+    FoundAtStart(Found),
+    /// At daemon start, a pipeline the previous daemon's exit or a power loss
+    /// (`cause`) interrupted: its next step resumes from its run's latest
+    /// checkpoint, or, with `supervisor.resume_on_start` off, it stays stopped.
+    ResumeAsked {
+        cause: StopCause,
+        resume_on_start: bool,
+    },
     /// The watchdog learned a longer steady interval between two heartbeats of the
     /// run in `run_dir`.
     IntervalLearned { run_dir: PathBuf, longest_s: f64 },
+}
+
+/// What a daemon found at its start that the record does not say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// The worker the record names is gone without a word, and the daemon with it.
+    WorkerGone,
+    /// The stop the record says is under way has no worker left: it is over.
+    StopOver,
 }
 
 /// A restart's crash, as the record shows it until the worker runs again.
@@ -122,7 +141,7 @@ pub(crate) struct Crash {
 }
 
 /// The events by name (`LaunchFinished` and `Adopted` by how they went), as the diagram labels them.
-pub(crate) const EVENTS: [&str; 22] = [
+pub(crate) const EVENTS: [&str; 26] = [
     "StartPrepared",
     "StartPrepared nothing left",
     "BetweenSteps",
@@ -145,6 +164,10 @@ pub(crate) const EVENTS: [&str; 22] = [
     "DiskChecked short",
     "SlurmJobMoved",
     "IntervalLearned",
+    "FoundAtStart worker gone",
+    "FoundAtStart stop over",
+    "ResumeAsked",
+    "ResumeAsked stays stopped",
 ];
 
 impl Event {
@@ -174,6 +197,13 @@ impl Event {
             Event::DiskChecked(_) => EVENTS[19],
             Event::SlurmJobMoved(_) => EVENTS[20],
             Event::IntervalLearned { .. } => EVENTS[21],
+            Event::FoundAtStart(Found::WorkerGone) => EVENTS[22],
+            Event::FoundAtStart(Found::StopOver) => EVENTS[23],
+            Event::ResumeAsked {
+                resume_on_start: true,
+                ..
+            } => EVENTS[24],
+            Event::ResumeAsked { .. } => EVENTS[25],
         }
     }
 }

@@ -17,7 +17,7 @@ mod step;
 mod tests;
 
 pub(crate) use effect::{Effect, KillReason};
-pub(crate) use event::{Crash, Event};
+pub(crate) use event::{Crash, Event, Found};
 pub(crate) use phase::{
     DiskWaiting, Escalation, Launching, LiveWorker, PendingRestart, PendingStart, Phase, Relaunch,
     Restart, Stop,

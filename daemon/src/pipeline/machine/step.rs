@@ -5,7 +5,7 @@ use tokio::time::Instant;
 use lavender::pipeline_file::{PipelineRecord, RecordEvent, StopCause, WorkerHandle, WorkerRecord};
 
 use super::effect::{Effect, KillReason};
-use super::event::{Crash, Event};
+use super::event::{Crash, Event, Found};
 use super::phase::{
     DiskWaiting, Escalation, LiveWorker, PendingStart, Phase, Relaunch, Restart, Stop,
 };
@@ -466,6 +466,35 @@ pub(crate) fn step(
             }
             // No worker left to show it.
             other => (other, Vec::new()),
+        },
+
+        Event::FoundAtStart(found) => {
+            let change = match found {
+                Found::WorkerGone => RecordEvent::WorkerEnded,
+                Found::StopOver => RecordEvent::StopDone { step: None },
+            };
+            (phase, vec![Record(change)])
+        }
+
+        Event::ResumeAsked {
+            cause,
+            resume_on_start,
+        } => match (phase, record.next_step()) {
+            (Phase::Idle, Some(step)) if resume_on_start => {
+                (Phase::Idle, vec![Effect::Resume { step, cause }])
+            }
+            (Phase::Idle, Some(step)) => (
+                Phase::Idle,
+                vec![
+                    Record(RecordEvent::Stopped {
+                        step: Some(step),
+                        cause,
+                    }),
+                    Effect::StaysStopped { step, cause },
+                ],
+            ),
+            // Every step done, or a worker already under way.
+            (other, _) => (other, Vec::new()),
         },
 
         Event::IntervalLearned { run_dir, longest_s } => {

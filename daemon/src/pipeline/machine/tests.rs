@@ -248,6 +248,12 @@ fn exited(generation: u64) -> Event {
         files: LocalFiles::default(),
     }
 }
+fn resume_asked(resume_on_start: bool) -> Event {
+    Event::ResumeAsked {
+        cause: StopCause::DaemonExit,
+        resume_on_start,
+    }
+}
 fn start_prepared(record: PipelineRecord) -> Event {
     Event::StartPrepared {
         record: Box::new(record),
@@ -433,6 +439,25 @@ fn two_steps() -> PipelineRecord {
         name: PipelineStep::MineHard,
         state: StepState::Pending,
     });
+    record
+}
+
+/// Stopped by the previous daemon's exit, or (`stop_over`) still stopping with no
+/// worker left: what a daemon start finds after a service restart.
+fn interrupted(stop_over: bool) -> PipelineRecord {
+    let mut record = record_of(&Phase::Idle);
+    record.state = if stop_over {
+        RecordState::Stopping {
+            cause: Some(StopCause::DaemonExit),
+            worker: None,
+        }
+    } else {
+        RecordState::Stopped {
+            cause: Some(StopCause::DaemonExit),
+        }
+    };
+    record.steps[0].state = StepState::Pending;
+    record.active_step = None;
     record
 }
 
@@ -654,6 +679,11 @@ fn table(t0: Instant) -> Vec<Row> {
         // At daemon start.
         with(left_running(false), row(idle(), adopted(t0, false), "Running", &[], "running pid 10, train running")),
         with(left_running(true), row(idle(), adopted(t0, true), "Stopping", &[], "stopping pid 10, train running")),
+        with(left_running(false), row(idle(), Event::FoundAtStart(Found::WorkerGone), "Idle", &[], "running, train running")),
+        with(interrupted(true), row(idle(), Event::FoundAtStart(Found::StopOver), "Idle", &[], "stopped, train pending ·")),
+        with(interrupted(false), row(idle(), resume_asked(true), "Idle", &["Resume"], "stopped, train pending ·")),
+        with(interrupted(false), row(idle(), resume_asked(false), "Idle", &["StaysStopped"], "stopped, train pending ·")),
+        with(finished(), row(idle(), resume_asked(true), "Idle", &[], "finished, train done ·")),
         // What the worker's Slurm job and heartbeats show.
         row(running_queued(t0), job_moved("RUNNING"), "Running", &[], "running job 7 RUNNING, train running"),
         row(stopping(t0, Some(t0 + TIMEOUT)), job_moved("RUNNING"), "Stopping", &[], "stopping job 7 RUNNING, train running"),
