@@ -33,17 +33,12 @@ impl Root {
     /// `lavenderd status --json` with no daemon (composed from the files, as a
     /// daemon's is), checked against the status contract.
     pub fn status(&self) -> serde_json::Value {
-        let out = Command::new(crate::bins::lavenderd())
-            .arg("--data-root")
-            .arg(self.data())
-            .args(["status", "--json"])
-            .env_remove("LAVENDER_CONFIG")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = crate::training::run_ok(
+            Command::new(crate::bins::lavenderd())
+                .arg("--data-root")
+                .arg(self.data())
+                .args(["status", "--json"])
+                .env_remove("LAVENDER_CONFIG"),
         );
         let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         crate::assert_valid(&status);

@@ -80,11 +80,16 @@ impl DiskCheck {
             need_bytes: self.need_bytes,
             free_bytes: self.free_bytes,
             since,
-            message: format!(
-                "a save found the disk full; the next save {}; waiting (the latest verified checkpoint is as it was)",
-                self.numbers()
-            ),
+            message: self.waiting_message(),
         }
+    }
+
+    /// What a wait for space says after this check.
+    pub(crate) fn waiting_message(&self) -> String {
+        format!(
+            "a save found the disk full; the next save {}; waiting (the latest verified checkpoint is as it was)",
+            self.numbers()
+        )
     }
 
     /// The next save fits. A filesystem that cannot be read is given the benefit

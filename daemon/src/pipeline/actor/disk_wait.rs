@@ -46,12 +46,11 @@ impl Actor {
         if self.observing() {
             return false;
         }
-        let since = lavender::time::rfc3339_z(lavender::time::now_utc());
         let shown = DiskWait {
             path: self.layout.data_root.clone(),
             need_bytes: 0,
             free_bytes: None,
-            since: since.clone(),
+            since: lavender::time::rfc3339_z(lavender::time::now_utc()),
             message: format!("a save found the disk full ({}); checking", failure.message),
         };
         self.disk.at_least = None;
@@ -64,7 +63,6 @@ impl Actor {
                 check_at: None,
                 every: check_every(&self.config),
                 told: false,
-                since,
             },
             error: failure.message.clone(),
             shown,
@@ -183,7 +181,7 @@ impl Actor {
             return;
         }
         self.disk.at_least = Some(check.need_bytes);
-        let message = check.shown(String::new()).message;
+        let message = check.waiting_message();
         let step = self.step_now();
         tracing::warn!(%step, "{message}");
         let floor = self.config.notify.disk_floor_mib;

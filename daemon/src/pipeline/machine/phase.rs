@@ -190,8 +190,6 @@ pub(crate) struct DiskWaiting {
     pub every: Duration,
     /// The wait was told (the alert, the record): its end is told too.
     pub told: bool,
-    /// When the save found the disk full (RFC 3339), as the status shows it.
-    pub since: String,
 }
 
 /// A start whose reply waits for its first step's launch.

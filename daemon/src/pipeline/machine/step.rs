@@ -436,10 +436,13 @@ pub(crate) fn step(
                     told: true,
                     ..wait
                 };
-                // Rewritten only when it changes.
-                let shown = check.shown(wait.since.clone());
-                let seen = (record.disk_wait() != Some(&shown))
-                    .then(|| Record(RecordEvent::DiskWaitSeen(shown)));
+                // Shown since the wait began (`DiskFull`), rewritten only when it
+                // changes.
+                let seen = record
+                    .disk_wait()
+                    .map(|w| (w, check.shown(w.since.clone())))
+                    .filter(|(w, shown)| *w != shown)
+                    .map(|(_, shown)| Record(RecordEvent::DiskWaitSeen(shown)));
                 let still = Effect::DiskStillFull { check, first };
                 (
                     Phase::WaitingForDisk { wait },

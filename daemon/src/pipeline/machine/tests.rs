@@ -179,7 +179,6 @@ fn disk_wait(t0: Instant, check_at: Option<Duration>, told: bool) -> DiskWaiting
         check_at: check_at.map(|d| t0 + d),
         every: Duration::from_secs(2),
         told,
-        since: SINCE.into(),
     }
 }
 /// Waiting for disk space, the next check due 2 s after the rows' start.
