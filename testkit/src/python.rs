@@ -24,22 +24,24 @@ pub fn venv_tool(tool: &str) -> String {
     path.display().to_string()
 }
 
-/// Fails (never skips) when the venv lacks a module the test drives.
+/// Fails (never skips) when the venv lacks a module the test drives. The modules are
+/// looked up, not imported: importing torch, transformers or lightning costs seconds
+/// of CPU, paid again by the script the test runs (which fails on its own import if a
+/// module is installed but broken).
 pub fn require_modules(modules: &[&str]) {
-    let code = modules
-        .iter()
-        .map(|m| format!("import {m}"))
-        .collect::<Vec<_>>()
-        .join("; ");
+    const FIND: &str = "import importlib.util, sys\n\
+                        missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]\n\
+                        sys.exit(', '.join(missing) if missing else 0)";
     let out = Command::new(venv_tool("python"))
-        .args(["-c", &code])
+        .args(["-c", FIND])
+        .args(modules)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "the .venv cannot import {modules:?}: run scripts/hf-setup.sh (transformers, accelerate) \
-         and `pip install -e python/`\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        "the .venv lacks {}: run scripts/hf-setup.sh (transformers, accelerate) and \
+         `pip install -e python/`",
+        String::from_utf8_lossy(&out.stderr).trim()
     );
 }
 
