@@ -16,6 +16,7 @@ pub mod heartbeat;
 pub mod layout;
 pub mod log_history;
 pub mod manifest;
+pub mod openmp;
 pub mod pipeline_file;
 pub mod pipeline_step;
 pub mod replay;

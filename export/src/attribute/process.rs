@@ -27,16 +27,20 @@ pub(crate) fn python(given: Option<&Path>) -> Result<PathBuf> {
     Ok(PathBuf::from("python3"))
 }
 
-/// No downloads: every model and file SOURCE reads here is local.
-fn offline_env(work: &Path) -> Vec<(&'static str, std::ffi::OsString)> {
-    vec![
+/// No downloads: every model and file SOURCE reads here is local. torch's OpenMP
+/// threads spin briefly ([`lavender::openmp`]): bergson's passes run beside training
+/// or other work, where libgomp's default spin costs as much CPU as it saves.
+fn helper_env(work: &Path) -> Vec<(&'static str, std::ffi::OsString)> {
+    let mut env = vec![
         ("HF_HUB_OFFLINE", "1".into()),
         ("TRANSFORMERS_OFFLINE", "1".into()),
         ("HF_DATASETS_OFFLINE", "1".into()),
         ("HF_DATASETS_CACHE", work.join("datasets-cache").into()),
         ("WANDB_MODE", "disabled".into()),
         ("TOKENIZERS_PARALLELISM", "false".into()),
-    ]
+    ];
+    env.extend(lavender::openmp::short_spin().map(|(var, value)| (var, value.into())));
+    env
 }
 
 /// Runs the helper, drawing its `progress` lines on `view`; its message (or the
@@ -53,7 +57,7 @@ pub(crate) fn helper_call(
         .arg(helper)
         .args(args)
         .current_dir(work)
-        .envs(offline_env(work))
+        .envs(helper_env(work))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -110,4 +114,20 @@ fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_helper_runs_offline_with_the_short_openmp_spin_unless_the_user_chose() {
+        let env = helper_env(Path::new("/work"));
+        let get = |var: &str| env.iter().find(|(k, _)| *k == var).map(|(_, v)| v.clone());
+        assert_eq!(get("HF_HUB_OFFLINE"), Some("1".into()));
+        assert_eq!(
+            get("GOMP_SPINCOUNT"),
+            lavender::openmp::short_spin().map(|(_, value)| value.into())
+        );
+    }
 }

@@ -2,28 +2,13 @@
 
 use std::os::unix::process::CommandExt;
 
-/// How long an OpenMP thread spins for the next parallel region before it sleeps:
-/// libgomp's `GOMP_SPINCOUNT`, about 0.1 ms here.
-pub const SPIN_COUNT: &str = "10000";
-
-/// libgomp (libtorch's OpenMP) waits for the next parallel region by spinning,
-/// 300,000 spins (a few ms) by default and for ever with `OMP_WAIT_POLICY=ACTIVE`.
-/// On a machine whose cores are busy with anything else, a spinning thread waits for
-/// a peer that is not scheduled, and a small model trains 5-10x slower (measured:
-/// 1.6 vs 9.7 steps/s for the tiny model on two loaded cores). Not spinning at all
-/// (`PASSIVE`) makes every operation of a step end in a sleep and a wake-up, which on
-/// a virtual machine costs the host's wake-up latency: the tiny model trained at 40
-/// steps/s passive against 56 with a short spin, on the same idle 2-core VM. A spin
-/// of [`SPIN_COUNT`] keeps both: it covers the gap between two operations of a step,
-/// and under load it gives the core up within a tenth of a millisecond (with two
-/// busy loops on the two cores: 16-18 steps/s, passive 15-16). libgomp reads the
-/// setting once, when it is loaded, so the process re-executes itself (same pid)
-/// with `GOMP_SPINCOUNT` set, unless the user set it or `OMP_WAIT_POLICY`.
+/// The short OpenMP spin of [`lavender::openmp`] for this process: libgomp reads it
+/// once, when it is loaded, so the process re-executes itself (same pid) with
+/// `GOMP_SPINCOUNT` set, unless the user set it or `OMP_WAIT_POLICY`.
 pub fn short_openmp_spin() {
-    if std::env::var_os("OMP_WAIT_POLICY").is_some() || std::env::var_os("GOMP_SPINCOUNT").is_some()
-    {
+    let Some((var, value)) = lavender::openmp::short_spin() else {
         return;
-    }
+    };
     let Ok(exe) = std::env::current_exe() else {
         return;
     };
@@ -32,11 +17,11 @@ pub fn short_openmp_spin() {
     let err = std::process::Command::new(&exe)
         .arg0(arg0)
         .args(args)
-        .env("GOMP_SPINCOUNT", SPIN_COUNT)
+        .env(var, value)
         .exec();
     // Only reached when exec failed: train on, at default speed.
     eprintln!(
-        "warning: could not restart {} with GOMP_SPINCOUNT={SPIN_COUNT} ({err}); continuing",
+        "warning: could not restart {} with {var}={value} ({err}); continuing",
         exe.display()
     );
 }
