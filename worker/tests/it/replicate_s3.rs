@@ -176,21 +176,17 @@ fn a_run_whose_checkpoints_are_wiped_mid_run_comes_back_from_s3() {
     d.log = d.state_dir().join("lavenderd.log");
     d.start(&[]);
     // Frozen once step 20 is saved here, so the upload catches up whatever the speeds.
-    // Saved means complete on disk: the worker writes a save while it trains on, and
-    // a save frozen half written would never go up.
+    // Saved means announced: the worker's writer thread commits a save while it trains
+    // on and the worker says `checkpoint_saved` after, which is what the daemon's pass
+    // follows; frozen between the two, the save would not go up until a restart.
     let st = d.wait_status(
         T,
         "a checkpoint past step 20 saved, the worker training",
         |st| {
             assert_ne!(st["pipeline"]["state"], "failed", "{st:#}");
-            let saved = st["training"]["latest_checkpoint"]
-                .as_str()
-                .is_some_and(|c| {
-                    std::fs::read(d.run_dir().join(c).join("trainer_state.json"))
-                        .ok()
-                        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-                        .is_some_and(|t| t["step"].as_u64() >= Some(20))
-                });
+            let saved = lavender_testkit::events(&d.run_dir())
+                .iter()
+                .any(|e| e["kind"] == "checkpoint_saved" && e["step"].as_u64() >= Some(20));
             saved && st["pipeline"]["pid"].as_i64().is_some()
         },
     );
