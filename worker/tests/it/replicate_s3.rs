@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use lavender_testkit::s3::S3;
 use lavender_testkit::{Lavenderd, stderr, stdout, training};
-use serde_json::Value;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lavender-worker");
 const T: Duration = Duration::from_secs(120);
