@@ -391,6 +391,59 @@ def test_a_log_recorded_but_not_reported_before_a_kill_is_reported_by_the_next_w
     assert (run / hf.REPORTED_FILE).read_text() == "35"
 
 
+def test_a_resume_goes_by_what_mlflow_holds_not_by_the_mark(tmp_path, monkeypatch):
+    """The Trainer logs to MLflow in the background: a kill can lose a log its reporter
+    took (the mark is ahead of the server), or the server can have a log whose mark
+    was never written (behind). A resume asks the server, a real MLflow store here."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+    from types import SimpleNamespace
+
+    from transformers.integrations.integration_utils import MLflowCallback, TensorBoardCallback
+
+    from lavender_protocol import hf
+
+    class Unaskable(TensorBoardCallback):
+        """A reporter whose tracker lavender cannot ask."""
+
+        def __init__(self):
+            pass
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = MlflowClient()
+    run_id = client.create_run(client.create_experiment("lavender-test")).info.run_id
+    for step in (5, 10, 15, 20, 25):
+        client.log_metric(run_id, "loss", 1.0 / step, step=step)
+        client.log_metric(run_id, "learning_rate", 1e-3, step=step)
+    # lavenderd's own keys and MLflow's system samples are not the Trainer's steps.
+    client.log_metric(run_id, "lavender/event", 1.0, step=40)
+    client.log_metric(run_id, "system/cpu_utilization_percentage", 50.0, step=90)
+    assert hf._mlflow_through(run_id) == 25
+    assert hf._mlflow_through(client.create_run("0").info.run_id) == 0
+    assert hf._mlflow_through("no-such-run") is None
+    assert mlflow.active_run() is None
+
+    run = tmp_path / "run"
+    run.mkdir()
+    monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
+    monkeypatch.setenv(hf.REPLAY_THROUGH_VAR, "30")
+
+    def attached(mark, reporter):
+        (run / hf.REPORTED_FILE).write_text(str(mark))
+        cb = hf.LavenderCallback(worker=Worker(run, total_steps=60, handle_signals=False))
+        trainer = SimpleNamespace(callback_handler=SimpleNamespace(callbacks=[reporter, cb]))
+        return cb.attach(trainer).replay_through
+
+    # The mark says 30, MLflow lost it: 30 is sent again. The mark says 20, MLflow has
+    # 25: 25 is not sent twice. A reporter that cannot be asked goes by the mark.
+    assert attached(30, MLflowCallback()) == 25
+    assert attached(20, MLflowCallback()) == 25
+    assert attached(20, Unaskable()) == 20
+    # MLflow unreachable: the mark, as for any reporter.
+    monkeypatch.setenv("MLFLOW_RUN_ID", "no-such-run")
+    assert attached(20, MLflowCallback()) == 20
+
+
 class TrainerCallbackStub:
     """One of the Trainer's own flow callbacks: it stays first."""
 

@@ -24,9 +24,11 @@ fn hf_env(report_to: &str, tracking: &str) -> Env {
     )
 }
 
-/// Kills the worker once it has trained past its second save (step 20).
-fn kill_past_20(env: &Env) -> i32 {
-    env.wait_step(25, SLOW);
+/// Kills the worker once it has trained past its save and log at step 30: the Trainer
+/// gives MLflow its logs in the background, so the kill can come before step 30's (or a
+/// later one's) reached the server, or after it did and before the worker noted it.
+fn kill_past_30(env: &Env) -> i32 {
+    env.wait_step(31, SLOW);
     let pid = env.worker_pid().expect("a worker");
     lavender_testkit::send_signal(pid, 9);
     pid
@@ -39,7 +41,7 @@ fn the_hf_trainer_reporting_to_mlflow_keeps_one_run_across_a_sigkill_with_no_met
     let mut env = hf_env("mlflow", &m.yaml("hf", "worker"));
     env.serve();
     env.start(&[]);
-    kill_past_20(&env);
+    kill_past_30(&env);
     let st = env.wait_state("finished", SLOW);
     let mut runs = Vec::new();
     lavender_testkit::wait_until(SLOW, "the run's end told to MLflow", || {
@@ -98,7 +100,7 @@ fn the_hf_trainer_reporting_to_wandb_offline_gets_one_run_id_across_a_sigkill() 
         .push(("WANDB_DIR".into(), wandb_dir.display().to_string()));
     env.serve();
     env.start(&[]);
-    kill_past_20(&env);
+    kill_past_30(&env);
     let st = env.wait_state("finished", SLOW);
     let id = st["tracking"]["wandb"]
         .as_str()

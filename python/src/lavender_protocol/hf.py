@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -81,6 +82,41 @@ def _reported_through(run_dir) -> Optional[int]:
     return _replay_through(text)
 
 
+#: Metric keys on a tracker that are not the Trainer's logs: lavenderd's own
+#: (`lavender/event`, goodput) and MLflow's system metrics (their steps are samples).
+NOT_THE_TRAINERS = ("lavender/", "system/")
+
+
+def _mlflow_through(run_id: str) -> Optional[int]:
+    """The highest step of the Trainer's metrics that MLflow's run `run_id` holds (0
+    for none); None when the server cannot be asked. The Trainer logs to MLflow in the
+    background (`synchronous=False`), so a log its reporter took before a SIGKILL may
+    never have reached the server: only the server knows what it has."""
+    try:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient()
+        keys = [k for k in client.get_run(run_id).data.metrics if not k.startswith(NOT_THE_TRAINERS)]
+        return max((m.step for k in keys for m in client.get_metric_history(run_id, k)), default=0)
+    except Exception as e:  # noqa: BLE001 - any failure falls back to the mark
+        print(
+            f"lavender: could not ask MLflow which steps run {run_id} holds ({e}); going by {REPORTED_FILE} for it",
+            file=sys.stderr,
+        )
+        return None
+
+
+def _asked_through(reporter) -> Optional[int]:
+    """The highest step `reporter`'s tracker holds, where it can be asked (MLflow,
+    continuing the run `MLFLOW_RUN_ID` names); None where it cannot."""
+    from transformers.integrations.integration_utils import MLflowCallback
+
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if type(reporter) is MLflowCallback and run_id:
+        return _mlflow_through(run_id)
+    return None
+
+
 class _ReportedMark(TrainerCallback):
     """After the last reporter: each log they took raises the run folder's
     `REPORTED_FILE` to its step. A worker killed between lavender's record of a log
@@ -122,8 +158,10 @@ class LavenderCallback(TrainerCallback):
         # LAVENDER_REPLAY_THROUGH_STEP): logs up to it are a replay, kept from the
         # Trainer's trackers (`attach`), which have them already.
         self.replay_through: Optional[int] = _replay_through(os.environ.get(REPLAY_THROUGH_VAR))
-        # Of those, the trackers have the ones up to the reporters' mark (`attach`),
-        # where the previous worker left one in this run.
+        # Of those, the trackers have the ones up to the reporters' mark, where the
+        # previous worker left one in this run; `attach` asks the trackers that can
+        # be asked (MLflow) instead.
+        self._replay_told = self.replay_through
         reported = _reported_through(self.worker.run_dir)
         if self.replay_through is not None and reported is not None:
             self.replay_through = min(self.replay_through, reported)
@@ -168,7 +206,23 @@ class LavenderCallback(TrainerCallback):
         if self.worker.writes and not any(isinstance(c, _ReportedMark) for c in callbacks):
             last = max(i for i, c in enumerate(callbacks) if isinstance(c, reporters))
             callbacks.insert(last + 1, _ReportedMark(self.worker.run_dir))
+        if self._replay_told is not None:
+            self.replay_through = self._replayed_through([c for c in callbacks if isinstance(c, reporters)])
         return self
+
+    def _replayed_through(self, reporters) -> Optional[int]:
+        """The steps of this resume whose logs every reporter has: up to lavenderd's
+        `LAVENDER_REPLAY_THROUGH_STEP`, and for each reporter up to what its tracker
+        says it holds, or where it cannot be asked, up to the mark."""
+        mark = _reported_through(self.worker.run_dir)
+        through = self._replay_told
+        for reporter in reporters:
+            held = _asked_through(reporter)
+            if held is None:
+                held = mark
+            if held is not None:
+                through = min(through, held)
+        return through
 
     # ----- Trainer events -----
 
