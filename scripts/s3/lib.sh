@@ -30,8 +30,12 @@ alive() {
   local pid
   [ -s "$PIDFILE" ] || return 1
   pid=$(cat "$PIDFILE")
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = weed ] \
-    && [ "$(awk '{print $3}' /proc/"$pid"/stat 2>/dev/null)" != Z ]
+  [ -n "$pid" ] && running "$pid" && [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = weed ]
+}
+
+# running PID: the process runs and is not a zombie, whatever its name
+running() {
+  kill -0 "$1" 2>/dev/null && [ "$(awk '{print $3}' /proc/"$1"/stat 2>/dev/null)" != Z ]
 }
 
 # s3 CURL-ARGS...: a request signed with the test identity (AWS SigV4)

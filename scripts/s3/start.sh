@@ -40,6 +40,7 @@ printf 'S3_ENDPOINT=%s\nS3_BUCKET=%s\nAWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KE
   "$ENDPOINT" "$BUCKET" "$ACCESS_KEY" "$SECRET_KEY" >"$BASE/env"
 
 # ---- 2. the server -----------------------------------------------------------
+started=
 if alive; then
   log "weed already running (pid $(cat "$PIDFILE"))"
 else
@@ -50,9 +51,18 @@ else
     -s3 -s3.port="$PORT" -s3.config="$BASE/s3.json" -s3.port.iceberg=0 -s3.port.lance=0 \
     -master.volumeSizeLimitMB=64 -volume.max=50 -metricsPort=0 \
     </dev/null >>"$BASE/weed.log" 2>&1 &
-  echo $! >"$PIDFILE"
-  log "weed started (pid $!, log $BASE/weed.log)"
+  started=$!
+  echo "$started" >"$PIDFILE"
+  log "weed started (pid $started, log $BASE/weed.log)"
 fi
+
+# Still starting: the server this script started is its own child, so its pid is not
+# reused while the script runs, and for a moment after the fork it is not yet called
+# weed (bash, then setsid, before the exec; `alive` would call it gone). A server
+# found running is checked by name.
+starting() {
+  if [ -n "$started" ]; then running "$started"; else alive; fi
+}
 
 # ---- 3. ready: the bucket can be made (or is there) ---------------------------
 deadline=$(( $(date +%s) + WAIT_S ))
@@ -61,7 +71,7 @@ while :; do
   case "$code" in
     200|409) break ;;
   esac
-  alive || die "weed exited while starting; its log ($BASE/weed.log) ends with: $(tail -5 "$BASE/weed.log")"
+  starting || die "weed exited while starting; its log ($BASE/weed.log) ends with: $(tail -5 "$BASE/weed.log")"
   [ "$(date +%s)" -ge "$deadline" ] && die "no S3 answer on $ENDPOINT after ${WAIT_S}s (last HTTP code '$code'); see $BASE/weed.log"
   sleep 0.2
 done

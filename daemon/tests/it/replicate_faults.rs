@@ -4,7 +4,8 @@
 //! training never waited); a wrong credential (one error naming where the keys came
 //! from, no retry storm, the secret nowhere); the status's `replication`; the server
 //! down for a while as training goes on (one "replication behind" push to a real
-//! webhook receiver, one "caught up" when it is back, the steps never slower).
+//! webhook receiver, one "caught up" when it is back, the steps never slower); a
+//! restart whose program becomes weed late is waited for.
 
 use std::time::{Duration, Instant};
 
@@ -464,4 +465,28 @@ async fn no_credentials_at_start_up_is_one_replication_unavailable_push() {
         "{text}"
     );
     assert!(hook.of_kind("replication_behind").is_empty());
+}
+
+/// The server started again by a program that becomes weed only a second later: for
+/// a moment after `start.sh` forks, the pid it keeps is bash's or setsid's, not yet
+/// weed's (under load, long enough for the script's first look). The script waits for
+/// the server it started instead of calling it gone.
+#[test]
+fn a_server_slow_to_become_weed_is_waited_for() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let s3 = S3::start();
+    s3.kill();
+    let weed = s3.base().join("weed-in-a-second");
+    std::fs::write(
+        &weed,
+        format!(
+            "#!/bin/bash\nsleep 1\nexec {} \"$@\"\n",
+            lavender_testkit::python::venv_tool("weed")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&weed, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Panics with the script's output unless the bucket answered.
+    s3.up_through(&weed);
 }
