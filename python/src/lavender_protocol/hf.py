@@ -162,9 +162,7 @@ class LavenderCallback(TrainerCallback):
         # previous worker left one in this run; `attach` asks the trackers that can
         # be asked (MLflow) instead.
         self._replay_told = self.replay_through
-        reported = _reported_through(self.worker.run_dir)
-        if self.replay_through is not None and reported is not None:
-            self.replay_through = min(self.replay_through, reported)
+        self.replay_through = self._replayed_through()
 
     @property
     def output_dir(self) -> str:
@@ -206,20 +204,21 @@ class LavenderCallback(TrainerCallback):
         if self.worker.writes and not any(isinstance(c, _ReportedMark) for c in callbacks):
             last = max(i for i, c in enumerate(callbacks) if isinstance(c, reporters))
             callbacks.insert(last + 1, _ReportedMark(self.worker.run_dir))
-        if self._replay_told is not None:
-            self.replay_through = self._replayed_through([c for c in callbacks if isinstance(c, reporters)])
+        self.replay_through = self._replayed_through([c for c in callbacks if isinstance(c, reporters)])
         return self
 
-    def _replayed_through(self, reporters) -> Optional[int]:
+    def _replayed_through(self, reporters=None) -> Optional[int]:
         """The steps of this resume whose logs every reporter has: up to lavenderd's
         `LAVENDER_REPLAY_THROUGH_STEP`, and for each reporter up to what its tracker
-        says it holds, or where it cannot be asked, up to the mark."""
-        mark = _reported_through(self.worker.run_dir)
+        says it holds, or where it cannot be asked (or the reporters are not known
+        yet, before `attach`), up to the mark."""
         through = self._replay_told
-        for reporter in reporters:
-            held = _asked_through(reporter)
-            if held is None:
-                held = mark
+        if through is None:
+            return None
+        mark = _reported_through(self.worker.run_dir)
+        held_by = [None] if reporters is None else [_asked_through(r) for r in reporters]
+        for held in held_by:
+            held = mark if held is None else held
             if held is not None:
                 through = min(through, held)
         return through
