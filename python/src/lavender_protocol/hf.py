@@ -216,12 +216,9 @@ class LavenderCallback(TrainerCallback):
         if through is None:
             return None
         mark = _reported_through(self.worker.run_dir)
-        held_by = [None] if reporters is None else [_asked_through(r) for r in reporters]
-        for held in held_by:
-            held = mark if held is None else held
-            if held is not None:
-                through = min(through, held)
-        return through
+        asked = [None] if reporters is None else [_asked_through(r) for r in reporters]
+        held = [mark if step is None else step for step in asked]
+        return min([through, *(step for step in held if step is not None)])
 
     # ----- Trainer events -----
 
